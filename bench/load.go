@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+)
+
+// result is one measured run of a closed-loop load.
+type result struct {
+	ops      int
+	elapsed  time.Duration
+	p50, p99 time.Duration
+	errs     int
+	firstErr error
+}
+
+func (r result) perSecond() float64 { return float64(r.ops) / r.elapsed.Seconds() }
+
+func (r result) String() string {
+	s := fmt.Sprintf("%9.0f/s  p50 %8s  p99 %8s", r.perSecond(), r.p50.Round(time.Microsecond), r.p99.Round(time.Microsecond))
+	if r.errs > 0 {
+		s += fmt.Sprintf("  (%d errors, first: %v)", r.errs, r.firstErr)
+	}
+	return s
+}
+
+// closedLoop runs op from workers goroutines back to back for d and measures
+// every call's latency.
+func closedLoop(ctx context.Context, workers int, d time.Duration, op func(ctx context.Context, worker, i int) error) result {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	var (
+		mu        sync.Mutex
+		latencies []time.Duration
+		res       result
+		wg        sync.WaitGroup
+	)
+	start := time.Now()
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			local := make([]time.Duration, 0, 4096)
+			var errs int
+			var firstErr error
+			for i := 0; ctx.Err() == nil; i++ {
+				t0 := time.Now()
+				if err := op(ctx, w, i); err != nil {
+					if ctx.Err() != nil {
+						break
+					}
+					errs++
+					if firstErr == nil {
+						firstErr = err
+					}
+					continue
+				}
+				local = append(local, time.Since(t0))
+			}
+			mu.Lock()
+			latencies = append(latencies, local...)
+			res.errs += errs
+			if res.firstErr == nil {
+				res.firstErr = firstErr
+			}
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	res.elapsed = time.Since(start)
+	res.ops = len(latencies)
+	res.p50, res.p99 = percentile(latencies, 0.50), percentile(latencies, 0.99)
+	return res
+}
+
+func percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	slices.Sort(ds)
+	return ds[min(len(ds)-1, int(float64(len(ds))*p))]
+}

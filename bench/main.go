@@ -1,0 +1,108 @@
+// Command bench measures the coordinator side by side in one run, so that
+// figures from this noisy machine can be compared as ratios.
+//
+//	go run ./bench -suite leases      acquire+release: gRPC+Redis vs the Redis scripts direct vs gRPC+memory
+//	go run ./bench -suite streams     observers and KeepAlive
+//
+// It needs a Redis (COORDINATOR_TEST_REDIS_URL); `make bench` starts one.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
+	"github.com/coordinator-dev/coordinator/server"
+)
+
+func main() {
+	suites := flag.String("suite", "leases,streams", "comma-separated suites to run: leases, streams")
+	duration := flag.Duration("duration", 2*time.Second, "how long each measurement runs")
+	concurrency := flag.String("concurrency", "1,16,64", "comma-separated worker counts for the leases suite")
+	flag.Parse()
+
+	redisURL := os.Getenv("COORDINATOR_TEST_REDIS_URL")
+	if redisURL == "" {
+		fmt.Fprintln(os.Stderr, "bench: COORDINATOR_TEST_REDIS_URL is not set; run `make bench`, which starts a throwaway Redis")
+		os.Exit(2)
+	}
+	var levels []int
+	for _, s := range strings.Split(*concurrency, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 {
+			fmt.Fprintf(os.Stderr, "bench: bad -concurrency %q\n", *concurrency)
+			os.Exit(2)
+		}
+		levels = append(levels, n)
+	}
+	env := benchEnv{redisURL: redisURL, duration: *duration}
+	for _, suite := range strings.Split(*suites, ",") {
+		var err error
+		switch strings.TrimSpace(suite) {
+		case "leases":
+			err = leaseSuite(env, levels)
+		case "streams":
+			err = streamSuite(env)
+		default:
+			err = fmt.Errorf("unknown suite %q", suite)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+			os.Exit(1)
+		}
+	}
+}
+
+type benchEnv struct {
+	redisURL string
+	duration time.Duration
+}
+
+// coordinator is an in-process coordinator on a loopback listener with a
+// client connection to it.
+type coordinator struct {
+	srv    *server.Server
+	conn   *grpc.ClientConn
+	client coordinatorv1.CoordinatorClient
+}
+
+func (e benchEnv) startCoordinator(storeKind string) (*coordinator, error) {
+	cfg, err := server.ParseConfig(flag.NewFlagSet("bench", flag.ContinueOnError), nil, func(string) string { return "" })
+	if err != nil {
+		return nil, err
+	}
+	cfg.Store, cfg.RedisURL = storeKind, e.redisURL
+	cfg.RedisKeyPrefix = fmt.Sprintf("bench-%d", time.Now().UnixNano())
+	srv, err := server.New(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		return nil, err
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	go func() { _ = srv.Serve(lis) }()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
+	}
+	return &coordinator{srv: srv, conn: conn, client: coordinatorv1.NewCoordinatorClient(conn)}, nil
+}
+
+func (c *coordinator) stop() {
+	_ = c.conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c.srv.Shutdown(ctx)
+}

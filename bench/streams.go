@@ -1,0 +1,4 @@
+package main
+
+// streamSuite is filled in below.
+func streamSuite(env benchEnv) error { return nil }

@@ -1,0 +1,87 @@
+package server
+
+import (
+	"context"
+	"sync"
+
+	"google.golang.org/grpc/status"
+
+	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
+)
+
+// keepAliveInFlight bounds the renewals one KeepAlive stream runs at once, so
+// that a client renewing thousands of leases gets them done in parallel
+// without one stream taking every store connection.
+const keepAliveInFlight = 32
+
+// KeepAlive implements coordinatorv1.CoordinatorServer. Requests are renewed
+// concurrently; each gets exactly one response naming its lease. A request
+// that is invalid or whose lease is gone is answered with lost; the stream
+// itself stays up for the other leases.
+func (s *Service) KeepAlive(stream coordinatorv1.Coordinator_KeepAliveServer) error {
+	ctx := stream.Context()
+	var (
+		sendMu  sync.Mutex
+		sendErr error
+		wg      sync.WaitGroup
+	)
+	send := func(resp *coordinatorv1.KeepAliveResponse) {
+		sendMu.Lock()
+		defer sendMu.Unlock()
+		if sendErr == nil {
+			sendErr = stream.Send(resp)
+		}
+	}
+	slots := make(chan struct{}, keepAliveInFlight)
+	defer wg.Wait()
+	for {
+		req, err := stream.Recv()
+		if err != nil {
+			// io.EOF: the client is done sending, so answer what is in
+			// flight; anything else: the stream is gone.
+			wg.Wait()
+			return nil
+		}
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return nil
+		case <-s.stopping:
+			return errStopping
+		}
+		wg.Add(1)
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			send(s.keepAliveOne(ctx, req))
+		}()
+	}
+}
+
+func (s *Service) keepAliveOne(ctx context.Context, req *coordinatorv1.KeepAliveRequest) *coordinatorv1.KeepAliveResponse {
+	resp := &coordinatorv1.KeepAliveResponse{Name: req.GetName()}
+	lost := func(err error) *coordinatorv1.KeepAliveResponse {
+		st := status.Convert(err)
+		reason := reasonOf(st)
+		if reason == "" {
+			reason = st.Code().String()
+		}
+		resp.Result = &coordinatorv1.KeepAliveResponse_Lost{Lost: &coordinatorv1.LeaseLost{
+			Holder: req.GetHolder(), Token: req.GetToken(), Reason: reason, Message: st.Message(),
+		}}
+		return resp
+	}
+	var v validator
+	v.name("name", req.GetName())
+	v.holder("holder", req.GetHolder())
+	v.token("token", req.GetToken())
+	ttl := v.ttl("ttl", req.GetTtl(), s.maxTTL)
+	if err := v.Err(); err != nil {
+		return lost(err)
+	}
+	lease, err := s.renew(ctx, req.GetName(), req.GetHolder(), req.GetToken(), ttl)
+	if err != nil {
+		return lost(err)
+	}
+	resp.Result = &coordinatorv1.KeepAliveResponse_Lease{Lease: leaseToProto(lease)}
+	return resp
+}

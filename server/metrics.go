@@ -1,0 +1,108 @@
+package server
+
+import (
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the lease metrics a coordinator exports.
+type Metrics struct {
+	acquires      *prometheus.CounterVec
+	contended     prometheus.Counter
+	waitSeconds   prometheus.Histogram
+	renewFailures *prometheus.CounterVec
+	dataLoss      prometheus.Counter
+	held          *heldLeases
+}
+
+// NewMetrics registers the lease metrics with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		acquires: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "coordinator_acquire_total",
+			Help: "Acquire and campaign calls by outcome: acquired, not_acquired, quarantined or error.",
+		}, []string{"outcome"}),
+		contended: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "coordinator_acquire_contended_total",
+			Help: "Acquire attempts (including retries while waiting) that found the name held or queued for.",
+		}),
+		waitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "coordinator_acquire_wait_seconds",
+			Help:    "How long acquire calls with a wait waited, whatever their outcome.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
+		}),
+		renewFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "coordinator_renew_failures_total",
+			Help: "Renewals refused or failed, by reason: not_held or error.",
+		}, []string{"reason"}),
+		dataLoss: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "coordinator_store_data_loss_total",
+			Help: "Times the store was found to have lost its data (each starts a grant quarantine).",
+		}),
+		held: &heldLeases{leases: map[string]heldLease{}},
+	}
+	reg.MustRegister(m.acquires, m.contended, m.waitSeconds, m.renewFailures, m.dataLoss, m.held)
+	for _, outcome := range []string{"acquired", "not_acquired", "quarantined", "error"} {
+		m.acquires.WithLabelValues(outcome)
+	}
+	for _, reason := range []string{"not_held", "error"} {
+		m.renewFailures.WithLabelValues(reason)
+	}
+	return m
+}
+
+// DataLoss counts one detection of store data loss.
+func (m *Metrics) DataLoss() { m.dataLoss.Inc() }
+
+// heldLeases counts the leases granted or renewed through this coordinator
+// that have neither expired nor been released, by the coordinator's clock.
+type heldLeases struct {
+	mu     sync.Mutex
+	leases map[string]heldLease
+	ops    int
+}
+
+type heldLease struct {
+	token   uint64
+	expires time.Time
+}
+
+var heldDesc = prometheus.NewDesc("coordinator_leases_held",
+	"Leases granted or renewed through this coordinator that have not expired or been released.", nil, nil)
+
+func (h *heldLeases) granted(name string, token uint64, ttl time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.leases[name] = heldLease{token: token, expires: time.Now().Add(ttl)}
+	if h.ops++; h.ops%4096 == 0 {
+		h.pruneLocked(time.Now())
+	}
+}
+
+func (h *heldLeases) released(name string, token uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if l, ok := h.leases[name]; ok && l.token == token {
+		delete(h.leases, name)
+	}
+}
+
+func (h *heldLeases) pruneLocked(now time.Time) {
+	for name, l := range h.leases {
+		if !now.Before(l.expires) {
+			delete(h.leases, name)
+		}
+	}
+}
+
+func (h *heldLeases) Describe(ch chan<- *prometheus.Desc) { ch <- heldDesc }
+
+func (h *heldLeases) Collect(ch chan<- prometheus.Metric) {
+	h.mu.Lock()
+	h.pruneLocked(time.Now())
+	n := len(h.leases)
+	h.mu.Unlock()
+	ch <- prometheus.MustNewConstMetric(heldDesc, prometheus.GaugeValue, float64(n))
+}

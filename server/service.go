@@ -1,0 +1,321 @@
+// Package server is the coordinator's gRPC service: it validates requests,
+// calls the store, and maps the store's answers to responses and status
+// codes. The lease rules themselves live in the store and its scripts.
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
+	"github.com/coordinator-dev/coordinator/server/store"
+)
+
+const (
+	// waiterHeartbeat is how often a waiting call retries even without a
+	// notification, so a missed notification costs at most this much.
+	waiterHeartbeat = time.Second
+	// waiterTTL bounds how long a waiter whose coordinator vanished keeps
+	// its place at the head of a queue.
+	waiterTTL = 3 * time.Second
+	// deadlineMargin is kept from an RPC deadline so that a wait that runs
+	// out still answers not-acquired instead of DeadlineExceeded.
+	deadlineMargin = 20 * time.Millisecond
+
+	defaultPageSize = 100
+	maxPageSize     = 1000
+)
+
+// Service implements coordinatorv1.CoordinatorServer over a store.Store.
+type Service struct {
+	coordinatorv1.UnimplementedCoordinatorServer
+
+	store   store.Store
+	maxTTL  time.Duration
+	metrics *Metrics
+	log     *slog.Logger
+
+	wake        *wakeups
+	observers   *observers
+	unsubscribe func()
+	stopping    chan struct{}
+}
+
+// ServiceOptions configures a Service.
+type ServiceOptions struct {
+	// MaxTTL is the longest lease a client may ask for.
+	MaxTTL time.Duration
+	// Reconcile is how often observers re-read an election even without a
+	// notification; it bounds how long a missed one can leave them stale.
+	Reconcile time.Duration
+	Metrics   *Metrics
+	Log       *slog.Logger
+}
+
+// NewService serves st. Call Stop before closing the store.
+func NewService(st store.Store, opts ServiceOptions) *Service {
+	wake := newWakeups()
+	s := &Service{
+		store:     st,
+		maxTTL:    opts.MaxTTL,
+		metrics:   opts.Metrics,
+		log:       opts.Log,
+		wake:      wake,
+		observers: newObservers(st, wake, opts.Reconcile, opts.Log),
+		stopping:  make(chan struct{}),
+	}
+	s.unsubscribe = st.Subscribe(wake.notify)
+	return s
+}
+
+// Stop ends waiting calls with Unavailable so that a graceful shutdown need
+// not wait for them, and stops listening to the store.
+func (s *Service) Stop() {
+	close(s.stopping)
+	s.unsubscribe()
+}
+
+var errStopping = status.Error(codes.Unavailable, "coordinator is shutting down")
+
+// TryAcquire implements coordinatorv1.CoordinatorServer.
+func (s *Service) TryAcquire(ctx context.Context, req *coordinatorv1.TryAcquireRequest) (*coordinatorv1.TryAcquireResponse, error) {
+	var v validator
+	v.name("name", req.GetName())
+	v.holder("holder", req.GetHolder())
+	ttl := v.ttl("ttl", req.GetTtl(), s.maxTTL)
+	wait := v.wait("wait", req.GetWait())
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	res, err := s.acquire(ctx, store.AcquireRequest{Name: req.GetName(), Holder: req.GetHolder(), TTL: ttl}, wait)
+	if err != nil {
+		return nil, err
+	}
+	if !res.Acquired {
+		return &coordinatorv1.TryAcquireResponse{Holder: res.Lease.Holder}, nil
+	}
+	return &coordinatorv1.TryAcquireResponse{Acquired: true, Lease: leaseToProto(res.Lease)}, nil
+}
+
+// acquire asks the store for the lease and, given a wait, keeps asking as a
+// queued waiter whenever the name changes or its lease should have expired,
+// until granted, the wait or the RPC deadline runs out, or the caller leaves.
+func (s *Service) acquire(ctx context.Context, req store.AcquireRequest, wait time.Duration) (store.AcquireResult, error) {
+	if wait == 0 {
+		res, err := s.store.Acquire(ctx, req)
+		if err == nil && !res.Acquired {
+			s.metrics.contended.Inc()
+		}
+		return s.countAcquire(req, res, err)
+	}
+
+	started := time.Now()
+	defer func() { s.metrics.waitSeconds.Observe(time.Since(started).Seconds()) }()
+	giveUpAt := started.Add(wait)
+	if d, ok := ctx.Deadline(); ok && d.Add(-deadlineMargin).Before(giveUpAt) {
+		giveUpAt = d.Add(-deadlineMargin)
+	}
+	woken, stopWatching := s.wake.watch(req.Name)
+	defer stopWatching()
+	req.Waiter = newWaiterID()
+
+	for {
+		remaining := time.Until(giveUpAt)
+		req.WaiterTTL = max(min(remaining, waiterTTL), time.Millisecond)
+		res, err := s.store.Acquire(ctx, req)
+		if err == nil && !res.Acquired {
+			s.metrics.contended.Inc()
+		}
+		if err != nil || res.Acquired || remaining <= 0 {
+			if err != nil || !res.Acquired {
+				s.leaveQueue(req.Name, req.Waiter)
+			}
+			return s.countAcquire(req, res, err)
+		}
+
+		retry := min(remaining, waiterHeartbeat)
+		if res.Lease.Holder != "" {
+			// Expiry is not announced: retry when the lease should end.
+			retry = min(retry, time.Until(res.Lease.ExpiresAt)+time.Millisecond)
+		}
+		timer := time.NewTimer(max(retry, 0))
+		select {
+		case <-woken:
+		case <-timer.C:
+		case <-ctx.Done():
+			timer.Stop()
+			s.leaveQueue(req.Name, req.Waiter)
+			return s.countAcquire(req, store.AcquireResult{}, ctx.Err())
+		case <-s.stopping:
+			timer.Stop()
+			s.leaveQueue(req.Name, req.Waiter)
+			return store.AcquireResult{}, errStopping
+		}
+		timer.Stop()
+	}
+}
+
+// leaveQueue takes a waiter that gave up out of the queue at once, so the
+// next one need not wait for its place to time out. The caller's context may
+// be gone already, so it gets its own.
+func (s *Service) leaveQueue(name, waiter string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := s.store.Dequeue(ctx, name, waiter); err != nil {
+		s.log.Warn("could not leave a wait queue; the place times out by itself", "name", name, "err", err)
+	}
+}
+
+func (s *Service) countAcquire(req store.AcquireRequest, res store.AcquireResult, err error) (store.AcquireResult, error) {
+	var quarantine *store.QuarantineError
+	switch {
+	case errors.As(err, &quarantine):
+		s.metrics.acquires.WithLabelValues("quarantined").Inc()
+	case err != nil:
+		s.metrics.acquires.WithLabelValues("error").Inc()
+	case res.Acquired:
+		s.metrics.acquires.WithLabelValues("acquired").Inc()
+		s.metrics.held.granted(req.Name, res.Lease.Token, res.Lease.TTL)
+	default:
+		s.metrics.acquires.WithLabelValues("not_acquired").Inc()
+	}
+	if err != nil {
+		return res, storeError(err)
+	}
+	return res, nil
+}
+
+func newWaiterID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// Renew implements coordinatorv1.CoordinatorServer.
+func (s *Service) Renew(ctx context.Context, req *coordinatorv1.RenewRequest) (*coordinatorv1.RenewResponse, error) {
+	var v validator
+	v.name("name", req.GetName())
+	v.holder("holder", req.GetHolder())
+	v.token("token", req.GetToken())
+	ttl := v.ttl("ttl", req.GetTtl(), s.maxTTL)
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	lease, err := s.renew(ctx, req.GetName(), req.GetHolder(), req.GetToken(), ttl)
+	if err != nil {
+		return nil, err
+	}
+	return &coordinatorv1.RenewResponse{Lease: leaseToProto(lease)}, nil
+}
+
+func (s *Service) renew(ctx context.Context, name, holder string, token uint64, ttl time.Duration) (store.Lease, error) {
+	lease, err := s.store.Renew(ctx, name, holder, token, ttl)
+	switch {
+	case errors.Is(err, store.ErrLeaseNotHeld):
+		s.metrics.renewFailures.WithLabelValues("not_held").Inc()
+		s.metrics.held.released(name, token)
+		return lease, errLeaseNotHeld(name)
+	case err != nil:
+		s.metrics.renewFailures.WithLabelValues("error").Inc()
+		return lease, storeError(err)
+	}
+	s.metrics.held.granted(name, token, ttl)
+	return lease, nil
+}
+
+// Release implements coordinatorv1.CoordinatorServer.
+func (s *Service) Release(ctx context.Context, req *coordinatorv1.ReleaseRequest) (*coordinatorv1.ReleaseResponse, error) {
+	var v validator
+	v.name("name", req.GetName())
+	v.holder("holder", req.GetHolder())
+	v.token("token", req.GetToken())
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	released, err := s.release(ctx, req.GetName(), req.GetHolder(), req.GetToken())
+	if err != nil {
+		return nil, err
+	}
+	return &coordinatorv1.ReleaseResponse{Released: released}, nil
+}
+
+func (s *Service) release(ctx context.Context, name, holder string, token uint64) (bool, error) {
+	released, err := s.store.Release(ctx, name, holder, token)
+	if err != nil {
+		return false, storeError(err)
+	}
+	s.metrics.held.released(name, token)
+	return released, nil
+}
+
+// Describe implements coordinatorv1.CoordinatorServer.
+func (s *Service) Describe(ctx context.Context, req *coordinatorv1.DescribeRequest) (*coordinatorv1.DescribeResponse, error) {
+	var v validator
+	v.name("name", req.GetName())
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	d, err := s.store.Describe(ctx, req.GetName())
+	if err != nil {
+		return nil, storeError(err)
+	}
+	resp := &coordinatorv1.DescribeResponse{Held: d.Held, LastToken: d.LastToken, Waiters: uint32(d.Waiters)}
+	if d.Held {
+		resp.Lease = leaseToProto(d.Lease)
+	}
+	return resp, nil
+}
+
+// List implements coordinatorv1.CoordinatorServer.
+func (s *Service) List(ctx context.Context, req *coordinatorv1.ListRequest) (*coordinatorv1.ListResponse, error) {
+	var v validator
+	if len(req.GetPrefix()) > MaxNameBytes {
+		v.fail("prefix", "is %d bytes long; at most %d are allowed", len(req.GetPrefix()), MaxNameBytes)
+	}
+	size := int(req.GetPageSize())
+	switch {
+	case size < 0:
+		v.fail("page_size", "is negative")
+	case size == 0:
+		size = defaultPageSize
+	case size > maxPageSize:
+		size = maxPageSize
+	}
+	cursor, err := base64.RawURLEncoding.DecodeString(req.GetPageToken())
+	if err != nil {
+		v.fail("page_token", "is not a token from a previous ListResponse")
+	}
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	page, err := s.store.List(ctx, req.GetPrefix(), string(cursor), size)
+	if err != nil {
+		return nil, storeError(err)
+	}
+	resp := &coordinatorv1.ListResponse{NextPageToken: base64.RawURLEncoding.EncodeToString([]byte(page.Next))}
+	for _, l := range page.Leases {
+		resp.Leases = append(resp.Leases, leaseToProto(l))
+	}
+	return resp, nil
+}
+
+func leaseToProto(l store.Lease) *coordinatorv1.Lease {
+	return &coordinatorv1.Lease{
+		Name:      l.Name,
+		Holder:    l.Holder,
+		Token:     l.Token,
+		Ttl:       durationpb.New(l.TTL),
+		ExpiresAt: timestamppb.New(l.ExpiresAt),
+		Value:     l.Value,
+	}
+}

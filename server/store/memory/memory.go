@@ -1,0 +1,300 @@
+// Package memstore is the embedded, in-process lease store: the default when
+// no Redis is configured.
+//
+// It keeps the same rules as the Redis store (the conformance suite runs
+// against both) with one difference a user must know: its state lives in the
+// coordinator's memory, so a restart forgets every lease and queue. Fencing
+// counters are seeded from the wall clock in microseconds, so tokens still
+// increase across a restart (as long as the clock does not step back), but a
+// holder from before the restart may still be acting while the name is
+// granted again: only a resource that checks fencing tokens is protected
+// across a restart.
+//
+// Expiry uses the monotonic clock and is evaluated lazily on access: there is
+// no goroutine or timer per lease.
+package memstore
+
+import (
+	"bytes"
+	"context"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coordinator-dev/coordinator/server/store"
+)
+
+// Store is an in-memory store.Store. The zero value is not usable; call New.
+type Store struct {
+	now func() time.Time
+
+	mu      sync.Mutex
+	names   map[string]*entry
+	subs    map[int]func(string)
+	nextSub int
+}
+
+type entry struct {
+	holder  string // empty when not held
+	token   uint64
+	value   []byte
+	ttl     time.Duration
+	expires time.Time // carries a monotonic reading
+
+	lastToken uint64
+	queue     []waiter // arrival order
+}
+
+type waiter struct {
+	id       string
+	deadline time.Time
+}
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithClock replaces time.Now, for tests that drive time by hand.
+func WithClock(now func() time.Time) Option {
+	return func(s *Store) { s.now = now }
+}
+
+// New returns an empty store.
+func New(opts ...Option) *Store {
+	s := &Store{now: time.Now, names: map[string]*entry{}, subs: map[int]func(string){}}
+	for _, opt := range opts {
+		opt(s)
+	}
+	return s
+}
+
+var _ store.Store = (*Store)(nil)
+
+// held reports whether e has an unexpired holder at now, clearing it if it
+// expired so that later checks need not repeat the comparison.
+func (e *entry) held(now time.Time) bool {
+	if e.holder != "" && !now.Before(e.expires) {
+		e.holder, e.token, e.value = "", 0, nil
+	}
+	return e.holder != ""
+}
+
+func (e *entry) pruneQueue(now time.Time) {
+	live := e.queue[:0]
+	for _, w := range e.queue {
+		if now.Before(w.deadline) {
+			live = append(live, w)
+		}
+	}
+	clear(e.queue[len(live):])
+	e.queue = live
+}
+
+// enqueue adds the waiter at the back, or refreshes its deadline in place.
+func (e *entry) enqueue(id string, deadline time.Time) {
+	if id == "" {
+		return
+	}
+	for i := range e.queue {
+		if e.queue[i].id == id {
+			e.queue[i].deadline = deadline
+			return
+		}
+	}
+	e.queue = append(e.queue, waiter{id: id, deadline: deadline})
+}
+
+func (e *entry) dequeue(id string) bool {
+	for i := range e.queue {
+		if e.queue[i].id == id {
+			e.queue = append(e.queue[:i], e.queue[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+func (e *entry) lease(name string) store.Lease {
+	return store.Lease{
+		Name:      name,
+		Holder:    e.holder,
+		Token:     e.token,
+		Value:     bytes.Clone(e.value),
+		TTL:       e.ttl,
+		ExpiresAt: e.expires.Round(0),
+	}
+}
+
+func (s *Store) entry(name string) *entry {
+	e, ok := s.names[name]
+	if !ok {
+		e = &entry{}
+		s.names[name] = e
+	}
+	return e
+}
+
+// Acquire implements store.Store.
+func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.AcquireResult, error) {
+	if err := ctx.Err(); err != nil {
+		return store.AcquireResult{}, err
+	}
+	s.mu.Lock()
+	now := s.now()
+	e := s.entry(req.Name)
+
+	if e.held(now) {
+		if e.holder != req.Holder {
+			e.enqueue(req.Waiter, now.Add(req.WaiterTTL))
+			res := store.AcquireResult{Lease: e.lease(req.Name)}
+			s.mu.Unlock()
+			return res, nil
+		}
+		changed := !bytes.Equal(e.value, req.Value)
+		e.value = bytes.Clone(req.Value)
+		e.ttl, e.expires = req.TTL, now.Add(req.TTL)
+		e.dequeue(req.Waiter)
+		res := store.AcquireResult{Acquired: true, Lease: e.lease(req.Name), Changed: changed}
+		s.unlockAndNotify(req.Name, changed)
+		return res, nil
+	}
+
+	e.pruneQueue(now)
+	if len(e.queue) > 0 && e.queue[0].id != req.Waiter {
+		e.enqueue(req.Waiter, now.Add(req.WaiterTTL))
+		s.mu.Unlock()
+		return store.AcquireResult{}, nil
+	}
+	e.dequeue(req.Waiter)
+	// Never below the clock in microseconds, so that tokens keep increasing
+	// across a restart of the process, which forgets every counter.
+	e.lastToken = max(e.lastToken+1, uint64(now.UnixMicro()))
+	e.holder, e.token, e.value = req.Holder, e.lastToken, bytes.Clone(req.Value)
+	e.ttl, e.expires = req.TTL, now.Add(req.TTL)
+	res := store.AcquireResult{Acquired: true, Lease: e.lease(req.Name), Changed: true}
+	s.unlockAndNotify(req.Name, true)
+	return res, nil
+}
+
+// Renew implements store.Store.
+func (s *Store) Renew(ctx context.Context, name, holder string, token uint64, ttl time.Duration) (store.Lease, error) {
+	if err := ctx.Err(); err != nil {
+		return store.Lease{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	e, ok := s.names[name]
+	if !ok || !e.held(now) || e.holder != holder || e.token != token {
+		return store.Lease{}, store.ErrLeaseNotHeld
+	}
+	e.ttl, e.expires = ttl, now.Add(ttl)
+	return e.lease(name), nil
+}
+
+// Release implements store.Store.
+func (s *Store) Release(ctx context.Context, name, holder string, token uint64) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	s.mu.Lock()
+	e, ok := s.names[name]
+	if !ok || !e.held(s.now()) || e.holder != holder || e.token != token {
+		s.mu.Unlock()
+		return false, nil
+	}
+	e.holder, e.token, e.value = "", 0, nil
+	s.unlockAndNotify(name, true)
+	return true, nil
+}
+
+// Dequeue implements store.Store.
+func (s *Store) Dequeue(ctx context.Context, name, waiter string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	e, ok := s.names[name]
+	s.unlockAndNotify(name, ok && e.dequeue(waiter))
+	return nil
+}
+
+// Describe implements store.Store.
+func (s *Store) Describe(ctx context.Context, name string) (store.Description, error) {
+	if err := ctx.Err(); err != nil {
+		return store.Description{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.names[name]
+	if !ok {
+		return store.Description{}, nil
+	}
+	now := s.now()
+	e.pruneQueue(now)
+	d := store.Description{LastToken: e.lastToken, Waiters: len(e.queue)}
+	if e.held(now) {
+		d.Held, d.Lease = true, e.lease(name)
+	}
+	return d, nil
+}
+
+// List implements store.Store.
+func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) (store.ListPage, error) {
+	if err := ctx.Err(); err != nil {
+		return store.ListPage{}, err
+	}
+	s.mu.Lock()
+	now := s.now()
+	var names []string
+	for name, e := range s.names {
+		if strings.HasPrefix(name, prefix) && name > cursor && e.held(now) {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	var page store.ListPage
+	if limit > 0 && len(names) > limit {
+		names = names[:limit]
+		page.Next = names[limit-1]
+	}
+	for _, name := range names {
+		page.Leases = append(page.Leases, s.names[name].lease(name))
+	}
+	s.mu.Unlock()
+	return page, nil
+}
+
+// Subscribe implements store.Store.
+func (s *Store) Subscribe(notify func(name string)) func() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	id := s.nextSub
+	s.nextSub++
+	s.subs[id] = notify
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		delete(s.subs, id)
+	}
+}
+
+// unlockAndNotify releases s.mu and, when changed, tells subscribers about
+// name outside the lock so that a subscriber may call back into the store.
+func (s *Store) unlockAndNotify(name string, changed bool) {
+	if !changed || len(s.subs) == 0 {
+		s.mu.Unlock()
+		return
+	}
+	subs := make([]func(string), 0, len(s.subs))
+	for _, notify := range s.subs {
+		subs = append(subs, notify)
+	}
+	s.mu.Unlock()
+	for _, notify := range subs {
+		notify(name)
+	}
+}
+
+// Close implements store.Store.
+func (s *Store) Close() error { return nil }

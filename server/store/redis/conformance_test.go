@@ -1,0 +1,12 @@
+package redisstore
+
+import (
+	"testing"
+
+	"github.com/coordinator-dev/coordinator/server/store"
+	"github.com/coordinator-dev/coordinator/server/store/storetest"
+)
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) store.Store { return newStore(t, nil, Options{}) })
+}

@@ -1,0 +1,141 @@
+package redisstore
+
+import (
+	"context"
+	"os"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/coordinator-dev/coordinator/server/store"
+)
+
+// TestCluster runs the store against a Redis Cluster when
+// COORDINATOR_TEST_REDIS_CLUSTER_URL names one (redis+cluster://host:port,...).
+func TestCluster(t *testing.T) {
+	t.Parallel()
+	raw := os.Getenv("COORDINATOR_TEST_REDIS_CLUSTER_URL")
+	if raw == "" {
+		t.Skip("COORDINATOR_TEST_REDIS_CLUSTER_URL is not set")
+	}
+	c, err := parseURL(raw)
+	if err != nil || c.cluster == nil {
+		t.Fatalf("COORDINATOR_TEST_REDIS_CLUSTER_URL=%q is not a cluster URL: %v", raw, err)
+	}
+	client := redis.NewClusterClient(c.cluster)
+	t.Cleanup(func() { _ = client.Close() })
+	var losses atomic.Int32
+	s := newStore(t, client, Options{Quarantine: 200 * time.Millisecond, OnDataLoss: func(time.Duration) { losses.Add(1) }})
+	if !s.cluster {
+		t.Fatal("a ClusterClient did not select cluster mode")
+	}
+	ctx := testCtx(t)
+
+	// One marker per slot.
+	var markers atomic.Int64
+	err = client.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+		iter := n.Scan(ctx, 0, globEscape(s.prefix)+":{*}:marker", 1000).Iterator()
+		for iter.Next(ctx) {
+			markers.Add(1)
+		}
+		return iter.Err()
+	})
+	if err != nil || markers.Load() != numSlots {
+		t.Fatalf("%d markers (%v), want %d", markers.Load(), err, numSlots)
+	}
+
+	rec := newRecorder()
+	defer s.Subscribe(rec.notify)()
+	waitSubscribed(t, s, rec)
+
+	leases := map[string]store.Lease{}
+	for _, name := range oddNames {
+		l := mustGrant(t, s, req(name, "a", time.Minute, "v"))
+		rec.waitFor(t, name)
+		mustRefuse(t, s, waitReq(name, "w", 10*time.Second))
+		if _, err := s.Renew(ctx, name, "a", l.Token, time.Minute); err != nil {
+			t.Errorf("Renew(%q): %v", name, err)
+		}
+		leases[name] = l
+	}
+	var got []string
+	for cursor := ""; ; {
+		page, err := s.List(ctx, "", cursor, 5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range page.Leases {
+			got = append(got, l.Name)
+		}
+		if cursor = page.Next; cursor == "" {
+			break
+		}
+	}
+	if want := slices.Sorted(slices.Values(oddNames)); !slices.Equal(got, want) {
+		t.Errorf("List = %q, want %q", got, want)
+	}
+	for _, name := range oddNames {
+		mustRelease(t, s, leases[name])
+		if err := s.Dequeue(ctx, name, "w"); err != nil {
+			t.Errorf("Dequeue(%q): %v", name, err)
+		}
+	}
+
+	// Losing one slot's marker quarantines that slot only.
+	lost, other := "{braces}", "plain"
+	if slotOf(encodeName(lost)) == slotOf(encodeName(other)) {
+		t.Fatal("test names share a slot")
+	}
+	if err := client.Del(ctx, s.keys(lost).marker).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Acquire(ctx, req(lost, "b", time.Minute, "")); asQuarantine(err) == nil {
+		t.Errorf("Acquire in the lost slot: %v, want a QuarantineError", err)
+	}
+	mustGrant(t, s, req(other, "b", time.Minute, ""))
+	if n := losses.Load(); n != 1 {
+		t.Errorf("OnDataLoss called %d times, want 1", n)
+	}
+	time.Sleep(250 * time.Millisecond)
+	if l := mustGrant(t, s, req(lost, "b", time.Minute, "")); l.Token <= leases[lost].Token {
+		t.Errorf("token after quarantine %d <= %d", l.Token, leases[lost].Token)
+	}
+}
+
+// TestSentinel runs the store through Sentinel when
+// COORDINATOR_TEST_REDIS_SENTINEL_URL names one
+// (redis+sentinel://host:port,.../mastername[/db]).
+func TestSentinel(t *testing.T) {
+	t.Parallel()
+	raw := os.Getenv("COORDINATOR_TEST_REDIS_SENTINEL_URL")
+	if raw == "" {
+		t.Skip("COORDINATOR_TEST_REDIS_SENTINEL_URL is not set")
+	}
+	prefix := testPrefix(t)
+	s, err := NewFromURL(testCtx(t), raw, Options{KeyPrefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		deleteKeys(t, s.client, prefix)
+		if err := s.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	if s.cluster {
+		t.Fatal("a Sentinel URL selected cluster mode")
+	}
+	rec := newRecorder()
+	defer s.Subscribe(rec.notify)()
+	waitSubscribed(t, s, rec)
+	l := mustGrant(t, s, req("job", "a", time.Minute, "v"))
+	rec.waitFor(t, "job")
+	if d := mustDescribe(t, s, "job"); !d.Held || d.LastToken != l.Token {
+		t.Errorf("Describe = %+v", d)
+	}
+	mustRelease(t, s, l)
+	rec.waitFor(t, "job")
+}

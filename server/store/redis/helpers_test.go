@@ -1,0 +1,309 @@
+package redisstore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"net"
+	"os"
+	"regexp"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/coordinator-dev/coordinator/server/store"
+)
+
+// Tests run against a real Redis named by COORDINATOR_TEST_REDIS_URL (a
+// standalone redis:// URL). Each test uses its own key prefix, so tests run
+// in parallel on one database; the few that flush a whole database use
+// scratchDB (15 by default, COORDINATOR_TEST_REDIS_SCRATCH_DB to change it)
+// and run one at a time.
+
+const urlEnv = "COORDINATOR_TEST_REDIS_URL"
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+func testRedisOptions(t testing.TB) *redis.Options {
+	t.Helper()
+	raw := os.Getenv(urlEnv)
+	if raw == "" {
+		t.Fatalf("%s is not set: run `make test` (which starts a throwaway Redis), "+
+			"or start redis-server and set %s=redis://127.0.0.1:6379/0", urlEnv, urlEnv)
+	}
+	o, err := redis.ParseURL(raw)
+	if err != nil {
+		t.Fatalf("%s=%q: %v", urlEnv, raw, err)
+	}
+	return o
+}
+
+// newClient connects to the test Redis; the client is closed at cleanup.
+func newClient(t testing.TB, edit ...func(*redis.Options)) *redis.Client {
+	t.Helper()
+	o := testRedisOptions(t)
+	for _, f := range edit {
+		f(o)
+	}
+	c := redis.NewClient(o)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+var nonWord = regexp.MustCompile(`[^A-Za-z0-9]+`)
+
+// testPrefix is a key prefix of the test's own.
+func testPrefix(t testing.TB) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return "cotest:" + nonWord.ReplaceAllString(t.Name(), "_") + ":" + hex.EncodeToString(b[:])
+}
+
+// newStore makes a Store with a prefix of the test's own on client (a new
+// one when nil), deleting its keys at cleanup.
+func newStore(t testing.TB, client redis.UniversalClient, opts Options) *Store {
+	t.Helper()
+	if client == nil {
+		client = newClient(t)
+	}
+	if opts.KeyPrefix == "" {
+		opts.KeyPrefix = testPrefix(t)
+	}
+	// Clean up through a direct connection: the test may cut client off.
+	cleaner := client
+	if c, ok := client.(*redis.Client); ok {
+		o := testRedisOptions(t)
+		o.DB = c.Options().DB
+		cleaner = redis.NewClient(o)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := New(ctx, client, opts)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+		deleteKeys(t, cleaner, opts.KeyPrefix)
+		if cleaner != client {
+			_ = cleaner.Close()
+		}
+	})
+	return s
+}
+
+func deleteKeys(t testing.TB, c redis.UniversalClient, prefix string) {
+	ctx := context.Background()
+	del := func(ctx context.Context, c redis.Cmdable) error {
+		iter := c.Scan(ctx, 0, globEscape(prefix)+":*", 1000).Iterator()
+		for iter.Next(ctx) {
+			// One key at a time: Cluster refuses a DEL across slots.
+			if err := c.Del(ctx, iter.Val()).Err(); err != nil {
+				return err
+			}
+		}
+		return iter.Err()
+	}
+	var err error
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return del(ctx, n) })
+	} else {
+		err = del(ctx, c)
+	}
+	if err != nil {
+		t.Logf("deleting test keys: %v", err)
+	}
+}
+
+func testCtx(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// recorder collects notified names without blocking.
+type recorder struct {
+	ch chan string
+}
+
+func newRecorder() *recorder { return &recorder{ch: make(chan string, 1024)} }
+
+func (r *recorder) notify(name string) {
+	select {
+	case r.ch <- name:
+	default:
+	}
+}
+
+// waitFor waits until name is notified, skipping other names.
+func (r *recorder) waitFor(t testing.TB, name string) {
+	t.Helper()
+	timeout := time.After(5 * time.Second)
+	for {
+		select {
+		case got := <-r.ch:
+			if got == name {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("no notification for %q within 5s", name)
+		}
+	}
+}
+
+// drain empties the recorder.
+func (r *recorder) drain() {
+	for {
+		select {
+		case <-r.ch:
+		default:
+			return
+		}
+	}
+}
+
+// waitSubscribed publishes a probe until the subscription delivers it.
+func waitSubscribed(t testing.TB, s *Store, r *recorder) {
+	t.Helper()
+	probe := "probe-" + hex.EncodeToString([]byte(t.Name()))
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if err := s.client.Publish(context.Background(), s.channel, probe).Err(); err != nil {
+			t.Fatalf("publish: %v", err)
+		}
+		select {
+		case got := <-r.ch:
+			if got == probe {
+				r.drain()
+				return
+			}
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	t.Fatal("subscription not ready within 5s")
+}
+
+// proxy forwards TCP connections to Redis until stopped, so that a test
+// can cut a Store off from a live Redis.
+type proxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{}
+	frozen map[net.Conn]bool
+	wg     sync.WaitGroup
+}
+
+func newProxy(t testing.TB, target string) *proxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}, frozen: map[net.Conn]bool{}}
+	p.wg.Add(1)
+	go p.serve()
+	t.Cleanup(p.stop)
+	return p
+}
+
+func (p *proxy) addr() string { return p.ln.Addr().String() }
+
+func (p *proxy) serve() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		u, err := net.Dial("tcp", p.target)
+		if err != nil {
+			_ = c.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns[c], p.conns[u] = struct{}{}, struct{}{}
+		p.mu.Unlock()
+		p.wg.Add(2)
+		go p.pipe(c, u)
+		go p.pipe(u, c)
+	}
+}
+
+func (p *proxy) pipe(dst, src net.Conn) {
+	defer p.wg.Done()
+	defer func() { _ = dst.Close(); _ = src.Close() }()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 && !p.isFrozen(src) {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (p *proxy) isFrozen(c net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.frozen[c]
+}
+
+// freezeConns turns every open connection into a black hole that stays
+// open, as a half-open TCP connection would; new connections work.
+func (p *proxy) freezeConns() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.conns {
+		p.frozen[c] = true
+	}
+}
+
+// dropConns cuts every open connection, leaving the listener up.
+func (p *proxy) dropConns() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.conns {
+		_ = c.Close()
+		delete(p.conns, c)
+	}
+}
+
+// stop closes the listener and every connection.
+func (p *proxy) stop() {
+	_ = p.ln.Close()
+	p.dropConns()
+	p.wg.Wait()
+}
+
+// closedAddr is a loopback address nothing listens on.
+func closedAddr(t testing.TB) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	return addr
+}
+
+// asQuarantine returns err's *store.QuarantineError, or nil.
+func asQuarantine(err error) *store.QuarantineError {
+	var q *store.QuarantineError
+	if errors.As(err, &q) {
+		return q
+	}
+	return nil
+}

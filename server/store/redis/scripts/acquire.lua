@@ -1,0 +1,143 @@
+-- acquire.lua: grant a lease, renew it for its holder, or queue a waiter.
+--
+-- KEYS[1] lease   HASH holder, token, value, ttl (ms); PEXPIRE'd to ttl
+-- KEYS[2] fence   STRING last issued token; never expires
+-- KEYS[3] queue   ZSET waiter -> arrival order
+-- KEYS[4] waiters ZSET waiter -> deadline (unix ms)
+-- KEYS[5] marker  STRING data-loss marker: "quarantine until" (unix ms)
+-- ARGV[1] holder
+-- ARGV[2] ttl (ms, >= 1)
+-- ARGV[3] value
+-- ARGV[4] waiter id, or "" for a caller that does not wait
+-- ARGV[5] waiter ttl (ms, >= 1)
+-- ARGV[6] quarantine (ms, 0 disables)
+-- ARGV[7] pub/sub channel
+-- ARGV[8] name (published on the channel)
+--
+-- Returns, with lost = 1 when this call found the marker missing (Redis lost
+-- its data), else 0:
+--   {-1, lost, retry_after_ms}                     quarantined
+--   {status, lost, holder, token, value, ttl_ms, remaining_ms, now_ms, changed}
+-- status 1: granted or renewed for ARGV[1]; 0: refused, and the other fields
+-- describe the current holder's lease, or are empty ("" / 0) when the name is
+-- free but older waiters come first. token is a decimal string. All times
+-- come from Redis' clock.
+
+if redis.replicate_commands then redis.replicate_commands() end
+
+local lease, fence, queue, waiters, marker = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local holder, ttl, value, waiter = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
+local waiter_ttl, quarantine, channel, name = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7], ARGV[8]
+
+-- Integers are formatted with %d: Lua's tostring would print 1.8e+15.
+local function ms(n) return string.format('%d', n) end
+
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+
+-- 1. Data loss: the marker is written at start-up and never expires, so its
+-- absence means Redis lost its data (restart without persistence, FLUSHALL,
+-- failover to an empty replica).
+local lost = 0
+local until_ms = redis.call('GET', marker)
+if until_ms then
+  until_ms = tonumber(until_ms) or 0
+else
+  lost = 1
+  until_ms = now + quarantine
+  redis.call('SET', marker, ms(until_ms))
+end
+if now < until_ms then
+  return {-1, lost, until_ms - now}
+end
+
+-- Drops waiters whose deadline passed (a bounded batch; the head is checked
+-- again before a grant); returns how many.
+local function prune()
+  local gone = redis.call('ZRANGEBYSCORE', waiters, '-inf', '(' .. ms(now), 'LIMIT', 0, 100)
+  if #gone > 0 then
+    redis.call('ZREM', waiters, unpack(gone))
+    redis.call('ZREM', queue, unpack(gone))
+  end
+  return #gone
+end
+
+-- Queues the waiter behind the last one (keeping its place if queued) and
+-- pushes its deadline out; the queue keys expire with their last deadline.
+local function enqueue()
+  if not redis.call('ZSCORE', queue, waiter) then
+    local last = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')
+    local order = 1
+    if last[2] then order = tonumber(last[2]) + 1 end
+    redis.call('ZADD', queue, ms(order), waiter)
+  end
+  redis.call('ZADD', waiters, ms(now + waiter_ttl), waiter)
+  local latest = ms(tonumber(redis.call('ZRANGE', waiters, -1, -1, 'WITHSCORES')[2]))
+  redis.call('PEXPIREAT', queue, latest)
+  redis.call('PEXPIREAT', waiters, latest)
+end
+
+local function unqueue()
+  redis.call('ZREM', queue, waiter)
+  redis.call('ZREM', waiters, waiter)
+end
+
+local cur = redis.call('HMGET', lease, 'holder', 'token', 'value', 'ttl')
+if cur[1] then
+  -- 2. Held by the caller: renew, keeping the token.
+  if cur[1] == holder then
+    redis.call('HSET', lease, 'value', value, 'ttl', ARGV[2])
+    redis.call('PEXPIRE', lease, ARGV[2])
+    if waiter ~= '' then unqueue() end
+    local changed = 0
+    if cur[3] ~= value then
+      changed = 1
+      redis.call('PUBLISH', channel, name)
+    end
+    return {1, lost, holder, cur[2], value, ttl, ttl, now, changed}
+  end
+  -- 3. Held by another holder.
+  if waiter ~= '' then
+    prune()
+    enqueue()
+  end
+  local remaining = redis.call('PTTL', lease)
+  return {0, lost, cur[1], cur[2], cur[3], tonumber(cur[4]) or 0, remaining, now, 0}
+end
+
+-- 4. Free: the oldest live waiter comes first.
+local pruned = prune()
+local head
+while true do
+  head = redis.call('ZRANGE', queue, 0, 0)[1]
+  if not head then break end
+  local deadline = redis.call('ZSCORE', waiters, head)
+  if deadline and tonumber(deadline) >= now then break end
+  redis.call('ZREM', queue, head)
+  redis.call('ZREM', waiters, head)
+  pruned = pruned + 1
+end
+if head and head ~= waiter then
+  if waiter ~= '' then enqueue() end
+  -- The head may not know that it is now first in line.
+  if pruned > 0 then redis.call('PUBLISH', channel, name) end
+  return {0, lost, '', '', '', 0, 0, now, 0}
+end
+
+-- The token is the counter plus one, but never below the clock in
+-- microseconds: a counter that is gone (data loss) or behind (a failover to a
+-- replica that missed the last grants) still yields a token above every one
+-- issued before, as long as the clock does not step back.
+local clock = time[1] .. string.format('%06d', tonumber(time[2]))
+local token = redis.call('INCR', fence)
+if token < tonumber(clock) then
+  token = clock
+  redis.call('SET', fence, clock)
+else
+  token = ms(token)
+end
+redis.call('HSET', lease, 'holder', holder, 'token', token, 'value', value, 'ttl', ARGV[2])
+redis.call('PEXPIRE', lease, ARGV[2])
+if waiter ~= '' then unqueue() end
+redis.call('PUBLISH', channel, name)
+return {1, lost, holder, token, value, ttl, ttl, now, 1}

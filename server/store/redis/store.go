@@ -1,0 +1,505 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/coordinator-dev/coordinator/server/store"
+)
+
+// DefaultKeyPrefix prefixes every key when Options.KeyPrefix is empty.
+const DefaultKeyPrefix = "coordinator"
+
+// DefaultWaiterTTL is how long a waiter stays queued when an AcquireRequest
+// names a Waiter without a WaiterTTL.
+const DefaultWaiterTTL = 30 * time.Second
+
+// defaultListLimit is the page size of List when limit is not positive.
+const defaultListLimit = 100
+
+// Options configures a Store.
+type Options struct {
+	// KeyPrefix starts every key and the pub/sub channel; default
+	// DefaultKeyPrefix. It must not contain '{' or '}'.
+	KeyPrefix string
+	// Quarantine is how long grants are refused after a script found that
+	// Redis lost its data, so that holders of lost leases see them expire
+	// first; it should be at least the longest lease TTL. 0 disables it:
+	// grants go on at once, with tokens still above all earlier ones.
+	Quarantine time.Duration
+	// OnDataLoss, when set, is called once per detected data loss (by the
+	// coordinator whose script detected it) with Quarantine, for metrics.
+	// It runs on the calling goroutine and must not block.
+	OnDataLoss func(quarantine time.Duration)
+	// OnEventsLost, when set, is called after the pub/sub subscription was
+	// broken and is established again: notifications may have been missed
+	// in between, so observers should reconcile. It runs on the subscription
+	// goroutine and must not block.
+	OnEventsLost func()
+	// Logger receives warnings; default slog.Default().
+	Logger *slog.Logger
+}
+
+// Store is a store.Store kept in Redis (standalone, Sentinel or Cluster).
+type Store struct {
+	client     redis.UniversalClient
+	ownsClient bool
+	// cluster is true for a *redis.ClusterClient: data-loss markers are then
+	// kept per hash slot.
+	cluster      bool
+	prefix       string
+	channel      string
+	quarantineMS int64
+	quarantine   time.Duration
+	onDataLoss   func(time.Duration)
+	log          *slog.Logger
+
+	events    events
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var _ store.Store = (*Store)(nil)
+
+// New checks that Redis answers, warns when its eviction policy could drop
+// keys, writes the data-loss markers and loads the scripts. The caller keeps
+// ownership of client: Close does not close it.
+func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Store, error) {
+	if client == nil {
+		return nil, errors.New("redisstore: nil client")
+	}
+	if _, ok := client.(*redis.Ring); ok {
+		return nil, errors.New("redisstore: redis.Ring is not supported: use a standalone, Sentinel or Cluster client")
+	}
+	prefix := opts.KeyPrefix
+	if prefix == "" {
+		prefix = DefaultKeyPrefix
+	}
+	if strings.ContainsAny(prefix, "{}") {
+		return nil, fmt.Errorf("redisstore: key prefix %q must not contain '{' or '}'", prefix)
+	}
+	if opts.Quarantine < 0 {
+		return nil, fmt.Errorf("redisstore: negative quarantine %s", opts.Quarantine)
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	_, cluster := client.(*redis.ClusterClient)
+	s := &Store{
+		client:     client,
+		cluster:    cluster,
+		prefix:     prefix,
+		channel:    prefix + eventsSuffix,
+		quarantine: opts.Quarantine,
+		onDataLoss: opts.OnDataLoss,
+		log:        log.With("component", "redisstore"),
+	}
+	if opts.Quarantine > 0 {
+		s.quarantineMS = durationMS(opts.Quarantine)
+	}
+	s.events.init(s, opts.OnEventsLost)
+
+	if err := client.Ping(ctx).Err(); err != nil {
+		return nil, wrapErr("ping", err)
+	}
+	s.checkEvictionPolicy(ctx)
+	if err := s.writeMarkers(ctx); err != nil {
+		return nil, err
+	}
+	for _, sc := range allScripts {
+		if err := sc.Load(ctx, client).Err(); err != nil {
+			return nil, wrapErr("load scripts", err)
+		}
+	}
+	return s, nil
+}
+
+// checkEvictionPolicy warns unless every master runs maxmemory-policy
+// noeviction.
+func (s *Store) checkEvictionPolicy(ctx context.Context) {
+	check := func(ctx context.Context, c redis.Cmdable, addr string) {
+		res, err := c.ConfigGet(ctx, "maxmemory-policy").Result()
+		policy, ok := res["maxmemory-policy"]
+		if err != nil || !ok {
+			s.log.Warn("could not check Redis maxmemory-policy (CONFIG may be disabled): make sure it is noeviction, "+
+				"or an evicted fencing counter or lease breaks token monotonicity and mutual exclusion",
+				"addr", addr, "error", err)
+			return
+		}
+		if policy != "noeviction" {
+			s.log.Warn("Redis maxmemory-policy is not noeviction: under memory pressure Redis may evict "+
+				"a fencing counter (tokens no longer increase) or a lease (two holders at once); "+
+				"set maxmemory-policy noeviction",
+				"addr", addr, "maxmemory-policy", policy)
+		}
+	}
+	if cc, ok := s.client.(*redis.ClusterClient); ok {
+		err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+			check(ctx, c, c.Options().Addr)
+			return nil
+		})
+		if err != nil {
+			s.log.Warn("could not check Redis maxmemory-policy on the cluster's masters", "error", err)
+		}
+		return
+	}
+	check(ctx, s.client, "")
+}
+
+// writeMarkers creates the data-loss markers that are missing. A marker holds
+// the Redis time (unix ms) until which grants are refused; "0" refuses none.
+func (s *Store) writeMarkers(ctx context.Context) error {
+	if !s.cluster {
+		if err := s.client.SetNX(ctx, s.prefix+markerSuffix, "0", 0).Err(); err != nil {
+			return wrapErr("write data-loss marker", err)
+		}
+		return nil
+	}
+	const batch = 1024
+	for start := 0; start < numSlots; start += batch {
+		_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for slot := start; slot < min(start+batch, numSlots); slot++ {
+				p.SetNX(ctx, s.slotMarker(uint16(slot)), "0", 0)
+			}
+			return nil
+		})
+		if err != nil {
+			return wrapErr("write data-loss markers", err)
+		}
+	}
+	return nil
+}
+
+// Acquire implements store.Store.
+func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.AcquireResult, error) {
+	if req.TTL <= 0 {
+		return store.AcquireResult{}, fmt.Errorf("redisstore: acquire %q: ttl %s is not positive", req.Name, req.TTL)
+	}
+	waiterTTL := req.WaiterTTL
+	if waiterTTL <= 0 {
+		waiterTTL = DefaultWaiterTTL
+	}
+	k := s.keys(req.Name)
+	reply, err := acquireScript.Run(ctx, s.client,
+		[]string{k.lease, k.fence, k.queue, k.waiters, k.marker},
+		req.Holder, durationMS(req.TTL), req.Value, req.Waiter, durationMS(waiterTTL),
+		s.quarantineMS, s.channel, req.Name,
+	).Slice()
+	if err != nil {
+		return store.AcquireResult{}, wrapErr("acquire", err)
+	}
+	r := replyReader{op: "acquire", v: reply}
+	status := r.int(0)
+	if r.int(1) == 1 {
+		s.dataLost()
+	}
+	if status == -1 {
+		retry := time.Duration(r.int(2)) * time.Millisecond
+		if r.err != nil {
+			return store.AcquireResult{}, r.err
+		}
+		return store.AcquireResult{}, &store.QuarantineError{RetryAfter: retry}
+	}
+	holder, token := r.str(2), r.str(3)
+	lease := store.Lease{}
+	if token != "" {
+		lease = store.Lease{
+			Name:   req.Name,
+			Holder: holder,
+			Token:  r.token(3),
+			Value:  r.bytes(4),
+			TTL:    time.Duration(r.int(5)) * time.Millisecond,
+		}
+		remaining := r.int(6)
+		if remaining < 0 { // no expiry: cannot happen, keep a sane answer
+			remaining = r.int(5)
+		}
+		lease.ExpiresAt = time.UnixMilli(r.int(7) + remaining)
+	}
+	changed := r.int(8) == 1
+	if r.err != nil {
+		return store.AcquireResult{}, r.err
+	}
+	return store.AcquireResult{Acquired: status == 1, Lease: lease, Changed: changed}, nil
+}
+
+// dataLost reports a data loss detected by this store's script.
+func (s *Store) dataLost() {
+	s.log.Error("Redis lost its data (data-loss marker missing): leases, queues and fencing counters are gone; "+
+		"tokens are re-seeded from the Redis clock", "quarantine", s.quarantine)
+	if s.onDataLoss != nil {
+		s.onDataLoss(s.quarantine)
+	}
+}
+
+// Renew implements store.Store.
+func (s *Store) Renew(ctx context.Context, name, holder string, token uint64, ttl time.Duration) (store.Lease, error) {
+	if ttl <= 0 {
+		return store.Lease{}, fmt.Errorf("redisstore: renew %q: ttl %s is not positive", name, ttl)
+	}
+	k := s.keys(name)
+	reply, err := renewScript.Run(ctx, s.client, []string{k.lease},
+		holder, strconv.FormatUint(token, 10), durationMS(ttl)).Slice()
+	if err != nil {
+		return store.Lease{}, wrapErr("renew", err)
+	}
+	r := replyReader{op: "renew", v: reply}
+	if r.int(0) != 1 {
+		if r.err != nil {
+			return store.Lease{}, r.err
+		}
+		return store.Lease{}, store.ErrLeaseNotHeld
+	}
+	ttlMS := r.int(2)
+	lease := store.Lease{
+		Name:      name,
+		Holder:    holder,
+		Token:     token,
+		Value:     r.bytes(1),
+		TTL:       time.Duration(ttlMS) * time.Millisecond,
+		ExpiresAt: time.UnixMilli(r.int(3) + ttlMS),
+	}
+	if r.err != nil {
+		return store.Lease{}, r.err
+	}
+	return lease, nil
+}
+
+// Release implements store.Store.
+func (s *Store) Release(ctx context.Context, name, holder string, token uint64) (bool, error) {
+	k := s.keys(name)
+	n, err := releaseScript.Run(ctx, s.client, []string{k.lease},
+		holder, strconv.FormatUint(token, 10), s.channel, name).Int64()
+	if err != nil {
+		return false, wrapErr("release", err)
+	}
+	return n == 1, nil
+}
+
+// Dequeue implements store.Store.
+func (s *Store) Dequeue(ctx context.Context, name, waiter string) error {
+	k := s.keys(name)
+	err := dequeueScript.Run(ctx, s.client, []string{k.queue, k.waiters}, waiter, s.channel, name).Err()
+	return wrapErr("dequeue", err)
+}
+
+// Describe implements store.Store.
+func (s *Store) Describe(ctx context.Context, name string) (store.Description, error) {
+	k := s.keys(name)
+	reply, err := describeScript.Run(ctx, s.client, []string{k.lease, k.fence, k.waiters}).Slice()
+	if err != nil {
+		return store.Description{}, wrapErr("describe", err)
+	}
+	return parseDescribe(name, reply)
+}
+
+func parseDescribe(name string, reply []any) (store.Description, error) {
+	r := replyReader{op: "describe", v: reply}
+	var d store.Description
+	d.LastToken = r.token(6)
+	d.Waiters = int(r.int(7))
+	if r.str(1) != "" {
+		d.Held = true
+		d.Lease = store.Lease{
+			Name:      name,
+			Holder:    r.str(0),
+			Token:     r.token(1),
+			Value:     r.bytes(2),
+			TTL:       time.Duration(r.int(3)) * time.Millisecond,
+			ExpiresAt: time.UnixMilli(r.int(5) + r.int(4)),
+		}
+	}
+	if r.err != nil {
+		return store.Description{}, r.err
+	}
+	return d, nil
+}
+
+// List implements store.Store. It SCANs the whole key space (every master of
+// a cluster) for lease keys, keeping only the limit+1 first names after
+// cursor, then reads those leases; it is meant for debugging.
+func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) (store.ListPage, error) {
+	if limit <= 0 {
+		limit = defaultListLimit
+	}
+	pattern := globEscape(s.prefix) + ":{" + globEscape(encodePrefix(prefix)) + "*}" + leaseSuffix
+
+	var mu sync.Mutex
+	var names []string
+	keep := limit + 1
+	add := func(keys []string) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, key := range keys {
+			name, ok := s.leaseKeyName(key)
+			if !ok || !strings.HasPrefix(name, prefix) || (cursor != "" && name <= cursor) {
+				continue
+			}
+			names = append(names, name)
+		}
+		if len(names) > 4*keep {
+			slices.Sort(names)
+			names = slices.Compact(names)
+			names = names[:min(keep, len(names))]
+		}
+	}
+	scan := func(ctx context.Context, c redis.Cmdable) error {
+		var cur uint64
+		for {
+			keys, next, err := c.Scan(ctx, cur, pattern, 1000).Result()
+			if err != nil {
+				return err
+			}
+			add(keys)
+			if next == 0 {
+				return nil
+			}
+			cur = next
+		}
+	}
+	var err error
+	if cc, ok := s.client.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) })
+	} else {
+		err = scan(ctx, s.client)
+	}
+	if err != nil {
+		return store.ListPage{}, wrapErr("list", err)
+	}
+	slices.Sort(names)
+	names = slices.Compact(names)
+	var page store.ListPage
+	if len(names) > limit {
+		names = names[:limit]
+		page.Next = names[limit-1]
+	}
+	descs, err := s.describeMany(ctx, names)
+	if err != nil {
+		return store.ListPage{}, err
+	}
+	for _, d := range descs {
+		if d.Held { // a lease may have expired since the scan
+			page.Leases = append(page.Leases, d.Lease)
+		}
+	}
+	return page, nil
+}
+
+// describeMany runs describe.lua for each name in one pipeline.
+func (s *Store) describeMany(ctx context.Context, names []string) ([]store.Description, error) {
+	if len(names) == 0 {
+		return nil, nil
+	}
+	cmds := make([]*redis.Cmd, len(names))
+	_, _ = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, name := range names {
+			k := s.keys(name)
+			cmds[i] = describeScript.EvalSha(ctx, p, []string{k.lease, k.fence, k.waiters})
+		}
+		return nil
+	})
+	out := make([]store.Description, len(names))
+	for i, name := range names {
+		reply, err := cmds[i].Slice()
+		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			k := s.keys(name)
+			reply, err = describeScript.Run(ctx, s.client, []string{k.lease, k.fence, k.waiters}).Slice()
+		}
+		if err != nil {
+			return nil, wrapErr("list", err)
+		}
+		d, err := parseDescribe(name, reply)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = d
+	}
+	return out, nil
+}
+
+// Subscribe implements store.Store. All subscribers share one Redis
+// subscription, started by the first call.
+func (s *Store) Subscribe(notify func(name string)) (unsubscribe func()) {
+	return s.events.subscribe(notify)
+}
+
+// Close stops the subscription and, for a Store made by NewFromURL, closes
+// the client. It is safe to call more than once.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.events.close()
+		if s.ownsClient {
+			s.closeErr = s.client.Close()
+		}
+	})
+	return s.closeErr
+}
+
+// durationMS rounds d up to whole milliseconds, at least 1.
+func durationMS(d time.Duration) int64 {
+	ms := int64((d + time.Millisecond - 1) / time.Millisecond)
+	return max(ms, 1)
+}
+
+// replyReader reads a script's array reply, remembering the first error.
+type replyReader struct {
+	op  string
+	v   []any
+	err error
+}
+
+func (r *replyReader) fail(i int, want string) {
+	if r.err == nil {
+		var got any
+		if i < len(r.v) {
+			got = r.v[i]
+		}
+		r.err = fmt.Errorf("redisstore: %s: unexpected script reply: element %d is %T (%v), want %s", r.op, i, got, got, want)
+	}
+}
+
+func (r *replyReader) int(i int) int64 {
+	if i < len(r.v) {
+		if n, ok := r.v[i].(int64); ok {
+			return n
+		}
+	}
+	r.fail(i, "integer")
+	return 0
+}
+
+func (r *replyReader) str(i int) string {
+	if i < len(r.v) {
+		if s, ok := r.v[i].(string); ok {
+			return s
+		}
+	}
+	r.fail(i, "string")
+	return ""
+}
+
+func (r *replyReader) bytes(i int) []byte {
+	if s := r.str(i); s != "" {
+		return []byte(s)
+	}
+	return nil
+}
+
+func (r *replyReader) token(i int) uint64 {
+	s := r.str(i)
+	t, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		r.fail(i, "decimal token")
+	}
+	return t
+}

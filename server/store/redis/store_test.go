@@ -1,0 +1,478 @@
+package redisstore
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/coordinator-dev/coordinator/server/store"
+)
+
+func mustAcquire(t testing.TB, s *Store, req store.AcquireRequest) store.AcquireResult {
+	t.Helper()
+	res, err := s.Acquire(testCtx(t), req)
+	if err != nil {
+		t.Fatalf("Acquire(%+v): %v", req, err)
+	}
+	return res
+}
+
+func mustGrant(t testing.TB, s *Store, req store.AcquireRequest) store.Lease {
+	t.Helper()
+	res := mustAcquire(t, s, req)
+	if !res.Acquired {
+		t.Fatalf("Acquire(%q by %q): refused, held by %+v", req.Name, req.Holder, res.Lease)
+	}
+	return res.Lease
+}
+
+func mustRefuse(t testing.TB, s *Store, req store.AcquireRequest) store.AcquireResult {
+	t.Helper()
+	res := mustAcquire(t, s, req)
+	if res.Acquired {
+		t.Fatalf("Acquire(%q by %q): granted %+v, want refused", req.Name, req.Holder, res.Lease)
+	}
+	return res
+}
+
+func mustDescribe(t testing.TB, s *Store, name string) store.Description {
+	t.Helper()
+	d, err := s.Describe(testCtx(t), name)
+	if err != nil {
+		t.Fatalf("Describe(%q): %v", name, err)
+	}
+	return d
+}
+
+func mustRelease(t testing.TB, s *Store, l store.Lease) {
+	t.Helper()
+	ok, err := s.Release(testCtx(t), l.Name, l.Holder, l.Token)
+	if err != nil || !ok {
+		t.Fatalf("Release(%q, %q, %d) = %v, %v; want true", l.Name, l.Holder, l.Token, ok, err)
+	}
+}
+
+func req(name, holder string, ttl time.Duration, value string) store.AcquireRequest {
+	return store.AcquireRequest{Name: name, Holder: holder, TTL: ttl, Value: []byte(value)}
+}
+
+func within(t testing.TB, what string, got, want time.Time, slack time.Duration) {
+	t.Helper()
+	if d := got.Sub(want); d < -slack || d > slack {
+		t.Errorf("%s = %s, want %s ± %s (off by %s)", what, got, want, slack, d)
+	}
+}
+
+func sameLease(t testing.TB, got, want store.Lease) {
+	t.Helper()
+	if got.Name != want.Name || got.Holder != want.Holder || got.Token != want.Token ||
+		!bytes.Equal(got.Value, want.Value) || got.TTL != want.TTL {
+		t.Errorf("lease = %+v, want %+v", got, want)
+	}
+	within(t, "ExpiresAt", got.ExpiresAt, want.ExpiresAt, 100*time.Millisecond)
+}
+
+func TestAcquire(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		run  func(t *testing.T, s *Store)
+	}{
+		{"grants a free name with a fresh token and Redis-clock expiry", func(t *testing.T, s *Store) {
+			res := mustAcquire(t, s, req("job", "a", 2*time.Second, "v1"))
+			if !res.Acquired || !res.Changed {
+				t.Fatalf("Acquired, Changed = %v, %v; want true, true", res.Acquired, res.Changed)
+			}
+			l := res.Lease
+			if l.Name != "job" || l.Holder != "a" || string(l.Value) != "v1" || l.TTL != 2*time.Second || l.Token == 0 {
+				t.Errorf("lease = %+v", l)
+			}
+			within(t, "ExpiresAt", l.ExpiresAt, time.Now().Add(2*time.Second), 200*time.Millisecond)
+			d := mustDescribe(t, s, "job")
+			if !d.Held || d.LastToken != l.Token {
+				t.Errorf("Describe = %+v, want held with last token %d", d, l.Token)
+			}
+			sameLease(t, d.Lease, l)
+		}},
+		{"refuses another holder and reports the current lease", func(t *testing.T, s *Store) {
+			l := mustGrant(t, s, req("job", "a", 2*time.Second, "v1"))
+			res := mustRefuse(t, s, req("job", "b", time.Second, "v2"))
+			if res.Changed {
+				t.Error("Changed on a refusal")
+			}
+			sameLease(t, res.Lease, l)
+		}},
+		{"re-acquire by the holder keeps the token and replaces ttl and value", func(t *testing.T, s *Store) {
+			l := mustGrant(t, s, req("job", "a", time.Second, "v1"))
+			res := mustAcquire(t, s, req("job", "a", 3*time.Second, "v1"))
+			if !res.Acquired || res.Changed {
+				t.Errorf("same value: Acquired, Changed = %v, %v; want true, false", res.Acquired, res.Changed)
+			}
+			if res.Lease.Token != l.Token || res.Lease.TTL != 3*time.Second {
+				t.Errorf("same value: lease = %+v, want token %d, ttl 3s", res.Lease, l.Token)
+			}
+			within(t, "ExpiresAt", res.Lease.ExpiresAt, time.Now().Add(3*time.Second), 200*time.Millisecond)
+			res = mustAcquire(t, s, req("job", "a", time.Second, "v2"))
+			if !res.Acquired || !res.Changed || res.Lease.Token != l.Token || string(res.Lease.Value) != "v2" {
+				t.Errorf("new value: result = %+v, want acquired, changed, token %d, value v2", res, l.Token)
+			}
+			if d := mustDescribe(t, s, "job"); string(d.Lease.Value) != "v2" || d.Lease.TTL != time.Second || d.LastToken != l.Token {
+				t.Errorf("Describe = %+v", d)
+			}
+		}},
+		{"grants another holder once the lease expired", func(t *testing.T, s *Store) {
+			l := mustGrant(t, s, req("job", "a", 50*time.Millisecond, ""))
+			time.Sleep(80 * time.Millisecond)
+			if d := mustDescribe(t, s, "job"); d.Held {
+				t.Errorf("Describe after expiry = %+v, want not held", d)
+			}
+			l2 := mustGrant(t, s, req("job", "b", time.Second, ""))
+			if l2.Token <= l.Token {
+				t.Errorf("token after expiry %d <= %d", l2.Token, l.Token)
+			}
+		}},
+		{"keeps binary values and reports an empty value as nil", func(t *testing.T, s *Store) {
+			bin := []byte{0, 1, 2, 0xff, '{', '}'}
+			l := mustGrant(t, s, store.AcquireRequest{Name: "bin", Holder: "a", TTL: time.Second, Value: bin})
+			if !bytes.Equal(l.Value, bin) || !bytes.Equal(mustDescribe(t, s, "bin").Lease.Value, bin) {
+				t.Errorf("value = %q, want %q", l.Value, bin)
+			}
+			if l := mustGrant(t, s, req("empty", "a", time.Second, "")); l.Value != nil {
+				t.Errorf("empty value = %#v, want nil", l.Value)
+			}
+		}},
+		{"rejects a ttl that is not positive", func(t *testing.T, s *Store) {
+			if _, err := s.Acquire(testCtx(t), req("job", "a", 0, "")); err == nil {
+				t.Error("Acquire with ttl 0: no error")
+			}
+			if _, err := s.Renew(testCtx(t), "job", "a", 1, -time.Second); err == nil {
+				t.Error("Renew with ttl -1s: no error")
+			}
+		}},
+		{"describes a name never granted as free with last token 0", func(t *testing.T, s *Store) {
+			if d := mustDescribe(t, s, "never"); d.Held || d.LastToken != 0 {
+				t.Errorf("Describe = %+v", d)
+			}
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.run(t, newStore(t, nil, Options{}))
+		})
+	}
+}
+
+func TestRenewIsCompareAndSet(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		holder  string
+		token   func(l store.Lease) uint64
+		ttl     time.Duration
+		expired bool
+		wantErr error
+	}{
+		{name: "holder and token extend the lease", holder: "a", ttl: 5 * time.Second},
+		{name: "holder and token may shorten the lease", holder: "a", ttl: 200 * time.Millisecond},
+		{name: "another holder is refused", holder: "b", ttl: time.Second, wantErr: store.ErrLeaseNotHeld},
+		{name: "an older token is refused", holder: "a", token: func(l store.Lease) uint64 { return l.Token - 1 },
+			ttl: time.Second, wantErr: store.ErrLeaseNotHeld},
+		{name: "a newer token is refused", holder: "a", token: func(l store.Lease) uint64 { return l.Token + 1 },
+			ttl: time.Second, wantErr: store.ErrLeaseNotHeld},
+		{name: "an expired lease is refused", holder: "a", ttl: time.Second, expired: true, wantErr: store.ErrLeaseNotHeld},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := newStore(t, nil, Options{})
+			leaseTTL := time.Second
+			if tc.expired {
+				leaseTTL = 30 * time.Millisecond
+			}
+			l := mustGrant(t, s, req("job", "a", leaseTTL, "v"))
+			if tc.expired {
+				time.Sleep(60 * time.Millisecond)
+			}
+			token := l.Token
+			if tc.token != nil {
+				token = tc.token(l)
+			}
+			got, err := s.Renew(testCtx(t), "job", tc.holder, token, tc.ttl)
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("Renew error = %v, want %v", err, tc.wantErr)
+			}
+			d := mustDescribe(t, s, "job")
+			if tc.wantErr != nil {
+				if !tc.expired {
+					sameLease(t, d.Lease, l)
+				}
+				return
+			}
+			want := l
+			want.TTL = tc.ttl
+			want.ExpiresAt = time.Now().Add(tc.ttl)
+			sameLease(t, got, want)
+			sameLease(t, d.Lease, want)
+		})
+	}
+}
+
+func TestReleaseIsCompareAndSet(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		holder string
+		delta  int
+		want   bool
+	}{
+		{"holder and token release", "a", 0, true},
+		{"another holder does not release", "b", 0, false},
+		{"an older token does not release", "a", -1, false},
+		{"a newer token does not release", "a", 1, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := newStore(t, nil, Options{})
+			l := mustGrant(t, s, req("job", "a", time.Second, ""))
+			ok, err := s.Release(testCtx(t), "job", tc.holder, uint64(int64(l.Token)+int64(tc.delta)))
+			if err != nil || ok != tc.want {
+				t.Fatalf("Release = %v, %v; want %v", ok, err, tc.want)
+			}
+			d := mustDescribe(t, s, "job")
+			if d.Held == tc.want || d.LastToken != l.Token {
+				t.Errorf("Describe after release = %+v", d)
+			}
+			if tc.want {
+				if ok, err := s.Release(testCtx(t), "job", "a", l.Token); ok || err != nil {
+					t.Errorf("second Release = %v, %v; want false", ok, err)
+				}
+			}
+		})
+	}
+}
+
+func TestTokensStrictlyIncrease(t *testing.T) {
+	t.Parallel()
+	s := newStore(t, nil, Options{})
+	var last uint64
+	next := func(how string, l store.Lease) {
+		t.Helper()
+		if l.Token <= last {
+			t.Fatalf("token after %s = %d, not above %d", how, l.Token, last)
+		}
+		last = l.Token
+	}
+	next("first grant", mustGrant(t, s, req("job", "a", time.Second, "")))
+	// The first token is seeded from Redis' clock in microseconds.
+	if now := uint64(time.Now().UnixMicro()); last < now-uint64(time.Minute/time.Microsecond) || last > now+uint64(time.Minute/time.Microsecond) {
+		t.Errorf("first token %d is not the clock in microseconds (%d)", last, now)
+	}
+	mustRelease(t, s, store.Lease{Name: "job", Holder: "a", Token: last})
+	l := mustGrant(t, s, req("job", "b", 40*time.Millisecond, ""))
+	next("release", l)
+	time.Sleep(70 * time.Millisecond)
+	l = mustGrant(t, s, req("job", "c", time.Second, ""))
+	next("expiry", l)
+	if d := mustDescribe(t, s, "job"); d.LastToken != last {
+		t.Errorf("LastToken = %d, want %d", d.LastToken, last)
+	}
+	// Another name has its own counter.
+	if other := mustGrant(t, s, req("other", "a", time.Second, "")); other.Token == 0 {
+		t.Error("zero token")
+	}
+}
+
+// scratchClient connects to a database of this package's own, which the
+// caller may flush; such tests must not run in parallel.
+func scratchClient(t *testing.T) *redis.Client {
+	t.Helper()
+	db := 15
+	if v := os.Getenv("COORDINATOR_TEST_REDIS_SCRATCH_DB"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			t.Fatalf("COORDINATOR_TEST_REDIS_SCRATCH_DB=%q: %v", v, err)
+		}
+		db = n
+	}
+	main := testRedisOptions(t).DB
+	if db == main {
+		t.Fatalf("scratch database %d is the main test database: set COORDINATOR_TEST_REDIS_SCRATCH_DB", db)
+	}
+	return newClient(t, func(o *redis.Options) { o.DB = db })
+}
+
+// TestTokenAboveAfterFlush flushes the scratch database, as FLUSHALL or a
+// restart without persistence would, between two grants: the fence counter
+// is gone and is seeded from the clock again, above the earlier token.
+func TestTokenAboveAfterFlush(t *testing.T) {
+	c := scratchClient(t)
+	var losses atomic.Int32
+	s := newStore(t, c, Options{OnDataLoss: func(time.Duration) { losses.Add(1) }})
+	ctx := testCtx(t)
+	l1 := mustGrant(t, s, req("job", "a", time.Minute, ""))
+	for range 5 { // advance the counter past its seed
+		mustRelease(t, s, l1)
+		l1 = mustGrant(t, s, req("job", "a", time.Minute, ""))
+	}
+	if err := c.FlushDB(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	l2 := mustGrant(t, s, req("job", "b", time.Minute, ""))
+	if l2.Token <= l1.Token {
+		t.Errorf("token after flush %d <= token before %d", l2.Token, l1.Token)
+	}
+	if n := losses.Load(); n != 1 {
+		t.Errorf("OnDataLoss called %d times, want 1", n)
+	}
+}
+
+// TestFlushQuarantines: after FLUSHDB, grants wait for the quarantine.
+func TestFlushQuarantines(t *testing.T) {
+	c := scratchClient(t)
+	var losses atomic.Int32
+	s := newStore(t, c, Options{Quarantine: 300 * time.Millisecond, OnDataLoss: func(time.Duration) { losses.Add(1) }})
+	mustGrant(t, s, req("job", "a", time.Minute, ""))
+	if err := c.FlushDB(testCtx(t)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.Acquire(testCtx(t), req("job", "b", time.Minute, ""))
+	if q := asQuarantine(err); q == nil || q.RetryAfter <= 0 || q.RetryAfter > 300*time.Millisecond {
+		t.Fatalf("Acquire after flush: %v, want a QuarantineError within 300ms", err)
+	}
+	if n := losses.Load(); n != 1 {
+		t.Errorf("OnDataLoss called %d times, want 1", n)
+	}
+}
+
+func TestDataLoss(t *testing.T) {
+	t.Parallel()
+	const quarantine = 300 * time.Millisecond
+	tests := []struct {
+		name string
+		run  func(t *testing.T, s *Store, losses *atomic.Int32, lose func())
+	}{
+		{"a missing marker refuses grants until the quarantine passed", func(t *testing.T, s *Store, losses *atomic.Int32, lose func()) {
+			held := mustGrant(t, s, req("held", "a", time.Minute, ""))
+			lose()
+			start := time.Now()
+			_, err := s.Acquire(testCtx(t), req("job", "b", time.Second, ""))
+			q := asQuarantine(err)
+			if q == nil || q.RetryAfter <= 0 || q.RetryAfter > quarantine {
+				t.Fatalf("first Acquire after loss: %v, want a QuarantineError within %s", err, quarantine)
+			}
+			if n := losses.Load(); n != 1 {
+				t.Errorf("OnDataLoss called %d times, want 1", n)
+			}
+			// Still quarantined, even for a holder re-acquiring: not a new detection.
+			for _, r := range []store.AcquireRequest{req("job", "c", time.Second, ""), req("held", "a", time.Minute, "")} {
+				_, err = s.Acquire(testCtx(t), r)
+				if q2 := asQuarantine(err); q2 == nil || q2.RetryAfter > q.RetryAfter {
+					t.Fatalf("Acquire during quarantine: %v, want a QuarantineError of at most %s", err, q.RetryAfter)
+				}
+			}
+			if n := losses.Load(); n != 1 {
+				t.Errorf("OnDataLoss called %d times during the quarantine, want 1", n)
+			}
+			time.Sleep(time.Until(start.Add(q.RetryAfter + 20*time.Millisecond)))
+			l := mustGrant(t, s, req("job", "c", time.Second, ""))
+			if l.Token == 0 {
+				t.Error("zero token")
+			}
+			if again := mustGrant(t, s, req("held", "a", time.Minute, "")); again.Token != held.Token {
+				t.Errorf("holder's token changed from %d to %d", held.Token, again.Token)
+			}
+			if n := losses.Load(); n != 1 {
+				t.Errorf("OnDataLoss called %d times in all, want 1", n)
+			}
+		}},
+		{"quarantine 0 grants at once and still reports the loss", func(t *testing.T, s *Store, losses *atomic.Int32, lose func()) {
+			s.quarantine, s.quarantineMS = 0, 0
+			mustGrant(t, s, req("job", "a", time.Second, ""))
+			lose()
+			mustGrant(t, s, req("other", "a", time.Second, ""))
+			mustGrant(t, s, req("third", "a", time.Second, ""))
+			if n := losses.Load(); n != 1 {
+				t.Errorf("OnDataLoss called %d times, want 1", n)
+			}
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var losses atomic.Int32
+			var got atomic.Int64
+			s := newStore(t, nil, Options{Quarantine: quarantine, OnDataLoss: func(q time.Duration) {
+				losses.Add(1)
+				got.Store(int64(q))
+			}})
+			lose := func() {
+				if err := s.client.Del(context.Background(), s.keys("job").marker).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			tc.run(t, s, &losses, lose)
+			if q := time.Duration(got.Load()); q != s.quarantine {
+				t.Errorf("OnDataLoss got quarantine %s, want %s", q, s.quarantine)
+			}
+		})
+	}
+}
+
+func TestContendedNameHasOneHolderAtATime(t *testing.T) {
+	t.Parallel()
+	s := newStore(t, nil, Options{})
+	const workers, grantsEach = 6, 15
+	var holding atomic.Int32
+	var last atomic.Uint64
+	errs := make(chan error, workers)
+	for w := range workers {
+		go func() {
+			holder := "h" + strconv.Itoa(w)
+			for granted := 0; granted < grantsEach; {
+				res, err := s.Acquire(context.Background(), store.AcquireRequest{
+					Name: "job", Holder: holder, TTL: time.Minute, Waiter: holder, WaiterTTL: 10 * time.Second,
+				})
+				if err != nil {
+					errs <- err
+					return
+				}
+				if !res.Acquired {
+					time.Sleep(time.Millisecond)
+					continue
+				}
+				if n := holding.Add(1); n != 1 {
+					errs <- errors.New("two holders at once")
+					return
+				}
+				if prev := last.Swap(res.Lease.Token); res.Lease.Token <= prev {
+					errs <- errors.New("token did not increase: " + strconv.FormatUint(res.Lease.Token, 10) + " after " + strconv.FormatUint(prev, 10))
+					return
+				}
+				holding.Add(-1)
+				if ok, err := s.Release(context.Background(), "job", holder, res.Lease.Token); err != nil || !ok {
+					errs <- errors.New("release failed")
+					return
+				}
+				granted++
+			}
+			errs <- nil
+		}()
+	}
+	for range workers {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d := mustDescribe(t, s, "job"); d.Held || d.LastToken != last.Load() {
+		t.Errorf("Describe = %+v, want free with last token %d", d, last.Load())
+	}
+}

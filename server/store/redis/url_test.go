@@ -1,0 +1,108 @@
+package redisstore
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseURL(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		url   string
+		check func(t *testing.T, c urlConfig)
+	}{
+		{"redis://localhost:6380/2", func(t *testing.T, c urlConfig) {
+			o := c.standalone
+			if o == nil || o.Addr != "localhost:6380" || o.DB != 2 || o.TLSConfig != nil {
+				t.Errorf("standalone = %+v", o)
+			}
+		}},
+		{"rediss://user:secret@cache.example/0?read_timeout=2s", func(t *testing.T, c urlConfig) {
+			o := c.standalone
+			if o == nil || o.Addr != "cache.example:6379" || o.Username != "user" || o.Password != "secret" ||
+				o.TLSConfig == nil || o.ReadTimeout != 2*time.Second {
+				t.Errorf("standalone = %+v", o)
+			}
+		}},
+		{"unix:///run/redis.sock?db=3", func(t *testing.T, c urlConfig) {
+			if o := c.standalone; o == nil || o.Network != "unix" || o.Addr != "/run/redis.sock" || o.DB != 3 {
+				t.Errorf("standalone = %+v", o)
+			}
+		}},
+		{"redis+sentinel://user:secret@s1:26380,s2,[::1]:26381/mymaster/4?sentinel_password=sp&dial_timeout=2s",
+			func(t *testing.T, c urlConfig) {
+				o := c.sentinel
+				if o == nil {
+					t.Fatalf("config = %+v, want sentinel", c)
+				}
+				if want := []string{"s1:26380", "s2:26379", "[::1]:26381"}; !slices.Equal(o.SentinelAddrs, want) {
+					t.Errorf("SentinelAddrs = %q, want %q", o.SentinelAddrs, want)
+				}
+				if o.MasterName != "mymaster" || o.DB != 4 || o.Username != "user" || o.Password != "secret" ||
+					o.SentinelPassword != "sp" || o.DialTimeout != 2*time.Second || o.TLSConfig != nil {
+					t.Errorf("sentinel = %+v", o)
+				}
+			}},
+		{"rediss+sentinel://s1/mymaster", func(t *testing.T, c urlConfig) {
+			o := c.sentinel
+			if o == nil || !slices.Equal(o.SentinelAddrs, []string{"s1:26379"}) || o.MasterName != "mymaster" ||
+				o.DB != 0 || o.TLSConfig == nil || o.Password != "" || o.SentinelPassword != "" {
+				t.Errorf("sentinel = %+v", o)
+			}
+		}},
+		{"redis+cluster://user:secret@n1:7000,n2:7001,n3?read_timeout=1s", func(t *testing.T, c urlConfig) {
+			o := c.cluster
+			if o == nil {
+				t.Fatalf("config = %+v, want cluster", c)
+			}
+			if want := []string{"n1:7000", "n2:7001", "n3:6379"}; !slices.Equal(o.Addrs, want) {
+				t.Errorf("Addrs = %q, want %q", o.Addrs, want)
+			}
+			if o.Username != "user" || o.Password != "secret" || o.ReadTimeout != time.Second || o.TLSConfig != nil {
+				t.Errorf("cluster = %+v", o)
+			}
+		}},
+		{"rediss+cluster://n1:7000/", func(t *testing.T, c urlConfig) {
+			if o := c.cluster; o == nil || !slices.Equal(o.Addrs, []string{"n1:7000"}) || o.TLSConfig == nil {
+				t.Errorf("cluster = %+v", o)
+			}
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.url, func(t *testing.T) {
+			t.Parallel()
+			c, err := parseURL(tc.url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.check(t, c)
+		})
+	}
+}
+
+func TestParseURLRejects(t *testing.T) {
+	t.Parallel()
+	for _, raw := range []string{
+		"localhost:6379",
+		"http://localhost",
+		"redis://localhost/a",
+		"redis://localhost?bogus=1",
+		"redis+sentinel://user:secret@s1",
+		"redis+sentinel://s1/m/1/2",
+		"redis+sentinel://s1/m?master_name=x",
+		"redis+cluster://user:secret@n1/3",
+		"redis+cluster://n1,,n2",
+		"redis+cluster://n1?bogus=1",
+	} {
+		_, err := parseURL(raw)
+		if err == nil {
+			t.Errorf("parseURL(%q): no error", raw)
+			continue
+		}
+		if strings.Contains(err.Error(), "secret") {
+			t.Errorf("parseURL(%q) error shows the password: %v", raw, err)
+		}
+	}
+}

@@ -1,0 +1,120 @@
+package server
+
+import (
+	"fmt"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
+)
+
+// Limits of what a request may ask for.
+const (
+	MaxNameBytes   = 256
+	MaxHolderBytes = 128
+	MinTTL         = 100 * time.Millisecond
+	MaxWait        = 5 * time.Minute
+)
+
+// fieldError is a request field that failed validation.
+type fieldError struct {
+	field, reason string
+}
+
+func (e *fieldError) Error() string { return e.field + ": " + e.reason }
+
+// status is the InvalidArgument status naming the field, with the
+// details a program can read: BadRequest and ErrorInfo INVALID_FIELD.
+func (e *fieldError) status() *status.Status {
+	st := status.New(codes.InvalidArgument, e.Error())
+	withDetails, err := st.WithDetails(
+		&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: e.field, Description: e.reason}}},
+		errorInfo(coordinatorv1.ErrorReason_INVALID_FIELD, map[string]string{"field": e.field}),
+	)
+	if err != nil {
+		return st
+	}
+	return withDetails
+}
+
+// validator collects the first invalid field of a request.
+type validator struct {
+	err *fieldError
+}
+
+func (v *validator) fail(field, format string, args ...any) {
+	if v.err == nil {
+		v.err = &fieldError{field: field, reason: fmt.Sprintf(format, args...)}
+	}
+}
+
+// Err returns the first failure as an InvalidArgument status error.
+func (v *validator) Err() error {
+	if v.err == nil {
+		return nil
+	}
+	return v.err.status().Err()
+}
+
+func (v *validator) text(field, value string, maxBytes int) {
+	switch {
+	case value == "":
+		v.fail(field, "is required")
+	case len(value) > maxBytes:
+		v.fail(field, "is %d bytes long; at most %d are allowed", len(value), maxBytes)
+	case !utf8.ValidString(value):
+		v.fail(field, "is not valid UTF-8")
+	default:
+		for _, r := range value {
+			if !unicode.IsPrint(r) {
+				v.fail(field, "contains the unprintable character %U", r)
+				return
+			}
+		}
+	}
+}
+
+// name checks a lease or election name: 1 to 256 bytes of printable UTF-8.
+func (v *validator) name(field, value string) { v.text(field, value, MaxNameBytes) }
+
+// holder checks a holder or candidate identity: 1 to 128 bytes.
+func (v *validator) holder(field, value string) { v.text(field, value, MaxHolderBytes) }
+
+func (v *validator) token(field string, value uint64) {
+	if value == 0 {
+		v.fail(field, "is required (the token of the lease, never 0)")
+	}
+}
+
+// duration checks that d is set (unless optional) and within [lo, hi].
+func (v *validator) duration(field string, d *durationpb.Duration, lo, hi time.Duration, optional bool) time.Duration {
+	if d == nil {
+		if !optional {
+			v.fail(field, "is required")
+		}
+		return 0
+	}
+	if err := d.CheckValid(); err != nil {
+		v.fail(field, "is not a valid duration: %v", err)
+		return 0
+	}
+	got := d.AsDuration()
+	if got < lo || got > hi {
+		v.fail(field, "is %s; it must be from %s to %s", got, lo, hi)
+	}
+	return got
+}
+
+func (v *validator) ttl(field string, d *durationpb.Duration, maxTTL time.Duration) time.Duration {
+	return v.duration(field, d, MinTTL, maxTTL, false)
+}
+
+func (v *validator) wait(field string, d *durationpb.Duration) time.Duration {
+	return v.duration(field, d, 0, MaxWait, true)
+}
