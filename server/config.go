@@ -18,7 +18,8 @@ type Config struct {
 	RedisURL           string
 	RedisKeyPrefix     string
 	MaxTTL             time.Duration
-	DataLossQuarantine time.Duration // negative: not set, defaults to MaxTTL
+	DataLossQuarantine time.Duration
+	LockDelay          time.Duration
 	ShutdownTimeout    time.Duration
 	ObserveReconcile   time.Duration
 	TLSCert            string
@@ -44,7 +45,7 @@ type configVar struct {
 // and getenv. The usage text names the environment variable of every flag.
 func ParseConfig(fs *flag.FlagSet, args []string, getenv func(string) string) (Config, error) {
 	var c Config
-	var quarantine, maxTTL, shutdown, reconcile, level string
+	var quarantine, maxTTL, lockDelay, shutdown, reconcile, level string
 	for _, v := range []struct {
 		configVar
 		dst *string
@@ -56,6 +57,7 @@ func ParseConfig(fs *flag.FlagSet, args []string, getenv func(string) string) (C
 		{configVar{"redis-key-prefix", "COORDINATOR_REDIS_KEY_PREFIX", "coordinator", "prefix of every Redis key the coordinator writes"}, &c.RedisKeyPrefix},
 		{configVar{"max-ttl", "COORDINATOR_MAX_TTL", "5m", "longest lease TTL a client may ask for"}, &maxTTL},
 		{configVar{"data-loss-quarantine", "COORDINATOR_DATA_LOSS_QUARANTINE", "", "how long grants stop after the store lost its data (default: max-ttl; 0: off)"}, &quarantine},
+		{configVar{"lock-delay", "COORDINATOR_LOCK_DELAY", "0s", "how long the name of a lease that expired (was not released) stays ungranted"}, &lockDelay},
 		{configVar{"shutdown-timeout", "COORDINATOR_SHUTDOWN_TIMEOUT", "10s", "how long a graceful shutdown waits for calls in flight"}, &shutdown},
 		{configVar{"observe-reconcile", "COORDINATOR_OBSERVE_RECONCILE", "1s", "how often observers re-read an election without a notification"}, &reconcile},
 		{configVar{"tls-cert", "COORDINATOR_TLS_CERT", "", "PEM certificate file: serve TLS"}, &c.TLSCert},
@@ -88,6 +90,10 @@ func ParseConfig(fs *flag.FlagSet, args []string, getenv func(string) string) (C
 	}
 	c.MaxTTL = duration("max-ttl", maxTTL)
 	c.ShutdownTimeout = duration("shutdown-timeout", shutdown)
+	c.LockDelay = duration("lock-delay", lockDelay)
+	if c.LockDelay < 0 {
+		errs = append(errs, errors.New("lock-delay: must not be negative"))
+	}
 	c.ObserveReconcile = duration("observe-reconcile", reconcile)
 	if c.ObserveReconcile <= 0 {
 		errs = append(errs, errors.New("observe-reconcile: must be positive"))

@@ -2,12 +2,7 @@ package server_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"flag"
-	"io"
-	"log/slog"
-	"net"
+	"net/http"
 	"testing"
 	"time"
 
@@ -19,90 +14,37 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
-	"github.com/coordinator-dev/coordinator/internal/redistest"
+	"github.com/coordinator-dev/coordinator/internal/coordtest"
 	"github.com/coordinator-dev/coordinator/server"
 )
 
 // storeKinds are the stores every service test runs against.
 var storeKinds = []string{server.StoreMemory, server.StoreRedis}
 
-// testConfig is the default configuration, on the given store, with a key
-// prefix of its own so that tests can share one Redis.
-func testConfig(t *testing.T, kind string) server.Config {
-	t.Helper()
-	cfg, err := server.ParseConfig(flag.NewFlagSet("test", flag.ContinueOnError), nil, func(string) string { return "" })
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Store = kind
-	if kind == server.StoreRedis {
-		cfg.RedisURL = redistest.URL(t)
-		var b [6]byte
-		_, _ = rand.Read(b[:])
-		cfg.RedisKeyPrefix = "test-" + hex.EncodeToString(b[:])
-	}
-	return cfg
-}
+func testConfig(t *testing.T, kind string) server.Config { return coordtest.Config(t, kind) }
 
 // coordinator is a server under test, reached over a real loopback listener.
 type coordinator struct {
-	*server.Server
+	*coordtest.Coordinator
 	client coordinatorv1.CoordinatorClient
 	conn   *grpc.ClientConn
-	addr   string
-	done   chan struct{}
 }
 
 func start(t *testing.T, cfg server.Config) *coordinator {
 	t.Helper()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	if testing.Verbose() {
-		log = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	}
-	srv, err := server.New(context.Background(), cfg, log)
+	c := &coordinator{Coordinator: coordtest.Start(t, cfg)}
+	var err error
+	c.conn, err = grpc.NewClient(c.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &coordinator{Server: srv, addr: lis.Addr().String(), done: make(chan struct{})}
-	go func() {
-		defer close(c.done)
-		if err := srv.Serve(lis); err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	}()
-	c.conn, err = grpc.NewClient(c.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
+	t.Cleanup(func() { _ = c.conn.Close() })
 	c.client = coordinatorv1.NewCoordinatorClient(c.conn)
-	t.Cleanup(c.stop)
 	return c
 }
 
-// stop shuts the coordinator down; it is safe to call more than once.
-func (c *coordinator) stop() {
-	select {
-	case <-c.done:
-		return
-	default:
-	}
-	_ = c.conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	c.Shutdown(ctx)
-	<-c.done
-}
-
-type testWriter struct{ t *testing.T }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(string(p))
-	return len(p), nil
-}
+// MetricsHandler serves the running server's metrics.
+func (c *coordinator) MetricsHandler() http.Handler { return c.Server().MetricsHandler() }
 
 func dur(d time.Duration) *durationpb.Duration { return durationpb.New(d) }
 

@@ -103,7 +103,7 @@ func TestAuthTokenIsRequiredButForHealth(t *testing.T) {
 func TestShutdownEndsWaitingCalls(t *testing.T) {
 	c := start(t, testConfig(t, "memory"))
 	c.mustAcquire(t, "held", "a", time.Minute)
-	conn, err := grpc.NewClient(c.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(c.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func TestShutdownEndsWaitingCalls(t *testing.T) {
 	}()
 	waitQueued(t, c, "held", 1)
 	stopped := make(chan struct{})
-	go func() { c.stop(); close(stopped) }()
+	go func() { c.Stop(); close(stopped) }()
 	select {
 	case err := <-waiting:
 		if status.Code(err) != codes.Unavailable {

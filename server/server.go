@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
@@ -55,7 +56,15 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := NewMetrics(registry)
 
-	st, err := openStore(ctx, cfg, log, metrics)
+	// The store is opened before the service exists; its "notifications were
+	// missed" signal reaches the service once there is one.
+	var service atomic.Pointer[Service]
+	eventsLost := func() {
+		if s := service.Load(); s != nil {
+			s.wake.notifyAll()
+		}
+	}
+	st, err := openStore(ctx, cfg, log, metrics, eventsLost)
 	if err != nil {
 		return nil, err
 	}
@@ -98,8 +107,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 	)
-	service := NewService(st, ServiceOptions{MaxTTL: cfg.MaxTTL, Reconcile: cfg.ObserveReconcile, Metrics: metrics, Log: log})
-	coordinatorv1.RegisterCoordinatorServer(grpcServer, service)
+	svc := NewService(st, ServiceOptions{MaxTTL: cfg.MaxTTL, Reconcile: cfg.ObserveReconcile, Metrics: metrics, Log: log})
+	service.Store(svc)
+	coordinatorv1.RegisterCoordinatorServer(grpcServer, svc)
 	healthServer := health.NewServer()
 	healthpb.RegisterHealthServer(grpcServer, healthServer)
 	reflection.Register(grpcServer)
@@ -109,7 +119,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		cfg:      cfg,
 		log:      log,
 		store:    st,
-		service:  service,
+		service:  svc,
 		grpc:     grpcServer,
 		health:   healthServer,
 		registry: registry,
@@ -129,21 +139,23 @@ func callLogLevel(code codes.Code) logging.Level {
 	}
 }
 
-func openStore(ctx context.Context, cfg Config, log *slog.Logger, metrics *Metrics) (store.Store, error) {
+func openStore(ctx context.Context, cfg Config, log *slog.Logger, metrics *Metrics, eventsLost func()) (store.Store, error) {
 	switch cfg.Store {
 	case StoreMemory:
 		log.Info("using the memory store: leases live in this process and are forgotten when it restarts")
-		return memstore.New(), nil
+		return memstore.New(memstore.WithLockDelay(cfg.LockDelay)), nil
 	case StoreRedis:
 		st, err := redisstore.NewFromURL(ctx, cfg.RedisURL, redisstore.Options{
 			KeyPrefix:  cfg.RedisKeyPrefix,
 			Quarantine: cfg.DataLossQuarantine,
+			LockDelay:  cfg.LockDelay,
 			OnDataLoss: func(quarantine time.Duration) {
 				metrics.DataLoss()
 				log.Error("Redis lost its data: refusing grants so that holders of lost leases see them expire first",
 					"quarantine", quarantine)
 			},
-			Logger: log,
+			OnEventsLost: eventsLost,
+			Logger:       log,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("open redis store: %w", err)

@@ -144,9 +144,9 @@ func (s *Service) acquire(ctx context.Context, req store.AcquireRequest, wait ti
 		}
 
 		retry := min(remaining, waiterHeartbeat)
-		if res.Lease.Holder != "" {
+		if !res.RetryAt.IsZero() {
 			// Expiry is not announced: retry when the lease should end.
-			retry = min(retry, time.Until(res.Lease.ExpiresAt)+time.Millisecond)
+			retry = min(retry, time.Until(res.RetryAt)+time.Millisecond)
 		}
 		timer := time.NewTimer(max(retry, 0))
 		select {

@@ -377,3 +377,29 @@ func TestContendedLeasesNeverOverlapOverGRPC(t *testing.T) {
 		})
 	}
 }
+
+func TestLockDelayHoldsAnExpiredNameForItsSuccessor(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			cfg := testConfig(t, kind)
+			cfg.LockDelay = 500 * time.Millisecond
+			c := start(t, cfg)
+
+			released := c.mustAcquire(t, "clean", "a", time.Minute)
+			if _, err := c.client.Release(context.Background(), &coordinatorv1.ReleaseRequest{Name: "clean", Holder: "a", Token: released.GetToken()}); err != nil {
+				t.Fatal(err)
+			}
+			c.mustAcquire(t, "clean", "b", time.Minute) // no delay after a release
+
+			vanished := c.mustAcquire(t, "vanished", "a", 200*time.Millisecond)
+			resp := c.acquire(t, "vanished", "b", time.Minute, 10*time.Second)
+			if !resp.GetAcquired() {
+				t.Fatalf("waiter got %v", resp)
+			}
+			free := vanished.GetExpiresAt().AsTime().Add(cfg.LockDelay)
+			if granted := resp.GetLease().GetExpiresAt().AsTime().Add(-time.Minute); granted.Before(free.Add(-10 * time.Millisecond)) {
+				t.Fatalf("granted at %v, before the lock delay ended at %v", granted, free)
+			}
+		})
+	}
+}

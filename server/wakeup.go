@@ -47,3 +47,18 @@ func (w *wakeups) notify(name string) {
 		}
 	}
 }
+
+// notifyAll wakes every watcher of every name, after notifications may have
+// been missed (the store's subscription was broken and is back).
+func (w *wakeups) notifyAll() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, set := range w.waiters {
+		for ch := range set {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+	}
+}

@@ -60,6 +60,10 @@ type AcquireResult struct {
 	// Changed reports that the lease is new or its value changed, so that
 	// observers must be told.
 	Changed bool
+	// RetryAt, when not acquired, is the earliest the name may be granted:
+	// the end of the holder's lease or of a lock delay; zero when it depends
+	// on older waiters instead.
+	RetryAt time.Time
 }
 
 // Description is a name's state, for debugging and observers.

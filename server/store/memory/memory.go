@@ -27,7 +27,8 @@ import (
 
 // Store is an in-memory store.Store. The zero value is not usable; call New.
 type Store struct {
-	now func() time.Time
+	now       func() time.Time
+	lockDelay time.Duration
 
 	mu      sync.Mutex
 	names   map[string]*entry
@@ -44,6 +45,8 @@ type entry struct {
 
 	lastToken uint64
 	queue     []waiter // arrival order
+	// delayedUntil is the end of the lock delay after a lease expired.
+	delayedUntil time.Time
 }
 
 type waiter struct {
@@ -59,6 +62,12 @@ func WithClock(now func() time.Time) Option {
 	return func(s *Store) { s.now = now }
 }
 
+// WithLockDelay keeps the name of a lease that expired (rather than being
+// released) from being granted again for d.
+func WithLockDelay(d time.Duration) Option {
+	return func(s *Store) { s.lockDelay = d }
+}
+
 // New returns an empty store.
 func New(opts ...Option) *Store {
 	s := &Store{now: time.Now, names: map[string]*entry{}, subs: map[int]func(string){}}
@@ -71,10 +80,12 @@ func New(opts ...Option) *Store {
 var _ store.Store = (*Store)(nil)
 
 // held reports whether e has an unexpired holder at now, clearing it if it
-// expired so that later checks need not repeat the comparison.
-func (e *entry) held(now time.Time) bool {
+// expired (starting the lock delay) so that later checks need not repeat
+// the comparison.
+func (e *entry) held(now time.Time, lockDelay time.Duration) bool {
 	if e.holder != "" && !now.Before(e.expires) {
 		e.holder, e.token, e.value = "", 0, nil
+		e.delayedUntil = e.expires.Add(lockDelay)
 	}
 	return e.holder != ""
 }
@@ -143,10 +154,10 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 	now := s.now()
 	e := s.entry(req.Name)
 
-	if e.held(now) {
+	if e.held(now, s.lockDelay) {
 		if e.holder != req.Holder {
 			e.enqueue(req.Waiter, now.Add(req.WaiterTTL))
-			res := store.AcquireResult{Lease: e.lease(req.Name)}
+			res := store.AcquireResult{Lease: e.lease(req.Name), RetryAt: e.expires.Round(0)}
 			s.mu.Unlock()
 			return res, nil
 		}
@@ -160,10 +171,14 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 	}
 
 	e.pruneQueue(now)
-	if len(e.queue) > 0 && e.queue[0].id != req.Waiter {
+	if now.Before(e.delayedUntil) || (len(e.queue) > 0 && e.queue[0].id != req.Waiter) {
 		e.enqueue(req.Waiter, now.Add(req.WaiterTTL))
+		var res store.AcquireResult
+		if now.Before(e.delayedUntil) {
+			res.RetryAt = e.delayedUntil.Round(0)
+		}
 		s.mu.Unlock()
-		return store.AcquireResult{}, nil
+		return res, nil
 	}
 	e.dequeue(req.Waiter)
 	// Never below the clock in microseconds, so that tokens keep increasing
@@ -185,7 +200,7 @@ func (s *Store) Renew(ctx context.Context, name, holder string, token uint64, tt
 	defer s.mu.Unlock()
 	now := s.now()
 	e, ok := s.names[name]
-	if !ok || !e.held(now) || e.holder != holder || e.token != token {
+	if !ok || !e.held(now, s.lockDelay) || e.holder != holder || e.token != token {
 		return store.Lease{}, store.ErrLeaseNotHeld
 	}
 	e.ttl, e.expires = ttl, now.Add(ttl)
@@ -199,7 +214,7 @@ func (s *Store) Release(ctx context.Context, name, holder string, token uint64) 
 	}
 	s.mu.Lock()
 	e, ok := s.names[name]
-	if !ok || !e.held(s.now()) || e.holder != holder || e.token != token {
+	if !ok || !e.held(s.now(), s.lockDelay) || e.holder != holder || e.token != token {
 		s.mu.Unlock()
 		return false, nil
 	}
@@ -233,7 +248,7 @@ func (s *Store) Describe(ctx context.Context, name string) (store.Description, e
 	now := s.now()
 	e.pruneQueue(now)
 	d := store.Description{LastToken: e.lastToken, Waiters: len(e.queue)}
-	if e.held(now) {
+	if e.held(now, s.lockDelay) {
 		d.Held, d.Lease = true, e.lease(name)
 	}
 	return d, nil
@@ -248,7 +263,7 @@ func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) (sto
 	now := s.now()
 	var names []string
 	for name, e := range s.names {
-		if strings.HasPrefix(name, prefix) && name > cursor && e.held(now) {
+		if strings.HasPrefix(name, prefix) && name > cursor && e.held(now, s.lockDelay) {
 			names = append(names, name)
 		}
 	}

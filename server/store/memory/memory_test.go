@@ -9,5 +9,7 @@ import (
 )
 
 func TestConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) store.Store { return memstore.New() })
+	storetest.Run(t, func(t *testing.T, opts storetest.Options) store.Store {
+		return memstore.New(memstore.WithLockDelay(opts.LockDelay))
+	})
 }

@@ -8,5 +8,7 @@ import (
 )
 
 func TestConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) store.Store { return newStore(t, nil, Options{}) })
+	storetest.Run(t, func(t *testing.T, opts storetest.Options) store.Store {
+		return newStore(t, nil, Options{LockDelay: opts.LockDelay})
+	})
 }

@@ -36,6 +36,10 @@ type Options struct {
 	// first; it should be at least the longest lease TTL. 0 disables it:
 	// grants go on at once, with tokens still above all earlier ones.
 	Quarantine time.Duration
+	// LockDelay keeps the name of a lease that expired (rather than being
+	// released) from being granted again for this long, so that a holder that
+	// was only paused cannot act beside its successor. 0 disables it.
+	LockDelay time.Duration
 	// OnDataLoss, when set, is called once per detected data loss (by the
 	// coordinator whose script detected it) with Quarantine, for metrics.
 	// It runs on the calling goroutine and must not block.
@@ -59,6 +63,7 @@ type Store struct {
 	prefix       string
 	channel      string
 	quarantineMS int64
+	lockDelayMS  int64
 	quarantine   time.Duration
 	onDataLoss   func(time.Duration)
 	log          *slog.Logger
@@ -104,6 +109,10 @@ func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Stor
 		onDataLoss: opts.OnDataLoss,
 		log:        log.With("component", "redisstore"),
 	}
+	if opts.LockDelay < 0 {
+		return nil, fmt.Errorf("redisstore: negative lock delay %s", opts.LockDelay)
+	}
+	s.lockDelayMS = opts.LockDelay.Milliseconds()
 	if opts.Quarantine > 0 {
 		s.quarantineMS = durationMS(opts.Quarantine)
 	}
@@ -193,7 +202,7 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 	reply, err := acquireScript.Run(ctx, s.client,
 		[]string{k.lease, k.fence, k.queue, k.waiters, k.marker},
 		req.Holder, durationMS(req.TTL), req.Value, req.Waiter, durationMS(waiterTTL),
-		s.quarantineMS, s.channel, req.Name,
+		s.quarantineMS, s.channel, req.Name, s.lockDelayMS,
 	).Slice()
 	if err != nil {
 		return store.AcquireResult{}, wrapErr("acquire", err)
@@ -226,11 +235,14 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 		}
 		lease.ExpiresAt = time.UnixMilli(r.int(7) + remaining)
 	}
-	changed := r.int(8) == 1
+	res := store.AcquireResult{Acquired: status == 1, Lease: lease, Changed: r.int(8) == 1}
+	if remaining := r.int(6); !res.Acquired && remaining > 0 {
+		res.RetryAt = time.UnixMilli(r.int(7) + remaining)
+	}
 	if r.err != nil {
 		return store.AcquireResult{}, r.err
 	}
-	return store.AcquireResult{Acquired: status == 1, Lease: lease, Changed: changed}, nil
+	return res, nil
 }
 
 // dataLost reports a data loss detected by this store's script.
@@ -249,7 +261,7 @@ func (s *Store) Renew(ctx context.Context, name, holder string, token uint64, tt
 	}
 	k := s.keys(name)
 	reply, err := renewScript.Run(ctx, s.client, []string{k.lease},
-		holder, strconv.FormatUint(token, 10), durationMS(ttl)).Slice()
+		holder, strconv.FormatUint(token, 10), durationMS(ttl), s.lockDelayMS).Slice()
 	if err != nil {
 		return store.Lease{}, wrapErr("renew", err)
 	}

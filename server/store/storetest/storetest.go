@@ -17,36 +17,45 @@ import (
 	"github.com/coordinator-dev/coordinator/server/store"
 )
 
-// Factory returns a fresh, empty store for one test. The suite closes it.
-type Factory func(t *testing.T) store.Store
+// Options are the store settings a test needs.
+type Options struct {
+	// LockDelay keeps the name of an expired lease from being granted again.
+	LockDelay time.Duration
+}
+
+// Factory returns a fresh, empty store for one test, with opts. The suite
+// closes it.
+type Factory func(t *testing.T, opts Options) store.Store
 
 // Run runs every conformance test against stores made by newStore.
 func Run(t *testing.T, newStore Factory) {
 	tests := []struct {
 		name string
 		fn   func(*testing.T, store.Store)
+		opts Options
 	}{
-		{"GrantThenRefuseOtherHolder", testGrantThenRefuse},
-		{"ReacquireByHolderIsIdempotent", testReacquireIdempotent},
-		{"TokensIncreaseAcrossReleaseAndExpiry", testTokensIncrease},
-		{"ExpiredLeaseIsGrantedToAnother", testExpiry},
-		{"RenewIsCompareAndSet", testRenewCAS},
-		{"RenewMayShortenLease", testRenewShortens},
-		{"ReleaseIsCompareAndSet", testReleaseCAS},
-		{"DescribeReportsLeaseAndLastToken", testDescribe},
-		{"WaitersAreServedInArrivalOrder", testFIFO},
-		{"NonWaiterIsRefusedWhileWaitersQueue", testNonWaiterRefused},
-		{"DeadWaiterIsDroppedAfterItsTTL", testDeadWaiterPruned},
-		{"DequeueLetsTheNextWaiterIn", testDequeue},
-		{"SubscribersHearOfChanges", testSubscribe},
-		{"ListPagesThroughHeldLeases", testList},
-		{"NamesAreOpaque", testOpaqueNames},
-		{"ContendedLeasesNeverOverlap", testContention},
+		{"GrantThenRefuseOtherHolder", testGrantThenRefuse, Options{}},
+		{"ReacquireByHolderIsIdempotent", testReacquireIdempotent, Options{}},
+		{"TokensIncreaseAcrossReleaseAndExpiry", testTokensIncrease, Options{}},
+		{"ExpiredLeaseIsGrantedToAnother", testExpiry, Options{}},
+		{"RenewIsCompareAndSet", testRenewCAS, Options{}},
+		{"RenewMayShortenLease", testRenewShortens, Options{}},
+		{"ReleaseIsCompareAndSet", testReleaseCAS, Options{}},
+		{"DescribeReportsLeaseAndLastToken", testDescribe, Options{}},
+		{"WaitersAreServedInArrivalOrder", testFIFO, Options{}},
+		{"NonWaiterIsRefusedWhileWaitersQueue", testNonWaiterRefused, Options{}},
+		{"DeadWaiterIsDroppedAfterItsTTL", testDeadWaiterPruned, Options{}},
+		{"DequeueLetsTheNextWaiterIn", testDequeue, Options{}},
+		{"SubscribersHearOfChanges", testSubscribe, Options{}},
+		{"ListPagesThroughHeldLeases", testList, Options{}},
+		{"NamesAreOpaque", testOpaqueNames, Options{}},
+		{"ContendedLeasesNeverOverlap", testContention, Options{}},
+		{"LockDelayFollowsExpiryNotRelease", testLockDelay, Options{LockDelay: lockDelay}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			s := newStore(t)
+			s := newStore(t, tc.opts)
 			t.Cleanup(func() { _ = s.Close() })
 			tc.fn(t, s)
 		})
@@ -54,8 +63,9 @@ func Run(t *testing.T, newStore Factory) {
 }
 
 const (
-	longTTL  = time.Minute
-	shortTTL = 150 * time.Millisecond
+	longTTL   = time.Minute
+	shortTTL  = 150 * time.Millisecond
+	lockDelay = 400 * time.Millisecond
 )
 
 func acquire(t *testing.T, s store.Store, req store.AcquireRequest) store.AcquireResult {
@@ -106,6 +116,9 @@ func testGrantThenRefuse(t *testing.T, s store.Store) {
 	}
 	if res.Lease.Holder != "a" || res.Lease.Token != l.Token {
 		t.Fatalf("refusal reports holder %q token %d, want a %d", res.Lease.Holder, res.Lease.Token, l.Token)
+	}
+	if !res.RetryAt.Equal(l.ExpiresAt) && res.RetryAt.Sub(l.ExpiresAt).Abs() > 5*time.Millisecond {
+		t.Fatalf("refusal's RetryAt %v; want the lease's expiry %v", res.RetryAt, l.ExpiresAt)
 	}
 }
 
@@ -463,5 +476,36 @@ func testContention(t *testing.T, s store.Store) {
 	wg.Wait()
 	if grants.Load() < int64(len(names)) {
 		t.Fatalf("only %d grants: the test did not contend", grants.Load())
+	}
+}
+
+func testLockDelay(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	released := mustAcquire(t, s, "released", "a")
+	mustRelease(t, s, released)
+	mustAcquire(t, s, "released", "b") // a clean release never delays
+
+	expired := acquire(t, s, store.AcquireRequest{Name: "expired", Holder: "a", TTL: shortTTL}).Lease
+	time.Sleep(shortTTL + 50*time.Millisecond)
+	if res := acquire(t, s, store.AcquireRequest{Name: "expired", Holder: "b"}); res.Acquired {
+		t.Fatal("granted during the lock delay")
+	} else if until := time.Until(res.RetryAt); until <= 0 || until > lockDelay+time.Second {
+		t.Fatalf("refused in the lock delay with RetryAt %v away", until)
+	}
+	if res := acquire(t, s, store.AcquireRequest{Name: "expired", Holder: "a"}); res.Acquired {
+		t.Fatal("the expired holder got its name back during the lock delay")
+	}
+	if d, err := s.Describe(ctx, "expired"); err != nil || d.Held {
+		t.Fatalf("Describe during the lock delay = %+v, %v; want not held", d, err)
+	}
+	if _, err := s.Renew(ctx, "expired", "a", expired.Token, longTTL); !errors.Is(err, store.ErrLeaseNotHeld) {
+		t.Fatalf("Renew during the lock delay: %v; want ErrLeaseNotHeld", err)
+	}
+	if ok, err := s.Release(ctx, "expired", "a", expired.Token); err != nil || ok {
+		t.Fatalf("Release during the lock delay = %v, %v; want false", ok, err)
+	}
+	time.Sleep(lockDelay)
+	if l := mustAcquire(t, s, "expired", "b"); l.Token <= expired.Token {
+		t.Fatalf("token %d after %d", l.Token, expired.Token)
 	}
 }

@@ -1,6 +1,7 @@
 -- acquire.lua: grant a lease, renew it for its holder, or queue a waiter.
 --
--- KEYS[1] lease   HASH holder, token, value, ttl (ms); PEXPIRE'd to ttl
+-- KEYS[1] lease   HASH holder, token, value, ttl (ms), expires (unix ms);
+--                 PEXPIRE'd to ttl + lock delay
 -- KEYS[2] fence   STRING last issued token; never expires
 -- KEYS[3] queue   ZSET waiter -> arrival order
 -- KEYS[4] waiters ZSET waiter -> deadline (unix ms)
@@ -13,6 +14,8 @@
 -- ARGV[6] quarantine (ms, 0 disables)
 -- ARGV[7] pub/sub channel
 -- ARGV[8] name (published on the channel)
+-- ARGV[9] lock delay (ms): how long a lease that expired (was not released)
+--         keeps its name from being granted again
 --
 -- Returns, with lost = 1 when this call found the marker missing (Redis lost
 -- its data), else 0:
@@ -20,7 +23,8 @@
 --   {status, lost, holder, token, value, ttl_ms, remaining_ms, now_ms, changed}
 -- status 1: granted or renewed for ARGV[1]; 0: refused, and the other fields
 -- describe the current holder's lease, or are empty ("" / 0) when the name is
--- free but older waiters come first. token is a decimal string. All times
+-- free but older waiters come first, or in its lock delay (then remaining_ms
+-- is what is left of the delay). token is a decimal string. All times
 -- come from Redis' clock.
 
 if redis.replicate_commands then redis.replicate_commands() end
@@ -28,6 +32,7 @@ if redis.replicate_commands then redis.replicate_commands() end
 local lease, fence, queue, waiters, marker = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local holder, ttl, value, waiter = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local waiter_ttl, quarantine, channel, name = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7], ARGV[8]
+local keep = ARGV[2] + tonumber(ARGV[9]) -- the key outlives the lease by the lock delay
 
 -- Integers are formatted with %d: Lua's tostring would print 1.8e+15.
 local function ms(n) return string.format('%d', n) end
@@ -82,12 +87,22 @@ local function unqueue()
   redis.call('ZREM', waiters, waiter)
 end
 
-local cur = redis.call('HMGET', lease, 'holder', 'token', 'value', 'ttl')
+local cur = redis.call('HMGET', lease, 'holder', 'token', 'value', 'ttl', 'expires')
+local expires = tonumber(cur[5])
+if cur[1] and expires and expires <= now then
+  -- The lease expired without a release: its name stays unavailable until
+  -- the lock delay is over (the key's own expiry).
+  if waiter ~= '' then
+    prune()
+    enqueue()
+  end
+  return {0, lost, '', '', '', 0, redis.call('PTTL', lease), now, 0}
+end
 if cur[1] then
   -- 2. Held by the caller: renew, keeping the token.
   if cur[1] == holder then
-    redis.call('HSET', lease, 'value', value, 'ttl', ARGV[2])
-    redis.call('PEXPIRE', lease, ARGV[2])
+    redis.call('HSET', lease, 'value', value, 'ttl', ARGV[2], 'expires', ms(now + ttl))
+    redis.call('PEXPIRE', lease, ms(keep))
     if waiter ~= '' then unqueue() end
     local changed = 0
     if cur[3] ~= value then
@@ -102,6 +117,7 @@ if cur[1] then
     enqueue()
   end
   local remaining = redis.call('PTTL', lease)
+  if expires then remaining = expires - now end
   return {0, lost, cur[1], cur[2], cur[3], tonumber(cur[4]) or 0, remaining, now, 0}
 end
 
@@ -136,8 +152,8 @@ if token < tonumber(clock) then
 else
   token = ms(token)
 end
-redis.call('HSET', lease, 'holder', holder, 'token', token, 'value', value, 'ttl', ARGV[2])
-redis.call('PEXPIRE', lease, ARGV[2])
+redis.call('HSET', lease, 'holder', holder, 'token', token, 'value', value, 'ttl', ARGV[2], 'expires', ms(now + ttl))
+redis.call('PEXPIRE', lease, ms(keep))
 if waiter ~= '' then unqueue() end
 redis.call('PUBLISH', channel, name)
 return {1, lost, holder, token, value, ttl, ttl, now, 1}

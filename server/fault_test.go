@@ -1,0 +1,157 @@
+package server_test
+
+import (
+	"context"
+	"io"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
+	"github.com/coordinator-dev/coordinator/internal/redistest"
+	"github.com/coordinator-dev/coordinator/server"
+)
+
+// onPrivateRedis is a coordinator whose Redis store is a private redis-server
+// the test may restart, kill or pause.
+func onPrivateRedis(t *testing.T, persist bool, quarantine time.Duration) (*coordinator, *redistest.Server) {
+	t.Helper()
+	rs := redistest.Start(t, persist)
+	cfg := testConfig(t, server.StoreMemory)
+	cfg.Store, cfg.RedisURL, cfg.RedisKeyPrefix = server.StoreRedis, rs.URL(), "coordinator"
+	cfg.DataLossQuarantine = quarantine
+	return start(t, cfg), rs
+}
+
+// acquireThroughOutage retries TryAcquire while the store is merely
+// unreachable (a reconnect after a restart) and returns the first other answer.
+func acquireThroughOutage(t *testing.T, c *coordinator, name, holder string) (*coordinatorv1.TryAcquireResponse, error) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := c.tryAcquire(name, holder, time.Minute, 0)
+		if _, reason, _ := errorDetails(err); reason != "STORE_UNAVAILABLE" || time.Now().After(deadline) {
+			return resp, err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func TestRedisRestartWithoutDataQuarantinesGrants(t *testing.T) {
+	const quarantine = 1500 * time.Millisecond
+	c, rs := onPrivateRedis(t, false, quarantine)
+	before := c.mustAcquire(t, "job", "a", time.Minute)
+
+	rs.Restart() // comes back empty: a holds a lease the store forgot
+	_, err := acquireThroughOutage(t, c, "job", "b")
+	code, reason, _ := errorDetails(err)
+	if code != codes.Unavailable || reason != "DATA_LOSS_QUARANTINE" {
+		t.Fatalf("acquire after data loss: %v (reason %q); want Unavailable DATA_LOSS_QUARANTINE", err, reason)
+	}
+	var retry time.Duration
+	for _, d := range status.Convert(err).Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok {
+			retry = ri.GetRetryDelay().AsDuration()
+		}
+	}
+	if retry <= 0 || retry > quarantine {
+		t.Fatalf("RetryInfo delay %v; want within (0, %v]", retry, quarantine)
+	}
+	rec := httptest.NewRecorder()
+	c.MetricsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	if body, _ := io.ReadAll(rec.Body); !strings.Contains(string(body), "coordinator_store_data_loss_total 1") {
+		t.Fatal("the data loss was not counted")
+	}
+
+	time.Sleep(retry + 50*time.Millisecond)
+	after := c.mustAcquire(t, "job", "b", time.Minute)
+	if after.GetToken() <= before.GetToken() {
+		t.Fatalf("token after data loss %d <= token before %d", after.GetToken(), before.GetToken())
+	}
+}
+
+func TestTokensIncreaseAcrossAFlushWithoutQuarantine(t *testing.T) {
+	c, rs := onPrivateRedis(t, false, 0)
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	defer rdb.Close()
+	var last uint64
+	for i := range 3 {
+		l := c.mustAcquire(t, "job", "a", time.Minute)
+		if l.GetToken() <= last {
+			t.Fatalf("grant %d: token %d after %d", i, l.GetToken(), last)
+		}
+		last = l.GetToken()
+		if err := rdb.FlushAll(context.Background()).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestRedisRestartWithPersistenceKeepsLeases(t *testing.T) {
+	c, rs := onPrivateRedis(t, true, time.Minute)
+	l := c.mustAcquire(t, "job", "a", time.Minute)
+	rs.Restart()
+	resp, err := acquireThroughOutage(t, c, "job", "b")
+	if err != nil || resp.GetAcquired() || resp.GetHolder() != "a" {
+		t.Fatalf("after a restart with persistence: %v, %v; want refused, held by a", resp, err)
+	}
+	if _, err := c.client.Renew(ctxTimeout(t, 5*time.Second), &coordinatorv1.RenewRequest{Name: "job", Holder: "a", Token: l.GetToken(), Ttl: dur(time.Minute)}); err != nil {
+		t.Fatalf("Renew after restart: %v", err)
+	}
+}
+
+func TestCoordinatorCrashLosesNothingKeptInRedis(t *testing.T) {
+	cfg := testConfig(t, server.StoreRedis)
+	first := start(t, cfg)
+	l := first.mustAcquire(t, "job", "a", time.Minute)
+	first.Kill()
+
+	second := start(t, cfg)
+	if resp := second.acquire(t, "job", "b", time.Minute, 0); resp.GetAcquired() || resp.GetHolder() != "a" {
+		t.Fatalf("after the crash: %v; want refused, held by a", resp)
+	}
+	rel, err := second.client.Release(ctxTimeout(t, 5*time.Second), &coordinatorv1.ReleaseRequest{Name: "job", Holder: "a", Token: l.GetToken()})
+	if err != nil || !rel.GetReleased() {
+		t.Fatalf("Release through the new coordinator: %v, %v", rel, err)
+	}
+	if next := second.mustAcquire(t, "job", "b", time.Minute); next.GetToken() <= l.GetToken() {
+		t.Fatalf("token %d after %d", next.GetToken(), l.GetToken())
+	}
+}
+
+func TestUnreachableRedisIsUnavailableNeverAWrongAnswer(t *testing.T) {
+	c, rs := onPrivateRedis(t, false, 0)
+	c.mustAcquire(t, "job", "a", time.Minute)
+
+	t.Run("paused", func(t *testing.T) {
+		rs.Pause(2 * time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		defer cancel()
+		resp, err := c.client.TryAcquire(ctx, &coordinatorv1.TryAcquireRequest{Name: "job", Holder: "b", Ttl: dur(time.Minute)})
+		if code := status.Code(err); code != codes.Unavailable && code != codes.DeadlineExceeded {
+			t.Fatalf("while Redis is paused: %v, %v; want Unavailable or DeadlineExceeded", resp, err)
+		}
+		time.Sleep(2 * time.Second)
+	})
+	t.Run("down", func(t *testing.T) {
+		rs.Kill()
+		for _, call := range []func() error{
+			func() error { _, err := c.tryAcquire("job", "b", time.Minute, 0); return err },
+			func() error {
+				_, err := c.client.Describe(ctxTimeout(t, 10*time.Second), &coordinatorv1.DescribeRequest{Name: "job"})
+				return err
+			},
+		} {
+			err := call()
+			if code, reason, _ := errorDetails(err); code != codes.Unavailable || reason != "STORE_UNAVAILABLE" {
+				t.Fatalf("with Redis down: %v; want Unavailable STORE_UNAVAILABLE", err)
+			}
+		}
+	})
+}
