@@ -1,0 +1,58 @@
+package housekeeper_test
+
+import (
+	"context"
+	"log"
+	"os/signal"
+	"syscall"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/coordinator-dev/coordinator/housekeeper"
+	"github.com/coordinator-dev/coordinator/housekeeper/housekeepertest"
+)
+
+// A housekeeper beside Deckard: it works until SIGTERM, then finishes its
+// batches in flight and releases its leases.
+func ExampleRunner() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+
+	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+	defer rdb.Close()
+	var locker housekeeper.Locker = housekeepertest.NewLocker() // the coordinator SDK in production
+
+	hk, err := housekeeper.New(rdb, locker, housekeeper.Config{
+		Prefix:     "deckard_v1",
+		Registerer: prometheus.DefaultRegisterer,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	hk.SetLeader(true) // when elected; reports housekeeper_queue_messages
+	if err := hk.Run(ctx); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// A benchmark or a tool can run the batches itself.
+func ExampleQueues_UnlockBatch() {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
+	defer rdb.Close()
+	q, err := housekeeper.NewQueues(rdb, "deckard_v1")
+	if err != nil {
+		log.Fatal(err)
+	}
+	const token = 42 // the fencing token of the lease housekeeper/unlock/orders
+	for {
+		moved, err := q.UnlockBatch(ctx, "orders", housekeeper.LockAck, token, 1000)
+		if err != nil {
+			log.Fatal(err) // wraps housekeeper.ErrFenced when a newer lease holder has been there
+		}
+		if moved < 1000 {
+			break
+		}
+	}
+}

@@ -1,0 +1,172 @@
+// Package housekeepertest helps test and benchmark the housekeeper: an
+// in-memory Locker standing in for the coordinator, and a writer of queues
+// laid out in Redis exactly as Deckard lays them out.
+package housekeepertest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/coordinator-dev/coordinator/housekeeper"
+)
+
+// ErrNotHeld is returned by Release of a lease that is no longer held.
+var ErrNotHeld = errors.New("housekeepertest: lease not held")
+
+// Locker is an in-memory housekeeper.Locker shared by every Runner of a
+// test, as one coordinator would be: one map of names to leases, tokens
+// increasing across all names. By default a lease lives until released,
+// expired or stolen, as a lease kept alive by its SDK would; with
+// WithoutKeepAlive it also expires after its TTL.
+type Locker struct {
+	mu        sync.Mutex
+	token     uint64
+	held      map[string]*Lease
+	grants    map[string]int
+	keepAlive bool
+}
+
+// Option configures a Locker.
+type Option func(*Locker)
+
+// WithoutKeepAlive makes leases expire after their TTL, as the lease of a
+// holder that stopped renewing would.
+func WithoutKeepAlive() Option { return func(l *Locker) { l.keepAlive = false } }
+
+// NewLocker returns an empty Locker.
+func NewLocker(opts ...Option) *Locker {
+	l := &Locker{held: make(map[string]*Lease), grants: make(map[string]int), keepAlive: true}
+	for _, o := range opts {
+		o(l)
+	}
+	return l
+}
+
+// TryLock grants name, or returns housekeeper.ErrNotAcquired when it is held.
+func (l *Locker) TryLock(ctx context.Context, name string, ttl time.Duration) (housekeeper.Lease, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if ttl <= 0 {
+		return nil, fmt.Errorf("housekeepertest: ttl %v must be positive", ttl)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.held[name]; ok {
+		return nil, housekeeper.ErrNotAcquired
+	}
+	return l.grantLocked(name, ttl), nil
+}
+
+func (l *Locker) grantLocked(name string, ttl time.Duration) *Lease {
+	l.token++
+	le := &Lease{locker: l, name: name, token: l.token, done: make(chan struct{})}
+	if !l.keepAlive {
+		le.timer = time.AfterFunc(ttl, func() { l.end(le) })
+	}
+	l.held[name] = le
+	l.grants[name]++
+	return le
+}
+
+// end ends le if it is still held, and reports whether it did.
+func (l *Locker) end(le *Lease) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.endLocked(le)
+}
+
+func (l *Locker) endLocked(le *Lease) bool {
+	if l.held[le.name] != le {
+		return false
+	}
+	delete(l.held, le.name)
+	if le.timer != nil {
+		le.timer.Stop()
+	}
+	close(le.done)
+	return true
+}
+
+// Expire ends name's lease as if it had expired: its holder's Done closes
+// and the name is free. It reports whether name was held.
+func (l *Locker) Expire(name string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	le, ok := l.held[name]
+	return ok && l.endLocked(le)
+}
+
+// Steal ends name's lease, if held, and grants name to the caller with a
+// new, higher token: another instance taking over. The thief's lease is
+// kept alive like any other.
+func (l *Locker) Steal(name string, ttl time.Duration) *Lease {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if le, ok := l.held[name]; ok {
+		l.endLocked(le)
+	}
+	return l.grantLocked(name, ttl)
+}
+
+// Holder returns name's lease, if held.
+func (l *Locker) Holder(name string) (*Lease, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	le, ok := l.held[name]
+	return le, ok
+}
+
+// Held returns the names held, sorted.
+func (l *Locker) Held() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]string, 0, len(l.held))
+	for name := range l.held {
+		out = append(out, name)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Grants returns how many times name was granted.
+func (l *Locker) Grants(name string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.grants[name]
+}
+
+// Lease is a lease of a Locker.
+type Lease struct {
+	locker *Locker
+	name   string
+	token  uint64
+	done   chan struct{}
+	timer  *time.Timer
+}
+
+var _ housekeeper.Lease = (*Lease)(nil)
+
+// Name is the leased name.
+func (le *Lease) Name() string { return le.name }
+
+// Token is the lease's fencing token.
+func (le *Lease) Token() uint64 { return le.token }
+
+// Done is closed when the lease ends.
+func (le *Lease) Done() <-chan struct{} { return le.done }
+
+// Release ends the lease; ErrNotHeld when it had already ended.
+func (le *Lease) Release(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if !le.locker.end(le) {
+		return ErrNotHeld
+	}
+	return nil
+}

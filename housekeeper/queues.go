@@ -1,0 +1,229 @@
+package housekeeper
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// One script per batch kind; each file's header lists its KEYS, ARGV and
+// reply. Script.Run sends EVALSHA and falls back to EVAL on NOSCRIPT.
+var (
+	//go:embed scripts/unlock.lua
+	unlockSrc string
+	//go:embed scripts/timeout.lua
+	timeoutSrc string
+
+	unlockScript  = redis.NewScript(unlockSrc)
+	timeoutScript = redis.NewScript(timeoutSrc)
+)
+
+// ErrFenced is returned (wrapped) by a batch whose fencing token is below the
+// highest token the queue has already seen for that task: the batch moved
+// nothing, and the lease it was taken under is stale.
+var ErrFenced = errors.New("housekeeper: fencing token is stale")
+
+// LockType tells the two lock sets of a queue apart.
+type LockType string
+
+const (
+	LockAck  LockType = "ack"  // <prefix>:queue:{Q}:lock_ack, unlocked with the saved score or now
+	LockNack LockType = "nack" // <prefix>:queue:{Q}:lock_nack, unlocked with the saved score or 0
+)
+
+// task is one of the housekeeper's jobs; it names leases, fences and metrics.
+type task string
+
+const (
+	taskUnlock  task = "unlock"
+	taskTimeout task = "timeout"
+)
+
+// scanCount is the COUNT hint of discovery's SCAN calls.
+const scanCount = 1000
+
+// Queues runs the housekeeper's batches on the Deckard queues under one key
+// prefix. It is safe for concurrent use.
+type Queues struct {
+	rdb redis.UniversalClient
+	ks  keyspace
+}
+
+// NewQueues returns the queues under prefix (DefaultPrefix when empty) of
+// rdb, which may be a *redis.Client, *redis.ClusterClient or *redis.Ring.
+func NewQueues(rdb redis.UniversalClient, prefix string) (*Queues, error) {
+	if rdb == nil {
+		return nil, errors.New("housekeeper: nil Redis client")
+	}
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	if strings.ContainsAny(prefix, "{}") {
+		return nil, fmt.Errorf("housekeeper: prefix %q must not contain '{' or '}': it would change the keys' hash tag", prefix)
+	}
+	return &Queues{rdb: rdb, ks: keyspace{prefix: prefix}}, nil
+}
+
+// UnlockBatch moves up to limit messages of queue's lock set whose unlock
+// time has passed (by Redis' clock) back to the active pool, with their saved
+// score or else now (LockAck) or 0 (LockNack), in one atomic script. It
+// returns how many it moved; fewer than limit means none due is left. A token
+// below the highest one this queue's unlock fence has seen moves nothing and
+// returns an error wrapping ErrFenced.
+func (q *Queues) UnlockBatch(ctx context.Context, queue string, lock LockType, token uint64, limit int) (moved int, err error) {
+	if err := checkBatch(queue, limit); err != nil {
+		return 0, err
+	}
+	var set, scores kind
+	var dflt string
+	switch lock {
+	case LockAck:
+		set, scores, dflt = kindLockAck, kindLockAckScore, "now"
+	case LockNack:
+		set, scores, dflt = kindLockNack, kindLockNackScore, "0"
+	default:
+		return 0, fmt.Errorf("housekeeper: unknown lock type %q", lock)
+	}
+	keys := []string{q.ks.set(queue, set), q.ks.set(queue, scores), q.ks.set(queue, kindActive), q.ks.fence(queue, taskUnlock)}
+	n, err := unlockScript.Run(ctx, q.rdb, keys, strconv.FormatUint(token, 10), limit, dflt).Int()
+	return n, batchErr(err, taskUnlock, queue, token)
+}
+
+// TimeoutBatch moves up to limit in-flight messages of queue whose ack
+// deadline has passed (by Redis' clock) back to the active pool with score 0,
+// in one atomic script. Its reply and fencing are UnlockBatch's, with the
+// queue's timeout fence.
+func (q *Queues) TimeoutBatch(ctx context.Context, queue string, token uint64, limit int) (moved int, err error) {
+	if err := checkBatch(queue, limit); err != nil {
+		return 0, err
+	}
+	keys := []string{q.ks.set(queue, kindTmp), q.ks.set(queue, kindActive), q.ks.fence(queue, taskTimeout)}
+	n, err := timeoutScript.Run(ctx, q.rdb, keys, strconv.FormatUint(token, 10), limit).Int()
+	return n, batchErr(err, taskTimeout, queue, token)
+}
+
+func checkBatch(queue string, limit int) error {
+	if err := checkQueue(queue); err != nil {
+		return err
+	}
+	if limit < 1 {
+		return fmt.Errorf("housekeeper: batch limit %d must be positive", limit)
+	}
+	return nil
+}
+
+func batchErr(err error, t task, queue string, token uint64) error {
+	if err == nil {
+		return nil
+	}
+	if highest, ok := strings.CutPrefix(err.Error(), "FENCED "); ok {
+		return fmt.Errorf("%w: %s of queue %q with token %d, which has seen token %s", ErrFenced, t, queue, token, highest)
+	}
+	return fmt.Errorf("housekeeper: %s batch of queue %q: %w", t, queue, err)
+}
+
+// discover returns the queues having at least one of the sets task works on,
+// with the sets found. Keys that are not exactly a queue set are skipped.
+func (q *Queues) discover(ctx context.Context, t task) (map[string]kinds, error) {
+	var match string
+	var want kinds
+	switch t {
+	case taskUnlock:
+		match = q.ks.pattern(":lock_*ack") // :lock_ack and :lock_nack in one pass
+		want.add(kindLockAck)
+		want.add(kindLockNack)
+	case taskTimeout:
+		match = q.ks.pattern(":tmp")
+		want.add(kindTmp)
+	}
+	found := make(map[string]kinds)
+	err := q.scan(ctx, match, func(key string) {
+		if queue, k, ok := q.ks.parse(key); ok && want.has(k) {
+			s := found[queue]
+			s.add(k)
+			found[queue] = s
+		}
+	})
+	return found, err
+}
+
+// scan calls fn for every key matching match, on every master of a Cluster
+// or shard of a Ring. A key may be reported more than once.
+func (q *Queues) scan(ctx context.Context, match string, fn func(key string)) error {
+	var mu sync.Mutex
+	one := func(ctx context.Context, c redis.Cmdable) error {
+		it := c.Scan(ctx, 0, match, scanCount).Iterator()
+		for it.Next(ctx) {
+			mu.Lock()
+			fn(it.Val())
+			mu.Unlock()
+		}
+		return it.Err()
+	}
+	each := func(ctx context.Context, c *redis.Client) error { return one(ctx, c) }
+	var err error
+	switch c := q.rdb.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, each)
+	case *redis.Ring:
+		err = c.ForEachShard(ctx, each)
+	default:
+		err = one(ctx, c)
+	}
+	if err != nil {
+		return fmt.Errorf("housekeeper: scan %q: %w", match, err)
+	}
+	return nil
+}
+
+// Sizes is the number of messages in each of a queue's sets.
+type Sizes struct {
+	Active, Tmp, LockAck, LockNack int64
+}
+
+// sizesChunk is how many queues one pipeline measures.
+const sizesChunk = 250
+
+// Sizes measures every queue under the prefix: one SCAN of the prefix's
+// queue keys, then ZCARD of each queue's four sets, pipelined.
+func (q *Queues) Sizes(ctx context.Context) (map[string]Sizes, error) {
+	seen := make(map[string]struct{})
+	if err := q.scan(ctx, q.ks.pattern("*"), func(key string) {
+		if queue, _, ok := q.ks.parse(key); ok {
+			seen[queue] = struct{}{}
+		}
+	}); err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, len(seen))
+	for queue := range seen {
+		names = append(names, queue)
+	}
+	sets := [...]kind{kindActive, kindTmp, kindLockAck, kindLockNack}
+	out := make(map[string]Sizes, len(names))
+	for start := 0; start < len(names); start += sizesChunk {
+		chunk := names[start:min(start+sizesChunk, len(names))]
+		cmds := make([]*redis.IntCmd, 0, len(chunk)*len(sets))
+		if _, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, queue := range chunk {
+				for _, k := range sets {
+					cmds = append(cmds, p.ZCard(ctx, q.ks.set(queue, k)))
+				}
+			}
+			return nil
+		}); err != nil {
+			return nil, fmt.Errorf("housekeeper: measure queues: %w", err)
+		}
+		for i, queue := range chunk {
+			c := cmds[i*len(sets):]
+			out[queue] = Sizes{Active: c[0].Val(), Tmp: c[1].Val(), LockAck: c[2].Val(), LockNack: c[3].Val()}
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,645 @@
+package housekeeper_test
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/coordinator-dev/coordinator/housekeeper"
+	hkt "github.com/coordinator-dev/coordinator/housekeeper/housekeepertest"
+	"github.com/coordinator-dev/coordinator/internal/redistest"
+)
+
+// runner is a Runner under test with its own metrics registry.
+type runner struct {
+	*housekeeper.Runner
+	reg    *prometheus.Registry
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// startRunner starts a Runner on d's queues in rdb; it is stopped (and waited for) when t
+// ends, unless stopped before.
+func startRunner(t *testing.T, rdb redis.UniversalClient, d hkt.Deckard, locker housekeeper.Locker, cfg housekeeper.Config) *runner {
+	t.Helper()
+	r := newRunner(t, rdb, d, locker, cfg)
+	r.start(context.Background())
+	t.Cleanup(func() { r.stop(t) })
+	return r
+}
+
+func newRunner(t *testing.T, rdb redis.UniversalClient, d hkt.Deckard, locker housekeeper.Locker, cfg housekeeper.Config) *runner {
+	t.Helper()
+	cfg.Prefix = d.Prefix
+	reg := prometheus.NewRegistry()
+	cfg.Registerer = reg
+	if cfg.Logger == nil {
+		cfg.Logger = testLogger(t)
+	}
+	hk, err := housekeeper.New(rdb, locker, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &runner{Runner: hk, reg: reg}
+}
+
+func (r *runner) start(ctx context.Context) {
+	ctx, r.cancel = context.WithCancel(ctx)
+	r.done = make(chan error, 1)
+	go func() { r.done <- r.Run(ctx) }()
+}
+
+func (r *runner) stop(t *testing.T) {
+	t.Helper()
+	if r.cancel == nil {
+		return
+	}
+	r.cancel()
+	select {
+	case err := <-r.done:
+		if err != nil {
+			t.Errorf("Run returned %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return within 10s of cancellation")
+	}
+	r.cancel = nil
+}
+
+func (r *runner) moved(t *testing.T) float64 {
+	return metric(t, r.reg, "housekeeper_messages_unlocked_total") + metric(t, r.reg, "housekeeper_messages_timed_out_total")
+}
+
+// once is one cycle each: the intervals are long enough that a test ends first.
+var once = housekeeper.Config{UnlockInterval: time.Hour, TimeoutInterval: time.Hour}
+
+func TestRunnerMovesEveryDueMessageAndNothingElse(t *testing.T) {
+	rdb := redistest.Client(t)
+	d := newDeckard(t, rdb)
+	ctx := context.Background()
+	now := hkt.NowMs(t, rdb)
+	d.Seed(t, rdb, func(p redis.Pipeliner) {
+		d.Put(ctx, p, "orders", hkt.Active, "ready", 10)
+		d.Put(ctx, p, "orders", hkt.LockAck, "acked-saved", float64(now-10))
+		d.Put(ctx, p, "orders", hkt.LockAckScore, "acked-saved", -3.5)
+		d.Put(ctx, p, "orders", hkt.LockAck, "acked", float64(now-10))
+		d.Put(ctx, p, "orders", hkt.LockAck, "acked-later", float64(now+3_600_000))
+		d.Put(ctx, p, "orders", hkt.LockAckScore, "acked-later", 5)
+		d.Put(ctx, p, "orders", hkt.LockNack, "nacked-saved", float64(now-10))
+		d.Put(ctx, p, "orders", hkt.LockNackScore, "nacked-saved", 0.125)
+		d.Put(ctx, p, "orders", hkt.LockNack, "nacked", float64(now-10))
+		d.Put(ctx, p, "orders", hkt.LockNack, "nacked-later", float64(now+3_600_000))
+		d.Put(ctx, p, "orders", hkt.Tmp, "abandoned", float64(now-10))
+		d.Put(ctx, p, "orders", hkt.Tmp, "working", float64(now+3_600_000))
+	})
+	r := startRunner(t, rdb, d, hkt.NewLocker(), once)
+	waitFor(t, 10*time.Second, "5 messages moved", func() bool { return r.moved(t) == 5 })
+	r.stop(t)
+	after := hkt.NowMs(t, rdb)
+
+	snap := d.Snapshot(t, rdb, "orders")
+	acked := snap[hkt.Active]["acked"]
+	if acked < float64(now) || acked > float64(after) {
+		t.Errorf("acked without a saved score got %v, want Redis now in [%d, %d]", acked, now, after)
+	}
+	delete(snap[hkt.Active], "acked")
+	want := hkt.Snapshot{
+		hkt.Active:        {"ready": 10, "acked-saved": -3.5, "nacked-saved": 0.125, "nacked": 0, "abandoned": 0},
+		hkt.Tmp:           {"working": float64(now + 3_600_000)},
+		hkt.LockAck:       {"acked-later": float64(now + 3_600_000)},
+		hkt.LockAckScore:  {"acked-later": 5},
+		hkt.LockNack:      {"nacked-later": float64(now + 3_600_000)},
+		hkt.LockNackScore: {},
+	}
+	if fmt.Sprint(snap) != fmt.Sprint(want) {
+		t.Errorf("queue after one cycle:\n got %v\nwant %v", snap, want)
+	}
+	for _, m := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"housekeeper_messages_unlocked_total", []string{"queue", "orders", "lock_type", "ack"}, 2},
+		{"housekeeper_messages_unlocked_total", []string{"queue", "orders", "lock_type", "nack"}, 2},
+		{"housekeeper_messages_timed_out_total", []string{"queue", "orders"}, 1},
+		{"housekeeper_batch_duration_seconds", []string{"task", "unlock"}, 2},
+		{"housekeeper_batch_duration_seconds", []string{"task", "timeout"}, 1},
+		{"housekeeper_batches_fenced_total", nil, 0},
+		{"housekeeper_leases_lost_total", nil, 0},
+	} {
+		if got := metric(t, r.reg, m.name, m.labels...); got != m.want {
+			t.Errorf("%s%v = %v, want %v", m.name, m.labels, got, m.want)
+		}
+	}
+}
+
+func TestRunnerRepeatsBatchesUntilNothingIsDue(t *testing.T) {
+	rdb := redistest.Client(t)
+	d := newDeckard(t, rdb)
+	ctx := context.Background()
+	now := hkt.NowMs(t, rdb)
+	d.Seed(t, rdb, func(p redis.Pipeliner) {
+		for i := range 2500 {
+			d.Put(ctx, p, "big", hkt.LockNack, fmt.Sprint(i), float64(now-int64(i)-1))
+		}
+	})
+	cfg := once
+	cfg.BatchSize = 1000
+	r := startRunner(t, rdb, d, hkt.NewLocker(), cfg)
+	waitFor(t, 10*time.Second, "2500 messages moved", func() bool { return r.moved(t) == 2500 })
+	r.stop(t)
+	if n := metric(t, r.reg, "housekeeper_batch_duration_seconds", "task", "unlock"); n != 3 {
+		t.Errorf("%v unlock batches, want 3 (1000 + 1000 + 500)", n)
+	}
+	if snap := d.Snapshot(t, rdb, "big"); len(snap[hkt.Active]) != 2500 || len(snap[hkt.LockNack]) != 0 {
+		t.Errorf("active %d, lock_nack %d; want 2500 and 0", len(snap[hkt.Active]), len(snap[hkt.LockNack]))
+	}
+}
+
+func TestRunnerFindsQueuesByTheirHashTag(t *testing.T) {
+	rdb := redistest.Client(t)
+	d := newDeckard(t, rdb)
+	ctx := context.Background()
+	now := hkt.NowMs(t, rdb)
+	// Each name is a legal queue that a parser splitting on ':' would take
+	// for (a set of) another queue, or holds SCAN MATCH's special characters.
+	queues := []string{"a::b:tmp", "a::b", "x:lock_nack", "x", "q:lock_ack:score", "q:lock_ack", "q", "we*ird[1]?", ":", "tmp"}
+	wantKeys := make(map[string]bool)
+	d.Seed(t, rdb, func(p redis.Pipeliner) {
+		for _, q := range queues {
+			d.Put(ctx, p, q, hkt.LockAck, q+"/ack", float64(now-1))
+			d.Put(ctx, p, q, hkt.LockAckScore, q+"/ack", 1.5)
+			d.Put(ctx, p, q, hkt.LockNack, q+"/nack", float64(now-1))
+			d.Put(ctx, p, q, hkt.Tmp, q+"/tmp", float64(now-1))
+			wantKeys[d.Key(q, hkt.Active)] = true
+			wantKeys[d.Prefix+":housekeeper:{"+q+"}:fence:unlock"] = true
+			wantKeys[d.Prefix+":housekeeper:{"+q+"}:fence:timeout"] = true
+		}
+	})
+	r := startRunner(t, rdb, d, hkt.NewLocker(), once)
+	waitFor(t, 10*time.Second, "every message moved", func() bool { return r.moved(t) == float64(3*len(queues)) })
+	r.stop(t)
+
+	for _, q := range queues {
+		snap := d.Snapshot(t, rdb, q)
+		want := map[string]float64{q + "/ack": 1.5, q + "/nack": 0, q + "/tmp": 0}
+		if fmt.Sprint(snap[hkt.Active]) != fmt.Sprint(want) {
+			t.Errorf("queue %q: active %v, want %v", q, snap[hkt.Active], want)
+		}
+	}
+	// Nothing but the active pools and the fences is left: no key was
+	// written under a misread queue name.
+	if got := allKeys(t, rdb, d); !maps.Equal(got, wantKeys) {
+		t.Errorf("keys after the run:\n got %v\nwant %v", slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(wantKeys)))
+	}
+}
+
+func TestRunnerLeavesKeysThatAreNotQueueSetsAlone(t *testing.T) {
+	rdb := redistest.Client(t)
+	d := newDeckard(t, rdb)
+	ctx := context.Background()
+	now := hkt.NowMs(t, rdb)
+	p := d.Prefix
+	due := redis.Z{Score: float64(now - 1), Member: "m"}
+	foreign := map[string]func() error{
+		p + ":{recovery}":                      func() error { return rdb.Set(ctx, p+":{recovery}", "state", 0).Err() },
+		p + ":{recovery}:tmp":                  func() error { return rdb.ZAdd(ctx, p+":{recovery}:tmp", due).Err() },
+		p + ":queue:orders:tmp":                func() error { return rdb.ZAdd(ctx, p+":queue:orders:tmp", due).Err() },
+		p + ":queue:{orders}x:tmp":             func() error { return rdb.ZAdd(ctx, p+":queue:{orders}x:tmp", due).Err() },
+		p + ":queue:{orders}:tmp:archive":      func() error { return rdb.ZAdd(ctx, p+":queue:{orders}:tmp:archive", due).Err() },
+		p + ":queue:{orders}:lock_xack":        func() error { return rdb.ZAdd(ctx, p+":queue:{orders}:lock_xack", due).Err() },
+		p + ":queue:{}:tmp":                    func() error { return rdb.ZAdd(ctx, p+":queue:{}:tmp", due).Err() },
+		p + "-other:queue:{orders}:tmp":        func() error { return rdb.ZAdd(ctx, p+"-other:queue:{orders}:tmp", due).Err() },
+		p + ":housekeeper:{gone}:fence:unlock": func() error { return rdb.Set(ctx, p+":housekeeper:{gone}:fence:unlock", "7", 0).Err() },
+		// A key of the right name and the wrong type: its batches fail,
+		// and the other queues are still worked.
+		p + ":queue:{broken}:tmp": func() error { return rdb.Set(ctx, p+":queue:{broken}:tmp", "x", 0).Err() },
+	}
+	for key, write := range foreign {
+		if err := write(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { rdb.Del(ctx, key) })
+	}
+	dump := func() map[string]string {
+		out := make(map[string]string)
+		for key := range foreign {
+			v, err := rdb.Dump(ctx, key).Result()
+			if err != nil {
+				t.Fatalf("DUMP %s: %v", key, err)
+			}
+			out[key] = v
+		}
+		return out
+	}
+	before := dump()
+	d.Seed(t, rdb, func(p redis.Pipeliner) {
+		d.Put(ctx, p, "orders", hkt.Tmp, "m", float64(now-1))
+		d.Put(ctx, p, "orders", hkt.LockAck, "n", float64(now-1))
+	})
+	cfg := once
+	cfg.Logger = discardLogger // the broken queue's failures are expected
+	r := startRunner(t, rdb, d, hkt.NewLocker(), cfg)
+	waitFor(t, 10*time.Second, "orders worked", func() bool { return r.moved(t) == 2 })
+	r.stop(t)
+	if after := dump(); !maps.Equal(before, after) {
+		for key := range before {
+			if before[key] != after[key] {
+				t.Errorf("%s was changed", key)
+			}
+		}
+	}
+	if active := d.Snapshot(t, rdb, "orders")[hkt.Active]; len(active) != 2 {
+		t.Errorf("orders' active pool %v, want m and n", active)
+	}
+}
+
+// scriptHook runs before and/or after the first script call whose keys
+// include key.
+type scriptHook struct {
+	key           string
+	once          sync.Once
+	before, after func()
+}
+
+func (h *scriptHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *scriptHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h *scriptHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() != "evalsha" && cmd.Name() != "eval" || !slices.Contains(cmd.Args(), any(h.key)) {
+			return next(ctx, cmd)
+		}
+		first := false
+		h.once.Do(func() { first = true })
+		if first && h.before != nil {
+			h.before()
+		}
+		err := next(ctx, cmd)
+		if first && h.after != nil {
+			h.after()
+		}
+		return err
+	}
+}
+
+func seedDue(t *testing.T, rdb *redis.Client, d hkt.Deckard, queue string, set hkt.Set, n int) {
+	t.Helper()
+	ctx := context.Background()
+	now := hkt.NowMs(t, rdb)
+	d.Seed(t, rdb, func(p redis.Pipeliner) {
+		for i := range n {
+			d.Put(ctx, p, queue, set, fmt.Sprint(i), float64(now-1))
+		}
+	})
+}
+
+func TestRunnerLeavesAQueueAtTheNextBatchOnceItsLeaseIsLost(t *testing.T) {
+	rdb := redistest.Client(t)
+	d := newDeckard(t, rdb)
+	seedDue(t, rdb, d, "q", hkt.LockAck, 2500)
+	locker := hkt.NewLocker()
+	thief := make(chan *hkt.Lease, 1)
+	// Another instance takes the lease while the first batch runs.
+	hook := &scriptHook{key: d.Key("q", hkt.LockAck), after: func() { thief <- locker.Steal("housekeeper/unlock/q", time.Minute) }}
+	rdb.AddHook(hook)
+	cfg := housekeeper.Config{BatchSize: 1000, UnlockInterval: 20 * time.Millisecond, TimeoutInterval: time.Hour}
+	r := startRunner(t, rdb, d, locker, cfg)
+	waitFor(t, 10*time.Second, "the lease loss noticed", func() bool {
+		return metric(t, r.reg, "housekeeper_leases_lost_total", "task", "unlock") == 1
+	})
+	time.Sleep(100 * time.Millisecond) // a few more cycles, all skipping q
+	if snap := d.Snapshot(t, rdb, "q"); len(snap[hkt.Active]) != 1000 || len(snap[hkt.LockAck]) != 1500 {
+		t.Fatalf("active %d, lock_ack %d; want 1000 and 1500: work must stop at the first batch boundary", len(snap[hkt.Active]), len(snap[hkt.LockAck]))
+	}
+	// Once the other instance lets go, the queue is taken up again.
+	if err := (<-thief).Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the rest moved", func() bool { return r.moved(t) == 2500 })
+	r.stop(t)
+	if got := locker.Grants("housekeeper/unlock/q"); got != 3 {
+		t.Errorf("lease granted %d times, want 3 (runner, thief, runner again)", got)
+	}
+}
+
+func TestRunnerSkipsQueuesLeasedByAnotherInstance(t *testing.T) {
+	rdb := redistest.Client(t)
+	d := newDeckard(t, rdb)
+	seedDue(t, rdb, d, "mine", hkt.Tmp, 10)
+	seedDue(t, rdb, d, "theirs", hkt.Tmp, 10)
+	locker := hkt.NewLocker()
+	other, err := locker.TryLock(context.Background(), "ns/housekeeper/timeout/theirs", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := housekeeper.Config{LeaseNamespace: "ns", UnlockInterval: time.Hour, TimeoutInterval: 20 * time.Millisecond}
+	r := startRunner(t, rdb, d, locker, cfg)
+	waitFor(t, 10*time.Second, "mine moved", func() bool { return r.moved(t) == 10 })
+	time.Sleep(100 * time.Millisecond)
+	if n := len(d.Snapshot(t, rdb, "theirs")[hkt.Tmp]); n != 10 {
+		t.Fatalf("%d of theirs left in tmp, want 10: a queue leased elsewhere was worked", n)
+	}
+	if err := other.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "theirs moved once free", func() bool { return r.moved(t) == 20 })
+}
+
+func TestRunnerStopsOnAFencedBatchAndDropsTheStaleLease(t *testing.T) {
+	rdb := redistest.Client(t)
+	d := newDeckard(t, rdb)
+	q, err := housekeeper.NewQueues(rdb, d.Prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A holder with a far higher token has worked the queue: the fake
+	// Locker's tokens (1, 2, ...) are all stale here.
+	if _, err := q.TimeoutBatch(context.Background(), "q", 1_000_000, 1); err != nil {
+		t.Fatal(err)
+	}
+	seedDue(t, rdb, d, "q", hkt.Tmp, 5)
+	locker := hkt.NewLocker()
+	r := startRunner(t, rdb, d, locker, housekeeper.Config{UnlockInterval: time.Hour, TimeoutInterval: 20 * time.Millisecond, Logger: discardLogger})
+	waitFor(t, 10*time.Second, "two fenced batches", func() bool {
+		return metric(t, r.reg, "housekeeper_batches_fenced_total", "task", "timeout") >= 2
+	})
+	r.stop(t)
+	if n := len(d.Snapshot(t, rdb, "q")[hkt.Tmp]); n != 5 || r.moved(t) != 0 {
+		t.Errorf("%d left in tmp (want 5), %v moved (want 0)", n, r.moved(t))
+	}
+	// Each fenced lease was released and a fresh one asked for next cycle.
+	if got := locker.Grants("housekeeper/timeout/q"); got < 2 {
+		t.Errorf("lease granted %d times, want a new grant after each fenced batch", got)
+	}
+	if held := locker.Held(); len(held) != 0 {
+		t.Errorf("leases still held after shutdown: %v", held)
+	}
+}
+
+func TestRunnerShutdownFinishesTheBatchInFlightThenReleasesItsLeases(t *testing.T) {
+	rdb := redistest.Client(t)
+	d := newDeckard(t, rdb)
+	seedDue(t, rdb, d, "q", hkt.LockAck, 2500)
+	for i := range 20 {
+		seedDue(t, rdb, d, fmt.Sprint("idle-", i), hkt.Tmp, 1)
+	}
+	locker := hkt.NewLocker()
+	r := newRunner(t, rdb, d, locker, housekeeper.Config{BatchSize: 1000, UnlockInterval: time.Hour, TimeoutInterval: time.Hour})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// Shutdown is asked for as the first batch of q is sent.
+	rdb.AddHook(&scriptHook{key: d.Key("q", hkt.LockAck), before: cancel})
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run returned %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after cancellation")
+	}
+	if snap := d.Snapshot(t, rdb, "q"); len(snap[hkt.Active]) != 1000 || len(snap[hkt.LockAck]) != 1500 {
+		t.Errorf("active %d, lock_ack %d; want 1000 and 1500: the batch in flight completes, no other starts", len(snap[hkt.Active]), len(snap[hkt.LockAck]))
+	}
+	if got := metric(t, r.reg, "housekeeper_messages_unlocked_total"); got != 1000 {
+		t.Errorf("unlocked counter %v, want 1000", got)
+	}
+	if held := locker.Held(); len(held) != 0 {
+		t.Errorf("leases still held after Run returned: %v", held)
+	}
+	if locker.Grants("housekeeper/unlock/q") != 1 {
+		t.Error("q's lease was never granted")
+	}
+}
+
+func TestRunnersShareTheWorkAndMoveEachDueMessageExactlyOnce(t *testing.T) {
+	const (
+		queues                       = 300
+		ackDue, nackDue, tmpDue      = 30, 20, 20
+		ackLater, nackLater, tmpLate = 5, 5, 5
+		active                       = 5
+	)
+	rdb := redistest.Client(t)
+	d := newDeckard(t, rdb)
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(1, 2))
+	now := hkt.NowMs(t, rdb)
+	past := func() float64 { return float64(now - 1 - rng.Int64N(3_600_000)) }
+	future := func() float64 { return float64(now + 3_600_000 + rng.Int64N(3_600_000)) }
+	saved := func() float64 { return float64(rng.Int64N(2_000_000)-1_000_000) / 8 }
+
+	names := make([]string, queues)
+	want := make(map[string]hkt.Snapshot, queues) // final state, but for ack defaults
+	ackNow := make(map[string][]string)           // ids whose score must be Redis now
+	d.Seed(t, rdb, func(p redis.Pipeliner) {
+		for i := range names {
+			q := fmt.Sprintf("q:%03d", i)
+			if i%10 == 0 {
+				q += ":lock_ack" // look-alike names among them
+			}
+			names[i] = q
+			w := hkt.Snapshot{}
+			for _, s := range hkt.Sets {
+				w[s] = map[string]float64{}
+			}
+			put := func(s hkt.Set, id string, score float64) { d.Put(ctx, p, q, s, id, score) }
+			for j := range active {
+				id, score := fmt.Sprint("active-", j), float64(j)
+				put(hkt.Active, id, score)
+				w[hkt.Active][id] = score
+			}
+			for j := range ackDue {
+				id := fmt.Sprint("ack-", j)
+				put(hkt.LockAck, id, past())
+				if j%2 == 0 {
+					s := saved()
+					put(hkt.LockAckScore, id, s)
+					w[hkt.Active][id] = s
+				} else {
+					ackNow[q] = append(ackNow[q], id)
+				}
+			}
+			for j := range nackDue {
+				id := fmt.Sprint("nack-", j)
+				put(hkt.LockNack, id, past())
+				w[hkt.Active][id] = 0
+				if j%3 == 0 {
+					s := saved()
+					put(hkt.LockNackScore, id, s)
+					w[hkt.Active][id] = s
+				}
+			}
+			for j := range tmpDue {
+				id := fmt.Sprint("tmp-", j)
+				put(hkt.Tmp, id, past())
+				w[hkt.Active][id] = 0
+			}
+			for j := range ackLater {
+				id, at, s := fmt.Sprint("ack-later-", j), future(), saved()
+				put(hkt.LockAck, id, at)
+				put(hkt.LockAckScore, id, s)
+				w[hkt.LockAck][id], w[hkt.LockAckScore][id] = at, s
+			}
+			for j := range nackLater {
+				id, at, s := fmt.Sprint("nack-later-", j), future(), saved()
+				put(hkt.LockNack, id, at)
+				put(hkt.LockNackScore, id, s)
+				w[hkt.LockNack][id], w[hkt.LockNackScore][id] = at, s
+			}
+			for j := range tmpLate {
+				id, at := fmt.Sprint("tmp-later-", j), future()
+				put(hkt.Tmp, id, at)
+				w[hkt.Tmp][id] = at
+			}
+			want[q] = w
+		}
+	})
+
+	locker := hkt.NewLocker()
+	cfg := housekeeper.Config{BatchSize: 8, Parallelism: 3, UnlockInterval: 50 * time.Millisecond, TimeoutInterval: 50 * time.Millisecond}
+	runners := make([]*runner, 3)
+	for i := range runners {
+		runners[i] = startRunner(t, redistest.Client(t), d, locker, cfg)
+	}
+	total := func(name string, labels ...string) (sum float64) {
+		for _, r := range runners {
+			sum += metric(t, r.reg, name, labels...)
+		}
+		return sum
+	}
+	const due = queues * (ackDue + nackDue + tmpDue)
+	waitFor(t, 60*time.Second, "every due message moved", func() bool {
+		return total("housekeeper_messages_unlocked_total")+total("housekeeper_messages_timed_out_total") >= due
+	})
+	time.Sleep(120 * time.Millisecond) // a few more cycles: nothing else may move
+	// Stop all at once, lest one take up the leases another released.
+	for _, r := range runners {
+		r.cancel()
+	}
+	for _, r := range runners {
+		r.stop(t)
+	}
+	after := hkt.NowMs(t, rdb)
+
+	for _, q := range names {
+		got := d.Snapshot(t, rdb, q)
+		for _, id := range ackNow[q] {
+			s, ok := got[hkt.Active][id]
+			if !ok || s < float64(now) || s > float64(after) {
+				t.Errorf("queue %q: %s has score %v (present %v), want Redis now in [%d, %d]", q, id, s, ok, now, after)
+			}
+			delete(got[hkt.Active], id)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want[q]) {
+			t.Errorf("queue %q:\n got %v\nwant %v", q, got, want[q])
+		}
+	}
+	// Counters count each move once: no message was moved twice.
+	for _, c := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"housekeeper_messages_unlocked_total", []string{"lock_type", "ack"}, queues * ackDue},
+		{"housekeeper_messages_unlocked_total", []string{"lock_type", "nack"}, queues * nackDue},
+		{"housekeeper_messages_timed_out_total", nil, queues * tmpDue},
+		{"housekeeper_batches_fenced_total", nil, 0},
+		{"housekeeper_leases_lost_total", nil, 0},
+	} {
+		if got := total(c.name, c.labels...); got != c.want {
+			t.Errorf("%s%v summed over runners = %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
+	// One instance held each queue's lease for the whole run.
+	for _, q := range names {
+		for _, task := range []string{"unlock", "timeout"} {
+			if n := locker.Grants("housekeeper/" + task + "/" + q); n != 1 {
+				t.Errorf("lease housekeeper/%s/%s granted %d times, want 1", task, q, n)
+			}
+		}
+	}
+	if held := locker.Held(); len(held) != 0 {
+		t.Errorf("%d leases still held after shutdown", len(held))
+	}
+	for i, r := range runners {
+		t.Logf("runner %d moved %v messages", i, r.moved(t))
+	}
+}
+
+func TestQueueGaugesAreReportedOnlyByTheLeader(t *testing.T) {
+	rdb := redistest.Client(t)
+	d := newDeckard(t, rdb)
+	seedDue(t, rdb, d, "a::b:tmp", hkt.Active, 3)
+	seedDue(t, rdb, d, "a::b:tmp", hkt.LockNack, 2)
+	seedDue(t, rdb, d, "c", hkt.Tmp, 4)
+	r := newRunner(t, rdb, d, hkt.NewLocker(), housekeeper.Config{})
+	tests := []struct {
+		leader bool
+		queue  string
+		set    string
+		want   float64
+	}{
+		{false, "a::b:tmp", "active", 0},
+		{true, "a::b:tmp", "active", 3},
+		{true, "a::b:tmp", "lock_nack", 2},
+		{true, "a::b:tmp", "tmp", 0},
+		{true, "c", "tmp", 4},
+		{true, "c", "active", 0},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("leader=%v/%s/%s", tt.leader, tt.queue, tt.set), func(t *testing.T) {
+			r.SetLeader(tt.leader)
+			if got := metric(t, r.reg, "housekeeper_queue_messages", "queue", tt.queue, "set", tt.set); got != tt.want {
+				t.Errorf("got %v, want %v", got, tt.want)
+			}
+		})
+	}
+	r.SetLeader(true)
+	if got := metric(t, r.reg, "housekeeper_queue_messages"); got != 9 {
+		t.Errorf("all gauges sum to %v, want 9", got)
+	}
+}
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	rdb := redistest.Client(t)
+	tests := []struct {
+		name   string
+		locker housekeeper.Locker
+		cfg    housekeeper.Config
+	}{
+		{"no locker", nil, housekeeper.Config{}},
+		{"prefix with braces", hkt.NewLocker(), housekeeper.Config{Prefix: "dv{1}"}},
+		{"negative batch size", hkt.NewLocker(), housekeeper.Config{BatchSize: -1}},
+		{"negative parallelism", hkt.NewLocker(), housekeeper.Config{Parallelism: -1}},
+		{"negative interval", hkt.NewLocker(), housekeeper.Config{UnlockInterval: -time.Second}},
+		{"negative lease TTL", hkt.NewLocker(), housekeeper.Config{LeaseTTL: -time.Second}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := housekeeper.New(rdb, tt.locker, tt.cfg); err == nil {
+				t.Error("New accepted it")
+			}
+		})
+	}
+}
+
+func TestRunnersInOneProcessShareTheirMetrics(t *testing.T) {
+	rdb := redistest.Client(t)
+	reg := prometheus.NewRegistry()
+	for range 2 {
+		if _, err := housekeeper.New(rdb, hkt.NewLocker(), housekeeper.Config{Registerer: reg}); err != nil {
+			t.Fatalf("second Runner on one registry: %v", err)
+		}
+	}
+}
