@@ -155,3 +155,42 @@ func TestUnreachableRedisIsUnavailableNeverAWrongAnswer(t *testing.T) {
 		}
 	})
 }
+
+func TestCoordinatorOnClusterAndSentinel(t *testing.T) {
+	deployments := map[string]func(t *testing.T) string{
+		"cluster": func(t *testing.T) string { return redistest.StartCluster(t, 3).URL() },
+		"sentinel": func(t *testing.T) string {
+			return "redis+sentinel://" + redistest.StartSentinel(t, redistest.Start(t, false), "main") + "/main"
+		},
+	}
+	for name, url := range deployments {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			cfg := testConfig(t, server.StoreMemory)
+			cfg.Store, cfg.RedisURL = server.StoreRedis, url(t)
+			c := start(t, cfg)
+			for _, lease := range []string{"a", "b{x}", "team/c", "d"} {
+				l := c.mustAcquire(t, lease, "h", time.Minute)
+				if resp := c.acquire(t, lease, "other", time.Minute, 0); resp.GetAcquired() {
+					t.Fatalf("%s granted twice", lease)
+				}
+				waiter := make(chan *coordinatorv1.TryAcquireResponse, 1)
+				go func() {
+					resp, _ := c.tryAcquire(lease, "waiter", time.Minute, 10*time.Second)
+					waiter <- resp
+				}()
+				waitQueued(t, c, lease, 1)
+				if _, err := c.client.Release(ctxTimeout(t, 5*time.Second), &coordinatorv1.ReleaseRequest{Name: lease, Holder: "h", Token: l.GetToken()}); err != nil {
+					t.Fatal(err)
+				}
+				if resp := <-waiter; !resp.GetAcquired() || resp.GetLease().GetToken() <= l.GetToken() {
+					t.Fatalf("%s: the waiter got %v", lease, resp)
+				}
+			}
+			list, err := c.client.List(ctxTimeout(t, 5*time.Second), &coordinatorv1.ListRequest{})
+			if err != nil || len(list.GetLeases()) != 4 {
+				t.Fatalf("List = %v, %v; want the 4 waiters' leases", list, err)
+			}
+		})
+	}
+}

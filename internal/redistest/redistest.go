@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -50,6 +51,10 @@ type Server struct {
 	port    int
 	persist bool
 	cmd     *exec.Cmd
+	// extra are more redis-server arguments (cluster mode).
+	extra []string
+	// sentinelConf, when set, runs the process as a Sentinel with this file.
+	sentinelConf string
 }
 
 // Start runs a private redis-server on a free loopback port until t ends.
@@ -86,6 +91,10 @@ func (s *Server) start() {
 		args = append(args, "--appendonly", "yes", "--appendfsync", "always")
 	} else {
 		args = append(args, "--appendonly", "no")
+	}
+	args = append(args, s.extra...)
+	if s.sentinelConf != "" {
+		args = []string{s.sentinelConf, "--sentinel", "--logfile", filepath.Join(s.dir, "redis.log")}
 	}
 	s.cmd = exec.Command("redis-server", args...)
 	if err := s.cmd.Start(); err != nil {
@@ -136,5 +145,85 @@ func (s *Server) Pause(d time.Duration) {
 	defer c.Close()
 	if err := c.Do(context.Background(), "CLIENT", "PAUSE", d.Milliseconds(), "ALL").Err(); err != nil {
 		s.t.Fatalf("CLIENT PAUSE: %v", err)
+	}
+}
+
+// Cluster is a private Redis Cluster of masters without replicas.
+type Cluster struct {
+	Nodes []*Server
+}
+
+// StartCluster runs a Redis Cluster of n masters (at least 3) on loopback
+// ports until t ends, and waits until every slot is served.
+func StartCluster(t testing.TB, n int) *Cluster {
+	t.Helper()
+	c := &Cluster{}
+	args := []string{"--cluster", "create"}
+	for range n {
+		s := &Server{t: t, dir: t.TempDir(), port: freePort(t), extra: []string{
+			"--cluster-enabled", "yes", "--cluster-node-timeout", "2000",
+		}}
+		s.start()
+		t.Cleanup(s.Kill)
+		c.Nodes = append(c.Nodes, s)
+		args = append(args, s.Addr())
+	}
+	args = append(args, "--cluster-yes")
+	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
+		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+	}
+	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.addrs()})
+	defer client.Close()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		info, err := client.ClusterInfo(context.Background()).Result()
+		if err == nil && strings.Contains(info, "cluster_state:ok") && client.Set(context.Background(), "redistest:probe", 1, time.Second).Err() == nil {
+			return c
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the cluster did not become ready: %v\n%s", err, info)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (c *Cluster) addrs() []string {
+	var addrs []string
+	for _, n := range c.Nodes {
+		addrs = append(addrs, n.Addr())
+	}
+	return addrs
+}
+
+// URL is the cluster's redis+cluster:// URL.
+func (c *Cluster) URL() string { return "redis+cluster://" + strings.Join(c.addrs(), ",") }
+
+// StartSentinel runs a Sentinel on a loopback port that monitors master
+// under the name master, until t ends. It returns the sentinel's address.
+func StartSentinel(t testing.TB, master *Server, name string) string {
+	t.Helper()
+	s := &Server{t: t, dir: t.TempDir(), port: freePort(t)}
+	conf := filepath.Join(s.dir, "sentinel.conf")
+	body := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor %s 127.0.0.1 %d 1\nsentinel down-after-milliseconds %s 2000\n",
+		s.port, s.dir, name, master.port, name)
+	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s.sentinelConf = conf
+	s.start()
+	t.Cleanup(s.Kill)
+	// The sentinel must know the master before clients ask it.
+	client := redis.NewSentinelClient(&redis.Options{Addr: s.Addr()})
+	defer client.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		addr, err := client.GetMasterAddrByName(context.Background(), name).Result()
+		if err == nil && len(addr) == 2 {
+			return s.Addr()
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the sentinel does not know master %s: %v", name, err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -10,16 +10,18 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/coordinator-dev/coordinator/internal/redistest"
 	"github.com/coordinator-dev/coordinator/server/store"
 )
 
-// TestCluster runs the store against a Redis Cluster when
-// COORDINATOR_TEST_REDIS_CLUSTER_URL names one (redis+cluster://host:port,...).
+// TestCluster runs the store against a Redis Cluster: the one
+// COORDINATOR_TEST_REDIS_CLUSTER_URL names (redis+cluster://host:port,...), or
+// a private one of three masters.
 func TestCluster(t *testing.T) {
 	t.Parallel()
 	raw := os.Getenv("COORDINATOR_TEST_REDIS_CLUSTER_URL")
 	if raw == "" {
-		t.Skip("COORDINATOR_TEST_REDIS_CLUSTER_URL is not set")
+		raw = redistest.StartCluster(t, 3).URL()
 	}
 	c, err := parseURL(raw)
 	if err != nil || c.cluster == nil {
@@ -105,14 +107,15 @@ func TestCluster(t *testing.T) {
 	}
 }
 
-// TestSentinel runs the store through Sentinel when
-// COORDINATOR_TEST_REDIS_SENTINEL_URL names one
-// (redis+sentinel://host:port,.../mastername[/db]).
+// TestSentinel runs the store through Sentinel: the one
+// COORDINATOR_TEST_REDIS_SENTINEL_URL names
+// (redis+sentinel://host:port,.../mastername[/db]), or a private sentinel
+// watching a private master.
 func TestSentinel(t *testing.T) {
 	t.Parallel()
 	raw := os.Getenv("COORDINATOR_TEST_REDIS_SENTINEL_URL")
 	if raw == "" {
-		t.Skip("COORDINATOR_TEST_REDIS_SENTINEL_URL is not set")
+		raw = "redis+sentinel://" + redistest.StartSentinel(t, redistest.Start(t, false), "coordinator") + "/coordinator"
 	}
 	prefix := testPrefix(t)
 	s, err := NewFromURL(testCtx(t), raw, Options{KeyPrefix: prefix})
