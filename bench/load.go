@@ -28,10 +28,9 @@ func (r result) String() string {
 }
 
 // closedLoop runs op from workers goroutines back to back for d and measures
-// every call's latency.
+// every call's latency. Calls are not cut off at the end: each worker stops
+// after the call that crosses d.
 func closedLoop(ctx context.Context, workers int, d time.Duration, op func(ctx context.Context, worker, i int) error) result {
-	ctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
 	var (
 		mu        sync.Mutex
 		latencies []time.Duration
@@ -39,6 +38,7 @@ func closedLoop(ctx context.Context, workers int, d time.Duration, op func(ctx c
 		wg        sync.WaitGroup
 	)
 	start := time.Now()
+	end := start.Add(d)
 	for w := range workers {
 		wg.Add(1)
 		go func() {
@@ -46,12 +46,9 @@ func closedLoop(ctx context.Context, workers int, d time.Duration, op func(ctx c
 			local := make([]time.Duration, 0, 4096)
 			var errs int
 			var firstErr error
-			for i := 0; ctx.Err() == nil; i++ {
+			for i := 0; time.Now().Before(end); i++ {
 				t0 := time.Now()
 				if err := op(ctx, w, i); err != nil {
-					if ctx.Err() != nil {
-						break
-					}
 					errs++
 					if firstErr == nil {
 						firstErr = err

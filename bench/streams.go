@@ -1,4 +1,227 @@
 package main
 
-// streamSuite is filled in below.
-func streamSuite(env benchEnv) error { return nil }
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
+)
+
+const (
+	observers      = 1000
+	leaderChanges  = 40
+	keepAliveCount = 10000
+)
+
+// streamSuite measures the streaming calls: how fast a leader change reaches
+// 1,000 observers, and KeepAlive renewals of 10,000 leases on one stream
+// against unary Renew calls.
+func streamSuite(env benchEnv) error {
+	for _, kind := range []string{"redis", "memory"} {
+		c, err := env.startCoordinator(kind)
+		if err != nil {
+			return err
+		}
+		err = observeBench(c, kind)
+		if err == nil {
+			err = keepAliveBench(c, kind)
+		}
+		c.stop()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// observeBench makes leaderChanges changes (elect, resign, elect, …) and
+// times each from the call to the moment the last observer received it.
+func observeBench(c *coordinator, kind string) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const election = "bench/election"
+	received := make([][]time.Time, leaderChanges+1) // [change][observer]; change 0 is the initial state
+	for i := range received {
+		received[i] = make([]time.Time, observers)
+	}
+	var counts [observers]atomic.Int32
+	var wg sync.WaitGroup
+	errs := make(chan error, observers)
+	for o := range observers {
+		stream, err := c.client.Observe(ctx, &coordinatorv1.ObserveRequest{Election: election})
+		if err != nil {
+			return fmt.Errorf("observe: %w", err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				if _, err := stream.Recv(); err != nil {
+					if ctx.Err() == nil {
+						errs <- err
+					}
+					return
+				}
+				n := counts[o].Load()
+				if int(n) < len(received) {
+					received[n][o] = time.Now()
+				}
+				counts[o].Add(1)
+			}
+		}()
+	}
+	waitAll := func(n int32) error {
+		deadline := time.Now().Add(30 * time.Second)
+		for o := range observers {
+			for counts[o].Load() < n {
+				if time.Now().After(deadline) {
+					return fmt.Errorf("observer %d received %d events, want %d", o, counts[o].Load(), n)
+				}
+				select {
+				case err := <-errs:
+					return err
+				default:
+				}
+				time.Sleep(100 * time.Microsecond)
+			}
+		}
+		return nil
+	}
+	if err := waitAll(1); err != nil {
+		return err
+	}
+
+	sent := make([]time.Time, leaderChanges+1)
+	ttl := durationpb.New(time.Minute)
+	var term uint64
+	start := time.Now()
+	for k := 1; k <= leaderChanges; k++ {
+		sent[k] = time.Now()
+		if k%2 == 1 {
+			resp, err := c.client.Campaign(ctx, &coordinatorv1.CampaignRequest{Election: election, Candidate: "bench", Value: []byte("v"), Ttl: ttl})
+			if err != nil || !resp.GetElected() {
+				return fmt.Errorf("campaign: %v, %v", resp, err)
+			}
+			term = resp.GetLeader().GetTerm()
+		} else if _, err := c.client.Resign(ctx, &coordinatorv1.ResignRequest{Election: election, Candidate: "bench", Term: term}); err != nil {
+			return fmt.Errorf("resign: %w", err)
+		}
+		if err := waitAll(int32(k + 1)); err != nil {
+			return err
+		}
+	}
+	elapsed := time.Since(start)
+	cancel()
+	wg.Wait()
+
+	lastArrivals := make([]time.Duration, 0, leaderChanges)
+	for k := 1; k <= leaderChanges; k++ {
+		lastArrivals = append(lastArrivals, slices.MaxFunc(received[k], func(a, b time.Time) int { return a.Compare(b) }).Sub(sent[k]))
+	}
+	fmt.Printf("observe, %s store: %d observers, %d leader changes: %.0f notifications/s; change to last observer p50 %s p99 %s\n",
+		kind, observers, leaderChanges, float64(observers*leaderChanges)/elapsed.Seconds(),
+		percentile(lastArrivals, 0.5).Round(time.Microsecond), percentile(lastArrivals, 0.99).Round(time.Microsecond))
+	return nil
+}
+
+// keepAliveBench renews keepAliveCount leases over one KeepAlive stream, and
+// the same leases with unary Renew calls from 64 workers.
+func keepAliveBench(c *coordinator, kind string) error {
+	ctx := context.Background()
+	ttl := durationpb.New(time.Minute)
+	tokens := make([]uint64, keepAliveCount)
+	names := make([]string, keepAliveCount)
+	acquire := closedLoopN(keepAliveCount, 64, func(i int) error {
+		names[i] = fmt.Sprintf("bench/ka/%d", i)
+		resp, err := c.client.TryAcquire(ctx, &coordinatorv1.TryAcquireRequest{Name: names[i], Holder: "bench", Ttl: ttl})
+		if err != nil {
+			return err
+		}
+		tokens[i] = resp.GetLease().GetToken()
+		return nil
+	})
+	if acquire != nil {
+		return acquire
+	}
+
+	stream, err := c.client.KeepAlive(ctx)
+	if err != nil {
+		return err
+	}
+	const rounds = 3
+	start := time.Now()
+	for range rounds {
+		sendErr := make(chan error, 1)
+		go func() {
+			for i := range keepAliveCount {
+				if err := stream.Send(&coordinatorv1.KeepAliveRequest{Name: names[i], Holder: "bench", Token: tokens[i], Ttl: ttl}); err != nil {
+					sendErr <- err
+					return
+				}
+			}
+			sendErr <- nil
+		}()
+		for range keepAliveCount {
+			resp, err := stream.Recv()
+			if err != nil {
+				return err
+			}
+			if resp.GetLease() == nil {
+				return fmt.Errorf("keepalive of %s: %v", resp.GetName(), resp.GetLost())
+			}
+		}
+		if err := <-sendErr; err != nil {
+			return err
+		}
+	}
+	streamRate := float64(rounds*keepAliveCount) / time.Since(start).Seconds()
+	_ = stream.CloseSend()
+
+	start = time.Now()
+	for range rounds {
+		if err := closedLoopN(keepAliveCount, 64, func(i int) error {
+			_, err := c.client.Renew(ctx, &coordinatorv1.RenewRequest{Name: names[i], Holder: "bench", Token: tokens[i], Ttl: ttl})
+			return err
+		}); err != nil {
+			return err
+		}
+	}
+	unaryRate := float64(rounds*keepAliveCount) / time.Since(start).Seconds()
+	fmt.Printf("renewals, %s store: %d leases: KeepAlive (one stream) %.0f/s, unary Renew (64 workers) %.0f/s, ratio %.2f\n",
+		kind, keepAliveCount, streamRate, unaryRate, streamRate/unaryRate)
+	return nil
+}
+
+// closedLoopN runs op(0..n-1) from workers goroutines and returns the first
+// error.
+func closedLoopN(n, workers int, op func(i int) error) error {
+	var next atomic.Int64
+	var first atomic.Pointer[error]
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n || first.Load() != nil {
+					return
+				}
+				if err := op(i); err != nil {
+					first.CompareAndSwap(nil, &err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := first.Load(); err != nil {
+		return *err
+	}
+	return nil
+}

@@ -40,6 +40,9 @@ type Options struct {
 	// released) from being granted again for this long, so that a holder that
 	// was only paused cannot act beside its successor. 0 disables it.
 	LockDelay time.Duration
+	// NoPipelining sends every script call on its own instead of batching
+	// concurrent calls into pipelines; for measuring the difference.
+	NoPipelining bool
 	// OnDataLoss, when set, is called once per detected data loss (by the
 	// coordinator whose script detected it) with Quarantine, for metrics.
 	// It runs on the calling goroutine and must not block.
@@ -68,6 +71,7 @@ type Store struct {
 	onDataLoss   func(time.Duration)
 	log          *slog.Logger
 
+	pipeline  *pipeliner // nil with Options.NoPipelining
 	events    events
 	closeOnce sync.Once
 	closeErr  error
@@ -129,6 +133,9 @@ func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Stor
 		if err := sc.Load(ctx, client).Err(); err != nil {
 			return nil, wrapErr("load scripts", err)
 		}
+	}
+	if !opts.NoPipelining {
+		s.pipeline = newPipeliner(client)
 	}
 	return s, nil
 }
@@ -199,7 +206,7 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 		waiterTTL = DefaultWaiterTTL
 	}
 	k := s.keys(req.Name)
-	reply, err := acquireScript.Run(ctx, s.client,
+	reply, err := s.run(ctx, acquireScript,
 		[]string{k.lease, k.fence, k.queue, k.waiters, k.marker},
 		req.Holder, durationMS(req.TTL), req.Value, req.Waiter, durationMS(waiterTTL),
 		s.quarantineMS, s.channel, req.Name, s.lockDelayMS,
@@ -260,7 +267,7 @@ func (s *Store) Renew(ctx context.Context, name, holder string, token uint64, tt
 		return store.Lease{}, fmt.Errorf("redisstore: renew %q: ttl %s is not positive", name, ttl)
 	}
 	k := s.keys(name)
-	reply, err := renewScript.Run(ctx, s.client, []string{k.lease},
+	reply, err := s.run(ctx, renewScript, []string{k.lease},
 		holder, strconv.FormatUint(token, 10), durationMS(ttl), s.lockDelayMS).Slice()
 	if err != nil {
 		return store.Lease{}, wrapErr("renew", err)
@@ -290,7 +297,7 @@ func (s *Store) Renew(ctx context.Context, name, holder string, token uint64, tt
 // Release implements store.Store.
 func (s *Store) Release(ctx context.Context, name, holder string, token uint64) (bool, error) {
 	k := s.keys(name)
-	n, err := releaseScript.Run(ctx, s.client, []string{k.lease},
+	n, err := s.run(ctx, releaseScript, []string{k.lease},
 		holder, strconv.FormatUint(token, 10), s.channel, name).Int64()
 	if err != nil {
 		return false, wrapErr("release", err)
@@ -301,14 +308,14 @@ func (s *Store) Release(ctx context.Context, name, holder string, token uint64) 
 // Dequeue implements store.Store.
 func (s *Store) Dequeue(ctx context.Context, name, waiter string) error {
 	k := s.keys(name)
-	err := dequeueScript.Run(ctx, s.client, []string{k.queue, k.waiters}, waiter, s.channel, name).Err()
+	err := s.run(ctx, dequeueScript, []string{k.queue, k.waiters}, waiter, s.channel, name).Err()
 	return wrapErr("dequeue", err)
 }
 
 // Describe implements store.Store.
 func (s *Store) Describe(ctx context.Context, name string) (store.Description, error) {
 	k := s.keys(name)
-	reply, err := describeScript.Run(ctx, s.client, []string{k.lease, k.fence, k.waiters}).Slice()
+	reply, err := s.run(ctx, describeScript, []string{k.lease, k.fence, k.waiters}).Slice()
 	if err != nil {
 		return store.Description{}, wrapErr("describe", err)
 	}
@@ -450,11 +457,23 @@ func (s *Store) Subscribe(notify func(name string)) (unsubscribe func()) {
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.events.close()
+		if s.pipeline != nil {
+			s.pipeline.close()
+		}
 		if s.ownsClient {
 			s.closeErr = s.client.Close()
 		}
 	})
 	return s.closeErr
+}
+
+// run runs a script, in a pipeline with concurrent calls unless pipelining
+// is off.
+func (s *Store) run(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
+	if s.pipeline == nil {
+		return script.Run(ctx, s.client, keys, args...)
+	}
+	return s.pipeline.run(ctx, script, keys, args...)
 }
 
 // durationMS rounds d up to whole milliseconds, at least 1.

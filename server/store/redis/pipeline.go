@@ -1,0 +1,133 @@
+package redisstore
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Script calls that arrive while others are on their way to Redis are sent
+// together as one pipeline: concurrent requests then share round trips and
+// system calls, on the coordinator and on Redis, which is where a lease
+// service spends its time. Each script stays atomic; calls that are
+// concurrent anyway have no order to keep. A lone call goes out at once.
+const (
+	pipelineSenders  = 4   // pipelines in flight at once
+	pipelineMaxCalls = 256 // calls in one pipeline
+	// pipelineTimeout bounds one pipeline when Redis hangs without closing
+	// the connection; callers stop waiting when their own context ends.
+	pipelineTimeout = 10 * time.Second
+)
+
+type scriptCall struct {
+	script *redis.Script
+	keys   []string
+	args   []any
+	cmd    *redis.Cmd
+	done   chan struct{}
+}
+
+// pipeliner batches script calls onto one client.
+type pipeliner struct {
+	client redis.UniversalClient
+	calls  chan *scriptCall
+	stop   chan struct{}
+	wg     sync.WaitGroup
+}
+
+func newPipeliner(client redis.UniversalClient) *pipeliner {
+	p := &pipeliner{client: client, calls: make(chan *scriptCall, pipelineMaxCalls), stop: make(chan struct{})}
+	for range pipelineSenders {
+		p.wg.Add(1)
+		go p.send()
+	}
+	return p
+}
+
+// run runs script like Script.Run, sharing a pipeline with concurrent calls.
+func (p *pipeliner) run(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
+	call := &scriptCall{script: script, keys: keys, args: args, done: make(chan struct{})}
+	select {
+	case p.calls <- call:
+	case <-ctx.Done():
+		return failedCmd(ctx, ctx.Err())
+	case <-p.stop:
+		return failedCmd(ctx, redis.ErrClosed)
+	}
+	select {
+	case <-call.done:
+		return call.cmd
+	case <-ctx.Done():
+		// The call may still take effect, as any call cut off in flight.
+		return failedCmd(ctx, ctx.Err())
+	}
+}
+
+func failedCmd(ctx context.Context, err error) *redis.Cmd {
+	cmd := redis.NewCmd(ctx)
+	cmd.SetErr(err)
+	return cmd
+}
+
+func (p *pipeliner) send() {
+	defer p.wg.Done()
+	batch := make([]*scriptCall, 0, pipelineMaxCalls)
+	for {
+		select {
+		case call := <-p.calls:
+			batch = append(batch[:0], call)
+		case <-p.stop:
+			return
+		}
+	more:
+		for len(batch) < pipelineMaxCalls {
+			select {
+			case call := <-p.calls:
+				batch = append(batch, call)
+			default:
+				break more
+			}
+		}
+		p.exec(batch)
+	}
+}
+
+func (p *pipeliner) exec(batch []*scriptCall) {
+	ctx, cancel := context.WithTimeout(context.Background(), pipelineTimeout)
+	defer cancel()
+	if len(batch) == 1 {
+		call := batch[0]
+		call.cmd = call.script.Run(ctx, p.client, call.keys, call.args...)
+		close(call.done)
+		return
+	}
+	pipe := p.client.Pipeline()
+	for _, call := range batch {
+		call.cmd = call.script.EvalSha(ctx, pipe, call.keys, call.args...)
+	}
+	_, _ = pipe.Exec(ctx) // each command carries its own error
+	for _, call := range batch {
+		if err := call.cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			// Redis restarted or flushed its scripts: send the source.
+			call.cmd = call.script.Run(ctx, p.client, call.keys, call.args...)
+		}
+		close(call.done)
+	}
+}
+
+// close stops the senders; calls still queued fail with ErrClosed.
+func (p *pipeliner) close() {
+	close(p.stop)
+	p.wg.Wait()
+	for {
+		select {
+		case call := <-p.calls:
+			call.cmd = failedCmd(context.Background(), redis.ErrClosed)
+			close(call.done)
+		default:
+			return
+		}
+	}
+}
