@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/coordinator-dev/coordinator/internal/redistest"
+	"github.com/coordinator-dev/coordinator/internal/redisurl"
 	"github.com/coordinator-dev/coordinator/server/store"
 )
 
@@ -23,11 +24,11 @@ func TestCluster(t *testing.T) {
 	if raw == "" {
 		raw = redistest.StartCluster(t, 3).URL()
 	}
-	c, err := parseURL(raw)
-	if err != nil || c.cluster == nil {
+	c, err := redisurl.Parse(raw)
+	if err != nil || c.Cluster == nil {
 		t.Fatalf("COORDINATOR_TEST_REDIS_CLUSTER_URL=%q is not a cluster URL: %v", raw, err)
 	}
-	client := redis.NewClusterClient(c.cluster)
+	client := redis.NewClusterClient(c.Cluster)
 	t.Cleanup(func() { _ = client.Close() })
 	var losses atomic.Int32
 	s := newStore(t, client, Options{Quarantine: 200 * time.Millisecond, OnDataLoss: func(time.Duration) { losses.Add(1) }})

@@ -6,22 +6,9 @@
 //
 // New takes any go-redis client: *redis.Client (standalone or Sentinel, as
 // made by redis.NewFailoverClient) or *redis.ClusterClient (Cluster mode,
-// detected from the type). NewFromURL builds one from a URL:
-//
-//	redis://[user:pass@]host[:port][/db][?option=value...]        standalone
-//	rediss://...                                                   standalone over TLS
-//	unix://[user:pass@]/path/to/redis.sock[?db=N]                  standalone over a socket
-//	redis+sentinel://[user:pass@]host1[:port],host2[:port]/mastername[/db][?option=value...]
-//	rediss+sentinel://...                                          Sentinel, TLS to every node
-//	redis+cluster://[user:pass@]host1[:port],host2[:port][?option=value...]
-//	rediss+cluster://...                                           Cluster over TLS
-//
-// Options are go-redis' URL options (redis.ParseURL, redis.ParseFailoverURL,
-// redis.ParseClusterURL), e.g. dial_timeout=3s&read_timeout=2s&pool_size=50.
-// Standalone and cluster ports default to 6379, sentinel ports to 26379. In a
-// sentinel URL user:pass authenticate to the master and replicas; the
-// sentinels' own credentials, if any, go in the sentinel_username and
-// sentinel_password options.
+// detected from the type). NewFromURL builds one from a URL of any form
+// package internal/redisurl accepts: redis://, rediss://, unix://,
+// redis+sentinel:// and redis+cluster://.
 //
 // # Keys
 //

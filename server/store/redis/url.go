@@ -2,18 +2,15 @@ package redisstore
 
 import (
 	"context"
-	"fmt"
-	"net/url"
-	"strings"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/coordinator-dev/coordinator/internal/redisurl"
 )
 
 // NewFromURL connects to the Redis deployment that url names (see the
 // package documentation for the accepted forms) and returns a Store owning
 // the client: Close closes it.
 func NewFromURL(ctx context.Context, rawURL string, opts Options) (*Store, error) {
-	client, err := clientFromURL(rawURL)
+	client, err := redisurl.NewClient(rawURL)
 	if err != nil {
 		return nil, err
 	}
@@ -24,182 +21,4 @@ func NewFromURL(ctx context.Context, rawURL string, opts Options) (*Store, error
 	}
 	s.ownsClient = true
 	return s, nil
-}
-
-// urlConfig is what a URL names: exactly one of its fields is set.
-type urlConfig struct {
-	standalone *redis.Options
-	sentinel   *redis.FailoverOptions
-	cluster    *redis.ClusterOptions
-}
-
-// clientFromURL builds the client for a standalone, Sentinel or Cluster URL.
-func clientFromURL(rawURL string) (redis.UniversalClient, error) {
-	c, err := parseURL(rawURL)
-	if err != nil {
-		return nil, err
-	}
-	switch {
-	case c.cluster != nil:
-		return redis.NewClusterClient(c.cluster), nil
-	case c.sentinel != nil:
-		return redis.NewFailoverClient(c.sentinel), nil
-	default:
-		return redis.NewClient(c.standalone), nil
-	}
-}
-
-// parseURL parses the URL forms of the package documentation.
-func parseURL(rawURL string) (urlConfig, error) {
-	scheme, rest, ok := strings.Cut(rawURL, "://")
-	if !ok {
-		return urlConfig{}, fmt.Errorf("redisstore: invalid Redis URL %s: no scheme", redact(rawURL))
-	}
-	switch scheme = strings.ToLower(scheme); scheme {
-	case "redis", "rediss", "unix":
-		o, err := redis.ParseURL(rawURL)
-		if err != nil {
-			return urlConfig{}, urlErr(rawURL, err)
-		}
-		return urlConfig{standalone: o}, nil
-	case "redis+cluster", "rediss+cluster":
-		u, err := multiHostURL(strings.TrimSuffix(scheme, "+cluster"), rest, "6379")
-		if err != nil {
-			return urlConfig{}, urlErr(rawURL, err)
-		}
-		if strings.Trim(u.Path, "/") != "" {
-			return urlConfig{}, urlErr(rawURL, fmt.Errorf("a cluster URL has no path (Redis Cluster has only db 0)"))
-		}
-		u.Path = ""
-		o, err := redis.ParseClusterURL(u.String())
-		if err != nil {
-			return urlConfig{}, urlErr(rawURL, err)
-		}
-		return urlConfig{cluster: o}, nil
-	case "redis+sentinel", "rediss+sentinel":
-		u, err := multiHostURL(strings.TrimSuffix(scheme, "+sentinel"), rest, "26379")
-		if err != nil {
-			return urlConfig{}, urlErr(rawURL, err)
-		}
-		o, err := sentinelOptions(u)
-		if err != nil {
-			return urlConfig{}, urlErr(rawURL, err)
-		}
-		return urlConfig{sentinel: o}, nil
-	default:
-		return urlConfig{}, fmt.Errorf("redisstore: invalid Redis URL %s: unknown scheme %q "+
-			"(want redis, rediss, unix, redis+sentinel, rediss+sentinel, redis+cluster or rediss+cluster)",
-			redact(rawURL), scheme)
-	}
-}
-
-// multiHostURL turns "[userinfo@]h1:p1,h2:p2/path?query" into a go-redis URL
-// of the given scheme whose host is h1:p1, the others added as addr=
-// parameters; hosts without a port get defPort.
-func multiHostURL(scheme, rest, defPort string) (*url.URL, error) {
-	hostEnd := strings.IndexAny(rest, "/?#")
-	if hostEnd < 0 {
-		hostEnd = len(rest)
-	}
-	authority, tail := rest[:hostEnd], rest[hostEnd:]
-	userinfo := ""
-	if at := strings.LastIndex(authority, "@"); at >= 0 {
-		userinfo, authority = authority[:at+1], authority[at+1:]
-	}
-	hosts := strings.Split(authority, ",")
-	for i, h := range hosts {
-		if h == "" {
-			return nil, fmt.Errorf("empty host in %q", authority)
-		}
-		if bracketed := strings.HasPrefix(h, "["); (bracketed && strings.HasSuffix(h, "]")) || (!bracketed && !strings.Contains(h, ":")) {
-			hosts[i] = h + ":" + defPort
-		}
-	}
-	u, err := url.Parse(scheme + "://" + userinfo + hosts[0] + tail)
-	if err != nil {
-		return nil, err
-	}
-	if u.Fragment != "" {
-		return nil, fmt.Errorf("unexpected fragment %q", u.Fragment)
-	}
-	q := u.Query()
-	for _, h := range hosts[1:] {
-		q.Add("addr", h)
-	}
-	u.RawQuery = q.Encode()
-	return u, nil
-}
-
-// sentinelOptions reads a redis(s)://[user:pass@]sentinel[?addr=...] URL
-// whose path is /mastername[/db]. userinfo authenticates to the master and
-// replicas; the sentinel_username and sentinel_password options to the
-// sentinels.
-func sentinelOptions(u *url.URL) (*redis.FailoverOptions, error) {
-	parts := strings.FieldsFunc(u.Path, func(r rune) bool { return r == '/' })
-	if len(parts) == 0 || len(parts) > 2 {
-		return nil, fmt.Errorf("a sentinel URL's path is /mastername[/db]")
-	}
-	master := parts[0]
-	q := u.Query()
-	if q.Has("master_name") {
-		return nil, fmt.Errorf("the master name goes in the path, not in master_name=")
-	}
-	q.Set("master_name", master)
-	sentUser, sentPass := q.Get("sentinel_username"), q.Get("sentinel_password")
-	q.Del("sentinel_username")
-	q.Del("sentinel_password")
-	user, pass := "", ""
-	if u.User != nil {
-		user = u.User.Username()
-		pass, _ = u.User.Password()
-	}
-	g := *u
-	g.User = nil
-	g.Path = ""
-	if len(parts) == 2 {
-		g.Path = "/" + parts[1]
-	}
-	g.RawQuery = q.Encode()
-	o, err := redis.ParseFailoverURL(g.String())
-	if err != nil {
-		return nil, err
-	}
-	o.Username, o.Password = user, pass
-	o.SentinelUsername, o.SentinelPassword = sentUser, sentPass
-	if o.SentinelPassword == "" {
-		o.SentinelUsername = ""
-	}
-	return o, nil
-}
-
-func urlErr(rawURL string, err error) error {
-	return fmt.Errorf("redisstore: invalid Redis URL %s: %w", redact(rawURL), err)
-}
-
-// redact hides a URL's password; it copes with multi-host URLs that
-// url.Parse rejects.
-func redact(rawURL string) string {
-	scheme, rest, ok := strings.Cut(rawURL, "://")
-	if !ok {
-		return "<invalid URL>"
-	}
-	hostEnd := strings.IndexAny(rest, "/?#")
-	if hostEnd < 0 {
-		hostEnd = len(rest)
-	}
-	authority := rest[:hostEnd]
-	if at := strings.LastIndex(authority, "@"); at >= 0 {
-		user, _, hasPass := strings.Cut(authority[:at], ":")
-		if hasPass {
-			authority = user + ":xxxxx" + authority[at:]
-		}
-	}
-	out := scheme + "://" + authority + rest[hostEnd:]
-	if u, err := url.Parse(out); err == nil && u.Query().Has("sentinel_password") {
-		q := u.Query()
-		q.Set("sentinel_password", "xxxxx")
-		u.RawQuery = q.Encode()
-		out = u.String()
-	}
-	return out
 }

@@ -1,4 +1,4 @@
-package redisstore
+package redisurl
 
 import (
 	"slices"
@@ -11,29 +11,29 @@ func TestParseURL(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		url   string
-		check func(t *testing.T, c urlConfig)
+		check func(t *testing.T, c Config)
 	}{
-		{"redis://localhost:6380/2", func(t *testing.T, c urlConfig) {
-			o := c.standalone
+		{"redis://localhost:6380/2", func(t *testing.T, c Config) {
+			o := c.Standalone
 			if o == nil || o.Addr != "localhost:6380" || o.DB != 2 || o.TLSConfig != nil {
 				t.Errorf("standalone = %+v", o)
 			}
 		}},
-		{"rediss://user:secret@cache.example/0?read_timeout=2s", func(t *testing.T, c urlConfig) {
-			o := c.standalone
+		{"rediss://user:secret@cache.example/0?read_timeout=2s", func(t *testing.T, c Config) {
+			o := c.Standalone
 			if o == nil || o.Addr != "cache.example:6379" || o.Username != "user" || o.Password != "secret" ||
 				o.TLSConfig == nil || o.ReadTimeout != 2*time.Second {
 				t.Errorf("standalone = %+v", o)
 			}
 		}},
-		{"unix:///run/redis.sock?db=3", func(t *testing.T, c urlConfig) {
-			if o := c.standalone; o == nil || o.Network != "unix" || o.Addr != "/run/redis.sock" || o.DB != 3 {
+		{"unix:///run/redis.sock?db=3", func(t *testing.T, c Config) {
+			if o := c.Standalone; o == nil || o.Network != "unix" || o.Addr != "/run/redis.sock" || o.DB != 3 {
 				t.Errorf("standalone = %+v", o)
 			}
 		}},
 		{"redis+sentinel://user:secret@s1:26380,s2,[::1]:26381/mymaster/4?sentinel_password=sp&dial_timeout=2s",
-			func(t *testing.T, c urlConfig) {
-				o := c.sentinel
+			func(t *testing.T, c Config) {
+				o := c.Sentinel
 				if o == nil {
 					t.Fatalf("config = %+v, want sentinel", c)
 				}
@@ -45,15 +45,15 @@ func TestParseURL(t *testing.T) {
 					t.Errorf("sentinel = %+v", o)
 				}
 			}},
-		{"rediss+sentinel://s1/mymaster", func(t *testing.T, c urlConfig) {
-			o := c.sentinel
+		{"rediss+sentinel://s1/mymaster", func(t *testing.T, c Config) {
+			o := c.Sentinel
 			if o == nil || !slices.Equal(o.SentinelAddrs, []string{"s1:26379"}) || o.MasterName != "mymaster" ||
 				o.DB != 0 || o.TLSConfig == nil || o.Password != "" || o.SentinelPassword != "" {
 				t.Errorf("sentinel = %+v", o)
 			}
 		}},
-		{"redis+cluster://user:secret@n1:7000,n2:7001,n3?read_timeout=1s", func(t *testing.T, c urlConfig) {
-			o := c.cluster
+		{"redis+cluster://user:secret@n1:7000,n2:7001,n3?read_timeout=1s", func(t *testing.T, c Config) {
+			o := c.Cluster
 			if o == nil {
 				t.Fatalf("config = %+v, want cluster", c)
 			}
@@ -64,8 +64,8 @@ func TestParseURL(t *testing.T) {
 				t.Errorf("cluster = %+v", o)
 			}
 		}},
-		{"rediss+cluster://n1:7000/", func(t *testing.T, c urlConfig) {
-			if o := c.cluster; o == nil || !slices.Equal(o.Addrs, []string{"n1:7000"}) || o.TLSConfig == nil {
+		{"rediss+cluster://n1:7000/", func(t *testing.T, c Config) {
+			if o := c.Cluster; o == nil || !slices.Equal(o.Addrs, []string{"n1:7000"}) || o.TLSConfig == nil {
 				t.Errorf("cluster = %+v", o)
 			}
 		}},
@@ -73,7 +73,7 @@ func TestParseURL(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.url, func(t *testing.T) {
 			t.Parallel()
-			c, err := parseURL(tc.url)
+			c, err := Parse(tc.url)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -96,13 +96,13 @@ func TestParseURLRejects(t *testing.T) {
 		"redis+cluster://n1,,n2",
 		"redis+cluster://n1?bogus=1",
 	} {
-		_, err := parseURL(raw)
+		_, err := Parse(raw)
 		if err == nil {
-			t.Errorf("parseURL(%q): no error", raw)
+			t.Errorf("Parse(%q): no error", raw)
 			continue
 		}
 		if strings.Contains(err.Error(), "secret") {
-			t.Errorf("parseURL(%q) error shows the password: %v", raw, err)
+			t.Errorf("Parse(%q) error shows the password: %v", raw, err)
 		}
 	}
 }
