@@ -16,6 +16,7 @@ type metrics struct {
 	duration   *prometheus.HistogramVec // task
 	fenced     *prometheus.CounterVec   // task
 	leasesLost *prometheus.CounterVec   // task
+	leader     prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -41,6 +42,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "housekeeper_leases_lost_total",
 			Help: "Held leases found lost (Done closed) before being released.",
 		}, []string{"task"}),
+		leader: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "housekeeper_leader",
+			Help: "Whether this instance is the elected leader, which reports the queue gauges: 1 or 0.",
+		}),
 	}
 	var err error
 	if m.unlocked, err = register(reg, m.unlocked); err != nil {
@@ -56,6 +61,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, err
 	}
 	if m.leasesLost, err = register(reg, m.leasesLost); err != nil {
+		return nil, err
+	}
+	if m.leader, err = register(reg, m.leader); err != nil {
 		return nil, err
 	}
 	for _, t := range []task{taskUnlock, taskTimeout} {

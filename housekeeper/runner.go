@@ -132,9 +132,16 @@ func New(rdb redis.UniversalClient, locker Locker, cfg Config) (*Runner, error) 
 func (r *Runner) Queues() *Queues { return r.queues }
 
 // SetLeader turns the housekeeper_queue_messages gauges on (this instance is
-// the elected leader) or off. Runners sharing one Registerer share one
-// collector, so this switches it for all of them.
-func (r *Runner) SetLeader(leader bool) { r.collector.SetEnabled(leader) }
+// the elected leader) or off, and sets housekeeper_leader. Runners sharing
+// one Registerer share these, so this switches them for all of them.
+func (r *Runner) SetLeader(leader bool) {
+	r.collector.SetEnabled(leader)
+	if leader {
+		r.m.leader.Set(1)
+	} else {
+		r.m.leader.Set(0)
+	}
+}
 
 // Run works until ctx is cancelled: every UnlockInterval an unlock cycle,
 // every TimeoutInterval a timeout cycle, each discovering the queues afresh.

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"strings"
 	"time"
+
+	"github.com/coordinator-dev/coordinator/internal/envflag"
 )
 
 // Config is the coordinator's configuration. Every field has a flag and an
@@ -36,71 +38,41 @@ const (
 	StoreRedis  = "redis"
 )
 
-// configVar describes one setting: its flag, environment variable and default.
-type configVar struct {
-	flag, env, def, usage string
-}
-
 // ParseConfig reads the configuration from args (without the program name)
 // and getenv. The usage text names the environment variable of every flag.
 func ParseConfig(fs *flag.FlagSet, args []string, getenv func(string) string) (Config, error) {
 	var c Config
-	var quarantine, maxTTL, lockDelay, shutdown, reconcile, level string
-	for _, v := range []struct {
-		configVar
-		dst *string
-	}{
-		{configVar{"listen", "COORDINATOR_LISTEN", "127.0.0.1:7400", "gRPC listen address"}, &c.Listen},
-		{configVar{"metrics-listen", "COORDINATOR_METRICS_LISTEN", "127.0.0.1:7401", "Prometheus /metrics listen address (empty: off)"}, &c.MetricsListen},
-		{configVar{"store", "COORDINATOR_STORE", StoreMemory, "lease store: memory or redis"}, &c.Store},
-		{configVar{"redis-url", "COORDINATOR_REDIS_URL", "redis://127.0.0.1:6379/0", "Redis URL (standalone, Sentinel or Cluster) for -store=redis"}, &c.RedisURL},
-		{configVar{"redis-key-prefix", "COORDINATOR_REDIS_KEY_PREFIX", "coordinator", "prefix of every Redis key the coordinator writes"}, &c.RedisKeyPrefix},
-		{configVar{"max-ttl", "COORDINATOR_MAX_TTL", "5m", "longest lease TTL a client may ask for"}, &maxTTL},
-		{configVar{"data-loss-quarantine", "COORDINATOR_DATA_LOSS_QUARANTINE", "", "how long grants stop after the store lost its data (default: max-ttl; 0: off)"}, &quarantine},
-		{configVar{"lock-delay", "COORDINATOR_LOCK_DELAY", "0s", "how long the name of a lease that expired (was not released) stays ungranted"}, &lockDelay},
-		{configVar{"shutdown-timeout", "COORDINATOR_SHUTDOWN_TIMEOUT", "10s", "how long a graceful shutdown waits for calls in flight"}, &shutdown},
-		{configVar{"observe-reconcile", "COORDINATOR_OBSERVE_RECONCILE", "1s", "how often observers re-read an election without a notification"}, &reconcile},
-		{configVar{"tls-cert", "COORDINATOR_TLS_CERT", "", "PEM certificate file: serve TLS"}, &c.TLSCert},
-		{configVar{"tls-key", "COORDINATOR_TLS_KEY", "", "PEM private key file of -tls-cert"}, &c.TLSKey},
-		{configVar{"tls-client-ca", "COORDINATOR_TLS_CLIENT_CA", "", "PEM CA file: require client certificates it signed (mTLS)"}, &c.TLSClientCA},
-		{configVar{"auth-token", "COORDINATOR_AUTH_TOKEN", "", "require 'authorization: Bearer TOKEN' on every call but health checks"}, &c.AuthToken},
-		{configVar{"log-level", "COORDINATOR_LOG_LEVEL", "info", "debug, info, warn or error"}, &level},
-		{configVar{"log-format", "COORDINATOR_LOG_FORMAT", "text", "text or json"}, &c.LogFormat},
-	} {
-		def := v.def
-		if env := getenv(v.env); env != "" {
-			def = env
-		}
-		fs.StringVar(v.dst, v.flag, def, fmt.Sprintf("%s [$%s]", v.usage, v.env))
-	}
-	if err := fs.Parse(args); err != nil {
+	var level string
+	v := envflag.New(fs, getenv)
+	v.String(&c.Listen, "listen", "COORDINATOR_LISTEN", "127.0.0.1:7400", "gRPC listen address")
+	v.String(&c.MetricsListen, "metrics-listen", "COORDINATOR_METRICS_LISTEN", "127.0.0.1:7401", "Prometheus /metrics listen address (empty: off)")
+	v.String(&c.Store, "store", "COORDINATOR_STORE", StoreMemory, "lease store: memory or redis")
+	v.String(&c.RedisURL, "redis-url", "COORDINATOR_REDIS_URL", "redis://127.0.0.1:6379/0", "Redis URL (standalone, Sentinel or Cluster) for -store=redis")
+	v.String(&c.RedisKeyPrefix, "redis-key-prefix", "COORDINATOR_REDIS_KEY_PREFIX", "coordinator", "prefix of every Redis key the coordinator writes")
+	v.Duration(&c.MaxTTL, "max-ttl", "COORDINATOR_MAX_TTL", 5*time.Minute, "longest lease TTL a client may ask for")
+	v.Duration(&c.DataLossQuarantine, "data-loss-quarantine", "COORDINATOR_DATA_LOSS_QUARANTINE", -1, "how long grants stop after the store lost its data (default: max-ttl; 0: off)")
+	v.Duration(&c.LockDelay, "lock-delay", "COORDINATOR_LOCK_DELAY", 0, "how long the name of a lease that expired (was not released) stays ungranted")
+	v.Duration(&c.ObserveReconcile, "observe-reconcile", "COORDINATOR_OBSERVE_RECONCILE", time.Second, "how often observers re-read an election without a notification")
+	v.Duration(&c.ShutdownTimeout, "shutdown-timeout", "COORDINATOR_SHUTDOWN_TIMEOUT", 10*time.Second, "how long a graceful shutdown waits for calls in flight")
+	v.String(&c.TLSCert, "tls-cert", "COORDINATOR_TLS_CERT", "", "PEM certificate file: serve TLS")
+	v.String(&c.TLSKey, "tls-key", "COORDINATOR_TLS_KEY", "", "PEM private key file of -tls-cert")
+	v.String(&c.TLSClientCA, "tls-client-ca", "COORDINATOR_TLS_CLIENT_CA", "", "PEM CA file: require client certificates it signed (mTLS)")
+	v.String(&c.AuthToken, "auth-token", "COORDINATOR_AUTH_TOKEN", "", "require 'authorization: Bearer TOKEN' on every call but health checks")
+	v.String(&level, "log-level", "COORDINATOR_LOG_LEVEL", "info", "debug, info, warn or error")
+	v.String(&c.LogFormat, "log-format", "COORDINATOR_LOG_FORMAT", "text", "text or json")
+	if err := v.Parse(args); err != nil {
 		return c, err
-	}
-	if fs.NArg() > 0 {
-		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 
 	var errs []error
-	duration := func(name, s string) time.Duration {
-		d, err := time.ParseDuration(s)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", name, err))
-		}
-		return d
+	if c.DataLossQuarantine == -1 {
+		c.DataLossQuarantine = c.MaxTTL
 	}
-	c.MaxTTL = duration("max-ttl", maxTTL)
-	c.ShutdownTimeout = duration("shutdown-timeout", shutdown)
-	c.LockDelay = duration("lock-delay", lockDelay)
-	if c.LockDelay < 0 {
-		errs = append(errs, errors.New("lock-delay: must not be negative"))
-	}
-	c.ObserveReconcile = duration("observe-reconcile", reconcile)
 	if c.ObserveReconcile <= 0 {
 		errs = append(errs, errors.New("observe-reconcile: must be positive"))
 	}
-	c.DataLossQuarantine = c.MaxTTL
-	if quarantine != "" {
-		c.DataLossQuarantine = duration("data-loss-quarantine", quarantine)
+	if c.LockDelay < 0 {
+		errs = append(errs, errors.New("lock-delay: must not be negative"))
 	}
 	if err := c.LogLevel.UnmarshalText([]byte(level)); err != nil {
 		errs = append(errs, fmt.Errorf("log-level: %w", err))

@@ -150,7 +150,7 @@ func TestParseConfig(t *testing.T) {
 			return c.DataLossQuarantine == 0
 		}, ""},
 		{"unknown store", []string{"-store", "etcd"}, nil, nil, "store"},
-		{"bad duration", nil, map[string]string{"COORDINATOR_MAX_TTL": "soon"}, nil, "max-ttl"},
+		{"bad duration", nil, map[string]string{"COORDINATOR_MAX_TTL": "soon"}, nil, "COORDINATOR_MAX_TTL"},
 		{"negative quarantine", []string{"-data-loss-quarantine", "-1s"}, nil, nil, "data-loss-quarantine"},
 		{"key without cert", []string{"-tls-key", "k.pem"}, nil, nil, "tls-cert"},
 		{"braces in prefix", []string{"-redis-key-prefix", "a{b}"}, nil, nil, "redis-key-prefix"},

@@ -1,0 +1,229 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/coordinator-dev/coordinator/housekeeper/housekeepertest"
+	"github.com/coordinator-dev/coordinator/internal/coordtest"
+	"github.com/coordinator-dev/coordinator/internal/redistest"
+)
+
+// expected is where one seeded message must end up.
+type expected struct {
+	set   housekeepertest.Set
+	score float64
+}
+
+// TestThreeInstancesOneKilled runs three housekeeper processes against one
+// coordinator and one Deckard Redis, kills one with SIGKILL mid-run, and
+// checks that every due message reached the active pool exactly once with
+// the right score while nothing not yet due moved.
+func TestThreeInstancesOneKilled(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "housekeeper")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	coord := coordtest.Start(t, coordtest.Config(t, "redis"))
+	rdb := redistest.Client(t)
+	d := housekeepertest.Deckard{Prefix: fmt.Sprintf("hk-e2e-%d", time.Now().UnixNano())}
+	now := housekeepertest.NowMs(t, rdb)
+
+	const queues = 200
+	rng := rand.New(rand.NewPCG(1, 2))
+	want := map[string]map[string]expected{} // queue -> id -> where it must end
+	d.Seed(t, rdb, func(p redis.Pipeliner) {
+		for q := range queues {
+			queue := fmt.Sprintf("q%d", q)
+			if q%50 == 0 {
+				queue += "::x:tmp" // a look-alike name
+			}
+			want[queue] = map[string]expected{}
+			for i := range 60 {
+				id := fmt.Sprintf("m%d", i)
+				// Due over the next two seconds, so the work spans the kill; a
+				// tenth are due only in an hour and must not move.
+				due := now + int64(rng.IntN(2000))
+				if i%10 == 0 {
+					due = now + 3_600_000
+				}
+				switch i % 3 {
+				case 0: // in flight: times out to score 0
+					d.Put(context.Background(), p, queue, housekeepertest.Tmp, id, float64(due))
+					want[queue][id] = expected{housekeepertest.Active, 0}
+					if i%10 == 0 {
+						want[queue][id] = expected{housekeepertest.Tmp, float64(due)}
+					}
+				case 1: // acked with a lock and a saved score, some negative or fractional
+					score := float64(rng.IntN(1000)) - 500.25
+					d.Put(context.Background(), p, queue, housekeepertest.LockAck, id, float64(due))
+					d.Put(context.Background(), p, queue, housekeepertest.LockAckScore, id, score)
+					want[queue][id] = expected{housekeepertest.Active, score}
+					if i%10 == 0 {
+						want[queue][id] = expected{housekeepertest.LockAck, float64(due)}
+					}
+				case 2: // nacked with a lock, no saved score: back with 0
+					d.Put(context.Background(), p, queue, housekeepertest.LockNack, id, float64(due))
+					want[queue][id] = expected{housekeepertest.Active, 0}
+					if i%10 == 0 {
+						want[queue][id] = expected{housekeepertest.LockNack, float64(due)}
+					}
+				}
+			}
+		}
+	})
+
+	var procs []*exec.Cmd
+	var metricsAddrs []string
+	for i := range 3 {
+		metricsAddr := freeAddr(t)
+		cmd := exec.Command(bin)
+		cmd.Env = append(os.Environ(),
+			"HOUSEKEEPER_COORDINATOR_ADDR="+coord.Addr(),
+			"HOUSEKEEPER_REDIS_URL="+redistest.URL(t),
+			"HOUSEKEEPER_PREFIX="+d.Prefix,
+			fmt.Sprintf("HOUSEKEEPER_INSTANCE_ID=hk-%d", i),
+			"HOUSEKEEPER_METRICS_LISTEN="+metricsAddr,
+			"HOUSEKEEPER_UNLOCK_INTERVAL=100ms",
+			"HOUSEKEEPER_TIMEOUT_INTERVAL=100ms",
+			"HOUSEKEEPER_LEASE_TTL=1s",
+			"HOUSEKEEPER_BATCH_SIZE=7",
+			"HOUSEKEEPER_LEASE_NAMESPACE="+d.Prefix,
+		)
+		cmd.Stderr = &prefixWriter{t: t, prefix: fmt.Sprintf("hk-%d: ", i)}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		})
+		procs = append(procs, cmd)
+		metricsAddrs = append(metricsAddrs, metricsAddr)
+	}
+
+	time.Sleep(700 * time.Millisecond)
+	if err := procs[0].Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+
+	// The survivors take the dead one's queues over within its lease TTL.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		pending := 0
+		for queue, ids := range want {
+			snap := d.Snapshot(t, rdb, queue)
+			for id, w := range ids {
+				if got, ok := snap[w.set][id]; !ok || got != w.score {
+					pending++
+				}
+			}
+		}
+		if pending == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d messages are not where they belong", pending)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// Exactly once: every id is in exactly one set, with nothing left behind
+	// in a score set.
+	for queue, ids := range want {
+		snap := d.Snapshot(t, rdb, queue)
+		total := 0
+		for _, s := range []housekeepertest.Set{housekeepertest.Active, housekeepertest.Tmp, housekeepertest.LockAck, housekeepertest.LockNack} {
+			total += len(snap[s])
+		}
+		if total != len(ids) {
+			t.Fatalf("queue %s holds %d messages across its sets, want %d", queue, total, len(ids))
+		}
+		for id := range snap[housekeepertest.LockAckScore] {
+			if ids[id].set == housekeepertest.Active {
+				t.Fatalf("queue %s: %s moved but its saved score stayed", queue, id)
+			}
+		}
+	}
+
+	// Exactly one survivor leads and reports the queue gauges.
+	leaders := 0
+	for _, addr := range metricsAddrs[1:] {
+		body := scrape(t, addr)
+		if strings.Contains(body, "\nhousekeeper_leader 1\n") {
+			leaders++
+			if !strings.Contains(body, "housekeeper_queue_messages{") {
+				t.Fatalf("the leader reports no queue gauges:\n%s", body)
+			}
+		}
+	}
+	if leaders != 1 {
+		t.Fatalf("%d leaders among the survivors, want 1", leaders)
+	}
+
+	// SIGTERM: the survivors finish, release their leases and exit 0.
+	for _, p := range procs[1:] {
+		_ = p.Process.Signal(syscall.SIGTERM)
+	}
+	for _, p := range procs[1:] {
+		if err := p.Wait(); err != nil {
+			t.Fatalf("housekeeper exited with %v after SIGTERM", err)
+		}
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	return lis.Addr().String()
+}
+
+func scrape(t *testing.T, addr string) string {
+	t.Helper()
+	var lastErr error
+	for range 50 {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err == nil {
+			var b strings.Builder
+			sc := bufio.NewScanner(resp.Body)
+			sc.Buffer(make([]byte, 1<<20), 1<<20)
+			for sc.Scan() {
+				b.WriteString(sc.Text() + "\n")
+			}
+			resp.Body.Close()
+			return b.String()
+		}
+		lastErr = err
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("scrape %s: %v", addr, lastErr)
+	return ""
+}
+
+// prefixWriter sends a process's log lines to the test log.
+type prefixWriter struct {
+	t      *testing.T
+	prefix string
+}
+
+func (w *prefixWriter) Write(p []byte) (int, error) {
+	if testing.Verbose() {
+		w.t.Log(w.prefix + strings.TrimRight(string(p), "\n"))
+	}
+	return len(p), nil
+}

@@ -1,0 +1,78 @@
+// Package envflag defines command-line flags whose defaults come from
+// environment variables, so that every setting of a binary can be given
+// either way, a flag winning, and -help names the variable of each flag.
+package envflag
+
+import (
+	"flag"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Set adds env-backed flags to a flag.FlagSet.
+type Set struct {
+	fs     *flag.FlagSet
+	getenv func(string) string
+	errs   []error
+}
+
+// New returns a Set defining flags on fs, reading variables with getenv.
+func New(fs *flag.FlagSet, getenv func(string) string) *Set {
+	return &Set{fs: fs, getenv: getenv}
+}
+
+func (s *Set) value(env, def string) string {
+	if v := s.getenv(env); v != "" {
+		return v
+	}
+	return def
+}
+
+func usage(text, env string) string { return fmt.Sprintf("%s [$%s]", text, env) }
+
+// String defines a string flag.
+func (s *Set) String(p *string, name, env, def, text string) {
+	s.fs.StringVar(p, name, s.value(env, def), usage(text, env))
+}
+
+// Duration defines a duration flag; a malformed variable is an error of
+// Parse.
+func (s *Set) Duration(p *time.Duration, name, env string, def time.Duration, text string) {
+	if v := s.getenv(env); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			s.errs = append(s.errs, fmt.Errorf("$%s: %w", env, err))
+		} else {
+			def = d
+		}
+	}
+	s.fs.DurationVar(p, name, def, usage(text, env))
+}
+
+// Int defines an int flag; a malformed variable is an error of Parse.
+func (s *Set) Int(p *int, name, env string, def int, text string) {
+	if v := s.getenv(env); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			s.errs = append(s.errs, fmt.Errorf("$%s: %w", env, err))
+		} else {
+			def = n
+		}
+	}
+	s.fs.IntVar(p, name, def, usage(text, env))
+}
+
+// Parse parses args and fails on a malformed variable or a stray argument.
+func (s *Set) Parse(args []string) error {
+	if err := s.fs.Parse(args); err != nil {
+		return err
+	}
+	if len(s.errs) > 0 {
+		return s.errs[0]
+	}
+	if s.fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", s.fs.Arg(0))
+	}
+	return nil
+}
