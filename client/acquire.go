@@ -1,0 +1,213 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
+)
+
+// maxWait is the longest wait the coordinator accepts in one call.
+const maxWait = 5 * time.Minute
+
+// maxConfirms bounds how many times in a row an acquisition re-confirms a
+// grant that arrived too late to leave much of its validity.
+const maxConfirms = 5
+
+// TryLock acquires the lock name if it is free (and nobody is queued for
+// it), without waiting. When someone else holds it, the error is a
+// *NotAcquiredError matching ErrNotAcquired and naming the holder. Other
+// errors are the coordinator's (gRPC status errors: see ErrorReason) or
+// ErrClosed.
+//
+// The lease is renewed in the background until Release, loss or Close.
+func (c *Client) TryLock(ctx context.Context, name string, opts ...LockOption) (*Lease, error) {
+	l, err := c.acquire(ctx, c.lockConfig(opts), false, "lock", name, c.tryAcquire(name))
+	if err != nil {
+		return nil, err
+	}
+	return &Lease{l: l}, nil
+}
+
+// Lock acquires the lock name, waiting for it in arrival order with the
+// other waiters (the coordinator queues them) until ctx ends. It retries
+// transient errors (coordinator or store unavailable) with backoff. When ctx
+// ends first, the error is a *NotAcquiredError that matches ErrNotAcquired
+// and ctx's error.
+//
+// The lease is renewed in the background until Release, loss or Close.
+func (c *Client) Lock(ctx context.Context, name string, opts ...LockOption) (*Lease, error) {
+	l, err := c.acquire(ctx, c.lockConfig(opts), true, "lock", name, c.tryAcquire(name))
+	if err != nil {
+		return nil, err
+	}
+	return &Lease{l: l}, nil
+}
+
+func (c *Client) lockConfig(opts []LockOption) lockConfig {
+	cfg := lockConfig{ttl: c.ttl}
+	for _, o := range opts {
+		o.applyLock(&cfg)
+	}
+	return cfg
+}
+
+// grant is a coordinator's answer to an acquisition.
+type grant struct {
+	acquired bool
+	token    uint64
+	ttl      time.Duration
+	value    []byte
+	holder   string // the current holder, when not acquired
+}
+
+// acquireCall asks the coordinator for a lease as holder, waiting up to wait.
+type acquireCall func(ctx context.Context, holder string, ttl, wait time.Duration) (grant, error)
+
+func (c *Client) tryAcquire(name string) acquireCall {
+	return func(ctx context.Context, holder string, ttl, wait time.Duration) (grant, error) {
+		req := &coordinatorv1.TryAcquireRequest{Name: name, Holder: holder, Ttl: durationpb.New(ttl)}
+		if wait > 0 {
+			req.Wait = durationpb.New(wait)
+		}
+		resp, err := c.api.TryAcquire(ctx, req)
+		if err != nil {
+			return grant{}, err
+		}
+		if !resp.GetAcquired() {
+			return grant{holder: resp.GetHolder()}, nil
+		}
+		return grant{
+			acquired: true,
+			token:    resp.GetLease().GetToken(),
+			ttl:      durationOr(resp.GetLease().GetTtl(), ttl),
+			value:    resp.GetLease().GetValue(),
+		}, nil
+	}
+}
+
+func durationOr(d *durationpb.Duration, def time.Duration) time.Duration {
+	if d.IsValid() && d.AsDuration() > 0 {
+		return d.AsDuration()
+	}
+	return def
+}
+
+// acquire runs an acquisition as a new holder: once (wait false) or until
+// granted or ctx ends (wait true), and registers the lease with the session.
+//
+// A grant's validity is counted from when its request was sent. A grant
+// that arrived after a long wait has little of it left, so it is confirmed
+// by asking again as the holder, which the coordinator answers at once with
+// the same token and a fresh TTL.
+func (c *Client) acquire(ctx context.Context, cfg lockConfig, wait bool, kind, name string, call acquireCall) (*lease, error) {
+	if cfg.ttl <= 0 {
+		return nil, fmt.Errorf("coordinator: %s %q: TTL %s is not positive", kind, name, cfg.ttl)
+	}
+	ctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	holder := c.newHolder()
+	usable := cfg.ttl - driftMargin(cfg.ttl)
+	var (
+		b        backoff
+		confirms int
+		lastErr  error
+	)
+	for {
+		var waitFor time.Duration
+		if wait && confirms == 0 {
+			waitFor = maxWait
+			if d, ok := ctx.Deadline(); ok {
+				waitFor = min(waitFor, time.Until(d))
+			}
+		}
+		sent := time.Now()
+		g, err := call(ctx, holder, cfg.ttl, waitFor)
+		if err != nil {
+			if ctx.Err() == nil && wait && transient(err) {
+				lastErr = err
+				if sleep(ctx, b.next(err)) {
+					continue // as the same holder: a lost grant is found again
+				}
+			}
+			if outcomeUnknown(err) {
+				c.abandon(name, holder)
+			}
+			if ctx.Err() != nil {
+				return nil, c.notAcquired(ctx, name, "", lastErr)
+			}
+			return nil, callError(ctx, fmt.Sprintf("%s %q", kind, name), err)
+		}
+		if !g.acquired {
+			confirms = 0
+			if !wait {
+				return nil, &NotAcquiredError{Name: name, Holder: g.holder}
+			}
+			// The coordinator stops waiting a little before the deadline.
+			if d, ok := ctx.Deadline(); ctx.Err() != nil || ok && time.Until(d) < 100*time.Millisecond {
+				sleep(ctx, time.Until(d))
+				return nil, c.notAcquired(ctx, name, g.holder, nil)
+			}
+			if time.Since(sent) < waitFor/2 {
+				// Answered long before the wait was over (a coordinator
+				// shutting down?): do not spin.
+				sleep(ctx, b.next(nil))
+			}
+			continue // the coordinator's longest wait passed: ask again
+		}
+		b.reset()
+		if remaining := time.Until(sent.Add(usable)); remaining < usable/2 && confirms < maxConfirms {
+			confirms++
+			continue
+		}
+		l := c.newLease(kind, name, holder, g.token, g.ttl, sent)
+		if !time.Now().Before(l.deadline) {
+			c.abandon(name, holder)
+			return nil, fmt.Errorf("coordinator: %s %q: every grant arrived after its validity ended (the coordinator answers slower than the TTL %s allows)", kind, name, cfg.ttl)
+		}
+		if err := c.sess.add(l); err != nil { // closed meanwhile
+			rctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			_, _ = c.api.Release(rctx, &coordinatorv1.ReleaseRequest{Name: name, Holder: holder, Token: g.token})
+			cancel()
+			return nil, err
+		}
+		return l, nil
+	}
+}
+
+func (c *Client) notAcquired(ctx context.Context, name, holder string, lastErr error) error {
+	cause := context.Cause(ctx)
+	if cause == nil {
+		cause = context.DeadlineExceeded
+	}
+	if errors.Is(cause, ErrClosed) {
+		return ErrClosed
+	}
+	if lastErr != nil {
+		cause = fmt.Errorf("%w (last error: %v)", cause, lastErr)
+	}
+	return &NotAcquiredError{Name: name, Holder: holder, Err: cause}
+}
+
+// abandon gives up a lease that an acquisition may have been granted without
+// hearing of it (the call failed after it was sent), so that others need not
+// wait for its TTL. Best-effort.
+func (c *Client) abandon(name, holder string) {
+	if c.isClosed() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	d, err := c.api.Describe(ctx, &coordinatorv1.DescribeRequest{Name: name})
+	if err != nil || !d.GetHeld() || d.GetLease().GetHolder() != holder {
+		return
+	}
+	if _, err := c.api.Release(ctx, &coordinatorv1.ReleaseRequest{Name: name, Holder: holder, Token: d.GetLease().GetToken()}); err != nil {
+		c.log.Warn("coordinator: could not give up a lease granted to an abandoned acquisition; it expires after its TTL",
+			"name", name, "holder", holder, "err", err)
+	}
+}

@@ -1,0 +1,299 @@
+package client
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"google.golang.org/grpc"
+	grpcbackoff "google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
+
+	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
+)
+
+// Client talks to one coordinator. It is safe for concurrent use; make one
+// per process and share it. Close it when done: Close stops the renewals of
+// every lease and leadership it holds and releases them.
+type Client struct {
+	api      coordinatorv1.CoordinatorClient
+	conn     *grpc.ClientConn // owned (New); nil with NewFromConn
+	identity string
+	ttl      time.Duration
+	log      *slog.Logger
+
+	closeTimeout time.Duration
+	seq          atomic.Uint64
+
+	// closing is cancelled, with ErrClosed, when Close starts.
+	closing     context.Context
+	cancelClose context.CancelCauseFunc
+	closeOnce   sync.Once
+	closeErr    error
+
+	// Goroutines of calls that outlive them (Observe), which Close waits
+	// for; none is added once goneMu saw Close.
+	goneMu sync.Mutex
+	gone   bool
+	wg     sync.WaitGroup
+
+	sess session
+}
+
+// New connects to the coordinator at target (host:port, or any gRPC target
+// such as "dns:///coordinator.example:7400"). The connection is made lazily:
+// New fails only on bad options, not on an unreachable coordinator.
+//
+// Without WithTLS or WithTransportCredentials the connection is plaintext.
+func New(target string, opts ...Option) (*Client, error) {
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	creds := cfg.creds
+	if creds == nil {
+		creds = insecure.NewCredentials()
+	}
+	dialOpts := []grpc.DialOption{
+		grpc.WithTransportCredentials(creds),
+		// A lease client must reconnect soon after the coordinator is back:
+		// gRPC's default backoff grows to two minutes, longer than any TTL.
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           grpcbackoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 3 * time.Second},
+			MinConnectTimeout: 5 * time.Second,
+		}),
+		// Notice a dead coordinator connection (the server allows pings
+		// every 5s).
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}),
+	}
+	conn, err := grpc.NewClient(target, append(dialOpts, cfg.dialOpts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("coordinator: connect to %s: %w", target, err)
+	}
+	c := newClient(conn, cfg)
+	c.conn = conn
+	return c, nil
+}
+
+// NewFromConn makes a Client on an existing connection, which it does not
+// close. Options that shape the connection (WithTLS, WithDialOptions…) are
+// ignored; it panics on an invalid WithIdentity or WithTTL, which New
+// reports as an error.
+func NewFromConn(conn grpc.ClientConnInterface, opts ...Option) *Client {
+	cfg, err := newConfig(opts)
+	if err != nil {
+		panic(err)
+	}
+	return newClient(conn, cfg)
+}
+
+func newConfig(opts []Option) (config, error) {
+	cfg := config{ttl: DefaultTTL, closeTimeout: DefaultCloseTimeout}
+	for _, o := range opts {
+		o.applyClient(&cfg)
+	}
+	if cfg.identity == "" {
+		cfg.identity = defaultIdentity()
+	}
+	if err := checkIdentity(cfg.identity); err != nil {
+		return cfg, err
+	}
+	if cfg.ttl <= 0 {
+		return cfg, fmt.Errorf("coordinator: TTL %s is not positive", cfg.ttl)
+	}
+	if cfg.log == nil {
+		cfg.log = slog.New(slog.DiscardHandler)
+	}
+	return cfg, nil
+}
+
+func newClient(conn grpc.ClientConnInterface, cfg config) *Client {
+	closing, cancel := context.WithCancelCause(context.Background())
+	c := &Client{
+		api:          coordinatorv1.NewCoordinatorClient(mdConn{cc: conn, md: cfg.metadata}),
+		identity:     cfg.identity,
+		ttl:          cfg.ttl,
+		log:          cfg.log,
+		closeTimeout: cfg.closeTimeout,
+		closing:      closing,
+		cancelClose:  cancel,
+	}
+	c.sess.init(c)
+	return c
+}
+
+// defaultIdentity is the host name, the process id and a random suffix.
+func defaultIdentity() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown"
+	}
+	if len(host) > 64 {
+		host = host[:64]
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return host + "-" + strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(b[:])
+}
+
+func checkIdentity(id string) error {
+	switch {
+	case len(id) > maxIdentityBytes:
+		return fmt.Errorf("coordinator: identity is %d bytes long; at most %d are allowed", len(id), maxIdentityBytes)
+	case !utf8.ValidString(id):
+		return errors.New("coordinator: identity is not valid UTF-8")
+	}
+	for _, r := range id {
+		if !unicode.IsPrint(r) {
+			return fmt.Errorf("coordinator: identity contains the unprintable character %U", r)
+		}
+	}
+	return nil
+}
+
+// Identity is the prefix of the holder of every lease and the candidate of
+// every campaign this Client makes (see WithIdentity). It is stable for the
+// life of the Client.
+func (c *Client) Identity() string { return c.identity }
+
+// newHolder returns a holder unique to one acquisition.
+func (c *Client) newHolder() string {
+	return c.identity + "#" + strconv.FormatUint(c.seq.Add(1), 10)
+}
+
+// API returns the raw gRPC client of the coordinator, carrying the Client's
+// metadata (WithMetadata, WithBearerToken), for what the Client does not
+// wrap: Describe, List, and Release or Resign by token on behalf of another
+// holder (an operator's tool). Leases acquired through it are not renewed.
+func (c *Client) API() coordinatorv1.CoordinatorClient { return c.api }
+
+// Close stops every renewal and closes the connection if New made it. Every
+// lease and leadership still held ends: its Done is closed and Err returns
+// ErrClosed (before anything is released). Close then releases them,
+// best-effort, for up to the close timeout (WithCloseTimeout), so that
+// waiters need not wait for their TTLs. Calls in progress (Lock, Campaign,
+// Observe…) return ErrClosed or end. When Close returns, none of the
+// Client's goroutines is left. Close is idempotent.
+func (c *Client) Close() error {
+	c.closeOnce.Do(func() {
+		c.cancelClose(ErrClosed)
+		c.goneMu.Lock()
+		c.gone = true
+		c.goneMu.Unlock()
+		held := c.sess.close()
+		c.releaseAll(held)
+		c.sess.wg.Wait()
+		c.wg.Wait()
+		if c.conn != nil {
+			c.closeErr = c.conn.Close()
+		}
+	})
+	return c.closeErr
+}
+
+// releaseAll releases leases that Close ended, a few at a time, until the
+// close timeout.
+func (c *Client) releaseAll(held []*lease) {
+	if len(held) == 0 || c.closeTimeout <= 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.closeTimeout)
+	defer cancel()
+	work := make(chan *lease)
+	var wg sync.WaitGroup
+	for range min(len(held), 16) {
+		wg.Go(func() {
+			for l := range work {
+				_, err := c.api.Release(ctx, &coordinatorv1.ReleaseRequest{Name: l.name, Holder: l.holder, Token: l.token})
+				if err != nil {
+					c.log.Warn("coordinator: could not release a lease on close; it expires after its TTL",
+						"name", l.name, "token", l.token, "err", err)
+				}
+			}
+		})
+	}
+	for _, l := range held {
+		work <- l
+	}
+	close(work)
+	wg.Wait()
+}
+
+// callCtx derives the context of a call from ctx, cancelled with ErrClosed
+// when the Client is closed.
+func (c *Client) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	if c.isClosed() {
+		cancel(ErrClosed)
+	}
+	stop := context.AfterFunc(c.closing, func() { cancel(ErrClosed) })
+	return ctx, func() {
+		stop()
+		cancel(context.Canceled)
+	}
+}
+
+// track counts a goroutine that Close must wait for; false when the Client
+// is closed, and the goroutine must not start.
+func (c *Client) track() bool {
+	c.goneMu.Lock()
+	defer c.goneMu.Unlock()
+	if c.gone {
+		return false
+	}
+	c.wg.Add(1)
+	return true
+}
+
+// isClosed reports whether Close was called.
+func (c *Client) isClosed() bool { return c.closing.Err() != nil }
+
+// mdConn adds the Client's metadata to every call.
+type mdConn struct {
+	cc grpc.ClientConnInterface
+	md []string
+}
+
+func (m mdConn) with(ctx context.Context) context.Context {
+	if len(m.md) == 0 {
+		return ctx
+	}
+	return metadata.AppendToOutgoingContext(ctx, m.md...)
+}
+
+// Invoke implements grpc.ClientConnInterface.
+func (m mdConn) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
+	return m.cc.Invoke(m.with(ctx), method, args, reply, opts...)
+}
+
+// NewStream implements grpc.ClientConnInterface.
+func (m mdConn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	return m.cc.NewStream(m.with(ctx), desc, method, opts...)
+}
+
+// sleep waits for d or until ctx ends; it reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -1,0 +1,64 @@
+// Package client is the Go SDK of the coordinator: locks and leader
+// elections as leases that renew themselves.
+//
+// A Client connects to one coordinator. TryLock and Lock return a *Lease on
+// a name; Campaign and RunAsLeader make this process the leader of an
+// election (a *Leadership); Leader and Observe tell who leads. Every blocking
+// call takes a context.
+//
+//	c, err := client.New("127.0.0.1:7400")
+//	…
+//	defer c.Close()
+//	lease, err := c.Lock(ctx, "reports/nightly")
+//	…
+//	defer lease.Release(context.Background())
+//	work(lease.Context(ctx), lease.Token())
+//
+// # Renewal
+//
+// A held Lease or Leadership renews itself in the background about every
+// TTL/3 (DefaultTTL is 15s; see WithTTL) until it is released, lost or its
+// Client is closed. All of a Client's leases share one KeepAlive stream and
+// one scheduler goroutine; none runs while the Client holds nothing.
+//
+// Validity is measured on this process's monotonic clock, never compared
+// with the coordinator's: a lease is valid until the time its last
+// successful grant or renewal was sent, plus the TTL, minus a margin of
+// max(TTL/10, 50ms). Transient failures (coordinator or store unreachable)
+// are retried while it is valid. If no renewal succeeds by then, the lease
+// ends with ErrExpired at that local deadline, which comes before the
+// coordinator's own expiry: the coordinator cannot have granted the name to
+// anyone else yet. A renewal the coordinator refuses (the lease expired
+// there, or the coordinator lost it) ends it with ErrLost at once.
+//
+// Done is closed and Context is cancelled the moment a lease ends, and Err
+// says why: ErrReleased, ErrLost, ErrExpired or ErrClosed.
+//
+// # Guarantees and limits
+//
+// The coordinator grants a name to at most one holder at a time, and every
+// grant carries a fencing token (Lease.Token, Leadership.Term) larger than
+// every earlier grant's for that name, across releases, expiries, restarts
+// and store data loss. Waiters (Lock, Campaign) are served in arrival order.
+//
+// A lease does not stop its holder from acting after it ended. A process
+// that is paused (a long GC, a stopped VM, a swapped-out page) or whose
+// clock jumps can go on acting after its lease expired and the name went to
+// someone else; Done is closed only when this process runs again. Only the
+// fencing token protects against that: pass it with every write to the
+// protected resource and have the resource refuse a token lower than the
+// highest it has seen. A lease without fencing is a good way to avoid doing
+// work twice, not a guarantee that it never happens.
+//
+// Each acquisition holds under a holder of its own (the Client's Identity
+// and a sequence number), so that two goroutines locking the same name
+// through one Client exclude each other like two processes do.
+//
+// A coordinator on the memory store forgets every lease when it restarts;
+// leases held through it end with ErrLost at their next renewal, while their
+// holders may still be acting: again, only fencing tokens protect then.
+//
+// Close ends every lease and leadership of the Client (ErrClosed) and
+// releases them best-effort, so that the next waiter need not wait for the
+// TTL. No goroutine of the Client outlives Close.
+package client

@@ -1,0 +1,220 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/coordinator-dev/coordinator/client"
+	"github.com/coordinator-dev/coordinator/server"
+)
+
+func ExampleClient_TryLock() {
+	addr, stop := startCoordinator() // a coordinator for the example
+	defer stop()
+	ctx := context.Background()
+
+	c, err := client.New(addr)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	lease, err := c.TryLock(ctx, "reports/nightly", client.WithTTL(10*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("holding", lease.Name())
+
+	// Any other attempt, through this Client or another, finds it held.
+	_, err = c.TryLock(ctx, "reports/nightly")
+	var notAcquired *client.NotAcquiredError
+	fmt.Println("again:", errors.Is(err, client.ErrNotAcquired), errors.As(err, &notAcquired) && notAcquired.Holder == lease.Holder())
+
+	if err := lease.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(lease.Err())
+	// Output:
+	// holding reports/nightly
+	// again: true true
+	// coordinator: released
+}
+
+func ExampleClient_Lock() {
+	addr, stop := startCoordinator()
+	defer stop()
+
+	c, err := client.New(addr)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	// Wait at most a minute for the lock, in arrival order.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	lease, err := c.Lock(ctx, "accounts/42")
+	if errors.Is(err, client.ErrNotAcquired) {
+		fmt.Println("busy:", err)
+		return
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lease.Release(context.Background())
+
+	// Work under the lock with a context that is cancelled if it is lost,
+	// and hand the fencing token to what the work writes.
+	work := func(ctx context.Context, token uint64) error {
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		default:
+			return nil // write with token
+		}
+	}
+	if err := work(lease.Context(ctx), lease.Token()); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("updated under", lease.Name())
+	// Output:
+	// updated under accounts/42
+}
+
+func ExampleClient_Campaign() {
+	addr, stop := startCoordinator()
+	defer stop()
+	ctx := context.Background()
+
+	c, err := client.New(addr)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	// Wait until elected; the leadership then renews itself.
+	leadership, err := c.Campaign(ctx, "scheduler", []byte("10.0.0.1:8080"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	leader, err := c.Leader(ctx, "scheduler")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("leader %s, term is mine: %v\n", leader.Value, leader.Term == leadership.Term())
+
+	if err := leadership.Resign(ctx); err != nil {
+		log.Fatal(err)
+	}
+	_, err = c.Leader(ctx, "scheduler")
+	fmt.Println(errors.Is(err, client.ErrNoLeader))
+	// Output:
+	// leader 10.0.0.1:8080, term is mine: true
+	// true
+}
+
+func ExampleClient_RunAsLeader() {
+	addr, stop := startCoordinator()
+	defer stop()
+
+	c, err := client.New(addr)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// Campaign, run the function while leader, resign when it returns, and
+	// campaign again, until ctx ends.
+	err = c.RunAsLeader(ctx, "compactor", []byte("host-a"), func(ctx context.Context) error {
+		fmt.Println("leading")
+		// Work until ctx is cancelled: the leadership was lost, or the
+		// caller is done. Here one round of work, then stop.
+		cancel()
+		<-ctx.Done()
+		return nil
+	})
+	fmt.Println("stopped:", err)
+	// Output:
+	// leading
+	// stopped: <nil>
+}
+
+func ExampleClient_Observe() {
+	addr, stop := startCoordinator()
+	defer stop()
+
+	c, err := client.New(addr)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	events := c.Observe(ctx, "scheduler")
+	show := func() {
+		switch ev := <-events; ev.Kind {
+		case client.Vacant:
+			fmt.Println(ev.Kind)
+		default:
+			fmt.Println(ev.Kind, string(ev.Leader.Value))
+		}
+	}
+	show() // the current state first
+
+	leadership, err := c.Campaign(ctx, "scheduler", []byte("10.0.0.1:8080"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	show()
+	if err := leadership.Proclaim(ctx, []byte("10.0.0.2:8080")); err != nil {
+		log.Fatal(err)
+	}
+	show()
+	if err := leadership.Resign(ctx); err != nil {
+		log.Fatal(err)
+	}
+	show()
+	// Output:
+	// VACANT
+	// ELECTED 10.0.0.1:8080
+	// PROCLAIMED 10.0.0.2:8080
+	// VACANT
+}
+
+// startCoordinator runs an in-process coordinator on the memory store, for
+// the examples.
+func startCoordinator() (addr string, stop func()) {
+	cfg, err := server.ParseConfig(flag.NewFlagSet("example", flag.ContinueOnError), nil, func(string) string { return "" })
+	if err != nil {
+		log.Fatal(err)
+	}
+	srv, err := server.New(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		log.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(lis)
+	}()
+	return lis.Addr().String(), func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+		<-done
+	}
+}

@@ -1,0 +1,116 @@
+package client
+
+import (
+	"bufio"
+	"context"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/coordinator-dev/coordinator/internal/coordtest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// stores are the coordinator stores every behaviour is proven against.
+var stores = []string{"memory", "redis"}
+
+// forEachStore runs test as a subtest against a fresh coordinator on each
+// store.
+func forEachStore(t *testing.T, test func(t *testing.T, coord *coordtest.Coordinator)) {
+	t.Helper()
+	for _, kind := range stores {
+		t.Run(kind, func(t *testing.T) {
+			test(t, coordtest.Start(t, coordtest.Config(t, kind)))
+		})
+	}
+}
+
+// dial connects a Client to coord, closed at the end of t.
+func dial(t testing.TB, coord *coordtest.Coordinator, opts ...Option) *Client {
+	t.Helper()
+	c, err := New(coord.Addr(), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func testCtx(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// waitDone waits (generously) for ch to close and returns when it saw it.
+func waitDone(t testing.TB, ch <-chan struct{}, within time.Duration, what string) time.Time {
+	t.Helper()
+	select {
+	case <-ch:
+		return time.Now()
+	case <-time.After(within):
+		t.Fatalf("%s: not done after %s", what, within)
+		return time.Time{}
+	}
+}
+
+// eventually polls cond until it holds or 20s pass.
+func eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: still not true after 20s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// confirmedAt is when the last successful grant or renewal of l was sent:
+// the coordinator's expiry is at least that plus the TTL.
+func confirmedAt(l *lease) (time.Time, time.Duration) {
+	l.c.sess.mu.Lock()
+	defer l.c.sess.mu.Unlock()
+	return l.confirmed, l.ttl
+}
+
+// renewals waits until l was renewed n times after now.
+func waitRenewed(t testing.TB, l *lease, n int) {
+	t.Helper()
+	for range n {
+		before, _ := confirmedAt(l)
+		eventually(t, "lease renewed", func() bool {
+			at, _ := confirmedAt(l)
+			return at.After(before)
+		})
+	}
+}
+
+// startedStreams reads how many calls of method the coordinator started,
+// from its Prometheus metrics.
+func startedStreams(t testing.TB, coord *coordtest.Coordinator, method string) int {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	coord.Server().MetricsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	total := 0
+	sc := bufio.NewScanner(rec.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "grpc_server_started_total{") || !strings.Contains(line, `grpc_method="`+method+`"`) {
+			continue
+		}
+		n, err := strconv.Atoi(line[strings.LastIndexByte(line, ' ')+1:])
+		if err != nil {
+			t.Fatalf("metrics line %q: %v", line, err)
+		}
+		total += n
+	}
+	return total
+}

@@ -1,0 +1,317 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
+	"github.com/coordinator-dev/coordinator/internal/coordtest"
+	"github.com/coordinator-dev/coordinator/internal/redistest"
+	"github.com/coordinator-dev/coordinator/server"
+)
+
+func TestLeaseSurvivesTenTTLsByRenewal(t *testing.T) {
+	forEachStore(t, func(t *testing.T, coord *coordtest.Coordinator) {
+		c := dial(t, coord)
+		ctx := testCtx(t)
+		const ttl = 300 * time.Millisecond
+		lease, err := c.TryLock(ctx, "survivor", WithTTL(ttl))
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-lease.Done():
+			t.Fatalf("lease ended while it should have been renewed: %v", lease.Err())
+		case <-time.After(10 * ttl):
+		}
+		d, err := c.API().Describe(ctx, &coordinatorv1.DescribeRequest{Name: "survivor"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !d.GetHeld() || d.GetLease().GetToken() != lease.Token() || d.GetLease().GetHolder() != lease.Holder() {
+			t.Fatalf("after 10 TTLs the coordinator says %v; want held by %s with token %d", d, lease.Holder(), lease.Token())
+		}
+		if err := lease.Release(ctx); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+		if !errors.Is(lease.Err(), ErrReleased) {
+			t.Fatalf("Err after Release = %v; want ErrReleased", lease.Err())
+		}
+		if err := lease.Release(ctx); err != nil {
+			t.Fatalf("second Release: %v; want nil", err)
+		}
+		if d, _ := c.API().Describe(ctx, &coordinatorv1.DescribeRequest{Name: "survivor"}); d.GetHeld() {
+			t.Fatal("the coordinator still holds a released lease")
+		}
+	})
+}
+
+// Done must close before the coordinator's own expiry whenever renewals
+// stop: refused at once when the coordinator forgot the lease, at the local
+// deadline when it cannot be reached.
+func TestLeaseEndsBeforeCoordinatorExpiry(t *testing.T) {
+	type fault struct {
+		name  string
+		ttl   time.Duration
+		start func(t *testing.T) *coordtest.Coordinator
+		// inject stops renewals from succeeding.
+		inject  func(t *testing.T, coord *coordtest.Coordinator)
+		wantErr error
+	}
+	var paused *redistest.Server
+	for _, f := range []fault{
+		{
+			name: "memory coordinator restarted forgets the lease",
+			ttl:  3 * time.Second,
+			start: func(t *testing.T) *coordtest.Coordinator {
+				return coordtest.Start(t, coordtest.Config(t, "memory"))
+			},
+			inject:  func(t *testing.T, coord *coordtest.Coordinator) { coord.Restart() },
+			wantErr: ErrLost,
+		},
+		{
+			name: "coordinator killed",
+			ttl:  3 * time.Second,
+			start: func(t *testing.T) *coordtest.Coordinator {
+				return coordtest.Start(t, coordtest.Config(t, "redis"))
+			},
+			inject:  func(t *testing.T, coord *coordtest.Coordinator) { coord.Kill() },
+			wantErr: ErrExpired,
+		},
+		{
+			name: "redis paused",
+			ttl:  3 * time.Second,
+			start: func(t *testing.T) *coordtest.Coordinator {
+				paused = redistest.Start(t, false)
+				cfg := coordtest.Config(t, "memory")
+				cfg.Store, cfg.RedisURL = server.StoreRedis, paused.URL()
+				return coordtest.Start(t, cfg)
+			},
+			inject:  func(t *testing.T, coord *coordtest.Coordinator) { paused.Pause(6 * time.Second) },
+			wantErr: ErrExpired,
+		},
+	} {
+		t.Run(f.name, func(t *testing.T) {
+			coord := f.start(t)
+			c := dial(t, coord)
+			lease, err := c.TryLock(testCtx(t), "fragile", WithTTL(f.ttl))
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitRenewed(t, lease.l, 1)
+
+			f.inject(t, coord)
+			doneAt := waitDone(t, lease.Done(), 4*f.ttl, "lease after the fault")
+			confirmed, ttl := confirmedAt(lease.l)
+			serverExpiry := confirmed.Add(ttl) // the earliest it can be
+			if !errors.Is(lease.Err(), f.wantErr) {
+				t.Fatalf("Err = %v; want %v", lease.Err(), f.wantErr)
+			}
+			if !doneAt.Before(serverExpiry) {
+				t.Fatalf("Done closed %s after the coordinator's expiry at the earliest", doneAt.Sub(serverExpiry))
+			}
+			localDeadline := confirmed.Add(ttl - driftMargin(ttl))
+			switch {
+			case f.wantErr == ErrExpired && doneAt.Before(localDeadline):
+				t.Fatalf("Done closed %s before the local deadline: gave up too early", localDeadline.Sub(doneAt))
+			case f.wantErr == ErrLost && !doneAt.Before(localDeadline):
+				t.Fatalf("refused renewal noticed only at the deadline")
+			}
+			t.Logf("ended %s before the earliest coordinator expiry: %v", serverExpiry.Sub(doneAt), lease.Err())
+
+			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+			defer cancel()
+			if err := lease.Release(ctx); !errors.Is(err, f.wantErr) {
+				t.Fatalf("Release of an ended lease = %v; want %v", err, f.wantErr)
+			}
+		})
+	}
+}
+
+func TestLockWaitsAndGetsTheLeaseWhenReleased(t *testing.T) {
+	forEachStore(t, func(t *testing.T, coord *coordtest.Coordinator) {
+		ctx := testCtx(t)
+		holderClient, waiterClient := dial(t, coord), dial(t, coord)
+		held, err := holderClient.TryLock(ctx, "queue", WithTTL(30*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		type result struct {
+			lease *Lease
+			err   error
+			at    time.Time
+		}
+		got := make(chan result, 1)
+		go func() {
+			l, err := waiterClient.Lock(ctx, "queue", WithTTL(30*time.Second))
+			got <- result{l, err, time.Now()}
+		}()
+		eventually(t, "waiter queued", func() bool {
+			d, err := holderClient.API().Describe(ctx, &coordinatorv1.DescribeRequest{Name: "queue"})
+			return err == nil && d.GetWaiters() == 1
+		})
+		select {
+		case r := <-got:
+			t.Fatalf("Lock returned while the lock was held: %v %v", r.lease, r.err)
+		case <-time.After(200 * time.Millisecond):
+		}
+
+		released := time.Now()
+		if err := held.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		r := <-got
+		if r.err != nil {
+			t.Fatalf("Lock: %v", r.err)
+		}
+		defer r.lease.Release(ctx)
+		if wait := r.at.Sub(released); wait > 5*time.Second {
+			t.Fatalf("Lock got the lease %s after the release", wait)
+		}
+		if r.lease.Token() <= held.Token() {
+			t.Fatalf("token %d after %d: fencing tokens must increase", r.lease.Token(), held.Token())
+		}
+	})
+}
+
+func TestTryLockReportsTheHolder(t *testing.T) {
+	forEachStore(t, func(t *testing.T, coord *coordtest.Coordinator) {
+		ctx := testCtx(t)
+		c := dial(t, coord)
+		first, err := c.TryLock(ctx, "solo")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer first.Release(ctx)
+		// The same Client, as another acquisition, is excluded too.
+		_, err = c.TryLock(ctx, "solo")
+		var notAcquired *NotAcquiredError
+		if !errors.Is(err, ErrNotAcquired) || !errors.As(err, &notAcquired) || notAcquired.Holder != first.Holder() {
+			t.Fatalf("second TryLock = %v; want ErrNotAcquired held by %s", err, first.Holder())
+		}
+
+		// Lock until a deadline: not acquired, matching the deadline too.
+		lctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		_, err = c.Lock(lctx, "solo")
+		if !errors.Is(err, ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Lock past its deadline = %v; want ErrNotAcquired and DeadlineExceeded", err)
+		}
+		if waited := time.Since(start); waited < 250*time.Millisecond {
+			t.Fatalf("Lock gave up after %s, before its deadline", waited)
+		}
+	})
+}
+
+func TestLeaseContextIsCancelledOnLoss(t *testing.T) {
+	coord := coordtest.Start(t, coordtest.Config(t, "memory"))
+	ctx := testCtx(t)
+	c := dial(t, coord)
+	lease, err := c.TryLock(ctx, "ctx", WithTTL(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lctx := lease.Context(ctx)
+	// An operator releases it behind the holder's back.
+	if _, err := c.API().Release(ctx, &coordinatorv1.ReleaseRequest{Name: "ctx", Holder: lease.Holder(), Token: lease.Token()}); err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, lctx.Done(), 10*time.Second, "lease context")
+	if !errors.Is(context.Cause(lctx), ErrLost) || !errors.Is(lease.Err(), ErrLost) {
+		t.Fatalf("cause %v, Err %v; want ErrLost", context.Cause(lctx), lease.Err())
+	}
+	if lease.Context(ctx).Err() == nil {
+		t.Fatal("a context derived from an ended lease is not done")
+	}
+}
+
+func TestConcurrentLocksThroughOneClientExclude(t *testing.T) {
+	coord := coordtest.Start(t, coordtest.Config(t, "memory"))
+	ctx := testCtx(t)
+	c := dial(t, coord)
+	var (
+		mu      sync.Mutex
+		inside  int
+		maxSeen int
+		tokens  []uint64
+		wg      sync.WaitGroup
+	)
+	for i := range 4 {
+		wg.Go(func() {
+			for range 3 {
+				l, err := c.Lock(ctx, "shared")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				inside++
+				maxSeen = max(maxSeen, inside)
+				tokens = append(tokens, l.Token())
+				mu.Unlock()
+				time.Sleep(time.Duration(i) * time.Millisecond)
+				mu.Lock()
+				inside--
+				mu.Unlock()
+				if err := l.Release(ctx); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if maxSeen != 1 {
+		t.Fatalf("%d holders at once", maxSeen)
+	}
+	for i := 1; i < len(tokens); i++ {
+		if tokens[i] <= tokens[i-1] {
+			t.Fatalf("tokens in grant order %v do not increase", tokens)
+		}
+	}
+}
+
+func TestCloseEndsAndReleasesLeases(t *testing.T) {
+	coord := coordtest.Start(t, coordtest.Config(t, "memory"))
+	ctx := testCtx(t)
+	c := dial(t, coord)
+	other := dial(t, coord)
+	var leases []*Lease
+	for i := range 3 {
+		l, err := c.TryLock(ctx, fmt.Sprintf("close/%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases = append(leases, l)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range leases {
+		select {
+		case <-l.Done():
+		default:
+			t.Fatal("Done not closed after Close")
+		}
+		if !errors.Is(l.Err(), ErrClosed) {
+			t.Fatalf("Err = %v; want ErrClosed", l.Err())
+		}
+		// Released by Close: another client gets it at once.
+		nl, err := other.TryLock(ctx, l.Name())
+		if err != nil {
+			t.Fatalf("after Close: %v", err)
+		}
+		_ = nl.Release(ctx)
+	}
+	if _, err := c.TryLock(ctx, "after-close"); !errors.Is(err, ErrClosed) {
+		t.Fatalf("TryLock on a closed Client = %v; want ErrClosed", err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+}

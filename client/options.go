@@ -1,0 +1,122 @@
+package client
+
+import (
+	"crypto/tls"
+	"log/slog"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+)
+
+// DefaultTTL is the lease TTL used when neither New nor the call is given
+// WithTTL.
+const DefaultTTL = 15 * time.Second
+
+// DefaultCloseTimeout bounds how long Close spends releasing the leases the
+// Client still holds.
+const DefaultCloseTimeout = 2 * time.Second
+
+// maxIdentityBytes leaves room in a holder (128 bytes at most) for the
+// per-acquisition suffix.
+const maxIdentityBytes = 100
+
+// Option configures a Client. Options are given to New or NewFromConn.
+type Option interface {
+	applyClient(*config)
+}
+
+// LockOption configures one acquisition: TryLock, Lock, Campaign or
+// RunAsLeader.
+type LockOption interface {
+	applyLock(*lockConfig)
+}
+
+type config struct {
+	ttl          time.Duration
+	identity     string
+	log          *slog.Logger
+	closeTimeout time.Duration
+	metadata     []string // key, value, key, value…
+	creds        credentials.TransportCredentials
+	dialOpts     []grpc.DialOption
+}
+
+type lockConfig struct {
+	ttl time.Duration
+}
+
+type optionFunc func(*config)
+
+func (f optionFunc) applyClient(c *config) { f(c) }
+
+// TTLOption sets a lease's time to live. It is both an Option (the Client's
+// default, DefaultTTL when not given) and a LockOption (that acquisition
+// only). The coordinator accepts TTLs from 100ms up to its configured maximum
+// (5 minutes by default).
+type TTLOption time.Duration
+
+// WithTTL sets the time to live of leases: the Client's default when given to
+// New, one acquisition's when given to TryLock, Lock, Campaign or
+// RunAsLeader. A held lease is renewed about every ttl/3, so the TTL is how
+// long a holder that stopped (crashed, partitioned) keeps others waiting.
+func WithTTL(ttl time.Duration) TTLOption { return TTLOption(ttl) }
+
+func (o TTLOption) applyClient(c *config)   { c.ttl = time.Duration(o) }
+func (o TTLOption) applyLock(c *lockConfig) { c.ttl = time.Duration(o) }
+
+// WithIdentity sets the Client's identity, which prefixes the holder of every
+// lease and the candidate of every campaign it makes: each acquisition holds
+// as identity + "#" + a sequence number, so that two acquisitions through one
+// Client exclude each other like any two clients. The default is the host
+// name, the process id and a random suffix. At most 100 bytes of printable
+// UTF-8.
+func WithIdentity(identity string) Option {
+	return optionFunc(func(c *config) { c.identity = identity })
+}
+
+// WithLogger sets where the Client logs what it cannot return: renewal
+// failures, stream reconnects, errors of RunAsLeader's function. The default
+// discards everything.
+func WithLogger(log *slog.Logger) Option {
+	return optionFunc(func(c *config) { c.log = log })
+}
+
+// WithMetadata adds a gRPC metadata pair to every call the Client makes.
+func WithMetadata(key, value string) Option {
+	return optionFunc(func(c *config) { c.metadata = append(c.metadata, key, value) })
+}
+
+// WithBearerToken sends "authorization: Bearer token" with every call, as a
+// coordinator started with -auth-token requires. Use it with TLS: the token
+// is sent in the clear otherwise.
+func WithBearerToken(token string) Option {
+	return WithMetadata("authorization", "Bearer "+token)
+}
+
+// WithTLS connects with TLS using cfg (nil: the system roots, no client
+// certificate). New only; NewFromConn uses the connection as it is.
+func WithTLS(cfg *tls.Config) Option {
+	if cfg == nil {
+		cfg = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	return WithTransportCredentials(credentials.NewTLS(cfg))
+}
+
+// WithTransportCredentials connects with creds. New only. The default is an
+// insecure (plaintext) connection.
+func WithTransportCredentials(creds credentials.TransportCredentials) Option {
+	return optionFunc(func(c *config) { c.creds = creds })
+}
+
+// WithDialOptions adds gRPC dial options, after the Client's own. New only.
+func WithDialOptions(opts ...grpc.DialOption) Option {
+	return optionFunc(func(c *config) { c.dialOpts = append(c.dialOpts, opts...) })
+}
+
+// WithCloseTimeout sets how long Close spends releasing the leases and
+// leaderships still held (DefaultCloseTimeout). Zero or less: Close does not
+// release them, and they expire after their TTL.
+func WithCloseTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.closeTimeout = d })
+}

@@ -1,0 +1,458 @@
+package client
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
+)
+
+// session renews every lease and leadership of a Client over one KeepAlive
+// stream.
+//
+// One scheduler goroutine keeps the leases in a heap ordered by when each
+// next needs attention: its renewal (about ttl/3 after the last successful
+// one was sent, or a backoff after a failure) or its local deadline. A due
+// renewal is queued; the stream's sender goroutine sends the queue, stamping
+// each lease with the time it sent it, and its receiver matches responses to
+// leases by name and token. A lease has at most one renewal in flight. A
+// renewed lease's deadline becomes the time its renewal was sent + the
+// granted TTL − a drift margin; a lease still unrenewed at its deadline ends
+// with ErrExpired there, whatever is in flight, before the coordinator's own
+// expiry. A refusal (LEASE_NOT_HELD) ends it with ErrLost at once; any other
+// failure, or the stream breaking with the renewal in flight, is retried
+// while the deadline allows.
+//
+// The goroutines run only while the Client holds leases: the scheduler
+// starts with the first and exits with the last, and the stream goroutine is
+// started when a first renewal is due and stops with the scheduler.
+type session struct {
+	c *Client
+
+	mu      sync.Mutex
+	closed  bool
+	leases  map[leaseKey]*lease
+	queue   leaseHeap
+	pending []*lease // renewals to send, in order
+
+	// The running scheduler, if any: its context and wake-up channel.
+	run       context.Context
+	cancelRun context.CancelFunc
+	wake      chan struct{}
+	// The running stream goroutine of this scheduler, if any, and the
+	// stream it has open (nil while connecting).
+	stream *streamRun
+	cur    *kaConn
+
+	wg sync.WaitGroup
+}
+
+type leaseKey struct {
+	name  string
+	token uint64
+}
+
+// streamRun identifies one stream goroutine.
+type streamRun struct{}
+
+// kaConn is one KeepAlive stream.
+type kaConn struct {
+	st   grpc.BidiStreamingClient[coordinatorv1.KeepAliveRequest, coordinatorv1.KeepAliveResponse]
+	poke chan struct{}
+}
+
+func (s *session) init(c *Client) {
+	s.c = c
+	s.leases = map[leaseKey]*lease{}
+}
+
+// add starts renewing l.
+func (s *session) add(l *lease) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	s.leases[leaseKey{l.name, l.token}] = l
+	heap.Push(&s.queue, l)
+	if s.run == nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		s.run, s.cancelRun, s.wake = ctx, cancel, make(chan struct{}, 1)
+		s.wg.Add(1)
+		go s.schedule(ctx, s.wake)
+	} else {
+		s.poke()
+	}
+	return nil
+}
+
+// end ends l with err unless it has ended already; it returns the error l
+// had ended with before, or nil.
+func (s *session) end(l *lease, err error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.endLocked(l, err)
+}
+
+func (s *session) endLocked(l *lease, err error) error {
+	if l.done {
+		return l.err()
+	}
+	l.done = true
+	l.finish(err)
+	if s.leases[leaseKey{l.name, l.token}] == l {
+		delete(s.leases, leaseKey{l.name, l.token})
+	}
+	if l.index >= 0 {
+		heap.Remove(&s.queue, l.index)
+	}
+	s.poke()
+	return nil
+}
+
+// renewed records a successful renewal of l sent at sent (by KeepAlive or
+// a proclamation). It ends l with ErrExpired instead when its deadline had
+// passed already, and reports whether l is still held.
+func (s *session) renewed(l *lease, sent time.Time, ttl time.Duration) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.renewedLocked(l, sent, ttl)
+}
+
+func (s *session) renewedLocked(l *lease, sent time.Time, ttl time.Duration) bool {
+	if l.done {
+		return false
+	}
+	if !time.Now().Before(l.deadline) {
+		s.endLocked(l, s.expired(l))
+		return false
+	}
+	l.granted(sent, ttl)
+	if l.index >= 0 {
+		heap.Fix(&s.queue, l.index)
+	}
+	s.poke()
+	return true
+}
+
+func (s *session) expired(l *lease) error {
+	why := "no renewal was answered"
+	if l.lastErr != "" {
+		why = "the last renewal failed: " + l.lastErr
+	}
+	return fmt.Errorf("%w: %s: %s", ErrExpired, l.describe(), why)
+}
+
+// close ends every lease with ErrClosed, stops the goroutines and returns
+// the leases that were held.
+func (s *session) close() []*lease {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	held := make([]*lease, 0, len(s.leases))
+	for _, l := range s.leases {
+		held = append(held, l)
+	}
+	for _, l := range held {
+		s.endLocked(l, ErrClosed)
+	}
+	s.stopLocked()
+	return held
+}
+
+// stopLocked stops the scheduler and its stream.
+func (s *session) stopLocked() {
+	if s.run != nil {
+		s.cancelRun()
+	}
+	s.run, s.cancelRun, s.wake, s.stream, s.cur = nil, nil, nil, nil, nil
+	s.pending = nil
+}
+
+// poke wakes the scheduler.
+func (s *session) poke() {
+	if s.wake == nil {
+		return
+	}
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// schedule is the scheduler goroutine.
+func (s *session) schedule(ctx context.Context, wake <-chan struct{}) {
+	defer s.wg.Done()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		next, ok := s.tick(ctx)
+		if !ok {
+			return
+		}
+		timer.Reset(time.Until(next))
+		select {
+		case <-timer.C:
+		case <-wake:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// tick ends the leases past their deadline, queues the renewals that are
+// due, and returns when to look again; false when the scheduler must exit.
+func (s *session) tick(ctx context.Context) (time.Time, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ctx.Err() != nil { // stopped while waiting for the lock
+		return time.Time{}, false
+	}
+	now := time.Now()
+	for len(s.queue) > 0 {
+		l := s.queue[0]
+		if l.due().After(now) {
+			break
+		}
+		if !now.Before(l.deadline) {
+			s.endLocked(l, s.expired(l))
+			continue
+		}
+		l.wantSend = true
+		s.pending = append(s.pending, l)
+		heap.Fix(&s.queue, 0)
+	}
+	if len(s.leases) == 0 {
+		s.stopLocked()
+		return time.Time{}, false
+	}
+	if len(s.pending) > 0 {
+		switch {
+		case s.cur != nil:
+			select {
+			case s.cur.poke <- struct{}{}:
+			default:
+			}
+		case s.stream == nil:
+			s.stream = &streamRun{}
+			s.wg.Add(1)
+			go s.runStream(s.run, s.stream)
+		}
+	}
+	return s.queue[0].due(), true
+}
+
+// runStream keeps a KeepAlive stream open, reconnecting with backoff, until
+// ctx (the scheduler's) ends.
+func (s *session) runStream(ctx context.Context, me *streamRun) {
+	defer s.wg.Done()
+	var b backoff
+	for ctx.Err() == nil {
+		sctx, cancel := context.WithCancel(ctx)
+		st, err := s.c.api.KeepAlive(sctx, grpc.WaitForReady(true))
+		if err != nil {
+			cancel()
+			if ctx.Err() == nil {
+				s.c.log.Warn("coordinator: could not open the KeepAlive stream; retrying", "err", err)
+			}
+			sleep(ctx, b.next(err))
+			continue
+		}
+		conn := &kaConn{st: st, poke: make(chan struct{}, 1)}
+		s.mu.Lock()
+		if s.stream != me {
+			s.mu.Unlock()
+			cancel()
+			return
+		}
+		s.cur = conn
+		if len(s.pending) > 0 {
+			conn.poke <- struct{}{}
+		}
+		s.mu.Unlock()
+
+		sent := make(chan struct{})
+		go func() {
+			defer close(sent)
+			s.sendLoop(sctx, cancel, conn)
+		}()
+		answered, err := s.recvLoop(conn)
+		cancel()
+		<-sent
+
+		s.mu.Lock()
+		if s.cur == conn {
+			s.cur = nil
+		}
+		s.dropInflight(conn, err)
+		s.poke()
+		s.mu.Unlock()
+		if ctx.Err() != nil {
+			return
+		}
+		s.c.log.Warn("coordinator: KeepAlive stream broke; reconnecting", "err", err)
+		if answered {
+			b.reset()
+		}
+		sleep(ctx, b.next(err))
+	}
+}
+
+// sendLoop sends the queued renewals on conn until its stream ends.
+func (s *session) sendLoop(ctx context.Context, cancel context.CancelFunc, conn *kaConn) {
+	for {
+		select {
+		case <-conn.poke:
+		case <-ctx.Done():
+			return
+		}
+		for _, req := range s.take(conn) {
+			if err := conn.st.Send(req); err != nil {
+				cancel() // Recv reports why
+				return
+			}
+		}
+	}
+}
+
+// take marks the queued renewals as sent on conn now and returns them.
+func (s *session) take(conn *kaConn) []*coordinatorv1.KeepAliveRequest {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cur != conn {
+		return nil
+	}
+	now := time.Now()
+	reqs := make([]*coordinatorv1.KeepAliveRequest, 0, len(s.pending))
+	for _, l := range s.pending {
+		if l.done || !l.wantSend {
+			continue
+		}
+		l.wantSend = false
+		l.inflight, l.sentAt = conn, now
+		reqs = append(reqs, &coordinatorv1.KeepAliveRequest{
+			Name: l.name, Holder: l.holder, Token: l.token, Ttl: durationpb.New(l.ttl),
+		})
+	}
+	s.pending = nil
+	return reqs
+}
+
+// recvLoop handles responses until the stream ends; it reports whether any
+// arrived, and why the stream ended.
+func (s *session) recvLoop(conn *kaConn) (bool, error) {
+	answered := false
+	for {
+		resp, err := conn.st.Recv()
+		if err != nil {
+			return answered, err
+		}
+		answered = true
+		s.handle(conn, resp)
+	}
+}
+
+// handle applies one KeepAlive response.
+func (s *session) handle(conn *kaConn, resp *coordinatorv1.KeepAliveResponse) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var (
+		key    leaseKey
+		holder string
+	)
+	switch r := resp.GetResult().(type) {
+	case *coordinatorv1.KeepAliveResponse_Lease:
+		key, holder = leaseKey{r.Lease.GetName(), r.Lease.GetToken()}, r.Lease.GetHolder()
+	case *coordinatorv1.KeepAliveResponse_Lost:
+		key, holder = leaseKey{resp.GetName(), r.Lost.GetToken()}, r.Lost.GetHolder()
+	default:
+		return
+	}
+	l := s.leases[key]
+	if l == nil || l.holder != holder || l.inflight != conn {
+		return // ended meanwhile, or an answer to an older stream
+	}
+	l.inflight = nil
+	switch r := resp.GetResult().(type) {
+	case *coordinatorv1.KeepAliveResponse_Lease:
+		ttl := l.ttl
+		if d := r.Lease.GetTtl(); d.IsValid() && d.AsDuration() > 0 {
+			ttl = d.AsDuration()
+		}
+		s.renewedLocked(l, l.sentAt, ttl)
+	case *coordinatorv1.KeepAliveResponse_Lost:
+		reason, msg := r.Lost.GetReason(), r.Lost.GetMessage()
+		if reason == reasonLeaseNotHeld || reason == reasonInvalidField {
+			s.endLocked(l, fmt.Errorf("%w: %s: %s: %s", ErrLost, l.describe(), reason, msg))
+			return
+		}
+		// STORE_UNAVAILABLE, DATA_LOSS_QUARANTINE…: this renewal failed; the
+		// lease holds until its deadline. Try again.
+		s.failed(l, reason+": "+msg)
+	}
+}
+
+// failed schedules another try of a renewal that failed transiently.
+func (s *session) failed(l *lease, why string) {
+	l.failures++
+	l.lastErr = why
+	l.nextRenew = time.Now().Add(retryAfter(l.ttl, l.failures))
+	if l.index >= 0 {
+		heap.Fix(&s.queue, l.index)
+	}
+	s.poke()
+}
+
+// dropInflight counts the renewals in flight on a stream that ended as
+// failed; they are retried at once on the next stream.
+func (s *session) dropInflight(conn *kaConn, err error) {
+	why := "the KeepAlive stream broke"
+	if st, ok := status.FromError(err); ok && st.Code() != codes.OK {
+		why += ": " + st.Code().String() + ": " + st.Message()
+	} else if err != nil && !errors.Is(err, context.Canceled) {
+		why += ": " + err.Error()
+	}
+	for _, l := range s.leases {
+		if l.inflight == conn {
+			l.inflight = nil
+			l.failures++
+			l.lastErr = why
+			l.nextRenew = time.Now()
+			heap.Fix(&s.queue, l.index)
+		}
+	}
+}
+
+// leaseHeap orders leases by due.
+type leaseHeap []*lease
+
+func (h leaseHeap) Len() int           { return len(h) }
+func (h leaseHeap) Less(i, j int) bool { return h[i].due().Before(h[j].due()) }
+func (h leaseHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+
+func (h *leaseHeap) Push(x any) {
+	l := x.(*lease)
+	l.index = len(*h)
+	*h = append(*h, l)
+}
+
+func (h *leaseHeap) Pop() any {
+	old := *h
+	l := old[len(old)-1]
+	old[len(old)-1] = nil
+	l.index = -1
+	*h = old[:len(old)-1]
+	return l
+}

@@ -1,0 +1,154 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/coordinator-dev/coordinator/client"
+)
+
+type leaderJSON struct {
+	Election  string `json:"election"`
+	Candidate string `json:"candidate,omitempty"`
+	Term      uint64 `json:"term,omitempty"`
+	// Value is the proclaimed value when it is UTF-8, else ValueBase64.
+	Value       *string    `json:"value,omitempty"`
+	ValueBase64 []byte     `json:"value_base64,omitempty"`
+	ExpiresAt   *time.Time `json:"expires_at,omitempty"`
+}
+
+func newLeaderJSON(election, candidate string, term uint64, value []byte, expires time.Time) leaderJSON {
+	j := leaderJSON{Election: election, Candidate: candidate, Term: term}
+	if utf8.Valid(value) {
+		s := string(value)
+		j.Value = &s
+	} else {
+		j.ValueBase64 = value
+	}
+	if !expires.IsZero() {
+		j.ExpiresAt = &expires
+	}
+	return j
+}
+
+// runElect: coordctl elect ELECTION VALUE [-- CMD ARGS…].
+func runElect(a *app, args, cmdline []string) int {
+	election, value := args[0], []byte(args[1])
+	if cmdline != nil && len(cmdline) == 0 {
+		return a.usageError(errors.New("elect: no command after --"))
+	}
+	sigs := watchSignals()
+	defer sigs.stop()
+	c, err := a.connect()
+	if err != nil {
+		return a.fail(err)
+	}
+	defer c.Close()
+
+	ctx, cancel := a.waitCtx(sigs)
+	e, err := c.Campaign(ctx, election, value)
+	cancel()
+	if err != nil {
+		return a.waitFailed(sigs, "leadership of "+strconv.Quote(election), err)
+	}
+	defer func() {
+		ctx, cancel := releaseCtx()
+		defer cancel()
+		ended := e.Err()
+		if err := e.Resign(ctx); err != nil && ended == nil {
+			fmt.Fprintf(a.stderr, "coordctl: resign: %v (the term expires after its TTL)\n", err)
+		}
+	}()
+
+	if cmdline == nil {
+		if a.output == "json" {
+			a.printJSON(newLeaderJSON(election, e.Candidate(), e.Term(), e.Value(), time.Time{}))
+		} else {
+			fmt.Fprintf(a.stdout, "leader of %s: %s in term %d with value %s; interrupt to resign\n",
+				election, e.Candidate(), e.Term(), text(e.Value()))
+		}
+		return a.holdUntilInterrupted(e, sigs)
+	}
+	return a.runHeld(e, sigs, cmdline, []string{
+		"COORDINATOR_FENCING_TOKEN=" + strconv.FormatUint(e.Term(), 10),
+		"COORDINATOR_ELECTION=" + election,
+	})
+}
+
+// runLeader: coordctl leader ELECTION.
+func runLeader(a *app, args, _ []string) int {
+	election := args[0]
+	c, err := a.connect()
+	if err != nil {
+		return a.fail(err)
+	}
+	defer c.Close()
+	ctx, cancel := a.callCtx()
+	defer cancel()
+	info, err := c.Leader(ctx, election)
+	if errors.Is(err, client.ErrNoLeader) {
+		if a.output == "json" {
+			a.printJSON(struct {
+				Election string `json:"election"`
+				Vacant   bool   `json:"vacant"`
+			}{election, true})
+		} else {
+			fmt.Fprintf(a.stdout, "%s has no leader\n", election)
+		}
+		return exitFail
+	}
+	if err != nil {
+		return a.fail(err)
+	}
+	if a.output == "json" {
+		a.printJSON(newLeaderJSON(info.Election, info.Candidate, info.Term, info.Value, info.ExpiresAt))
+	} else {
+		fmt.Fprintf(a.stdout, "%s in term %d with value %s (expires %s)\n",
+			info.Candidate, info.Term, text(info.Value), info.ExpiresAt.Local().Format(time.RFC3339Nano))
+	}
+	return exitOK
+}
+
+// runObserve: coordctl observe ELECTION.
+func runObserve(a *app, args, _ []string) int {
+	election := args[0]
+	sigs := watchSignals()
+	defer sigs.stop()
+	c, err := a.connect()
+	if err != nil {
+		return a.fail(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithCancel(sigs.interrupted)
+	defer cancel()
+	for ev := range c.Observe(ctx, election) {
+		if a.output == "json" {
+			j := struct {
+				Kind string `json:"kind"`
+				leaderJSON
+			}{Kind: ev.Kind.String()}
+			if ev.Kind != client.Vacant {
+				j.leaderJSON = newLeaderJSON(election, ev.Leader.Candidate, ev.Leader.Term, ev.Leader.Value, ev.Leader.ExpiresAt)
+			} else {
+				j.Election = election
+			}
+			a.printJSON(j)
+			continue
+		}
+		if ev.Kind == client.Vacant {
+			fmt.Fprintf(a.stdout, "%s %s\n", ev.Kind, election)
+		} else {
+			fmt.Fprintf(a.stdout, "%s %s: %s in term %d with value %s\n",
+				ev.Kind, election, ev.Leader.Candidate, ev.Leader.Term, text(ev.Leader.Value))
+		}
+	}
+	if sigs.interrupted.Err() != nil {
+		return exitOK
+	}
+	// The coordinator refused (the client logs nothing by default).
+	return a.fail(fmt.Errorf("observing %q ended: the coordinator refused the request", election))
+}

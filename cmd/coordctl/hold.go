@@ -1,0 +1,139 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"syscall"
+	"time"
+)
+
+// holding is what lock and elect hold: a lease or a leadership.
+type holding interface {
+	Done() <-chan struct{}
+	Err() error
+}
+
+// signals watches SIGINT, SIGTERM and SIGHUP from the moment it is made, so
+// that none is missed between waiting for the lease and running CMD.
+type signals struct {
+	// interrupted is cancelled by the first signal.
+	interrupted context.Context
+	// fwd receives every signal, to forward to CMD.
+	fwd  chan os.Signal
+	stop func()
+}
+
+func watchSignals() *signals {
+	ch := make(chan os.Signal, 4)
+	signal.Notify(ch, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &signals{interrupted: ctx, fwd: make(chan os.Signal, 16)}
+	quit := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case sig := <-ch:
+				cancel()
+				select {
+				case s.fwd <- sig:
+				default:
+				}
+			case <-quit:
+				return
+			}
+		}
+	}()
+	s.stop = func() {
+		signal.Stop(ch)
+		close(quit)
+		cancel()
+	}
+	return s
+}
+
+// holdUntilInterrupted waits for a signal (status 0) or the end of h
+// (status 1).
+func (a *app) holdUntilInterrupted(h holding, sigs *signals) int {
+	select {
+	case <-sigs.interrupted.Done():
+		return exitOK
+	case <-h.Done():
+		return a.fail(fmt.Errorf("lost: %w", h.Err()))
+	}
+}
+
+// runHeld runs argv with env added while h is held. It forwards the
+// signals coordctl gets to CMD's process group; when h ends first it sends
+// the group SIGTERM, then SIGKILL after the grace period, and returns 1.
+// Otherwise it returns CMD's exit status (128+N when killed by signal N).
+func (a *app) runHeld(h holding, sigs *signals, argv, env []string) int {
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	// Its own process group, so that a lost lease stops CMD's children too.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintf(a.stderr, "coordctl: %v\n", err)
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
+			return 127
+		}
+		return 126
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	group := -cmd.Process.Pid
+	var (
+		lost  error
+		kill  <-chan time.Time
+		timer *time.Timer
+	)
+	terminate := func(sig syscall.Signal) {
+		_ = syscall.Kill(group, sig)
+		if timer == nil {
+			timer = time.NewTimer(a.grace)
+			kill = timer.C
+		}
+	}
+	done := h.Done()
+	for {
+		select {
+		case <-exited:
+			if timer != nil {
+				timer.Stop()
+			}
+			if lost != nil {
+				fmt.Fprintf(a.stderr, "coordctl: lost, so CMD was stopped: %v\n", lost)
+				return exitFail
+			}
+			return exitStatus(cmd.ProcessState)
+		case sig := <-sigs.fwd:
+			terminate(sig.(syscall.Signal))
+		case <-done:
+			done = nil
+			lost = h.Err()
+			terminate(syscall.SIGTERM)
+		case <-kill:
+			_ = syscall.Kill(group, syscall.SIGKILL)
+			kill = nil
+		}
+	}
+}
+
+func exitStatus(ps *os.ProcessState) int {
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ps.ExitCode()
+}
+
+// releaseCtx bounds releasing or resigning on the way out.
+func releaseCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), 5*time.Second)
+}

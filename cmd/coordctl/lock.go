@@ -1,0 +1,78 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/coordinator-dev/coordinator/client"
+)
+
+type leaseJSON struct {
+	Name   string `json:"name"`
+	Holder string `json:"holder"`
+	Token  uint64 `json:"token"`
+	TTL    string `json:"ttl"`
+}
+
+// runLock: coordctl lock NAME [-- CMD ARGS…].
+func runLock(a *app, args, cmdline []string) int {
+	name := args[0]
+	if cmdline != nil && len(cmdline) == 0 {
+		return a.usageError(errors.New("lock: no command after --"))
+	}
+	sigs := watchSignals()
+	defer sigs.stop()
+	c, err := a.connect()
+	if err != nil {
+		return a.fail(err)
+	}
+	defer c.Close()
+
+	ctx, cancel := a.waitCtx(sigs)
+	lease, err := c.Lock(ctx, name)
+	cancel()
+	if err != nil {
+		return a.waitFailed(sigs, "lock "+strconv.Quote(name), err)
+	}
+	defer func() {
+		ctx, cancel := releaseCtx()
+		defer cancel()
+		ended := lease.Err() // reported already
+		if err := lease.Release(ctx); err != nil && ended == nil {
+			fmt.Fprintf(a.stderr, "coordctl: release: %v (it expires after its TTL)\n", err)
+		}
+	}()
+
+	if cmdline == nil {
+		if a.output == "json" {
+			a.printJSON(leaseJSON{Name: lease.Name(), Holder: lease.Holder(), Token: lease.Token(), TTL: lease.TTL().String()})
+		} else {
+			fmt.Fprintf(a.stdout, "lock %s held by %s with fencing token %d (ttl %s); interrupt to release\n",
+				lease.Name(), lease.Holder(), lease.Token(), lease.TTL())
+		}
+		return a.holdUntilInterrupted(lease, sigs)
+	}
+	return a.runHeld(lease, sigs, cmdline, []string{
+		"COORDINATOR_FENCING_TOKEN=" + strconv.FormatUint(lease.Token(), 10),
+		"COORDINATOR_LOCK_NAME=" + name,
+	})
+}
+
+// waitFailed reports a lock or campaign that ended without the lease.
+func (a *app) waitFailed(sigs *signals, what string, err error) int {
+	if sigs.interrupted.Err() != nil && errors.Is(err, client.ErrNotAcquired) {
+		return a.fail(fmt.Errorf("interrupted while waiting for %s", what))
+	}
+	return a.fail(err)
+}
+
+// waitCtx bounds waiting for a lock or leadership by -timeout and the
+// first signal.
+func (a *app) waitCtx(sigs *signals) (context.Context, context.CancelFunc) {
+	if a.timeout == 0 {
+		return context.WithCancel(sigs.interrupted)
+	}
+	return context.WithTimeout(sigs.interrupted, a.timeout)
+}
