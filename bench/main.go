@@ -3,6 +3,7 @@
 //
 //	go run ./bench -suite leases      acquire+release: gRPC+Redis vs the Redis scripts direct vs gRPC+memory
 //	go run ./bench -suite streams     observers and KeepAlive
+//	go run ./bench -suite housekeeper messages unlocked: 1 and 3 instances vs the batch script direct
 //
 // It needs a Redis (COORDINATOR_TEST_REDIS_URL); `make bench` starts one.
 package main
@@ -27,7 +28,7 @@ import (
 )
 
 func main() {
-	suites := flag.String("suite", "leases,streams", "comma-separated suites to run: leases, streams")
+	suites := flag.String("suite", "leases,streams,housekeeper", "comma-separated suites to run: leases, streams, housekeeper")
 	duration := flag.Duration("duration", 2*time.Second, "how long each measurement runs")
 	concurrency := flag.String("concurrency", "1,16,64", "comma-separated worker counts for the leases suite")
 	flag.Parse()
@@ -54,6 +55,8 @@ func main() {
 			err = leaseSuite(env, levels)
 		case "streams":
 			err = streamSuite(env)
+		case "housekeeper":
+			err = housekeeperSuite(env)
 		default:
 			err = fmt.Errorf("unknown suite %q", suite)
 		}
@@ -72,6 +75,7 @@ type benchEnv struct {
 // coordinator is an in-process coordinator on a loopback listener with a
 // client connection to it.
 type coordinator struct {
+	addr   string
 	srv    *server.Server
 	conn   *grpc.ClientConn
 	client coordinatorv1.CoordinatorClient
@@ -97,7 +101,7 @@ func (e benchEnv) startCoordinator(storeKind string) (*coordinator, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &coordinator{srv: srv, conn: conn, client: coordinatorv1.NewCoordinatorClient(conn)}, nil
+	return &coordinator{addr: lis.Addr().String(), srv: srv, conn: conn, client: coordinatorv1.NewCoordinatorClient(conn)}, nil
 }
 
 func (c *coordinator) stop() {

@@ -30,7 +30,8 @@ func (l coordinatorLocker) TryLock(ctx context.Context, name string, ttl time.Du
 
 // Lead campaigns in election with the coordinator until ctx ends, marking r
 // the leader (SetLeader) while this instance holds the leadership, so that
-// of several instances exactly one reports the queue gauges.
+// of several instances exactly one reports the queue gauges. The leadership
+// has the queue leases' TTL: a dead leader is replaced as fast as its queues.
 func (r *Runner) Lead(ctx context.Context, c *client.Client, election string) error {
 	err := c.RunAsLeader(ctx, election, []byte(c.Identity()), func(ctx context.Context) error {
 		r.log.Info("elected leader", "election", election)
@@ -39,7 +40,7 @@ func (r *Runner) Lead(ctx context.Context, c *client.Client, election string) er
 		r.SetLeader(false)
 		r.log.Info("no longer leader", "election", election)
 		return nil
-	})
+	}, client.WithTTL(r.cfg.LeaseTTL))
 	if ctx.Err() != nil {
 		return nil
 	}

@@ -14,14 +14,17 @@ import (
 
 // One script per batch kind; each file's header lists its KEYS, ARGV and
 // reply. Script.Run sends EVALSHA and falls back to EVAL on NOSCRIPT.
+// The batch scripts share their fencing check, fence.lua, prepended to each.
 var (
+	//go:embed scripts/fence.lua
+	fenceSrc string
 	//go:embed scripts/unlock.lua
 	unlockSrc string
 	//go:embed scripts/timeout.lua
 	timeoutSrc string
 
-	unlockScript  = redis.NewScript(unlockSrc)
-	timeoutScript = redis.NewScript(timeoutSrc)
+	unlockScript  = redis.NewScript(fenceSrc + unlockSrc)
+	timeoutScript = redis.NewScript(fenceSrc + timeoutSrc)
 )
 
 // ErrFenced is returned (wrapped) by a batch whose fencing token is below the

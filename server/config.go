@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/coordinator-dev/coordinator/internal/envflag"
+	"github.com/coordinator-dev/coordinator/internal/logging"
 )
 
 // Config is the coordinator's configuration. Every field has a flag and an
@@ -86,8 +87,8 @@ func ParseConfig(fs *flag.FlagSet, args []string, getenv func(string) string) (C
 	if c.Store != StoreMemory && c.Store != StoreRedis {
 		errs = append(errs, fmt.Errorf("store: %q is neither %s nor %s", c.Store, StoreMemory, StoreRedis))
 	}
-	if c.LogFormat != "text" && c.LogFormat != "json" {
-		errs = append(errs, fmt.Errorf("log-format: %q is neither text nor json", c.LogFormat))
+	if err := logging.CheckFormat(c.LogFormat); err != nil {
+		errs = append(errs, err)
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
 		errs = append(errs, errors.New("tls-cert and tls-key go together"))

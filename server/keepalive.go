@@ -70,14 +70,14 @@ func (s *Service) keepAliveOne(ctx context.Context, req *coordinatorv1.KeepAlive
 		}}
 		return resp
 	}
-	var v validator
-	v.name("name", req.GetName())
-	v.holder("holder", req.GetHolder())
-	v.token("token", req.GetToken())
-	ttl := v.ttl("ttl", req.GetTtl(), s.maxTTL)
-	if err := v.Err(); err != nil {
+	ttl, err := s.validateRenew(req.GetName(), req.GetHolder(), req.GetToken(), req.GetTtl())
+	if err != nil {
 		return lost(err)
 	}
+	// A renewal that takes longer than the lease lasts helps nobody, and
+	// would hold one of the stream's slots while the store hangs.
+	ctx, cancel := context.WithTimeout(ctx, ttl)
+	defer cancel()
 	lease, err := s.renew(ctx, req.GetName(), req.GetHolder(), req.GetToken(), ttl)
 	if err != nil {
 		return lost(err)

@@ -203,12 +203,8 @@ func newWaiterID() string {
 
 // Renew implements coordinatorv1.CoordinatorServer.
 func (s *Service) Renew(ctx context.Context, req *coordinatorv1.RenewRequest) (*coordinatorv1.RenewResponse, error) {
-	var v validator
-	v.name("name", req.GetName())
-	v.holder("holder", req.GetHolder())
-	v.token("token", req.GetToken())
-	ttl := v.ttl("ttl", req.GetTtl(), s.maxTTL)
-	if err := v.Err(); err != nil {
+	ttl, err := s.validateRenew(req.GetName(), req.GetHolder(), req.GetToken(), req.GetTtl())
+	if err != nil {
 		return nil, err
 	}
 	lease, err := s.renew(ctx, req.GetName(), req.GetHolder(), req.GetToken(), ttl)
@@ -216,6 +212,17 @@ func (s *Service) Renew(ctx context.Context, req *coordinatorv1.RenewRequest) (*
 		return nil, err
 	}
 	return &coordinatorv1.RenewResponse{Lease: leaseToProto(lease)}, nil
+}
+
+// validateRenew checks the fields of a renewal, by Renew or KeepAlive, and
+// returns its ttl.
+func (s *Service) validateRenew(name, holder string, token uint64, ttl *durationpb.Duration) (time.Duration, error) {
+	var v validator
+	v.name("name", name)
+	v.holder("holder", holder)
+	v.token("token", token)
+	d := v.ttl("ttl", ttl, s.maxTTL)
+	return d, v.Err()
 }
 
 func (s *Service) renew(ctx context.Context, name, holder string, token uint64, ttl time.Duration) (store.Lease, error) {

@@ -9,11 +9,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
 
+	"github.com/coordinator-dev/coordinator/internal/logging"
 	"github.com/coordinator-dev/coordinator/server"
 )
 
@@ -27,12 +27,7 @@ func main() {
 		fmt.Fprintf(os.Stderr, "coordinator: %v\n", err)
 		os.Exit(2)
 	}
-	handlerOpts := &slog.HandlerOptions{Level: cfg.LogLevel}
-	var handler slog.Handler = slog.NewTextHandler(os.Stderr, handlerOpts)
-	if cfg.LogFormat == "json" {
-		handler = slog.NewJSONHandler(os.Stderr, handlerOpts)
-	}
-	log := slog.New(handler)
+	log := logging.New(os.Stderr, cfg.LogLevel, cfg.LogFormat)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

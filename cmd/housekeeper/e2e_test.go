@@ -158,16 +158,24 @@ func TestThreeInstancesOneKilled(t *testing.T) {
 		}
 	}
 
-	// Exactly one survivor leads and reports the queue gauges.
-	leaders := 0
-	for _, addr := range metricsAddrs[1:] {
-		body := scrape(t, addr)
-		if strings.Contains(body, "\nhousekeeper_leader 1\n") {
-			leaders++
-			if !strings.Contains(body, "housekeeper_queue_messages{") {
-				t.Fatalf("the leader reports no queue gauges:\n%s", body)
+	// Exactly one survivor leads (within a lease TTL of the kill, should the
+	// dead one have led) and reports the queue gauges.
+	var leaders int
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		leaders = 0
+		for _, addr := range metricsAddrs[1:] {
+			body := scrape(t, addr)
+			if strings.Contains(body, "\nhousekeeper_leader 1\n") {
+				leaders++
+				if !strings.Contains(body, "housekeeper_queue_messages{") {
+					t.Fatalf("the leader reports no queue gauges:\n%s", body)
+				}
 			}
 		}
+		if leaders == 1 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	if leaders != 1 {
 		t.Fatalf("%d leaders among the survivors, want 1", leaders)

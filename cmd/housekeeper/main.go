@@ -28,6 +28,7 @@ import (
 	"github.com/coordinator-dev/coordinator/client"
 	"github.com/coordinator-dev/coordinator/housekeeper"
 	"github.com/coordinator-dev/coordinator/internal/envflag"
+	"github.com/coordinator-dev/coordinator/internal/logging"
 	"github.com/coordinator-dev/coordinator/internal/redisurl"
 )
 
@@ -73,8 +74,8 @@ func parseConfig(fs *flag.FlagSet, args []string, getenv func(string) string) (c
 	if err := c.logLevel.UnmarshalText([]byte(level)); err != nil {
 		errs = append(errs, fmt.Errorf("log-level: %w", err))
 	}
-	if c.logFormat != "text" && c.logFormat != "json" {
-		errs = append(errs, fmt.Errorf("log-format: %q is neither text nor json", c.logFormat))
+	if err := logging.CheckFormat(c.logFormat); err != nil {
+		errs = append(errs, err)
 	}
 	for _, d := range []struct {
 		name string
@@ -106,12 +107,7 @@ func main() {
 		fmt.Fprintf(os.Stderr, "housekeeper: %v\n", err)
 		os.Exit(2)
 	}
-	opts := &slog.HandlerOptions{Level: cfg.logLevel}
-	var handler slog.Handler = slog.NewTextHandler(os.Stderr, opts)
-	if cfg.logFormat == "json" {
-		handler = slog.NewJSONHandler(os.Stderr, opts)
-	}
-	log := slog.New(handler).With("instance", cfg.instanceID)
+	log := logging.New(os.Stderr, cfg.logLevel, cfg.logFormat).With("instance", cfg.instanceID)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

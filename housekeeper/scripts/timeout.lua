@@ -13,23 +13,13 @@
 --
 -- Due means deadline <= Redis TIME.
 
-if redis.replicate_commands then redis.replicate_commands() end -- Redis < 5: allow TIME before writes
+-- check_fence and now_ms come from fence.lua, prepended to this script.
 
-local token = ARGV[1]
-if not string.match(token, '^%d+$') or #token > 20 then
-  return redis.error_reply('ERR fencing token must be a decimal uint64')
+local refused = check_fence(KEYS[3], ARGV[1])
+if refused then
+  return refused
 end
-local highest = redis.call('GET', KEYS[3])
--- Decimal strings without leading zeros: shorter is smaller, equal lengths compare as text.
-if highest and (#token < #highest or (#token == #highest and token < highest)) then
-  return redis.error_reply('FENCED ' .. highest)
-end
-if highest ~= token then
-  redis.call('SET', KEYS[3], token)
-end
-
-local t = redis.call('TIME')
-local now = t[1] .. string.format('%03d', math.floor(tonumber(t[2]) / 1000))
+local now = now_ms()
 
 local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, ARGV[2])
 if #ids == 0 then
