@@ -12,26 +12,37 @@ import (
 
 // heldJSON is a held lease in JSON output.
 type heldJSON struct {
-	Name        string    `json:"name"`
-	Holder      string    `json:"holder"`
-	Token       uint64    `json:"token"`
-	TTL         string    `json:"ttl"`
-	ExpiresAt   time.Time `json:"expires_at"`
-	Value       *string   `json:"value,omitempty"`
-	ValueBase64 []byte    `json:"value_base64,omitempty"`
+	Name      string    `json:"name"`
+	Holder    string    `json:"holder"`
+	Token     uint64    `json:"token"`
+	TTL       string    `json:"ttl"`
+	ExpiresAt time.Time `json:"expires_at"`
+	valueJSON
+}
+
+// valueJSON is a lease's value in JSON output: as text when it is UTF-8,
+// else as base64.
+type valueJSON struct {
+	Value       *string `json:"value,omitempty"`
+	ValueBase64 []byte  `json:"value_base64,omitempty"`
+}
+
+func newValueJSON(v []byte) valueJSON {
+	switch {
+	case len(v) == 0:
+		return valueJSON{}
+	case utf8.Valid(v):
+		s := string(v)
+		return valueJSON{Value: &s}
+	default:
+		return valueJSON{ValueBase64: v}
+	}
 }
 
 func newHeldJSON(l *coordinatorv1.Lease) heldJSON {
 	j := heldJSON{Name: l.GetName(), Holder: l.GetHolder(), Token: l.GetToken(),
 		TTL: l.GetTtl().AsDuration().String(), ExpiresAt: l.GetExpiresAt().AsTime()}
-	if v := l.GetValue(); len(v) > 0 {
-		if utf8.Valid(v) {
-			s := string(v)
-			j.Value = &s
-		} else {
-			j.ValueBase64 = v
-		}
-	}
+	j.valueJSON = newValueJSON(l.GetValue())
 	return j
 }
 

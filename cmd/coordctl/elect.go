@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strconv"
 	"time"
-	"unicode/utf8"
 
 	"github.com/coordinator-dev/coordinator/client"
 )
@@ -15,20 +14,12 @@ type leaderJSON struct {
 	Election  string `json:"election"`
 	Candidate string `json:"candidate,omitempty"`
 	Term      uint64 `json:"term,omitempty"`
-	// Value is the proclaimed value when it is UTF-8, else ValueBase64.
-	Value       *string    `json:"value,omitempty"`
-	ValueBase64 []byte     `json:"value_base64,omitempty"`
-	ExpiresAt   *time.Time `json:"expires_at,omitempty"`
+	valueJSON
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 }
 
 func newLeaderJSON(election, candidate string, term uint64, value []byte, expires time.Time) leaderJSON {
-	j := leaderJSON{Election: election, Candidate: candidate, Term: term}
-	if utf8.Valid(value) {
-		s := string(value)
-		j.Value = &s
-	} else {
-		j.ValueBase64 = value
-	}
+	j := leaderJSON{Election: election, Candidate: candidate, Term: term, valueJSON: newValueJSON(value)}
 	if !expires.IsZero() {
 		j.ExpiresAt = &expires
 	}
