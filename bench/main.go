@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -31,7 +32,19 @@ func main() {
 	suites := flag.String("suite", "leases,streams,housekeeper", "comma-separated suites to run: leases, streams, housekeeper")
 	duration := flag.Duration("duration", 2*time.Second, "how long each measurement runs")
 	concurrency := flag.String("concurrency", "1,16,64", "comma-separated worker counts for the leases suite")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bench: cpu profile: %v\n", err)
+			os.Exit(2)
+		}
+		defer pprof.StopCPUProfile()
+	}
 
 	redisURL := os.Getenv("COORDINATOR_TEST_REDIS_URL")
 	if redisURL == "" {
@@ -61,6 +74,7 @@ func main() {
 			err = fmt.Errorf("unknown suite %q", suite)
 		}
 		if err != nil {
+			pprof.StopCPUProfile()
 			fmt.Fprintf(os.Stderr, "bench: %v\n", err)
 			os.Exit(1)
 		}

@@ -48,8 +48,27 @@ func NewClient(rawURL string) (redis.UniversalClient, error) {
 	}
 }
 
-// Parse parses the URL forms of the package documentation.
+// Parse parses the URL forms of the package documentation. Unless the URL
+// asks for a protocol, the clients speak RESP2: with RESP3, go-redis looks
+// for push notifications around every reply, which cost a lease service
+// about a tenth of its throughput, and nothing here needs RESP3.
 func Parse(rawURL string) (Config, error) {
+	c, err := parse(rawURL)
+	if err != nil || strings.Contains(rawURL, "protocol=") {
+		return c, err
+	}
+	switch {
+	case c.Standalone != nil:
+		c.Standalone.Protocol = 2
+	case c.Sentinel != nil:
+		c.Sentinel.Protocol = 2
+	case c.Cluster != nil:
+		c.Cluster.Protocol = 2
+	}
+	return c, nil
+}
+
+func parse(rawURL string) (Config, error) {
 	scheme, rest, ok := strings.Cut(rawURL, "://")
 	if !ok {
 		return Config{}, fmt.Errorf("invalid Redis URL %s: no scheme", Redact(rawURL))

@@ -106,3 +106,29 @@ func TestParseURLRejects(t *testing.T) {
 		}
 	}
 }
+
+func TestParseDefaultsToRESP2(t *testing.T) {
+	for url, want := range map[string]int{
+		"redis://localhost:6379/0":            2,
+		"redis://localhost:6379/0?protocol=3": 3,
+		"redis+cluster://a:1,b:2":             2,
+		"redis+sentinel://s1:26379/main":      2,
+	} {
+		c, err := Parse(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := 0
+		switch {
+		case c.Standalone != nil:
+			got = c.Standalone.Protocol
+		case c.Cluster != nil:
+			got = c.Cluster.Protocol
+		case c.Sentinel != nil:
+			got = c.Sentinel.Protocol
+		}
+		if got != want {
+			t.Errorf("%s: protocol %d, want %d", url, got, want)
+		}
+	}
+}

@@ -102,9 +102,14 @@ type Store interface {
 	List(ctx context.Context, prefix, cursor string, limit int) (ListPage, error)
 	// Subscribe calls notify with a name whenever its lease is released,
 	// granted, re-valued or a waiter leaves its queue, from any coordinator
-	// sharing the store. Expiry is not announced: callers time it from
-	// ExpiresAt. notify must not block. The returned func unsubscribes.
+	// sharing the store, while someone listens for that name: a waiter is
+	// queued for it, or it is watched (Watch). Expiry is not announced:
+	// callers time it from ExpiresAt. notify must not block. The returned
+	// func unsubscribes.
 	Subscribe(notify func(name string)) (unsubscribe func())
+	// Watch asks for the name's changes to be announced to subscribers for
+	// the next ttl, as for a name with waiters; observers renew it.
+	Watch(ctx context.Context, name string, ttl time.Duration) error
 	// Close releases the store's resources.
 	Close() error
 }

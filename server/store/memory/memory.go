@@ -234,6 +234,10 @@ func (s *Store) Dequeue(ctx context.Context, name, waiter string) error {
 	return nil
 }
 
+// Watch implements store.Store. In process every change is announced, which
+// costs nothing when nobody listens.
+func (s *Store) Watch(ctx context.Context, name string, ttl time.Duration) error { return ctx.Err() }
+
 // Describe implements store.Store.
 func (s *Store) Describe(ctx context.Context, name string) (store.Description, error) {
 	if err := ctx.Err(); err != nil {

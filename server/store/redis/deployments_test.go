@@ -53,6 +53,7 @@ func TestCluster(t *testing.T) {
 	rec := newRecorder()
 	defer s.Subscribe(rec.notify)()
 	waitSubscribed(t, s, rec)
+	watch(t, s, append([]string{"job"}, oddNames...)...)
 
 	leases := map[string]store.Lease{}
 	for _, name := range oddNames {
@@ -135,6 +136,7 @@ func TestSentinel(t *testing.T) {
 	rec := newRecorder()
 	defer s.Subscribe(rec.notify)()
 	waitSubscribed(t, s, rec)
+	watch(t, s, append([]string{"job"}, oddNames...)...)
 	l := mustGrant(t, s, req("job", "a", time.Minute, "v"))
 	rec.waitFor(t, "job")
 	if d := mustDescribe(t, s, "job"); !d.Held || d.LastToken != l.Token {

@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -19,6 +20,7 @@ func TestSubscribe(t *testing.T) {
 	unsub2 := s.Subscribe(r2.notify)
 	waitSubscribed(t, s, r1)
 	r2.drain()
+	watch(t, s, "job", "fence1", "fence2")
 
 	// fence is a later event: once r1 saw it, every earlier event was
 	// delivered to every subscriber.
@@ -86,6 +88,7 @@ func TestSubscribeSurvivesBrokenConnection(t *testing.T) {
 	rec := newRecorder()
 	defer s.Subscribe(rec.notify)()
 	waitSubscribed(t, s, rec)
+	watch(t, s, "job")
 
 	p.dropConns()
 	select {
@@ -114,6 +117,7 @@ func TestSubscribeSurvivesSilentConnection(t *testing.T) {
 	rec := newRecorder()
 	defer s.Subscribe(rec.notify)()
 	waitSubscribed(t, s, rec)
+	watch(t, s, "job")
 
 	time.Sleep(200 * time.Millisecond) // a few answered pings change nothing
 	if len(lost) != 0 {
@@ -131,4 +135,38 @@ func TestSubscribeSurvivesSilentConnection(t *testing.T) {
 	rec.waitFor(t, "job")
 	mustRelease(t, s, l)
 	rec.waitFor(t, "job")
+}
+
+// TestOnlyListenedNamesAreAnnounced: a change is published only while a
+// waiter is queued for the name or it is watched, so uncontended locks cost
+// no pub/sub traffic.
+func TestOnlyListenedNamesAreAnnounced(t *testing.T) {
+	t.Parallel()
+	s := newStore(t, nil, Options{})
+	rec := newRecorder()
+	defer s.Subscribe(rec.notify)()
+	waitSubscribed(t, s, rec)
+
+	quiet := mustGrant(t, s, req("quiet", "a", time.Minute, ""))
+	mustRelease(t, s, quiet)
+
+	held := mustGrant(t, s, req("contended", "a", time.Minute, ""))
+	mustRefuse(t, s, waitReq("contended", "w", 10*time.Second))
+	mustRelease(t, s, held)
+	watch(t, s, "watched")
+	mustGrant(t, s, req("watched", "a", time.Minute, ""))
+
+	// Pub/sub delivers in order: everything before "watched" is in by then.
+	var got []string
+	for timeout := time.After(5 * time.Second); len(got) == 0 || got[len(got)-1] != "watched"; {
+		select {
+		case name := <-rec.ch:
+			got = append(got, name)
+		case <-timeout:
+			t.Fatalf("notified %q; want contended, then watched", got)
+		}
+	}
+	if !slices.Equal(got, []string{"contended", "watched"}) {
+		t.Fatalf("notified %q; want contended (it had a waiter), then watched, and never quiet", got)
+	}
 }

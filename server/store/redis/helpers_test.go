@@ -170,6 +170,16 @@ func (r *recorder) drain() {
 	}
 }
 
+// watch marks names as observed, so that their changes are announced.
+func watch(t testing.TB, s *Store, names ...string) {
+	t.Helper()
+	for _, name := range names {
+		if err := s.Watch(context.Background(), name, time.Minute); err != nil {
+			t.Fatalf("Watch(%q): %v", name, err)
+		}
+	}
+}
+
 // waitSubscribed publishes a probe until the subscription delivers it.
 func waitSubscribed(t testing.TB, s *Store, r *recorder) {
 	t.Helper()

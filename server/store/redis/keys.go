@@ -22,6 +22,7 @@ const (
 	fenceSuffix   = ":fence"
 	queueSuffix   = ":queue"
 	waitersSuffix = ":waiters"
+	watchedSuffix = ":watched"
 	markerSuffix  = ":marker"
 	eventsSuffix  = ":events"
 )
@@ -122,7 +123,7 @@ func globEscape(s string) string {
 
 // nameKeys are the keys of one name.
 type nameKeys struct {
-	lease, fence, queue, waiters, marker string
+	lease, fence, queue, waiters, watched, marker string
 }
 
 func (s *Store) keys(name string) nameKeys {
@@ -133,6 +134,7 @@ func (s *Store) keys(name string) nameKeys {
 		fence:   base + fenceSuffix,
 		queue:   base + queueSuffix,
 		waiters: base + waitersSuffix,
+		watched: base + watchedSuffix,
 		marker:  s.prefix + markerSuffix,
 	}
 	if s.cluster {

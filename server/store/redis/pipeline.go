@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -12,9 +13,10 @@ import (
 // together as one pipeline: concurrent requests then share round trips and
 // system calls, on the coordinator and on Redis, which is where a lease
 // service spends its time. Each script stays atomic; calls that are
-// concurrent anyway have no order to keep. A lone call goes out at once.
+// concurrent anyway have no order to keep. A call that finds no other in
+// flight goes out at once, on its caller's goroutine.
 const (
-	pipelineSenders  = 4   // pipelines in flight at once
+	pipelineSenders  = 2   // pipelines in flight at once
 	pipelineMaxCalls = 256 // calls in one pipeline
 	// pipelineTimeout bounds one pipeline when Redis hangs without closing
 	// the connection; callers stop waiting when their own context ends.
@@ -31,10 +33,11 @@ type scriptCall struct {
 
 // pipeliner batches script calls onto one client.
 type pipeliner struct {
-	client redis.UniversalClient
-	calls  chan *scriptCall
-	stop   chan struct{}
-	wg     sync.WaitGroup
+	client   redis.UniversalClient
+	inFlight atomic.Int64 // calls between run's start and end
+	calls    chan *scriptCall
+	stop     chan struct{}
+	wg       sync.WaitGroup
 }
 
 func newPipeliner(client redis.UniversalClient) *pipeliner {
@@ -48,6 +51,10 @@ func newPipeliner(client redis.UniversalClient) *pipeliner {
 
 // run runs script like Script.Run, sharing a pipeline with concurrent calls.
 func (p *pipeliner) run(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
+	defer p.inFlight.Add(-1)
+	if p.inFlight.Add(1) == 1 {
+		return script.Run(ctx, p.client, keys, args...)
+	}
 	call := &scriptCall{script: script, keys: keys, args: args, done: make(chan struct{})}
 	select {
 	case p.calls <- call:

@@ -21,12 +21,15 @@ var (
 	dequeueSrc string
 	//go:embed scripts/describe.lua
 	describeSrc string
+	//go:embed scripts/watch.lua
+	watchSrc string
 
 	acquireScript  = redis.NewScript(acquireSrc)
 	renewScript    = redis.NewScript(renewSrc)
 	releaseScript  = redis.NewScript(releaseSrc)
 	dequeueScript  = redis.NewScript(dequeueSrc)
 	describeScript = redis.NewScript(describeSrc)
+	watchScript    = redis.NewScript(watchSrc)
 
-	allScripts = []*redis.Script{acquireScript, renewScript, releaseScript, dequeueScript, describeScript}
+	allScripts = []*redis.Script{acquireScript, renewScript, releaseScript, dequeueScript, describeScript, watchScript}
 )

@@ -207,7 +207,7 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 	}
 	k := s.keys(req.Name)
 	reply, err := s.run(ctx, acquireScript,
-		[]string{k.lease, k.fence, k.queue, k.waiters, k.marker},
+		[]string{k.lease, k.fence, k.queue, k.waiters, k.marker, k.watched},
 		req.Holder, durationMS(req.TTL), req.Value, req.Waiter, durationMS(waiterTTL),
 		s.quarantineMS, s.channel, req.Name, s.lockDelayMS,
 	).Slice()
@@ -297,7 +297,7 @@ func (s *Store) Renew(ctx context.Context, name, holder string, token uint64, tt
 // Release implements store.Store.
 func (s *Store) Release(ctx context.Context, name, holder string, token uint64) (bool, error) {
 	k := s.keys(name)
-	n, err := s.run(ctx, releaseScript, []string{k.lease},
+	n, err := s.run(ctx, releaseScript, []string{k.lease, k.queue, k.watched},
 		holder, strconv.FormatUint(token, 10), s.channel, name).Int64()
 	if err != nil {
 		return false, wrapErr("release", err)
@@ -310,6 +310,13 @@ func (s *Store) Dequeue(ctx context.Context, name, waiter string) error {
 	k := s.keys(name)
 	err := s.run(ctx, dequeueScript, []string{k.queue, k.waiters}, waiter, s.channel, name).Err()
 	return wrapErr("dequeue", err)
+}
+
+// Watch implements store.Store: changes of a watched name are published on
+// the events channel; those of other names only while a waiter is queued.
+func (s *Store) Watch(ctx context.Context, name string, ttl time.Duration) error {
+	err := s.run(ctx, watchScript, []string{s.keys(name).watched}, durationMS(ttl)).Err()
+	return wrapErr("watch", err)
 }
 
 // Describe implements store.Store.

@@ -355,6 +355,9 @@ func testSubscribe(t *testing.T, s store.Store) {
 	// A subscription may take a moment to be live; the store promises delivery
 	// only after Subscribe returns, which Redis pub/sub meets once subscribed.
 	time.Sleep(100 * time.Millisecond)
+	if err := s.Watch(context.Background(), "granted", time.Minute); err != nil {
+		t.Fatal(err)
+	}
 
 	l := mustAcquire(t, s, "granted", "a")
 	waitFor(t, ch, "granted")

@@ -6,6 +6,7 @@
 -- KEYS[3] queue   ZSET waiter -> arrival order
 -- KEYS[4] waiters ZSET waiter -> deadline (unix ms)
 -- KEYS[5] marker  STRING data-loss marker: "quarantine until" (unix ms)
+-- KEYS[6] watched STRING present while some coordinator observes the name
 -- ARGV[1] holder
 -- ARGV[2] ttl (ms, >= 1)
 -- ARGV[3] value
@@ -29,7 +30,7 @@
 
 if redis.replicate_commands then redis.replicate_commands() end
 
-local lease, fence, queue, waiters, marker = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local lease, fence, queue, waiters, marker, watched = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local holder, ttl, value, waiter = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local waiter_ttl, quarantine, channel, name = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7], ARGV[8]
 local keep = ARGV[2] + tonumber(ARGV[9]) -- the key outlives the lease by the lock delay
@@ -54,6 +55,15 @@ else
 end
 if now < until_ms then
   return {-1, lost, until_ms - now}
+end
+
+-- Announces a change of the name on the channel, when anyone listens: a
+-- queued waiter or an observer. Uncontended locks then cost no pub/sub
+-- traffic at all.
+local function announce()
+  if redis.call('EXISTS', queue, watched) > 0 then
+    redis.call('PUBLISH', channel, name)
+  end
 end
 
 -- Drops waiters whose deadline passed (a bounded batch; the head is checked
@@ -107,7 +117,7 @@ if cur[1] then
     local changed = 0
     if cur[3] ~= value then
       changed = 1
-      redis.call('PUBLISH', channel, name)
+      announce()
     end
     return {1, lost, holder, cur[2], value, ttl, ttl, now, changed}
   end
@@ -136,7 +146,7 @@ end
 if head and head ~= waiter then
   if waiter ~= '' then enqueue() end
   -- The head may not know that it is now first in line.
-  if pruned > 0 then redis.call('PUBLISH', channel, name) end
+  if pruned > 0 then announce() end
   return {0, lost, '', '', '', 0, 0, now, 0}
 end
 
@@ -155,5 +165,5 @@ end
 redis.call('HSET', lease, 'holder', holder, 'token', token, 'value', value, 'ttl', ARGV[2], 'expires', ms(now + ttl))
 redis.call('PEXPIRE', lease, ms(keep))
 if waiter ~= '' then unqueue() end
-redis.call('PUBLISH', channel, name)
+announce()
 return {1, lost, holder, token, value, ttl, ttl, now, 1}

@@ -1,10 +1,12 @@
 -- release.lua: compare-and-set delete of a held lease.
 --
--- KEYS[1] lease  HASH holder, token, value, ttl (ms), expires (unix ms)
+-- KEYS[1] lease   HASH holder, token, value, ttl (ms), expires (unix ms)
+-- KEYS[2] queue   ZSET of waiters: present while any wait
+-- KEYS[3] watched STRING present while some coordinator observes the name
 -- ARGV[1] holder
 -- ARGV[2] token (decimal)
 -- ARGV[3] pub/sub channel
--- ARGV[4] name (published on the channel)
+-- ARGV[4] name (published on the channel when a waiter or observer listens)
 --
 -- Returns 1 when the lease was released, 0 when (holder, token) did not
 -- hold it. A lease that already expired is not released: its lock delay,
@@ -22,5 +24,7 @@ if cur[3] then
   if tonumber(cur[3]) <= now then return 0 end
 end
 redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', ARGV[3], ARGV[4])
+if redis.call('EXISTS', KEYS[2], KEYS[3]) > 0 then
+  redis.call('PUBLISH', ARGV[3], ARGV[4])
+end
 return 1
