@@ -11,7 +11,10 @@
 // across a restart.
 //
 // Expiry uses the monotonic clock and is evaluated lazily on access: there is
-// no goroutine or timer per lease.
+// no goroutine or timer per lease. A name nobody has held or waited for in
+// ten minutes is forgotten, so that memory follows the names in use rather
+// than every name ever used; its next token still comes out larger, since a
+// token is never below the clock in microseconds.
 package memstore
 
 import (
@@ -30,10 +33,11 @@ type Store struct {
 	now       func() time.Time
 	lockDelay time.Duration
 
-	mu      sync.Mutex
-	names   map[string]*entry
-	subs    map[int]func(string)
-	nextSub int
+	mu       sync.Mutex
+	names    map[string]*entry
+	acquires int // since the last sweep of idle names
+	subs     map[int]func(string)
+	nextSub  int
 }
 
 type entry struct {
@@ -47,6 +51,27 @@ type entry struct {
 	queue     []waiter // arrival order
 	// delayedUntil is the end of the lock delay after a lease expired.
 	delayedUntil time.Time
+	// active is the last grant, renewal or release.
+	active time.Time
+}
+
+const (
+	// forgetAfter is how long a name stays known after its last activity.
+	// Forgetting it loses its counter, which is safe because a new token is
+	// never below the clock in microseconds: ten minutes of clock are far
+	// more than the grants any name could have had beyond it.
+	forgetAfter = 10 * time.Minute
+	// sweepEvery is how many acquires pass between sweeps of idle names.
+	sweepEvery = 4096
+)
+
+// sweep forgets the names idle for forgetAfter. Called with s.mu held.
+func (s *Store) sweep(now time.Time) {
+	for name, e := range s.names {
+		if len(e.queue) == 0 && !e.held(now, s.lockDelay) && !now.Before(e.delayedUntil) && now.Sub(e.active) > forgetAfter {
+			delete(s.names, name)
+		}
+	}
 }
 
 type waiter struct {
@@ -152,6 +177,10 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 	}
 	s.mu.Lock()
 	now := s.now()
+	if s.acquires++; s.acquires >= sweepEvery {
+		s.acquires = 0
+		s.sweep(now)
+	}
 	e := s.entry(req.Name)
 
 	if e.held(now, s.lockDelay) {
@@ -163,7 +192,7 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 		}
 		changed := !bytes.Equal(e.value, req.Value)
 		e.value = bytes.Clone(req.Value)
-		e.ttl, e.expires = req.TTL, now.Add(req.TTL)
+		e.ttl, e.expires, e.active = req.TTL, now.Add(req.TTL), now
 		e.dequeue(req.Waiter)
 		res := store.AcquireResult{Acquired: true, Lease: e.lease(req.Name), Changed: changed}
 		s.unlockAndNotify(req.Name, changed)
@@ -185,7 +214,7 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 	// across a restart of the process, which forgets every counter.
 	e.lastToken = max(e.lastToken+1, uint64(now.UnixMicro()))
 	e.holder, e.token, e.value = req.Holder, e.lastToken, bytes.Clone(req.Value)
-	e.ttl, e.expires = req.TTL, now.Add(req.TTL)
+	e.ttl, e.expires, e.active = req.TTL, now.Add(req.TTL), now
 	res := store.AcquireResult{Acquired: true, Lease: e.lease(req.Name), Changed: true}
 	s.unlockAndNotify(req.Name, true)
 	return res, nil
@@ -203,7 +232,7 @@ func (s *Store) Renew(ctx context.Context, name, holder string, token uint64, tt
 	if !ok || !e.held(now, s.lockDelay) || e.holder != holder || e.token != token {
 		return store.Lease{}, store.ErrLeaseNotHeld
 	}
-	e.ttl, e.expires = ttl, now.Add(ttl)
+	e.ttl, e.expires, e.active = ttl, now.Add(ttl), now
 	return e.lease(name), nil
 }
 
@@ -218,7 +247,7 @@ func (s *Store) Release(ctx context.Context, name, holder string, token uint64) 
 		s.mu.Unlock()
 		return false, nil
 	}
-	e.holder, e.token, e.value = "", 0, nil
+	e.holder, e.token, e.value, e.active = "", 0, nil, s.now()
 	s.unlockAndNotify(name, true)
 	return true, nil
 }

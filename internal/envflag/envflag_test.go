@@ -1,0 +1,67 @@
+package envflag
+
+import (
+	"flag"
+	"io"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestFlagsTakeDefaultsFromTheEnvironment(t *testing.T) {
+	tests := []struct {
+		name    string
+		env     map[string]string
+		args    []string
+		want    string
+		wantErr string
+	}{
+		{"built-in defaults", nil, nil, "s=def d=1s n=7", ""},
+		{"environment", map[string]string{"X_S": "env", "X_D": "2m", "X_N": "9"}, nil, "s=env d=2m0s n=9", ""},
+		{"a flag wins", map[string]string{"X_S": "env", "X_D": "2m"}, []string{"-s", "flag", "-d", "3s"}, "s=flag d=3s n=7", ""},
+		{"malformed duration names the variable", map[string]string{"X_D": "soon"}, nil, "", "$X_D"},
+		{"malformed int names the variable", map[string]string{"X_N": "many"}, nil, "", "$X_N"},
+		{"stray argument", nil, []string{"extra"}, "", `unexpected argument "extra"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := flag.NewFlagSet("test", flag.ContinueOnError)
+			fs.SetOutput(io.Discard)
+			v := New(fs, func(k string) string { return tc.env[k] })
+			var s string
+			var d time.Duration
+			var n int
+			v.String(&s, "s", "X_S", "def", "a string")
+			v.Duration(&d, "d", "X_D", time.Second, "a duration")
+			v.Int(&n, "n", "X_N", 7, "an int")
+			err := v.Parse(tc.args)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v; want one containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := "s=" + s + " d=" + d.String() + " n=" + itoa(n); got != tc.want {
+				t.Fatalf("got %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestUsageNamesTheVariable(t *testing.T) {
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	var b strings.Builder
+	fs.SetOutput(&b)
+	var s string
+	New(fs, func(string) string { return "" }).String(&s, "listen", "APP_LISTEN", ":1", "where to listen")
+	fs.PrintDefaults()
+	if !strings.Contains(b.String(), "[$APP_LISTEN]") {
+		t.Fatalf("usage %q does not name $APP_LISTEN", b.String())
+	}
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
