@@ -52,7 +52,7 @@ func TestThreeInstancesOneKilled(t *testing.T) {
 				queue += "::x:tmp" // a look-alike name
 			}
 			want[queue] = map[string]expected{}
-			for i := range 60 {
+			for i := range 120 {
 				id := fmt.Sprintf("m%d", i)
 				// Due over the next two seconds, so the work spans the kill; a
 				// tenth are due only in an hour and must not move.
