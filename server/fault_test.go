@@ -2,9 +2,12 @@ package server_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +19,7 @@ import (
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
 	"github.com/coordinator-dev/coordinator/internal/redistest"
 	"github.com/coordinator-dev/coordinator/server"
+	"github.com/coordinator-dev/coordinator/server/store/storetest"
 )
 
 // onPrivateRedis is a coordinator whose Redis store is a private redis-server
@@ -192,5 +196,76 @@ func TestCoordinatorOnClusterAndSentinel(t *testing.T) {
 				t.Fatalf("List = %v, %v; want the 4 waiters' leases", list, err)
 			}
 		})
+	}
+}
+
+// TestContentionAcrossRedisDataLoss has workers fight over a few names while
+// Redis restarts without its data, twice. The quarantine (at least the
+// longest TTL) must keep every holder of a lost lease clear of its successor,
+// and tokens must keep growing although every counter is gone.
+func TestContentionAcrossRedisDataLoss(t *testing.T) {
+	const (
+		ttl     = 300 * time.Millisecond
+		maxTTL  = time.Second
+		workers = 16
+	)
+	rs := redistest.Start(t, false)
+	cfg := testConfig(t, server.StoreMemory)
+	cfg.Store, cfg.RedisURL, cfg.RedisKeyPrefix = server.StoreRedis, rs.URL(), "coordinator"
+	cfg.MaxTTL, cfg.DataLossQuarantine = maxTTL, maxTTL
+	c := start(t, cfg)
+
+	names := []string{"r0", "r1", "r2"}
+	resources := map[string]*storetest.Resource{}
+	for _, n := range names {
+		resources[n] = &storetest.Resource{}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
+	defer cancel()
+	var granted, quarantined atomic.Int64
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			holder := fmt.Sprintf("w%d", w)
+			for i := 0; ctx.Err() == nil; i++ {
+				name := names[(w+i)%len(names)]
+				sent := time.Now()
+				resp, err := c.client.TryAcquire(ctx, &coordinatorv1.TryAcquireRequest{Name: name, Holder: holder, Ttl: dur(ttl)})
+				if err != nil {
+					if _, reason, _ := errorDetails(err); reason == "DATA_LOSS_QUARANTINE" {
+						quarantined.Add(1)
+					}
+					time.Sleep(10 * time.Millisecond) // Unavailable: retry, as a client would
+					continue
+				}
+				if !resp.GetAcquired() {
+					time.Sleep(time.Millisecond)
+					continue
+				}
+				granted.Add(1)
+				// Valid until sent+ttl by our clock, less a margin for the
+				// difference between ours and Redis's.
+				if err := resources[name].Enter(holder, resp.GetLease().GetToken(), sent.Add(ttl-50*time.Millisecond)); err != nil {
+					t.Error(err)
+					return
+				}
+				// Act for most of the lease, so that a restart strands holders
+				// inside it.
+				time.Sleep(ttl / 2)
+				resources[name].Leave(holder)
+				// Most leases are left to expire, so that data loss strands holders.
+				if i%4 == 0 {
+					_, _ = c.client.Release(ctx, &coordinatorv1.ReleaseRequest{Name: name, Holder: holder, Token: resp.GetLease().GetToken()})
+				}
+			}
+		})
+	}
+	for range 2 {
+		time.Sleep(1200 * time.Millisecond)
+		rs.Restart()
+	}
+	wg.Wait()
+	if granted.Load() < 20 || quarantined.Load() == 0 {
+		t.Fatalf("%d grants, %d refusals in quarantine: the test did not exercise data loss", granted.Load(), quarantined.Load())
 	}
 }
