@@ -83,3 +83,49 @@ func TestCutOffInstanceStopsBeforeItsLeaseExpires(t *testing.T) {
 	coord.Restart()
 	waitFor(t, 15*time.Second, "work to resume with the coordinator back", func() bool { return inFlight() == 0 })
 }
+
+// pastDeadline is a lease whose Done has not closed (the goroutine that
+// would close it has not run yet) but whose local deadline has passed, as
+// after a process pause.
+type pastDeadline struct{ housekeeper.Lease }
+
+func (pastDeadline) Deadline() time.Time { return time.Now().Add(-time.Millisecond) }
+
+type pausedLocker struct{ inner housekeeper.Locker }
+
+func (l pausedLocker) TryLock(ctx context.Context, name string, ttl time.Duration) (housekeeper.Lease, error) {
+	lease, err := l.inner.TryLock(ctx, name, ttl)
+	if err != nil {
+		return nil, err
+	}
+	return pastDeadline{lease}, nil
+}
+
+// TestLeasePastItsDeadlineIsNotUsed: a lease whose local deadline passed is
+// treated as lost before any batch, even if its Done channel has not closed
+// yet.
+func TestLeasePastItsDeadlineIsNotUsed(t *testing.T) {
+	rdb := redistest.Client(t)
+	d := newDeckard(t, rdb)
+	now := housekeepertest.NowMs(t, rdb)
+	d.Seed(t, rdb, func(p redis.Pipeliner) {
+		d.Put(context.Background(), p, "q", housekeepertest.Tmp, "m", float64(now-1))
+	})
+	reg := prometheus.NewRegistry()
+	r, err := housekeeper.New(rdb, pausedLocker{housekeepertest.NewLocker()}, housekeeper.Config{
+		Prefix: d.Prefix, UnlockInterval: time.Hour, TimeoutInterval: 20 * time.Millisecond,
+		Registerer: reg, Logger: testLogger(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_ = r.Run(ctx)
+	if n := len(d.Snapshot(t, rdb, "q")[housekeepertest.Tmp]); n != 1 {
+		t.Fatal("a batch ran on a lease past its deadline")
+	}
+	if lost := metric(t, reg, "housekeeper_leases_lost_total", "task", "timeout"); lost < 1 {
+		t.Fatalf("housekeeper_leases_lost_total{task=timeout} = %v", lost)
+	}
+}

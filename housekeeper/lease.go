@@ -13,6 +13,9 @@ type Lease interface {
 	// higher one than every earlier grant of that name.
 	Token() uint64
 	Done() <-chan struct{} // closed the moment the lease is lost or released
+	// Deadline is when the lease stops being valid by this process's clock
+	// unless renewed first; zero when the Locker keeps no such deadline.
+	Deadline() time.Time
 	Release(ctx context.Context) error
 }
 
@@ -27,13 +30,16 @@ type Locker interface {
 // Config.ErrNotAcquired.
 var ErrNotAcquired = errors.New("housekeeper: lease held by another instance")
 
-// isDone reports whether l is lost or released.
+// isDone reports whether l is lost or released, or past its deadline: a
+// process that was paused (a long GC, a stopped VM) must not start a batch
+// on its lease before the goroutine that notices the loss has run.
 func isDone(l Lease) bool {
 	select {
 	case <-l.Done():
 		return true
 	default:
-		return false
+		d := l.Deadline()
+		return !d.IsZero() && !time.Now().Before(d)
 	}
 }
 

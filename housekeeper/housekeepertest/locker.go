@@ -160,6 +160,9 @@ func (le *Lease) Token() uint64 { return le.token }
 // Done is closed when the lease ends.
 func (le *Lease) Done() <-chan struct{} { return le.done }
 
+// Deadline is zero: the fake keeps no local validity, only Done.
+func (le *Lease) Deadline() time.Time { return time.Time{} }
+
 // Release ends the lease; ErrNotHeld when it had already ended.
 func (le *Lease) Release(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
