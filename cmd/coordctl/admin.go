@@ -1,12 +1,14 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"text/tabwriter"
 	"time"
 	"unicode/utf8"
 
+	"github.com/coordinator-dev/coordinator/client"
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
 )
 
@@ -49,45 +51,40 @@ func newHeldJSON(l *coordinatorv1.Lease) heldJSON {
 // runDescribe: coordctl describe NAME.
 func runDescribe(a *app, args, _ []string) int {
 	name := args[0]
-	c, err := a.connect()
-	if err != nil {
-		return a.fail(err)
-	}
-	defer c.Close()
-	ctx, cancel := a.callCtx()
-	defer cancel()
-	d, err := c.API().Describe(ctx, &coordinatorv1.DescribeRequest{Name: name})
-	if err != nil {
-		return a.fail(err)
-	}
-	if a.output == "json" {
-		j := struct {
-			Name      string    `json:"name"`
-			Held      bool      `json:"held"`
-			Lease     *heldJSON `json:"lease,omitempty"`
-			LastToken uint64    `json:"last_token"`
-			Waiters   uint32    `json:"waiters"`
-		}{Name: name, Held: d.GetHeld(), LastToken: d.GetLastToken(), Waiters: d.GetWaiters()}
+	return a.call(func(ctx context.Context, c *client.Client) int {
+		d, err := c.API().Describe(ctx, &coordinatorv1.DescribeRequest{Name: name})
+		if err != nil {
+			return a.fail(err)
+		}
+		if a.output == "json" {
+			j := struct {
+				Name      string    `json:"name"`
+				Held      bool      `json:"held"`
+				Lease     *heldJSON `json:"lease,omitempty"`
+				LastToken uint64    `json:"last_token"`
+				Waiters   uint32    `json:"waiters"`
+			}{Name: name, Held: d.GetHeld(), LastToken: d.GetLastToken(), Waiters: d.GetWaiters()}
+			if d.GetHeld() {
+				l := newHeldJSON(d.GetLease())
+				j.Lease = &l
+			}
+			a.printJSON(j)
+			return exitOK
+		}
 		if d.GetHeld() {
-			l := newHeldJSON(d.GetLease())
-			j.Lease = &l
+			l := d.GetLease()
+			fmt.Fprintf(a.stdout, "%s: held by %s with token %d, ttl %s, expires %s",
+				name, l.GetHolder(), l.GetToken(), l.GetTtl().AsDuration(), l.GetExpiresAt().AsTime().Local().Format(time.RFC3339Nano))
+			if len(l.GetValue()) > 0 {
+				fmt.Fprintf(a.stdout, ", value %s", text(l.GetValue()))
+			}
+			fmt.Fprintln(a.stdout)
+		} else {
+			fmt.Fprintf(a.stdout, "%s: not held\n", name)
 		}
-		a.printJSON(j)
+		fmt.Fprintf(a.stdout, "last token %d, %d waiting\n", d.GetLastToken(), d.GetWaiters())
 		return exitOK
-	}
-	if d.GetHeld() {
-		l := d.GetLease()
-		fmt.Fprintf(a.stdout, "%s: held by %s with token %d, ttl %s, expires %s",
-			name, l.GetHolder(), l.GetToken(), l.GetTtl().AsDuration(), l.GetExpiresAt().AsTime().Local().Format(time.RFC3339Nano))
-		if len(l.GetValue()) > 0 {
-			fmt.Fprintf(a.stdout, ", value %s", text(l.GetValue()))
-		}
-		fmt.Fprintln(a.stdout)
-	} else {
-		fmt.Fprintf(a.stdout, "%s: not held\n", name)
-	}
-	fmt.Fprintf(a.stdout, "last token %d, %d waiting\n", d.GetLastToken(), d.GetWaiters())
-	return exitOK
+	})
 }
 
 // runList: coordctl list [PREFIX].
@@ -96,40 +93,35 @@ func runList(a *app, args, _ []string) int {
 	if len(args) > 0 {
 		prefix = args[0]
 	}
-	c, err := a.connect()
-	if err != nil {
-		return a.fail(err)
-	}
-	defer c.Close()
-	ctx, cancel := a.callCtx()
-	defer cancel()
-	var leases []*coordinatorv1.Lease
-	for page := ""; ; {
-		resp, err := c.API().List(ctx, &coordinatorv1.ListRequest{Prefix: prefix, PageSize: 1000, PageToken: page})
-		if err != nil {
-			return a.fail(err)
+	return a.call(func(ctx context.Context, c *client.Client) int {
+		var leases []*coordinatorv1.Lease
+		for page := ""; ; {
+			resp, err := c.API().List(ctx, &coordinatorv1.ListRequest{Prefix: prefix, PageSize: 1000, PageToken: page})
+			if err != nil {
+				return a.fail(err)
+			}
+			leases = append(leases, resp.GetLeases()...)
+			if page = resp.GetNextPageToken(); page == "" {
+				break
+			}
 		}
-		leases = append(leases, resp.GetLeases()...)
-		if page = resp.GetNextPageToken(); page == "" {
-			break
+		if a.output == "json" {
+			out := make([]heldJSON, 0, len(leases))
+			for _, l := range leases {
+				out = append(out, newHeldJSON(l))
+			}
+			a.printJSON(out)
+			return exitOK
 		}
-	}
-	if a.output == "json" {
-		out := make([]heldJSON, 0, len(leases))
+		w := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(w, "NAME\tHOLDER\tTOKEN\tTTL\tEXPIRES")
 		for _, l := range leases {
-			out = append(out, newHeldJSON(l))
+			fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\n", l.GetName(), l.GetHolder(), l.GetToken(),
+				l.GetTtl().AsDuration(), l.GetExpiresAt().AsTime().Local().Format(time.RFC3339))
 		}
-		a.printJSON(out)
+		_ = w.Flush()
 		return exitOK
-	}
-	w := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "NAME\tHOLDER\tTOKEN\tTTL\tEXPIRES")
-	for _, l := range leases {
-		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\n", l.GetName(), l.GetHolder(), l.GetToken(),
-			l.GetTtl().AsDuration(), l.GetExpiresAt().AsTime().Local().Format(time.RFC3339))
-	}
-	_ = w.Flush()
-	return exitOK
+	})
 }
 
 // runRelease: coordctl release NAME HOLDER TOKEN.
@@ -139,31 +131,26 @@ func runRelease(a *app, args, _ []string) int {
 	if err != nil || token == 0 {
 		return a.usageError(fmt.Errorf("release: TOKEN %q is not a fencing token (a positive integer)", args[2]))
 	}
-	c, err := a.connect()
-	if err != nil {
-		return a.fail(err)
-	}
-	defer c.Close()
-	ctx, cancel := a.callCtx()
-	defer cancel()
-	resp, err := c.API().Release(ctx, &coordinatorv1.ReleaseRequest{Name: name, Holder: holder, Token: token})
-	if err != nil {
-		return a.fail(err)
-	}
-	if a.output == "json" {
-		a.printJSON(struct {
-			Name     string `json:"name"`
-			Holder   string `json:"holder"`
-			Token    uint64 `json:"token"`
-			Released bool   `json:"released"`
-		}{name, holder, token, resp.GetReleased()})
-	} else if resp.GetReleased() {
-		fmt.Fprintf(a.stdout, "released %s (holder %s, token %d)\n", name, holder, token)
-	} else {
-		fmt.Fprintf(a.stdout, "%s is not held by %s with token %d: nothing released\n", name, holder, token)
-	}
-	if !resp.GetReleased() {
-		return exitFail
-	}
-	return exitOK
+	return a.call(func(ctx context.Context, c *client.Client) int {
+		resp, err := c.API().Release(ctx, &coordinatorv1.ReleaseRequest{Name: name, Holder: holder, Token: token})
+		if err != nil {
+			return a.fail(err)
+		}
+		if a.output == "json" {
+			a.printJSON(struct {
+				Name     string `json:"name"`
+				Holder   string `json:"holder"`
+				Token    uint64 `json:"token"`
+				Released bool   `json:"released"`
+			}{name, holder, token, resp.GetReleased()})
+		} else if resp.GetReleased() {
+			fmt.Fprintf(a.stdout, "released %s (holder %s, token %d)\n", name, holder, token)
+		} else {
+			fmt.Fprintf(a.stdout, "%s is not held by %s with token %d: nothing released\n", name, holder, token)
+		}
+		if !resp.GetReleased() {
+			return exitFail
+		}
+		return exitOK
+	})
 }

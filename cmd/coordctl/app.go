@@ -208,6 +208,19 @@ func (a *app) callCtx() (context.Context, context.CancelFunc) {
 	return ctx, func() { cancel(); stop() }
 }
 
+// call connects and runs one short command with a context bounded by
+// -timeout (10s when 0) and the first signal.
+func (a *app) call(run func(ctx context.Context, c *client.Client) int) int {
+	c, err := a.connect()
+	if err != nil {
+		return a.fail(err)
+	}
+	defer c.Close()
+	ctx, cancel := a.callCtx()
+	defer cancel()
+	return run(ctx, c)
+}
+
 // printJSON writes v as one line of JSON.
 func (a *app) printJSON(v any) {
 	b, err := json.Marshal(v)

@@ -29,79 +29,58 @@ func newLeaderJSON(election, candidate string, term uint64, value []byte, expire
 // runElect: coordctl elect ELECTION VALUE [-- CMD ARGS…].
 func runElect(a *app, args, cmdline []string) int {
 	election, value := args[0], []byte(args[1])
-	if cmdline != nil && len(cmdline) == 0 {
-		return a.usageError(errors.New("elect: no command after --"))
-	}
-	sigs := watchSignals()
-	defer sigs.stop()
-	c, err := a.connect()
-	if err != nil {
-		return a.fail(err)
-	}
-	defer c.Close()
-
-	ctx, cancel := a.waitCtx(sigs)
-	e, err := c.Campaign(ctx, election, value)
-	cancel()
-	if err != nil {
-		return a.waitFailed(sigs, "leadership of "+strconv.Quote(election), err)
-	}
-	defer func() {
-		ctx, cancel := releaseCtx()
-		defer cancel()
-		ended := e.Err()
-		if err := e.Resign(ctx); err != nil && ended == nil {
-			fmt.Fprintf(a.stderr, "coordctl: resign: %v (the term expires after its TTL)\n", err)
+	return a.holdWhile("elect", "leadership of "+strconv.Quote(election), cmdline, func(ctx context.Context, c *client.Client) (held, error) {
+		e, err := c.Campaign(ctx, election, value)
+		if err != nil {
+			return held{}, err
 		}
-	}()
-
-	if cmdline == nil {
-		if a.output == "json" {
-			a.printJSON(newLeaderJSON(election, e.Candidate(), e.Term(), e.Value(), time.Time{}))
-		} else {
-			fmt.Fprintf(a.stdout, "leader of %s: %s in term %d with value %s; interrupt to resign\n",
-				election, e.Candidate(), e.Term(), text(e.Value()))
-		}
-		return a.holdUntilInterrupted(e, sigs)
-	}
-	return a.runHeld(e, sigs, cmdline, []string{
-		"COORDINATOR_FENCING_TOKEN=" + strconv.FormatUint(e.Term(), 10),
-		"COORDINATOR_ELECTION=" + election,
+		return held{
+			holding: e,
+			announce: func() {
+				if a.output == "json" {
+					a.printJSON(newLeaderJSON(election, e.Candidate(), e.Term(), e.Value(), time.Time{}))
+				} else {
+					fmt.Fprintf(a.stdout, "leader of %s: %s in term %d with value %s; interrupt to resign\n",
+						election, e.Candidate(), e.Term(), text(e.Value()))
+				}
+			},
+			env: []string{
+				"COORDINATOR_FENCING_TOKEN=" + strconv.FormatUint(e.Term(), 10),
+				"COORDINATOR_ELECTION=" + election,
+			},
+			giveUp:   e.Resign,
+			giveUpAs: "resign",
+		}, nil
 	})
 }
 
 // runLeader: coordctl leader ELECTION.
 func runLeader(a *app, args, _ []string) int {
 	election := args[0]
-	c, err := a.connect()
-	if err != nil {
-		return a.fail(err)
-	}
-	defer c.Close()
-	ctx, cancel := a.callCtx()
-	defer cancel()
-	info, err := c.Leader(ctx, election)
-	if errors.Is(err, client.ErrNoLeader) {
-		if a.output == "json" {
-			a.printJSON(struct {
-				Election string `json:"election"`
-				Vacant   bool   `json:"vacant"`
-			}{election, true})
-		} else {
-			fmt.Fprintf(a.stdout, "%s has no leader\n", election)
+	return a.call(func(ctx context.Context, c *client.Client) int {
+		info, err := c.Leader(ctx, election)
+		if errors.Is(err, client.ErrNoLeader) {
+			if a.output == "json" {
+				a.printJSON(struct {
+					Election string `json:"election"`
+					Vacant   bool   `json:"vacant"`
+				}{election, true})
+			} else {
+				fmt.Fprintf(a.stdout, "%s has no leader\n", election)
+			}
+			return exitFail
 		}
-		return exitFail
-	}
-	if err != nil {
-		return a.fail(err)
-	}
-	if a.output == "json" {
-		a.printJSON(newLeaderJSON(info.Election, info.Candidate, info.Term, info.Value, info.ExpiresAt))
-	} else {
-		fmt.Fprintf(a.stdout, "%s in term %d with value %s (expires %s)\n",
-			info.Candidate, info.Term, text(info.Value), info.ExpiresAt.Local().Format(time.RFC3339Nano))
-	}
-	return exitOK
+		if err != nil {
+			return a.fail(err)
+		}
+		if a.output == "json" {
+			a.printJSON(newLeaderJSON(info.Election, info.Candidate, info.Term, info.Value, info.ExpiresAt))
+		} else {
+			fmt.Fprintf(a.stdout, "%s in term %d with value %s (expires %s)\n",
+				info.Candidate, info.Term, text(info.Value), info.ExpiresAt.Local().Format(time.RFC3339Nano))
+		}
+		return exitOK
+	})
 }
 
 // runObserve: coordctl observe ELECTION.

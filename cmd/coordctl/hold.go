@@ -9,12 +9,60 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
+
+	"github.com/coordinator-dev/coordinator/client"
 )
 
 // holding is what lock and elect hold: a lease or a leadership.
 type holding interface {
 	Done() <-chan struct{}
 	Err() error
+}
+
+// held is an acquired holding and how lock or elect shows, passes on and
+// gives it up.
+type held struct {
+	holding
+	announce func()                          // print it, when no command runs
+	env      []string                        // for the command
+	giveUp   func(ctx context.Context) error // Release or Resign
+	giveUpAs string                          // "release" or "resign", for messages
+}
+
+// holdWhile is what lock and elect share: wait (in fair order, up to
+// -timeout or the first signal) for acquire, then run cmdline while holding
+// what it got, or hold it until interrupted, and give it up on the way out.
+func (a *app) holdWhile(verb, what string, cmdline []string, acquire func(context.Context, *client.Client) (held, error)) int {
+	if cmdline != nil && len(cmdline) == 0 {
+		return a.usageError(fmt.Errorf("%s: no command after --", verb))
+	}
+	sigs := watchSignals()
+	defer sigs.stop()
+	c, err := a.connect()
+	if err != nil {
+		return a.fail(err)
+	}
+	defer c.Close()
+
+	ctx, cancel := a.waitCtx(sigs)
+	h, err := acquire(ctx, c)
+	cancel()
+	if err != nil {
+		return a.waitFailed(sigs, what, err)
+	}
+	defer func() {
+		ctx, cancel := releaseCtx()
+		defer cancel()
+		ended := h.Err() // reported already
+		if err := h.giveUp(ctx); err != nil && ended == nil {
+			fmt.Fprintf(a.stderr, "coordctl: %s: %v (it expires after its TTL)\n", h.giveUpAs, err)
+		}
+	}()
+	if cmdline == nil {
+		h.announce()
+		return a.holdUntilInterrupted(h, sigs)
+	}
+	return a.runHeld(h, sigs, cmdline, h.env)
 }
 
 // signals watches SIGINT, SIGTERM and SIGHUP from the moment it is made, so

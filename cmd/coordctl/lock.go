@@ -19,44 +19,28 @@ type leaseJSON struct {
 // runLock: coordctl lock NAME [-- CMD ARGS…].
 func runLock(a *app, args, cmdline []string) int {
 	name := args[0]
-	if cmdline != nil && len(cmdline) == 0 {
-		return a.usageError(errors.New("lock: no command after --"))
-	}
-	sigs := watchSignals()
-	defer sigs.stop()
-	c, err := a.connect()
-	if err != nil {
-		return a.fail(err)
-	}
-	defer c.Close()
-
-	ctx, cancel := a.waitCtx(sigs)
-	lease, err := c.Lock(ctx, name)
-	cancel()
-	if err != nil {
-		return a.waitFailed(sigs, "lock "+strconv.Quote(name), err)
-	}
-	defer func() {
-		ctx, cancel := releaseCtx()
-		defer cancel()
-		ended := lease.Err() // reported already
-		if err := lease.Release(ctx); err != nil && ended == nil {
-			fmt.Fprintf(a.stderr, "coordctl: release: %v (it expires after its TTL)\n", err)
+	return a.holdWhile("lock", "lock "+strconv.Quote(name), cmdline, func(ctx context.Context, c *client.Client) (held, error) {
+		lease, err := c.Lock(ctx, name)
+		if err != nil {
+			return held{}, err
 		}
-	}()
-
-	if cmdline == nil {
-		if a.output == "json" {
-			a.printJSON(leaseJSON{Name: lease.Name(), Holder: lease.Holder(), Token: lease.Token(), TTL: lease.TTL().String()})
-		} else {
-			fmt.Fprintf(a.stdout, "lock %s held by %s with fencing token %d (ttl %s); interrupt to release\n",
-				lease.Name(), lease.Holder(), lease.Token(), lease.TTL())
-		}
-		return a.holdUntilInterrupted(lease, sigs)
-	}
-	return a.runHeld(lease, sigs, cmdline, []string{
-		"COORDINATOR_FENCING_TOKEN=" + strconv.FormatUint(lease.Token(), 10),
-		"COORDINATOR_LOCK_NAME=" + name,
+		return held{
+			holding: lease,
+			announce: func() {
+				if a.output == "json" {
+					a.printJSON(leaseJSON{Name: lease.Name(), Holder: lease.Holder(), Token: lease.Token(), TTL: lease.TTL().String()})
+				} else {
+					fmt.Fprintf(a.stdout, "lock %s held by %s with fencing token %d (ttl %s); interrupt to release\n",
+						lease.Name(), lease.Holder(), lease.Token(), lease.TTL())
+				}
+			},
+			env: []string{
+				"COORDINATOR_FENCING_TOKEN=" + strconv.FormatUint(lease.Token(), 10),
+				"COORDINATOR_LOCK_NAME=" + name,
+			},
+			giveUp:   lease.Release,
+			giveUpAs: "release",
+		}, nil
 	})
 }
 
