@@ -96,7 +96,7 @@ type coordinator struct {
 }
 
 func (e benchEnv) startCoordinator(storeKind string) (*coordinator, error) {
-	cfg, err := server.ParseConfig(flag.NewFlagSet("bench", flag.ContinueOnError), nil, func(string) string { return "" })
+	cfg, err := server.ParseConfig(flag.NewFlagSet("bench", flag.ContinueOnError), nil, func(string) (string, bool) { return "", false })
 	if err != nil {
 		return nil, err
 	}

@@ -9,8 +9,6 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-
-	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
 )
 
 // Sentinel errors. Compare with errors.Is: the errors returned wrap them with
@@ -87,11 +85,6 @@ func ErrorReason(err error) string {
 }
 
 const errorDomain = "coordinator.v1"
-
-var (
-	reasonLeaseNotHeld = coordinatorv1.ErrorReason_LEASE_NOT_HELD.String()
-	reasonInvalidField = coordinatorv1.ErrorReason_INVALID_FIELD.String()
-)
 
 // transient reports whether a call that failed with err may succeed when
 // tried again.

@@ -194,7 +194,7 @@ func ExampleClient_Observe() {
 // startCoordinator runs an in-process coordinator on the memory store, for
 // the examples.
 func startCoordinator() (addr string, stop func()) {
-	cfg, err := server.ParseConfig(flag.NewFlagSet("example", flag.ContinueOnError), nil, func(string) string { return "" })
+	cfg, err := server.ParseConfig(flag.NewFlagSet("example", flag.ContinueOnError), nil, func(string) (string, bool) { return "", false })
 	if err != nil {
 		log.Fatal(err)
 	}

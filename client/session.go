@@ -374,6 +374,8 @@ func (s *session) handle(conn *kaConn, resp *coordinatorv1.KeepAliveResponse) {
 		key, holder = leaseKey{r.Lease.GetName(), r.Lease.GetToken()}, r.Lease.GetHolder()
 	case *coordinatorv1.KeepAliveResponse_Lost:
 		key, holder = leaseKey{resp.GetName(), r.Lost.GetToken()}, r.Lost.GetHolder()
+	case *coordinatorv1.KeepAliveResponse_Failed:
+		key, holder = leaseKey{resp.GetName(), r.Failed.GetToken()}, r.Failed.GetHolder()
 	default:
 		return
 	}
@@ -390,14 +392,11 @@ func (s *session) handle(conn *kaConn, resp *coordinatorv1.KeepAliveResponse) {
 		}
 		s.renewedLocked(l, l.sentAt, ttl)
 	case *coordinatorv1.KeepAliveResponse_Lost:
-		reason, msg := r.Lost.GetReason(), r.Lost.GetMessage()
-		if reason == reasonLeaseNotHeld || reason == reasonInvalidField {
-			s.endLocked(l, fmt.Errorf("%w: %s: %s: %s", ErrLost, l.describe(), reason, msg))
-			return
-		}
+		s.endLocked(l, fmt.Errorf("%w: %s: %s: %s", ErrLost, l.describe(), r.Lost.GetReason(), r.Lost.GetMessage()))
+	case *coordinatorv1.KeepAliveResponse_Failed:
 		// STORE_UNAVAILABLE, DATA_LOSS_QUARANTINE…: this renewal failed; the
 		// lease holds until its deadline. Try again.
-		s.failed(l, reason+": "+msg)
+		s.failed(l, r.Failed.GetReason()+": "+r.Failed.GetMessage())
 	}
 }
 

@@ -40,11 +40,12 @@ const (
 )
 
 // ParseConfig reads the configuration from args (without the program name)
-// and getenv. The usage text names the environment variable of every flag.
-func ParseConfig(fs *flag.FlagSet, args []string, getenv func(string) string) (Config, error) {
+// and the environment (lookupEnv is os.LookupEnv). The usage text names the
+// environment variable of every flag.
+func ParseConfig(fs *flag.FlagSet, args []string, lookupEnv func(string) (string, bool)) (Config, error) {
 	var c Config
 	var level string
-	v := envflag.New(fs, getenv)
+	v := envflag.New(fs, lookupEnv)
 	v.String(&c.Listen, "listen", "COORDINATOR_LISTEN", "127.0.0.1:7400", "gRPC listen address")
 	v.String(&c.MetricsListen, "metrics-listen", "COORDINATOR_METRICS_LISTEN", "127.0.0.1:7401", "Prometheus /metrics listen address (empty: off)")
 	v.String(&c.Store, "store", "COORDINATOR_STORE", StoreMemory, "lease store: memory or redis")

@@ -131,7 +131,7 @@ func TestCoordinatorCrashLosesNothingKeptInRedis(t *testing.T) {
 
 func TestUnreachableRedisIsUnavailableNeverAWrongAnswer(t *testing.T) {
 	c, rs := onPrivateRedis(t, false, 0)
-	c.mustAcquire(t, "job", "a", time.Minute)
+	held := c.mustAcquire(t, "job", "a", time.Minute)
 
 	t.Run("paused", func(t *testing.T) {
 		rs.Pause(2 * time.Second)
@@ -156,6 +156,18 @@ func TestUnreachableRedisIsUnavailableNeverAWrongAnswer(t *testing.T) {
 			if code, reason, _ := errorDetails(err); code != codes.Unavailable || reason != "STORE_UNAVAILABLE" {
 				t.Fatalf("with Redis down: %v; want Unavailable STORE_UNAVAILABLE", err)
 			}
+		}
+		// A renewal over KeepAlive fails without the lease being declared lost.
+		stream, err := c.client.KeepAlive(ctxTimeout(t, 20*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := stream.Send(&coordinatorv1.KeepAliveRequest{Name: "job", Holder: "a", Token: held.GetToken(), Ttl: dur(time.Minute)}); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := stream.Recv()
+		if err != nil || resp.GetFailed().GetReason() != "STORE_UNAVAILABLE" || resp.GetLost() != nil {
+			t.Fatalf("KeepAlive with Redis down = %v, %v; want failed with STORE_UNAVAILABLE", resp, err)
 		}
 	})
 }

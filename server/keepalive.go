@@ -4,9 +4,11 @@ import (
 	"context"
 	"sync"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/status"
 
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
+	"github.com/coordinator-dev/coordinator/server/store"
 )
 
 // keepAliveInFlight bounds the renewals one KeepAlive stream runs at once, so
@@ -59,29 +61,36 @@ func (s *Service) KeepAlive(stream coordinatorv1.Coordinator_KeepAliveServer) er
 
 func (s *Service) keepAliveOne(ctx context.Context, req *coordinatorv1.KeepAliveRequest) *coordinatorv1.KeepAliveResponse {
 	resp := &coordinatorv1.KeepAliveResponse{Name: req.GetName()}
-	lost := func(err error) *coordinatorv1.KeepAliveResponse {
-		st := status.Convert(err)
-		reason := reasonOf(st)
-		if reason == "" {
-			reason = st.Code().String()
+	ttl, err := s.validateRenew(req.GetName(), req.GetHolder(), req.GetToken(), req.GetTtl())
+	if err == nil {
+		// A renewal that takes longer than the lease lasts helps nobody, and
+		// would hold one of the stream's slots while the store hangs.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, ttl)
+		defer cancel()
+		var lease store.Lease
+		if lease, err = s.renew(ctx, req.GetName(), req.GetHolder(), req.GetToken(), ttl); err == nil {
+			resp.Result = &coordinatorv1.KeepAliveResponse_Lease{Lease: leaseToProto(lease)}
+			return resp
 		}
+	}
+	st := status.Convert(err)
+	reason := reasonOf(st)
+	switch reason {
+	case coordinatorv1.ErrorReason_LEASE_NOT_HELD.String(), coordinatorv1.ErrorReason_INVALID_FIELD.String():
 		resp.Result = &coordinatorv1.KeepAliveResponse_Lost{Lost: &coordinatorv1.LeaseLost{
 			Holder: req.GetHolder(), Token: req.GetToken(), Reason: reason, Message: st.Message(),
 		}}
 		return resp
+	case "":
+		reason = st.Code().String()
 	}
-	ttl, err := s.validateRenew(req.GetName(), req.GetHolder(), req.GetToken(), req.GetTtl())
-	if err != nil {
-		return lost(err)
+	failed := &coordinatorv1.RenewalFailed{Holder: req.GetHolder(), Token: req.GetToken(), Reason: reason, Message: st.Message()}
+	for _, d := range st.Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok {
+			failed.RetryAfter = ri.GetRetryDelay()
+		}
 	}
-	// A renewal that takes longer than the lease lasts helps nobody, and
-	// would hold one of the stream's slots while the store hangs.
-	ctx, cancel := context.WithTimeout(ctx, ttl)
-	defer cancel()
-	lease, err := s.renew(ctx, req.GetName(), req.GetHolder(), req.GetToken(), ttl)
-	if err != nil {
-		return lost(err)
-	}
-	resp.Result = &coordinatorv1.KeepAliveResponse_Lease{Lease: leaseToProto(lease)}
+	resp.Result = &coordinatorv1.KeepAliveResponse_Failed{Failed: failed}
 	return resp
 }

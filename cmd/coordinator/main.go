@@ -19,7 +19,7 @@ import (
 
 func main() {
 	fs := flag.NewFlagSet("coordinator", flag.ContinueOnError)
-	cfg, err := server.ParseConfig(fs, os.Args[1:], os.Getenv)
+	cfg, err := server.ParseConfig(fs, os.Args[1:], os.LookupEnv)
 	if errors.Is(err, flag.ErrHelp) {
 		os.Exit(0)
 	}

@@ -43,7 +43,7 @@ func TestParseConfig(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			fs := flag.NewFlagSet("housekeeper", flag.ContinueOnError)
 			fs.SetOutput(io.Discard)
-			cfg, err := parseConfig(fs, tc.args, func(k string) string { return tc.env[k] })
+			cfg, err := parseConfig(fs, tc.args, func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok })
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("err = %v; want one naming %q", err, tc.wantErr)

@@ -46,11 +46,11 @@ type config struct {
 	runner           housekeeper.Config
 }
 
-func parseConfig(fs *flag.FlagSet, args []string, getenv func(string) string) (config, error) {
+func parseConfig(fs *flag.FlagSet, args []string, lookupEnv func(string) (string, bool)) (config, error) {
 	var c config
 	var level string
 	host, _ := os.Hostname()
-	v := envflag.New(fs, getenv)
+	v := envflag.New(fs, lookupEnv)
 	v.String(&c.coordinatorAddr, "coordinator-addr", "HOUSEKEEPER_COORDINATOR_ADDR", "127.0.0.1:7400", "coordinator address")
 	v.String(&c.coordinatorToken, "coordinator-token", "HOUSEKEEPER_COORDINATOR_TOKEN", "", "bearer token for the coordinator")
 	v.String(&c.coordinatorCA, "coordinator-tls-ca", "HOUSEKEEPER_COORDINATOR_TLS_CA", "", "PEM CA file: reach the coordinator over TLS")
@@ -99,7 +99,7 @@ func parseConfig(fs *flag.FlagSet, args []string, getenv func(string) string) (c
 
 func main() {
 	fs := flag.NewFlagSet("housekeeper", flag.ContinueOnError)
-	cfg, err := parseConfig(fs, os.Args[1:], os.Getenv)
+	cfg, err := parseConfig(fs, os.Args[1:], os.LookupEnv)
 	if errors.Is(err, flag.ErrHelp) {
 		os.Exit(0)
 	}

@@ -24,7 +24,7 @@ import (
 // prefix of its own, so that tests can share it.
 func Config(t testing.TB, storeKind string) server.Config {
 	t.Helper()
-	cfg, err := server.ParseConfig(flag.NewFlagSet("coordtest", flag.ContinueOnError), nil, func(string) string { return "" })
+	cfg, err := server.ParseConfig(flag.NewFlagSet("coordtest", flag.ContinueOnError), nil, func(string) (string, bool) { return "", false })
 	if err != nil {
 		t.Fatal(err)
 	}

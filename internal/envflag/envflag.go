@@ -13,20 +13,27 @@ import (
 // Set adds env-backed flags to a flag.FlagSet.
 type Set struct {
 	fs     *flag.FlagSet
-	getenv func(string) string
+	lookup func(string) (string, bool)
 	errs   []error
 }
 
-// New returns a Set defining flags on fs, reading variables with getenv.
-func New(fs *flag.FlagSet, getenv func(string) string) *Set {
-	return &Set{fs: fs, getenv: getenv}
+// New returns a Set defining flags on fs, reading variables with lookup
+// (os.LookupEnv), so that a variable set to "" counts: it empties a string.
+func New(fs *flag.FlagSet, lookup func(string) (string, bool)) *Set {
+	return &Set{fs: fs, lookup: lookup}
 }
 
 func (s *Set) value(env, def string) string {
-	if v := s.getenv(env); v != "" {
+	if v, ok := s.lookup(env); ok {
 		return v
 	}
 	return def
+}
+
+// nonEmpty is the variable's value when it is set to something.
+func (s *Set) nonEmpty(env string) string {
+	v, _ := s.lookup(env)
+	return v
 }
 
 func usage(text, env string) string { return fmt.Sprintf("%s [$%s]", text, env) }
@@ -39,7 +46,7 @@ func (s *Set) String(p *string, name, env, def, text string) {
 // Duration defines a duration flag; a malformed variable is an error of
 // Parse.
 func (s *Set) Duration(p *time.Duration, name, env string, def time.Duration, text string) {
-	if v := s.getenv(env); v != "" {
+	if v := s.nonEmpty(env); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil {
 			s.errs = append(s.errs, fmt.Errorf("$%s: %w", env, err))
@@ -52,7 +59,7 @@ func (s *Set) Duration(p *time.Duration, name, env string, def time.Duration, te
 
 // Int defines an int flag; a malformed variable is an error of Parse.
 func (s *Set) Int(p *int, name, env string, def int, text string) {
-	if v := s.getenv(env); v != "" {
+	if v := s.nonEmpty(env); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil {
 			s.errs = append(s.errs, fmt.Errorf("$%s: %w", env, err))

@@ -23,12 +23,13 @@ func TestFlagsTakeDefaultsFromTheEnvironment(t *testing.T) {
 		{"malformed duration names the variable", map[string]string{"X_D": "soon"}, nil, "", "$X_D"},
 		{"malformed int names the variable", map[string]string{"X_N": "many"}, nil, "", "$X_N"},
 		{"stray argument", nil, []string{"extra"}, "", `unexpected argument "extra"`},
+		{"a variable set empty empties a string", map[string]string{"X_S": "", "X_D": ""}, nil, "s= d=1s n=7", ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			fs := flag.NewFlagSet("test", flag.ContinueOnError)
 			fs.SetOutput(io.Discard)
-			v := New(fs, func(k string) string { return tc.env[k] })
+			v := New(fs, func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok })
 			var s string
 			var d time.Duration
 			var n int
@@ -57,7 +58,7 @@ func TestUsageNamesTheVariable(t *testing.T) {
 	var b strings.Builder
 	fs.SetOutput(&b)
 	var s string
-	New(fs, func(string) string { return "" }).String(&s, "listen", "APP_LISTEN", ":1", "where to listen")
+	New(fs, func(string) (string, bool) { return "", false }).String(&s, "listen", "APP_LISTEN", ":1", "where to listen")
 	fs.PrintDefaults()
 	if !strings.Contains(b.String(), "[$APP_LISTEN]") {
 		t.Fatalf("usage %q does not name $APP_LISTEN", b.String())

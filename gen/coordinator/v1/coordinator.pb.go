@@ -140,7 +140,7 @@ func (x LeaderEvent_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use LeaderEvent_Kind.Descriptor instead.
 func (LeaderEvent_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{22, 0}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{23, 0}
 }
 
 // Lease is a grant of a name to one holder until expires_at.
@@ -658,6 +658,7 @@ type KeepAliveResponse struct {
 	//
 	//	*KeepAliveResponse_Lease
 	//	*KeepAliveResponse_Lost
+	//	*KeepAliveResponse_Failed
 	Result        isKeepAliveResponse_Result `protobuf_oneof:"result"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -725,6 +726,15 @@ func (x *KeepAliveResponse) GetLost() *LeaseLost {
 	return nil
 }
 
+func (x *KeepAliveResponse) GetFailed() *RenewalFailed {
+	if x != nil {
+		if x, ok := x.Result.(*KeepAliveResponse_Failed); ok {
+			return x.Failed
+		}
+	}
+	return nil
+}
+
 type isKeepAliveResponse_Result interface {
 	isKeepAliveResponse_Result()
 }
@@ -735,20 +745,29 @@ type KeepAliveResponse_Lease struct {
 }
 
 type KeepAliveResponse_Lost struct {
-	// The lease could not be renewed and is gone.
+	// The lease is gone (expired, taken, or the request was invalid): it
+	// will not be renewed again.
 	Lost *LeaseLost `protobuf:"bytes,3,opt,name=lost,proto3,oneof"`
+}
+
+type KeepAliveResponse_Failed struct {
+	// This renewal failed but the lease may still hold until its expiry:
+	// try again, after retry_after when it is set.
+	Failed *RenewalFailed `protobuf:"bytes,4,opt,name=failed,proto3,oneof"`
 }
 
 func (*KeepAliveResponse_Lease) isKeepAliveResponse_Result() {}
 
 func (*KeepAliveResponse_Lost) isKeepAliveResponse_Result() {}
 
+func (*KeepAliveResponse_Failed) isKeepAliveResponse_Result() {}
+
 // LeaseLost says which lease was lost and why.
 type LeaseLost struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Holder string                 `protobuf:"bytes,1,opt,name=holder,proto3" json:"holder,omitempty"`
 	Token  uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
-	// An ErrorReason name, e.g. LEASE_NOT_HELD.
+	// An ErrorReason name: LEASE_NOT_HELD or INVALID_FIELD.
 	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
 	Message       string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -813,6 +832,86 @@ func (x *LeaseLost) GetMessage() string {
 	return ""
 }
 
+// RenewalFailed says which renewal failed and why.
+type RenewalFailed struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Holder string                 `protobuf:"bytes,1,opt,name=holder,proto3" json:"holder,omitempty"`
+	Token  uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
+	// An ErrorReason name, e.g. STORE_UNAVAILABLE or DATA_LOSS_QUARANTINE, or
+	// a gRPC code name.
+	Reason  string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	Message string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	// When to try again, if the server knows.
+	RetryAfter    *durationpb.Duration `protobuf:"bytes,5,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewalFailed) Reset() {
+	*x = RenewalFailed{}
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewalFailed) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewalFailed) ProtoMessage() {}
+
+func (x *RenewalFailed) ProtoReflect() protoreflect.Message {
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewalFailed.ProtoReflect.Descriptor instead.
+func (*RenewalFailed) Descriptor() ([]byte, []int) {
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *RenewalFailed) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
+}
+
+func (x *RenewalFailed) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *RenewalFailed) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *RenewalFailed) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *RenewalFailed) GetRetryAfter() *durationpb.Duration {
+	if x != nil {
+		return x.RetryAfter
+	}
+	return nil
+}
+
 type DescribeRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -822,7 +921,7 @@ type DescribeRequest struct {
 
 func (x *DescribeRequest) Reset() {
 	*x = DescribeRequest{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[10]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -834,7 +933,7 @@ func (x *DescribeRequest) String() string {
 func (*DescribeRequest) ProtoMessage() {}
 
 func (x *DescribeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[10]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -847,7 +946,7 @@ func (x *DescribeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeRequest.ProtoReflect.Descriptor instead.
 func (*DescribeRequest) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{10}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *DescribeRequest) GetName() string {
@@ -873,7 +972,7 @@ type DescribeResponse struct {
 
 func (x *DescribeResponse) Reset() {
 	*x = DescribeResponse{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[11]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -885,7 +984,7 @@ func (x *DescribeResponse) String() string {
 func (*DescribeResponse) ProtoMessage() {}
 
 func (x *DescribeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[11]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -898,7 +997,7 @@ func (x *DescribeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeResponse.ProtoReflect.Descriptor instead.
 func (*DescribeResponse) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{11}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DescribeResponse) GetHeld() bool {
@@ -943,7 +1042,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[12]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -955,7 +1054,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[12]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -968,7 +1067,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{12}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListRequest) GetPrefix() string {
@@ -1003,7 +1102,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[13]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1015,7 +1114,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[13]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1028,7 +1127,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{13}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListResponse) GetLeases() []*Lease {
@@ -1060,7 +1159,7 @@ type Leader struct {
 
 func (x *Leader) Reset() {
 	*x = Leader{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[14]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1072,7 +1171,7 @@ func (x *Leader) String() string {
 func (*Leader) ProtoMessage() {}
 
 func (x *Leader) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[14]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1085,7 +1184,7 @@ func (x *Leader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Leader.ProtoReflect.Descriptor instead.
 func (*Leader) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{14}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Leader) GetElection() string {
@@ -1136,7 +1235,7 @@ type CampaignRequest struct {
 
 func (x *CampaignRequest) Reset() {
 	*x = CampaignRequest{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[15]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1148,7 +1247,7 @@ func (x *CampaignRequest) String() string {
 func (*CampaignRequest) ProtoMessage() {}
 
 func (x *CampaignRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[15]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1161,7 +1260,7 @@ func (x *CampaignRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CampaignRequest.ProtoReflect.Descriptor instead.
 func (*CampaignRequest) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{15}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CampaignRequest) GetElection() string {
@@ -1210,7 +1309,7 @@ type CampaignResponse struct {
 
 func (x *CampaignResponse) Reset() {
 	*x = CampaignResponse{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[16]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1222,7 +1321,7 @@ func (x *CampaignResponse) String() string {
 func (*CampaignResponse) ProtoMessage() {}
 
 func (x *CampaignResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[16]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1235,7 +1334,7 @@ func (x *CampaignResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CampaignResponse.ProtoReflect.Descriptor instead.
 func (*CampaignResponse) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{16}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CampaignResponse) GetElected() bool {
@@ -1263,7 +1362,7 @@ type ResignRequest struct {
 
 func (x *ResignRequest) Reset() {
 	*x = ResignRequest{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[17]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1275,7 +1374,7 @@ func (x *ResignRequest) String() string {
 func (*ResignRequest) ProtoMessage() {}
 
 func (x *ResignRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[17]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1288,7 +1387,7 @@ func (x *ResignRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResignRequest.ProtoReflect.Descriptor instead.
 func (*ResignRequest) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{17}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ResignRequest) GetElection() string {
@@ -1321,7 +1420,7 @@ type ResignResponse struct {
 
 func (x *ResignResponse) Reset() {
 	*x = ResignResponse{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[18]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1333,7 +1432,7 @@ func (x *ResignResponse) String() string {
 func (*ResignResponse) ProtoMessage() {}
 
 func (x *ResignResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[18]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1346,7 +1445,7 @@ func (x *ResignResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResignResponse.ProtoReflect.Descriptor instead.
 func (*ResignResponse) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{18}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ResignResponse) GetResigned() bool {
@@ -1365,7 +1464,7 @@ type LeaderRequest struct {
 
 func (x *LeaderRequest) Reset() {
 	*x = LeaderRequest{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[19]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1377,7 +1476,7 @@ func (x *LeaderRequest) String() string {
 func (*LeaderRequest) ProtoMessage() {}
 
 func (x *LeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[19]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1390,7 +1489,7 @@ func (x *LeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderRequest.ProtoReflect.Descriptor instead.
 func (*LeaderRequest) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{19}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *LeaderRequest) GetElection() string {
@@ -1410,7 +1509,7 @@ type LeaderResponse struct {
 
 func (x *LeaderResponse) Reset() {
 	*x = LeaderResponse{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[20]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1422,7 +1521,7 @@ func (x *LeaderResponse) String() string {
 func (*LeaderResponse) ProtoMessage() {}
 
 func (x *LeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[20]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1435,7 +1534,7 @@ func (x *LeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderResponse.ProtoReflect.Descriptor instead.
 func (*LeaderResponse) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{20}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *LeaderResponse) GetHasLeader() bool {
@@ -1461,7 +1560,7 @@ type ObserveRequest struct {
 
 func (x *ObserveRequest) Reset() {
 	*x = ObserveRequest{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[21]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1473,7 +1572,7 @@ func (x *ObserveRequest) String() string {
 func (*ObserveRequest) ProtoMessage() {}
 
 func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[21]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1486,7 +1585,7 @@ func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveRequest.ProtoReflect.Descriptor instead.
 func (*ObserveRequest) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{21}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ObserveRequest) GetElection() string {
@@ -1507,7 +1606,7 @@ type LeaderEvent struct {
 
 func (x *LeaderEvent) Reset() {
 	*x = LeaderEvent{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[22]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1519,7 +1618,7 @@ func (x *LeaderEvent) String() string {
 func (*LeaderEvent) ProtoMessage() {}
 
 func (x *LeaderEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[22]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1532,7 +1631,7 @@ func (x *LeaderEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderEvent.ProtoReflect.Descriptor instead.
 func (*LeaderEvent) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{22}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *LeaderEvent) GetKind() LeaderEvent_Kind {
@@ -1588,17 +1687,25 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12+\n" +
-	"\x03ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"\x91\x01\n" +
+	"\x03ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"\xca\x01\n" +
 	"\x11KeepAliveResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12-\n" +
 	"\x05lease\x18\x02 \x01(\v2\x15.coordinator.v1.LeaseH\x00R\x05lease\x12/\n" +
-	"\x04lost\x18\x03 \x01(\v2\x19.coordinator.v1.LeaseLostH\x00R\x04lostB\b\n" +
+	"\x04lost\x18\x03 \x01(\v2\x19.coordinator.v1.LeaseLostH\x00R\x04lost\x127\n" +
+	"\x06failed\x18\x04 \x01(\v2\x1d.coordinator.v1.RenewalFailedH\x00R\x06failedB\b\n" +
 	"\x06result\"k\n" +
 	"\tLeaseLost\x12\x16\n" +
 	"\x06holder\x18\x01 \x01(\tR\x06holder\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x18\n" +
-	"\amessage\x18\x04 \x01(\tR\amessage\"%\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\"\xab\x01\n" +
+	"\rRenewalFailed\x12\x16\n" +
+	"\x06holder\x18\x01 \x01(\tR\x06holder\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\x12:\n" +
+	"\vretry_after\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"retryAfter\"%\n" +
 	"\x0fDescribeRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\x8c\x01\n" +
 	"\x10DescribeResponse\x12\x12\n" +
@@ -1685,7 +1792,7 @@ func file_coordinator_v1_coordinator_proto_rawDescGZIP() []byte {
 }
 
 var file_coordinator_v1_coordinator_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_coordinator_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_coordinator_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_coordinator_v1_coordinator_proto_goTypes = []any{
 	(ErrorReason)(0),              // 0: coordinator.v1.ErrorReason
 	(LeaderEvent_Kind)(0),         // 1: coordinator.v1.LeaderEvent.Kind
@@ -1699,67 +1806,70 @@ var file_coordinator_v1_coordinator_proto_goTypes = []any{
 	(*KeepAliveRequest)(nil),      // 9: coordinator.v1.KeepAliveRequest
 	(*KeepAliveResponse)(nil),     // 10: coordinator.v1.KeepAliveResponse
 	(*LeaseLost)(nil),             // 11: coordinator.v1.LeaseLost
-	(*DescribeRequest)(nil),       // 12: coordinator.v1.DescribeRequest
-	(*DescribeResponse)(nil),      // 13: coordinator.v1.DescribeResponse
-	(*ListRequest)(nil),           // 14: coordinator.v1.ListRequest
-	(*ListResponse)(nil),          // 15: coordinator.v1.ListResponse
-	(*Leader)(nil),                // 16: coordinator.v1.Leader
-	(*CampaignRequest)(nil),       // 17: coordinator.v1.CampaignRequest
-	(*CampaignResponse)(nil),      // 18: coordinator.v1.CampaignResponse
-	(*ResignRequest)(nil),         // 19: coordinator.v1.ResignRequest
-	(*ResignResponse)(nil),        // 20: coordinator.v1.ResignResponse
-	(*LeaderRequest)(nil),         // 21: coordinator.v1.LeaderRequest
-	(*LeaderResponse)(nil),        // 22: coordinator.v1.LeaderResponse
-	(*ObserveRequest)(nil),        // 23: coordinator.v1.ObserveRequest
-	(*LeaderEvent)(nil),           // 24: coordinator.v1.LeaderEvent
-	(*durationpb.Duration)(nil),   // 25: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 26: google.protobuf.Timestamp
+	(*RenewalFailed)(nil),         // 12: coordinator.v1.RenewalFailed
+	(*DescribeRequest)(nil),       // 13: coordinator.v1.DescribeRequest
+	(*DescribeResponse)(nil),      // 14: coordinator.v1.DescribeResponse
+	(*ListRequest)(nil),           // 15: coordinator.v1.ListRequest
+	(*ListResponse)(nil),          // 16: coordinator.v1.ListResponse
+	(*Leader)(nil),                // 17: coordinator.v1.Leader
+	(*CampaignRequest)(nil),       // 18: coordinator.v1.CampaignRequest
+	(*CampaignResponse)(nil),      // 19: coordinator.v1.CampaignResponse
+	(*ResignRequest)(nil),         // 20: coordinator.v1.ResignRequest
+	(*ResignResponse)(nil),        // 21: coordinator.v1.ResignResponse
+	(*LeaderRequest)(nil),         // 22: coordinator.v1.LeaderRequest
+	(*LeaderResponse)(nil),        // 23: coordinator.v1.LeaderResponse
+	(*ObserveRequest)(nil),        // 24: coordinator.v1.ObserveRequest
+	(*LeaderEvent)(nil),           // 25: coordinator.v1.LeaderEvent
+	(*durationpb.Duration)(nil),   // 26: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 27: google.protobuf.Timestamp
 }
 var file_coordinator_v1_coordinator_proto_depIdxs = []int32{
-	25, // 0: coordinator.v1.Lease.ttl:type_name -> google.protobuf.Duration
-	26, // 1: coordinator.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
-	25, // 2: coordinator.v1.TryAcquireRequest.ttl:type_name -> google.protobuf.Duration
-	25, // 3: coordinator.v1.TryAcquireRequest.wait:type_name -> google.protobuf.Duration
+	26, // 0: coordinator.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	27, // 1: coordinator.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
+	26, // 2: coordinator.v1.TryAcquireRequest.ttl:type_name -> google.protobuf.Duration
+	26, // 3: coordinator.v1.TryAcquireRequest.wait:type_name -> google.protobuf.Duration
 	2,  // 4: coordinator.v1.TryAcquireResponse.lease:type_name -> coordinator.v1.Lease
-	25, // 5: coordinator.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
+	26, // 5: coordinator.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
 	2,  // 6: coordinator.v1.RenewResponse.lease:type_name -> coordinator.v1.Lease
-	25, // 7: coordinator.v1.KeepAliveRequest.ttl:type_name -> google.protobuf.Duration
+	26, // 7: coordinator.v1.KeepAliveRequest.ttl:type_name -> google.protobuf.Duration
 	2,  // 8: coordinator.v1.KeepAliveResponse.lease:type_name -> coordinator.v1.Lease
 	11, // 9: coordinator.v1.KeepAliveResponse.lost:type_name -> coordinator.v1.LeaseLost
-	2,  // 10: coordinator.v1.DescribeResponse.lease:type_name -> coordinator.v1.Lease
-	2,  // 11: coordinator.v1.ListResponse.leases:type_name -> coordinator.v1.Lease
-	26, // 12: coordinator.v1.Leader.expires_at:type_name -> google.protobuf.Timestamp
-	25, // 13: coordinator.v1.CampaignRequest.ttl:type_name -> google.protobuf.Duration
-	25, // 14: coordinator.v1.CampaignRequest.wait:type_name -> google.protobuf.Duration
-	16, // 15: coordinator.v1.CampaignResponse.leader:type_name -> coordinator.v1.Leader
-	16, // 16: coordinator.v1.LeaderResponse.leader:type_name -> coordinator.v1.Leader
-	1,  // 17: coordinator.v1.LeaderEvent.kind:type_name -> coordinator.v1.LeaderEvent.Kind
-	16, // 18: coordinator.v1.LeaderEvent.leader:type_name -> coordinator.v1.Leader
-	3,  // 19: coordinator.v1.Coordinator.TryAcquire:input_type -> coordinator.v1.TryAcquireRequest
-	5,  // 20: coordinator.v1.Coordinator.Renew:input_type -> coordinator.v1.RenewRequest
-	7,  // 21: coordinator.v1.Coordinator.Release:input_type -> coordinator.v1.ReleaseRequest
-	9,  // 22: coordinator.v1.Coordinator.KeepAlive:input_type -> coordinator.v1.KeepAliveRequest
-	12, // 23: coordinator.v1.Coordinator.Describe:input_type -> coordinator.v1.DescribeRequest
-	14, // 24: coordinator.v1.Coordinator.List:input_type -> coordinator.v1.ListRequest
-	17, // 25: coordinator.v1.Coordinator.Campaign:input_type -> coordinator.v1.CampaignRequest
-	19, // 26: coordinator.v1.Coordinator.Resign:input_type -> coordinator.v1.ResignRequest
-	21, // 27: coordinator.v1.Coordinator.Leader:input_type -> coordinator.v1.LeaderRequest
-	23, // 28: coordinator.v1.Coordinator.Observe:input_type -> coordinator.v1.ObserveRequest
-	4,  // 29: coordinator.v1.Coordinator.TryAcquire:output_type -> coordinator.v1.TryAcquireResponse
-	6,  // 30: coordinator.v1.Coordinator.Renew:output_type -> coordinator.v1.RenewResponse
-	8,  // 31: coordinator.v1.Coordinator.Release:output_type -> coordinator.v1.ReleaseResponse
-	10, // 32: coordinator.v1.Coordinator.KeepAlive:output_type -> coordinator.v1.KeepAliveResponse
-	13, // 33: coordinator.v1.Coordinator.Describe:output_type -> coordinator.v1.DescribeResponse
-	15, // 34: coordinator.v1.Coordinator.List:output_type -> coordinator.v1.ListResponse
-	18, // 35: coordinator.v1.Coordinator.Campaign:output_type -> coordinator.v1.CampaignResponse
-	20, // 36: coordinator.v1.Coordinator.Resign:output_type -> coordinator.v1.ResignResponse
-	22, // 37: coordinator.v1.Coordinator.Leader:output_type -> coordinator.v1.LeaderResponse
-	24, // 38: coordinator.v1.Coordinator.Observe:output_type -> coordinator.v1.LeaderEvent
-	29, // [29:39] is the sub-list for method output_type
-	19, // [19:29] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	12, // 10: coordinator.v1.KeepAliveResponse.failed:type_name -> coordinator.v1.RenewalFailed
+	26, // 11: coordinator.v1.RenewalFailed.retry_after:type_name -> google.protobuf.Duration
+	2,  // 12: coordinator.v1.DescribeResponse.lease:type_name -> coordinator.v1.Lease
+	2,  // 13: coordinator.v1.ListResponse.leases:type_name -> coordinator.v1.Lease
+	27, // 14: coordinator.v1.Leader.expires_at:type_name -> google.protobuf.Timestamp
+	26, // 15: coordinator.v1.CampaignRequest.ttl:type_name -> google.protobuf.Duration
+	26, // 16: coordinator.v1.CampaignRequest.wait:type_name -> google.protobuf.Duration
+	17, // 17: coordinator.v1.CampaignResponse.leader:type_name -> coordinator.v1.Leader
+	17, // 18: coordinator.v1.LeaderResponse.leader:type_name -> coordinator.v1.Leader
+	1,  // 19: coordinator.v1.LeaderEvent.kind:type_name -> coordinator.v1.LeaderEvent.Kind
+	17, // 20: coordinator.v1.LeaderEvent.leader:type_name -> coordinator.v1.Leader
+	3,  // 21: coordinator.v1.Coordinator.TryAcquire:input_type -> coordinator.v1.TryAcquireRequest
+	5,  // 22: coordinator.v1.Coordinator.Renew:input_type -> coordinator.v1.RenewRequest
+	7,  // 23: coordinator.v1.Coordinator.Release:input_type -> coordinator.v1.ReleaseRequest
+	9,  // 24: coordinator.v1.Coordinator.KeepAlive:input_type -> coordinator.v1.KeepAliveRequest
+	13, // 25: coordinator.v1.Coordinator.Describe:input_type -> coordinator.v1.DescribeRequest
+	15, // 26: coordinator.v1.Coordinator.List:input_type -> coordinator.v1.ListRequest
+	18, // 27: coordinator.v1.Coordinator.Campaign:input_type -> coordinator.v1.CampaignRequest
+	20, // 28: coordinator.v1.Coordinator.Resign:input_type -> coordinator.v1.ResignRequest
+	22, // 29: coordinator.v1.Coordinator.Leader:input_type -> coordinator.v1.LeaderRequest
+	24, // 30: coordinator.v1.Coordinator.Observe:input_type -> coordinator.v1.ObserveRequest
+	4,  // 31: coordinator.v1.Coordinator.TryAcquire:output_type -> coordinator.v1.TryAcquireResponse
+	6,  // 32: coordinator.v1.Coordinator.Renew:output_type -> coordinator.v1.RenewResponse
+	8,  // 33: coordinator.v1.Coordinator.Release:output_type -> coordinator.v1.ReleaseResponse
+	10, // 34: coordinator.v1.Coordinator.KeepAlive:output_type -> coordinator.v1.KeepAliveResponse
+	14, // 35: coordinator.v1.Coordinator.Describe:output_type -> coordinator.v1.DescribeResponse
+	16, // 36: coordinator.v1.Coordinator.List:output_type -> coordinator.v1.ListResponse
+	19, // 37: coordinator.v1.Coordinator.Campaign:output_type -> coordinator.v1.CampaignResponse
+	21, // 38: coordinator.v1.Coordinator.Resign:output_type -> coordinator.v1.ResignResponse
+	23, // 39: coordinator.v1.Coordinator.Leader:output_type -> coordinator.v1.LeaderResponse
+	25, // 40: coordinator.v1.Coordinator.Observe:output_type -> coordinator.v1.LeaderEvent
+	31, // [31:41] is the sub-list for method output_type
+	21, // [21:31] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_coordinator_v1_coordinator_proto_init() }
@@ -1770,6 +1880,7 @@ func file_coordinator_v1_coordinator_proto_init() {
 	file_coordinator_v1_coordinator_proto_msgTypes[8].OneofWrappers = []any{
 		(*KeepAliveResponse_Lease)(nil),
 		(*KeepAliveResponse_Lost)(nil),
+		(*KeepAliveResponse_Failed)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1777,7 +1888,7 @@ func file_coordinator_v1_coordinator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coordinator_v1_coordinator_proto_rawDesc), len(file_coordinator_v1_coordinator_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   23,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -67,8 +67,9 @@ type CoordinatorClient interface {
 	// more) returns released=false, so it is safe to retry.
 	Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*ReleaseResponse, error)
 	// KeepAlive renews many leases over one stream. Each request renews one
-	// lease; each response reports it renewed or lost. A lost lease is reported
-	// at once and is not renewed again.
+	// lease and gets exactly one response naming it: renewed, lost (gone for
+	// good: stop renewing it), or failed (this renewal failed, e.g. the store
+	// was unreachable; the lease may still hold until its expiry, so retry).
 	KeepAlive(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[KeepAliveRequest, KeepAliveResponse], error)
 	// Describe reports a name's current lease and the last token issued for it.
 	Describe(ctx context.Context, in *DescribeRequest, opts ...grpc.CallOption) (*DescribeResponse, error)
@@ -245,8 +246,9 @@ type CoordinatorServer interface {
 	// more) returns released=false, so it is safe to retry.
 	Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error)
 	// KeepAlive renews many leases over one stream. Each request renews one
-	// lease; each response reports it renewed or lost. A lost lease is reported
-	// at once and is not renewed again.
+	// lease and gets exactly one response naming it: renewed, lost (gone for
+	// good: stop renewing it), or failed (this renewal failed, e.g. the store
+	// was unreachable; the lease may still hold until its expiry, so retry).
 	KeepAlive(grpc.BidiStreamingServer[KeepAliveRequest, KeepAliveResponse]) error
 	// Describe reports a name's current lease and the last token issued for it.
 	Describe(context.Context, *DescribeRequest) (*DescribeResponse, error)
