@@ -89,13 +89,9 @@ func (o *observers) watch(ctx context.Context, h *hub) {
 	defer stopWatching()
 	for {
 		next := o.reconcile
-		// Marked before each read, so that no change after the read goes
+		// Marked with each read, so that no change after the read goes
 		// unannounced; the mark outlives a few reconcile intervals.
-		err := o.store.Watch(ctx, h.name, 3*o.reconcile+time.Second)
-		var d store.Description
-		if err == nil {
-			d, err = o.store.Describe(ctx, h.name)
-		}
+		d, err := o.store.Watch(ctx, h.name, 3*o.reconcile+time.Second)
 		switch {
 		case ctx.Err() != nil:
 			return

@@ -108,8 +108,9 @@ type Store interface {
 	// func unsubscribes.
 	Subscribe(notify func(name string)) (unsubscribe func())
 	// Watch asks for the name's changes to be announced to subscribers for
-	// the next ttl, as for a name with waiters; observers renew it.
-	Watch(ctx context.Context, name string, ttl time.Duration) error
+	// the next ttl, as for a name with waiters, and describes the name at
+	// the same instant; observers call it on every read.
+	Watch(ctx context.Context, name string, ttl time.Duration) (Description, error)
 	// Close releases the store's resources.
 	Close() error
 }

@@ -264,8 +264,10 @@ func (s *Store) Dequeue(ctx context.Context, name, waiter string) error {
 }
 
 // Watch implements store.Store. In process every change is announced, which
-// costs nothing when nobody listens.
-func (s *Store) Watch(ctx context.Context, name string, ttl time.Duration) error { return ctx.Err() }
+// costs nothing when nobody listens, so it only describes.
+func (s *Store) Watch(ctx context.Context, name string, _ time.Duration) (store.Description, error) {
+	return s.Describe(ctx, name)
+}
 
 // Describe implements store.Store.
 func (s *Store) Describe(ctx context.Context, name string) (store.Description, error) {

@@ -174,7 +174,7 @@ func (r *recorder) drain() {
 func watch(t testing.TB, s *Store, names ...string) {
 	t.Helper()
 	for _, name := range names {
-		if err := s.Watch(context.Background(), name, time.Minute); err != nil {
+		if _, err := s.Watch(context.Background(), name, time.Minute); err != nil {
 			t.Fatalf("Watch(%q): %v", name, err)
 		}
 	}

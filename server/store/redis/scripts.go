@@ -29,7 +29,7 @@ var (
 	releaseScript  = redis.NewScript(releaseSrc)
 	dequeueScript  = redis.NewScript(dequeueSrc)
 	describeScript = redis.NewScript(describeSrc)
-	watchScript    = redis.NewScript(watchSrc)
+	watchScript    = redis.NewScript(watchSrc + describeSrc)
 
 	allScripts = []*redis.Script{acquireScript, renewScript, releaseScript, dequeueScript, describeScript, watchScript}
 )

@@ -314,9 +314,13 @@ func (s *Store) Dequeue(ctx context.Context, name, waiter string) error {
 
 // Watch implements store.Store: changes of a watched name are published on
 // the events channel; those of other names only while a waiter is queued.
-func (s *Store) Watch(ctx context.Context, name string, ttl time.Duration) error {
-	err := s.run(ctx, watchScript, []string{s.keys(name).watched}, durationMS(ttl)).Err()
-	return wrapErr("watch", err)
+func (s *Store) Watch(ctx context.Context, name string, ttl time.Duration) (store.Description, error) {
+	k := s.keys(name)
+	reply, err := s.run(ctx, watchScript, []string{k.lease, k.fence, k.waiters, k.watched}, durationMS(ttl)).Slice()
+	if err != nil {
+		return store.Description{}, wrapErr("watch", err)
+	}
+	return parseDescribe(name, reply)
 }
 
 // Describe implements store.Store.

@@ -355,8 +355,8 @@ func testSubscribe(t *testing.T, s store.Store) {
 	// A subscription may take a moment to be live; the store promises delivery
 	// only after Subscribe returns, which Redis pub/sub meets once subscribed.
 	time.Sleep(100 * time.Millisecond)
-	if err := s.Watch(context.Background(), "granted", time.Minute); err != nil {
-		t.Fatal(err)
+	if d, err := s.Watch(context.Background(), "granted", time.Minute); err != nil || d.Held {
+		t.Fatalf("Watch of a new name = %+v, %v", d, err)
 	}
 
 	l := mustAcquire(t, s, "granted", "a")

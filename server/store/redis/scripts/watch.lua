@@ -1,10 +1,9 @@
--- watch.lua: mark a name as observed, so that its changes are announced.
+-- watch.lua: mark a name as observed, so that its changes are announced;
+-- scripts.go prepends it to describe.lua, so that an observer marks and
+-- reads the name in one call.
 --
--- KEYS[1] watched STRING; present (with a TTL) while some coordinator
---         observes the name
+-- KEYS[4] watched STRING; present (with a TTL) while some coordinator
+--         observes the name (KEYS[1..3] are describe.lua's)
 -- ARGV[1] how long the mark lasts (ms); the observer renews it well before
---
--- Returns 1.
 
-redis.call('SET', KEYS[1], '1', 'PX', ARGV[1])
-return 1
+redis.call('SET', KEYS[4], '1', 'PX', ARGV[1])
