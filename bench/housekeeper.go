@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -18,7 +19,8 @@ import (
 
 const (
 	hkQueues   = 200
-	hkMessages = 250 // per queue, all due, half with a saved score
+	hkMessages = 1000 // per queue, all due, half with a saved score
+	hkRounds   = 3    // measurements of each, interleaved; the median is reported
 )
 
 // housekeeperSuite measures messages unlocked per second on 200 queues: by
@@ -36,41 +38,77 @@ func housekeeperSuite(env benchEnv) error {
 	}
 	defer coord.stop()
 
-	prefix := fmt.Sprintf("bench-deckard-%d", time.Now().UnixNano())
-	queues, err := housekeeper.NewQueues(rdb, prefix)
-	if err != nil {
-		return err
-	}
 	total := hkQueues * hkMessages
 	fmt.Printf("housekeeper unlock, %d queues x %d due messages (batches of %d)\n", hkQueues, hkMessages, housekeeper.DefaultBatchSize)
 
-	if err := seedLocked(rdb, prefix); err != nil {
-		return err
+	direct := func(prefix string) (float64, error) {
+		queues, err := housekeeper.NewQueues(rdb, prefix)
+		if err != nil {
+			return 0, err
+		}
+		start := time.Now()
+		for q := range hkQueues {
+			for {
+				n, err := queues.UnlockBatch(context.Background(), queueName(q), housekeeper.LockAck, 1, housekeeper.DefaultBatchSize)
+				if err != nil {
+					return 0, err
+				}
+				if n < housekeeper.DefaultBatchSize {
+					break
+				}
+			}
+		}
+		return float64(total) / time.Since(start).Seconds(), nil
 	}
-	start := time.Now()
-	for q := range hkQueues {
-		for {
-			n, err := queues.UnlockBatch(context.Background(), queueName(q), housekeeper.LockAck, 1, housekeeper.DefaultBatchSize)
+	measures := []struct {
+		name  string
+		run   func(prefix string) (float64, error)
+		rates []float64
+	}{
+		{name: "batch script direct, one loop", run: direct},
+		{name: "1 housekeeper instance", run: func(prefix string) (float64, error) { return runInstances(coord.addr, rdb, prefix, 1, total) }},
+		{name: "3 housekeeper instances", run: func(prefix string) (float64, error) { return runInstances(coord.addr, rdb, prefix, 3, total) }},
+	}
+	for round := range hkRounds {
+		for i := range measures {
+			// A queue layout of its own each time: fresh fences, nothing left over.
+			prefix := fmt.Sprintf("bench-deckard-%d-%d", round, i)
+			if err := seedLocked(rdb, prefix); err != nil {
+				return err
+			}
+			rate, err := measures[i].run(prefix)
 			if err != nil {
 				return err
 			}
-			if n < housekeeper.DefaultBatchSize {
-				break
+			measures[i].rates = append(measures[i].rates, rate)
+			if err := dropQueues(rdb, prefix); err != nil {
+				return err
 			}
 		}
 	}
-	direct := float64(total) / time.Since(start).Seconds()
-	fmt.Printf("  %-34s %9.0f msgs/s\n", "batch script direct, one loop", direct)
+	floor := median(measures[0].rates)
+	for _, m := range measures {
+		fmt.Printf("  %-34s %9.0f msgs/s  (%.2f of direct; median of %d)\n", m.name, median(m.rates), median(m.rates)/floor, hkRounds)
+	}
+	return nil
+}
 
-	for _, instances := range []int{1, 3} {
-		if err := seedLocked(rdb, prefix); err != nil {
-			return err
-		}
-		rate, err := runInstances(coord.addr, rdb, prefix, instances, total)
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// dropQueues deletes what a measurement left under prefix.
+func dropQueues(rdb redis.UniversalClient, prefix string) error {
+	ctx := context.Background()
+	for q := range hkQueues {
+		queue := queueName(q)
+		err := rdb.Unlink(ctx, fmt.Sprintf("%s:queue:{%s}", prefix, queue),
+			fmt.Sprintf("%s:housekeeper:{%s}:fence:unlock", prefix, queue)).Err()
 		if err != nil {
 			return err
 		}
-		fmt.Printf("  %-34s %9.0f msgs/s  (%.2f of direct)\n", fmt.Sprintf("%d housekeeper instance(s)", instances), rate, rate/direct)
 	}
 	return nil
 }
