@@ -52,7 +52,8 @@ func ParseConfig(fs *flag.FlagSet, args []string, lookupEnv func(string) (string
 	v.String(&c.RedisURL, "redis-url", "COORDINATOR_REDIS_URL", "redis://127.0.0.1:6379/0", "Redis URL (standalone, Sentinel or Cluster) for -store=redis")
 	v.String(&c.RedisKeyPrefix, "redis-key-prefix", "COORDINATOR_REDIS_KEY_PREFIX", "coordinator", "prefix of every Redis key the coordinator writes")
 	v.Duration(&c.MaxTTL, "max-ttl", "COORDINATOR_MAX_TTL", 5*time.Minute, "longest lease TTL a client may ask for")
-	v.Duration(&c.DataLossQuarantine, "data-loss-quarantine", "COORDINATOR_DATA_LOSS_QUARANTINE", -1, "how long grants stop after the store lost its data (default: max-ttl; 0: off)")
+	var quarantineSet bool
+	v.OptionalDuration(&c.DataLossQuarantine, &quarantineSet, "data-loss-quarantine", "COORDINATOR_DATA_LOSS_QUARANTINE", "how long grants stop after the store lost its data, a `duration` (default: max-ttl; 0: off)")
 	v.Duration(&c.LockDelay, "lock-delay", "COORDINATOR_LOCK_DELAY", 0, "how long the name of a lease that expired (was not released) stays ungranted")
 	v.Duration(&c.ObserveReconcile, "observe-reconcile", "COORDINATOR_OBSERVE_RECONCILE", time.Second, "how often observers re-read an election without a notification")
 	v.Duration(&c.ShutdownTimeout, "shutdown-timeout", "COORDINATOR_SHUTDOWN_TIMEOUT", 10*time.Second, "how long a graceful shutdown waits for calls in flight")
@@ -67,7 +68,7 @@ func ParseConfig(fs *flag.FlagSet, args []string, lookupEnv func(string) (string
 	}
 
 	var errs []error
-	if c.DataLossQuarantine == -1 {
+	if !quarantineSet {
 		c.DataLossQuarantine = c.MaxTTL
 	}
 	if c.ObserveReconcile <= 0 {

@@ -83,3 +83,39 @@ func (s *Set) Parse(args []string) error {
 	}
 	return nil
 }
+
+// optionalDuration is a duration flag that remembers whether it was given,
+// and shows no default in -help.
+type optionalDuration struct {
+	d   *time.Duration
+	set *bool
+}
+
+func (o optionalDuration) String() string {
+	if o.set == nil || !*o.set {
+		return ""
+	}
+	return o.d.String()
+}
+
+func (o optionalDuration) Set(v string) error {
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return err
+	}
+	*o.d, *o.set = d, true
+	return nil
+}
+
+// OptionalDuration defines a duration flag without a default of its own:
+// *set reports whether the flag or the variable gave one, so that the
+// caller can derive a default from other settings.
+func (s *Set) OptionalDuration(p *time.Duration, set *bool, name, env, text string) {
+	o := optionalDuration{d: p, set: set}
+	if v := s.nonEmpty(env); v != "" {
+		if err := o.Set(v); err != nil {
+			s.errs = append(s.errs, fmt.Errorf("$%s: %w", env, err))
+		}
+	}
+	s.fs.Var(o, name, usage(text, env))
+}

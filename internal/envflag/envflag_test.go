@@ -66,3 +66,28 @@ func TestUsageNamesTheVariable(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+func TestOptionalDurationKnowsWhetherItWasGiven(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		env     map[string]string
+		args    []string
+		want    time.Duration
+		wantSet bool
+	}{
+		{"not given", nil, nil, 0, false},
+		{"variable", map[string]string{"X_Q": "0s"}, nil, 0, true},
+		{"flag", map[string]string{"X_Q": "5s"}, []string{"-q", "2s"}, 2 * time.Second, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := flag.NewFlagSet("test", flag.ContinueOnError)
+			var d time.Duration
+			var set bool
+			v := New(fs, func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok })
+			v.OptionalDuration(&d, &set, "q", "X_Q", "a duration derived elsewhere when not given")
+			if err := v.Parse(tc.args); err != nil || d != tc.want || set != tc.wantSet {
+				t.Fatalf("got %v set %v (%v); want %v set %v", d, set, err, tc.want, tc.wantSet)
+			}
+		})
+	}
+}
