@@ -1,0 +1,37 @@
+// Package backoff is the project's one retry delay: exponential from Min,
+// doubling per attempt up to Max, with ±20 % jitter so that many clients that
+// failed together do not retry together. It is go-grpc-middleware's bounded
+// exponential backoff with an attempt counter attached.
+package backoff
+
+import (
+	"context"
+	"time"
+
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/retry"
+)
+
+// Jitter is the fraction by which each delay is randomly moved up or down.
+const Jitter = 0.2
+
+// Backoff hands out the delays of successive attempts. It is not safe for
+// concurrent use; each retry loop owns one.
+type Backoff struct {
+	delay   retry.BackoffFunc
+	attempt uint
+}
+
+// New returns a backoff whose first delay is about min and whose delays never
+// exceed max.
+func New(min, max time.Duration) *Backoff {
+	return &Backoff{delay: retry.BackoffExponentialWithJitterBounded(min, Jitter, max)}
+}
+
+// Next returns the delay before the next attempt.
+func (b *Backoff) Next() time.Duration {
+	b.attempt++
+	return b.delay(context.Background(), b.attempt)
+}
+
+// Reset starts again from the first delay, after a success.
+func (b *Backoff) Reset() { b.attempt = 0 }
