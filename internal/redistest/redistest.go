@@ -1,17 +1,20 @@
-// Package redistest gives tests a real Redis: the shared one that `make test`
-// starts (COORDINATOR_TEST_REDIS_URL), or private redis-server processes that
-// a fault-injection test may stop, restart with or without its data, or pause.
+// Package redistest gives tests a real Redis: a shared one (the Redis that
+// COORDINATOR_TEST_REDIS_URL names, or a throwaway one started on demand),
+// or private redis-server processes that a fault-injection test may stop,
+// restart with or without its data, or pause.
 package redistest
 
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,15 +24,90 @@ import (
 // EnvURL is the variable naming the shared test Redis.
 const EnvURL = "COORDINATOR_TEST_REDIS_URL"
 
-// URL returns the shared test Redis. A test that needs Redis fails, never
-// skips, when there is none: `make test` provides one.
+// URL returns the shared test Redis: the one COORDINATOR_TEST_REDIS_URL
+// names, or else a throwaway redis-server that this test binary starts on
+// a free loopback port the first time it is asked for, and that dies with
+// the binary. A test that needs Redis fails, never skips, when
+// redis-server is not installed, and says how to install it.
 func URL(t testing.TB) string {
 	t.Helper()
-	url := os.Getenv(EnvURL)
-	if url == "" {
-		t.Fatalf("%s is not set: run the tests with `make test`, which starts a throwaway Redis, or point it at a Redis the tests may write to", EnvURL)
+	if url := os.Getenv(EnvURL); url != "" {
+		return url
 	}
-	return url
+	shared.once.Do(startShared)
+	if shared.err != nil {
+		t.Fatalf("no test Redis: %v", shared.err)
+	}
+	return shared.url
+}
+
+// shared is the throwaway Redis of this test binary.
+var shared struct {
+	once sync.Once
+	url  string
+	err  error
+	// lifeline is held open for the life of the binary (see startShared).
+	lifeline io.WriteCloser
+}
+
+func startShared() {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		shared.err = fmt.Errorf("redis-server is not installed (Debian/Ubuntu: apt-get install redis-server; macOS: brew install redis), or set %s to a Redis the tests may flush", EnvURL)
+		return
+	}
+	dir, err := os.MkdirTemp("", "redistest-")
+	if err != nil {
+		shared.err = err
+		return
+	}
+	for range 10 {
+		port, err := freePortNumber()
+		if err != nil {
+			shared.err = err
+			return
+		}
+		// The server must die with this test binary however it ends. A
+		// shell runs it and waits on a pipe whose other end only this
+		// process holds: when the process is gone, the read returns and
+		// the shell kills the server.
+		cmd := exec.Command("sh", "-c", `redis-server "$@" & pid=$!; read -r _; kill "$pid"`, "sh",
+			"--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--dir", dir,
+			"--save", "", "--appendonly", "no", "--maxmemory-policy", "noeviction",
+			"--logfile", filepath.Join(dir, "redis.log"))
+		lifeline, err := cmd.StdinPipe()
+		if err != nil {
+			shared.err = err
+			return
+		}
+		if err := cmd.Start(); err != nil {
+			shared.err = fmt.Errorf("start redis-server: %w", err)
+			return
+		}
+		addr := fmt.Sprintf("127.0.0.1:%d", port)
+		if waitPing(addr, 10*time.Second) == nil {
+			shared.url = "redis://" + addr + "/0"
+			shared.lifeline = lifeline
+			return
+		}
+		_ = lifeline.Close() // the port was taken after all: try another
+		_ = cmd.Wait()
+	}
+	log, _ := os.ReadFile(filepath.Join(dir, "redis.log"))
+	shared.err = fmt.Errorf("redis-server did not start; its log:\n%s", log)
+}
+
+// waitPing waits until a Redis answers at addr.
+func waitPing(addr string, timeout time.Duration) error {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	defer c.Close()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := c.Ping(context.Background()).Err()
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // Client returns a client of the shared test Redis, closed at the end of t.
@@ -72,12 +150,20 @@ func Start(t testing.TB, persist bool) *Server {
 }
 
 func freePort(t testing.TB) int {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freePortNumber()
 	if err != nil {
 		t.Fatal(err)
 	}
+	return port
+}
+
+func freePortNumber() (int, error) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
 	defer lis.Close()
-	return lis.Addr().(*net.TCPAddr).Port
+	return lis.Addr().(*net.TCPAddr).Port, nil
 }
 
 func (s *Server) start() {
@@ -100,14 +186,8 @@ func (s *Server) start() {
 	if err := s.cmd.Start(); err != nil {
 		s.t.Fatalf("start redis-server: %v", err)
 	}
-	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
-	defer c.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if c.Ping(context.Background()).Err() == nil {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
+	if waitPing(s.Addr(), 10*time.Second) == nil {
+		return
 	}
 	log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
 	s.t.Fatalf("redis-server on port %d did not answer; its log:\n%s", s.port, log)

@@ -20,24 +20,27 @@ package memstore
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"sort"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
+	"github.com/coordinator-dev/coordinator/internal/fanout"
 	"github.com/coordinator-dev/coordinator/server/store"
 )
 
 // Store is an in-memory store.Store. The zero value is not usable; call New.
 type Store struct {
-	now       func() time.Time
+	clock     clockwork.Clock
 	lockDelay time.Duration
+	changes   fanout.Hub[string, struct{}]
 
 	mu       sync.Mutex
 	names    map[string]*entry
 	acquires int // since the last sweep of idle names
-	subs     map[int]func(string)
-	nextSub  int
 }
 
 type entry struct {
@@ -82,9 +85,14 @@ type waiter struct {
 // Option configures a Store.
 type Option func(*Store)
 
-// WithClock replaces time.Now, for tests that drive time by hand.
-func WithClock(now func() time.Time) Option {
-	return func(s *Store) { s.now = now }
+// WithClock replaces the real clock, for tests that drive time by hand. A
+// nil clock keeps the real one.
+func WithClock(clock clockwork.Clock) Option {
+	return func(s *Store) {
+		if clock != nil {
+			s.clock = clock
+		}
+	}
 }
 
 // WithLockDelay keeps the name of a lease that expired (rather than being
@@ -95,7 +103,7 @@ func WithLockDelay(d time.Duration) Option {
 
 // New returns an empty store.
 func New(opts ...Option) *Store {
-	s := &Store{now: time.Now, names: map[string]*entry{}, subs: map[int]func(string){}}
+	s := &Store{clock: clockwork.NewRealClock(), names: map[string]*entry{}}
 	for _, opt := range opts {
 		opt(s)
 	}
@@ -115,7 +123,13 @@ func (e *entry) held(now time.Time, lockDelay time.Duration) bool {
 	return e.holder != ""
 }
 
-func (e *entry) pruneQueue(now time.Time) {
+// pruneQueue drops the waiters whose deadline passed and reports whether
+// the head was among them: the new head must then be told.
+func (e *entry) pruneQueue(now time.Time) (headGone bool) {
+	if len(e.queue) == 0 {
+		return false
+	}
+	head := e.queue[0].id
 	live := e.queue[:0]
 	for _, w := range e.queue {
 		if now.Before(w.deadline) {
@@ -124,6 +138,7 @@ func (e *entry) pruneQueue(now time.Time) {
 	}
 	clear(e.queue[len(live):])
 	e.queue = live
+	return len(live) > 0 && live[0].id != head
 }
 
 // enqueue adds the waiter at the back, or refreshes its deadline in place.
@@ -170,13 +185,21 @@ func (s *Store) entry(name string) *entry {
 	return e
 }
 
-// Acquire implements store.Store.
+// Acquire implements store.Leases.
 func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.AcquireResult, error) {
 	if err := ctx.Err(); err != nil {
 		return store.AcquireResult{}, err
 	}
+	if req.TTL <= 0 {
+		return store.AcquireResult{}, fmt.Errorf("memstore: acquire %q: ttl %s is not positive", req.Name, req.TTL)
+	}
+	waiterTTL := req.WaiterTTL
+	if waiterTTL <= 0 {
+		waiterTTL = store.DefaultWaiterTTL
+	}
 	s.mu.Lock()
-	now := s.now()
+	defer s.mu.Unlock()
+	now := s.clock.Now()
 	if s.acquires++; s.acquires >= sweepEvery {
 		s.acquires = 0
 		s.sweep(now)
@@ -185,28 +208,28 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 
 	if e.held(now, s.lockDelay) {
 		if e.holder != req.Holder {
-			e.enqueue(req.Waiter, now.Add(req.WaiterTTL))
-			res := store.AcquireResult{Lease: e.lease(req.Name), RetryAt: e.expires.Round(0)}
-			s.mu.Unlock()
-			return res, nil
+			e.enqueue(req.Waiter, now.Add(waiterTTL))
+			return store.AcquireResult{Lease: e.lease(req.Name), RetryAt: e.expires.Round(0)}, nil
 		}
-		changed := !bytes.Equal(e.value, req.Value)
+		revalued := !bytes.Equal(e.value, req.Value)
 		e.value = bytes.Clone(req.Value)
 		e.ttl, e.expires, e.active = req.TTL, now.Add(req.TTL), now
 		e.dequeue(req.Waiter)
-		res := store.AcquireResult{Acquired: true, Lease: e.lease(req.Name), Changed: changed}
-		s.unlockAndNotify(req.Name, changed)
-		return res, nil
+		if revalued {
+			s.changes.Publish(req.Name, struct{}{})
+		}
+		return store.AcquireResult{Acquired: true, Lease: e.lease(req.Name)}, nil
 	}
 
-	e.pruneQueue(now)
+	if e.pruneQueue(now) {
+		s.changes.Publish(req.Name, struct{}{})
+	}
 	if now.Before(e.delayedUntil) || (len(e.queue) > 0 && e.queue[0].id != req.Waiter) {
-		e.enqueue(req.Waiter, now.Add(req.WaiterTTL))
+		e.enqueue(req.Waiter, now.Add(waiterTTL))
 		var res store.AcquireResult
 		if now.Before(e.delayedUntil) {
 			res.RetryAt = e.delayedUntil.Round(0)
 		}
-		s.mu.Unlock()
 		return res, nil
 	}
 	e.dequeue(req.Waiter)
@@ -215,19 +238,21 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 	e.lastToken = max(e.lastToken+1, uint64(now.UnixMicro()))
 	e.holder, e.token, e.value = req.Holder, e.lastToken, bytes.Clone(req.Value)
 	e.ttl, e.expires, e.active = req.TTL, now.Add(req.TTL), now
-	res := store.AcquireResult{Acquired: true, Lease: e.lease(req.Name), Changed: true}
-	s.unlockAndNotify(req.Name, true)
-	return res, nil
+	s.changes.Publish(req.Name, struct{}{})
+	return store.AcquireResult{Acquired: true, Lease: e.lease(req.Name)}, nil
 }
 
-// Renew implements store.Store.
+// Renew implements store.Leases.
 func (s *Store) Renew(ctx context.Context, name, holder string, token uint64, ttl time.Duration) (store.Lease, error) {
 	if err := ctx.Err(); err != nil {
 		return store.Lease{}, err
 	}
+	if ttl <= 0 {
+		return store.Lease{}, fmt.Errorf("memstore: renew %q: ttl %s is not positive", name, ttl)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := s.now()
+	now := s.clock.Now()
 	e, ok := s.names[name]
 	if !ok || !e.held(now, s.lockDelay) || e.holder != holder || e.token != token {
 		return store.Lease{}, store.ErrLeaseNotHeld
@@ -236,40 +261,37 @@ func (s *Store) Renew(ctx context.Context, name, holder string, token uint64, tt
 	return e.lease(name), nil
 }
 
-// Release implements store.Store.
+// Release implements store.Leases.
 func (s *Store) Release(ctx context.Context, name, holder string, token uint64) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.clock.Now()
 	e, ok := s.names[name]
-	if !ok || !e.held(s.now(), s.lockDelay) || e.holder != holder || e.token != token {
-		s.mu.Unlock()
+	if !ok || !e.held(now, s.lockDelay) || e.holder != holder || e.token != token {
 		return false, nil
 	}
-	e.holder, e.token, e.value, e.active = "", 0, nil, s.now()
-	s.unlockAndNotify(name, true)
+	e.holder, e.token, e.value, e.active = "", 0, nil, now
+	s.changes.Publish(name, struct{}{})
 	return true, nil
 }
 
-// Dequeue implements store.Store.
+// Dequeue implements store.Leases.
 func (s *Store) Dequeue(ctx context.Context, name, waiter string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	s.mu.Lock()
-	e, ok := s.names[name]
-	s.unlockAndNotify(name, ok && e.dequeue(waiter))
+	defer s.mu.Unlock()
+	if e, ok := s.names[name]; ok && e.dequeue(waiter) {
+		s.changes.Publish(name, struct{}{})
+	}
 	return nil
 }
 
-// Watch implements store.Store. In process every change is announced, which
-// costs nothing when nobody listens, so it only describes.
-func (s *Store) Watch(ctx context.Context, name string, _ time.Duration) (store.Description, error) {
-	return s.Describe(ctx, name)
-}
-
-// Describe implements store.Store.
+// Describe implements store.Leases.
 func (s *Store) Describe(ctx context.Context, name string) (store.Description, error) {
 	if err := ctx.Err(); err != nil {
 		return store.Description{}, err
@@ -280,8 +302,10 @@ func (s *Store) Describe(ctx context.Context, name string) (store.Description, e
 	if !ok {
 		return store.Description{}, nil
 	}
-	now := s.now()
-	e.pruneQueue(now)
+	now := s.clock.Now()
+	if e.pruneQueue(now) {
+		s.changes.Publish(name, struct{}{})
+	}
 	d := store.Description{LastToken: e.lastToken, Waiters: len(e.queue)}
 	if e.held(now, s.lockDelay) {
 		d.Held, d.Lease = true, e.lease(name)
@@ -289,62 +313,50 @@ func (s *Store) Describe(ctx context.Context, name string) (store.Description, e
 	return d, nil
 }
 
-// List implements store.Store.
+// List implements store.Leases.
 func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) (store.ListPage, error) {
 	if err := ctx.Err(); err != nil {
 		return store.ListPage{}, err
 	}
 	s.mu.Lock()
-	now := s.now()
+	defer s.mu.Unlock()
+	now := s.clock.Now()
 	var names []string
 	for name, e := range s.names {
-		if strings.HasPrefix(name, prefix) && name > cursor && e.held(now, s.lockDelay) {
+		if strings.HasPrefix(name, prefix) && (cursor == "" || name > cursor) && e.held(now, s.lockDelay) {
 			names = append(names, name)
 		}
 	}
 	sort.Strings(names)
+	if limit <= 0 {
+		limit = store.DefaultListLimit
+	}
 	var page store.ListPage
-	if limit > 0 && len(names) > limit {
+	if len(names) > limit {
 		names = names[:limit]
 		page.Next = names[limit-1]
 	}
 	for _, name := range names {
 		page.Leases = append(page.Leases, s.names[name].lease(name))
 	}
-	s.mu.Unlock()
 	return page, nil
 }
 
-// Subscribe implements store.Store.
-func (s *Store) Subscribe(notify func(name string)) func() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	id := s.nextSub
-	s.nextSub++
-	s.subs[id] = notify
-	return func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		delete(s.subs, id)
-	}
+// Changes implements store.Notifier. Every change is announced in process,
+// which costs nothing while nobody listens.
+func (s *Store) Changes(name string) store.Changes {
+	return s.changes.Subscribe(name, 1, fanout.Coalesce)
 }
 
-// unlockAndNotify releases s.mu and, when changed, tells subscribers about
-// name outside the lock so that a subscriber may call back into the store.
-func (s *Store) unlockAndNotify(name string, changed bool) {
-	if !changed || len(s.subs) == 0 {
-		s.mu.Unlock()
-		return
-	}
-	subs := make([]func(string), 0, len(s.subs))
-	for _, notify := range s.subs {
-		subs = append(subs, notify)
-	}
-	s.mu.Unlock()
-	for _, notify := range subs {
-		notify(name)
-	}
+// Watch implements store.Notifier: every change is announced anyway, so it
+// only describes.
+func (s *Store) Watch(ctx context.Context, name string, _ time.Duration) (store.Description, error) {
+	return s.Describe(ctx, name)
 }
 
-// Close implements store.Store.
-func (s *Store) Close() error { return nil }
+// Close closes every Changes channel. The leases stay usable: there is
+// nothing else to release.
+func (s *Store) Close() error {
+	s.changes.Close()
+	return nil
+}

@@ -3,34 +3,17 @@ package memstore
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/jonboulle/clockwork"
 
 	"github.com/coordinator-dev/coordinator/server/store"
 )
 
-// fakeClock is a clock a test moves by hand.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 func TestIdleNamesAreForgottenWithoutTokensGoingBack(t *testing.T) {
-	clock := &fakeClock{now: time.Now()}
-	s := New(WithClock(clock.Now))
+	clock := clockwork.NewFakeClockAt(time.Now())
+	s := New(WithClock(clock))
 	ctx := context.Background()
 	acquire := func(name, holder string) store.Lease {
 		t.Helper()
@@ -46,7 +29,7 @@ func TestIdleNamesAreForgottenWithoutTokensGoingBack(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	clock.advance(forgetAfter + time.Second)
+	clock.Advance(forgetAfter + time.Second)
 	if _, err := s.Renew(ctx, "held", "a", held.Token, time.Hour); err == nil {
 		t.Fatal("renewed a lease that expired long ago")
 	}

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"maps"
 	"os"
 	"slices"
 	"sync/atomic"
@@ -30,8 +31,9 @@ func TestCluster(t *testing.T) {
 	}
 	client := redis.NewClusterClient(c.Cluster)
 	t.Cleanup(func() { _ = client.Close() })
+	const quarantine = time.Second
 	var losses atomic.Int32
-	s := newStore(t, client, Options{Quarantine: 200 * time.Millisecond, OnDataLoss: func(time.Duration) { losses.Add(1) }})
+	s := newStore(t, client, Options{Quarantine: quarantine, OnDataLoss: func(time.Duration) { losses.Add(1) }})
 	if !s.cluster {
 		t.Fatal("a ClusterClient did not select cluster mode")
 	}
@@ -50,15 +52,18 @@ func TestCluster(t *testing.T) {
 		t.Fatalf("%d markers (%v), want %d", markers.Load(), err, numSlots)
 	}
 
-	rec := newRecorder()
-	defer s.Subscribe(rec.notify)()
-	waitSubscribed(t, s, rec)
-	watch(t, s, append([]string{"job"}, oddNames...)...)
+	subs := map[string]store.Changes{}
+	for _, name := range oddNames {
+		subs[name] = s.Changes(name)
+		defer subs[name].Cancel()
+	}
+	waitSubscribed(t, s, slices.Collect(maps.Values(subs))...)
+	watch(t, s, oddNames...)
 
 	leases := map[string]store.Lease{}
 	for _, name := range oddNames {
 		l := mustGrant(t, s, req(name, "a", time.Minute, "v"))
-		rec.waitFor(t, name)
+		waitChange(t, subs[name], name)
 		mustRefuse(t, s, waitReq(name, "w", 10*time.Second))
 		if _, err := s.Renew(ctx, name, "a", l.Token, time.Minute); err != nil {
 			t.Errorf("Renew(%q): %v", name, err)
@@ -96,14 +101,17 @@ func TestCluster(t *testing.T) {
 	if err := client.Del(ctx, s.keys(lost).marker).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Acquire(ctx, req(lost, "b", time.Minute, "")); asQuarantine(err) == nil {
-		t.Errorf("Acquire in the lost slot: %v, want a QuarantineError", err)
+	_, err = s.Acquire(ctx, req(lost, "b", time.Minute, ""))
+	q := asQuarantine(err)
+	if q == nil {
+		t.Fatalf("Acquire in the lost slot: %v, want a QuarantineError", err)
 	}
+	lostAt := time.Now()
 	mustGrant(t, s, req(other, "b", time.Minute, ""))
 	if n := losses.Load(); n != 1 {
 		t.Errorf("OnDataLoss called %d times, want 1", n)
 	}
-	time.Sleep(250 * time.Millisecond)
+	time.Sleep(time.Until(lostAt.Add(q.RetryAfter + clockSkew)))
 	if l := mustGrant(t, s, req(lost, "b", time.Minute, "")); l.Token <= leases[lost].Token {
 		t.Errorf("token after quarantine %d <= %d", l.Token, leases[lost].Token)
 	}
@@ -133,15 +141,15 @@ func TestSentinel(t *testing.T) {
 	if s.cluster {
 		t.Fatal("a Sentinel URL selected cluster mode")
 	}
-	rec := newRecorder()
-	defer s.Subscribe(rec.notify)()
-	waitSubscribed(t, s, rec)
-	watch(t, s, append([]string{"job"}, oddNames...)...)
+	job := s.Changes("job")
+	defer job.Cancel()
+	waitSubscribed(t, s, job)
+	watch(t, s, "job")
 	l := mustGrant(t, s, req("job", "a", time.Minute, "v"))
-	rec.waitFor(t, "job")
+	waitChange(t, job, "grant")
 	if d := mustDescribe(t, s, "job"); !d.Held || d.LastToken != l.Token {
 		t.Errorf("Describe = %+v", d)
 	}
 	mustRelease(t, s, l)
-	rec.waitFor(t, "job")
+	waitChange(t, job, "release")
 }

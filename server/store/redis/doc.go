@@ -12,18 +12,38 @@
 //
 // # Keys
 //
+// This is the one description of the key layout: keys.go builds these names,
+// and each script's header only says which of them it is given.
+//
 // Every key of one name shares the hash tag {<enc>}, so one script's keys lie
 // in one Cluster slot; <enc> is the name with '%', '{' and '}' percent-encoded
-// (the empty name is "%00"):
+// (the empty name is "%00"). Times are unix ms of Redis' clock.
 //
-//	<prefix>:{<enc>}:lease    HASH holder, token, value, ttl (ms); PEXPIRE'd to the ttl
+//	<prefix>:{<enc>}:lease    HASH holder, token (decimal), value, ttl (ms), expires;
+//	                          PEXPIRE'd to ttl + lock delay, so that the key
+//	                          outlives an expired lease by the lock delay
 //	<prefix>:{<enc>}:fence    STRING last issued token; never expires
-//	<prefix>:{<enc>}:queue    ZSET waiter -> arrival order (expires with the last waiter deadline)
-//	<prefix>:{<enc>}:waiters  ZSET waiter -> deadline, unix ms (same expiry)
-//	<prefix>:marker           data-loss marker (standalone and Sentinel)
-//	<prefix>:{<tag>}:marker   data-loss marker of one slot (Cluster: 16384 of them,
-//	                          <tag> being the shortest decimal string hashing to the slot)
-//	<prefix>:events           pub/sub channel: a name whose lease or queue changed
+//	<prefix>:{<enc>}:queue    ZSET waiter -> arrival order
+//	<prefix>:{<enc>}:waiters  ZSET waiter -> deadline; both queue keys expire at
+//	                          the latest deadline
+//	<prefix>:{<enc>}:watched  STRING "1" while some coordinator observes the name;
+//	                          expires unless Watch marks it again
+//	<prefix>:marker           data-loss marker (standalone and Sentinel): grants
+//	                          are refused until the time it holds; never expires
+//	<prefix>:{<tag>}:marker   the data-loss marker of one slot (Cluster: 16384 of
+//	                          them, <tag> being the shortest decimal string
+//	                          hashing to the slot)
+//	<prefix>:events           pub/sub channel carrying the name of a lease or queue
+//	                          that changed, published only while the name's queue
+//	                          or watched key exists
+//
+// # Notifications
+//
+// All Changes subscriptions of a Store share one pub/sub subscription to the
+// events channel, opened by the first Changes call, pinged when silent and
+// opened again after it breaks. Each time Redis confirms it, every Changes
+// subscriber receives a value: whatever was published before then was not
+// heard, so waiters and observers look again rather than trusting a replay.
 //
 // # Fencing and data loss
 //

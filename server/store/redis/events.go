@@ -8,6 +8,10 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/coordinator-dev/coordinator/internal/backoff"
+	"github.com/coordinator-dev/coordinator/internal/fanout"
+	"github.com/coordinator-dev/coordinator/server/store"
 )
 
 const (
@@ -15,83 +19,54 @@ const (
 	// before it is pinged; a ping unanswered for as long again drops the
 	// connection and subscribes anew.
 	eventsHealthInterval = 10 * time.Second
-	// subscribeWait bounds how long the first Subscribe waits for Redis to
-	// confirm the subscription, so that changes made after it returns are
-	// heard.
-	subscribeWait    = 2 * time.Second
-	eventsMinBackoff = 50 * time.Millisecond
-	eventsMaxBackoff = 5 * time.Second
+	eventsMinBackoff     = 50 * time.Millisecond
+	eventsMaxBackoff     = 5 * time.Second
 )
 
 // events is a Store's single subscription to its channel, fanning each
-// published name out to every subscriber.
+// published name out to the Changes subscribers of that name.
+//
+// Whenever Redis confirms the subscription, at first or after it broke,
+// every subscriber is told to look again: announcements made before then
+// were not heard. That is what lets Changes return at once instead of
+// waiting for Redis, and what replaces replaying a broken subscription.
 type events struct {
-	s      *Store
-	onLost func()
+	s *Store
 	// health is how long the subscription may stay silent before it is
 	// pinged; eventsHealthInterval but in tests.
 	health time.Duration
+	hub    fanout.Hub[string, struct{}]
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{} // closed when run returns
 
 	mu      sync.Mutex
-	subs    map[uint64]func(string)
-	nextID  uint64
 	started bool
 	closed  bool
 	ps      *redis.PubSub
-	ctx     context.Context
-	cancel  context.CancelFunc
-	done    chan struct{}
-	// ready is closed once Redis first confirmed the subscription.
-	ready     chan struct{}
-	readyOnce sync.Once
 }
 
-func (e *events) init(s *Store, onLost func()) {
+func (e *events) init(s *Store) {
 	e.s = s
-	e.onLost = onLost
 	e.health = eventsHealthInterval
-	e.subs = make(map[uint64]func(string))
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	e.done = make(chan struct{})
-	e.ready = make(chan struct{})
 }
 
-// subscribe registers notify. The first call starts the subscription and
-// waits up to subscribeWait for Redis to confirm it.
-func (e *events) subscribe(notify func(string)) func() {
+// changes subscribes to name, starting the Redis subscription on first use.
+func (e *events) changes(name string) store.Changes {
+	sub := e.hub.Subscribe(name, 1, fanout.Coalesce)
 	e.mu.Lock()
-	if e.closed {
-		e.mu.Unlock()
-		return func() {}
-	}
-	id := e.nextID
-	e.nextID++
-	e.subs[id] = notify
-	if !e.started {
+	defer e.mu.Unlock()
+	if !e.started && !e.closed {
 		e.started = true
 		go e.run()
 	}
-	e.mu.Unlock()
-
-	wait := time.NewTimer(subscribeWait)
-	select {
-	case <-e.ready:
-	case <-e.ctx.Done():
-	case <-wait.C:
-		e.s.log.Warn("Redis has not confirmed the event subscription yet; notifications may be late", "waited", subscribeWait)
-	}
-	wait.Stop()
-
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			e.mu.Lock()
-			delete(e.subs, id)
-			e.mu.Unlock()
-		})
-	}
+	return sub
 }
 
+// close stops the subscription, then closes every Changes channel.
 func (e *events) close() {
 	e.mu.Lock()
 	e.closed = true
@@ -105,32 +80,14 @@ func (e *events) close() {
 	if started {
 		<-e.done
 	}
-}
-
-func (e *events) isClosed() bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.closed
-}
-
-func (e *events) fanOut(name string) {
-	e.mu.Lock()
-	subs := make([]func(string), 0, len(e.subs))
-	for _, f := range e.subs {
-		subs = append(subs, f)
-	}
-	e.mu.Unlock()
-	for _, f := range subs {
-		f(name)
-	}
+	e.hub.Close()
 }
 
 // run subscribes, and subscribes again with backoff whenever the
 // subscription breaks, until close.
 func (e *events) run() {
 	defer close(e.done)
-	backoff := eventsMinBackoff
-	gap := false // a subscription broke: tell onLost once subscribed again
+	retry := backoff.New(eventsMinBackoff, eventsMaxBackoff)
 	for {
 		ps := e.s.client.Subscribe(e.ctx, e.s.channel)
 		e.mu.Lock()
@@ -142,34 +99,35 @@ func (e *events) run() {
 		e.ps = ps
 		e.mu.Unlock()
 
-		subscribed, err := e.consume(ps, &gap)
+		subscribed, err := e.consume(ps)
 		_ = ps.Close()
-		if e.isClosed() {
+		if e.ctx.Err() != nil {
 			return
 		}
-		gap = true
 		if subscribed {
-			backoff = eventsMinBackoff
+			retry.Reset()
 		}
-		e.s.log.Warn("Redis event subscription broke; subscribing again", "error", err, "retry_in", backoff)
+		delay := retry.Next()
+		e.s.log.Warn("Redis event subscription broke; subscribing again", "error", err, "retry_in", delay)
+		timer := time.NewTimer(delay)
 		select {
 		case <-e.ctx.Done():
+			timer.Stop()
 			return
-		case <-time.After(backoff):
+		case <-timer.C:
 		}
-		backoff = min(2*backoff, eventsMaxBackoff)
 	}
 }
 
-// consume reads ps until it fails; subscribed reports that the subscription
-// was confirmed on the way.
-func (e *events) consume(ps *redis.PubSub, gap *bool) (subscribed bool, err error) {
+// consume reads ps until it fails; subscribed reports that Redis confirmed
+// the subscription on the way.
+func (e *events) consume(ps *redis.PubSub) (subscribed bool, err error) {
 	pinged := false
 	for {
 		msg, err := ps.ReceiveTimeout(e.ctx, e.health)
 		if err != nil {
 			var nerr net.Error
-			if errors.As(err, &nerr) && nerr.Timeout() && !pinged && !e.isClosed() {
+			if errors.As(err, &nerr) && nerr.Timeout() && !pinged && e.ctx.Err() == nil {
 				if err := ps.Ping(e.ctx); err != nil {
 					return subscribed, err
 				}
@@ -181,23 +139,13 @@ func (e *events) consume(ps *redis.PubSub, gap *bool) (subscribed bool, err erro
 		pinged = false
 		switch m := msg.(type) {
 		case *redis.Message:
-			e.fanOut(m.Payload)
+			e.hub.Publish(m.Payload, struct{}{})
 		case *redis.Subscription:
-			if m.Kind != "subscribe" {
-				continue
-			}
-			// go-redis also re-subscribes by itself after a broken
-			// read: a second confirmation means events were missed.
-			if subscribed {
-				*gap = true
-			}
-			subscribed = true
-			e.readyOnce.Do(func() { close(e.ready) })
-			if *gap {
-				*gap = false
-				if e.onLost != nil {
-					e.onLost()
-				}
+			// Also sent when go-redis subscribes again by itself after a
+			// broken read: either way, earlier announcements were missed.
+			if m.Kind == "subscribe" {
+				subscribed = true
+				e.hub.PublishAll(struct{}{})
 			}
 		}
 	}

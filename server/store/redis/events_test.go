@@ -1,140 +1,148 @@
 package redisstore
 
 import (
-	"slices"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
+
+	"github.com/coordinator-dev/coordinator/server/store"
 )
 
-// TestSubscribe runs alone: it checks that Close leaves no goroutine behind.
-func TestSubscribe(t *testing.T) {
+// TestChanges runs alone: it checks that Close leaves no goroutine behind.
+func TestChanges(t *testing.T) {
 	ignore := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, ignore) }) // runs after the store's and client's cleanups
 
 	s := newStore(t, nil, Options{})
-	r1, r2 := newRecorder(), newRecorder()
-	s.Subscribe(r1.notify)
-	unsub2 := s.Subscribe(r2.notify)
-	waitSubscribed(t, s, r1)
-	r2.drain()
-	watch(t, s, "job", "fence1", "fence2")
+	c1, c2, fenced := s.Changes("job"), s.Changes("job"), s.Changes("fence")
+	defer c1.Cancel()
+	waitSubscribed(t, s, c1, c2, fenced)
+	watch(t, s, "job", "fence")
 
-	// fence is a later event: once r1 saw it, every earlier event was
-	// delivered to every subscriber.
-	fence := func(name string) {
+	// A fence is a later announcement: pub/sub keeps order, so once it is
+	// in, every earlier announcement has reached its subscribers.
+	fence := func() {
 		t.Helper()
-		l := mustGrant(t, s, req(name, "f", time.Minute, ""))
-		r1.waitFor(t, name)
+		l := mustGrant(t, s, req("fence", "f", time.Minute, ""))
+		waitChange(t, fenced, "fence grant")
 		mustRelease(t, s, l)
-		r1.waitFor(t, name)
+		waitChange(t, fenced, "fence release")
 	}
-	expect := func(what string, r *recorder, want ...string) {
+	quiet := func(what string, cs ...store.Changes) {
 		t.Helper()
-		var got []string
-		for len(r.ch) > 0 {
-			got = append(got, <-r.ch)
-		}
-		if len(got) != len(want) {
-			t.Errorf("%s: notified %q, want %q", what, got, want)
-			return
-		}
-		for i := range got {
-			if got[i] != want[i] {
-				t.Errorf("%s: notified %q, want %q", what, got, want)
-				return
+		fence()
+		for i, c := range cs {
+			if pending(c) {
+				t.Errorf("%s: subscriber %d was told of a change", what, i)
 			}
 		}
 	}
 
 	l := mustGrant(t, s, req("job", "a", time.Minute, "v1"))
-	r1.waitFor(t, "job")
-	r2.waitFor(t, "job")
-	mustGrant(t, s, req("job", "a", time.Minute, "v1")) // same value: nothing to tell
-	mustGrant(t, s, req("job", "a", time.Minute, "v2")) // re-valued
-	r1.waitFor(t, "job")
-	r2.waitFor(t, "job")
-	fence("fence1")
-	expect("after re-acquire", r1)
-	r2.drain()
-
-	if _, err := s.Renew(testCtx(t), "job", "a", l.Token, time.Minute); err != nil { // nothing to tell
+	waitChange(t, c1, "grant")
+	waitChange(t, c2, "grant")
+	mustGrant(t, s, req("job", "a", time.Minute, "v1"))
+	quiet("re-acquire with the same value", c1, c2)
+	mustGrant(t, s, req("job", "a", time.Minute, "v2"))
+	waitChange(t, c1, "new value")
+	waitChange(t, c2, "new value")
+	if _, err := s.Renew(testCtx(t), "job", "a", l.Token, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	unsub2()
-	unsub2() // twice is harmless
+	quiet("renewal", c1, c2)
+
+	c2.Cancel()
+	c2.Cancel() // twice is harmless
 	mustRelease(t, s, l)
-	r1.waitFor(t, "job")
-	fence("fence2")
-	expect("unsubscribed", r2)
-	expect("after release", r1)
+	waitChange(t, c1, "release")
+	quiet("cancelled", c2)
 
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	s.Subscribe(r1.notify)() // after Close: a no-op
+	waitClosed(t, c1, "a subscription from before Close")
+	waitClosed(t, s.Changes("job"), "a subscription after Close")
 }
 
-// TestSubscribeSurvivesBrokenConnection cuts the subscription's connection:
-// the store subscribes again and reports that events may have been lost.
-func TestSubscribeSurvivesBrokenConnection(t *testing.T) {
+// waitClosed waits for c's channel to close, skipping pending values.
+func waitClosed(t *testing.T, c store.Changes, what string) {
+	t.Helper()
+	timeout := time.After(5 * time.Second)
+	for {
+		select {
+		case _, ok := <-c.C:
+			if !ok {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("%s: the channel is open after Close", what)
+		}
+	}
+}
+
+// TestChangesTellEarlySubscribersToLookAgain: Changes does not wait for Redis
+// to confirm the subscription, so whoever subscribed before that hears of it.
+func TestChangesTellEarlySubscribersToLookAgain(t *testing.T) {
+	t.Parallel()
+	s := newStore(t, nil, Options{})
+	c := s.Changes("job")
+	defer c.Cancel()
+	waitChange(t, c, "subscription confirmed, with nothing changed")
+}
+
+// TestChangesSurviveABrokenConnection cuts the subscription's connection:
+// the store subscribes again and tells every subscriber to look again.
+func TestChangesSurviveABrokenConnection(t *testing.T) {
 	t.Parallel()
 	p := newProxy(t, testRedisOptions(t).Addr)
 	c := newClient(t, func(o *redis.Options) { o.Addr = p.addr() })
-	lost := make(chan struct{}, 10)
-	s := newStore(t, c, Options{OnEventsLost: func() { lost <- struct{}{} }})
-	rec := newRecorder()
-	defer s.Subscribe(rec.notify)()
-	waitSubscribed(t, s, rec)
+	s := newStore(t, c, Options{})
+	job, other := s.Changes("job"), s.Changes("other")
+	defer job.Cancel()
+	defer other.Cancel()
+	waitSubscribed(t, s, job, other)
 	watch(t, s, "job")
 
 	p.dropConns()
-	select {
-	case <-lost:
-	case <-time.After(5 * time.Second):
-		t.Fatal("OnEventsLost not called within 5s of a broken subscription")
-	}
+	waitChange(t, job, "subscribed again")
+	waitChange(t, other, "subscribed again")
 	l := mustGrant(t, s, req("job", "a", time.Minute, ""))
-	rec.waitFor(t, "job")
+	waitChange(t, job, "grant")
 	mustRelease(t, s, l)
-	rec.waitFor(t, "job")
+	waitChange(t, job, "release")
 }
 
-// TestSubscribeSurvivesSilentConnection black-holes the subscription's
+// TestChangesSurviveASilentConnection black-holes the subscription's
 // connection without closing it: the health check's unanswered ping makes the
 // store subscribe again on a new connection.
-func TestSubscribeSurvivesSilentConnection(t *testing.T) {
+func TestChangesSurviveASilentConnection(t *testing.T) {
 	t.Parallel()
+	const health = 300 * time.Millisecond
 	p := newProxy(t, testRedisOptions(t).Addr)
 	// Pooled connections are frozen too: a short read timeout lets their
 	// commands fail over to new connections quickly.
-	c := newClient(t, func(o *redis.Options) { o.Addr = p.addr(); o.ReadTimeout = 300 * time.Millisecond })
-	lost := make(chan struct{}, 10)
-	s := newStore(t, c, Options{OnEventsLost: func() { lost <- struct{}{} }})
-	s.events.health = 50 * time.Millisecond
-	rec := newRecorder()
-	defer s.Subscribe(rec.notify)()
-	waitSubscribed(t, s, rec)
+	c := newClient(t, func(o *redis.Options) { o.Addr = p.addr(); o.ReadTimeout = 2 * health })
+	s := newStore(t, c, Options{})
+	s.events.health = health
+	job := s.Changes("job")
+	defer job.Cancel()
+	waitSubscribed(t, s, job)
 	watch(t, s, "job")
 
-	time.Sleep(200 * time.Millisecond) // a few answered pings change nothing
-	if len(lost) != 0 {
-		t.Fatal("OnEventsLost called while the subscription was healthy")
+	time.Sleep(3 * health) // answered pings change nothing
+	if pending(job) {
+		t.Fatal("a healthy subscription told its subscribers to look again")
 	}
 	p.freezeConns()
 	start := time.Now()
-	select {
-	case <-lost:
-		t.Logf("subscribed again after %s", time.Since(start))
-	case <-time.After(5 * time.Second):
-		t.Fatal("OnEventsLost not called within 5s of a silent subscription")
-	}
+	waitChange(t, job, "subscribed again")
+	t.Logf("subscribed again after %s", time.Since(start))
 	l := mustGrant(t, s, req("job", "a", time.Minute, ""))
-	rec.waitFor(t, "job")
+	waitChange(t, job, "grant")
 	mustRelease(t, s, l)
-	rec.waitFor(t, "job")
+	waitChange(t, job, "release")
 }
 
 // TestOnlyListenedNamesAreAnnounced: a change is published only while a
@@ -143,12 +151,14 @@ func TestSubscribeSurvivesSilentConnection(t *testing.T) {
 func TestOnlyListenedNamesAreAnnounced(t *testing.T) {
 	t.Parallel()
 	s := newStore(t, nil, Options{})
-	rec := newRecorder()
-	defer s.Subscribe(rec.notify)()
-	waitSubscribed(t, s, rec)
+	quiet, contended, watched := s.Changes("quiet"), s.Changes("contended"), s.Changes("watched")
+	for _, c := range []store.Changes{quiet, contended, watched} {
+		defer c.Cancel()
+	}
+	waitSubscribed(t, s, quiet, contended, watched)
 
-	quiet := mustGrant(t, s, req("quiet", "a", time.Minute, ""))
-	mustRelease(t, s, quiet)
+	l := mustGrant(t, s, req("quiet", "a", time.Minute, ""))
+	mustRelease(t, s, l)
 
 	held := mustGrant(t, s, req("contended", "a", time.Minute, ""))
 	mustRefuse(t, s, waitReq("contended", "w", 10*time.Second))
@@ -156,17 +166,12 @@ func TestOnlyListenedNamesAreAnnounced(t *testing.T) {
 	watch(t, s, "watched")
 	mustGrant(t, s, req("watched", "a", time.Minute, ""))
 
-	// Pub/sub delivers in order: everything before "watched" is in by then.
-	var got []string
-	for timeout := time.After(5 * time.Second); len(got) == 0 || got[len(got)-1] != "watched"; {
-		select {
-		case name := <-rec.ch:
-			got = append(got, name)
-		case <-timeout:
-			t.Fatalf("notified %q; want contended, then watched", got)
-		}
+	// Pub/sub keeps order: everything before "watched" is in by then.
+	waitChange(t, watched, "watched name granted")
+	if !pending(contended) {
+		t.Error("the release of a name with a waiter was not announced")
 	}
-	if !slices.Equal(got, []string{"contended", "watched"}) {
-		t.Fatalf("notified %q; want contended (it had a waiter), then watched, and never quiet", got)
+	if pending(quiet) {
+		t.Error("a name nobody listened for was announced")
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"net"
-	"os"
 	"regexp"
 	"sync"
 	"testing"
@@ -15,16 +14,15 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
+	"github.com/coordinator-dev/coordinator/internal/redistest"
 	"github.com/coordinator-dev/coordinator/server/store"
 )
 
-// Tests run against a real Redis named by COORDINATOR_TEST_REDIS_URL (a
-// standalone redis:// URL). Each test uses its own key prefix, so tests run
-// in parallel on one database; the few that flush a whole database use
-// scratchDB (15 by default, COORDINATOR_TEST_REDIS_SCRATCH_DB to change it)
-// and run one at a time.
-
-const urlEnv = "COORDINATOR_TEST_REDIS_URL"
+// Tests run against a real Redis: the standalone one COORDINATOR_TEST_REDIS_URL
+// names, or a throwaway one that internal/redistest starts. Each test uses its
+// own key prefix, so tests run in parallel on one database; the few that
+// flush a whole database use scratchDB (15 by default,
+// COORDINATOR_TEST_REDIS_SCRATCH_DB to change it) and run one at a time.
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
@@ -32,14 +30,10 @@ func TestMain(m *testing.M) {
 
 func testRedisOptions(t testing.TB) *redis.Options {
 	t.Helper()
-	raw := os.Getenv(urlEnv)
-	if raw == "" {
-		t.Fatalf("%s is not set: run `make test` (which starts a throwaway Redis), "+
-			"or start redis-server and set %s=redis://127.0.0.1:6379/0", urlEnv, urlEnv)
-	}
+	raw := redistest.URL(t)
 	o, err := redis.ParseURL(raw)
 	if err != nil {
-		t.Fatalf("%s=%q: %v", urlEnv, raw, err)
+		t.Fatalf("%s=%q: %v", redistest.EnvURL, raw, err)
 	}
 	return o
 }
@@ -129,44 +123,26 @@ func testCtx(t testing.TB) context.Context {
 	return ctx
 }
 
-// recorder collects notified names without blocking.
-type recorder struct {
-	ch chan string
-}
-
-func newRecorder() *recorder { return &recorder{ch: make(chan string, 1024)} }
-
-func (r *recorder) notify(name string) {
-	select {
-	case r.ch <- name:
-	default:
-	}
-}
-
-// waitFor waits until name is notified, skipping other names.
-func (r *recorder) waitFor(t testing.TB, name string) {
+// waitChange waits for a value on c.
+func waitChange(t testing.TB, c store.Changes, what string) {
 	t.Helper()
-	timeout := time.After(5 * time.Second)
-	for {
-		select {
-		case got := <-r.ch:
-			if got == name {
-				return
-			}
-		case <-timeout:
-			t.Fatalf("no notification for %q within 5s", name)
+	select {
+	case _, ok := <-c.C:
+		if !ok {
+			t.Fatalf("%s: the Changes channel closed", what)
 		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("%s: nothing announced within 5s", what)
 	}
 }
 
-// drain empties the recorder.
-func (r *recorder) drain() {
-	for {
-		select {
-		case <-r.ch:
-		default:
-			return
-		}
+// pending reports whether c holds a value, and takes it.
+func pending(c store.Changes) bool {
+	select {
+	case <-c.C:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -180,25 +156,31 @@ func watch(t testing.TB, s *Store, names ...string) {
 	}
 }
 
-// waitSubscribed publishes a probe until the subscription delivers it.
-func waitSubscribed(t testing.TB, s *Store, r *recorder) {
+// waitSubscribed waits until the store's subscription is live, publishing a
+// probe meanwhile. Any value for the probe means that Redis confirmed the
+// subscription and every subscriber was told to look again; subs are emptied
+// of that value, so that any value they receive later is news.
+func waitSubscribed(t testing.TB, s *Store, subs ...store.Changes) {
 	t.Helper()
 	probe := "probe-" + hex.EncodeToString([]byte(t.Name()))
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
+	c := s.Changes(probe)
+	defer c.Cancel()
+	for deadline := time.Now().Add(5 * time.Second); ; {
 		if err := s.client.Publish(context.Background(), s.channel, probe).Err(); err != nil {
 			t.Fatalf("publish: %v", err)
 		}
 		select {
-		case got := <-r.ch:
-			if got == probe {
-				r.drain()
-				return
+		case <-c.C:
+			for _, sub := range subs {
+				pending(sub)
 			}
+			return
 		case <-time.After(20 * time.Millisecond):
 		}
+		if time.Now().After(deadline) {
+			t.Fatal("subscription not ready within 5s")
+		}
 	}
-	t.Fatal("subscription not ready within 5s")
 }
 
 // proxy forwards TCP connections to Redis until stopped, so that a test

@@ -6,17 +6,9 @@ import (
 	"sync"
 )
 
-// Key layout. Every key of one name shares the hash tag {<enc>}, so that a
-// script touching them runs on one Redis Cluster slot:
-//
-//	<prefix>:{<enc>}:lease    HASH holder, token, value, ttl (ms); PEXPIRE'd to ttl
-//	<prefix>:{<enc>}:fence    STRING last issued token; never expires
-//	<prefix>:{<enc>}:queue    ZSET waiter -> arrival order
-//	<prefix>:{<enc>}:waiters  ZSET waiter -> deadline (unix ms, Redis clock)
-//	<prefix>:marker           data-loss marker (standalone and Sentinel)
-//	<prefix>:{<tag>}:marker   data-loss marker of one slot (Cluster)
-//	<prefix>:events           pub/sub channel carrying changed names
-
+// The key layout is described once, in the package documentation (doc.go);
+// TestKeyLayoutIsDocumented keeps that description in step with these
+// suffixes.
 const (
 	leaseSuffix   = ":lease"
 	fenceSuffix   = ":fence"

@@ -1,6 +1,8 @@
 package redisstore
 
 import (
+	"os"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -45,7 +47,7 @@ func TestKeysOfANameShareASlot(t *testing.T) {
 		for _, name := range oddNames {
 			k := s.keys(name)
 			slot := slotOf(hashTag(k.lease))
-			for _, key := range []string{k.fence, k.queue, k.waiters} {
+			for _, key := range []string{k.fence, k.queue, k.waiters, k.watched} {
 				if got := slotOf(hashTag(key)); got != slot {
 					t.Errorf("name %q: key %q in slot %d, lease in %d", name, key, got, slot)
 				}
@@ -75,6 +77,35 @@ func TestSlots(t *testing.T) {
 	for slot, tag := range tags {
 		if tag == "" || slotOf(tag) != uint16(slot) {
 			t.Fatalf("slot %d: tag %q hashes to %d", slot, tag, slotOf(tag))
+		}
+	}
+}
+
+// TestKeyLayoutIsDocumented: the package documentation is the one description
+// of the key layout, so every key a name has, the markers and the channel
+// must appear in it.
+func TestKeyLayoutIsDocumented(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("doc.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const prefix, enc = "<prefix>", "<enc>"
+	keys := []string{prefix + eventsSuffix}
+	for _, cluster := range []bool{false, true} {
+		s := &Store{prefix: prefix, cluster: cluster}
+		k := reflect.ValueOf(s.keys(enc))
+		for i := range k.NumField() {
+			key := k.Field(i).String()
+			if cluster && k.Type().Field(i).Name == "marker" {
+				key = prefix + ":{<tag>}" + markerSuffix
+			}
+			keys = append(keys, key)
+		}
+	}
+	for _, key := range keys {
+		if !strings.Contains(string(doc), "//\t"+key+" ") {
+			t.Errorf("doc.go's key layout does not describe %s", key)
 		}
 	}
 }

@@ -36,15 +36,25 @@ type pipeliner struct {
 	client   redis.UniversalClient
 	inFlight atomic.Int64 // calls between run's start and end
 	calls    chan *scriptCall
-	stop     chan struct{}
-	wg       sync.WaitGroup
+	// stop tells the senders to return; stopped is closed once they have,
+	// so that no queued call can be sent any more.
+	stop    chan struct{}
+	stopped chan struct{}
+	wg      sync.WaitGroup
 }
 
-func newPipeliner(client redis.UniversalClient) *pipeliner {
-	p := &pipeliner{client: client, calls: make(chan *scriptCall, pipelineMaxCalls), stop: make(chan struct{})}
+func newPipeliner(ctx context.Context, client redis.UniversalClient) *pipeliner {
+	p := &pipeliner{
+		client:  client,
+		calls:   make(chan *scriptCall, pipelineMaxCalls),
+		stop:    make(chan struct{}),
+		stopped: make(chan struct{}),
+	}
 	for range pipelineSenders {
 		p.wg.Add(1)
-		go p.send()
+		// The senders serve every caller, so no caller's cancellation may
+		// end them; each pipeline is bounded by pipelineTimeout instead.
+		go p.send(context.WithoutCancel(ctx))
 	}
 	return p
 }
@@ -56,6 +66,8 @@ func (p *pipeliner) run(ctx context.Context, script *redis.Script, keys []string
 		return script.Run(ctx, p.client, keys, args...)
 	}
 	call := &scriptCall{script: script, keys: keys, args: args, done: make(chan struct{})}
+	// The send may win over a closed stop, and a queued call may never be
+	// picked up: stopped ends the wait for it.
 	select {
 	case p.calls <- call:
 	case <-ctx.Done():
@@ -69,6 +81,14 @@ func (p *pipeliner) run(ctx context.Context, script *redis.Script, keys []string
 	case <-ctx.Done():
 		// The call may still take effect, as any call cut off in flight.
 		return failedCmd(ctx, ctx.Err())
+	case <-p.stopped:
+		// A sender that took the call finished it before stopped closed.
+		select {
+		case <-call.done:
+			return call.cmd
+		default:
+			return failedCmd(ctx, redis.ErrClosed)
+		}
 	}
 }
 
@@ -78,7 +98,7 @@ func failedCmd(ctx context.Context, err error) *redis.Cmd {
 	return cmd
 }
 
-func (p *pipeliner) send() {
+func (p *pipeliner) send(ctx context.Context) {
 	defer p.wg.Done()
 	batch := make([]*scriptCall, 0, pipelineMaxCalls)
 	for {
@@ -97,12 +117,12 @@ func (p *pipeliner) send() {
 				break more
 			}
 		}
-		p.exec(batch)
+		p.exec(ctx, batch)
 	}
 }
 
-func (p *pipeliner) exec(batch []*scriptCall) {
-	ctx, cancel := context.WithTimeout(context.Background(), pipelineTimeout)
+func (p *pipeliner) exec(ctx context.Context, batch []*scriptCall) {
+	ctx, cancel := context.WithTimeout(ctx, pipelineTimeout)
 	defer cancel()
 	if len(batch) == 1 {
 		call := batch[0]
@@ -124,17 +144,10 @@ func (p *pipeliner) exec(batch []*scriptCall) {
 	}
 }
 
-// close stops the senders; calls still queued fail with ErrClosed.
+// close stops the senders once their pipelines are done; calls still queued,
+// or queued later, fail with ErrClosed.
 func (p *pipeliner) close() {
 	close(p.stop)
 	p.wg.Wait()
-	for {
-		select {
-		case call := <-p.calls:
-			call.cmd = failedCmd(context.Background(), redis.ErrClosed)
-			close(call.done)
-		default:
-			return
-		}
-	}
+	close(p.stopped)
 }

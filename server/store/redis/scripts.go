@@ -2,14 +2,20 @@ package redisstore
 
 import (
 	_ "embed"
+	"fmt"
+	"strconv"
+	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/coordinator-dev/coordinator/server/store"
 )
 
 // One script per state transition; each file's header lists its KEYS, ARGV
-// and reply. Script.Run sends EVALSHA and falls back to EVAL on NOSCRIPT
-// (a restarted or flushed Redis), so loading them at start-up is only a
-// warm-up.
+// and reply, and each reply has exactly one decoder below, so that the
+// position of a field is known in one place. Script.Run sends EVALSHA and
+// falls back to EVAL on NOSCRIPT (a restarted or flushed Redis), so loading
+// them at start-up is only a warm-up.
 var (
 	//go:embed scripts/acquire.lua
 	acquireSrc string
@@ -29,7 +35,164 @@ var (
 	releaseScript  = redis.NewScript(releaseSrc)
 	dequeueScript  = redis.NewScript(dequeueSrc)
 	describeScript = redis.NewScript(describeSrc)
-	watchScript    = redis.NewScript(watchSrc + describeSrc)
+	// watchScript's reply is describe.lua's.
+	watchScript = redis.NewScript(watchSrc + describeSrc)
 
 	allScripts = []*redis.Script{acquireScript, renewScript, releaseScript, dequeueScript, describeScript, watchScript}
 )
+
+// acquireReply is acquire.lua's reply.
+type acquireReply struct {
+	// lost reports that this call found Redis' data lost.
+	lost bool
+	// quarantined refuses the call for retryAfter.
+	quarantined bool
+	retryAfter  time.Duration
+	result      store.AcquireResult
+}
+
+// decodeAcquire reads acquire.lua's reply:
+//
+//	{-1, lost, retry_after_ms}
+//	{status, lost, holder, token, value, ttl_ms, expires_ms, retry_at_ms}
+func decodeAcquire(name string, v any) (acquireReply, error) {
+	r := newReplyReader("acquire", v)
+	var a acquireReply
+	status := r.int(0)
+	a.lost = r.int(1) == 1
+	if status == -1 {
+		a.quarantined = true
+		a.retryAfter = time.Duration(r.int(2)) * time.Millisecond
+		return a, r.err
+	}
+	a.result.Acquired = status == 1
+	a.result.Lease = r.lease(2, name)
+	if at := r.int(7); at > 0 {
+		a.result.RetryAt = time.UnixMilli(at)
+	}
+	if r.err == nil && status != 0 && status != 1 {
+		r.err = fmt.Errorf("redisstore: acquire: unexpected script reply: status %d", status)
+	}
+	return a, r.err
+}
+
+// decodeRenew reads renew.lua's reply: {0} when not held, else
+// {1, holder, token, value, ttl_ms, expires_ms}.
+func decodeRenew(name string, v any) (store.Lease, error) {
+	r := newReplyReader("renew", v)
+	if r.int(0) != 1 {
+		if r.err != nil {
+			return store.Lease{}, r.err
+		}
+		return store.Lease{}, store.ErrLeaseNotHeld
+	}
+	l := r.lease(1, name)
+	return l, r.err
+}
+
+// decodeRelease reads release.lua's reply: 1 when released, else 0.
+func decodeRelease(v any) (bool, error) {
+	r := newReplyReader("release", []any{v})
+	return r.int(0) == 1, r.err
+}
+
+// decodeDequeue reads dequeue.lua's reply: 1 when the waiter was queued,
+// else 0.
+func decodeDequeue(v any) (bool, error) {
+	r := newReplyReader("dequeue", []any{v})
+	return r.int(0) == 1, r.err
+}
+
+// decodeDescribe reads describe.lua's (and watch.lua's) reply:
+// {holder, token, value, ttl_ms, expires_ms, last_token, waiters}.
+func decodeDescribe(name string, v any) (store.Description, error) {
+	r := newReplyReader("describe", v)
+	var d store.Description
+	d.Lease = r.lease(0, name)
+	d.Held = d.Lease.Holder != ""
+	d.LastToken = r.token(5)
+	d.Waiters = int(r.int(6))
+	return d, r.err
+}
+
+// replyReader reads a script's array reply, remembering the first error.
+type replyReader struct {
+	op  string
+	v   []any
+	err error
+}
+
+func newReplyReader(op string, v any) *replyReader {
+	r := &replyReader{op: op}
+	switch v := v.(type) {
+	case []any:
+		r.v = v
+	default:
+		r.err = fmt.Errorf("redisstore: %s: unexpected script reply %T (%v), want an array", op, v, v)
+	}
+	return r
+}
+
+func (r *replyReader) fail(i int, want string) {
+	if r.err == nil {
+		var got any
+		if i < len(r.v) {
+			got = r.v[i]
+		}
+		r.err = fmt.Errorf("redisstore: %s: unexpected script reply: element %d is %T (%v), want %s", r.op, i, got, got, want)
+	}
+}
+
+func (r *replyReader) int(i int) int64 {
+	if i < len(r.v) {
+		if n, ok := r.v[i].(int64); ok {
+			return n
+		}
+	}
+	r.fail(i, "integer")
+	return 0
+}
+
+func (r *replyReader) str(i int) string {
+	if i < len(r.v) {
+		if s, ok := r.v[i].(string); ok {
+			return s
+		}
+	}
+	r.fail(i, "string")
+	return ""
+}
+
+// bytes reads a value; the empty value is nil, as the memory store has it.
+func (r *replyReader) bytes(i int) []byte {
+	if s := r.str(i); s != "" {
+		return []byte(s)
+	}
+	return nil
+}
+
+func (r *replyReader) token(i int) uint64 {
+	s := r.str(i)
+	t, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		r.fail(i, "decimal token")
+	}
+	return t
+}
+
+// lease reads the five fields {holder, token, value, ttl_ms, expires_ms}
+// that start at i: the zero Lease when holder is "".
+func (r *replyReader) lease(i int, name string) store.Lease {
+	holder := r.str(i)
+	if holder == "" {
+		return store.Lease{}
+	}
+	return store.Lease{
+		Name:      name,
+		Holder:    holder,
+		Token:     r.token(i + 1),
+		Value:     r.bytes(i + 2),
+		TTL:       time.Duration(r.int(i+3)) * time.Millisecond,
+		ExpiresAt: time.UnixMilli(r.int(i + 4)),
+	}
+}

@@ -19,13 +19,6 @@ import (
 // DefaultKeyPrefix prefixes every key when Options.KeyPrefix is empty.
 const DefaultKeyPrefix = "coordinator"
 
-// DefaultWaiterTTL is how long a waiter stays queued when an AcquireRequest
-// names a Waiter without a WaiterTTL.
-const DefaultWaiterTTL = 30 * time.Second
-
-// defaultListLimit is the page size of List when limit is not positive.
-const defaultListLimit = 100
-
 // Options configures a Store.
 type Options struct {
 	// KeyPrefix starts every key and the pub/sub channel; default
@@ -47,16 +40,12 @@ type Options struct {
 	// coordinator whose script detected it) with Quarantine, for metrics.
 	// It runs on the calling goroutine and must not block.
 	OnDataLoss func(quarantine time.Duration)
-	// OnEventsLost, when set, is called after the pub/sub subscription was
-	// broken and is established again: notifications may have been missed
-	// in between, so observers should reconcile. It runs on the subscription
-	// goroutine and must not block.
-	OnEventsLost func()
 	// Logger receives warnings; default slog.Default().
 	Logger *slog.Logger
 }
 
-// Store is a store.Store kept in Redis (standalone, Sentinel or Cluster).
+// Store is a store.Store kept in Redis (standalone, Sentinel or Cluster):
+// Leases run scripts, Changes listen on the events channel.
 type Store struct {
 	client     redis.UniversalClient
 	ownsClient bool
@@ -120,7 +109,7 @@ func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Stor
 	if opts.Quarantine > 0 {
 		s.quarantineMS = durationMS(opts.Quarantine)
 	}
-	s.events.init(s, opts.OnEventsLost)
+	s.events.init(s)
 
 	if err := client.Ping(ctx).Err(); err != nil {
 		return nil, wrapErr("ping", err)
@@ -135,7 +124,7 @@ func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Stor
 		}
 	}
 	if !opts.NoPipelining {
-		s.pipeline = newPipeliner(client)
+		s.pipeline = newPipeliner(ctx, client)
 	}
 	return s, nil
 }
@@ -196,60 +185,35 @@ func (s *Store) writeMarkers(ctx context.Context) error {
 	return nil
 }
 
-// Acquire implements store.Store.
+// Acquire implements store.Leases.
 func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.AcquireResult, error) {
 	if req.TTL <= 0 {
 		return store.AcquireResult{}, fmt.Errorf("redisstore: acquire %q: ttl %s is not positive", req.Name, req.TTL)
 	}
 	waiterTTL := req.WaiterTTL
 	if waiterTTL <= 0 {
-		waiterTTL = DefaultWaiterTTL
+		waiterTTL = store.DefaultWaiterTTL
 	}
 	k := s.keys(req.Name)
-	reply, err := s.run(ctx, acquireScript,
+	v, err := s.run(ctx, acquireScript,
 		[]string{k.lease, k.fence, k.queue, k.waiters, k.marker, k.watched},
 		req.Holder, durationMS(req.TTL), req.Value, req.Waiter, durationMS(waiterTTL),
 		s.quarantineMS, s.channel, req.Name, s.lockDelayMS,
-	).Slice()
+	).Result()
 	if err != nil {
 		return store.AcquireResult{}, wrapErr("acquire", err)
 	}
-	r := replyReader{op: "acquire", v: reply}
-	status := r.int(0)
-	if r.int(1) == 1 {
+	reply, err := decodeAcquire(req.Name, v)
+	if err != nil {
+		return store.AcquireResult{}, err
+	}
+	if reply.lost {
 		s.dataLost()
 	}
-	if status == -1 {
-		retry := time.Duration(r.int(2)) * time.Millisecond
-		if r.err != nil {
-			return store.AcquireResult{}, r.err
-		}
-		return store.AcquireResult{}, &store.QuarantineError{RetryAfter: retry}
+	if reply.quarantined {
+		return store.AcquireResult{}, &store.QuarantineError{RetryAfter: reply.retryAfter}
 	}
-	holder, token := r.str(2), r.str(3)
-	lease := store.Lease{}
-	if token != "" {
-		lease = store.Lease{
-			Name:   req.Name,
-			Holder: holder,
-			Token:  r.token(3),
-			Value:  r.bytes(4),
-			TTL:    time.Duration(r.int(5)) * time.Millisecond,
-		}
-		remaining := r.int(6)
-		if remaining < 0 { // no expiry: cannot happen, keep a sane answer
-			remaining = r.int(5)
-		}
-		lease.ExpiresAt = time.UnixMilli(r.int(7) + remaining)
-	}
-	res := store.AcquireResult{Acquired: status == 1, Lease: lease, Changed: r.int(8) == 1}
-	if remaining := r.int(6); !res.Acquired && remaining > 0 {
-		res.RetryAt = time.UnixMilli(r.int(7) + remaining)
-	}
-	if r.err != nil {
-		return store.AcquireResult{}, r.err
-	}
-	return res, nil
+	return reply.result, nil
 }
 
 // dataLost reports a data loss detected by this store's script.
@@ -261,106 +225,58 @@ func (s *Store) dataLost() {
 	}
 }
 
-// Renew implements store.Store.
+// Renew implements store.Leases.
 func (s *Store) Renew(ctx context.Context, name, holder string, token uint64, ttl time.Duration) (store.Lease, error) {
 	if ttl <= 0 {
 		return store.Lease{}, fmt.Errorf("redisstore: renew %q: ttl %s is not positive", name, ttl)
 	}
 	k := s.keys(name)
-	reply, err := s.run(ctx, renewScript, []string{k.lease},
-		holder, strconv.FormatUint(token, 10), durationMS(ttl), s.lockDelayMS).Slice()
+	v, err := s.run(ctx, renewScript, []string{k.lease},
+		holder, strconv.FormatUint(token, 10), durationMS(ttl), s.lockDelayMS).Result()
 	if err != nil {
 		return store.Lease{}, wrapErr("renew", err)
 	}
-	r := replyReader{op: "renew", v: reply}
-	if r.int(0) != 1 {
-		if r.err != nil {
-			return store.Lease{}, r.err
-		}
-		return store.Lease{}, store.ErrLeaseNotHeld
-	}
-	ttlMS := r.int(2)
-	lease := store.Lease{
-		Name:      name,
-		Holder:    holder,
-		Token:     token,
-		Value:     r.bytes(1),
-		TTL:       time.Duration(ttlMS) * time.Millisecond,
-		ExpiresAt: time.UnixMilli(r.int(3) + ttlMS),
-	}
-	if r.err != nil {
-		return store.Lease{}, r.err
-	}
-	return lease, nil
+	return decodeRenew(name, v)
 }
 
-// Release implements store.Store.
+// Release implements store.Leases.
 func (s *Store) Release(ctx context.Context, name, holder string, token uint64) (bool, error) {
 	k := s.keys(name)
-	n, err := s.run(ctx, releaseScript, []string{k.lease, k.queue, k.watched},
-		holder, strconv.FormatUint(token, 10), s.channel, name).Int64()
+	v, err := s.run(ctx, releaseScript, []string{k.lease, k.queue, k.watched},
+		holder, strconv.FormatUint(token, 10), s.channel, name).Result()
 	if err != nil {
 		return false, wrapErr("release", err)
 	}
-	return n == 1, nil
+	return decodeRelease(v)
 }
 
-// Dequeue implements store.Store.
+// Dequeue implements store.Leases.
 func (s *Store) Dequeue(ctx context.Context, name, waiter string) error {
 	k := s.keys(name)
-	err := s.run(ctx, dequeueScript, []string{k.queue, k.waiters}, waiter, s.channel, name).Err()
-	return wrapErr("dequeue", err)
-}
-
-// Watch implements store.Store: changes of a watched name are published on
-// the events channel; those of other names only while a waiter is queued.
-func (s *Store) Watch(ctx context.Context, name string, ttl time.Duration) (store.Description, error) {
-	k := s.keys(name)
-	reply, err := s.run(ctx, watchScript, []string{k.lease, k.fence, k.waiters, k.watched}, durationMS(ttl)).Slice()
+	v, err := s.run(ctx, dequeueScript, []string{k.queue, k.waiters}, waiter, s.channel, name).Result()
 	if err != nil {
-		return store.Description{}, wrapErr("watch", err)
+		return wrapErr("dequeue", err)
 	}
-	return parseDescribe(name, reply)
+	_, err = decodeDequeue(v)
+	return err
 }
 
-// Describe implements store.Store.
+// Describe implements store.Leases.
 func (s *Store) Describe(ctx context.Context, name string) (store.Description, error) {
 	k := s.keys(name)
-	reply, err := s.run(ctx, describeScript, []string{k.lease, k.fence, k.waiters}).Slice()
+	v, err := s.run(ctx, describeScript, []string{k.lease, k.fence, k.waiters}).Result()
 	if err != nil {
 		return store.Description{}, wrapErr("describe", err)
 	}
-	return parseDescribe(name, reply)
+	return decodeDescribe(name, v)
 }
 
-func parseDescribe(name string, reply []any) (store.Description, error) {
-	r := replyReader{op: "describe", v: reply}
-	var d store.Description
-	d.LastToken = r.token(6)
-	d.Waiters = int(r.int(7))
-	if r.str(1) != "" {
-		d.Held = true
-		d.Lease = store.Lease{
-			Name:      name,
-			Holder:    r.str(0),
-			Token:     r.token(1),
-			Value:     r.bytes(2),
-			TTL:       time.Duration(r.int(3)) * time.Millisecond,
-			ExpiresAt: time.UnixMilli(r.int(5) + r.int(4)),
-		}
-	}
-	if r.err != nil {
-		return store.Description{}, r.err
-	}
-	return d, nil
-}
-
-// List implements store.Store. It SCANs the whole key space (every master of
+// List implements store.Leases. It SCANs the whole key space (every master of
 // a cluster) for lease keys, keeping only the limit+1 first names after
 // cursor, then reads those leases; it is meant for debugging.
 func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) (store.ListPage, error) {
 	if limit <= 0 {
-		limit = defaultListLimit
+		limit = store.DefaultListLimit
 	}
 	pattern := globEscape(s.prefix) + ":{" + globEscape(encodePrefix(prefix)) + "*}" + leaseSuffix
 
@@ -440,15 +356,15 @@ func (s *Store) describeMany(ctx context.Context, names []string) ([]store.Descr
 	})
 	out := make([]store.Description, len(names))
 	for i, name := range names {
-		reply, err := cmds[i].Slice()
+		v, err := cmds[i].Result()
 		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 			k := s.keys(name)
-			reply, err = describeScript.Run(ctx, s.client, []string{k.lease, k.fence, k.waiters}).Slice()
+			v, err = describeScript.Run(ctx, s.client, []string{k.lease, k.fence, k.waiters}).Result()
 		}
 		if err != nil {
 			return nil, wrapErr("list", err)
 		}
-		d, err := parseDescribe(name, reply)
+		d, err := decodeDescribe(name, v)
 		if err != nil {
 			return nil, err
 		}
@@ -457,14 +373,26 @@ func (s *Store) describeMany(ctx context.Context, names []string) ([]store.Descr
 	return out, nil
 }
 
-// Subscribe implements store.Store. All subscribers share one Redis
+// Changes implements store.Notifier. Every Changes shares one Redis
 // subscription, started by the first call.
-func (s *Store) Subscribe(notify func(name string)) (unsubscribe func()) {
-	return s.events.subscribe(notify)
+func (s *Store) Changes(name string) store.Changes {
+	return s.events.changes(name)
 }
 
-// Close stops the subscription and, for a Store made by NewFromURL, closes
-// the client. It is safe to call more than once.
+// Watch implements store.Notifier: changes of a watched name are published
+// on the events channel; those of other names only while a waiter is queued.
+func (s *Store) Watch(ctx context.Context, name string, ttl time.Duration) (store.Description, error) {
+	k := s.keys(name)
+	v, err := s.run(ctx, watchScript, []string{k.lease, k.fence, k.waiters, k.watched}, durationMS(ttl)).Result()
+	if err != nil {
+		return store.Description{}, wrapErr("watch", err)
+	}
+	return decodeDescribe(name, v)
+}
+
+// Close stops the subscription, closing every Changes channel, and, for a
+// Store made by NewFromURL, closes the client. It is safe to call more than
+// once.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.events.close()
@@ -491,57 +419,4 @@ func (s *Store) run(ctx context.Context, script *redis.Script, keys []string, ar
 func durationMS(d time.Duration) int64 {
 	ms := int64((d + time.Millisecond - 1) / time.Millisecond)
 	return max(ms, 1)
-}
-
-// replyReader reads a script's array reply, remembering the first error.
-type replyReader struct {
-	op  string
-	v   []any
-	err error
-}
-
-func (r *replyReader) fail(i int, want string) {
-	if r.err == nil {
-		var got any
-		if i < len(r.v) {
-			got = r.v[i]
-		}
-		r.err = fmt.Errorf("redisstore: %s: unexpected script reply: element %d is %T (%v), want %s", r.op, i, got, got, want)
-	}
-}
-
-func (r *replyReader) int(i int) int64 {
-	if i < len(r.v) {
-		if n, ok := r.v[i].(int64); ok {
-			return n
-		}
-	}
-	r.fail(i, "integer")
-	return 0
-}
-
-func (r *replyReader) str(i int) string {
-	if i < len(r.v) {
-		if s, ok := r.v[i].(string); ok {
-			return s
-		}
-	}
-	r.fail(i, "string")
-	return ""
-}
-
-func (r *replyReader) bytes(i int) []byte {
-	if s := r.str(i); s != "" {
-		return []byte(s)
-	}
-	return nil
-}
-
-func (r *replyReader) token(i int) uint64 {
-	s := r.str(i)
-	t, err := strconv.ParseUint(s, 10, 64)
-	if err != nil {
-		r.fail(i, "decimal token")
-	}
-	return t
 }

@@ -1,6 +1,9 @@
 // Package storetest is the conformance suite every store.Store must pass.
-// It drives the store through its interface with real time and short TTLs,
-// so the same assertions hold for the memory store and for Redis.
+// It drives the store through its interface only, so the same assertions
+// hold for the memory store and for Redis. A store that keeps time by a clock
+// the test controls lets the suite move that clock instead of sleeping; one
+// that keeps its own time (Redis) gets short real TTLs and real sleeps, with
+// margins chosen so that a busy machine makes the test slower, not flaky.
 package storetest
 
 import (
@@ -21,35 +24,52 @@ import (
 type Options struct {
 	// LockDelay keeps the name of an expired lease from being granted again.
 	LockDelay time.Duration
+	// RealTime asks for a store on the real clock even when it could follow
+	// a fake one: the test races goroutines against expiry.
+	RealTime bool
+}
+
+// Subject is a store under test.
+type Subject struct {
+	store.Store
+	// Sleep lets d pass on the store's clock, for a store on a fake clock;
+	// nil means the store keeps real time and the suite sleeps.
+	Sleep func(d time.Duration)
 }
 
 // Factory returns a fresh, empty store for one test, with opts. The suite
 // closes it.
-type Factory func(t *testing.T, opts Options) store.Store
+type Factory func(t *testing.T, opts Options) Subject
 
 // Run runs every conformance test against stores made by newStore.
 func Run(t *testing.T, newStore Factory) {
 	tests := []struct {
 		name string
-		fn   func(*testing.T, store.Store)
+		fn   func(*testing.T, Subject)
 		opts Options
 	}{
 		{"GrantThenRefuseOtherHolder", testGrantThenRefuse, Options{}},
-		{"ReacquireByHolderIsIdempotent", testReacquireIdempotent, Options{}},
+		{"ReacquireByHolderKeepsTheTokenAndTakesTTLAndValue", testReacquire, Options{}},
 		{"TokensIncreaseAcrossReleaseAndExpiry", testTokensIncrease, Options{}},
 		{"ExpiredLeaseIsGrantedToAnother", testExpiry, Options{}},
 		{"RenewIsCompareAndSet", testRenewCAS, Options{}},
 		{"RenewMayShortenLease", testRenewShortens, Options{}},
+		{"TTLMustBePositive", testTTLMustBePositive, Options{}},
 		{"ReleaseIsCompareAndSet", testReleaseCAS, Options{}},
-		{"DescribeReportsLeaseAndLastToken", testDescribe, Options{}},
+		{"DescribeReportsLeaseLastTokenAndWaiters", testDescribe, Options{}},
 		{"WaitersAreServedInArrivalOrder", testFIFO, Options{}},
 		{"NonWaiterIsRefusedWhileWaitersQueue", testNonWaiterRefused, Options{}},
 		{"DeadWaiterIsDroppedAfterItsTTL", testDeadWaiterPruned, Options{}},
-		{"DequeueLetsTheNextWaiterIn", testDequeue, Options{}},
-		{"SubscribersHearOfChanges", testSubscribe, Options{}},
+		{"WaiterThatKeepsTryingKeepsItsPlace", testWaiterKeepsItsPlace, Options{}},
+		{"WaiterTTLZeroMeansTheDefault", testWaiterTTLDefault, Options{}},
+		{"DequeueLetsTheNextWaiterInAndAnnouncesIt", testDequeue, Options{}},
+		{"DroppingADeadHeadAnnouncesTheName", testDeadHeadAnnounced, Options{}},
+		{"ChangesAnnounceGrantRevalueAndRelease", testChanges, Options{}},
+		{"ChangesChannelsCloseWithTheStore", testChangesClose, Options{}},
 		{"ListPagesThroughHeldLeases", testList, Options{}},
+		{"ListWithoutALimitReturnsADefaultPage", testListDefaultLimit, Options{}},
 		{"NamesAreOpaque", testOpaqueNames, Options{}},
-		{"ContendedLeasesNeverOverlap", testContention, Options{}},
+		{"ContendedLeasesNeverOverlap", testContention, Options{RealTime: true}},
 		{"LockDelayFollowsExpiryNotRelease", testLockDelay, Options{LockDelay: lockDelay}},
 	}
 	for _, tc := range tests {
@@ -63,12 +83,31 @@ func Run(t *testing.T, newStore Factory) {
 }
 
 const (
-	longTTL   = time.Minute
-	shortTTL  = 150 * time.Millisecond
-	lockDelay = 400 * time.Millisecond
+	longTTL = time.Minute
+	// shortTTL is a lease or waiter meant to run out during the test. A
+	// test may still count on it for the few calls right after it was set.
+	shortTTL  = 500 * time.Millisecond
+	lockDelay = time.Second
+	// margin is waited beyond an expiry, for the store's millisecond
+	// rounding.
+	margin = 50 * time.Millisecond
+	// slack is how far a time the store computed may be from the one
+	// expected from other times it reported (millisecond rounding).
+	slack = 5 * time.Millisecond
+	// patience bounds the wait for an announcement.
+	patience = 5 * time.Second
 )
 
-func acquire(t *testing.T, s store.Store, req store.AcquireRequest) store.AcquireResult {
+// pass lets d pass on s's clock.
+func pass(s Subject, d time.Duration) {
+	if s.Sleep != nil {
+		s.Sleep(d)
+		return
+	}
+	time.Sleep(d)
+}
+
+func acquire(t *testing.T, s Subject, req store.AcquireRequest) store.AcquireResult {
 	t.Helper()
 	if req.TTL == 0 {
 		req.TTL = longTTL
@@ -83,7 +122,7 @@ func acquire(t *testing.T, s store.Store, req store.AcquireRequest) store.Acquir
 	return res
 }
 
-func mustAcquire(t *testing.T, s store.Store, name, holder string) store.Lease {
+func mustAcquire(t *testing.T, s Subject, name, holder string) store.Lease {
 	t.Helper()
 	res := acquire(t, s, store.AcquireRequest{Name: name, Holder: holder})
 	if !res.Acquired {
@@ -92,7 +131,7 @@ func mustAcquire(t *testing.T, s store.Store, name, holder string) store.Lease {
 	return res.Lease
 }
 
-func mustRelease(t *testing.T, s store.Store, l store.Lease) {
+func mustRelease(t *testing.T, s Subject, l store.Lease) {
 	t.Helper()
 	ok, err := s.Release(context.Background(), l.Name, l.Holder, l.Token)
 	if err != nil || !ok {
@@ -100,7 +139,9 @@ func mustRelease(t *testing.T, s store.Store, l store.Lease) {
 	}
 }
 
-func testGrantThenRefuse(t *testing.T, s store.Store) {
+func closeTo(got, want time.Time) bool { return got.Sub(want).Abs() <= slack }
+
+func testGrantThenRefuse(t *testing.T, s Subject) {
 	before := time.Now()
 	l := mustAcquire(t, s, "job", "a")
 	if l.Name != "job" || l.Holder != "a" || l.Token == 0 || l.TTL != longTTL {
@@ -117,12 +158,12 @@ func testGrantThenRefuse(t *testing.T, s store.Store) {
 	if res.Lease.Holder != "a" || res.Lease.Token != l.Token {
 		t.Fatalf("refusal reports holder %q token %d, want a %d", res.Lease.Holder, res.Lease.Token, l.Token)
 	}
-	if !res.RetryAt.Equal(l.ExpiresAt) && res.RetryAt.Sub(l.ExpiresAt).Abs() > 5*time.Millisecond {
+	if !closeTo(res.RetryAt, l.ExpiresAt) {
 		t.Fatalf("refusal's RetryAt %v; want the lease's expiry %v", res.RetryAt, l.ExpiresAt)
 	}
 }
 
-func testReacquireIdempotent(t *testing.T, s store.Store) {
+func testReacquire(t *testing.T, s Subject) {
 	first := acquire(t, s, store.AcquireRequest{Name: "job", Holder: "a", Value: []byte("v1"), TTL: time.Second})
 	again := acquire(t, s, store.AcquireRequest{Name: "job", Holder: "a", Value: []byte("v1"), TTL: longTTL})
 	if !again.Acquired || again.Lease.Token != first.Lease.Token {
@@ -131,16 +172,16 @@ func testReacquireIdempotent(t *testing.T, s store.Store) {
 	if again.Lease.TTL != longTTL || !again.Lease.ExpiresAt.After(first.Lease.ExpiresAt) {
 		t.Fatalf("reacquire did not take the new ttl: %+v", again.Lease)
 	}
-	if again.Changed {
-		t.Fatal("reacquire with the same value reported a change")
-	}
 	proclaimed := acquire(t, s, store.AcquireRequest{Name: "job", Holder: "a", Value: []byte("v2")})
-	if !proclaimed.Changed || !bytes.Equal(proclaimed.Lease.Value, []byte("v2")) || proclaimed.Lease.Token != first.Lease.Token {
+	if !proclaimed.Acquired || !bytes.Equal(proclaimed.Lease.Value, []byte("v2")) || proclaimed.Lease.Token != first.Lease.Token {
 		t.Fatalf("reacquire with a new value = %+v", proclaimed)
+	}
+	if d, err := s.Describe(context.Background(), "job"); err != nil || string(d.Lease.Value) != "v2" {
+		t.Fatalf("Describe after the new value = %+v, %v", d, err)
 	}
 }
 
-func testTokensIncrease(t *testing.T, s store.Store) {
+func testTokensIncrease(t *testing.T, s Subject) {
 	var last uint64
 	check := func(l store.Lease) {
 		t.Helper()
@@ -156,7 +197,7 @@ func testTokensIncrease(t *testing.T, s store.Store) {
 	}
 	res := acquire(t, s, store.AcquireRequest{Name: "job", Holder: "x", TTL: shortTTL})
 	check(res.Lease)
-	time.Sleep(shortTTL + 50*time.Millisecond)
+	pass(s, shortTTL+margin)
 	check(mustAcquire(t, s, "job", "y"))
 	// Another name has its own counter, but it too only goes up.
 	other := mustAcquire(t, s, "other", "a")
@@ -166,22 +207,22 @@ func testTokensIncrease(t *testing.T, s store.Store) {
 	}
 }
 
-func testExpiry(t *testing.T, s store.Store) {
+func testExpiry(t *testing.T, s Subject) {
 	acquire(t, s, store.AcquireRequest{Name: "job", Holder: "a", TTL: shortTTL})
 	if res := acquire(t, s, store.AcquireRequest{Name: "job", Holder: "b"}); res.Acquired {
 		t.Fatal("b acquired before a's lease expired")
 	}
-	time.Sleep(shortTTL + 50*time.Millisecond)
+	pass(s, shortTTL+margin)
 	mustAcquire(t, s, "job", "b")
 }
 
-func testRenewCAS(t *testing.T, s store.Store) {
+func testRenewCAS(t *testing.T, s Subject) {
 	ctx := context.Background()
 	l := mustAcquire(t, s, "job", "a")
 	expired := acquire(t, s, store.AcquireRequest{Name: "short", Holder: "a", TTL: shortTTL}).Lease
 	released := mustAcquire(t, s, "gone", "a")
 	mustRelease(t, s, released)
-	time.Sleep(shortTTL + 50*time.Millisecond)
+	pass(s, shortTTL+margin)
 
 	for _, tc := range []struct {
 		name, lease, holder string
@@ -207,16 +248,34 @@ func testRenewCAS(t *testing.T, s store.Store) {
 	}
 }
 
-func testRenewShortens(t *testing.T, s store.Store) {
+func testRenewShortens(t *testing.T, s Subject) {
 	l := mustAcquire(t, s, "job", "a")
 	if _, err := s.Renew(context.Background(), "job", "a", l.Token, shortTTL); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(shortTTL + 50*time.Millisecond)
+	pass(s, shortTTL+margin)
 	mustAcquire(t, s, "job", "b")
 }
 
-func testReleaseCAS(t *testing.T, s store.Store) {
+func testTTLMustBePositive(t *testing.T, s Subject) {
+	ctx := context.Background()
+	for _, ttl := range []time.Duration{0, -time.Second} {
+		if res, err := s.Acquire(ctx, store.AcquireRequest{Name: "job", Holder: "a", TTL: ttl}); err == nil {
+			t.Errorf("Acquire with ttl %s = %+v; want an error", ttl, res)
+		}
+	}
+	l := mustAcquire(t, s, "job", "a")
+	for _, ttl := range []time.Duration{0, -time.Second} {
+		if _, err := s.Renew(ctx, "job", "a", l.Token, ttl); err == nil || errors.Is(err, store.ErrLeaseNotHeld) {
+			t.Errorf("Renew with ttl %s: err = %v; want an error other than ErrLeaseNotHeld", ttl, err)
+		}
+	}
+	if d, err := s.Describe(ctx, "job"); err != nil || !d.Held || !d.Lease.ExpiresAt.Equal(l.ExpiresAt) {
+		t.Fatalf("after refused renewals Describe = %+v, %v; want the lease unchanged", d, err)
+	}
+}
+
+func testReleaseCAS(t *testing.T, s Subject) {
 	ctx := context.Background()
 	l := mustAcquire(t, s, "job", "a")
 	for _, tc := range []struct {
@@ -237,25 +296,31 @@ func testReleaseCAS(t *testing.T, s store.Store) {
 	mustAcquire(t, s, "job", "b")
 }
 
-func testDescribe(t *testing.T, s store.Store) {
+func testDescribe(t *testing.T, s Subject) {
 	ctx := context.Background()
 	d, err := s.Describe(ctx, "job")
-	if err != nil || d.Held || d.LastToken != 0 {
+	if err != nil || d.Held || d.LastToken != 0 || d.Waiters != 0 {
 		t.Fatalf("Describe of a new name = %+v, %v", d, err)
 	}
 	l := acquire(t, s, store.AcquireRequest{Name: "job", Holder: "a", Value: []byte("v")}).Lease
+	acquire(t, s, store.AcquireRequest{Name: "job", Holder: "w1", Waiter: "w1"})
+	acquire(t, s, store.AcquireRequest{Name: "job", Holder: "w2", Waiter: "w2"})
 	d, err = s.Describe(ctx, "job")
-	if err != nil || !d.Held || d.Lease.Holder != "a" || d.Lease.Token != l.Token || d.LastToken != l.Token || string(d.Lease.Value) != "v" {
-		t.Fatalf("Describe of a held name = %+v, %v", d, err)
+	if err != nil || !d.Held || d.Lease.Holder != "a" || d.Lease.Token != l.Token || d.LastToken != l.Token ||
+		string(d.Lease.Value) != "v" || d.Lease.TTL != l.TTL || !closeTo(d.Lease.ExpiresAt, l.ExpiresAt) || d.Waiters != 2 {
+		t.Fatalf("Describe of a held name with two waiters = %+v, %v; granted %+v", d, err, l)
 	}
 	mustRelease(t, s, l)
+	if err := s.Dequeue(ctx, "job", "w1"); err != nil {
+		t.Fatal(err)
+	}
 	d, err = s.Describe(ctx, "job")
-	if err != nil || d.Held || d.LastToken != l.Token {
-		t.Fatalf("Describe after release = %+v, %v; want not held, last token %d", d, err, l.Token)
+	if err != nil || d.Held || d.LastToken != l.Token || d.Waiters != 1 {
+		t.Fatalf("Describe after release and dequeue = %+v, %v; want not held, last token %d, 1 waiter", d, err, l.Token)
 	}
 }
 
-func testFIFO(t *testing.T, s store.Store) {
+func testFIFO(t *testing.T, s Subject) {
 	holder := mustAcquire(t, s, "job", "owner")
 	const n = 5
 	for i := range n {
@@ -264,6 +329,8 @@ func testFIFO(t *testing.T, s store.Store) {
 			t.Fatalf("%s acquired a held lease", w)
 		}
 	}
+	// Attempts keep their place.
+	acquire(t, s, store.AcquireRequest{Name: "job", Holder: "w0", Waiter: "w0"})
 	mustRelease(t, s, holder)
 	for i := range n {
 		// Everyone tries, youngest first: only the oldest waiter may win.
@@ -285,19 +352,24 @@ func testFIFO(t *testing.T, s store.Store) {
 	}
 }
 
-func testNonWaiterRefused(t *testing.T, s store.Store) {
+func testNonWaiterRefused(t *testing.T, s Subject) {
 	l := mustAcquire(t, s, "job", "owner")
 	acquire(t, s, store.AcquireRequest{Name: "job", Holder: "w", Waiter: "w"})
 	mustRelease(t, s, l)
 	if res := acquire(t, s, store.AcquireRequest{Name: "job", Holder: "impatient"}); res.Acquired {
 		t.Fatal("a request without a place in the queue jumped it")
+	} else if res.Lease.Holder != "" || !res.RetryAt.IsZero() {
+		t.Fatalf("refused for a waiter with %+v; want no lease and no RetryAt", res)
 	}
-	if res := acquire(t, s, store.AcquireRequest{Name: "job", Holder: "w", Waiter: "w"}); !res.Acquired {
+	w := acquire(t, s, store.AcquireRequest{Name: "job", Holder: "w", Waiter: "w"})
+	if !w.Acquired {
 		t.Fatal("the queued waiter was not granted")
 	}
+	mustRelease(t, s, w.Lease)
+	mustAcquire(t, s, "job", "impatient") // the queue is empty again
 }
 
-func testDeadWaiterPruned(t *testing.T, s store.Store) {
+func testDeadWaiterPruned(t *testing.T, s Subject) {
 	l := mustAcquire(t, s, "job", "owner")
 	acquire(t, s, store.AcquireRequest{Name: "job", Holder: "dead", Waiter: "dead", WaiterTTL: shortTTL})
 	acquire(t, s, store.AcquireRequest{Name: "job", Holder: "alive", Waiter: "alive"})
@@ -305,69 +377,182 @@ func testDeadWaiterPruned(t *testing.T, s store.Store) {
 	if res := acquire(t, s, store.AcquireRequest{Name: "job", Holder: "alive", Waiter: "alive"}); res.Acquired {
 		t.Fatal("the second waiter overtook a live first waiter")
 	}
-	time.Sleep(shortTTL + 50*time.Millisecond)
+	pass(s, shortTTL+margin)
 	if res := acquire(t, s, store.AcquireRequest{Name: "job", Holder: "alive", Waiter: "alive"}); !res.Acquired {
 		t.Fatal("a dead waiter held the queue up past its ttl")
 	}
 }
 
-func testDequeue(t *testing.T, s store.Store) {
+func testWaiterKeepsItsPlace(t *testing.T, s Subject) {
+	l := mustAcquire(t, s, "job", "owner")
+	first := store.AcquireRequest{Name: "job", Holder: "w1", Waiter: "w1", WaiterTTL: shortTTL}
+	acquire(t, s, first)
+	acquire(t, s, store.AcquireRequest{Name: "job", Holder: "w2", Waiter: "w2"})
+	for range 4 { // twice w1's WaiterTTL in all
+		pass(s, shortTTL/2)
+		acquire(t, s, first)
+	}
+	mustRelease(t, s, l)
+	if res := acquire(t, s, store.AcquireRequest{Name: "job", Holder: "w2", Waiter: "w2"}); res.Acquired {
+		t.Fatal("a waiter that kept trying lost its place after its first WaiterTTL")
+	}
+	if res := acquire(t, s, first); !res.Acquired {
+		t.Fatal("the first waiter was not granted")
+	}
+}
+
+func testWaiterTTLDefault(t *testing.T, s Subject) {
+	l := mustAcquire(t, s, "job", "owner")
+	// Not through acquire, which fills in a WaiterTTL.
+	res, err := s.Acquire(context.Background(), store.AcquireRequest{Name: "job", Holder: "w0", TTL: longTTL, Waiter: "w0"})
+	if err != nil || res.Acquired {
+		t.Fatalf("Acquire by a waiter without a WaiterTTL = %+v, %v; want refused", res, err)
+	}
+	acquire(t, s, store.AcquireRequest{Name: "job", Holder: "w1", Waiter: "w1"})
+	pass(s, shortTTL)
+	mustRelease(t, s, l)
+	if res := acquire(t, s, store.AcquireRequest{Name: "job", Holder: "w1", Waiter: "w1"}); res.Acquired {
+		t.Fatal("a waiter queued without a WaiterTTL lost its place at once")
+	}
+	if d, err := s.Describe(context.Background(), "job"); err != nil || d.Waiters != 2 {
+		t.Fatalf("Describe = %+v, %v; want 2 waiters", d, err)
+	}
+	if s.Sleep == nil {
+		return // waiting out DefaultWaiterTTL needs a fake clock
+	}
+	pass(s, store.DefaultWaiterTTL-shortTTL+margin)
+	if res := acquire(t, s, store.AcquireRequest{Name: "job", Holder: "w1", Waiter: "w1"}); !res.Acquired {
+		t.Fatalf("the first waiter outlived DefaultWaiterTTL without trying again")
+	}
+}
+
+// waitChange waits for a value on c: an announcement, or a hint to look
+// again.
+func waitChange(t *testing.T, c store.Changes, what string) {
+	t.Helper()
+	select {
+	case _, ok := <-c.C:
+		if !ok {
+			t.Fatalf("%s: the Changes channel closed", what)
+		}
+	case <-time.After(patience):
+		t.Fatalf("%s: nothing announced within %s", what, patience)
+	}
+}
+
+// drain empties c of pending values.
+func drain(c store.Changes) {
+	for {
+		select {
+		case <-c.C:
+		default:
+			return
+		}
+	}
+}
+
+func testDequeue(t *testing.T, s Subject) {
 	l := mustAcquire(t, s, "job", "owner")
 	acquire(t, s, store.AcquireRequest{Name: "job", Holder: "quitter", Waiter: "quitter"})
 	acquire(t, s, store.AcquireRequest{Name: "job", Holder: "next", Waiter: "next"})
+	c := s.Changes("job")
+	defer c.Cancel()
 	mustRelease(t, s, l)
+	waitChange(t, c, "release")
+	if res := acquire(t, s, store.AcquireRequest{Name: "job", Holder: "next", Waiter: "next"}); res.Acquired {
+		t.Fatal("the second waiter overtook the first")
+	}
+	drain(c)
 
-	woken := make(chan string, 10)
-	defer s.Subscribe(func(name string) { woken <- name })()
 	if err := s.Dequeue(context.Background(), "job", "quitter"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, woken, "job")
+	waitChange(t, c, "dequeue")
 	if res := acquire(t, s, store.AcquireRequest{Name: "job", Holder: "next", Waiter: "next"}); !res.Acquired {
 		t.Fatal("the next waiter was not granted after the first left")
 	}
-}
-
-func waitFor(t *testing.T, ch <-chan string, want string) {
-	t.Helper()
-	timeout := time.After(5 * time.Second)
-	for {
-		select {
-		case got := <-ch:
-			if got == want {
-				return
-			}
-		case <-timeout:
-			t.Fatalf("no notification for %q", want)
-		}
+	if err := s.Dequeue(context.Background(), "job", "unknown"); err != nil {
+		t.Fatalf("Dequeue of a waiter never queued: %v", err)
 	}
 }
 
-func testSubscribe(t *testing.T, s store.Store) {
-	ch := make(chan string, 100)
-	unsubscribe := s.Subscribe(func(name string) {
-		select {
-		case ch <- name:
-		default:
-		}
-	})
-	defer unsubscribe()
-	// A subscription may take a moment to be live; the store promises delivery
-	// only after Subscribe returns, which Redis pub/sub meets once subscribed.
-	time.Sleep(100 * time.Millisecond)
-	if d, err := s.Watch(context.Background(), "granted", time.Minute); err != nil || d.Held {
+// testDeadHeadAnnounced: when the head of a queue is dropped because its
+// waiter vanished, the next waiter is told that it is first now, instead of
+// finding out at its next retry.
+func testDeadHeadAnnounced(t *testing.T, s Subject) {
+	l := mustAcquire(t, s, "job", "owner")
+	acquire(t, s, store.AcquireRequest{Name: "job", Holder: "dead", Waiter: "dead", WaiterTTL: shortTTL})
+	acquire(t, s, store.AcquireRequest{Name: "job", Holder: "alive", Waiter: "alive"})
+	c := s.Changes("job")
+	defer c.Cancel()
+	mustRelease(t, s, l)
+	waitChange(t, c, "release")
+	pass(s, shortTTL+margin)
+	drain(c)
+
+	// Someone else's attempt finds the dead head and drops it.
+	if res := acquire(t, s, store.AcquireRequest{Name: "job", Holder: "impatient"}); res.Acquired {
+		t.Fatal("a request without a place in the queue jumped it")
+	}
+	waitChange(t, c, "dropped head")
+	if res := acquire(t, s, store.AcquireRequest{Name: "job", Holder: "alive", Waiter: "alive"}); !res.Acquired {
+		t.Fatal("the new head was not granted")
+	}
+}
+
+func testChanges(t *testing.T, s Subject) {
+	ctx := context.Background()
+	// A watched name is announced even without waiters.
+	if d, err := s.Watch(ctx, "job", time.Minute); err != nil || d.Held {
 		t.Fatalf("Watch of a new name = %+v, %v", d, err)
 	}
+	c := s.Changes("job")
+	defer c.Cancel()
+	other := s.Changes("other")
+	defer other.Cancel()
 
-	l := mustAcquire(t, s, "granted", "a")
-	waitFor(t, ch, "granted")
-	acquire(t, s, store.AcquireRequest{Name: "granted", Holder: "a", Value: []byte("new")})
-	waitFor(t, ch, "granted")
-	mustRelease(t, s, store.Lease{Name: "granted", Holder: "a", Token: l.Token})
-	waitFor(t, ch, "granted")
+	l := mustAcquire(t, s, "job", "a")
+	waitChange(t, c, "grant")
+	acquire(t, s, store.AcquireRequest{Name: "job", Holder: "a", Value: []byte("new")})
+	waitChange(t, c, "new value")
+	mustRelease(t, s, l)
+	waitChange(t, c, "release")
+
+	if d, err := s.Watch(ctx, "job", time.Minute); err != nil || d.Held || d.LastToken != l.Token {
+		t.Fatalf("Watch after release = %+v, %v", d, err)
+	}
+	c.Cancel()
+	c.Cancel() // twice is harmless
+	mustAcquire(t, s, "job", "b")
+	drain(other) // a hint to look again may reach every subscriber
+	select {
+	case <-other.C:
+		t.Fatal("a change of job was announced to a subscriber of other")
+	case <-time.After(20 * time.Millisecond):
+	}
 }
 
-func testList(t *testing.T, s store.Store) {
+func testChangesClose(t *testing.T, s Subject) {
+	before := s.Changes("job")
+	defer before.Cancel()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	after := s.Changes("job")
+	defer after.Cancel()
+	for what, c := range map[string]store.Changes{"before Close": before, "after Close": after} {
+		deadline := time.After(patience)
+		for open := true; open; {
+			select {
+			case _, open = <-c.C:
+			case <-deadline:
+				t.Fatalf("a Changes channel made %s stayed open", what)
+			}
+		}
+	}
+}
+
+func testList(t *testing.T, s Subject) {
 	ctx := context.Background()
 	want := []string{"team/a", "team/b", "team/c", "team/d", "team/e"}
 	for _, name := range want {
@@ -375,6 +560,8 @@ func testList(t *testing.T, s store.Store) {
 	}
 	mustAcquire(t, s, "other/x", "h")
 	mustRelease(t, s, mustAcquire(t, s, "team/released", "h"))
+	acquire(t, s, store.AcquireRequest{Name: "team/expired", Holder: "h", TTL: shortTTL})
+	pass(s, shortTTL+margin)
 
 	var got []string
 	cursor := ""
@@ -390,13 +577,16 @@ func testList(t *testing.T, s store.Store) {
 			t.Fatalf("page of %d leases, limit 2", len(page.Leases))
 		}
 		for _, l := range page.Leases {
-			if l.Holder != "h" || l.Token == 0 {
+			if l.Holder != "h" || l.Token == 0 || l.TTL != longTTL {
 				t.Fatalf("listed lease %+v", l)
 			}
 			got = append(got, l.Name)
 		}
 		if page.Next == "" {
 			break
+		}
+		if len(page.Leases) == 0 || page.Next != page.Leases[len(page.Leases)-1].Name {
+			t.Fatalf("page %+v: Next is not the last name", page)
 		}
 		cursor = page.Next
 	}
@@ -405,9 +595,22 @@ func testList(t *testing.T, s store.Store) {
 	}
 }
 
-func testOpaqueNames(t *testing.T, s store.Store) {
+func testListDefaultLimit(t *testing.T, s Subject) {
+	for i := range store.DefaultListLimit + 1 {
+		mustAcquire(t, s, fmt.Sprintf("n%03d", i), "h")
+	}
+	for _, limit := range []int{0, -1} {
+		page, err := s.List(context.Background(), "", "", limit)
+		if err != nil || len(page.Leases) != store.DefaultListLimit || page.Next != fmt.Sprintf("n%03d", store.DefaultListLimit-1) {
+			t.Fatalf("List with limit %d = %d leases, next %q, %v; want %d and a next page",
+				limit, len(page.Leases), page.Next, err, store.DefaultListLimit)
+		}
+	}
+}
+
+func testOpaqueNames(t *testing.T, s Subject) {
 	ctx := context.Background()
-	for _, name := range []string{"}abc", "a{b}c", "{x}", "100%", "a:b:c", "名前/ジョブ", "a b", "%7B"} {
+	for _, name := range []string{"", "}abc", "a{b}c", "{x}", "100%", "%00", "a:b:c", "名前/ジョブ", "a b", "%7B", `glob*?[x]\`} {
 		l := mustAcquire(t, s, name, "h")
 		d, err := s.Describe(ctx, name)
 		if err != nil || !d.Held || d.Lease.Name != name || d.Lease.Token != l.Token {
@@ -424,7 +627,7 @@ func testOpaqueNames(t *testing.T, s store.Store) {
 // random pauses. Each one that believes it holds a lease acts on a Resource
 // that checks fencing tokens, the way a real protected resource should: an
 // overlap of unexpired leases or a token that goes backwards fails the test.
-func testContention(t *testing.T, s store.Store) {
+func testContention(t *testing.T, s Subject) {
 	const (
 		workers = 32
 		rounds  = 40
@@ -441,7 +644,7 @@ func testContention(t *testing.T, s store.Store) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rng := rand.New(rand.NewPCG(uint64(w), 7))
+			rng := rand.New(rand.NewPCG(uint64(w), 7)) //nolint:gosec // G404: reproducible pauses for a test, not a secret
 			holder := fmt.Sprintf("worker-%d", w)
 			for range rounds {
 				name := names[rng.IntN(len(names))]
@@ -482,18 +685,18 @@ func testContention(t *testing.T, s store.Store) {
 	}
 }
 
-func testLockDelay(t *testing.T, s store.Store) {
+func testLockDelay(t *testing.T, s Subject) {
 	ctx := context.Background()
 	released := mustAcquire(t, s, "released", "a")
 	mustRelease(t, s, released)
 	mustAcquire(t, s, "released", "b") // a clean release never delays
 
 	expired := acquire(t, s, store.AcquireRequest{Name: "expired", Holder: "a", TTL: shortTTL}).Lease
-	time.Sleep(shortTTL + 50*time.Millisecond)
+	pass(s, shortTTL+margin)
 	if res := acquire(t, s, store.AcquireRequest{Name: "expired", Holder: "b"}); res.Acquired {
 		t.Fatal("granted during the lock delay")
-	} else if until := time.Until(res.RetryAt); until <= 0 || until > lockDelay+time.Second {
-		t.Fatalf("refused in the lock delay with RetryAt %v away", until)
+	} else if want := expired.ExpiresAt.Add(lockDelay); !closeTo(res.RetryAt, want) {
+		t.Fatalf("refused in the lock delay with RetryAt %v; want the end of the delay, %v", res.RetryAt, want)
 	}
 	if res := acquire(t, s, store.AcquireRequest{Name: "expired", Holder: "a"}); res.Acquired {
 		t.Fatal("the expired holder got its name back during the lock delay")
@@ -507,7 +710,7 @@ func testLockDelay(t *testing.T, s store.Store) {
 	if ok, err := s.Release(ctx, "expired", "a", expired.Token); err != nil || ok {
 		t.Fatalf("Release during the lock delay = %v, %v; want false", ok, err)
 	}
-	time.Sleep(lockDelay)
+	pass(s, lockDelay)
 	if l := mustAcquire(t, s, "expired", "b"); l.Token <= expired.Token {
 		t.Fatalf("token %d after %d", l.Token, expired.Token)
 	}

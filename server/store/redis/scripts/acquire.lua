@@ -1,12 +1,8 @@
 -- acquire.lua: grant a lease, renew it for its holder, or queue a waiter.
 --
--- KEYS[1] lease   HASH holder, token, value, ttl (ms), expires (unix ms);
---                 PEXPIRE'd to ttl + lock delay
--- KEYS[2] fence   STRING last issued token; never expires
--- KEYS[3] queue   ZSET waiter -> arrival order
--- KEYS[4] waiters ZSET waiter -> deadline (unix ms)
--- KEYS[5] marker  STRING data-loss marker: "quarantine until" (unix ms)
--- KEYS[6] watched STRING present while some coordinator observes the name
+-- KEYS[1] lease, KEYS[2] fence, KEYS[3] queue, KEYS[4] waiters, KEYS[5]
+-- marker (the name's data-loss marker), KEYS[6] watched: the name's keys, as
+-- the key layout in doc.go describes them.
 -- ARGV[1] holder
 -- ARGV[2] ttl (ms, >= 1)
 -- ARGV[3] value
@@ -19,14 +15,16 @@
 --         keeps its name from being granted again
 --
 -- Returns, with lost = 1 when this call found the marker missing (Redis lost
--- its data), else 0:
---   {-1, lost, retry_after_ms}                     quarantined
---   {status, lost, holder, token, value, ttl_ms, remaining_ms, now_ms, changed}
--- status 1: granted or renewed for ARGV[1]; 0: refused, and the other fields
--- describe the current holder's lease, or are empty ("" / 0) when the name is
--- free but older waiters come first, or in its lock delay (then remaining_ms
--- is what is left of the delay). token is a decimal string. All times
--- come from Redis' clock.
+-- its data), else 0, and every time in unix ms of Redis' clock:
+--   {-1, lost, retry_after_ms}                                       quarantined
+--   {status, lost, holder, token, value, ttl_ms, expires_ms, retry_at_ms}
+-- status 1: granted or renewed for ARGV[1]; 0: refused. holder .. expires_ms
+-- are the granted lease, or the current holder's ("", "", "", 0, 0 when the
+-- name is free: older waiters come first, or it is in its lock delay); token
+-- is a decimal string. retry_at_ms, when refused, is the earliest the name may
+-- be granted: the end of the holder's lease or of the lock delay; 0 when that
+-- depends on older waiters instead, and when granted. decodeAcquire in
+-- scripts.go is the one reader of this reply.
 
 if redis.replicate_commands then redis.replicate_commands() end
 
@@ -98,15 +96,16 @@ local function unqueue()
 end
 
 local cur = redis.call('HMGET', lease, 'holder', 'token', 'value', 'ttl', 'expires')
-local expires = tonumber(cur[5])
-if cur[1] and expires and expires <= now then
+-- A lease written before 'expires' was kept ends with its key.
+local expires = tonumber(cur[5]) or (cur[1] and now + redis.call('PTTL', lease))
+if cur[1] and expires <= now then
   -- The lease expired without a release: its name stays unavailable until
   -- the lock delay is over (the key's own expiry).
   if waiter ~= '' then
     prune()
     enqueue()
   end
-  return {0, lost, '', '', '', 0, redis.call('PTTL', lease), now, 0}
+  return {0, lost, '', '', '', 0, 0, now + redis.call('PTTL', lease)}
 end
 if cur[1] then
   -- 2. Held by the caller: renew, keeping the token.
@@ -114,21 +113,15 @@ if cur[1] then
     redis.call('HSET', lease, 'value', value, 'ttl', ARGV[2], 'expires', ms(now + ttl))
     redis.call('PEXPIRE', lease, ms(keep))
     if waiter ~= '' then unqueue() end
-    local changed = 0
-    if cur[3] ~= value then
-      changed = 1
-      announce()
-    end
-    return {1, lost, holder, cur[2], value, ttl, ttl, now, changed}
+    if cur[3] ~= value then announce() end
+    return {1, lost, holder, cur[2], value, ttl, now + ttl, 0}
   end
   -- 3. Held by another holder.
   if waiter ~= '' then
     prune()
     enqueue()
   end
-  local remaining = redis.call('PTTL', lease)
-  if expires then remaining = expires - now end
-  return {0, lost, cur[1], cur[2], cur[3], tonumber(cur[4]) or 0, remaining, now, 0}
+  return {0, lost, cur[1], cur[2], cur[3], tonumber(cur[4]) or 0, expires, expires}
 end
 
 -- 4. Free: the oldest live waiter comes first.
@@ -147,7 +140,7 @@ if head and head ~= waiter then
   if waiter ~= '' then enqueue() end
   -- The head may not know that it is now first in line.
   if pruned > 0 then announce() end
-  return {0, lost, '', '', '', 0, 0, now, 0}
+  return {0, lost, '', '', '', 0, 0, 0}
 end
 
 -- The token is the counter plus one, but never below the clock in
@@ -166,4 +159,4 @@ redis.call('HSET', lease, 'holder', holder, 'token', token, 'value', value, 'ttl
 redis.call('PEXPIRE', lease, ms(keep))
 if waiter ~= '' then unqueue() end
 announce()
-return {1, lost, holder, token, value, ttl, ttl, now, 1}
+return {1, lost, holder, token, value, ttl, now + ttl, 0}

@@ -1,12 +1,13 @@
 -- dequeue.lua: remove a waiter that gave up.
 --
--- KEYS[1] queue    ZSET waiter -> arrival order
--- KEYS[2] waiters  ZSET waiter -> deadline (unix ms)
+-- KEYS[1] queue, KEYS[2] waiters: the name's keys, as the key layout in
+-- doc.go describes them.
 -- ARGV[1] waiter id
 -- ARGV[2] pub/sub channel
 -- ARGV[3] name (published on the channel, so that the next waiter wakes up)
 --
--- Returns 1 when the waiter was queued, else 0.
+-- Returns 1 when the waiter was queued, else 0; decodeDequeue in scripts.go
+-- reads the reply.
 
 local removed = redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('ZREM', KEYS[2], ARGV[1])

@@ -1,16 +1,16 @@
 -- release.lua: compare-and-set delete of a held lease.
 --
--- KEYS[1] lease   HASH holder, token, value, ttl (ms), expires (unix ms)
--- KEYS[2] queue   ZSET of waiters: present while any wait
--- KEYS[3] watched STRING present while some coordinator observes the name
+-- KEYS[1] lease, KEYS[2] queue, KEYS[3] watched: the name's keys, as the key
+-- layout in doc.go describes them; the release is announced while the queue
+-- or the watched key exists.
 -- ARGV[1] holder
 -- ARGV[2] token (decimal)
 -- ARGV[3] pub/sub channel
--- ARGV[4] name (published on the channel when a waiter or observer listens)
+-- ARGV[4] name (published on the channel)
 --
 -- Returns 1 when the lease was released, 0 when (holder, token) did not
 -- hold it. A lease that already expired is not released: its lock delay,
--- if any, runs its course.
+-- if any, runs its course. decodeRelease in scripts.go reads the reply.
 
 if redis.replicate_commands then redis.replicate_commands() end
 

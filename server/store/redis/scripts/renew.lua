@@ -1,14 +1,15 @@
 -- renew.lua: compare-and-set expiry of a held lease.
 --
--- KEYS[1] lease  HASH holder, token, value, ttl (ms), expires (unix ms)
+-- KEYS[1] lease: the name's lease key, as the key layout in doc.go describes it.
 -- ARGV[1] holder
 -- ARGV[2] token (decimal)
 -- ARGV[3] ttl (ms, >= 1); may shorten the lease
 -- ARGV[4] lock delay (ms): the key outlives the lease by it
 --
 -- Returns {0} when (holder, token) does not hold an unexpired lease, else
--- {1, value, ttl_ms, now_ms}: the lease now expires at now_ms + ttl_ms
--- (Redis' clock).
+-- {1, holder, token, value, ttl_ms, expires_ms}: the renewed lease, expiring
+-- at expires_ms (unix ms, Redis' clock). decodeRenew in scripts.go is the one
+-- reader of this reply.
 
 if redis.replicate_commands then redis.replicate_commands() end
 
@@ -21,6 +22,8 @@ local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 if cur[4] and tonumber(cur[4]) <= now then
   return {0} -- expired; only the lock delay keeps the key
 end
-redis.call('HSET', KEYS[1], 'ttl', ARGV[3], 'expires', string.format('%d', now + tonumber(ARGV[3])))
-redis.call('PEXPIRE', KEYS[1], string.format('%d', tonumber(ARGV[3]) + tonumber(ARGV[4])))
-return {1, cur[3], tonumber(ARGV[3]), now}
+local ttl = tonumber(ARGV[3])
+local expires = now + ttl
+redis.call('HSET', KEYS[1], 'ttl', ARGV[3], 'expires', string.format('%d', expires))
+redis.call('PEXPIRE', KEYS[1], string.format('%d', ttl + tonumber(ARGV[4])))
+return {1, cur[1], cur[2], cur[3], ttl, expires}
