@@ -25,7 +25,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
-	"github.com/coordinator-dev/coordinator/server"
+	"github.com/coordinator-dev/coordinator/internal/coordinatord"
 )
 
 func main() {
@@ -90,19 +90,19 @@ type benchEnv struct {
 // client connection to it.
 type coordinator struct {
 	addr   string
-	srv    *server.Server
+	srv    *coordinatord.Server
 	conn   *grpc.ClientConn
 	client coordinatorv1.CoordinatorClient
 }
 
 func (e benchEnv) startCoordinator(storeKind string) (*coordinator, error) {
-	cfg, err := server.ParseConfig(flag.NewFlagSet("bench", flag.ContinueOnError), nil, func(string) (string, bool) { return "", false })
+	cfg, err := coordinatord.ParseConfig(flag.NewFlagSet("bench", flag.ContinueOnError), nil, func(string) (string, bool) { return "", false })
 	if err != nil {
 		return nil, err
 	}
 	cfg.Store, cfg.RedisURL = storeKind, e.redisURL
 	cfg.RedisKeyPrefix = fmt.Sprintf("bench-%d", time.Now().UnixNano())
-	srv, err := server.New(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	srv, err := coordinatord.New(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
@@ -105,7 +106,9 @@ func (s *Service) Observe(req *coordinatorv1.ObserveRequest, stream coordinatorv
 				return err
 			}
 		case <-stream.Context().Done():
-			return stream.Context().Err()
+			// The caller left: report it as the code it is (Canceled or
+			// DeadlineExceeded), not as an unknown failure.
+			return status.FromContextError(stream.Context().Err()).Err()
 		case <-s.stopping:
 			return errStopping
 		}

@@ -17,8 +17,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
+	"github.com/coordinator-dev/coordinator/internal/coordinatord"
 	"github.com/coordinator-dev/coordinator/internal/redistest"
-	"github.com/coordinator-dev/coordinator/server"
 	"github.com/coordinator-dev/coordinator/server/store/storetest"
 )
 
@@ -27,8 +27,8 @@ import (
 func onPrivateRedis(t *testing.T, persist bool, quarantine time.Duration) (*coordinator, *redistest.Server) {
 	t.Helper()
 	rs := redistest.Start(t, persist)
-	cfg := testConfig(t, server.StoreMemory)
-	cfg.Store, cfg.RedisURL, cfg.RedisKeyPrefix = server.StoreRedis, rs.URL(), "coordinator"
+	cfg := testConfig(t, coordinatord.StoreMemory)
+	cfg.Store, cfg.RedisURL, cfg.RedisKeyPrefix = coordinatord.StoreRedis, rs.URL(), "coordinator"
 	cfg.DataLossQuarantine = quarantine
 	return start(t, cfg), rs
 }
@@ -68,13 +68,20 @@ func TestRedisRestartWithoutDataQuarantinesGrants(t *testing.T) {
 		t.Fatalf("RetryInfo delay %v; want within (0, %v]", retry, quarantine)
 	}
 	rec := httptest.NewRecorder()
-	c.MetricsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	c.Server().MetricsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	if body, _ := io.ReadAll(rec.Body); !strings.Contains(string(body), "coordinator_store_data_loss_total 1") {
 		t.Fatal("the data loss was not counted")
 	}
 
-	time.Sleep(retry + 50*time.Millisecond)
-	after := c.mustAcquire(t, "job", "b", time.Minute)
+	var after *coordinatorv1.Lease
+	eventually(t, retry+10*time.Second, "granted again after the quarantine", func() bool {
+		resp, err := c.tryAcquire("job", "b", time.Minute, 0)
+		if _, reason, _ := errorDetails(err); err != nil && reason != "DATA_LOSS_QUARANTINE" {
+			t.Fatal(err)
+		}
+		after = resp.GetLease()
+		return resp.GetAcquired()
+	})
 	if after.GetToken() <= before.GetToken() {
 		t.Fatalf("token after data loss %d <= token before %d", after.GetToken(), before.GetToken())
 	}
@@ -111,7 +118,7 @@ func TestRedisRestartWithPersistenceKeepsLeases(t *testing.T) {
 }
 
 func TestCoordinatorCrashLosesNothingKeptInRedis(t *testing.T) {
-	cfg := testConfig(t, server.StoreRedis)
+	cfg := testConfig(t, coordinatord.StoreRedis)
 	first := start(t, cfg)
 	l := first.mustAcquire(t, "job", "a", time.Minute)
 	first.Kill()
@@ -182,8 +189,8 @@ func TestCoordinatorOnClusterAndSentinel(t *testing.T) {
 	for name, url := range deployments {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			cfg := testConfig(t, server.StoreMemory)
-			cfg.Store, cfg.RedisURL = server.StoreRedis, url(t)
+			cfg := testConfig(t, coordinatord.StoreMemory)
+			cfg.Store, cfg.RedisURL = coordinatord.StoreRedis, url(t)
 			c := start(t, cfg)
 			for _, lease := range []string{"a", "b{x}", "team/c", "d"} {
 				l := c.mustAcquire(t, lease, "h", time.Minute)
@@ -222,8 +229,8 @@ func TestContentionAcrossRedisDataLoss(t *testing.T) {
 		workers = 16
 	)
 	rs := redistest.Start(t, false)
-	cfg := testConfig(t, server.StoreMemory)
-	cfg.Store, cfg.RedisURL, cfg.RedisKeyPrefix = server.StoreRedis, rs.URL(), "coordinator"
+	cfg := testConfig(t, coordinatord.StoreMemory)
+	cfg.Store, cfg.RedisURL, cfg.RedisKeyPrefix = coordinatord.StoreRedis, rs.URL(), "coordinator"
 	cfg.MaxTTL, cfg.DataLossQuarantine = maxTTL, maxTTL
 	c := start(t, cfg)
 

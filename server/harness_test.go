@@ -2,26 +2,24 @@ package server_test
 
 import (
 	"context"
-	"net/http"
 	"testing"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
-	"github.com/coordinator-dev/coordinator/internal/coordtest"
-	"github.com/coordinator-dev/coordinator/server"
+	"github.com/coordinator-dev/coordinator/internal/coordinatord"
+	"github.com/coordinator-dev/coordinator/internal/coordinatord/coordtest"
 )
 
 // storeKinds are the stores every service test runs against.
-var storeKinds = []string{server.StoreMemory, server.StoreRedis}
+var storeKinds = []string{coordinatord.StoreMemory, coordinatord.StoreRedis}
 
-func testConfig(t *testing.T, kind string) server.Config { return coordtest.Config(t, kind) }
+func testConfig(t *testing.T, kind string) coordinatord.Config { return coordtest.Config(t, kind) }
 
 // coordinator is a server under test, reached over a real loopback listener.
 type coordinator struct {
@@ -30,21 +28,13 @@ type coordinator struct {
 	conn   *grpc.ClientConn
 }
 
-func start(t *testing.T, cfg server.Config) *coordinator {
+func start(t *testing.T, cfg coordinatord.Config) *coordinator {
 	t.Helper()
 	c := &coordinator{Coordinator: coordtest.Start(t, cfg)}
-	var err error
-	c.conn, err = grpc.NewClient(c.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.conn.Close() })
+	c.conn = c.Dial(t)
 	c.client = coordinatorv1.NewCoordinatorClient(c.conn)
 	return c
 }
-
-// MetricsHandler serves the running server's metrics.
-func (c *coordinator) MetricsHandler() http.Handler { return c.Server().MetricsHandler() }
 
 func dur(d time.Duration) *durationpb.Duration { return durationpb.New(d) }
 
@@ -100,3 +90,17 @@ func errorDetails(err error) (code codes.Code, reason, field string) {
 }
 
 func errCode(err error) codes.Code { return status.Code(err) }
+
+// eventually polls cond until it holds, failing the test after timeout. It
+// stands in for a fixed sleep: fast when the machine is idle, patient when
+// it is loaded.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s: still not %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

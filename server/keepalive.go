@@ -19,7 +19,8 @@ const keepAliveInFlight = 32
 // KeepAlive implements coordinatorv1.CoordinatorServer. Requests are renewed
 // concurrently; each gets exactly one response naming its lease. A request
 // that is invalid or whose lease is gone is answered with lost; the stream
-// itself stays up for the other leases.
+// itself stays up for the other leases. Shutdown ends the stream at once,
+// even while it waits for the client's next request.
 func (s *Service) KeepAlive(stream coordinatorv1.Coordinator_KeepAliveServer) error {
 	ctx := stream.Context()
 	var (
@@ -34,15 +35,39 @@ func (s *Service) KeepAlive(stream coordinatorv1.Coordinator_KeepAliveServer) er
 			sendErr = stream.Send(resp)
 		}
 	}
-	slots := make(chan struct{}, keepAliveInFlight)
 	defer wg.Wait()
+
+	// Recv blocks, so it runs on its own goroutine and the loop below can
+	// also watch for shutdown. It ends when the handler returns: gRPC then
+	// cancels the stream, which fails the pending Recv.
+	requests := make(chan *coordinatorv1.KeepAliveRequest)
+	recvDone := make(chan struct{})
+	go func() {
+		defer close(recvDone)
+		for {
+			req, err := stream.Recv()
+			if err != nil {
+				return // io.EOF: the client is done sending; anything else: the stream is gone
+			}
+			select {
+			case requests <- req:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+
+	slots := make(chan struct{}, keepAliveInFlight)
 	for {
-		req, err := stream.Recv()
-		if err != nil {
-			// io.EOF: the client is done sending, so answer what is in
-			// flight; anything else: the stream is gone.
-			wg.Wait()
+		var req *coordinatorv1.KeepAliveRequest
+		select {
+		case req = <-requests:
+		case <-recvDone:
+			return nil // answer what is in flight (deferred wg.Wait)
+		case <-ctx.Done():
 			return nil
+		case <-s.stopping:
+			return errStopping
 		}
 		select {
 		case slots <- struct{}{}:

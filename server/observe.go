@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
+	"github.com/coordinator-dev/coordinator/internal/fanout"
 	"github.com/coordinator-dev/coordinator/server/store"
 )
 
@@ -25,9 +26,11 @@ var errObserverTooSlow = status.Error(codes.ResourceExhausted, "observer fell to
 // many streams observe it: one store read per change, fanned out to all.
 type observers struct {
 	store     store.Store
-	wake      *wakeups
 	reconcile time.Duration
 	log       *slog.Logger
+	// events fans each election's events out to its streams; a stream that
+	// falls observerBuffer events behind is evicted.
+	events fanout.Hub[string, *coordinatorv1.LeaderEvent]
 
 	mu   sync.Mutex
 	hubs map[string]*hub
@@ -38,43 +41,43 @@ type hub struct {
 	name string
 	stop context.CancelFunc
 
-	mu   sync.Mutex
-	last *observedState // nil until the first read
-	subs map[chan *coordinatorv1.LeaderEvent]struct{}
+	// mu orders a new observer's snapshot against the events published by
+	// apply, so that none is lost or seen twice.
+	mu        sync.Mutex
+	last      *observedState // nil until the first read
+	observers int            // guarded by observers.mu
 }
 
-func newObservers(st store.Store, wake *wakeups, reconcile time.Duration, log *slog.Logger) *observers {
-	return &observers{store: st, wake: wake, reconcile: reconcile, log: log, hubs: map[string]*hub{}}
+func newObservers(st store.Store, reconcile time.Duration, log *slog.Logger) *observers {
+	return &observers{store: st, reconcile: reconcile, log: log, hubs: map[string]*hub{}}
 }
 
 // observe returns the election's events, starting with its current state.
 // The channel is closed when the observer fell too far behind.
 func (o *observers) observe(name string) (<-chan *coordinatorv1.LeaderEvent, func()) {
-	ch := make(chan *coordinatorv1.LeaderEvent, observerBuffer)
 	o.mu.Lock()
+	defer o.mu.Unlock()
 	h, ok := o.hubs[name]
 	if !ok {
 		ctx, cancel := context.WithCancel(context.Background())
-		h = &hub{name: name, stop: cancel, subs: map[chan *coordinatorv1.LeaderEvent]struct{}{}}
+		h = &hub{name: name, stop: cancel}
 		o.hubs[name] = h
 		go o.watch(ctx, h)
 	}
+	h.observers++
 	h.mu.Lock()
+	var initial []*coordinatorv1.LeaderEvent
 	if h.last != nil {
-		ch <- snapshotEvent(h.last)
+		initial = append(initial, snapshotEvent(h.last))
 	}
-	h.subs[ch] = struct{}{}
+	sub := o.events.Subscribe(name, observerBuffer, fanout.Evict, initial...)
 	h.mu.Unlock()
-	o.mu.Unlock()
 
-	return ch, func() {
+	return sub.C, func() {
+		sub.Cancel()
 		o.mu.Lock()
 		defer o.mu.Unlock()
-		h.mu.Lock()
-		delete(h.subs, ch)
-		empty := len(h.subs) == 0
-		h.mu.Unlock()
-		if empty && o.hubs[name] == h {
+		if h.observers--; h.observers == 0 && o.hubs[name] == h {
 			delete(o.hubs, name)
 			h.stop()
 		}
@@ -85,8 +88,8 @@ func (o *observers) observe(name string) (<-chan *coordinatorv1.LeaderEvent, fun
 // leader's term should end, and at every reconcile interval (a missed
 // notification or a reconnect must not leave observers on a stale leader).
 func (o *observers) watch(ctx context.Context, h *hub) {
-	woken, stopWatching := o.wake.watch(h.name)
-	defer stopWatching()
+	changes := o.store.Changes(h.name)
+	defer changes.Cancel()
 	for {
 		next := o.reconcile
 		// Marked with each read, so that no change after the read goes
@@ -100,14 +103,18 @@ func (o *observers) watch(ctx context.Context, h *hub) {
 			next = min(next, 100*time.Millisecond)
 		default:
 			cur := &observedState{held: d.Held, lease: d.Lease}
-			h.apply(cur)
+			o.apply(h, cur)
 			if cur.held {
 				next = min(next, time.Until(cur.lease.ExpiresAt)+time.Millisecond)
 			}
 		}
 		timer := time.NewTimer(max(next, 0))
 		select {
-		case <-woken:
+		case _, open := <-changes.C:
+			if !open { // the store closed: nothing more to observe
+				timer.Stop()
+				return
+			}
 		case <-timer.C:
 		case <-ctx.Done():
 		}
@@ -116,38 +123,26 @@ func (o *observers) watch(ctx context.Context, h *hub) {
 }
 
 // apply moves the hub to cur and sends observers every change in between.
-func (h *hub) apply(cur *observedState) {
+func (o *observers) apply(h *hub, cur *observedState) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	prev := h.last
 	h.last = cur
 	if prev == nil {
-		h.broadcast(snapshotEvent(cur))
+		o.events.Publish(h.name, snapshotEvent(cur))
 		return
 	}
 	newTerm := cur.held && (!prev.held || cur.lease.Token != prev.lease.Token)
 	if prev.held && (!cur.held || newTerm) {
 		// A term always ends before the next begins, even when both
 		// happened between two reads.
-		h.broadcast(&coordinatorv1.LeaderEvent{Kind: coordinatorv1.LeaderEvent_KIND_VACANT})
+		o.events.Publish(h.name, &coordinatorv1.LeaderEvent{Kind: coordinatorv1.LeaderEvent_KIND_VACANT})
 	}
 	switch {
 	case newTerm:
-		h.broadcast(&coordinatorv1.LeaderEvent{Kind: coordinatorv1.LeaderEvent_KIND_ELECTED, Leader: leaderToProto(cur.lease)})
+		o.events.Publish(h.name, &coordinatorv1.LeaderEvent{Kind: coordinatorv1.LeaderEvent_KIND_ELECTED, Leader: leaderToProto(cur.lease)})
 	case cur.held && !bytes.Equal(cur.lease.Value, prev.lease.Value):
-		h.broadcast(&coordinatorv1.LeaderEvent{Kind: coordinatorv1.LeaderEvent_KIND_PROCLAIMED, Leader: leaderToProto(cur.lease)})
-	}
-}
-
-// broadcast sends ev to every observer, dropping those that fell behind.
-func (h *hub) broadcast(ev *coordinatorv1.LeaderEvent) {
-	for ch := range h.subs {
-		select {
-		case ch <- ev:
-		default:
-			delete(h.subs, ch)
-			close(ch)
-		}
+		o.events.Publish(h.name, &coordinatorv1.LeaderEvent{Kind: coordinatorv1.LeaderEvent_KIND_PROCLAIMED, Leader: leaderToProto(cur.lease)})
 	}
 }
 

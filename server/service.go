@@ -10,7 +10,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"log/slog"
+	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -45,44 +48,61 @@ type Service struct {
 	metrics *Metrics
 	log     *slog.Logger
 
-	wake        *wakeups
-	observers   *observers
-	unsubscribe func()
-	stopping    chan struct{}
+	observers *observers
+	stopping  chan struct{}
+	stopOnce  sync.Once
 }
 
-// ServiceOptions configures a Service.
+// ServiceOptions configures a Service. A zero field takes the default its
+// comment gives, so the zero ServiceOptions is a working configuration.
 type ServiceOptions struct {
-	// MaxTTL is the longest lease a client may ask for.
+	// MaxTTL is the longest lease a client may ask for (default
+	// DefaultMaxTTL).
 	MaxTTL time.Duration
 	// Reconcile is how often observers re-read an election even without a
-	// notification; it bounds how long a missed one can leave them stale.
+	// notification; it bounds how long a missed one can leave them stale
+	// (default DefaultReconcile).
 	Reconcile time.Duration
-	Metrics   *Metrics
-	Log       *slog.Logger
+	// Metrics receives the lease metrics (default: kept, not exported).
+	Metrics *Metrics
+	// Log receives the service's own log lines (default: discarded).
+	Log *slog.Logger
 }
+
+// Defaults of ServiceOptions.
+const (
+	DefaultMaxTTL    = 5 * time.Minute
+	DefaultReconcile = time.Second
+)
 
 // NewService serves st. Call Stop before closing the store.
 func NewService(st store.Store, opts ServiceOptions) *Service {
-	wake := newWakeups()
-	s := &Service{
+	if opts.MaxTTL <= 0 {
+		opts.MaxTTL = DefaultMaxTTL
+	}
+	if opts.Reconcile <= 0 {
+		opts.Reconcile = DefaultReconcile
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = NewMetrics(prometheus.NewRegistry())
+	}
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	return &Service{
 		store:     st,
 		maxTTL:    opts.MaxTTL,
 		metrics:   opts.Metrics,
 		log:       opts.Log,
-		wake:      wake,
-		observers: newObservers(st, wake, opts.Reconcile, opts.Log),
+		observers: newObservers(st, opts.Reconcile, opts.Log),
 		stopping:  make(chan struct{}),
 	}
-	s.unsubscribe = st.Subscribe(wake.notify)
-	return s
 }
 
-// Stop ends waiting calls with Unavailable so that a graceful shutdown need
-// not wait for them, and stops listening to the store.
+// Stop ends waiting calls and streams with Unavailable so that a graceful
+// shutdown need not wait for them. Calling it again does nothing.
 func (s *Service) Stop() {
-	close(s.stopping)
-	s.unsubscribe()
+	s.stopOnce.Do(func() { close(s.stopping) })
 }
 
 var errStopping = status.Error(codes.Unavailable, "coordinator is shutting down")
@@ -125,8 +145,8 @@ func (s *Service) acquire(ctx context.Context, req store.AcquireRequest, wait ti
 	if d, ok := ctx.Deadline(); ok && d.Add(-deadlineMargin).Before(giveUpAt) {
 		giveUpAt = d.Add(-deadlineMargin)
 	}
-	woken, stopWatching := s.wake.watch(req.Name)
-	defer stopWatching()
+	changes := s.store.Changes(req.Name)
+	defer changes.Cancel()
 	req.Waiter = newWaiterID()
 
 	for {
@@ -150,7 +170,11 @@ func (s *Service) acquire(ctx context.Context, req store.AcquireRequest, wait ti
 		}
 		timer := time.NewTimer(max(retry, 0))
 		select {
-		case <-woken:
+		case _, open := <-changes.C:
+			if !open { // the store closed under us
+				timer.Stop()
+				return store.AcquireResult{}, errStopping
+			}
 		case <-timer.C:
 		case <-ctx.Done():
 			timer.Stop()

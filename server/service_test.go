@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
 	"github.com/coordinator-dev/coordinator/server/store/storetest"
@@ -192,7 +193,7 @@ func TestWaitingAcquire(t *testing.T) {
 					}
 					got <- resp
 				}()
-				time.Sleep(100 * time.Millisecond)
+				waitQueued(t, c, "release", 1)
 				if _, err := c.client.Release(context.Background(), &coordinatorv1.ReleaseRequest{Name: "release", Holder: "a", Token: held.GetToken()}); err != nil {
 					t.Fatal(err)
 				}
@@ -307,18 +308,13 @@ func TestWaitingAcquire(t *testing.T) {
 // waitQueued waits until n callers are queued for name.
 func waitQueued(t *testing.T, c *coordinator, name string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
+	eventually(t, 10*time.Second, fmt.Sprintf("%d waiters queued on %s", n, name), func() bool {
 		desc, err := c.client.Describe(context.Background(), &coordinatorv1.DescribeRequest{Name: name})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if int(desc.GetWaiters()) >= n {
-			return
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	t.Fatalf("%d waiters did not queue on %s", n, name)
+		return int(desc.GetWaiters()) >= n
+	})
 }
 
 func TestContendedLeasesNeverOverlapOverGRPC(t *testing.T) {
@@ -402,4 +398,29 @@ func TestLockDelayHoldsAnExpiredNameForItsSuccessor(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestShutdownEndsWaitingCalls(t *testing.T) {
+	c := start(t, testConfig(t, "memory"))
+	c.mustAcquire(t, "held", "a", time.Minute)
+	conn := c.Dial(t)
+	waiting := make(chan error, 1)
+	go func() {
+		_, err := coordinatorv1.NewCoordinatorClient(conn).TryAcquire(context.Background(), &coordinatorv1.TryAcquireRequest{
+			Name: "held", Holder: "b", Ttl: dur(time.Minute), Wait: dur(5 * time.Minute),
+		})
+		waiting <- err
+	}()
+	waitQueued(t, c, "held", 1)
+	stopped := make(chan struct{})
+	go func() { c.Stop(); close(stopped) }()
+	select {
+	case err := <-waiting:
+		if status.Code(err) != codes.Unavailable {
+			t.Fatalf("waiting call ended with %v; want Unavailable", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("shutdown left a waiting call hanging")
+	}
+	<-stopped
 }

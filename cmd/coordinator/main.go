@@ -6,33 +6,26 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
-	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 
-	"github.com/coordinator-dev/coordinator/internal/logging"
-	"github.com/coordinator-dev/coordinator/server"
+	"github.com/coordinator-dev/coordinator/internal/app"
+	"github.com/coordinator-dev/coordinator/internal/coordinatord"
 )
 
 func main() {
 	fs := flag.NewFlagSet("coordinator", flag.ContinueOnError)
-	cfg, err := server.ParseConfig(fs, os.Args[1:], os.LookupEnv)
-	if errors.Is(err, flag.ErrHelp) {
-		os.Exit(0)
-	}
+	cfg, err := coordinatord.ParseConfig(fs, os.Args[1:], os.LookupEnv)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "coordinator: %v\n", err)
-		os.Exit(2)
+		os.Exit(app.ParseError(os.Stderr, "coordinator", err))
 	}
-	log := logging.New(os.Stderr, cfg.LogLevel, cfg.LogFormat)
+	log := cfg.Log.Logger(os.Stderr)
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := app.SignalContext(context.Background())
 	defer stop()
-	if err := server.Run(ctx, cfg, log); err != nil {
+	if err := coordinatord.Run(ctx, cfg, log); err != nil {
 		log.Error("coordinator failed", "err", err)
-		os.Exit(1)
+		stop()
+		os.Exit(app.ExitFail)
 	}
 }

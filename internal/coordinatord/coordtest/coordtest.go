@@ -15,21 +15,24 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/coordinator-dev/coordinator/internal/coordinatord"
 	"github.com/coordinator-dev/coordinator/internal/redistest"
-	"github.com/coordinator-dev/coordinator/server"
 )
 
 // Config returns the default server configuration for the given store kind
 // ("memory" or "redis"). A Redis store uses the shared test Redis with a key
 // prefix of its own, so that tests can share it.
-func Config(t testing.TB, storeKind string) server.Config {
+func Config(t testing.TB, storeKind string) coordinatord.Config {
 	t.Helper()
-	cfg, err := server.ParseConfig(flag.NewFlagSet("coordtest", flag.ContinueOnError), nil, func(string) (string, bool) { return "", false })
+	cfg, err := coordinatord.ParseConfig(flag.NewFlagSet("coordtest", flag.ContinueOnError), nil, func(string) (string, bool) { return "", false })
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg.Store = storeKind
-	if storeKind == server.StoreRedis {
+	if storeKind == coordinatord.StoreRedis {
 		cfg.RedisURL = redistest.URL(t)
 		var b [6]byte
 		_, _ = rand.Read(b[:])
@@ -41,16 +44,16 @@ func Config(t testing.TB, storeKind string) server.Config {
 // Coordinator is a running coordinator under test.
 type Coordinator struct {
 	t    testing.TB
-	cfg  server.Config
+	cfg  coordinatord.Config
 	addr string
 
 	mu   sync.Mutex
-	srv  *server.Server
+	srv  *coordinatord.Server
 	done chan struct{}
 }
 
 // Start runs a coordinator with cfg on a free loopback port until t ends.
-func Start(t testing.TB, cfg server.Config) *Coordinator {
+func Start(t testing.TB, cfg coordinatord.Config) *Coordinator {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -65,8 +68,20 @@ func Start(t testing.TB, cfg server.Config) *Coordinator {
 // Addr is the coordinator's host:port; it stays the same across restarts.
 func (c *Coordinator) Addr() string { return c.addr }
 
+// Dial returns a plaintext connection to the coordinator, closed when t
+// ends; it follows the coordinator across restarts.
+func (c *Coordinator) Dial(t testing.TB) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(c.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
 // Server is the running server (nil while stopped).
-func (c *Coordinator) Server() *server.Server {
+func (c *Coordinator) Server() *coordinatord.Server {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.srv
@@ -75,7 +90,7 @@ func (c *Coordinator) Server() *server.Server {
 func (c *Coordinator) serve(lis net.Listener) {
 	c.t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv, err := server.New(context.Background(), c.cfg, log)
+	srv, err := coordinatord.New(context.Background(), c.cfg, log)
 	if err != nil {
 		_ = lis.Close()
 		c.t.Fatal(err)

@@ -1,4 +1,4 @@
-package server_test
+package coordinatord_test
 
 import (
 	"context"
@@ -11,15 +11,50 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
-	"github.com/coordinator-dev/coordinator/server"
+	"github.com/coordinator-dev/coordinator/internal/coordinatord"
+	"github.com/coordinator-dev/coordinator/internal/coordinatord/coordtest"
 )
+
+// coordinator is a whole coordinator under test with a plaintext client.
+type coordinator struct {
+	*coordtest.Coordinator
+	conn   *grpc.ClientConn
+	client coordinatorv1.CoordinatorClient
+}
+
+func start(t *testing.T, cfg coordinatord.Config) *coordinator {
+	t.Helper()
+	c := &coordinator{Coordinator: coordtest.Start(t, cfg)}
+	c.conn = c.Dial(t)
+	c.client = coordinatorv1.NewCoordinatorClient(c.conn)
+	return c
+}
+
+func testConfig(t *testing.T, kind string) coordinatord.Config { return coordtest.Config(t, kind) }
+
+func ctxTimeout(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func (c *coordinator) tryAcquire(t *testing.T, name, holder string) *coordinatorv1.TryAcquireResponse {
+	t.Helper()
+	resp, err := c.client.TryAcquire(ctxTimeout(t, 10*time.Second), &coordinatorv1.TryAcquireRequest{
+		Name: name, Holder: holder, Ttl: durationpb.New(time.Minute),
+	})
+	if err != nil {
+		t.Fatalf("TryAcquire(%s, %s): %v", name, holder, err)
+	}
+	return resp
+}
 
 func TestHealthReportsServingUntilShutdown(t *testing.T) {
 	c := start(t, testConfig(t, "memory"))
@@ -56,12 +91,14 @@ func TestReflectionListsTheService(t *testing.T) {
 
 func TestMetricsCountLeaseOutcomes(t *testing.T) {
 	c := start(t, testConfig(t, "memory"))
-	c.mustAcquire(t, "m", "a", time.Minute)
-	c.acquire(t, "m", "b", time.Minute, 0)
-	_, _ = c.client.Renew(context.Background(), &coordinatorv1.RenewRequest{Name: "m", Holder: "b", Token: 1, Ttl: dur(time.Second)})
+	if !c.tryAcquire(t, "m", "a").GetAcquired() {
+		t.Fatal("a could not acquire m")
+	}
+	c.tryAcquire(t, "m", "b")
+	_, _ = c.client.Renew(context.Background(), &coordinatorv1.RenewRequest{Name: "m", Holder: "b", Token: 1, Ttl: durationpb.New(time.Second)})
 
 	rec := httptest.NewRecorder()
-	c.MetricsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	c.Server().MetricsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	body, _ := io.ReadAll(rec.Body)
 	for _, want := range []string{
 		`coordinator_acquire_total{outcome="acquired"} 1`,
@@ -100,53 +137,24 @@ func TestAuthTokenIsRequiredButForHealth(t *testing.T) {
 	}
 }
 
-func TestShutdownEndsWaitingCalls(t *testing.T) {
-	c := start(t, testConfig(t, "memory"))
-	c.mustAcquire(t, "held", "a", time.Minute)
-	conn, err := grpc.NewClient(c.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	waiting := make(chan error, 1)
-	go func() {
-		_, err := coordinatorv1.NewCoordinatorClient(conn).TryAcquire(context.Background(), &coordinatorv1.TryAcquireRequest{
-			Name: "held", Holder: "b", Ttl: dur(time.Minute), Wait: dur(5 * time.Minute),
-		})
-		waiting <- err
-	}()
-	waitQueued(t, c, "held", 1)
-	stopped := make(chan struct{})
-	go func() { c.Stop(); close(stopped) }()
-	select {
-	case err := <-waiting:
-		if status.Code(err) != codes.Unavailable {
-			t.Fatalf("waiting call ended with %v; want Unavailable", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("shutdown left a waiting call hanging")
-	}
-	<-stopped
-}
-
 func TestParseConfig(t *testing.T) {
 	tests := []struct {
 		name    string
 		args    []string
 		env     map[string]string
-		check   func(server.Config) bool
+		check   func(coordinatord.Config) bool
 		wantErr string
 	}{
-		{"defaults", nil, nil, func(c server.Config) bool {
+		{"defaults", nil, nil, func(c coordinatord.Config) bool {
 			return c.Listen == "127.0.0.1:7400" && c.Store == "memory" && c.MaxTTL == 5*time.Minute && c.DataLossQuarantine == 5*time.Minute
 		}, ""},
-		{"env", nil, map[string]string{"COORDINATOR_STORE": "redis", "COORDINATOR_MAX_TTL": "1m", "COORDINATOR_LISTEN": ":9000"}, func(c server.Config) bool {
+		{"env", nil, map[string]string{"COORDINATOR_STORE": "redis", "COORDINATOR_MAX_TTL": "1m", "COORDINATOR_LISTEN": ":9000"}, func(c coordinatord.Config) bool {
 			return c.Store == "redis" && c.MaxTTL == time.Minute && c.DataLossQuarantine == time.Minute && c.Listen == ":9000"
 		}, ""},
-		{"flag beats env", []string{"-store", "memory"}, map[string]string{"COORDINATOR_STORE": "redis"}, func(c server.Config) bool {
+		{"flag beats env", []string{"-store", "memory"}, map[string]string{"COORDINATOR_STORE": "redis"}, func(c coordinatord.Config) bool {
 			return c.Store == "memory"
 		}, ""},
-		{"quarantine off", nil, map[string]string{"COORDINATOR_DATA_LOSS_QUARANTINE": "0"}, func(c server.Config) bool {
+		{"quarantine off", nil, map[string]string{"COORDINATOR_DATA_LOSS_QUARANTINE": "0"}, func(c coordinatord.Config) bool {
 			return c.DataLossQuarantine == 0
 		}, ""},
 		{"unknown store", []string{"-store", "etcd"}, nil, nil, "store"},
@@ -160,7 +168,7 @@ func TestParseConfig(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			fs := flag.NewFlagSet("test", flag.ContinueOnError)
 			fs.SetOutput(io.Discard)
-			cfg, err := server.ParseConfig(fs, tc.args, func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok })
+			cfg, err := coordinatord.ParseConfig(fs, tc.args, func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok })
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("err = %v; want one naming %q", err, tc.wantErr)

@@ -1,15 +1,20 @@
-package server
+// Package coordinatord is the coordinator process: its configuration, the
+// store it opens, the gRPC server around server.Service with health,
+// reflection, auth, logging and metrics, and the run loop that serves until
+// a signal. cmd/coordinator is a thin main over it, and coordtest starts it
+// whole for tests.
+package coordinatord
 
 import (
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
 	"strings"
 	"time"
 
+	"github.com/coordinator-dev/coordinator/internal/app"
 	"github.com/coordinator-dev/coordinator/internal/envflag"
-	"github.com/coordinator-dev/coordinator/internal/logging"
+	"github.com/coordinator-dev/coordinator/server"
 )
 
 // Config is the coordinator's configuration. Every field has a flag and an
@@ -25,12 +30,11 @@ type Config struct {
 	LockDelay          time.Duration
 	ShutdownTimeout    time.Duration
 	ObserveReconcile   time.Duration
-	TLSCert            string
-	TLSKey             string
-	TLSClientCA        string
-	AuthToken          string
-	LogLevel           slog.Level
-	LogFormat          string
+	// TLS is the server's certificate and key, and with CA, the CA that
+	// signs the client certificates mTLS requires.
+	TLS       app.TLSFiles
+	AuthToken string
+	Log       app.LogConfig
 }
 
 // Store kinds.
@@ -44,25 +48,23 @@ const (
 // environment variable of every flag.
 func ParseConfig(fs *flag.FlagSet, args []string, lookupEnv func(string) (string, bool)) (Config, error) {
 	var c Config
-	var level string
 	v := envflag.New(fs, lookupEnv)
 	v.String(&c.Listen, "listen", "COORDINATOR_LISTEN", "127.0.0.1:7400", "gRPC listen address")
 	v.String(&c.MetricsListen, "metrics-listen", "COORDINATOR_METRICS_LISTEN", "127.0.0.1:7401", "Prometheus /metrics listen address (empty: off)")
 	v.String(&c.Store, "store", "COORDINATOR_STORE", StoreMemory, "lease store: memory or redis")
-	v.String(&c.RedisURL, "redis-url", "COORDINATOR_REDIS_URL", "redis://127.0.0.1:6379/0", "Redis URL (standalone, Sentinel or Cluster) for -store=redis")
+	v.Secret(&c.RedisURL, "redis-url", "COORDINATOR_REDIS_URL", "redis://127.0.0.1:6379/0", "Redis URL (standalone, Sentinel or Cluster) for -store=redis")
 	v.String(&c.RedisKeyPrefix, "redis-key-prefix", "COORDINATOR_REDIS_KEY_PREFIX", "coordinator", "prefix of every Redis key the coordinator writes")
-	v.Duration(&c.MaxTTL, "max-ttl", "COORDINATOR_MAX_TTL", 5*time.Minute, "longest lease TTL a client may ask for")
+	v.Duration(&c.MaxTTL, "max-ttl", "COORDINATOR_MAX_TTL", server.DefaultMaxTTL, "longest lease TTL a client may ask for")
 	var quarantineSet bool
 	v.OptionalDuration(&c.DataLossQuarantine, &quarantineSet, "data-loss-quarantine", "COORDINATOR_DATA_LOSS_QUARANTINE", "how long grants stop after the store lost its data, a `duration` (default: max-ttl; 0: off)")
 	v.Duration(&c.LockDelay, "lock-delay", "COORDINATOR_LOCK_DELAY", 0, "how long the name of a lease that expired (was not released) stays ungranted")
-	v.Duration(&c.ObserveReconcile, "observe-reconcile", "COORDINATOR_OBSERVE_RECONCILE", time.Second, "how often observers re-read an election without a notification")
+	v.Duration(&c.ObserveReconcile, "observe-reconcile", "COORDINATOR_OBSERVE_RECONCILE", server.DefaultReconcile, "how often observers re-read an election without a notification")
 	v.Duration(&c.ShutdownTimeout, "shutdown-timeout", "COORDINATOR_SHUTDOWN_TIMEOUT", 10*time.Second, "how long a graceful shutdown waits for calls in flight")
-	v.String(&c.TLSCert, "tls-cert", "COORDINATOR_TLS_CERT", "", "PEM certificate file: serve TLS")
-	v.String(&c.TLSKey, "tls-key", "COORDINATOR_TLS_KEY", "", "PEM private key file of -tls-cert")
-	v.String(&c.TLSClientCA, "tls-client-ca", "COORDINATOR_TLS_CLIENT_CA", "", "PEM CA file: require client certificates it signed (mTLS)")
-	v.String(&c.AuthToken, "auth-token", "COORDINATOR_AUTH_TOKEN", "", "require 'authorization: Bearer TOKEN' on every call but health checks")
-	v.String(&level, "log-level", "COORDINATOR_LOG_LEVEL", "info", "debug, info, warn or error")
-	v.String(&c.LogFormat, "log-format", "COORDINATOR_LOG_FORMAT", "text", "text or json")
+	v.String(&c.TLS.Cert, "tls-cert", "COORDINATOR_TLS_CERT", "", "PEM certificate file: serve TLS")
+	v.String(&c.TLS.Key, "tls-key", "COORDINATOR_TLS_KEY", "", "PEM private key file of -tls-cert")
+	v.String(&c.TLS.CA, "tls-client-ca", "COORDINATOR_TLS_CLIENT_CA", "", "PEM CA file: require client certificates it signed (mTLS)")
+	v.Secret(&c.AuthToken, "auth-token", "COORDINATOR_AUTH_TOKEN", "", "require 'authorization: Bearer TOKEN' on every call but health checks")
+	c.Log.Flags(v, "COORDINATOR")
 	if err := v.Parse(args); err != nil {
 		return c, err
 	}
@@ -77,25 +79,22 @@ func ParseConfig(fs *flag.FlagSet, args []string, lookupEnv func(string) (string
 	if c.LockDelay < 0 {
 		errs = append(errs, errors.New("lock-delay: must not be negative"))
 	}
-	if err := c.LogLevel.UnmarshalText([]byte(level)); err != nil {
-		errs = append(errs, fmt.Errorf("log-level: %w", err))
-	}
 	switch {
-	case c.MaxTTL < MinTTL:
-		errs = append(errs, fmt.Errorf("max-ttl: %s is below the minimum TTL %s", c.MaxTTL, MinTTL))
+	case c.MaxTTL < server.MinTTL:
+		errs = append(errs, fmt.Errorf("max-ttl: %s is below the minimum TTL %s", c.MaxTTL, server.MinTTL))
 	case c.DataLossQuarantine < 0:
 		errs = append(errs, errors.New("data-loss-quarantine: must not be negative"))
 	}
 	if c.Store != StoreMemory && c.Store != StoreRedis {
 		errs = append(errs, fmt.Errorf("store: %q is neither %s nor %s", c.Store, StoreMemory, StoreRedis))
 	}
-	if err := logging.CheckFormat(c.LogFormat); err != nil {
+	if err := c.Log.Check(); err != nil {
 		errs = append(errs, err)
 	}
-	if (c.TLSCert == "") != (c.TLSKey == "") {
+	if (c.TLS.Cert == "") != (c.TLS.Key == "") {
 		errs = append(errs, errors.New("tls-cert and tls-key go together"))
 	}
-	if c.TLSClientCA != "" && c.TLSCert == "" {
+	if c.TLS.CA != "" && c.TLS.Cert == "" {
 		errs = append(errs, errors.New("tls-client-ca needs tls-cert and tls-key"))
 	}
 	if strings.ContainsAny(c.RedisKeyPrefix, "{}") {

@@ -1,25 +1,22 @@
-package server
+package coordinatord
 
 import (
 	"context"
 	"crypto/subtle"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"strings"
-	"sync/atomic"
 	"time"
 
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/auth"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/selector"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -28,23 +25,24 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
+	"github.com/coordinator-dev/coordinator/internal/app"
+	"github.com/coordinator-dev/coordinator/server"
 	"github.com/coordinator-dev/coordinator/server/store"
 	memstore "github.com/coordinator-dev/coordinator/server/store/memory"
 	redisstore "github.com/coordinator-dev/coordinator/server/store/redis"
 )
 
 // Server is a whole coordinator: the gRPC service with health, reflection
-// and interceptors, its store, and the metrics endpoint.
+// and interceptors, its store, and its metrics registry.
 type Server struct {
 	cfg      Config
 	log      *slog.Logger
 	store    store.Store
-	service  *Service
+	service  *server.Service
 	grpc     *grpc.Server
 	health   *health.Server
 	registry *prometheus.Registry
@@ -52,23 +50,13 @@ type Server struct {
 
 // New opens the configured store and builds the server. Serve starts it.
 func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
-	registry := prometheus.NewRegistry()
-	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	metrics := NewMetrics(registry)
-
-	// The store is opened before the service exists; its "notifications were
-	// missed" signal reaches the service once there is one.
-	var service atomic.Pointer[Service]
-	eventsLost := func() {
-		if s := service.Load(); s != nil {
-			s.wake.notifyAll()
-		}
-	}
-	st, err := openStore(ctx, cfg, log, metrics, eventsLost)
+	registry := app.NewRegistry()
+	metrics := server.NewMetrics(registry)
+	st, err := openStore(ctx, cfg, log, metrics)
 	if err != nil {
 		return nil, err
 	}
-	creds, err := serverCredentials(cfg)
+	creds, err := serverCredentials(cfg.TLS)
 	if err != nil {
 		_ = st.Close()
 		return nil, err
@@ -87,19 +75,19 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		log.ErrorContext(ctx, "panic in a call", "panic", p)
 		return status.Error(codes.Internal, "internal error")
 	})
-	auth := tokenAuth(cfg.AuthToken)
+	authenticate := bearerAuth(cfg.AuthToken)
 	grpcServer := grpc.NewServer(
 		grpc.Creds(creds),
 		grpc.ChainUnaryInterceptor(
 			grpcMetrics.UnaryServerInterceptor(),
 			logging.UnaryServerInterceptor(callLog, logOpts...),
-			auth.unary,
+			selector.UnaryServerInterceptor(auth.UnaryServerInterceptor(authenticate), selector.MatchFunc(needsAuth)),
 			recovery.UnaryServerInterceptor(panicked),
 		),
 		grpc.ChainStreamInterceptor(
 			grpcMetrics.StreamServerInterceptor(),
 			logging.StreamServerInterceptor(callLog, logOpts...),
-			auth.stream,
+			selector.StreamServerInterceptor(auth.StreamServerInterceptor(authenticate), selector.MatchFunc(needsAuth)),
 			recovery.StreamServerInterceptor(panicked),
 		),
 		// Clients that keep streams open for long (KeepAlive, Observe) ping;
@@ -107,8 +95,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 	)
-	svc := NewService(st, ServiceOptions{MaxTTL: cfg.MaxTTL, Reconcile: cfg.ObserveReconcile, Metrics: metrics, Log: log})
-	service.Store(svc)
+	svc := server.NewService(st, server.ServiceOptions{MaxTTL: cfg.MaxTTL, Reconcile: cfg.ObserveReconcile, Metrics: metrics, Log: log})
 	coordinatorv1.RegisterCoordinatorServer(grpcServer, svc)
 	healthServer := health.NewServer()
 	healthpb.RegisterHealthServer(grpcServer, healthServer)
@@ -139,7 +126,7 @@ func callLogLevel(code codes.Code) logging.Level {
 	}
 }
 
-func openStore(ctx context.Context, cfg Config, log *slog.Logger, metrics *Metrics, eventsLost func()) (store.Store, error) {
+func openStore(ctx context.Context, cfg Config, log *slog.Logger, metrics *server.Metrics) (store.Store, error) {
 	switch cfg.Store {
 	case StoreMemory:
 		log.Info("using the memory store: leases live in this process and are forgotten when it restarts")
@@ -154,8 +141,7 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger, metrics *Metri
 				log.Error("Redis lost its data: refusing grants so that holders of lost leases see them expire first",
 					"quarantine", quarantine)
 			},
-			OnEventsLost: eventsLost,
-			Logger:       log,
+			Logger: log,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("open redis store: %w", err)
@@ -165,66 +151,46 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger, metrics *Metri
 	return nil, fmt.Errorf("unknown store %q", cfg.Store)
 }
 
-func serverCredentials(cfg Config) (credentials.TransportCredentials, error) {
-	if cfg.TLSCert == "" {
-		return insecure.NewCredentials(), nil
-	}
-	cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+func serverCredentials(files app.TLSFiles) (credentials.TransportCredentials, error) {
+	cfg, err := app.ServerTLS(files)
 	if err != nil {
-		return nil, fmt.Errorf("load TLS key pair: %w", err)
-	}
-	tlsCfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
-	if cfg.TLSClientCA != "" {
-		pem, err := os.ReadFile(cfg.TLSClientCA)
-		if err != nil {
-			return nil, fmt.Errorf("read client CA: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("client CA %s holds no PEM certificate", cfg.TLSClientCA)
-		}
-		tlsCfg.ClientCAs, tlsCfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
-	}
-	return credentials.NewTLS(tlsCfg), nil
-}
-
-// tokenAuth checks a bearer token on every call but health checks, which
-// load balancers and probes make without one.
-type tokenAuth string
-
-func (want tokenAuth) check(ctx context.Context, method string) error {
-	if want == "" || strings.HasPrefix(method, "/grpc.health.v1.Health/") {
-		return nil
-	}
-	md, _ := metadata.FromIncomingContext(ctx)
-	for _, v := range md.Get("authorization") {
-		got, ok := strings.CutPrefix(v, "Bearer ")
-		if ok && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1 {
-			return nil
-		}
-	}
-	return status.Error(codes.Unauthenticated, "missing or wrong 'authorization: Bearer …' token")
-}
-
-func (want tokenAuth) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if err := want.check(ctx, info.FullMethod); err != nil {
 		return nil, err
 	}
-	return handler(ctx, req)
+	if cfg == nil {
+		return insecure.NewCredentials(), nil
+	}
+	return credentials.NewTLS(cfg), nil
 }
 
-func (want tokenAuth) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	if err := want.check(ss.Context(), info.FullMethod); err != nil {
-		return err
+// needsAuth exempts health checks, which load balancers and probes make
+// without credentials.
+func needsAuth(_ context.Context, call interceptors.CallMeta) bool {
+	return call.Service != healthpb.Health_ServiceDesc.ServiceName
+}
+
+// bearerAuth checks the 'authorization: Bearer …' token of a call against
+// want; an empty want lets every call through.
+func bearerAuth(want string) auth.AuthFunc {
+	return func(ctx context.Context) (context.Context, error) {
+		if want == "" {
+			return ctx, nil
+		}
+		got, err := auth.AuthFromMD(ctx, "bearer")
+		if err != nil {
+			return nil, status.Error(codes.Unauthenticated, "missing 'authorization: Bearer …' token")
+		}
+		if subtle.ConstantTimeCompare([]byte(got), []byte(want)) != 1 {
+			return nil, status.Error(codes.Unauthenticated, "wrong bearer token")
+		}
+		return ctx, nil
 	}
-	return handler(srv, ss)
 }
 
 // Serve serves gRPC on lis until Shutdown.
 func (s *Server) Serve(lis net.Listener) error {
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(coordinatorv1.Coordinator_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
-	s.log.Info("coordinator serving", "addr", lis.Addr().String(), "store", s.cfg.Store, "tls", s.cfg.TLSCert != "")
+	s.log.Info("coordinator serving", "addr", lis.Addr().String(), "store", s.cfg.Store, "tls", s.cfg.TLS.Cert != "")
 	if err := s.grpc.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 		return fmt.Errorf("serve gRPC: %w", err)
 	}
@@ -270,27 +236,27 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		s.Shutdown(ctx)
 		return fmt.Errorf("listen: %w", err)
 	}
-	errc := make(chan error, 2)
-	go func() { errc <- s.Serve(lis) }()
-
-	var metricsServer *http.Server
+	var metricsServer *app.MetricsServer
+	var metricsFailed <-chan error
 	if cfg.MetricsListen != "" {
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", s.MetricsHandler())
-		metricsServer = &http.Server{Addr: cfg.MetricsListen, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		go func() {
-			if err := metricsServer.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				errc <- fmt.Errorf("serve metrics: %w", err)
-			}
-		}()
-		log.Info("metrics serving", "addr", cfg.MetricsListen, "path", "/metrics")
+		if metricsServer, err = app.ServeMetrics(cfg.MetricsListen, s.registry, log); err != nil {
+			_ = lis.Close()
+			s.Shutdown(ctx)
+			return err
+		}
+		metricsFailed = metricsServer.Done()
 	}
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(lis) }()
 
 	select {
 	case <-ctx.Done():
 		log.Info("shutting down", "timeout", cfg.ShutdownTimeout)
 		err = nil
-	case err = <-errc:
+	case err = <-served:
+		log.Error("stopping after an error", "err", err)
+	case err = <-metricsFailed:
+		err = fmt.Errorf("serve metrics: %w", err)
 		log.Error("stopping after an error", "err", err)
 	}
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
