@@ -12,9 +12,17 @@ import (
 
 // Set adds env-backed flags to a flag.FlagSet.
 type Set struct {
-	fs     *flag.FlagSet
-	lookup func(string) (string, bool)
-	errs   []error
+	fs      *flag.FlagSet
+	lookup  func(string) (string, bool)
+	errs    []error
+	secrets []secret
+}
+
+// secret is a string flag whose variable is applied after parsing, so that
+// -help never prints it.
+type secret struct {
+	p         *string
+	name, env string
 }
 
 // New returns a Set defining flags on fs, reading variables with lookup
@@ -41,6 +49,27 @@ func usage(text, env string) string { return fmt.Sprintf("%s [$%s]", text, env) 
 // String defines a string flag.
 func (s *Set) String(p *string, name, env, def, text string) {
 	s.fs.StringVar(p, name, s.value(env, def), usage(text, env))
+}
+
+// Secret defines a string flag for a value that must not be printed, such
+// as a token or a URL that may hold a password: -help shows def, never the
+// variable's value, which applies after parsing unless the flag was given.
+func (s *Set) Secret(p *string, name, env, def, text string) {
+	s.fs.StringVar(p, name, def, usage(text, env))
+	s.secrets = append(s.secrets, secret{p: p, name: name, env: env})
+}
+
+// Bool defines a boolean flag; a malformed variable is an error of Parse.
+func (s *Set) Bool(p *bool, name, env string, def bool, text string) {
+	if v := s.nonEmpty(env); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			s.errs = append(s.errs, fmt.Errorf("$%s: %w", env, err))
+		} else {
+			def = b
+		}
+	}
+	s.fs.BoolVar(p, name, def, usage(text, env))
 }
 
 // Duration defines a duration flag; a malformed variable is an error of
@@ -80,6 +109,13 @@ func (s *Set) Parse(args []string) error {
 	}
 	if s.fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", s.fs.Arg(0))
+	}
+	given := map[string]bool{}
+	s.fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	for _, sec := range s.secrets {
+		if v, ok := s.lookup(sec.env); ok && !given[sec.name] {
+			*sec.p = v
+		}
 	}
 	return nil
 }

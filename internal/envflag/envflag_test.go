@@ -91,3 +91,53 @@ func TestOptionalDurationKnowsWhetherItWasGiven(t *testing.T) {
 		})
 	}
 }
+
+func TestBoolAndSecret(t *testing.T) {
+	tests := []struct {
+		name       string
+		env        map[string]string
+		args       []string
+		wantBool   bool
+		wantSecret string
+		wantErr    string
+	}{
+		{"defaults", nil, nil, false, "def", ""},
+		{"environment", map[string]string{"X_B": "true", "X_SECRET": "from-env"}, nil, true, "from-env", ""},
+		{"a flag wins", map[string]string{"X_B": "true", "X_SECRET": "from-env"}, []string{"-b=false", "-secret", "from-flag"}, false, "from-flag", ""},
+		{"a variable set empty empties a secret", map[string]string{"X_SECRET": ""}, nil, false, "", ""},
+		{"malformed bool names the variable", map[string]string{"X_B": "maybe"}, nil, false, "", "$X_B"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := flag.NewFlagSet("test", flag.ContinueOnError)
+			fs.SetOutput(io.Discard)
+			v := New(fs, func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok })
+			var b bool
+			var secret string
+			v.Bool(&b, "b", "X_B", false, "a bool")
+			v.Secret(&secret, "secret", "X_SECRET", "def", "a secret")
+			err := v.Parse(tc.args)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v; want one containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || b != tc.wantBool || secret != tc.wantSecret {
+				t.Fatalf("b=%v secret=%q err=%v; want b=%v secret=%q", b, secret, err, tc.wantBool, tc.wantSecret)
+			}
+		})
+	}
+}
+
+func TestUsageNeverShowsASecretsVariable(t *testing.T) {
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	var b strings.Builder
+	fs.SetOutput(&b)
+	var s string
+	New(fs, func(string) (string, bool) { return "hunter2", true }).Secret(&s, "token", "APP_TOKEN", "", "a token")
+	fs.PrintDefaults()
+	if strings.Contains(b.String(), "hunter2") || !strings.Contains(b.String(), "[$APP_TOKEN]") {
+		t.Fatalf("usage %q shows the secret or omits its variable", b.String())
+	}
+}
