@@ -3,17 +3,19 @@ package housekeeper_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/coordinator-dev/coordinator/client"
 	"github.com/coordinator-dev/coordinator/housekeeper"
 	"github.com/coordinator-dev/coordinator/housekeeper/housekeepertest"
-	"github.com/coordinator-dev/coordinator/internal/coordtest"
+	"github.com/coordinator-dev/coordinator/internal/coordinatord/coordtest"
 	"github.com/coordinator-dev/coordinator/internal/redistest"
 )
 
@@ -29,11 +31,12 @@ func TestCutOffInstanceStopsBeforeItsLeaseExpires(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	rdb := redistest.Client(t)
 	d := newDeckard(t, rdb)
 	reg := prometheus.NewRegistry()
-	r, err := housekeeper.New(rdb, housekeeper.CoordinatorLocker(c), housekeeper.Config{
+	locker := &countingLocker{Locker: housekeeper.CoordinatorLocker(c), tries: make(map[string]int)}
+	r, err := housekeeper.New(rdb, locker, housekeeper.Config{
 		Prefix: d.Prefix, UnlockInterval: 50 * time.Millisecond, TimeoutInterval: 50 * time.Millisecond,
 		LeaseTTL: leaseTTL, Registerer: reg, Logger: testLogger(t),
 	})
@@ -69,10 +72,23 @@ func TestCutOffInstanceStopsBeforeItsLeaseExpires(t *testing.T) {
 	coord.Kill()
 	cutOff := time.Now()
 	// Past this, every lease granted or renewed before the cut-off has
-	// expired on the server, and a successor could hold it.
+	// expired on the server, and a successor could hold it. This waits for
+	// a moment on the wall clock, not for an event: nothing to poll.
 	time.Sleep(time.Until(cutOff.Add(leaseTTL)))
 	seed(10)
-	time.Sleep(500 * time.Millisecond)
+	// Wait for the instance to go through its cycles at least twice more,
+	// trying for every queue's lease, unless (wrongly) it moves messages.
+	tried := locker.snapshot()
+	waitFor(t, 10*time.Second, "two more cycles over every queue", func() bool {
+		now := locker.snapshot()
+		for q := range 5 {
+			name := fmt.Sprintf("housekeeper/timeout/q%d", q)
+			if now[name] < tried[name]+2 {
+				return inFlight() != 50
+			}
+		}
+		return true
+	})
 	if n := inFlight(); n != 50 {
 		t.Fatalf("%d of 50 messages moved after the instance's leases ran out", 50-n)
 	}
@@ -82,6 +98,26 @@ func TestCutOffInstanceStopsBeforeItsLeaseExpires(t *testing.T) {
 
 	coord.Restart()
 	waitFor(t, 15*time.Second, "work to resume with the coordinator back", func() bool { return inFlight() == 0 })
+}
+
+// countingLocker counts the TryLock calls of each name.
+type countingLocker struct {
+	housekeeper.Locker
+	mu    sync.Mutex
+	tries map[string]int
+}
+
+func (l *countingLocker) TryLock(ctx context.Context, name string, ttl time.Duration) (housekeeper.Lease, error) {
+	l.mu.Lock()
+	l.tries[name]++
+	l.mu.Unlock()
+	return l.Locker.TryLock(ctx, name, ttl)
+}
+
+func (l *countingLocker) snapshot() map[string]int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return maps.Clone(l.tries)
 }
 
 // pastDeadline is a lease whose Done has not closed (the goroutine that
@@ -112,16 +148,20 @@ func TestLeasePastItsDeadlineIsNotUsed(t *testing.T) {
 		d.Put(context.Background(), p, "q", housekeepertest.Tmp, "m", float64(now-1))
 	})
 	reg := prometheus.NewRegistry()
-	r, err := housekeeper.New(rdb, pausedLocker{housekeepertest.NewLocker()}, housekeeper.Config{
-		Prefix: d.Prefix, UnlockInterval: time.Hour, TimeoutInterval: 20 * time.Millisecond,
+	clock := clockwork.NewFakeClock()
+	r, err := housekeeper.NewWithClock(rdb, pausedLocker{housekeepertest.NewLocker()}, housekeeper.Config{
+		Prefix: d.Prefix, UnlockInterval: time.Hour, TimeoutInterval: time.Second,
 		Registerer: reg, Logger: testLogger(t),
-	})
+	}, clock)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	defer cancel()
-	_ = r.Run(ctx)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = r.Run(ctx) })
+	settle(t, clock, 2) // the first cycles, which get the lease and must not use it
+	cancel()
+	wg.Wait()
 	if n := len(d.Snapshot(t, rdb, "q")[housekeepertest.Tmp]); n != 1 {
 		t.Fatal("a batch ran on a lease past its deadline")
 	}

@@ -35,7 +35,8 @@
 // cycle when another instance holds it. It checks the lease before each batch
 // and leaves Q as soon as it is lost; the batch in flight then still runs.
 // Leases of queues not found for Config.LeaseIdleTimeout are released, and
-// all of them on shutdown.
+// all of them on shutdown; a release that fails (the coordinator is out of
+// reach) is logged as such, and that lease expires after its TTL.
 //
 // Each batch carries its lease's fencing token. Redis keeps the highest token
 // seen per task and queue in P:housekeeper:{Q}:fence:unlock and
@@ -56,15 +57,19 @@
 //
 // # Metrics
 //
-// A Runner registers on Config.Registerer:
+// A Runner registers on Config.Registerer, every series labelled with its
+// key prefix (prefix="deckard_v1"), so that Runners on several prefixes can
+// share one registry:
 //
 //	housekeeper_messages_unlocked_total{queue,lock_type}  lock_type: ack, nack
 //	housekeeper_messages_timed_out_total{queue}
 //	housekeeper_batch_duration_seconds{task}              histogram; task: unlock, timeout
 //	housekeeper_batches_fenced_total{task}
 //	housekeeper_leases_lost_total{task}
+//	housekeeper_leader                                    gauge: 1 while SetLeader(true)
 //	housekeeper_queue_messages{queue,set}                 gauge; only while SetLeader(true)
 //
 // The queue gauges are measured at scrape time (a SCAN and four ZCARDs per
-// queue), which is why only the elected leader reports them.
+// queue), which is why only the elected leader reports them. Runners of one
+// prefix on one registry share their series.
 package housekeeper

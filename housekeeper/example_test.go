@@ -20,7 +20,7 @@ func ExampleRunner() {
 	defer stop()
 
 	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
-	defer rdb.Close()
+	defer func() { _ = rdb.Close() }()
 	var locker housekeeper.Locker = housekeepertest.NewLocker() // the coordinator SDK in production
 
 	hk, err := housekeeper.New(rdb, locker, housekeeper.Config{
@@ -40,7 +40,7 @@ func ExampleRunner() {
 func ExampleQueues_UnlockBatch() {
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
-	defer rdb.Close()
+	defer func() { _ = rdb.Close() }()
 	q, err := housekeeper.NewQueues(rdb, "deckard_v1")
 	if err != nil {
 		log.Fatal(err)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"sync"
 	"time"
+
+	"github.com/jonboulle/clockwork"
 )
 
 // Lease is a held coordinator lease.
@@ -19,20 +21,21 @@ type Lease interface {
 	Release(ctx context.Context) error
 }
 
-// Locker grants leases; TryLock returns ErrNotAcquired (or Config.ErrNotAcquired)
+// Locker grants leases; TryLock returns an error wrapping ErrNotAcquired
 // when another instance holds name.
 type Locker interface {
 	TryLock(ctx context.Context, name string, ttl time.Duration) (Lease, error)
 }
 
-// ErrNotAcquired is what a Locker returns when another instance holds the
-// name. A Locker with a sentinel of its own is told to the Runner through
-// Config.ErrNotAcquired.
+// ErrNotAcquired is what a Locker returns (wrapped or not) when another
+// instance holds the name; the Runner then skips the queue quietly.
 var ErrNotAcquired = errors.New("housekeeper: lease held by another instance")
 
 // isDone reports whether l is lost or released, or past its deadline: a
 // process that was paused (a long GC, a stopped VM) must not start a batch
-// on its lease before the goroutine that notices the loss has run.
+// on its lease before the goroutine that notices the loss has run. The
+// deadline is the Locker's, on the real clock, so it is read against
+// time.Now and never against the Runner's (possibly fake) clock.
 func isDone(l Lease) bool {
 	select {
 	case <-l.Done():
@@ -50,13 +53,17 @@ type heldLease struct {
 	lastSeen time.Time // when a cycle last found the queue and used the lease
 }
 
-// leaseCache holds the Runner's leases by name.
+// leaseCache holds the Runner's leases by name. Its clock dates their use,
+// which decides when an idle one is released.
 type leaseCache struct {
-	mu sync.Mutex
-	m  map[string]*heldLease
+	clock clockwork.Clock
+	mu    sync.Mutex
+	m     map[string]*heldLease
 }
 
-func newLeaseCache() *leaseCache { return &leaseCache{m: make(map[string]*heldLease)} }
+func newLeaseCache(clock clockwork.Clock) *leaseCache {
+	return &leaseCache{clock: clock, m: make(map[string]*heldLease)}
+}
 
 func (c *leaseCache) get(name string) (Lease, bool) {
 	c.mu.Lock()
@@ -65,14 +72,14 @@ func (c *leaseCache) get(name string) (Lease, bool) {
 	if !ok {
 		return nil, false
 	}
-	h.lastSeen = time.Now()
+	h.lastSeen = c.clock.Now()
 	return h.lease, true
 }
 
 func (c *leaseCache) put(name string, t task, l Lease) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.m[name] = &heldLease{lease: l, task: t, lastSeen: time.Now()}
+	c.m[name] = &heldLease{lease: l, task: t, lastSeen: c.clock.Now()}
 }
 
 // remove drops name if it still maps to l, and reports whether it did.
@@ -86,10 +93,11 @@ func (c *leaseCache) remove(name string, l Lease) bool {
 	return false
 }
 
-// takeIdle removes and returns task's leases not used since before.
-func (c *leaseCache) takeIdle(t task, before time.Time) []Lease {
+// takeIdle removes and returns task's leases not used for longer than idle.
+func (c *leaseCache) takeIdle(t task, idle time.Duration) []Lease {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	before := c.clock.Now().Add(-idle)
 	var out []Lease
 	for name, h := range c.m {
 		if h.task == t && h.lastSeen.Before(before) {

@@ -3,49 +3,59 @@ package housekeeper
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// metrics are the Runner's Prometheus metrics.
+// sizesTimeout bounds the measuring of the queues at one scrape.
+const sizesTimeout = 5 * time.Second
+
+// metrics are a Runner's Prometheus metrics. Every series carries the
+// Runner's key prefix as the constant label "prefix": Runners on different
+// prefixes may have queues of the same name, and their series must not mix.
+// Runners on one prefix and one Registerer share these (see register).
 type metrics struct {
 	unlocked   *prometheus.CounterVec   // queue, lock_type
 	timedOut   *prometheus.CounterVec   // queue
 	duration   *prometheus.HistogramVec // task
 	fenced     *prometheus.CounterVec   // task
 	leasesLost *prometheus.CounterVec   // task
-	leader     prometheus.Gauge
+	queues     *queueCollector          // housekeeper_leader and the queue gauges
 }
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, q *Queues) (*metrics, error) {
+	labels := prometheus.Labels{"prefix": q.ks.prefix}
 	m := &metrics{
 		unlocked: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "housekeeper_messages_unlocked_total",
-			Help: "Messages moved from a lock set back to the active pool.",
+			Name:        "housekeeper_messages_unlocked_total",
+			Help:        "Messages moved from a lock set back to the active pool.",
+			ConstLabels: labels,
 		}, []string{"queue", "lock_type"}),
 		timedOut: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "housekeeper_messages_timed_out_total",
-			Help: "In-flight messages whose ack deadline passed, moved back to the active pool.",
+			Name:        "housekeeper_messages_timed_out_total",
+			Help:        "In-flight messages whose ack deadline passed, moved back to the active pool.",
+			ConstLabels: labels,
 		}, []string{"queue"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "housekeeper_batch_duration_seconds",
-			Help:    "Duration of one batch script call, as seen by the housekeeper.",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14), // 0.5 ms .. ~4 s
+			Name:        "housekeeper_batch_duration_seconds",
+			Help:        "Duration of one batch script call, as seen by the housekeeper.",
+			Buckets:     prometheus.ExponentialBuckets(0.0005, 2, 14), // 0.5 ms .. ~4 s
+			ConstLabels: labels,
 		}, []string{"task"}),
 		fenced: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "housekeeper_batches_fenced_total",
-			Help: "Batches refused at Redis because their fencing token was stale.",
+			Name:        "housekeeper_batches_fenced_total",
+			Help:        "Batches refused at Redis because their fencing token was stale.",
+			ConstLabels: labels,
 		}, []string{"task"}),
 		leasesLost: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "housekeeper_leases_lost_total",
-			Help: "Held leases found lost (Done closed) before being released.",
+			Name:        "housekeeper_leases_lost_total",
+			Help:        "Held leases found lost (Done closed) before being released.",
+			ConstLabels: labels,
 		}, []string{"task"}),
-		leader: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "housekeeper_leader",
-			Help: "Whether this instance is the elected leader, which reports the queue gauges: 1 or 0.",
-		}),
+		queues: newQueueCollector(q, labels),
 	}
 	var err error
 	if m.unlocked, err = register(reg, m.unlocked); err != nil {
@@ -63,7 +73,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if m.leasesLost, err = register(reg, m.leasesLost); err != nil {
 		return nil, err
 	}
-	if m.leader, err = register(reg, m.leader); err != nil {
+	if m.queues, err = register(reg, m.queues); err != nil {
 		return nil, err
 	}
 	for _, t := range []task{taskUnlock, taskTimeout} {
@@ -73,9 +83,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
-// register registers c on reg (when not nil). When an identical collector is
-// already registered, as with several Runners in one process, it returns
-// that one so that they share it.
+// register registers c on reg (when not nil). When an identical collector,
+// same names and same prefix label, is already registered, as with several
+// Runners of one prefix in one process, it returns that one so that they
+// share it.
 func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
 	if reg == nil {
 		return c, nil
@@ -87,65 +98,69 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error)
 				return existing, nil
 			}
 		}
-		return c, err
+		return c, fmt.Errorf("register %T: %w", c, err)
 	}
 	return c, nil
 }
 
-// QueueCollector reports housekeeper_queue_messages{queue,set}, the size of
-// each queue's active, tmp, lock_ack and lock_nack sets, measured at scrape
-// time (Queues.Sizes). It reports nothing until enabled, so that of several
-// housekeepers only the elected leader pays for the scan and the series are
-// not duplicated.
-type QueueCollector struct {
+// queueCollector reports housekeeper_leader and, while a Runner of its
+// prefix leads, housekeeper_queue_messages{queue,set}: the size of each
+// queue's active, tmp, lock_ack and lock_nack sets, measured at scrape time
+// (Queues.sizes). Only the leader reports the sizes, so that of several
+// housekeepers one pays for the scan and the series are not duplicated.
+//
+// Runners of one prefix on one Registerer share it. It counts how many of
+// them lead rather than holding a flag, so that one Runner stepping down
+// cannot silence another that has just been elected.
+type queueCollector struct {
 	queues  *Queues
-	timeout time.Duration
-	enabled atomic.Bool
-	desc    *prometheus.Desc
+	leaders atomic.Int64
+	sizes   *prometheus.Desc
+	leader  *prometheus.Desc
 }
 
-// NewQueueCollector returns a disabled collector of q's sizes; a scrape
-// gives up measuring after timeout (5 s when 0).
-func NewQueueCollector(q *Queues, timeout time.Duration) *QueueCollector {
-	if timeout <= 0 {
-		timeout = 5 * time.Second
-	}
-	return &QueueCollector{
-		queues:  q,
-		timeout: timeout,
-		desc: prometheus.NewDesc("housekeeper_queue_messages",
+func newQueueCollector(q *Queues, labels prometheus.Labels) *queueCollector {
+	return &queueCollector{
+		queues: q,
+		sizes: prometheus.NewDesc("housekeeper_queue_messages",
 			"Messages in each set of a Deckard queue (set: active, tmp, lock_ack, lock_nack). Reported by the leader only.",
-			[]string{"queue", "set"}, nil),
+			[]string{"queue", "set"}, labels),
+		leader: prometheus.NewDesc("housekeeper_leader",
+			"Whether this instance is the elected leader, which reports the queue gauges: 1 or 0.",
+			nil, labels),
 	}
 }
-
-// SetEnabled turns reporting on (for the leader) or off.
-func (c *QueueCollector) SetEnabled(on bool) { c.enabled.Store(on) }
-
-// Enabled reports whether the collector reports.
-func (c *QueueCollector) Enabled() bool { return c.enabled.Load() }
 
 // Describe implements prometheus.Collector.
-func (c *QueueCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.sizes
+	ch <- c.leader
+}
 
 // Collect implements prometheus.Collector.
-func (c *QueueCollector) Collect(ch chan<- prometheus.Metric) {
-	if !c.enabled.Load() {
+func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
+	leading := c.leaders.Load() > 0
+	var leader float64
+	if leading {
+		leader = 1
+	}
+	ch <- prometheus.MustNewConstMetric(c.leader, prometheus.GaugeValue, leader)
+	if !leading {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), sizesTimeout)
 	defer cancel()
-	sizes, err := c.queues.Sizes(ctx)
+	sizes, err := c.queues.sizes(ctx)
 	if err != nil {
-		ch <- prometheus.NewInvalidMetric(c.desc, err)
+		ch <- prometheus.NewInvalidMetric(c.sizes, err)
 		return
 	}
 	for queue, s := range sizes {
 		for _, v := range [...]struct {
 			set string
 			n   int64
-		}{{"active", s.Active}, {"tmp", s.Tmp}, {"lock_ack", s.LockAck}, {"lock_nack", s.LockNack}} {
-			ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(v.n), queue, v.set)
+		}{{"active", s.active}, {"tmp", s.tmp}, {"lock_ack", s.lockAck}, {"lock_nack", s.lockNack}} {
+			ch <- prometheus.MustNewConstMetric(c.sizes, prometheus.GaugeValue, float64(v.n), queue, v.set)
 		}
 	}
 }

@@ -185,17 +185,17 @@ func (q *Queues) scan(ctx context.Context, match string, fn func(key string)) er
 	return nil
 }
 
-// Sizes is the number of messages in each of a queue's sets.
-type Sizes struct {
-	Active, Tmp, LockAck, LockNack int64
+// queueSizes is the number of messages in each of a queue's sets.
+type queueSizes struct {
+	active, tmp, lockAck, lockNack int64
 }
 
 // sizesChunk is how many queues one pipeline measures.
 const sizesChunk = 250
 
-// Sizes measures every queue under the prefix: one SCAN of the prefix's
+// sizes measures every queue under the prefix: one SCAN of the prefix's
 // queue keys, then ZCARD of each queue's four sets, pipelined.
-func (q *Queues) Sizes(ctx context.Context) (map[string]Sizes, error) {
+func (q *Queues) sizes(ctx context.Context) (map[string]queueSizes, error) {
 	seen := make(map[string]struct{})
 	if err := q.scan(ctx, q.ks.pattern("*"), func(key string) {
 		if queue, _, ok := q.ks.parse(key); ok {
@@ -209,7 +209,7 @@ func (q *Queues) Sizes(ctx context.Context) (map[string]Sizes, error) {
 		names = append(names, queue)
 	}
 	sets := [...]kind{kindActive, kindTmp, kindLockAck, kindLockNack}
-	out := make(map[string]Sizes, len(names))
+	out := make(map[string]queueSizes, len(names))
 	for start := 0; start < len(names); start += sizesChunk {
 		chunk := names[start:min(start+sizesChunk, len(names))]
 		cmds := make([]*redis.IntCmd, 0, len(chunk)*len(sets))
@@ -225,7 +225,7 @@ func (q *Queues) Sizes(ctx context.Context) (map[string]Sizes, error) {
 		}
 		for i, queue := range chunk {
 			c := cmds[i*len(sets):]
-			out[queue] = Sizes{Active: c[0].Val(), Tmp: c[1].Val(), LockAck: c[2].Val(), LockNack: c[3].Val()}
+			out[queue] = queueSizes{active: c[0].Val(), tmp: c[1].Val(), lockAck: c[2].Val(), lockNack: c[3].Val()}
 		}
 	}
 	return out, nil

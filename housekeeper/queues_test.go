@@ -28,9 +28,8 @@ func newQueues(t *testing.T) (*redis.Client, hkt.Deckard, *housekeeper.Queues) {
 
 func TestUnlockRestoresSavedScoresExactly(t *testing.T) {
 	rdb, d, q := newQueues(t)
-	ctx := context.Background()
 	scores := []float64{
-		-3.5, 0.125, 1e15 + 0.5, 0.1, 1.0 / 3, 123456789.123456789, -0.0, 0,
+		-3.5, 0.125, 1e15 + 0.5, 0.1, 1.0 / 3, 123456789.123456789, math.Copysign(0, -1), 0,
 		1 << 53, 1<<53 - 1, -(1 << 53), 1e300, -1e-300, 5e-324, math.MaxFloat64,
 		math.Inf(1), math.Inf(-1),
 	}
@@ -40,6 +39,7 @@ func TestUnlockRestoresSavedScoresExactly(t *testing.T) {
 	}{{housekeeper.LockAck, hkt.LockAck, hkt.LockAckScore}, {housekeeper.LockNack, hkt.LockNack, hkt.LockNackScore}} {
 		for _, score := range scores {
 			t.Run(fmt.Sprintf("%s/%v", lock.lock, score), func(t *testing.T) {
+				ctx := t.Context()
 				queue := fmt.Sprintf("scores-%s-%v", lock.lock, score)
 				now := hkt.NowMs(t, rdb)
 				d.Seed(t, rdb, func(p redis.Pipeliner) {
@@ -68,7 +68,6 @@ func TestUnlockRestoresSavedScoresExactly(t *testing.T) {
 
 func TestUnlockWithoutSavedScoreUsesNowForAckAndZeroForNack(t *testing.T) {
 	rdb, d, q := newQueues(t)
-	ctx := context.Background()
 	tests := []struct {
 		lock         housekeeper.LockType
 		set, savedIn hkt.Set
@@ -79,6 +78,7 @@ func TestUnlockWithoutSavedScoreUsesNowForAckAndZeroForNack(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(string(tt.lock), func(t *testing.T) {
+			ctx := t.Context()
 			queue := "defaults-" + string(tt.lock)
 			before := hkt.NowMs(t, rdb)
 			d.Seed(t, rdb, func(p redis.Pipeliner) {
@@ -131,9 +131,9 @@ var batches = []batch{
 
 func TestBatchesNeverMoveMessagesNotYetDue(t *testing.T) {
 	rdb, d, q := newQueues(t)
-	ctx := context.Background()
 	for _, b := range batches {
 		t.Run(b.name, func(t *testing.T) {
+			ctx := t.Context()
 			queue := "not-due-" + b.name
 			now := hkt.NowMs(t, rdb)
 			d.Seed(t, rdb, func(p redis.Pipeliner) {
@@ -166,10 +166,10 @@ func TestBatchesNeverMoveMessagesNotYetDue(t *testing.T) {
 
 func TestBatchesRepeatUntilNothingIsDue(t *testing.T) {
 	rdb, d, q := newQueues(t)
-	ctx := context.Background()
 	const due, limit = 2500, 1000
 	for _, b := range batches {
 		t.Run(b.name, func(t *testing.T) {
+			ctx := t.Context()
 			queue := "repeat-" + b.name
 			now := hkt.NowMs(t, rdb)
 			d.Seed(t, rdb, func(p redis.Pipeliner) {
@@ -226,7 +226,6 @@ func TestTimeoutMovesExpiredInFlightMessagesWithScoreZero(t *testing.T) {
 
 func TestBatchWithAStaleTokenIsRefusedAndMovesNothing(t *testing.T) {
 	rdb, d, q := newQueues(t)
-	ctx := context.Background()
 	tests := []struct {
 		name          string
 		first, second uint64
@@ -244,6 +243,7 @@ func TestBatchWithAStaleTokenIsRefusedAndMovesNothing(t *testing.T) {
 	for _, b := range batches {
 		for _, tt := range tests {
 			t.Run(b.name+"/"+tt.name, func(t *testing.T) {
+				ctx := t.Context()
 				queue := "fence-" + b.name + "-" + tt.name
 				task := "unlock"
 				if b.set == hkt.Tmp {

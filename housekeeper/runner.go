@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 )
@@ -41,29 +42,31 @@ type Config struct {
 	// LeaseIdleTimeout: a lease of a queue no cycle has found for this long
 	// (its sets are gone) is released; DefaultLeaseIdleTimeout.
 	LeaseIdleTimeout time.Duration
-	// ErrNotAcquired is the Locker's own "held by another" sentinel, if it
-	// does not return housekeeper.ErrNotAcquired.
-	ErrNotAcquired error
-	Logger         *slog.Logger          // slog.Default() when nil
-	Registerer     prometheus.Registerer // where metrics go; none are registered when nil
+	Logger           *slog.Logger          // slog.Default() when nil
+	Registerer       prometheus.Registerer // where metrics go; none are registered when nil
 }
 
 // Runner runs the unlock and timeout tasks on every queue it gets a lease
 // for. See the package comment.
 type Runner struct {
-	queues    *Queues
-	locker    Locker
-	cfg       Config
-	log       *slog.Logger
-	m         *metrics
-	collector *QueueCollector
-	sem       chan struct{} // worker slots, shared by both tasks
-	leases    *leaseCache
-	running   atomic.Bool
+	queues  *Queues
+	locker  Locker
+	cfg     Config
+	log     *slog.Logger
+	m       *metrics
+	clock   clockwork.Clock // paces the cycles and dates the leases' use
+	sem     chan struct{}   // worker slots, shared by both tasks
+	leases  *leaseCache
+	running atomic.Bool
+	leading atomic.Bool
 }
 
 // New returns a Runner working on rdb's queues, gated by locker.
 func New(rdb redis.UniversalClient, locker Locker, cfg Config) (*Runner, error) {
+	return newRunner(rdb, locker, cfg, clockwork.NewRealClock())
+}
+
+func newRunner(rdb redis.UniversalClient, locker Locker, cfg Config, clock clockwork.Clock) (*Runner, error) {
 	if locker == nil {
 		return nil, errors.New("housekeeper: nil Locker")
 	}
@@ -104,42 +107,37 @@ func New(rdb redis.UniversalClient, locker Locker, cfg Config) (*Runner, error) 
 		return nil, err
 	}
 	cfg.Prefix = q.ks.prefix
-	m, err := newMetrics(cfg.Registerer)
+	m, err := newMetrics(cfg.Registerer, q)
 	if err != nil {
 		return nil, fmt.Errorf("housekeeper: register metrics: %w", err)
-	}
-	collector, err := register(cfg.Registerer, NewQueueCollector(q, 0))
-	if err != nil {
-		return nil, fmt.Errorf("housekeeper: register queue collector: %w", err)
 	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
 	}
 	return &Runner{
-		queues:    q,
-		locker:    locker,
-		cfg:       cfg,
-		log:       log.With("component", "housekeeper"),
-		m:         m,
-		collector: collector,
-		sem:       make(chan struct{}, cfg.Parallelism),
-		leases:    newLeaseCache(),
+		queues: q,
+		locker: locker,
+		cfg:    cfg,
+		log:    log.With("component", "housekeeper", "prefix", cfg.Prefix),
+		m:      m,
+		clock:  clock,
+		sem:    make(chan struct{}, cfg.Parallelism),
+		leases: newLeaseCache(clock),
 	}, nil
 }
 
-// Queues returns the Runner's queues, for direct batch calls.
-func (r *Runner) Queues() *Queues { return r.queues }
-
-// SetLeader turns the housekeeper_queue_messages gauges on (this instance is
-// the elected leader) or off, and sets housekeeper_leader. Runners sharing
-// one Registerer share these, so this switches them for all of them.
+// SetLeader turns the housekeeper_queue_messages gauges of the Runner's
+// prefix on (this instance is the elected leader) or off, and sets
+// housekeeper_leader. Runners of one prefix sharing a Registerer share these
+// series: they report while any of those Runners leads.
 func (r *Runner) SetLeader(leader bool) {
-	r.collector.SetEnabled(leader)
-	if leader {
-		r.m.leader.Set(1)
-	} else {
-		r.m.leader.Set(0)
+	if r.leading.CompareAndSwap(!leader, leader) {
+		if leader {
+			r.m.queues.leaders.Add(1)
+		} else {
+			r.m.queues.leaders.Add(-1)
+		}
 	}
 }
 
@@ -147,8 +145,9 @@ func (r *Runner) SetLeader(leader bool) {
 // every TimeoutInterval a timeout cycle, each discovering the queues afresh.
 // Once ctx is cancelled it lets the batches in flight finish (their
 // script calls are not cancelled), starts no new ones, releases every lease
-// it holds and returns nil. Redis and Locker failures are logged and retried
-// next cycle, never returned. A Runner runs once at a time.
+// it holds, logs how many it released and how many releases failed, and
+// returns nil. Redis and Locker failures are logged and retried next cycle,
+// never returned. A Runner runs once at a time.
 func (r *Runner) Run(ctx context.Context) error {
 	if !r.running.CompareAndSwap(false, true) {
 		return errors.New("housekeeper: Runner is already running")
@@ -158,23 +157,30 @@ func (r *Runner) Run(ctx context.Context) error {
 	wg.Go(func() { r.loop(ctx, taskUnlock, r.cfg.UnlockInterval) })
 	wg.Go(func() { r.loop(ctx, taskTimeout, r.cfg.TimeoutInterval) })
 	wg.Wait()
-	r.release(context.WithoutCancel(ctx), r.leases.takeAll(), "shutdown")
+	res := r.release(context.WithoutCancel(ctx), r.leases.takeAll())
+	counts := []any{"released", res.released, "failed", res.failed, "already_lost", res.lost}
+	if res.failed > 0 {
+		r.log.Warn("stopped; some leases could not be released and will expire within their TTL", append(counts, "err", res.err)...)
+	} else {
+		r.log.Info("stopped; leases released", counts...)
+	}
 	return nil
 }
 
-// loop starts a cycle of t every interval (at once when a cycle overran it).
+// loop starts a cycle of t at once, then every interval (at once when a
+// cycle overran it).
 func (r *Runner) loop(ctx context.Context, t task, interval time.Duration) {
-	timer := time.NewTimer(0)
+	timer := r.clock.NewTimer(0)
 	defer timer.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-timer.C:
+		case <-timer.Chan():
 		}
-		start := time.Now()
+		start := r.clock.Now()
 		r.cycle(ctx, t)
-		timer.Reset(max(0, interval-time.Since(start)))
+		timer.Reset(max(0, interval-r.clock.Since(start)))
 	}
 }
 
@@ -192,6 +198,7 @@ func (r *Runner) cycle(ctx context.Context, t task) {
 	for queue := range found {
 		order = append(order, queue)
 	}
+	//nolint:gosec // G404: the order only spreads instances over the queues; nothing rests on its being unpredictable
 	rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 	var wg sync.WaitGroup
 queues:
@@ -208,7 +215,10 @@ queues:
 	}
 	wg.Wait()
 	if ctx.Err() == nil {
-		r.release(ctx, r.leases.takeIdle(t, time.Now().Add(-r.cfg.LeaseIdleTimeout)), "idle")
+		if res := r.release(ctx, r.leases.takeIdle(t, r.cfg.LeaseIdleTimeout)); res.failed > 0 {
+			r.log.Warn("releasing the leases of vanished queues failed; they will expire",
+				"task", t, "released", res.released, "failed", res.failed, "err", res.err)
+		}
 	}
 }
 
@@ -254,7 +264,7 @@ func (r *Runner) acquire(ctx context.Context, t task, name string) Lease {
 		return l
 	case err == nil:
 		r.log.Warn("Locker returned neither a lease nor an error", "lease", name)
-	case errors.Is(err, ErrNotAcquired) || (r.cfg.ErrNotAcquired != nil && errors.Is(err, r.cfg.ErrNotAcquired)):
+	case errors.Is(err, ErrNotAcquired):
 		r.log.Debug("lease held by another instance; skipping queue this cycle", "lease", name)
 	case ctx.Err() != nil:
 	default:
@@ -307,7 +317,9 @@ func (r *Runner) drain(ctx context.Context, t task, queue, name string, lease Le
 			r.m.fenced.WithLabelValues(string(t)).Inc()
 			r.log.Warn("batch fenced: lease is stale; releasing it", "lease", name, "err", err)
 			if r.leases.remove(name, lease) {
-				r.release(ctx, []Lease{lease}, "fenced")
+				if res := r.release(ctx, []Lease{lease}); res.err != nil {
+					r.log.Warn("releasing the fenced lease failed; it will expire", "lease", name, "err", res.err)
+				}
 			}
 			return false
 		case err != nil:
@@ -319,27 +331,54 @@ func (r *Runner) drain(ctx context.Context, t task, queue, name string, lease Le
 	}
 }
 
+// releaseResult counts what release did with its leases.
+type releaseResult struct {
+	released int   // released now
+	lost     int   // already lost or released: nothing to do
+	failed   int   // Release returned an error: the lease stays until its TTL ends
+	err      error // the first of those errors
+}
+
 // release releases leases concurrently, each within releaseTimeout of now,
-// whether or not ctx is cancelled.
-func (r *Runner) release(ctx context.Context, leases []Lease, why string) {
+// whether or not ctx is cancelled, and reports how that went: a failed
+// release is not fatal (the lease expires), but whoever reports on it must
+// not claim that the leases are free.
+func (r *Runner) release(ctx context.Context, leases []Lease) releaseResult {
+	var res releaseResult
 	if len(leases) == 0 {
-		return
+		return res
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
+	var mu sync.Mutex
 	slots := make(chan struct{}, r.cfg.Parallelism)
 	var wg sync.WaitGroup
 	for _, l := range leases {
 		slots <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-slots }()
-			if isDone(l) {
-				return
+			var err error
+			done := isDone(l)
+			if !done {
+				if err = l.Release(ctx); err != nil {
+					err = fmt.Errorf("release lease with token %d: %w", l.Token(), err)
+				}
 			}
-			if err := l.Release(ctx); err != nil {
-				r.log.Warn("lease release failed; it will expire", "why", why, "token", l.Token(), "err", err)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case done:
+				res.lost++
+			case err != nil:
+				res.failed++
+				if res.err == nil {
+					res.err = err
+				}
+			default:
+				res.released++
 			}
 		})
 	}
 	wg.Wait()
+	return res
 }

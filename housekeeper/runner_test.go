@@ -1,15 +1,21 @@
 package housekeeper_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
@@ -22,6 +28,7 @@ import (
 type runner struct {
 	*housekeeper.Runner
 	reg    *prometheus.Registry
+	clock  *clockwork.FakeClock // nil: the real clock
 	cancel context.CancelFunc
 	done   chan error
 }
@@ -36,7 +43,24 @@ func startRunner(t *testing.T, rdb redis.UniversalClient, d hkt.Deckard, locker 
 	return r
 }
 
+// startStepped is startRunner on a fake clock: the Runner runs one cycle of
+// each task at once, and another only when the test steps the clock. It
+// returns once those first cycles have ended.
+func startStepped(t *testing.T, rdb redis.UniversalClient, d hkt.Deckard, locker housekeeper.Locker, cfg housekeeper.Config) *runner {
+	t.Helper()
+	r := newRunnerWithClock(t, rdb, d, locker, cfg, clockwork.NewFakeClock())
+	r.start(context.Background())
+	t.Cleanup(func() { r.stop(t) })
+	r.settle(t)
+	return r
+}
+
 func newRunner(t *testing.T, rdb redis.UniversalClient, d hkt.Deckard, locker housekeeper.Locker, cfg housekeeper.Config) *runner {
+	t.Helper()
+	return newRunnerWithClock(t, rdb, d, locker, cfg, nil)
+}
+
+func newRunnerWithClock(t *testing.T, rdb redis.UniversalClient, d hkt.Deckard, locker housekeeper.Locker, cfg housekeeper.Config, clock *clockwork.FakeClock) *runner {
 	t.Helper()
 	cfg.Prefix = d.Prefix
 	reg := prometheus.NewRegistry()
@@ -44,11 +68,42 @@ func newRunner(t *testing.T, rdb redis.UniversalClient, d hkt.Deckard, locker ho
 	if cfg.Logger == nil {
 		cfg.Logger = testLogger(t)
 	}
-	hk, err := housekeeper.New(rdb, locker, cfg)
+	var hk *housekeeper.Runner
+	var err error
+	if clock == nil {
+		hk, err = housekeeper.New(rdb, locker, cfg)
+	} else {
+		hk, err = housekeeper.NewWithClock(rdb, locker, cfg, clock)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &runner{Runner: hk, reg: reg}
+	return &runner{Runner: hk, reg: reg, clock: clock}
+}
+
+// settle waits until both task loops of a stepped Runner wait on its clock
+// again, that is until every cycle started so far has ended.
+func (r *runner) settle(t *testing.T) {
+	t.Helper()
+	settle(t, r.clock, 2)
+}
+
+// settle waits until loops task loops wait on clock.
+func settle(t *testing.T, clock *clockwork.FakeClock, loops int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := clock.BlockUntilContext(ctx, loops); err != nil {
+		t.Fatalf("cycles did not end within 30s: %v", err)
+	}
+}
+
+// step advances a stepped Runner's clock by d, starting the cycles due by
+// then, and waits for them to end.
+func (r *runner) step(t *testing.T, d time.Duration) {
+	t.Helper()
+	r.clock.Advance(d)
+	r.settle(t)
 }
 
 func (r *runner) start(ctx context.Context) {
@@ -310,22 +365,30 @@ func TestRunnerLeavesAQueueAtTheNextBatchOnceItsLeaseIsLost(t *testing.T) {
 	locker := hkt.NewLocker()
 	thief := make(chan *hkt.Lease, 1)
 	// Another instance takes the lease while the first batch runs.
-	hook := &scriptHook{key: d.Key("q", hkt.LockAck), after: func() { thief <- locker.Steal("housekeeper/unlock/q", time.Minute) }}
+	hook := &scriptHook{key: d.Key("q", hkt.LockAck), after: func() { thief <- locker.Steal("housekeeper/unlock/q") }}
 	rdb.AddHook(hook)
-	cfg := housekeeper.Config{BatchSize: 1000, UnlockInterval: 20 * time.Millisecond, TimeoutInterval: time.Hour}
-	r := startRunner(t, rdb, d, locker, cfg)
-	waitFor(t, 10*time.Second, "the lease loss noticed", func() bool {
-		return metric(t, r.reg, "housekeeper_leases_lost_total", "task", "unlock") == 1
-	})
-	time.Sleep(100 * time.Millisecond) // a few more cycles, all skipping q
-	if snap := d.Snapshot(t, rdb, "q"); len(snap[hkt.Active]) != 1000 || len(snap[hkt.LockAck]) != 1500 {
-		t.Fatalf("active %d, lock_ack %d; want 1000 and 1500: work must stop at the first batch boundary", len(snap[hkt.Active]), len(snap[hkt.LockAck]))
+	cfg := housekeeper.Config{BatchSize: 1000, UnlockInterval: time.Second, TimeoutInterval: time.Hour}
+	r := startStepped(t, rdb, d, locker, cfg)
+	if lost := metric(t, r.reg, "housekeeper_leases_lost_total", "task", "unlock"); lost != 1 {
+		t.Fatalf("housekeeper_leases_lost_total{task=unlock} = %v after the first cycle, want 1", lost)
+	}
+	for cycle := range 4 { // the first cycle, then three that find q leased elsewhere
+		if cycle > 0 {
+			r.step(t, cfg.UnlockInterval)
+		}
+		if snap := d.Snapshot(t, rdb, "q"); len(snap[hkt.Active]) != 1000 || len(snap[hkt.LockAck]) != 1500 {
+			t.Fatalf("after cycle %d: active %d, lock_ack %d; want 1000 and 1500: work must stop at the first batch boundary",
+				cycle+1, len(snap[hkt.Active]), len(snap[hkt.LockAck]))
+		}
 	}
 	// Once the other instance lets go, the queue is taken up again.
 	if err := (<-thief).Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the rest moved", func() bool { return r.moved(t) == 2500 })
+	r.step(t, cfg.UnlockInterval)
+	if got := r.moved(t); got != 2500 {
+		t.Errorf("%v moved once the lease was free again, want 2500", got)
+	}
 	r.stop(t)
 	if got := locker.Grants("housekeeper/unlock/q"); got != 3 {
 		t.Errorf("lease granted %d times, want 3 (runner, thief, runner again)", got)
@@ -342,17 +405,57 @@ func TestRunnerSkipsQueuesLeasedByAnotherInstance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := housekeeper.Config{LeaseNamespace: "ns", UnlockInterval: time.Hour, TimeoutInterval: 20 * time.Millisecond}
-	r := startRunner(t, rdb, d, locker, cfg)
-	waitFor(t, 10*time.Second, "mine moved", func() bool { return r.moved(t) == 10 })
-	time.Sleep(100 * time.Millisecond)
-	if n := len(d.Snapshot(t, rdb, "theirs")[hkt.Tmp]); n != 10 {
-		t.Fatalf("%d of theirs left in tmp, want 10: a queue leased elsewhere was worked", n)
+	cfg := housekeeper.Config{LeaseNamespace: "ns", UnlockInterval: time.Hour, TimeoutInterval: time.Second}
+	r := startStepped(t, rdb, d, locker, cfg)
+	for cycle := range 4 {
+		if cycle > 0 {
+			r.step(t, cfg.TimeoutInterval)
+		}
+		if got := r.moved(t); got != 10 {
+			t.Fatalf("after cycle %d: %v moved, want mine's 10", cycle+1, got)
+		}
+		if n := len(d.Snapshot(t, rdb, "theirs")[hkt.Tmp]); n != 10 {
+			t.Fatalf("after cycle %d: %d of theirs left in tmp, want 10: a queue leased elsewhere was worked", cycle+1, n)
+		}
 	}
 	if err := other.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "theirs moved once free", func() bool { return r.moved(t) == 20 })
+	r.step(t, cfg.TimeoutInterval)
+	if got := r.moved(t); got != 20 {
+		t.Errorf("%v moved once theirs was free, want 20", got)
+	}
+}
+
+func TestRunnerReleasesTheLeasesOfQueuesThatVanished(t *testing.T) {
+	rdb := redistest.Client(t)
+	d := newDeckard(t, rdb)
+	now := hkt.NowMs(t, rdb)
+	d.Seed(t, rdb, func(p redis.Pipeliner) {
+		// gone's tmp set empties in the first cycle, so later cycles do not
+		// find the queue; stays' message is due in an hour, so they do.
+		d.Put(context.Background(), p, "gone", hkt.Tmp, "m", float64(now-1))
+		d.Put(context.Background(), p, "stays", hkt.Tmp, "m", float64(now+3_600_000))
+	})
+	locker := hkt.NewLocker()
+	cfg := housekeeper.Config{UnlockInterval: time.Hour, TimeoutInterval: time.Second, LeaseIdleTimeout: 10 * time.Second}
+	r := startStepped(t, rdb, d, locker, cfg)
+	both := []string{"housekeeper/timeout/gone", "housekeeper/timeout/stays"}
+	for elapsed := time.Duration(0); elapsed <= 12*time.Second; elapsed += cfg.TimeoutInterval {
+		if elapsed > 0 {
+			r.step(t, cfg.TimeoutInterval)
+		}
+		want := both
+		if elapsed > cfg.LeaseIdleTimeout {
+			want = both[1:]
+		}
+		if got := locker.Held(); !slices.Equal(got, want) {
+			t.Fatalf("%v after gone vanished: held %v, want %v", elapsed, got, want)
+		}
+	}
+	if got := locker.Grants("housekeeper/timeout/stays"); got != 1 {
+		t.Errorf("stays' lease granted %d times, want 1: a lease in use is kept", got)
+	}
 }
 
 func TestRunnerStopsOnAFencedBatchAndDropsTheStaleLease(t *testing.T) {
@@ -522,7 +625,13 @@ func TestRunnersShareTheWorkAndMoveEachDueMessageExactlyOnce(t *testing.T) {
 	waitFor(t, 60*time.Second, "every due message moved", func() bool {
 		return total("housekeeper_messages_unlocked_total")+total("housekeeper_messages_timed_out_total") >= due
 	})
-	time.Sleep(120 * time.Millisecond) // a few more cycles: nothing else may move
+	// A few more cycles, in which nothing else may move: each queue's holder
+	// runs three batches per cycle (lock_ack, lock_nack, tmp: their not-due
+	// messages keep the sets there), so this is about two more rounds.
+	batches := total("housekeeper_batch_duration_seconds")
+	waitFor(t, 60*time.Second, "two more rounds of cycles", func() bool {
+		return total("housekeeper_batch_duration_seconds") >= batches+2*queues*3
+	})
 	// Stop all at once, lest one take up the leases another released.
 	for _, r := range runners {
 		r.cancel()
@@ -600,14 +709,193 @@ func TestQueueGaugesAreReportedOnlyByTheLeader(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("leader=%v/%s/%s", tt.leader, tt.queue, tt.set), func(t *testing.T) {
 			r.SetLeader(tt.leader)
-			if got := metric(t, r.reg, "housekeeper_queue_messages", "queue", tt.queue, "set", tt.set); got != tt.want {
+			if got := metric(t, r.reg, "housekeeper_queue_messages", "prefix", d.Prefix, "queue", tt.queue, "set", tt.set); got != tt.want {
 				t.Errorf("got %v, want %v", got, tt.want)
+			}
+			var leader float64
+			if tt.leader {
+				leader = 1
+			}
+			if got := metric(t, r.reg, "housekeeper_leader", "prefix", d.Prefix); got != leader {
+				t.Errorf("housekeeper_leader = %v, want %v", got, leader)
 			}
 		})
 	}
 	r.SetLeader(true)
 	if got := metric(t, r.reg, "housekeeper_queue_messages"); got != 9 {
 		t.Errorf("all gauges sum to %v, want 9", got)
+	}
+}
+
+// Two Runners on two prefixes in one process, registered on one registry,
+// each report their own queues: the same queue name on both prefixes is two
+// series.
+func TestRunnersOnTwoPrefixesKeepTheirMetricsApart(t *testing.T) {
+	rdb := redistest.Client(t)
+	a, b := newDeckard(t, rdb), newDeckard(t, rdb)
+	seedDue(t, rdb, a, "orders", hkt.Tmp, 2)
+	seedDue(t, rdb, b, "orders", hkt.Tmp, 5)
+	reg := prometheus.NewRegistry()
+	clock := clockwork.NewFakeClock()
+	locker := hkt.NewLocker()
+	runners := make(map[string]*housekeeper.Runner)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	for _, d := range []hkt.Deckard{a, b} {
+		r, err := housekeeper.NewWithClock(rdb, locker, housekeeper.Config{
+			Prefix: d.Prefix, LeaseNamespace: d.Prefix, Registerer: reg, Logger: testLogger(t),
+		}, clock)
+		if err != nil {
+			t.Fatalf("Runner on %s: %v", d.Prefix, err)
+		}
+		runners[d.Prefix] = r
+		wg.Go(func() { _ = r.Run(ctx) })
+	}
+	settle(t, clock, 4) // one cycle of each task on each prefix
+	for _, c := range []struct {
+		prefix string
+		want   float64
+	}{{a.Prefix, 2}, {b.Prefix, 5}} {
+		if got := metric(t, reg, "housekeeper_messages_timed_out_total", "prefix", c.prefix, "queue", "orders"); got != c.want {
+			t.Errorf("housekeeper_messages_timed_out_total{prefix=%s,queue=orders} = %v, want %v", c.prefix, got, c.want)
+		}
+	}
+
+	// The moved messages are in the active pools now: a's 2, b's 5.
+	tests := []struct {
+		name             string
+		leadA, leadB     bool
+		activeA, activeB float64 // housekeeper_queue_messages{queue=orders,set=active}
+	}{
+		{"neither leads", false, false, 0, 0},
+		{"a leads", true, false, 2, 0},
+		{"b leads", false, true, 0, 5},
+		{"both lead", true, true, 2, 5},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			runners[a.Prefix].SetLeader(tt.leadA)
+			runners[b.Prefix].SetLeader(tt.leadB)
+			for _, c := range []struct {
+				prefix string
+				lead   bool
+				active float64
+			}{{a.Prefix, tt.leadA, tt.activeA}, {b.Prefix, tt.leadB, tt.activeB}} {
+				if got := metric(t, reg, "housekeeper_queue_messages", "prefix", c.prefix, "queue", "orders", "set", "active"); got != c.active {
+					t.Errorf("housekeeper_queue_messages{prefix=%s,queue=orders,set=active} = %v, want %v", c.prefix, got, c.active)
+				}
+				var leader float64
+				if c.lead {
+					leader = 1
+				}
+				if got := metric(t, reg, "housekeeper_leader", "prefix", c.prefix); got != leader {
+					t.Errorf("housekeeper_leader{prefix=%s} = %v, want %v", c.prefix, got, leader)
+				}
+			}
+		})
+	}
+}
+
+// Runners of one prefix in one process (a benchmark runs several) share
+// their series; the queue gauges are reported while either of them leads,
+// whatever the order in which they step up and down.
+func TestRunnersOfOnePrefixShareTheirMetrics(t *testing.T) {
+	rdb := redistest.Client(t)
+	d := newDeckard(t, rdb)
+	seedDue(t, rdb, d, "orders", hkt.Active, 4)
+	reg := prometheus.NewRegistry()
+	var rs [2]*housekeeper.Runner
+	for i := range rs {
+		r, err := housekeeper.New(rdb, hkt.NewLocker(), housekeeper.Config{Prefix: d.Prefix, Registerer: reg})
+		if err != nil {
+			t.Fatalf("Runner %d on one registry: %v", i, err)
+		}
+		rs[i] = r
+	}
+	reported := func() bool {
+		return metric(t, reg, "housekeeper_queue_messages", "queue", "orders", "set", "active") == 4 &&
+			metric(t, reg, "housekeeper_leader") == 1
+	}
+	steps := []struct {
+		runner int
+		leader bool
+		want   bool
+	}{
+		{0, false, false}, // never led: stepping down changes nothing
+		{0, true, true},
+		{1, true, true}, // the successor is elected before the old leader steps down
+		{0, false, true},
+		{0, false, true}, // twice
+		{1, false, false},
+	}
+	for i, s := range steps {
+		rs[s.runner].SetLeader(s.leader)
+		if got := reported(); got != s.want {
+			t.Fatalf("step %d, runner %d SetLeader(%v): gauges reported %v, want %v", i, s.runner, s.leader, got, s.want)
+		}
+	}
+}
+
+// failingLocker grants leases whose Release fails, as when the coordinator
+// cannot be reached at shutdown.
+type failingLocker struct{ *hkt.Locker }
+
+func (l failingLocker) TryLock(ctx context.Context, name string, ttl time.Duration) (housekeeper.Lease, error) {
+	lease, err := l.Locker.TryLock(ctx, name, ttl)
+	if err != nil {
+		return nil, err
+	}
+	return failingRelease{lease}, nil
+}
+
+type failingRelease struct{ housekeeper.Lease }
+
+func (failingRelease) Release(context.Context) error { return errors.New("coordinator unreachable") }
+
+func TestRunnerShutdownReportsWhetherItsLeasesWereReleased(t *testing.T) {
+	tests := []struct {
+		name          string
+		locker        func() housekeeper.Locker
+		level         string
+		released      float64
+		failed        float64
+		errorMentions string
+	}{
+		{"all released", func() housekeeper.Locker { return hkt.NewLocker() }, "INFO", 2, 0, ""},
+		{"releases fail", func() housekeeper.Locker { return failingLocker{hkt.NewLocker()} }, "WARN", 0, 2, "coordinator unreachable"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rdb := redistest.Client(t)
+			d := newDeckard(t, rdb)
+			now := hkt.NowMs(t, rdb)
+			d.Seed(t, rdb, func(p redis.Pipeliner) { // two queues, worked and leased, nothing due
+				d.Put(context.Background(), p, "a", hkt.Tmp, "m", float64(now+3_600_000))
+				d.Put(context.Background(), p, "b", hkt.Tmp, "m", float64(now+3_600_000))
+			})
+			var logs bytes.Buffer
+			cfg := housekeeper.Config{Logger: slog.New(slog.NewJSONHandler(&logs, nil))}
+			r := startStepped(t, rdb, d, tt.locker(), cfg)
+			r.stop(t)
+
+			lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+			var last map[string]any
+			if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); err != nil {
+				t.Fatalf("last log line %q: %v", lines[len(lines)-1], err)
+			}
+			if last["level"] != tt.level || last["released"] != tt.released || last["failed"] != tt.failed {
+				t.Errorf("last log line %v: want level %s, released %v, failed %v", last, tt.level, tt.released, tt.failed)
+			}
+			if tt.failed > 0 {
+				if msg, _ := last["msg"].(string); strings.Contains(msg, "leases released") {
+					t.Errorf("last log line says %q although releases failed", msg)
+				}
+				if errMsg, _ := last["err"].(string); !strings.Contains(errMsg, tt.errorMentions) {
+					t.Errorf("last log line's err %q does not mention %q", errMsg, tt.errorMentions)
+				}
+			}
+		})
 	}
 }
 
@@ -631,15 +919,5 @@ func TestNewRejectsBadConfig(t *testing.T) {
 				t.Error("New accepted it")
 			}
 		})
-	}
-}
-
-func TestRunnersInOneProcessShareTheirMetrics(t *testing.T) {
-	rdb := redistest.Client(t)
-	reg := prometheus.NewRegistry()
-	for range 2 {
-		if _, err := housekeeper.New(rdb, hkt.NewLocker(), housekeeper.Config{Registerer: reg}); err != nil {
-			t.Fatalf("second Runner on one registry: %v", err)
-		}
 	}
 }

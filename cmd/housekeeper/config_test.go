@@ -1,11 +1,15 @@
 package main
 
 import (
+	"bytes"
 	"flag"
 	"io"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/coordinator-dev/coordinator/internal/app"
 )
 
 func TestParseConfig(t *testing.T) {
@@ -19,24 +23,48 @@ func TestParseConfig(t *testing.T) {
 		{"defaults", nil, nil, func(c config) bool {
 			return c.coordinatorAddr == "127.0.0.1:7400" && c.runner.Prefix == "deckard_v1" && c.runner.BatchSize == 1000 &&
 				c.runner.Parallelism == 5 && c.runner.LeaseTTL == 5*time.Second && c.runner.UnlockInterval == time.Second &&
-				c.election == "housekeeper/leader" && c.instanceID != ""
+				c.election == "housekeeper/leader" && c.instanceID != "" && c.redisURL == "redis://127.0.0.1:6379/0" &&
+				!c.coordinatorTLS && c.log.Level == slog.LevelInfo && c.log.Format == "text"
 		}, ""},
 		{"environment", nil, map[string]string{
 			"HOUSEKEEPER_COORDINATOR_ADDR": "coord:7400", "HOUSEKEEPER_REDIS_URL": "redis+cluster://a:1,b:2",
 			"HOUSEKEEPER_PREFIX": "dk", "HOUSEKEEPER_INSTANCE_ID": "hk-1", "HOUSEKEEPER_BATCH_SIZE": "50",
 			"HOUSEKEEPER_PARALLELISM": "8", "HOUSEKEEPER_LEASE_TTL": "2s", "HOUSEKEEPER_LEASE_NAMESPACE": "team-a",
+			"HOUSEKEEPER_LOG_LEVEL": "debug", "HOUSEKEEPER_LOG_FORMAT": "json",
 		}, func(c config) bool {
 			return c.coordinatorAddr == "coord:7400" && c.redisURL == "redis+cluster://a:1,b:2" && c.runner.Prefix == "dk" &&
 				c.instanceID == "hk-1" && c.runner.BatchSize == 50 && c.runner.Parallelism == 8 &&
-				c.runner.LeaseTTL == 2*time.Second && c.election == "team-a/housekeeper/leader"
+				c.runner.LeaseTTL == 2*time.Second && c.election == "team-a/housekeeper/leader" &&
+				c.log.Level == slog.LevelDebug && c.log.Format == "json"
 		}, ""},
-		{"a flag wins", []string{"-batch-size", "10"}, map[string]string{"HOUSEKEEPER_BATCH_SIZE": "50"}, func(c config) bool {
-			return c.runner.BatchSize == 10
+		{"a flag wins", []string{"-batch-size", "10", "-redis-url", "redis://flag:1/0", "-coordinator-token", "flag", "-coordinator-tls"},
+			map[string]string{"HOUSEKEEPER_BATCH_SIZE": "50", "HOUSEKEEPER_REDIS_URL": "redis://env:1/0", "HOUSEKEEPER_COORDINATOR_TOKEN": "env"},
+			func(c config) bool {
+				return c.runner.BatchSize == 10 && c.redisURL == "redis://flag:1/0" && c.coordinatorToken == "flag"
+			}, ""},
+		{"token over TLS", nil, map[string]string{"HOUSEKEEPER_COORDINATOR_TOKEN": "s3cret", "HOUSEKEEPER_COORDINATOR_TLS": "true"}, func(c config) bool {
+			return c.coordinatorToken == "s3cret" && c.coordinatorTLS && !c.insecureToken
 		}, ""},
+		{"a CA file implies TLS", []string{"-coordinator-tls-ca", "ca.pem", "-coordinator-token", "s3cret"}, nil, func(c config) bool {
+			return c.coordinatorTLS && c.tls.CA == "ca.pem"
+		}, ""},
+		{"a client certificate implies TLS", []string{"-coordinator-tls-cert", "c.pem", "-coordinator-tls-key", "k.pem"}, nil, func(c config) bool {
+			return c.coordinatorTLS && c.tls.Cert == "c.pem" && c.tls.Key == "k.pem"
+		}, ""},
+		{"token over plaintext when allowed", nil, map[string]string{
+			"HOUSEKEEPER_COORDINATOR_TOKEN": "s3cret", "HOUSEKEEPER_COORDINATOR_INSECURE_TOKEN": "true",
+		}, func(c config) bool {
+			return c.coordinatorToken == "s3cret" && !c.coordinatorTLS && c.insecureToken
+		}, ""},
+		{"token over plaintext", nil, map[string]string{"HOUSEKEEPER_COORDINATOR_TOKEN": "s3cret"}, nil, "coordinator-insecure-token"},
+		{"certificate without key", []string{"-coordinator-tls-cert", "c.pem"}, nil, nil, "go together"},
+		{"malformed boolean env", nil, map[string]string{"HOUSEKEEPER_COORDINATOR_INSECURE_TOKEN": "maybe"}, nil, "HOUSEKEEPER_COORDINATOR_INSECURE_TOKEN"},
 		{"zero batch size", []string{"-batch-size", "0"}, nil, nil, "batch-size"},
 		{"zero lease ttl", []string{"-lease-ttl", "0s"}, nil, nil, "lease-ttl"},
 		{"bad redis url", []string{"-redis-url", "http://x"}, nil, nil, "redis-url"},
+		{"bad redis url from env", nil, map[string]string{"HOUSEKEEPER_REDIS_URL": "http://x"}, nil, "redis-url"},
 		{"bad log format", []string{"-log-format", "xml"}, nil, nil, "log-format"},
+		{"bad log level", nil, map[string]string{"HOUSEKEEPER_LOG_LEVEL": "loud"}, nil, "log-level"},
 		{"malformed env", nil, map[string]string{"HOUSEKEEPER_PARALLELISM": "lots"}, nil, "HOUSEKEEPER_PARALLELISM"},
 	}
 	for _, tc := range tests {
@@ -54,5 +82,36 @@ func TestParseConfig(t *testing.T) {
 				t.Fatalf("parseConfig = %+v, %v", cfg, err)
 			}
 		})
+	}
+}
+
+// -help names every variable but prints no secret taken from the
+// environment, and is not an error.
+func TestHelpNamesTheVariablesAndHidesSecrets(t *testing.T) {
+	var out bytes.Buffer
+	fs := flag.NewFlagSet("housekeeper", flag.ContinueOnError)
+	fs.SetOutput(&out)
+	env := map[string]string{
+		"HOUSEKEEPER_COORDINATOR_TOKEN": "token-s3cret",
+		"HOUSEKEEPER_REDIS_URL":         "redis://:password-s3cret@deckard:6379/0",
+	}
+	_, err := parseConfig(fs, []string{"-help"}, func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	if code := app.ParseError(io.Discard, "housekeeper", err); code != app.ExitOK {
+		t.Errorf("-help: exit status %d (err %v), want %d", code, err, app.ExitOK)
+	}
+	help := out.String()
+	for _, secret := range []string{"token-s3cret", "password-s3cret"} {
+		if strings.Contains(help, secret) {
+			t.Errorf("-help prints %q:\n%s", secret, help)
+		}
+	}
+	for _, want := range []string{
+		"$HOUSEKEEPER_COORDINATOR_TOKEN", "$HOUSEKEEPER_COORDINATOR_INSECURE_TOKEN", "$HOUSEKEEPER_COORDINATOR_TLS]",
+		"$HOUSEKEEPER_COORDINATOR_TLS_CERT", "$HOUSEKEEPER_REDIS_URL", "$HOUSEKEEPER_LOG_LEVEL", "$HOUSEKEEPER_LOG_FORMAT",
+		"plaintext",
+	} {
+		if !strings.Contains(help, want) {
+			t.Errorf("-help does not mention %s:\n%s", want, help)
+		}
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -17,8 +19,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/coordinator-dev/coordinator/client"
+	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
 	"github.com/coordinator-dev/coordinator/housekeeper/housekeepertest"
-	"github.com/coordinator-dev/coordinator/internal/coordtest"
+	"github.com/coordinator-dev/coordinator/internal/coordinatord/coordtest"
 	"github.com/coordinator-dev/coordinator/internal/redistest"
 )
 
@@ -29,15 +33,18 @@ type expected struct {
 }
 
 // TestThreeInstancesOneKilled runs three housekeeper processes against one
-// coordinator and one Deckard Redis, kills one with SIGKILL mid-run, and
-// checks that every due message reached the active pool exactly once with
-// the right score while nothing not yet due moved.
+// coordinator (which requires a bearer token, sent over loopback plaintext
+// as explicitly allowed) and one Deckard Redis, kills one with SIGKILL
+// mid-run, and checks that every due message reached the active pool
+// exactly once with the right score while nothing not yet due moved.
 func TestThreeInstancesOneKilled(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "housekeeper")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
-	coord := coordtest.Start(t, coordtest.Config(t, "redis"))
+	coordCfg := coordtest.Config(t, "redis")
+	coordCfg.AuthToken = "s3cret"
+	coord := coordtest.Start(t, coordCfg)
 	rdb := redistest.Client(t)
 	d := housekeepertest.Deckard{Prefix: fmt.Sprintf("hk-e2e-%d", time.Now().UnixNano())}
 	now := housekeepertest.NowMs(t, rdb)
@@ -93,6 +100,8 @@ func TestThreeInstancesOneKilled(t *testing.T) {
 		cmd := exec.Command(bin)
 		cmd.Env = append(os.Environ(),
 			"HOUSEKEEPER_COORDINATOR_ADDR="+coord.Addr(),
+			"HOUSEKEEPER_COORDINATOR_TOKEN="+coordCfg.AuthToken,
+			"HOUSEKEEPER_COORDINATOR_INSECURE_TOKEN=true",
 			"HOUSEKEEPER_REDIS_URL="+redistest.URL(t),
 			"HOUSEKEEPER_PREFIX="+d.Prefix,
 			fmt.Sprintf("HOUSEKEEPER_INSTANCE_ID=hk-%d", i),
@@ -115,10 +124,34 @@ func TestThreeInstancesOneKilled(t *testing.T) {
 		metricsAddrs = append(metricsAddrs, metricsAddr)
 	}
 
-	time.Sleep(700 * time.Millisecond)
-	if err := procs[0].Process.Signal(syscall.SIGKILL); err != nil {
+	// Kill the instance that holds the most queue leases, once one holds
+	// any: it is then at work, and its queues must be taken over.
+	observer, err := client.New(coord.Addr(), client.WithIdentity("e2e-observer"), client.WithInsecureBearerToken(coordCfg.AuthToken))
+	if err != nil {
 		t.Fatal(err)
 	}
+	defer func() { _ = observer.Close() }()
+	victim := -1
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		most := 0
+		for i, n := range queueLeases(t, observer, d.Prefix) {
+			if n > most {
+				victim, most = i, n
+			}
+		}
+		if victim >= 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no instance holds a queue lease after 20s")
+		}
+	}
+	if err := procs[victim].Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("killed hk-%d", victim)
+	survivors := slices.Delete(slices.Clone(procs), victim, victim+1)
+	survivorMetrics := slices.Delete(slices.Clone(metricsAddrs), victim, victim+1)
 
 	// The survivors take the dead one's queues over within its lease TTL.
 	deadline := time.Now().Add(20 * time.Second)
@@ -163,9 +196,9 @@ func TestThreeInstancesOneKilled(t *testing.T) {
 	var leaders int
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		leaders = 0
-		for _, addr := range metricsAddrs[1:] {
+		for _, addr := range survivorMetrics {
 			body := scrape(t, addr)
-			if strings.Contains(body, "\nhousekeeper_leader 1\n") {
+			if strings.Contains(body, "\nhousekeeper_leader{prefix=\""+d.Prefix+"\"} 1\n") {
 				leaders++
 				if !strings.Contains(body, "housekeeper_queue_messages{") {
 					t.Fatalf("the leader reports no queue gauges:\n%s", body)
@@ -182,12 +215,37 @@ func TestThreeInstancesOneKilled(t *testing.T) {
 	}
 
 	// SIGTERM: the survivors finish, release their leases and exit 0.
-	for _, p := range procs[1:] {
+	for _, p := range survivors {
 		_ = p.Process.Signal(syscall.SIGTERM)
 	}
-	for _, p := range procs[1:] {
+	for _, p := range survivors {
 		if err := p.Wait(); err != nil {
 			t.Fatalf("housekeeper exited with %v after SIGTERM", err)
+		}
+	}
+}
+
+// queueLeases counts the queue leases (not the election) that each
+// instance hk-N holds, by N.
+func queueLeases(t *testing.T, c *client.Client, namespace string) map[int]int {
+	t.Helper()
+	held := make(map[int]int)
+	for page := ""; ; {
+		resp, err := c.API().List(context.Background(), &coordinatorv1.ListRequest{Prefix: namespace + "/housekeeper/", PageSize: 1000, PageToken: page})
+		if err != nil {
+			t.Fatalf("list leases: %v", err)
+		}
+		for _, l := range resp.GetLeases() {
+			if strings.HasSuffix(l.GetName(), "/housekeeper/leader") {
+				continue
+			}
+			identity, _, _ := strings.Cut(l.GetHolder(), "#")
+			if n, err := strconv.Atoi(strings.TrimPrefix(identity, "hk-")); err == nil {
+				held[n]++
+			}
+		}
+		if page = resp.GetNextPageToken(); page == "" {
+			return held
 		}
 	}
 }
@@ -197,7 +255,7 @@ func freeAddr(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer lis.Close()
+	defer func() { _ = lis.Close() }()
 	return lis.Addr().String()
 }
 
@@ -213,7 +271,7 @@ func scrape(t *testing.T, addr string) string {
 			for sc.Scan() {
 				b.WriteString(sc.Text() + "\n")
 			}
-			resp.Body.Close()
+			_ = resp.Body.Close()
 			return b.String()
 		}
 		lastErr = err

@@ -7,28 +7,19 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"os"
-	"os/signal"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/coordinator-dev/coordinator/client"
 	"github.com/coordinator-dev/coordinator/housekeeper"
+	"github.com/coordinator-dev/coordinator/internal/app"
 	"github.com/coordinator-dev/coordinator/internal/envflag"
-	"github.com/coordinator-dev/coordinator/internal/logging"
 	"github.com/coordinator-dev/coordinator/internal/redisurl"
 )
 
@@ -36,25 +27,43 @@ import (
 type config struct {
 	coordinatorAddr  string
 	coordinatorToken string
-	coordinatorCA    string
-	redisURL         string
-	instanceID       string
-	metricsListen    string
-	election         string
-	logLevel         slog.Level
-	logFormat        string
-	runner           housekeeper.Config
+	// insecureToken allows the token over a plaintext connection.
+	insecureToken bool
+	// coordinatorTLS: reach the coordinator over TLS, verified with tls.CA
+	// or the system roots, presenting tls.Cert when set (mTLS).
+	coordinatorTLS bool
+	tls            app.TLSFiles
+	redisURL       string
+	instanceID     string
+	metricsListen  string
+	election       string
+	log            app.LogConfig
+	runner         housekeeper.Config
 }
+
+const (
+	envToken    = "HOUSEKEEPER_COORDINATOR_TOKEN"
+	envRedisURL = "HOUSEKEEPER_REDIS_URL"
+)
 
 func parseConfig(fs *flag.FlagSet, args []string, lookupEnv func(string) (string, bool)) (config, error) {
 	var c config
-	var level string
 	host, _ := os.Hostname()
 	v := envflag.New(fs, lookupEnv)
 	v.String(&c.coordinatorAddr, "coordinator-addr", "HOUSEKEEPER_COORDINATOR_ADDR", "127.0.0.1:7400", "coordinator address")
-	v.String(&c.coordinatorToken, "coordinator-token", "HOUSEKEEPER_COORDINATOR_TOKEN", "", "bearer token for the coordinator")
-	v.String(&c.coordinatorCA, "coordinator-tls-ca", "HOUSEKEEPER_COORDINATOR_TLS_CA", "", "PEM CA file: reach the coordinator over TLS")
-	v.String(&c.redisURL, "redis-url", "HOUSEKEEPER_REDIS_URL", "redis://127.0.0.1:6379/0", "Deckard's Redis (standalone, redis+sentinel:// or redis+cluster://)")
+	// The token and the Redis URL (which may hold a password) are secrets:
+	// -help prints defaults, never their variables.
+	v.Secret(&c.coordinatorToken, "coordinator-token", envToken, "",
+		"bearer token for the coordinator; sent over TLS only, unless -coordinator-insecure-token")
+	v.Bool(&c.insecureToken, "coordinator-insecure-token", "HOUSEKEEPER_COORDINATOR_INSECURE_TOKEN", false,
+		"send -coordinator-token over a plaintext connection too: for loopback and tests only, as anyone on the path can read it")
+	v.Bool(&c.coordinatorTLS, "coordinator-tls", "HOUSEKEEPER_COORDINATOR_TLS", false,
+		"reach the coordinator over TLS, verified with the system roots unless -coordinator-tls-ca (implied by the other -coordinator-tls-* flags)")
+	v.String(&c.tls.CA, "coordinator-tls-ca", "HOUSEKEEPER_COORDINATOR_TLS_CA", "", "PEM CA file to verify the coordinator with: reach it over TLS")
+	v.String(&c.tls.Cert, "coordinator-tls-cert", "HOUSEKEEPER_COORDINATOR_TLS_CERT", "", "PEM client certificate file, for a coordinator that requires mTLS")
+	v.String(&c.tls.Key, "coordinator-tls-key", "HOUSEKEEPER_COORDINATOR_TLS_KEY", "", "PEM private key file of -coordinator-tls-cert")
+	v.Secret(&c.redisURL, "redis-url", envRedisURL, "redis://127.0.0.1:6379/0",
+		"Deckard's Redis (standalone, redis+sentinel:// or redis+cluster://)")
 	v.String(&c.runner.Prefix, "prefix", "HOUSEKEEPER_PREFIX", housekeeper.DefaultPrefix, "Deckard's Redis key prefix")
 	v.String(&c.instanceID, "instance-id", "HOUSEKEEPER_INSTANCE_ID", fmt.Sprintf("%s-%d", host, os.Getpid()), "this instance's name, as the coordinator sees it")
 	v.String(&c.metricsListen, "metrics-listen", "HOUSEKEEPER_METRICS_LISTEN", "127.0.0.1:7402", "Prometheus /metrics listen address (empty: off)")
@@ -65,16 +74,12 @@ func parseConfig(fs *flag.FlagSet, args []string, lookupEnv func(string) (string
 	v.Duration(&c.runner.LeaseTTL, "lease-ttl", "HOUSEKEEPER_LEASE_TTL", housekeeper.DefaultLeaseTTL, "TTL of each queue's lease; a dead instance's queues are taken over within it")
 	v.String(&c.runner.LeaseNamespace, "lease-namespace", "HOUSEKEEPER_LEASE_NAMESPACE", "", "prefix of lease and election names, for several Deckards on one coordinator")
 	v.String(&c.election, "election", "HOUSEKEEPER_ELECTION", "housekeeper/leader", "election whose leader reports the queue gauges")
-	v.String(&level, "log-level", "HOUSEKEEPER_LOG_LEVEL", "info", "debug, info, warn or error")
-	v.String(&c.logFormat, "log-format", "HOUSEKEEPER_LOG_FORMAT", "text", "text or json")
+	c.log.Flags(v, "HOUSEKEEPER")
 	if err := v.Parse(args); err != nil {
 		return c, err
 	}
 	var errs []error
-	if err := c.logLevel.UnmarshalText([]byte(level)); err != nil {
-		errs = append(errs, fmt.Errorf("log-level: %w", err))
-	}
-	if err := logging.CheckFormat(c.logFormat); err != nil {
+	if err := c.log.Check(); err != nil {
 		errs = append(errs, err)
 	}
 	for _, d := range []struct {
@@ -91,6 +96,14 @@ func parseConfig(fs *flag.FlagSet, args []string, lookupEnv func(string) (string
 	if _, err := redisurl.Parse(c.redisURL); err != nil {
 		errs = append(errs, fmt.Errorf("redis-url: %w", err))
 	}
+	if (c.tls.Cert == "") != (c.tls.Key == "") {
+		errs = append(errs, errors.New("coordinator-tls-cert and coordinator-tls-key go together"))
+	}
+	c.coordinatorTLS = c.coordinatorTLS || c.tls.CA != "" || c.tls.Cert != ""
+	if c.coordinatorToken != "" && !c.coordinatorTLS && !c.insecureToken {
+		errs = append(errs, errors.New("coordinator-token: refusing to send it over plaintext, where anyone on the path can read it; "+
+			"reach the coordinator over TLS (-coordinator-tls, -coordinator-tls-ca), or set -coordinator-insecure-token on loopback"))
+	}
 	if c.runner.LeaseNamespace != "" {
 		c.election = strings.TrimSuffix(c.runner.LeaseNamespace, "/") + "/" + c.election
 	}
@@ -100,90 +113,111 @@ func parseConfig(fs *flag.FlagSet, args []string, lookupEnv func(string) (string
 func main() {
 	fs := flag.NewFlagSet("housekeeper", flag.ContinueOnError)
 	cfg, err := parseConfig(fs, os.Args[1:], os.LookupEnv)
-	if errors.Is(err, flag.ErrHelp) {
-		os.Exit(0)
-	}
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "housekeeper: %v\n", err)
-		os.Exit(2)
+		os.Exit(app.ParseError(os.Stderr, "housekeeper", err))
 	}
-	log := logging.New(os.Stderr, cfg.logLevel, cfg.logFormat).With("instance", cfg.instanceID)
+	log := cfg.log.Logger(os.Stderr).With("instance", cfg.instanceID)
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := app.SignalContext(context.Background())
 	defer stop()
 	if err := run(ctx, cfg, log); err != nil {
 		log.Error("housekeeper failed", "err", err)
-		os.Exit(1)
+		stop()
+		os.Exit(app.ExitFail)
 	}
 }
 
-// run works until ctx ends: then it finishes the batches in flight,
-// releases its leases and resigns.
+// clientOptions are the coordinator client's options for cfg.
+func clientOptions(cfg config, log *slog.Logger) ([]client.Option, error) {
+	opts := []client.Option{client.WithIdentity(cfg.instanceID), client.WithLogger(log)}
+	if cfg.coordinatorTLS {
+		tlsCfg, err := app.ClientTLS(cfg.tls)
+		if err != nil {
+			return nil, fmt.Errorf("coordinator TLS: %w", err)
+		}
+		opts = append(opts, client.WithTLS(tlsCfg))
+	}
+	switch {
+	case cfg.coordinatorToken == "":
+	case cfg.coordinatorTLS:
+		opts = append(opts, client.WithBearerToken(cfg.coordinatorToken))
+	case cfg.insecureToken:
+		opts = append(opts, client.WithInsecureBearerToken(cfg.coordinatorToken))
+	default: // parseConfig refuses this; the client would too
+		return nil, errors.New("coordinator token over plaintext without -coordinator-insecure-token")
+	}
+	return opts, nil
+}
+
+// run works until ctx ends, or until the metrics endpoint fails: then it
+// finishes the batches in flight, releases its leases and resigns.
 func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	rdb, err := redisurl.NewClient(cfg.redisURL)
 	if err != nil {
+		return fmt.Errorf("redis: %w", err)
+	}
+	defer func() { _ = rdb.Close() }()
+
+	opts, err := clientOptions(cfg, log)
+	if err != nil {
 		return err
 	}
-	defer rdb.Close()
-
-	clientOpts := []client.Option{client.WithIdentity(cfg.instanceID), client.WithLogger(log)}
-	if cfg.coordinatorToken != "" {
-		clientOpts = append(clientOpts, client.WithBearerToken(cfg.coordinatorToken))
-	}
-	if cfg.coordinatorCA != "" {
-		pem, err := os.ReadFile(cfg.coordinatorCA)
-		if err != nil {
-			return fmt.Errorf("read coordinator CA: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return fmt.Errorf("coordinator CA %s holds no PEM certificate", cfg.coordinatorCA)
-		}
-		clientOpts = append(clientOpts, client.WithTLS(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}))
-	}
-	coord, err := client.New(cfg.coordinatorAddr, clientOpts...)
+	coord, err := client.New(cfg.coordinatorAddr, opts...)
 	if err != nil {
 		return fmt.Errorf("coordinator client: %w", err)
 	}
-	defer coord.Close()
+	// Close's error is the connection's, nothing to act on at exit. Close
+	// takes no ctx by design: it releases what is still held (the
+	// leadership) within its own timeout, after ctx has ended.
+	defer func() { _ = coord.Close() }() //nolint:contextcheck // see above
 
-	registry := prometheus.NewRegistry()
-	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	registry := app.NewRegistry()
 	rcfg := cfg.runner
 	rcfg.Logger, rcfg.Registerer = log, registry
 	runner, err := housekeeper.New(rdb, housekeeper.CoordinatorLocker(coord), rcfg)
 	if err != nil {
 		return err
 	}
-	runner.SetLeader(false)
 
-	var metricsServer *http.Server
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	metricsFailed := make(chan error, 1)
 	if cfg.metricsListen != "" {
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{Registry: registry}))
-		metricsServer = &http.Server{Addr: cfg.metricsListen, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		metrics, err := app.ServeMetrics(cfg.metricsListen, registry, log)
+		if err != nil {
+			return err
+		}
+		// An instance that cannot be watched stops, rather than work unseen.
 		go func() {
-			if err := metricsServer.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error("metrics server failed", "err", err)
+			if err := <-metrics.Done(); err != nil {
+				metricsFailed <- fmt.Errorf("serve metrics: %w", err)
+				cancel()
+			}
+		}()
+		defer func() {
+			shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			defer cancel()
+			if err := metrics.Shutdown(shutdownCtx); err != nil {
+				log.Warn("metrics shutdown", "err", err)
 			}
 		}()
 	}
 
-	log.Info("housekeeper running", "coordinator", cfg.coordinatorAddr, "redis", redisurl.Redact(cfg.redisURL),
-		"prefix", rcfg.Prefix, "parallelism", rcfg.Parallelism, "lease_ttl", rcfg.LeaseTTL)
+	log.Info("housekeeper running", "coordinator", cfg.coordinatorAddr, "tls", cfg.coordinatorTLS,
+		"redis", redisurl.Redact(cfg.redisURL), "prefix", rcfg.Prefix, "parallelism", rcfg.Parallelism, "lease_ttl", rcfg.LeaseTTL)
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		if err := runner.Lead(ctx, coord, cfg.election); err != nil {
 			log.Error("leader election stopped", "err", err)
 		}
 	})
-	err = runner.Run(ctx)
+	err = runner.Run(ctx) // logs how the release of its leases went
 	wg.Wait()
-	log.Info("housekeeper stopped: batches finished, leases released")
-	if metricsServer != nil {
-		shutdownCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = metricsServer.Shutdown(shutdownCtx)
+	select {
+	case mErr := <-metricsFailed:
+		err = errors.Join(err, mErr)
+	default:
 	}
+	log.Info("housekeeper stopped")
 	return err
 }

@@ -50,7 +50,7 @@ func (d Deckard) Put(ctx context.Context, c redis.Cmdable, queue string, s Set, 
 // Seed runs fn's writes in one pipeline, failing t on any error.
 func (d Deckard) Seed(t testing.TB, c redis.Cmdable, fn func(p redis.Pipeliner)) {
 	t.Helper()
-	if _, err := c.Pipelined(context.Background(), func(p redis.Pipeliner) error {
+	if _, err := c.Pipelined(t.Context(), func(p redis.Pipeliner) error {
 		fn(p)
 		return nil
 	}); err != nil {
@@ -64,7 +64,7 @@ type Snapshot map[Set]map[string]float64
 // Snapshot reads queue's six sets.
 func (d Deckard) Snapshot(t testing.TB, c redis.Cmdable, queue string) Snapshot {
 	t.Helper()
-	ctx := context.Background()
+	ctx := t.Context()
 	cmds := make(map[Set]*redis.ZSliceCmd, len(Sets))
 	if _, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, s := range Sets {
@@ -88,7 +88,7 @@ func (d Deckard) Snapshot(t testing.TB, c redis.Cmdable, queue string) Snapshot 
 // NowMs is Redis' clock, unix ms: the clock Deckard's times are read against.
 func NowMs(t testing.TB, c redis.Cmdable) int64 {
 	t.Helper()
-	now, err := c.Time(context.Background()).Result()
+	now, err := c.Time(t.Context()).Result()
 	if err != nil {
 		t.Fatalf("redis TIME: %v", err)
 	}

@@ -19,31 +19,18 @@ var ErrNotHeld = errors.New("housekeepertest: lease not held")
 
 // Locker is an in-memory housekeeper.Locker shared by every Runner of a
 // test, as one coordinator would be: one map of names to leases, tokens
-// increasing across all names. By default a lease lives until released,
-// expired or stolen, as a lease kept alive by its SDK would; with
-// WithoutKeepAlive it also expires after its TTL.
+// increasing across all names. A lease lives until released or stolen, as a
+// lease kept alive by its SDK would; the TTL is checked, not used.
 type Locker struct {
-	mu        sync.Mutex
-	token     uint64
-	held      map[string]*Lease
-	grants    map[string]int
-	keepAlive bool
+	mu     sync.Mutex
+	token  uint64
+	held   map[string]*Lease
+	grants map[string]int
 }
 
-// Option configures a Locker.
-type Option func(*Locker)
-
-// WithoutKeepAlive makes leases expire after their TTL, as the lease of a
-// holder that stopped renewing would.
-func WithoutKeepAlive() Option { return func(l *Locker) { l.keepAlive = false } }
-
 // NewLocker returns an empty Locker.
-func NewLocker(opts ...Option) *Locker {
-	l := &Locker{held: make(map[string]*Lease), grants: make(map[string]int), keepAlive: true}
-	for _, o := range opts {
-		o(l)
-	}
-	return l
+func NewLocker() *Locker {
+	return &Locker{held: make(map[string]*Lease), grants: make(map[string]int)}
 }
 
 // TryLock grants name, or returns housekeeper.ErrNotAcquired when it is held.
@@ -59,15 +46,12 @@ func (l *Locker) TryLock(ctx context.Context, name string, ttl time.Duration) (h
 	if _, ok := l.held[name]; ok {
 		return nil, housekeeper.ErrNotAcquired
 	}
-	return l.grantLocked(name, ttl), nil
+	return l.grantLocked(name), nil
 }
 
-func (l *Locker) grantLocked(name string, ttl time.Duration) *Lease {
+func (l *Locker) grantLocked(name string) *Lease {
 	l.token++
 	le := &Lease{locker: l, name: name, token: l.token, done: make(chan struct{})}
-	if !l.keepAlive {
-		le.timer = time.AfterFunc(ttl, func() { l.end(le) })
-	}
 	l.held[name] = le
 	l.grants[name]++
 	return le
@@ -85,40 +69,20 @@ func (l *Locker) endLocked(le *Lease) bool {
 		return false
 	}
 	delete(l.held, le.name)
-	if le.timer != nil {
-		le.timer.Stop()
-	}
 	close(le.done)
 	return true
-}
-
-// Expire ends name's lease as if it had expired: its holder's Done closes
-// and the name is free. It reports whether name was held.
-func (l *Locker) Expire(name string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	le, ok := l.held[name]
-	return ok && l.endLocked(le)
 }
 
 // Steal ends name's lease, if held, and grants name to the caller with a
 // new, higher token: another instance taking over. The thief's lease is
 // kept alive like any other.
-func (l *Locker) Steal(name string, ttl time.Duration) *Lease {
+func (l *Locker) Steal(name string) *Lease {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if le, ok := l.held[name]; ok {
 		l.endLocked(le)
 	}
-	return l.grantLocked(name, ttl)
-}
-
-// Holder returns name's lease, if held.
-func (l *Locker) Holder(name string) (*Lease, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	le, ok := l.held[name]
-	return le, ok
+	return l.grantLocked(name)
 }
 
 // Held returns the names held, sorted.
@@ -146,13 +110,9 @@ type Lease struct {
 	name   string
 	token  uint64
 	done   chan struct{}
-	timer  *time.Timer
 }
 
 var _ housekeeper.Lease = (*Lease)(nil)
-
-// Name is the leased name.
-func (le *Lease) Name() string { return le.name }
 
 // Token is the lease's fencing token.
 func (le *Lease) Token() uint64 { return le.token }

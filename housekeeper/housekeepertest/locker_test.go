@@ -54,47 +54,27 @@ func TestLockerGrantsEachNameToOneHolderWithIncreasingTokens(t *testing.T) {
 	}
 }
 
-func TestLockerEndsLeasesWhenTold(t *testing.T) {
+func TestLockerStealEndsTheHoldersLeaseAndGrantsAHigherToken(t *testing.T) {
 	ctx := context.Background()
-	tests := []struct {
-		name    string
-		end     func(l *hkt.Locker)
-		freeNow bool // the name can be taken right after
-	}{
-		{"expire", func(l *hkt.Locker) { l.Expire("n") }, true},
-		{"steal", func(l *hkt.Locker) { l.Steal("n", time.Second) }, false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			l := hkt.NewLocker()
-			le, err := l.TryLock(ctx, "n", time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
-			tt.end(l)
-			if !closed(le.Done()) {
-				t.Error("Done not closed")
-			}
-			_, err = l.TryLock(ctx, "n", time.Second)
-			if (err == nil) != tt.freeNow {
-				t.Errorf("TryLock after %s: %v", tt.name, err)
-			}
-		})
-	}
-}
-
-func TestLockerWithoutKeepAliveExpiresLeasesAfterTheirTTL(t *testing.T) {
-	l := hkt.NewLocker(hkt.WithoutKeepAlive())
-	le, err := l.TryLock(context.Background(), "n", 20*time.Millisecond)
+	l := hkt.NewLocker()
+	le, err := l.TryLock(ctx, "n", time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-le.Done():
-	case <-time.After(5 * time.Second):
-		t.Fatal("lease did not expire")
+	thief := l.Steal("n")
+	if !closed(le.Done()) {
+		t.Error("the robbed lease's Done is not closed")
 	}
-	if held := l.Held(); len(held) != 0 {
-		t.Errorf("held after expiry: %v", held)
+	if thief.Token() <= le.Token() {
+		t.Errorf("thief's token %d is not above %d", thief.Token(), le.Token())
+	}
+	if _, err := l.TryLock(ctx, "n", time.Second); !errors.Is(err, housekeeper.ErrNotAcquired) {
+		t.Errorf("TryLock after the theft: %v, want ErrNotAcquired", err)
+	}
+	if err := le.Release(ctx); !errors.Is(err, hkt.ErrNotHeld) {
+		t.Errorf("Release of the robbed lease: %v, want ErrNotHeld", err)
+	}
+	if got := l.Grants("n"); got != 2 {
+		t.Errorf("Grants = %d, want 2", got)
 	}
 }

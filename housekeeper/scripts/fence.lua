@@ -1,4 +1,4 @@
--- fence.lua: the fencing check both batch scripts start with; scripts.go
+-- fence.lua: the fencing check both batch scripts start with; queues.go
 -- prepends it to each, so it is not a script of its own.
 --
 -- check_fence(key, token) accepts a decimal uint64 token that is at least the
