@@ -106,7 +106,7 @@ func observeBench(c *coordinator, kind string) error {
 		if k%2 == 1 {
 			resp, err := c.client.Campaign(ctx, &coordinatorv1.CampaignRequest{Election: election, Candidate: "bench", Value: []byte("v"), Ttl: ttl})
 			if err != nil || !resp.GetElected() {
-				return fmt.Errorf("campaign: %v, %v", resp, err)
+				return fmt.Errorf("campaign: %v: %w", resp, err)
 			}
 			term = resp.GetLeader().GetTerm()
 		} else if _, err := c.client.Resign(ctx, &coordinatorv1.ResignRequest{Election: election, Candidate: "bench", Term: term}); err != nil {

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -363,12 +364,14 @@ func TestCancelledStreamsLeaveNoGoroutines(t *testing.T) {
 	}()
 	waitQueued(t, c, "x", 1)
 	cancel()
-	<-waiting
+	if err := <-waiting; errCode(err) != codes.Canceled {
+		t.Fatalf("the cancelled wait ended with %v; want Canceled", err)
+	}
 	for _, recv := range []func() error{
 		func() error { _, err := observe.Recv(); return err },
 		func() error { _, err := keepAlive.Recv(); return err },
 	} {
-		if err := recv(); err == nil || err == io.EOF {
+		if err := recv(); err == nil || errors.Is(err, io.EOF) {
 			continue
 		} else if code := errCode(err); code != codes.Canceled {
 			t.Fatalf("stream ended with %v", err)

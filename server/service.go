@@ -158,7 +158,7 @@ func (s *Service) acquire(ctx context.Context, req store.AcquireRequest, wait ti
 		}
 		if err != nil || res.Acquired || remaining <= 0 {
 			if err != nil || !res.Acquired {
-				s.leaveQueue(req.Name, req.Waiter)
+				s.leaveQueue(ctx, req.Name, req.Waiter)
 			}
 			return s.countAcquire(req, res, err)
 		}
@@ -178,11 +178,11 @@ func (s *Service) acquire(ctx context.Context, req store.AcquireRequest, wait ti
 		case <-timer.C:
 		case <-ctx.Done():
 			timer.Stop()
-			s.leaveQueue(req.Name, req.Waiter)
+			s.leaveQueue(ctx, req.Name, req.Waiter)
 			return s.countAcquire(req, store.AcquireResult{}, ctx.Err())
 		case <-s.stopping:
 			timer.Stop()
-			s.leaveQueue(req.Name, req.Waiter)
+			s.leaveQueue(ctx, req.Name, req.Waiter)
 			return store.AcquireResult{}, errStopping
 		}
 		timer.Stop()
@@ -191,9 +191,9 @@ func (s *Service) acquire(ctx context.Context, req store.AcquireRequest, wait ti
 
 // leaveQueue takes a waiter that gave up out of the queue at once, so the
 // next one need not wait for its place to time out. The caller's context may
-// be gone already, so it gets its own.
-func (s *Service) leaveQueue(name, waiter string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+// be cancelled already, so only its values are kept.
+func (s *Service) leaveQueue(parent context.Context, name, waiter string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), 2*time.Second)
 	defer cancel()
 	if err := s.store.Dequeue(ctx, name, waiter); err != nil {
 		s.log.Warn("could not leave a wait queue; the place times out by itself", "name", name, "err", err)

@@ -286,7 +286,9 @@ func TestWaitingAcquire(t *testing.T) {
 				}()
 				waitQueued(t, c, "cancel", 2)
 				cancel()
-				<-quit
+				if err := <-quit; errCode(err) != codes.Canceled {
+					t.Fatalf("the cancelled wait ended with %v; want Canceled", err)
+				}
 				if _, err := c.client.Release(context.Background(), &coordinatorv1.ReleaseRequest{Name: "cancel", Holder: "owner", Token: held.GetToken()}); err != nil {
 					t.Fatal(err)
 				}

@@ -259,7 +259,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		err = fmt.Errorf("serve metrics: %w", err)
 		log.Error("stopping after an error", "err", err)
 	}
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
 	defer cancel()
 	if metricsServer != nil {
 		_ = metricsServer.Shutdown(shutdownCtx)
