@@ -14,6 +14,12 @@ import (
 // maxWait is the longest wait the coordinator accepts in one call.
 const maxWait = 5 * time.Minute
 
+// answerMargin is how long before the caller's deadline a wait asks the
+// coordinator to answer, so that its not-acquired answer, which names the
+// holder, arrives before the deadline even on a loaded machine. The price:
+// a lock freed in the last answerMargin of a wait goes to the next waiter.
+const answerMargin = 100 * time.Millisecond
+
 // maxConfirms bounds how many times in a row an acquisition re-confirms a
 // grant that arrived too late to leave much of its validity.
 const maxConfirms = 5
@@ -112,8 +118,8 @@ func (c *Client) acquire(ctx context.Context, cfg lockConfig, wait bool, kind, n
 	defer cancel()
 	holder := c.newHolder()
 	usable := cfg.ttl - driftMargin(cfg.ttl)
+	b := newCallBackoff()
 	var (
-		b        backoff
 		confirms int
 		lastErr  error
 	)
@@ -122,20 +128,25 @@ func (c *Client) acquire(ctx context.Context, cfg lockConfig, wait bool, kind, n
 		if wait && confirms == 0 {
 			waitFor = maxWait
 			if d, ok := ctx.Deadline(); ok {
-				waitFor = min(waitFor, time.Until(d))
+				waitFor = max(min(waitFor, time.Until(d)-answerMargin), 0)
 			}
 		}
-		sent := time.Now()
+		// The grant's validity is on the Client's clock; how long the
+		// coordinator waited is real time.
+		sent, start := c.clock.Now(), time.Now()
 		g, err := call(ctx, holder, cfg.ttl, waitFor)
 		if err != nil {
 			if ctx.Err() == nil && wait && transient(err) {
 				lastErr = err
-				if sleep(ctx, b.next(err)) {
+				// Said, because waiting on an unreachable coordinator
+				// looks like waiting for the lease.
+				c.log.Warn("coordinator: acquisition failed; retrying", "kind", kind, "name", name, "err", err)
+				if sleep(ctx, retryIn(b, err)) {
 					continue // as the same holder: a lost grant is found again
 				}
 			}
 			if outcomeUnknown(err) {
-				c.abandon(name, holder)
+				c.abandon(ctx, name, holder)
 			}
 			if ctx.Err() != nil {
 				return nil, c.notAcquired(ctx, name, "", lastErr)
@@ -147,30 +158,31 @@ func (c *Client) acquire(ctx context.Context, cfg lockConfig, wait bool, kind, n
 			if !wait {
 				return nil, &NotAcquiredError{Name: name, Holder: g.holder}
 			}
-			// The coordinator stops waiting a little before the deadline.
-			if d, ok := ctx.Deadline(); ctx.Err() != nil || ok && time.Until(d) < 100*time.Millisecond {
+			// The coordinator was asked to answer before the deadline.
+			if d, ok := ctx.Deadline(); ctx.Err() != nil || ok && time.Until(d) <= answerMargin {
 				sleep(ctx, time.Until(d))
 				return nil, c.notAcquired(ctx, name, g.holder, nil)
 			}
-			if time.Since(sent) < waitFor/2 {
+			if time.Since(start) < waitFor/2 {
 				// Answered long before the wait was over (a coordinator
 				// shutting down?): do not spin.
-				sleep(ctx, b.next(nil))
+				sleep(ctx, b.Next())
 			}
 			continue // the coordinator's longest wait passed: ask again
 		}
-		b.reset()
-		if remaining := time.Until(sent.Add(usable)); remaining < usable/2 && confirms < maxConfirms {
+		b.Reset()
+		if remaining := c.clock.Until(sent.Add(usable)); remaining < usable/2 && confirms < maxConfirms {
 			confirms++
 			continue
 		}
 		l := c.newLease(kind, name, holder, g.token, g.ttl, sent)
-		if !time.Now().Before(l.deadline) {
-			c.abandon(name, holder)
+		if !c.clock.Now().Before(l.deadline) {
+			c.abandon(ctx, name, holder)
 			return nil, fmt.Errorf("coordinator: %s %q: every grant arrived after its validity ended (the coordinator answers slower than the TTL %s allows)", kind, name, cfg.ttl)
 		}
+		//nolint:contextcheck // the renewals outlive this call, until Release or Close
 		if err := c.sess.add(l); err != nil { // closed meanwhile
-			rctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 			_, _ = c.api.Release(rctx, &coordinatorv1.ReleaseRequest{Name: name, Holder: holder, Token: g.token})
 			cancel()
 			return nil, err
@@ -188,19 +200,19 @@ func (c *Client) notAcquired(ctx context.Context, name, holder string, lastErr e
 		return ErrClosed
 	}
 	if lastErr != nil {
-		cause = fmt.Errorf("%w (last error: %v)", cause, lastErr)
+		cause = fmt.Errorf("%w (last error: %v)", cause, lastErr) //nolint:errorlint // a retried Unavailable is not why the wait ended: status.Code must not see it
 	}
 	return &NotAcquiredError{Name: name, Holder: holder, Err: cause}
 }
 
 // abandon gives up a lease that an acquisition may have been granted without
 // hearing of it (the call failed after it was sent), so that others need not
-// wait for its TTL. Best-effort.
-func (c *Client) abandon(name, holder string) {
+// wait for its TTL. Best-effort, and after ctx (the acquisition's) ended.
+func (c *Client) abandon(ctx context.Context, name, holder string) {
 	if c.isClosed() {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
 	d, err := c.api.Describe(ctx, &coordinatorv1.DescribeRequest{Name: name})
 	if err != nil || !d.GetHeld() || d.GetLease().GetHolder() != holder {

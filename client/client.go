@@ -15,13 +15,15 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/jonboulle/clockwork"
 	"google.golang.org/grpc"
 	grpcbackoff "google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
-	"google.golang.org/grpc/metadata"
 
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
+	"github.com/coordinator-dev/coordinator/internal/backoff"
 )
 
 // Client talks to one coordinator. It is safe for concurrent use; make one
@@ -29,10 +31,13 @@ import (
 // every lease and leadership it holds and releases them.
 type Client struct {
 	api      coordinatorv1.CoordinatorClient
-	conn     *grpc.ClientConn // owned (New); nil with NewFromConn
+	conn     *grpc.ClientConn
 	identity string
 	ttl      time.Duration
 	log      *slog.Logger
+	// clock measures lease validity and schedules renewals. Retry delays
+	// and the coordinator's waits are real time whatever it is.
+	clock clockwork.Clock
 
 	closeTimeout time.Duration
 	seq          atomic.Uint64
@@ -56,7 +61,8 @@ type Client struct {
 // such as "dns:///coordinator.example:7400"). The connection is made lazily:
 // New fails only on bad options, not on an unreachable coordinator.
 //
-// Without WithTLS or WithTransportCredentials the connection is plaintext.
+// Without WithTLS or WithTransportCredentials the connection is plaintext,
+// and New refuses WithBearerToken (see WithInsecureBearerToken).
 func New(target string, opts ...Option) (*Client, error) {
 	cfg, err := newConfig(opts)
 	if err != nil {
@@ -78,25 +84,24 @@ func New(target string, opts ...Option) (*Client, error) {
 		// every 5s).
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}),
 	}
+	if cfg.token != nil {
+		if cfg.token.RequireTransportSecurity() && plaintext(creds) {
+			// gRPC would refuse too, in words that do not say what to do.
+			return nil, errors.New("coordinator: WithBearerToken does not send the token over a plaintext connection, where anyone on the path can read it: " +
+				"connect with WithTLS, or use WithInsecureBearerToken on loopback and in tests")
+		}
+		dialOpts = append(dialOpts, grpc.WithPerRPCCredentials(cfg.token))
+	}
 	conn, err := grpc.NewClient(target, append(dialOpts, cfg.dialOpts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("coordinator: connect to %s: %w", target, err)
 	}
-	c := newClient(conn, cfg)
-	c.conn = conn
-	return c, nil
+	return newClient(conn, cfg), nil
 }
 
-// NewFromConn makes a Client on an existing connection, which it does not
-// close. Options that shape the connection (WithTLS, WithDialOptions…) are
-// ignored; it panics on an invalid WithIdentity or WithTTL, which New
-// reports as an error.
-func NewFromConn(conn grpc.ClientConnInterface, opts ...Option) *Client {
-	cfg, err := newConfig(opts)
-	if err != nil {
-		panic(err)
-	}
-	return newClient(conn, cfg)
+// plaintext reports whether creds leave the connection unencrypted.
+func plaintext(creds credentials.TransportCredentials) bool {
+	return creds.Info().SecurityProtocol == "insecure"
 }
 
 func newConfig(opts []Option) (config, error) {
@@ -113,19 +118,27 @@ func newConfig(opts []Option) (config, error) {
 	if cfg.ttl <= 0 {
 		return cfg, fmt.Errorf("coordinator: TTL %s is not positive", cfg.ttl)
 	}
+	if cfg.token != nil && cfg.token.token == "" {
+		return cfg, errors.New("coordinator: the bearer token is empty")
+	}
 	if cfg.log == nil {
 		cfg.log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.clock == nil {
+		cfg.clock = clockwork.NewRealClock()
 	}
 	return cfg, nil
 }
 
-func newClient(conn grpc.ClientConnInterface, cfg config) *Client {
+func newClient(conn *grpc.ClientConn, cfg config) *Client {
 	closing, cancel := context.WithCancelCause(context.Background())
 	c := &Client{
-		api:          coordinatorv1.NewCoordinatorClient(mdConn{cc: conn, md: cfg.metadata}),
+		api:          coordinatorv1.NewCoordinatorClient(conn),
+		conn:         conn,
 		identity:     cfg.identity,
 		ttl:          cfg.ttl,
 		log:          cfg.log,
+		clock:        cfg.clock,
 		closeTimeout: cfg.closeTimeout,
 		closing:      closing,
 		cancelClose:  cancel,
@@ -173,19 +186,19 @@ func (c *Client) newHolder() string {
 	return c.identity + "#" + strconv.FormatUint(c.seq.Add(1), 10)
 }
 
-// API returns the raw gRPC client of the coordinator, carrying the Client's
-// metadata (WithMetadata, WithBearerToken), for what the Client does not
-// wrap: Describe, List, and Release or Resign by token on behalf of another
-// holder (an operator's tool). Leases acquired through it are not renewed.
+// API returns the raw gRPC client of the coordinator, on the Client's
+// connection and with its bearer token, for what the Client does not wrap:
+// Describe, List, and Release or Resign by token on behalf of another holder
+// (an operator's tool). Leases acquired through it are not renewed.
 func (c *Client) API() coordinatorv1.CoordinatorClient { return c.api }
 
-// Close stops every renewal and closes the connection if New made it. Every
-// lease and leadership still held ends: its Done is closed and Err returns
-// ErrClosed (before anything is released). Close then releases them,
-// best-effort, for up to the close timeout (WithCloseTimeout), so that
-// waiters need not wait for their TTLs. Calls in progress (Lock, Campaign,
-// Observe…) return ErrClosed or end. When Close returns, none of the
-// Client's goroutines is left. Close is idempotent.
+// Close stops every renewal and closes the connection. Every lease and
+// leadership still held ends: its Done is closed and Err returns ErrClosed
+// (before anything is released). Close then releases them, best-effort, for
+// up to the close timeout (WithCloseTimeout), so that waiters need not wait
+// for their TTLs. Calls in progress (Lock, Campaign, Observe…) return
+// ErrClosed or end. When Close returns, none of the Client's goroutines is
+// left. Close is idempotent.
 func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
 		c.cancelClose(ErrClosed)
@@ -196,9 +209,7 @@ func (c *Client) Close() error {
 		c.releaseAll(held)
 		c.sess.wg.Wait()
 		c.wg.Wait()
-		if c.conn != nil {
-			c.closeErr = c.conn.Close()
-		}
+		c.closeErr = c.conn.Close()
 	})
 	return c.closeErr
 }
@@ -209,7 +220,8 @@ func (c *Client) releaseAll(held []*lease) {
 	if len(held) == 0 || c.closeTimeout <= 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), c.closeTimeout)
+	// The Client's own context, which Close has just cancelled.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.closing), c.closeTimeout)
 	defer cancel()
 	work := make(chan *lease)
 	var wg sync.WaitGroup
@@ -260,27 +272,17 @@ func (c *Client) track() bool {
 // isClosed reports whether Close was called.
 func (c *Client) isClosed() bool { return c.closing.Err() != nil }
 
-// mdConn adds the Client's metadata to every call.
-type mdConn struct {
-	cc grpc.ClientConnInterface
-	md []string
+// newCallBackoff returns the delays between the retries of a call or a
+// stream: from 50ms, doubling, at most 2s.
+func newCallBackoff() *backoff.Backoff {
+	return backoff.New(50*time.Millisecond, 2*time.Second)
 }
 
-func (m mdConn) with(ctx context.Context) context.Context {
-	if len(m.md) == 0 {
-		return ctx
-	}
-	return metadata.AppendToOutgoingContext(ctx, m.md...)
-}
-
-// Invoke implements grpc.ClientConnInterface.
-func (m mdConn) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
-	return m.cc.Invoke(m.with(ctx), method, args, reply, opts...)
-}
-
-// NewStream implements grpc.ClientConnInterface.
-func (m mdConn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-	return m.cc.NewStream(m.with(ctx), desc, method, opts...)
+// retryIn is how long to wait before retrying after err: b's next delay, or
+// the delay the coordinator asked for (a data loss quarantine's RetryInfo)
+// when that is longer.
+func retryIn(b *backoff.Backoff, err error) time.Duration {
+	return max(b.Next(), retryDelay(err))
 }
 
 // sleep waits for d or until ctx ends; it reports whether d passed.

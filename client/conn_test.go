@@ -1,76 +1,110 @@
 package client
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
+	"context"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
-	"net"
-	"os"
-	"path/filepath"
+	"strings"
+	"sync/atomic"
 	"testing"
-	"time"
 
+	"github.com/jonboulle/clockwork"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	"github.com/coordinator-dev/coordinator/internal/coordtest"
+	"github.com/coordinator-dev/coordinator/internal/coordinatord/coordtest"
+	"github.com/coordinator-dev/coordinator/internal/testcert"
 )
 
-// A coordinator with TLS and a bearer token: the Client's options reach
-// every call, the KeepAlive stream included.
-func TestTLSAndBearerToken(t *testing.T) {
-	certFile, keyFile, pool := selfSignedCert(t)
+// A coordinator with TLS and a bearer token: the token reaches every call,
+// the KeepAlive stream included, over TLS given either way.
+func TestBearerTokenOverTLS(t *testing.T) {
+	cert := testcert.Write(t, "coordinator test")
+	certFile, keyFile, pool := cert.Cert, cert.Key, cert.Pool
 	cfg := coordtest.Config(t, "memory")
-	cfg.TLSCert, cfg.TLSKey, cfg.AuthToken = certFile, keyFile, "s3cret"
+	cfg.TLS.Cert, cfg.TLS.Key, cfg.AuthToken = certFile, keyFile, "s3cret"
 	coord := coordtest.Start(t, cfg)
-	ctx := testCtx(t)
-
-	c := dial(t, coord, WithTLS(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}), WithBearerToken("s3cret"))
-	lease, err := c.TryLock(ctx, "secure", WithTTL(300*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitRenewed(t, lease.l, 3)
-	if err := lease.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	tlsConfig := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 
 	for _, tc := range []struct {
 		name string
 		opts []Option
 		want codes.Code
 	}{
-		{"no token", []Option{WithTLS(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12})}, codes.Unauthenticated},
-		{"wrong token", []Option{WithTLS(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}), WithBearerToken("guess")}, codes.Unauthenticated},
-		{"no TLS", []Option{WithBearerToken("s3cret")}, codes.Unavailable},
+		{"WithTLS", []Option{WithTLS(tlsConfig), WithBearerToken("s3cret")}, codes.OK},
+		{"WithTransportCredentials", []Option{WithTransportCredentials(credentials.NewTLS(tlsConfig)), WithBearerToken("s3cret")}, codes.OK},
+		{"no token", []Option{WithTLS(tlsConfig)}, codes.Unauthenticated},
+		{"wrong token", []Option{WithTLS(tlsConfig), WithBearerToken("guess")}, codes.Unauthenticated},
+		{"no TLS", []Option{WithInsecureBearerToken("s3cret")}, codes.Unavailable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := dial(t, coord, tc.opts...).TryLock(ctx, "secure")
+			ctx := testCtx(t)
+			clock := clockwork.NewFakeClock()
+			c := dial(t, coord, append(tc.opts, withClock(clock))...)
+			lease, err := c.TryLock(ctx, "secure")
 			if status.Code(err) != tc.want {
 				t.Fatalf("TryLock = %v; want %s", err, tc.want)
+			}
+			if err != nil {
+				return
+			}
+			renew(t, clock, lease.l)
+			if err := lease.Release(ctx); err != nil {
+				t.Fatal(err)
 			}
 		})
 	}
 }
 
+// WithInsecureBearerToken is the one way to send a token in the clear.
+func TestInsecureBearerTokenOverPlaintext(t *testing.T) {
+	cfg := coordtest.Config(t, "memory")
+	cfg.AuthToken = "s3cret"
+	coord := coordtest.Start(t, cfg)
+	ctx := testCtx(t)
+
+	clock := clockwork.NewFakeClock()
+	lease, err := dial(t, coord, WithInsecureBearerToken("s3cret"), withClock(clock)).TryLock(ctx, "loopback")
+	if err != nil {
+		t.Fatal(err)
+	}
+	renew(t, clock, lease.l)
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dial(t, coord, WithInsecureBearerToken("guess")).TryLock(ctx, "loopback"); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("TryLock with a wrong token = %v; want Unauthenticated", err)
+	}
+}
+
 func TestNewRejectsBadOptions(t *testing.T) {
+	pool := testcert.Write(t, "coordinator test").Pool
+	tlsConfig := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	for _, tc := range []struct {
 		name string
 		opts []Option
+		says string
 	}{
-		{"long identity", []Option{WithIdentity(string(make([]byte, 101)))}},
-		{"unprintable identity", []Option{WithIdentity("a\nb")}},
-		{"zero TTL", []Option{WithTTL(0)}},
+		{"long identity", []Option{WithIdentity(string(make([]byte, 101)))}, "at most 100"},
+		{"unprintable identity", []Option{WithIdentity("a\nb")}, "unprintable"},
+		{"zero TTL", []Option{WithTTL(0)}, "not positive"},
+		{"empty token", []Option{WithTLS(tlsConfig), WithBearerToken("")}, "empty"},
+		{"token over plaintext", []Option{WithBearerToken("s3cret")}, "WithInsecureBearerToken"},
+		{"token over insecure credentials", []Option{WithTransportCredentials(insecure.NewCredentials()), WithBearerToken("s3cret")}, "plaintext"},
+		// gRPC itself refuses, through the token's RequireTransportSecurity.
+		{"token over dial options that undo TLS", []Option{WithTLS(tlsConfig), WithBearerToken("s3cret"),
+			WithDialOptions(grpc.WithTransportCredentials(insecure.NewCredentials()))}, "transport level security"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if c, err := New("127.0.0.1:1", tc.opts...); err == nil {
+			c, err := New("127.0.0.1:1", tc.opts...)
+			if err == nil {
 				_ = c.Close()
 				t.Fatal("New accepted it")
+			}
+			if !strings.Contains(err.Error(), tc.says) {
+				t.Fatalf("New = %v; want it to say %q", err, tc.says)
 			}
 		})
 	}
@@ -78,50 +112,46 @@ func TestNewRejectsBadOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	if c.Identity() != "worker-7" || c.newHolder() != "worker-7#1" || c.newHolder() != "worker-7#2" {
 		t.Fatal("holders are not the identity and a sequence number")
 	}
 }
 
-// selfSignedCert writes a certificate for 127.0.0.1 and its key, and returns
-// their files and a pool that trusts the certificate.
-func selfSignedCert(t *testing.T) (certFile, keyFile string, pool *x509.CertPool) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+// WithDialOptions reaches the connection: calls and streams go through its
+// interceptors.
+func TestDialOptionsReachEveryCall(t *testing.T) {
+	coord := coordtest.Start(t, coordtest.Config(t, "memory"))
+	ctx := testCtx(t)
+	var calls, streams atomic.Int32
+	clock := clockwork.NewFakeClock()
+	c := dial(t, coord, withClock(clock), WithDialOptions(
+		grpc.WithChainUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			calls.Add(1)
+			return invoker(ctx, method, req, reply, cc, opts...)
+		}),
+		grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+			streams.Add(1)
+			return streamer(ctx, desc, cc, method, opts...)
+		}),
+	))
+	lease, err := c.TryLock(ctx, "intercepted")
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1),
-		Subject:      pkix.Name{CommonName: "coordinator test"},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	renew(t, clock, lease.l)
+	if calls.Load() == 0 || streams.Load() == 0 {
+		t.Fatalf("%d calls and %d streams intercepted; want both", calls.Load(), streams.Load())
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
+}
+
+func TestErrorReason(t *testing.T) {
+	coord := coordtest.Start(t, coordtest.Config(t, "memory"))
+	_, err := dial(t, coord).TryLock(testCtx(t), "")
+	if got := ErrorReason(err); got != "INVALID_FIELD" {
+		t.Fatalf("ErrorReason(%v) = %q; want INVALID_FIELD", err, got)
 	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
+	if got := ErrorReason(ErrClosed); got != "" {
+		t.Fatalf("ErrorReason of a local error = %q; want none", got)
 	}
-	dir := t.TempDir()
-	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool = x509.NewCertPool()
-	pool.AddCert(cert)
-	return certFile, keyFile, pool
 }

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
+	"github.com/coordinator-dev/coordinator/internal/backoff"
 )
 
 // LeaderInfo is an election's sitting leader.
@@ -108,7 +109,7 @@ func (e *Leadership) Proclaim(ctx context.Context, value []byte) error {
 	ctx, cancel := c.callCtx(ctx)
 	defer cancel()
 	ttl := l.currentTTL()
-	sent := time.Now()
+	sent := c.clock.Now()
 	resp, err := c.api.Campaign(ctx, &coordinatorv1.CampaignRequest{
 		Election: l.name, Candidate: l.holder, Value: value, Ttl: durationpb.New(ttl),
 	})
@@ -215,7 +216,8 @@ func (c *Client) Leader(ctx context.Context, election string) (LeaderInfo, error
 // at all: the Client was closed (ErrClosed) or the coordinator refuses the
 // request (an invalid election name, a missing token…).
 func (c *Client) RunAsLeader(ctx context.Context, election string, value []byte, fn func(ctx context.Context) error, opts ...LockOption) error {
-	var b backoff
+	// After fn returned early: from 100ms, doubling, at most 30s.
+	b := backoff.New(100*time.Millisecond, 30*time.Second)
 	for {
 		e, err := c.Campaign(ctx, election, value, opts...)
 		if err != nil {
@@ -238,25 +240,17 @@ func (c *Client) RunAsLeader(ctx context.Context, election string, value []byte,
 			return nil
 		case ended != nil:
 			c.log.Info("coordinator: leadership ended; campaigning again", "election", election, "term", e.Term(), "reason", ended, "fn_err", fnErr)
-			b.reset()
+			b.Reset()
 			continue
 		case fnErr != nil:
 			c.log.Error("coordinator: the leader's function failed; resigned and campaigning again", "election", election, "term", e.Term(), "err", fnErr)
 		}
 		if time.Since(started) >= time.Minute {
-			b.reset()
+			b.Reset()
 			continue
 		}
-		if !sleep(ctx, leaderBackoff(&b)) {
+		if !sleep(ctx, b.Next()) {
 			return nil
 		}
 	}
-}
-
-// leaderBackoff is the delay before campaigning again after fn returned
-// early: from 100ms, doubling, at most 30s.
-func leaderBackoff(b *backoff) time.Duration {
-	d := 100 * time.Millisecond << min(b.n, 9)
-	b.n++
-	return jitter(min(d, 30*time.Second))
 }

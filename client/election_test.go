@@ -9,25 +9,30 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
-	"github.com/coordinator-dev/coordinator/internal/coordtest"
+	"github.com/coordinator-dev/coordinator/internal/coordinatord/coordtest"
 )
 
 func TestCampaignProclaimResign(t *testing.T) {
 	forEachStore(t, func(t *testing.T, coord *coordtest.Coordinator) {
 		ctx := testCtx(t)
-		c := dial(t, coord)
+		clock := clockwork.NewFakeClock()
+		c := dial(t, coord, withClock(clock))
 		if _, err := c.Leader(ctx, "office"); !errors.Is(err, ErrNoLeader) {
 			t.Fatalf("Leader of an empty election = %v; want ErrNoLeader", err)
 		}
-		e, err := c.Campaign(ctx, "office", []byte("v1"), WithTTL(300*time.Millisecond))
+		e, err := c.Campaign(ctx, "office", []byte("v1"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if err := e.Proclaim(ctx, []byte("v2")); err != nil {
 			t.Fatalf("Proclaim: %v", err)
 		}
-		time.Sleep(time.Second) // renewed by KeepAlive meanwhile
+		// Renewed by KeepAlive, which keeps the proclaimed value.
+		renew(t, clock, e.l)
+		renew(t, clock, e.l)
 		info, err := c.Leader(ctx, "office")
 		if err != nil {
 			t.Fatal(err)
@@ -79,10 +84,9 @@ func TestRunAsLeaderHandsOver(t *testing.T) {
 	forEachStore(t, func(t *testing.T, coord *coordtest.Coordinator) {
 		ctx := testCtx(t)
 		type term struct {
-			who     string
-			term    uint64
-			started chan struct{}
-			ended   chan error // fn's context's cause
+			who   string
+			term  uint64
+			ended chan error // fn's context's cause
 		}
 		terms := make(chan *term, 10)
 		run := func(c *Client, who string) chan error {

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/coordinator-dev/coordinator/client"
-	"github.com/coordinator-dev/coordinator/server"
+	"github.com/coordinator-dev/coordinator/internal/coordinatord"
 )
 
 func ExampleClient_TryLock() {
@@ -24,7 +24,7 @@ func ExampleClient_TryLock() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 
 	lease, err := c.TryLock(ctx, "reports/nightly", client.WithTTL(10*time.Second))
 	if err != nil {
@@ -55,7 +55,7 @@ func ExampleClient_Lock() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 
 	// Wait at most a minute for the lock, in arrival order.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -68,7 +68,7 @@ func ExampleClient_Lock() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer lease.Release(context.Background())
+	defer func() { _ = lease.Release(context.Background()) }()
 
 	// Work under the lock with a context that is cancelled if it is lost,
 	// and hand the fencing token to what the work writes.
@@ -97,7 +97,7 @@ func ExampleClient_Campaign() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 
 	// Wait until elected; the leadership then renews itself.
 	leadership, err := c.Campaign(ctx, "scheduler", []byte("10.0.0.1:8080"))
@@ -128,7 +128,7 @@ func ExampleClient_RunAsLeader() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -156,7 +156,7 @@ func ExampleClient_Observe() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -194,11 +194,11 @@ func ExampleClient_Observe() {
 // startCoordinator runs an in-process coordinator on the memory store, for
 // the examples.
 func startCoordinator() (addr string, stop func()) {
-	cfg, err := server.ParseConfig(flag.NewFlagSet("example", flag.ContinueOnError), nil, func(string) (string, bool) { return "", false })
+	cfg, err := coordinatord.ParseConfig(flag.NewFlagSet("example", flag.ContinueOnError), nil, func(string) (string, bool) { return "", false })
 	if err != nil {
 		log.Fatal(err)
 	}
-	srv, err := server.New(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	srv, err := coordinatord.New(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -9,9 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"go.uber.org/goleak"
 
-	"github.com/coordinator-dev/coordinator/internal/coordtest"
+	"github.com/coordinator-dev/coordinator/internal/coordinatord/coordtest"
 )
 
 func TestMain(m *testing.M) {
@@ -81,7 +82,7 @@ func confirmedAt(l *lease) (time.Time, time.Duration) {
 	return l.confirmed, l.ttl
 }
 
-// renewals waits until l was renewed n times after now.
+// waitRenewed waits until l was renewed n times after now, in real time.
 func waitRenewed(t testing.TB, l *lease, n int) {
 	t.Helper()
 	for range n {
@@ -113,4 +114,48 @@ func startedStreams(t testing.TB, coord *coordtest.Coordinator, method string) i
 		total += n
 	}
 	return total
+}
+
+// renew moves clock, the fake clock of l's Client, to l's next renewal and
+// waits until the renewal was answered. The coordinator's clock is real:
+// leases renewed this way should have a TTL longer than the test.
+func renew(t testing.TB, clock *clockwork.FakeClock, l *lease) {
+	t.Helper()
+	renewAll(t, clock, l)
+}
+
+// renewAll is renew for leases of one Client: it moves the clock to the
+// latest of their next renewals.
+func renewAll(t testing.TB, clock *clockwork.FakeClock, leases ...*lease) {
+	t.Helper()
+	s := &leases[0].c.sess
+	before := make([]time.Time, len(leases))
+	var latest time.Time
+	s.mu.Lock()
+	for i, l := range leases {
+		before[i] = l.confirmed
+		if l.nextRenew.After(latest) {
+			latest = l.nextRenew
+		}
+	}
+	s.mu.Unlock()
+	clock.Advance(max(clock.Until(latest), 0))
+	// The scheduler may have read the clock before it moved and be about
+	// to set its timer from that reading: wake it to read it again.
+	s.mu.Lock()
+	s.poke()
+	s.mu.Unlock()
+	eventually(t, "leases renewed", func() bool {
+		for i, l := range leases {
+			if at, _ := confirmedAt(l); !at.After(before[i]) {
+				return false
+			}
+		}
+		return true
+	})
+	for _, l := range leases {
+		if err := l.err(); err != nil {
+			t.Fatalf("%s ended while renewed: %v", l.describe(), err)
+		}
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
+	"github.com/coordinator-dev/coordinator/internal/backoff"
 )
 
 // Lease is a lock held through a Client: an exclusive, time-bounded grant of
@@ -87,15 +88,15 @@ type lease struct {
 
 	// Guarded by c.sess.mu.
 	ttl       time.Duration
-	deadline  time.Time // local validity, by the monotonic clock
+	deadline  time.Time // local validity, by the Client's clock (monotonic)
 	confirmed time.Time // when the last successful grant or renewal was sent
 	nextRenew time.Time
-	inflight  *kaConn   // the stream a renewal was sent on and not answered yet
-	sentAt    time.Time // when that renewal was sent
-	wantSend  bool      // queued in sess.pending
-	failures  int       // renewals that failed in a row
-	lastErr   string    // why the last renewal failed
-	index     int       // in sess.queue; -1 when not there
+	inflight  *kaConn          // the stream a renewal was sent on and not answered yet
+	sentAt    time.Time        // when that renewal was sent
+	wantSend  bool             // queued in sess.pending
+	retry     *backoff.Backoff // delays after failed renewals; nil after a success
+	lastErr   string           // why the last renewal failed
+	index     int              // in sess.queue; -1 when not there
 	done      bool
 }
 
@@ -113,7 +114,7 @@ func (l *lease) granted(sent time.Time, ttl time.Duration) {
 	l.confirmed = sent
 	l.deadline = sent.Add(ttl - driftMargin(ttl))
 	l.nextRenew = sent.Add(jitter(ttl / 3))
-	l.failures, l.lastErr = 0, ""
+	l.retry, l.lastErr = nil, ""
 }
 
 // driftMargin is kept from a lease's validity for clock drift between this
@@ -122,14 +123,11 @@ func driftMargin(ttl time.Duration) time.Duration {
 	return min(max(ttl/10, 50*time.Millisecond), ttl/2)
 }
 
-// retryAfter is how long to wait before retrying a renewal that failed for
-// the n-th time in a row: from ttl/20, doubling, at most ttl/4.
-func retryAfter(ttl time.Duration, n int) time.Duration {
-	d := max(ttl/20, 10*time.Millisecond)
-	for i := 1; i < n && d < ttl/4; i++ {
-		d *= 2
-	}
-	return jitter(min(d, max(ttl/4, 10*time.Millisecond)))
+// renewalBackoff returns the delays before retrying a renewal that failed,
+// in proportion to the TTL so that several retries fit in the lease's
+// validity: from ttl/20, doubling, at most ttl/4.
+func renewalBackoff(ttl time.Duration) *backoff.Backoff {
+	return backoff.New(max(ttl/20, 10*time.Millisecond), max(ttl/4, 10*time.Millisecond))
 }
 
 // jitter spreads d by ±10%.
@@ -137,7 +135,7 @@ func jitter(d time.Duration) time.Duration {
 	if d <= 0 {
 		return d
 	}
-	return d - d/10 + rand.N(d/5+1)
+	return d - d/10 + rand.N(d/5+1) //nolint:gosec // spreading renewals needs no secret randomness
 }
 
 // due is when the scheduler must next look at l: its renewal, or its
@@ -203,7 +201,7 @@ func (l *lease) release(ctx context.Context, call func(context.Context) (bool, e
 
 	// Not a callCtx: a Release racing Close still gets its chance while
 	// Close releases the rest.
-	var b backoff
+	b := newCallBackoff()
 	for {
 		released, err := call(ctx)
 		switch {
@@ -211,7 +209,7 @@ func (l *lease) release(ctx context.Context, call func(context.Context) (bool, e
 			return nil
 		case err == nil:
 			return fmt.Errorf("%w: %s had already expired on the coordinator when it was released", ErrLost, l.describe())
-		case transient(err) && !l.c.isClosed() && ctx.Err() == nil && sleep(ctx, b.next(err)):
+		case transient(err) && !l.c.isClosed() && ctx.Err() == nil && sleep(ctx, retryIn(b, err)):
 			continue
 		}
 		if l.c.isClosed() && ctx.Err() == nil {
@@ -220,21 +218,3 @@ func (l *lease) release(ctx context.Context, call func(context.Context) (bool, e
 		return callError(ctx, "release "+l.describe(), err)
 	}
 }
-
-// backoff is an exponential backoff with jitter, from 50ms to 2s, that
-// honours a delay the coordinator asked for.
-type backoff struct {
-	n int
-}
-
-func (b *backoff) next(err error) time.Duration {
-	d := 50 * time.Millisecond << min(b.n, 6)
-	b.n++
-	d = jitter(min(d, 2*time.Second))
-	if hint := retryDelay(err); hint > d {
-		d = hint
-	}
-	return d
-}
-
-func (b *backoff) reset() { b.n = 0 }

@@ -1,24 +1,34 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
-	"github.com/coordinator-dev/coordinator/internal/coordtest"
+	"github.com/coordinator-dev/coordinator/internal/coordinatord"
+	"github.com/coordinator-dev/coordinator/internal/coordinatord/coordtest"
 	"github.com/coordinator-dev/coordinator/internal/redistest"
-	"github.com/coordinator-dev/coordinator/server"
 )
 
-func TestLeaseSurvivesTenTTLsByRenewal(t *testing.T) {
+// In real time, on both sides: the coordinator would have expired the
+// lease three times over without its renewals.
+func TestLeaseOutlivesItsTTLByRenewal(t *testing.T) {
 	forEachStore(t, func(t *testing.T, coord *coordtest.Coordinator) {
 		c := dial(t, coord)
 		ctx := testCtx(t)
-		const ttl = 300 * time.Millisecond
+		// Renewed every ~333ms, valid 900ms past each: room for a slow
+		// renewal on a loaded machine.
+		const ttl = time.Second
 		lease, err := c.TryLock(ctx, "survivor", WithTTL(ttl))
 		if err != nil {
 			t.Fatal(err)
@@ -26,14 +36,14 @@ func TestLeaseSurvivesTenTTLsByRenewal(t *testing.T) {
 		select {
 		case <-lease.Done():
 			t.Fatalf("lease ended while it should have been renewed: %v", lease.Err())
-		case <-time.After(10 * ttl):
+		case <-time.After(3 * ttl):
 		}
 		d, err := c.API().Describe(ctx, &coordinatorv1.DescribeRequest{Name: "survivor"})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !d.GetHeld() || d.GetLease().GetToken() != lease.Token() || d.GetLease().GetHolder() != lease.Holder() {
-			t.Fatalf("after 10 TTLs the coordinator says %v; want held by %s with token %d", d, lease.Holder(), lease.Token())
+			t.Fatalf("after 3 TTLs the coordinator says %v; want held by %s with token %d", d, lease.Holder(), lease.Token())
 		}
 		if err := lease.Release(ctx); err != nil {
 			t.Fatalf("Release: %v", err)
@@ -88,7 +98,7 @@ func TestLeaseEndsBeforeCoordinatorExpiry(t *testing.T) {
 			start: func(t *testing.T) *coordtest.Coordinator {
 				paused = redistest.Start(t, false)
 				cfg := coordtest.Config(t, "memory")
-				cfg.Store, cfg.RedisURL = server.StoreRedis, paused.URL()
+				cfg.Store, cfg.RedisURL = coordinatord.StoreRedis, paused.URL()
 				return coordtest.Start(t, cfg)
 			},
 			inject:  func(t *testing.T, coord *coordtest.Coordinator) { paused.Pause(6 * time.Second) },
@@ -116,9 +126,9 @@ func TestLeaseEndsBeforeCoordinatorExpiry(t *testing.T) {
 			}
 			localDeadline := confirmed.Add(ttl - driftMargin(ttl))
 			switch {
-			case f.wantErr == ErrExpired && doneAt.Before(localDeadline):
+			case errors.Is(f.wantErr, ErrExpired) && doneAt.Before(localDeadline):
 				t.Fatalf("Done closed %s before the local deadline: gave up too early", localDeadline.Sub(doneAt))
-			case f.wantErr == ErrLost && !doneAt.Before(localDeadline):
+			case errors.Is(f.wantErr, ErrLost) && !doneAt.Before(localDeadline):
 				t.Fatalf("refused renewal noticed only at the deadline")
 			}
 			t.Logf("ended %s before the earliest coordinator expiry: %v", serverExpiry.Sub(doneAt), lease.Err())
@@ -169,7 +179,7 @@ func TestLockWaitsAndGetsTheLeaseWhenReleased(t *testing.T) {
 		if r.err != nil {
 			t.Fatalf("Lock: %v", r.err)
 		}
-		defer r.lease.Release(ctx)
+		defer func() { _ = r.lease.Release(ctx) }()
 		if wait := r.at.Sub(released); wait > 5*time.Second {
 			t.Fatalf("Lock got the lease %s after the release", wait)
 		}
@@ -187,7 +197,7 @@ func TestTryLockReportsTheHolder(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer first.Release(ctx)
+		defer func() { _ = first.Release(ctx) }()
 		// The same Client, as another acquisition, is excluded too.
 		_, err = c.TryLock(ctx, "solo")
 		var notAcquired *NotAcquiredError
@@ -313,6 +323,110 @@ func TestCloseEndsAndReleasesLeases(t *testing.T) {
 	}
 	if err := c.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
+	}
+}
+
+// Validity is counted on the Client's clock from when the grant or the
+// last renewal was sent: TTL less the drift margin, for a lease and a
+// leadership alike.
+func TestDeadlineFollowsEachRenewal(t *testing.T) {
+	coord := coordtest.Start(t, coordtest.Config(t, "memory"))
+	ctx := testCtx(t)
+	clock := clockwork.NewFakeClock()
+	c := dial(t, coord, withClock(clock))
+	const ttl = time.Minute
+	lease, err := c.TryLock(ctx, "deadline", WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := c.Campaign(ctx, "deadline-election", nil, WithTTL(ttl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Election() != "deadline-election" {
+		t.Fatalf("Election = %q", e.Election())
+	}
+	check := func(sent time.Time) {
+		t.Helper()
+		want := sent.Add(ttl - driftMargin(ttl))
+		if lease.TTL() != ttl || !lease.Deadline().Equal(want) {
+			t.Fatalf("lease: TTL %s, deadline %s; want %s, %s", lease.TTL(), lease.Deadline(), ttl, want)
+		}
+		if e.TTL() != ttl || !e.Deadline().Equal(want) {
+			t.Fatalf("leadership: TTL %s, deadline %s; want %s, %s", e.TTL(), e.Deadline(), ttl, want)
+		}
+	}
+	check(clock.Now()) // granted
+	for range 3 {
+		renewAll(t, clock, lease.l, e.l)
+		check(clock.Now()) // renewed, sent at the time the clock was moved to
+	}
+}
+
+// Waiting on a coordinator that cannot be reached looks like waiting for
+// the lock, so the retries are logged.
+func TestLockLogsItsRetries(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	_ = lis.Close() // nothing listens there now
+
+	var logs syncBuffer
+	c, err := New(addr, WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Close() }()
+	ctx, cancel := context.WithTimeout(testCtx(t), time.Second)
+	defer cancel()
+	_, err = c.Lock(ctx, "unreachable")
+	if !errors.Is(err, ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "last error") {
+		t.Fatalf("Lock = %v; want not acquired by the deadline, with the last error", err)
+	}
+	if !strings.Contains(logs.String(), "acquisition failed; retrying") || !strings.Contains(logs.String(), "unreachable") {
+		t.Fatalf("logged %q; want the retries", logs.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer that a logger may write from any goroutine.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// With no close timeout, Close ends the leases here but leaves them to
+// expire on the coordinator.
+func TestCloseWithoutTimeoutLeavesLeasesToExpire(t *testing.T) {
+	coord := coordtest.Start(t, coordtest.Config(t, "memory"))
+	ctx := testCtx(t)
+	c := dial(t, coord, WithCloseTimeout(0))
+	lease, err := c.TryLock(ctx, "left")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(lease.Err(), ErrClosed) {
+		t.Fatalf("Err = %v; want ErrClosed", lease.Err())
+	}
+	d, err := dial(t, coord).API().Describe(ctx, &coordinatorv1.DescribeRequest{Name: "left"})
+	if err != nil || !d.GetHeld() || d.GetLease().GetToken() != lease.Token() {
+		t.Fatalf("after Close the coordinator says %v, %v; want still held with token %d", d, err, lease.Token())
 	}
 }
 

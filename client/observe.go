@@ -81,10 +81,8 @@ func (c *Client) Observe(ctx context.Context, election string) <-chan LeaderEven
 }
 
 func (c *Client) observe(ctx context.Context, election string, ch chan<- LeaderEvent) {
-	var (
-		last *LeaderEvent // last delivered
-		b    backoff
-	)
+	var last *LeaderEvent // last delivered
+	b := newCallBackoff()
 	deliver := func(ev LeaderEvent) bool {
 		select {
 		case ch <- ev:
@@ -107,7 +105,7 @@ func (c *Client) observe(ctx context.Context, election string, ch chan<- LeaderE
 				if err != nil {
 					return err
 				}
-				b.reset()
+				b.Reset()
 				for _, out := range transition(last, ev) {
 					if !deliver(out) {
 						return ctx.Err()
@@ -123,7 +121,7 @@ func (c *Client) observe(ctx context.Context, election string, ch chan<- LeaderE
 			return
 		}
 		c.log.Warn("coordinator: observe stream broke; reconnecting", "election", election, "err", err)
-		sleep(ctx, b.next(err))
+		sleep(ctx, retryIn(b, err))
 	}
 }
 

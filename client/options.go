@@ -1,10 +1,12 @@
 package client
 
 import (
+	"context"
 	"crypto/tls"
 	"log/slog"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 )
@@ -21,7 +23,7 @@ const DefaultCloseTimeout = 2 * time.Second
 // per-acquisition suffix.
 const maxIdentityBytes = 100
 
-// Option configures a Client. Options are given to New or NewFromConn.
+// Option configures a Client. Options are given to New.
 type Option interface {
 	applyClient(*config)
 }
@@ -37,9 +39,10 @@ type config struct {
 	identity     string
 	log          *slog.Logger
 	closeTimeout time.Duration
-	metadata     []string // key, value, key, value…
+	token        *bearerToken
 	creds        credentials.TransportCredentials
 	dialOpts     []grpc.DialOption
+	clock        clockwork.Clock
 }
 
 type lockConfig struct {
@@ -76,26 +79,46 @@ func WithIdentity(identity string) Option {
 }
 
 // WithLogger sets where the Client logs what it cannot return: renewal
-// failures, stream reconnects, errors of RunAsLeader's function. The default
-// discards everything.
+// failures, stream reconnects, retried acquisitions, errors of
+// RunAsLeader's function. The default discards everything.
 func WithLogger(log *slog.Logger) Option {
 	return optionFunc(func(c *config) { c.log = log })
 }
 
-// WithMetadata adds a gRPC metadata pair to every call the Client makes.
-func WithMetadata(key, value string) Option {
-	return optionFunc(func(c *config) { c.metadata = append(c.metadata, key, value) })
+// WithBearerToken sends "authorization: Bearer token" with every call, as a
+// coordinator started with -auth-token requires. The connection must be
+// secure (WithTLS or WithTransportCredentials): New refuses to send a token
+// over plaintext, where anyone on the path can read it. See
+// WithInsecureBearerToken.
+func WithBearerToken(token string) Option {
+	return optionFunc(func(c *config) { c.token = &bearerToken{token: token} })
 }
 
-// WithBearerToken sends "authorization: Bearer token" with every call, as a
-// coordinator started with -auth-token requires. Use it with TLS: the token
-// is sent in the clear otherwise.
-func WithBearerToken(token string) Option {
-	return WithMetadata("authorization", "Bearer "+token)
+// WithInsecureBearerToken is WithBearerToken that also sends the token over
+// a plaintext connection. It is for loopback and tests only: on any other
+// network, the token is anyone's who can see the traffic.
+func WithInsecureBearerToken(token string) Option {
+	return optionFunc(func(c *config) { c.token = &bearerToken{token: token, allowInsecure: true} })
 }
+
+// bearerToken is the per-call credential of WithBearerToken. Through
+// RequireTransportSecurity gRPC itself refuses to send it over a connection
+// that is not secure, whatever the dial options say.
+type bearerToken struct {
+	token         string
+	allowInsecure bool
+}
+
+// GetRequestMetadata implements credentials.PerRPCCredentials.
+func (b *bearerToken) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + b.token}, nil
+}
+
+// RequireTransportSecurity implements credentials.PerRPCCredentials.
+func (b *bearerToken) RequireTransportSecurity() bool { return !b.allowInsecure }
 
 // WithTLS connects with TLS using cfg (nil: the system roots, no client
-// certificate). New only; NewFromConn uses the connection as it is.
+// certificate).
 func WithTLS(cfg *tls.Config) Option {
 	if cfg == nil {
 		cfg = &tls.Config{MinVersion: tls.VersionTLS12}
@@ -103,13 +126,17 @@ func WithTLS(cfg *tls.Config) Option {
 	return WithTransportCredentials(credentials.NewTLS(cfg))
 }
 
-// WithTransportCredentials connects with creds. New only. The default is an
-// insecure (plaintext) connection.
+// WithTransportCredentials connects with creds, for security that a
+// tls.Config does not describe (SPIFFE, ALTS…). The default is a plaintext
+// connection.
 func WithTransportCredentials(creds credentials.TransportCredentials) Option {
 	return optionFunc(func(c *config) { c.creds = creds })
 }
 
-// WithDialOptions adds gRPC dial options, after the Client's own. New only.
+// WithDialOptions adds gRPC dial options, after the Client's own: for what
+// no other Option covers, such as interceptors and stats handlers (tracing).
+// Give transport credentials with WithTLS or WithTransportCredentials
+// instead, which WithBearerToken checks.
 func WithDialOptions(opts ...grpc.DialOption) Option {
 	return optionFunc(func(c *config) { c.dialOpts = append(c.dialOpts, opts...) })
 }
@@ -119,4 +146,10 @@ func WithDialOptions(opts ...grpc.DialOption) Option {
 // release them, and they expire after their TTL.
 func WithCloseTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.closeTimeout = d })
+}
+
+// withClock sets the clock of lease validity and renewal scheduling, so
+// that tests can move time forward instead of waiting.
+func withClock(clock clockwork.Clock) Option {
+	return optionFunc(func(c *config) { c.clock = clock })
 }

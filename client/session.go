@@ -85,7 +85,8 @@ func (s *session) add(l *lease) error {
 	s.leases[leaseKey{l.name, l.token}] = l
 	heap.Push(&s.queue, l)
 	if s.run == nil {
-		ctx, cancel := context.WithCancel(context.Background())
+		// Stopped by close, or when the last lease ends.
+		ctx, cancel := context.WithCancel(s.c.closing)
 		s.run, s.cancelRun, s.wake = ctx, cancel, make(chan struct{}, 1)
 		s.wg.Add(1)
 		go s.schedule(ctx, s.wake)
@@ -100,12 +101,17 @@ func (s *session) add(l *lease) error {
 func (s *session) end(l *lease, err error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.endLocked(l, err)
-}
-
-func (s *session) endLocked(l *lease, err error) error {
 	if l.done {
 		return l.err()
+	}
+	s.endLocked(l, err)
+	return nil
+}
+
+// endLocked ends l with err unless it has ended already.
+func (s *session) endLocked(l *lease, err error) {
+	if l.done {
+		return
 	}
 	l.done = true
 	l.finish(err)
@@ -116,7 +122,6 @@ func (s *session) endLocked(l *lease, err error) error {
 		heap.Remove(&s.queue, l.index)
 	}
 	s.poke()
-	return nil
 }
 
 // renewed records a successful renewal of l sent at sent (by KeepAlive or
@@ -132,7 +137,7 @@ func (s *session) renewedLocked(l *lease, sent time.Time, ttl time.Duration) boo
 	if l.done {
 		return false
 	}
-	if !time.Now().Before(l.deadline) {
+	if !s.c.clock.Now().Before(l.deadline) {
 		s.endLocked(l, s.expired(l))
 		return false
 	}
@@ -192,16 +197,16 @@ func (s *session) poke() {
 // schedule is the scheduler goroutine.
 func (s *session) schedule(ctx context.Context, wake <-chan struct{}) {
 	defer s.wg.Done()
-	timer := time.NewTimer(time.Hour)
+	timer := s.c.clock.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
 		next, ok := s.tick(ctx)
 		if !ok {
 			return
 		}
-		timer.Reset(time.Until(next))
+		timer.Reset(s.c.clock.Until(next))
 		select {
-		case <-timer.C:
+		case <-timer.Chan():
 		case <-wake:
 		case <-ctx.Done():
 			return
@@ -217,7 +222,7 @@ func (s *session) tick(ctx context.Context) (time.Time, bool) {
 	if ctx.Err() != nil { // stopped while waiting for the lock
 		return time.Time{}, false
 	}
-	now := time.Now()
+	now := s.c.clock.Now()
 	for len(s.queue) > 0 {
 		l := s.queue[0]
 		if l.due().After(now) {
@@ -245,7 +250,7 @@ func (s *session) tick(ctx context.Context) (time.Time, bool) {
 		case s.stream == nil:
 			s.stream = &streamRun{}
 			s.wg.Add(1)
-			go s.runStream(s.run, s.stream)
+			go s.runStream(ctx, s.stream)
 		}
 	}
 	return s.queue[0].due(), true
@@ -255,7 +260,7 @@ func (s *session) tick(ctx context.Context) (time.Time, bool) {
 // ctx (the scheduler's) ends.
 func (s *session) runStream(ctx context.Context, me *streamRun) {
 	defer s.wg.Done()
-	var b backoff
+	b := newCallBackoff()
 	for ctx.Err() == nil {
 		sctx, cancel := context.WithCancel(ctx)
 		st, err := s.c.api.KeepAlive(sctx, grpc.WaitForReady(true))
@@ -264,7 +269,7 @@ func (s *session) runStream(ctx context.Context, me *streamRun) {
 			if ctx.Err() == nil {
 				s.c.log.Warn("coordinator: could not open the KeepAlive stream; retrying", "err", err)
 			}
-			sleep(ctx, b.next(err))
+			sleep(ctx, retryIn(b, err))
 			continue
 		}
 		conn := &kaConn{st: st, poke: make(chan struct{}, 1)}
@@ -301,9 +306,9 @@ func (s *session) runStream(ctx context.Context, me *streamRun) {
 		}
 		s.c.log.Warn("coordinator: KeepAlive stream broke; reconnecting", "err", err)
 		if answered {
-			b.reset()
+			b.Reset()
 		}
-		sleep(ctx, b.next(err))
+		sleep(ctx, retryIn(b, err))
 	}
 }
 
@@ -331,7 +336,7 @@ func (s *session) take(conn *kaConn) []*coordinatorv1.KeepAliveRequest {
 	if s.cur != conn {
 		return nil
 	}
-	now := time.Now()
+	now := s.c.clock.Now()
 	reqs := make([]*coordinatorv1.KeepAliveRequest, 0, len(s.pending))
 	for _, l := range s.pending {
 		if l.done || !l.wantSend {
@@ -402,9 +407,11 @@ func (s *session) handle(conn *kaConn, resp *coordinatorv1.KeepAliveResponse) {
 
 // failed schedules another try of a renewal that failed transiently.
 func (s *session) failed(l *lease, why string) {
-	l.failures++
+	if l.retry == nil {
+		l.retry = renewalBackoff(l.ttl)
+	}
 	l.lastErr = why
-	l.nextRenew = time.Now().Add(retryAfter(l.ttl, l.failures))
+	l.nextRenew = s.c.clock.Now().Add(l.retry.Next())
 	if l.index >= 0 {
 		heap.Fix(&s.queue, l.index)
 	}
@@ -423,9 +430,8 @@ func (s *session) dropInflight(conn *kaConn, err error) {
 	for _, l := range s.leases {
 		if l.inflight == conn {
 			l.inflight = nil
-			l.failures++
 			l.lastErr = why
-			l.nextRenew = time.Now()
+			l.nextRenew = s.c.clock.Now()
 			heap.Fix(&s.queue, l.index)
 		}
 	}

@@ -5,45 +5,31 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"go.uber.org/goleak"
 
-	"github.com/coordinator-dev/coordinator/internal/coordtest"
+	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
+	"github.com/coordinator-dev/coordinator/internal/coordinatord/coordtest"
 )
 
 func TestManyLeasesShareOneKeepAliveStream(t *testing.T) {
 	forEachStore(t, func(t *testing.T, coord *coordtest.Coordinator) {
 		ctx := testCtx(t)
-		c := dial(t, coord)
+		clock := clockwork.NewFakeClock()
+		c := dial(t, coord, withClock(clock))
 		const n = 200
-		const ttl = 1500 * time.Millisecond
 		leases := make([]*Lease, 0, n)
+		inner := make([]*lease, 0, n)
 		for i := range n {
-			l, err := c.TryLock(ctx, fmt.Sprintf("many/%03d", i), WithTTL(ttl))
+			l, err := c.TryLock(ctx, fmt.Sprintf("many/%03d", i), WithTTL(time.Minute))
 			if err != nil {
 				t.Fatal(err)
 			}
-			leases = append(leases, l)
+			leases, inner = append(leases, l), append(inner, l.l)
 		}
-		// Every lease renewed at least twice more.
-		for range 2 {
-			before := make([]time.Time, n)
-			for i, l := range leases {
-				before[i], _ = confirmedAt(l.l)
-			}
-			eventually(t, "every lease renewed", func() bool {
-				for i, l := range leases {
-					if at, _ := confirmedAt(l.l); !at.After(before[i]) {
-						return false
-					}
-				}
-				return true
-			})
-		}
-		for _, l := range leases {
-			if err := l.Err(); err != nil {
-				t.Fatalf("%s ended: %v", l, err)
-			}
-		}
+		// Every lease renewed twice.
+		renewAll(t, clock, inner...)
+		renewAll(t, clock, inner...)
 		if got := startedStreams(t, coord, "KeepAlive"); got != 1 {
 			t.Fatalf("%d KeepAlive streams for %d leases; want 1", got, n)
 		}
@@ -58,21 +44,22 @@ func TestManyLeasesShareOneKeepAliveStream(t *testing.T) {
 func TestNoGoroutineOutlivesAReleasedLease(t *testing.T) {
 	coord := coordtest.Start(t, coordtest.Config(t, "memory"))
 	ctx := testCtx(t)
-	c := dial(t, coord)
+	clock := clockwork.NewFakeClock()
+	c := dial(t, coord, withClock(clock))
 	_, _ = c.Leader(ctx, "warm-up") // connects
 	idle := goleak.IgnoreCurrent()
 
-	l, err := c.TryLock(ctx, "leak", WithTTL(300*time.Millisecond))
+	l, err := c.TryLock(ctx, "leak")
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitRenewed(t, l.l, 2) // the scheduler and the stream are running
+	renew(t, clock, l.l) // the scheduler and the stream are running
 	lctx := l.Context(ctx)
-	e, err := c.Campaign(ctx, "leak-election", nil, WithTTL(300*time.Millisecond))
+	e, err := c.Campaign(ctx, "leak-election", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitRenewed(t, e.l, 2)
+	renewAll(t, clock, l.l, e.l)
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -88,26 +75,30 @@ func TestNoGoroutineOutlivesClose(t *testing.T) {
 	ctx := testCtx(t)
 	before := goleak.IgnoreCurrent()
 
-	c, err := New(coord.Addr())
+	clock := clockwork.NewFakeClock()
+	c, err := New(coord.Addr(), withClock(clock))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := range 5 {
-		if _, err := c.TryLock(ctx, fmt.Sprintf("close-leak/%d", i), WithTTL(300*time.Millisecond)); err != nil {
+		if _, err := c.TryLock(ctx, fmt.Sprintf("close-leak/%d", i)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	e, err := c.Campaign(ctx, "close-leak-election", []byte("x"), WithTTL(300*time.Millisecond))
+	e, err := c.Campaign(ctx, "close-leak-election", []byte("x"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	_ = e.Context(ctx)
 	events := c.Observe(ctx, "close-leak-election")
 	<-events
-	waitRenewed(t, e.l, 2)
+	renew(t, clock, e.l)
 	go func() { _, _ = c.Lock(ctx, "close-leak/0") }() // waiting when Close comes
+	eventually(t, "Lock waiting", func() bool {
+		d, err := c.API().Describe(ctx, &coordinatorv1.DescribeRequest{Name: "close-leak/0"})
+		return err == nil && d.GetWaiters() == 1
+	})
 
-	time.Sleep(100 * time.Millisecond)
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/coordinator-dev/coordinator/client"
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
+	"github.com/coordinator-dev/coordinator/internal/app"
 )
 
 // heldJSON is a held lease in JSON output.
@@ -49,7 +50,7 @@ func newHeldJSON(l *coordinatorv1.Lease) heldJSON {
 }
 
 // runDescribe: coordctl describe NAME.
-func runDescribe(a *app, args, _ []string) int {
+func runDescribe(a *cli, args, _ []string) int {
 	name := args[0]
 	return a.call(func(ctx context.Context, c *client.Client) int {
 		d, err := c.API().Describe(ctx, &coordinatorv1.DescribeRequest{Name: name})
@@ -69,26 +70,26 @@ func runDescribe(a *app, args, _ []string) int {
 				j.Lease = &l
 			}
 			a.printJSON(j)
-			return exitOK
+			return app.ExitOK
 		}
 		if d.GetHeld() {
 			l := d.GetLease()
-			fmt.Fprintf(a.stdout, "%s: held by %s with token %d, ttl %s, expires %s",
+			a.printf("%s: held by %s with token %d, ttl %s, expires %s",
 				name, l.GetHolder(), l.GetToken(), l.GetTtl().AsDuration(), l.GetExpiresAt().AsTime().Local().Format(time.RFC3339Nano))
 			if len(l.GetValue()) > 0 {
-				fmt.Fprintf(a.stdout, ", value %s", text(l.GetValue()))
+				a.printf(", value %s", text(l.GetValue()))
 			}
-			fmt.Fprintln(a.stdout)
+			a.printf("\n")
 		} else {
-			fmt.Fprintf(a.stdout, "%s: not held\n", name)
+			a.printf("%s: not held\n", name)
 		}
-		fmt.Fprintf(a.stdout, "last token %d, %d waiting\n", d.GetLastToken(), d.GetWaiters())
-		return exitOK
+		a.printf("last token %d, %d waiting\n", d.GetLastToken(), d.GetWaiters())
+		return app.ExitOK
 	})
 }
 
 // runList: coordctl list [PREFIX].
-func runList(a *app, args, _ []string) int {
+func runList(a *cli, args, _ []string) int {
 	var prefix string
 	if len(args) > 0 {
 		prefix = args[0]
@@ -111,21 +112,21 @@ func runList(a *app, args, _ []string) int {
 				out = append(out, newHeldJSON(l))
 			}
 			a.printJSON(out)
-			return exitOK
+			return app.ExitOK
 		}
 		w := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(w, "NAME\tHOLDER\tTOKEN\tTTL\tEXPIRES")
+		_, _ = fmt.Fprintln(w, "NAME\tHOLDER\tTOKEN\tTTL\tEXPIRES")
 		for _, l := range leases {
-			fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\n", l.GetName(), l.GetHolder(), l.GetToken(),
+			_, _ = fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\n", l.GetName(), l.GetHolder(), l.GetToken(),
 				l.GetTtl().AsDuration(), l.GetExpiresAt().AsTime().Local().Format(time.RFC3339))
 		}
 		_ = w.Flush()
-		return exitOK
+		return app.ExitOK
 	})
 }
 
 // runRelease: coordctl release NAME HOLDER TOKEN.
-func runRelease(a *app, args, _ []string) int {
+func runRelease(a *cli, args, _ []string) int {
 	name, holder := args[0], args[1]
 	token, err := strconv.ParseUint(args[2], 10, 64)
 	if err != nil || token == 0 {
@@ -144,13 +145,13 @@ func runRelease(a *app, args, _ []string) int {
 				Released bool   `json:"released"`
 			}{name, holder, token, resp.GetReleased()})
 		} else if resp.GetReleased() {
-			fmt.Fprintf(a.stdout, "released %s (holder %s, token %d)\n", name, holder, token)
+			a.printf("released %s (holder %s, token %d)\n", name, holder, token)
 		} else {
-			fmt.Fprintf(a.stdout, "%s is not held by %s with token %d: nothing released\n", name, holder, token)
+			a.printf("%s is not held by %s with token %d: nothing released\n", name, holder, token)
 		}
 		if !resp.GetReleased() {
-			return exitFail
+			return app.ExitFail
 		}
-		return exitOK
+		return app.ExitOK
 	})
 }

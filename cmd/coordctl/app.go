@@ -1,9 +1,9 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -11,12 +11,15 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
+
 	"github.com/coordinator-dev/coordinator/client"
+	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
+	"github.com/coordinator-dev/coordinator/internal/app"
 )
 
 // command is one coordctl subcommand.
@@ -25,7 +28,7 @@ type command struct {
 	summary          string
 	minArgs, maxArgs int
 	takesCommand     bool // accepts -- CMD ARGS…
-	run              func(a *app, args, cmdline []string) int
+	run              func(a *cli, args, cmdline []string) int
 }
 
 var commands map[string]command
@@ -44,25 +47,25 @@ func init() {
 
 var commandOrder = []string{"lock", "elect", "leader", "observe", "describe", "list", "release"}
 
-// app is a coordctl invocation: its flags and outputs.
-type app struct {
+// cli is a coordctl invocation: its flags and outputs.
+type cli struct {
 	stdout, stderr io.Writer
 
-	addr        string
-	ttl         time.Duration
-	timeout     time.Duration
-	grace       time.Duration
-	output      string
-	token       string
-	tlsOn       bool
-	tlsCA       string
-	tlsCert     string
-	tlsKey      string
-	tlsInsecure bool
-	serverName  string
+	addr           string
+	ttl            time.Duration
+	timeout        time.Duration
+	connectTimeout time.Duration
+	grace          time.Duration
+	output         string
+	token          string
+	insecureToken  bool
+	tlsOn          bool
+	tlsFiles       app.TLSFiles
+
+	tls *tls.Config // from the TLS flags, by check; nil: plaintext
 }
 
-func (a *app) flagSet(name string) *flag.FlagSet {
+func (a *cli) flagSet(name string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(a.stderr)
 	env := func(name, def string) string {
@@ -73,35 +76,39 @@ func (a *app) flagSet(name string) *flag.FlagSet {
 	}
 	fs.StringVar(&a.addr, "addr", env("COORDINATOR_ADDR", "127.0.0.1:7400"), "coordinator address [$COORDINATOR_ADDR]")
 	fs.DurationVar(&a.ttl, "ttl", client.DefaultTTL, "TTL of the lease or leadership (lock, elect)")
-	fs.DurationVar(&a.timeout, "timeout", 0, "lock, elect: how long to wait for the lock or leadership (0: no limit); other commands: call timeout (0: 10s)")
+	fs.DurationVar(&a.timeout, "timeout", 0, "lock, elect: how long to wait for the lock or leadership, connecting included (0: no limit);\n"+
+		"leader, describe, list, release: how long the call may take (0: 10s); observe: not used")
+	fs.DurationVar(&a.connectTimeout, "connect-timeout", 10*time.Second, "lock, elect, observe: how long to try to reach the coordinator before failing (0: no limit)")
 	fs.DurationVar(&a.grace, "grace", 10*time.Second, "after SIGTERM, how long CMD may take to exit before SIGKILL")
 	fs.StringVar(&a.output, "o", "text", "output format: text or json")
 	fs.StringVar(&a.output, "output", "text", "output format: text or json (same as -o)")
-	fs.StringVar(&a.token, "token", "", "bearer token the coordinator requires [$COORDINATOR_AUTH_TOKEN]")
+	fs.StringVar(&a.token, "token", "", "bearer token the coordinator requires; needs TLS, or -insecure-token [$COORDINATOR_AUTH_TOKEN]")
+	fs.BoolVar(&a.insecureToken, "insecure-token", false, "send -token over a plaintext connection too (loopback and tests only: anyone on the path can read it)")
 	fs.BoolVar(&a.tlsOn, "tls", false, "connect with TLS (implied by the other -tls flags)")
-	fs.StringVar(&a.tlsCA, "tls-ca", "", "PEM CA file to verify the coordinator with (default: system roots)")
-	fs.StringVar(&a.tlsCert, "tls-cert", "", "PEM client certificate file (mTLS)")
-	fs.StringVar(&a.tlsKey, "tls-key", "", "PEM private key file of -tls-cert")
-	fs.StringVar(&a.serverName, "tls-server-name", "", "server name to verify instead of the address's host")
-	fs.BoolVar(&a.tlsInsecure, "insecure-skip-verify", false, "with TLS, do not verify the coordinator's certificate (testing only)")
+	fs.StringVar(&a.tlsFiles.CA, "tls-ca", "", "PEM CA file to verify the coordinator with (default: system roots)")
+	fs.StringVar(&a.tlsFiles.Cert, "tls-cert", "", "PEM client certificate file (mTLS)")
+	fs.StringVar(&a.tlsFiles.Key, "tls-key", "", "PEM private key file of -tls-cert")
+	fs.StringVar(&a.tlsFiles.ServerName, "tls-server-name", "", "server name to verify instead of the address's host")
+	fs.BoolVar(&a.tlsFiles.InsecureSkipVerify, "insecure-skip-verify", false, "with TLS, do not verify the coordinator's certificate (testing only)")
 	fs.Usage = func() {
-		w := fs.Output()
-		fmt.Fprintf(w, "Usage: coordctl [flags] COMMAND ARGS…  (flags may also follow COMMAND)\n\nCommands:\n")
+		var b strings.Builder
+		b.WriteString("Usage: coordctl [flags] COMMAND ARGS…  (flags may also follow COMMAND)\n\nCommands:\n")
 		for _, name := range commandOrder {
 			c := commands[name]
-			fmt.Fprintf(w, "  %-8s %s\n           %s\n", name, c.usage, c.summary)
+			fmt.Fprintf(&b, "  %-8s %s\n           %s\n", name, c.usage, c.summary)
 		}
-		fmt.Fprintf(w, `
+		b.WriteString(`
 lock and elect pass CMD the environment COORDINATOR_FENCING_TOKEN (the
 fencing token, or the term) and COORDINATOR_LOCK_NAME or COORDINATOR_ELECTION;
 CMD runs in its own process group, which gets SIGTERM (SIGKILL after -grace)
 when the lease is lost, and the signals coordctl gets.
 
-Exit status: 0 success; 1 not acquired, lost, not found or failed; 2 bad
-usage; with CMD, CMD's own status when it ran to its end.
+Exit status: 0 success; 1 not acquired, lost, not found, unreachable or
+failed; 2 bad usage; with CMD, CMD's own status when it ran to its end.
 
 Flags:
 `)
+		_, _ = io.WriteString(fs.Output(), b.String())
 		fs.PrintDefaults()
 	}
 	return fs
@@ -130,8 +137,8 @@ func parseArgs(fs *flag.FlagSet, args []string) (pos, rest []string, err error) 
 	}
 }
 
-// check validates the flags.
-func (a *app) check() error {
+// check validates the flags and loads the TLS files.
+func (a *cli) check() error {
 	switch {
 	case a.output != "text" && a.output != "json":
 		return fmt.Errorf("-o %q: want text or json", a.output)
@@ -139,95 +146,147 @@ func (a *app) check() error {
 		return fmt.Errorf("-ttl %s: must be positive", a.ttl)
 	case a.timeout < 0:
 		return fmt.Errorf("-timeout %s: must not be negative", a.timeout)
-	case (a.tlsCert == "") != (a.tlsKey == ""):
+	case a.connectTimeout < 0:
+		return fmt.Errorf("-connect-timeout %s: must not be negative", a.connectTimeout)
+	case (a.tlsFiles.Cert == "") != (a.tlsFiles.Key == ""):
 		return errors.New("-tls-cert and -tls-key go together")
+	}
+	if a.tlsOn || a.tlsFiles != (app.TLSFiles{}) {
+		cfg, err := app.ClientTLS(a.tlsFiles)
+		if err != nil {
+			return fmt.Errorf("TLS: %w", err)
+		}
+		a.tls = cfg
+	}
+	if a.token == "" {
+		a.token = os.Getenv("COORDINATOR_AUTH_TOKEN") // not a flag default: -help would show it
+	}
+	if a.token != "" && a.tls == nil && !a.insecureToken {
+		return errors.New("-token needs TLS (-tls, -tls-ca…): over plaintext anyone on the path can read it; " +
+			"add -insecure-token to send it anyway, on loopback and in tests")
 	}
 	return nil
 }
 
-func (a *app) usageError(err error) int {
-	if errors.Is(err, flag.ErrHelp) {
-		return exitOK
+func (a *cli) usageError(err error) int {
+	code := app.ParseError(a.stderr, "coordctl", err)
+	if code == app.ExitUsage {
+		_, _ = fmt.Fprintln(a.stderr, "(see coordctl -help)")
 	}
-	fmt.Fprintf(a.stderr, "coordctl: %v\n(see coordctl -help)\n", err)
-	return exitUsage
+	return code
 }
 
 // fail reports err and returns the failure status.
-func (a *app) fail(err error) int {
-	fmt.Fprintf(a.stderr, "coordctl: %v\n", err)
-	return exitFail
+func (a *cli) fail(err error) int {
+	a.warnf("%v", err)
+	return app.ExitFail
 }
 
-// connect makes the Client the flags describe.
-func (a *app) connect() (*client.Client, error) {
-	if a.token == "" {
-		a.token = os.Getenv("COORDINATOR_AUTH_TOKEN") // not a flag default: -help would show it
-	}
+// printf writes to stdout. A write that fails (a closed pipe) has nowhere
+// to be reported, and does not change the exit status.
+func (a *cli) printf(format string, args ...any) {
+	_, _ = fmt.Fprintf(a.stdout, format, args...)
+}
+
+// warnf writes a line about trouble to stderr.
+func (a *cli) warnf(format string, args ...any) {
+	_, _ = fmt.Fprintf(a.stderr, "coordctl: "+format+"\n", args...)
+}
+
+// dial makes the Client the flags describe. Like every gRPC client, it
+// connects lazily: at its first call, or in reach.
+func (a *cli) dial() (*client.Client, error) {
 	opts := []client.Option{
 		client.WithTTL(a.ttl),
-		// Renewal trouble and reconnects are worth seeing.
+		// Renewal trouble, retries and reconnects are worth seeing.
 		client.WithLogger(slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))),
 	}
-	if a.token != "" {
+	switch {
+	case a.token != "" && a.insecureToken:
+		opts = append(opts, client.WithInsecureBearerToken(a.token))
+	case a.token != "":
 		opts = append(opts, client.WithBearerToken(a.token))
 	}
-	if a.tlsOn || a.tlsCA != "" || a.tlsCert != "" || a.tlsInsecure || a.serverName != "" {
-		cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: a.serverName, InsecureSkipVerify: a.tlsInsecure} //nolint:gosec // opt-in flag
-		if a.tlsCA != "" {
-			pem, err := os.ReadFile(a.tlsCA)
-			if err != nil {
-				return nil, fmt.Errorf("read -tls-ca: %w", err)
-			}
-			cfg.RootCAs = x509.NewCertPool()
-			if !cfg.RootCAs.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("-tls-ca %s holds no PEM certificate", a.tlsCA)
-			}
-		}
-		if a.tlsCert != "" {
-			cert, err := tls.LoadX509KeyPair(a.tlsCert, a.tlsKey)
-			if err != nil {
-				return nil, fmt.Errorf("load -tls-cert/-tls-key: %w", err)
-			}
-			cfg.Certificates = []tls.Certificate{cert}
-		}
-		opts = append(opts, client.WithTLS(cfg))
+	if a.tls != nil {
+		opts = append(opts, client.WithTLS(a.tls))
 	}
 	return client.New(a.addr, opts...)
 }
 
+// probe is a call that waits for the coordinator to be reachable
+// (grpc.WaitForReady) and reports whether it answered.
+type probe func(ctx context.Context, c *client.Client) error
+
+// describeProbe describes the lock name: read-only, and it checks the name
+// and the token before any waiting.
+func describeProbe(name string) probe {
+	return func(ctx context.Context, c *client.Client) error {
+		_, err := c.API().Describe(ctx, &coordinatorv1.DescribeRequest{Name: name}, grpc.WaitForReady(true))
+		return err
+	}
+}
+
+// leaderProbe asks for the leader of election; read-only as well.
+func leaderProbe(election string) probe {
+	return func(ctx context.Context, c *client.Client) error {
+		_, err := c.API().Leader(ctx, &coordinatorv1.LeaderRequest{Election: election}, grpc.WaitForReady(true))
+		return err
+	}
+}
+
+// reach waits, up to -connect-timeout and while ctx lasts, until the
+// coordinator answers p. Lock, Campaign and Observe retry an unreachable
+// coordinator for ever, which would look like waiting for the lease; reach
+// turns that into an error that says so. What the coordinator answers does
+// not matter here: an error of its own comes again from the real call.
+// When ctx is cancelled (interrupted), reach returns ctx's error.
+func (a *cli) reach(ctx context.Context, c *client.Client, p probe) error {
+	pctx, cancel := ctx, context.CancelFunc(func() {})
+	if a.connectTimeout > 0 {
+		pctx, cancel = context.WithTimeout(ctx, a.connectTimeout)
+	}
+	defer cancel()
+	start := time.Now()
+	err := p(pctx, c)
+	switch {
+	case err == nil || pctx.Err() == nil:
+		return nil
+	case errors.Is(ctx.Err(), context.Canceled):
+		return ctx.Err()
+	}
+	return fmt.Errorf("cannot reach the coordinator at %s (gave up after %s): %s",
+		a.addr, time.Since(start).Round(100*time.Millisecond), status.Convert(err).Message())
+}
+
 // callCtx bounds a one-shot call by -timeout (10s when not set) and by
 // SIGINT/SIGTERM.
-func (a *app) callCtx() (context.Context, context.CancelFunc) {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	timeout := a.timeout
-	if timeout == 0 {
-		timeout = 10 * time.Second
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+func (a *cli) callCtx() (context.Context, context.CancelFunc) {
+	ctx, stop := app.SignalContext(context.Background())
+	ctx, cancel := context.WithTimeout(ctx, cmp.Or(a.timeout, 10*time.Second))
 	return ctx, func() { cancel(); stop() }
 }
 
-// call connects and runs one short command with a context bounded by
-// -timeout (10s when 0) and the first signal.
-func (a *app) call(run func(ctx context.Context, c *client.Client) int) int {
-	c, err := a.connect()
+// call runs one short command with a context bounded by -timeout (10s
+// when 0) and the first signal. It does not wait for the coordinator to be
+// reachable: the call fails at once when it refuses connections.
+func (a *cli) call(run func(ctx context.Context, c *client.Client) int) int {
+	c, err := a.dial()
 	if err != nil {
 		return a.fail(err)
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	ctx, cancel := a.callCtx()
 	defer cancel()
 	return run(ctx, c)
 }
 
 // printJSON writes v as one line of JSON.
-func (a *app) printJSON(v any) {
+func (a *cli) printJSON(v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
 		panic(err) // only our own types are printed
 	}
-	fmt.Fprintf(a.stdout, "%s\n", b)
+	a.printf("%s\n", b)
 }
 
 // text returns value for a text line: as is when printable, quoted otherwise.

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,7 +20,8 @@ import (
 
 	"github.com/coordinator-dev/coordinator/client"
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
-	"github.com/coordinator-dev/coordinator/internal/coordtest"
+	"github.com/coordinator-dev/coordinator/internal/coordinatord/coordtest"
+	"github.com/coordinator-dev/coordinator/internal/testcert"
 )
 
 // binary is coordctl built for the tests.
@@ -199,9 +201,78 @@ func TestExitCodes(t *testing.T) {
 		{"no leader", []string{"leader", "nobody"}, 1, ""},
 		{"release not held", []string{"release", "free", "someone", "1"}, 1, ""},
 		{"unreachable coordinator", []string{"--addr", "127.0.0.1:1", "--timeout", "500ms", "describe", "x"}, 1, "coordctl:"},
+		{"token over plaintext", []string{"-token", "s3cret", "describe", "x"}, 2, "-insecure-token"},
+		{"unreadable TLS CA", []string{"-tls-ca", "/nonexistent/ca.pem", "describe", "x"}, 2, "TLS: read CA"},
+		{"negative connect timeout", []string{"-connect-timeout", "-1s", "lock", "x"}, 2, "-connect-timeout"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := coordctl(t, coord, nil, tc.args...)
+			if r.code != tc.want || !strings.Contains(r.stderr, tc.says) {
+				t.Fatalf("exit %d, stderr %q; want exit %d saying %q", r.code, r.stderr, tc.want, tc.says)
+			}
+		})
+	}
+}
+
+// lock, elect and observe wait for the coordinator up to -connect-timeout,
+// then say that they cannot reach it, instead of waiting in silence for
+// ever as if for the lease.
+func TestUnreachableCoordinatorIsReported(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	_ = lis.Close() // nothing listens there now
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"lock", []string{"-connect-timeout", "500ms", "lock", "x", "--", "true"}},
+		{"lock, -timeout first", []string{"-timeout", "300ms", "lock", "x"}},
+		{"elect", []string{"-connect-timeout", "500ms", "elect", "x", "v"}},
+		{"observe", []string{"-connect-timeout", "500ms", "observe", "x"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := coordctl(t, nil, nil, append([]string{"-addr", addr}, tc.args...)...)
+			if r.code != 1 || !strings.Contains(r.stderr, "cannot reach the coordinator at "+addr) || !strings.Contains(r.stderr, "refused") {
+				t.Fatalf("exit %d after %s, stderr %q; want 1, saying the coordinator refused connections", r.code, r.took, r.stderr)
+			}
+		})
+	}
+}
+
+// A token goes over TLS, or over plaintext only when -insecure-token says
+// so; coordctl never sends it in the clear by accident.
+func TestTokenNeedsTLSOrInsecureToken(t *testing.T) {
+	plain := coordtest.Config(t, "memory")
+	plain.AuthToken = "s3cret"
+	plainCoord := coordtest.Start(t, plain)
+
+	cert := testcert.Write(t, "coordctl test")
+	certFile, keyFile := cert.Cert, cert.Key
+	secure := coordtest.Config(t, "memory")
+	secure.TLS.Cert, secure.TLS.Key, secure.AuthToken = certFile, keyFile, "s3cret"
+	tlsCoord := coordtest.Start(t, secure)
+
+	for _, tc := range []struct {
+		name  string
+		coord *coordtest.Coordinator
+		env   []string
+		args  []string
+		want  int
+		says  string
+	}{
+		{"plaintext", plainCoord, nil, []string{"-token", "s3cret", "lock", "x", "--", "true"}, 2, "-insecure-token"},
+		{"plaintext, token from the environment", plainCoord, []string{"COORDINATOR_AUTH_TOKEN=s3cret"}, []string{"lock", "x", "--", "true"}, 2, "needs TLS"},
+		{"plaintext with -insecure-token", plainCoord, nil, []string{"-token", "s3cret", "-insecure-token", "lock", "x", "--", "true"}, 0, ""},
+		{"TLS", tlsCoord, nil, []string{"-tls-ca", certFile, "-token", "s3cret", "lock", "x", "--", "true"}, 0, ""},
+		{"TLS, token from the environment", tlsCoord, []string{"COORDINATOR_AUTH_TOKEN=s3cret"}, []string{"-tls-ca", certFile, "describe", "x"}, 0, ""},
+		{"TLS without the token", tlsCoord, nil, []string{"-tls-ca", certFile, "lock", "x", "--", "true"}, 1, "Unauthenticated"},
+		{"TLS with a wrong token", tlsCoord, nil, []string{"-tls-ca", certFile, "-token", "guess", "elect", "x", "v"}, 1, "Unauthenticated"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := coordctl(t, tc.coord, tc.env, tc.args...)
 			if r.code != tc.want || !strings.Contains(r.stderr, tc.says) {
 				t.Fatalf("exit %d, stderr %q; want exit %d saying %q", r.code, r.stderr, tc.want, tc.says)
 			}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/coordinator-dev/coordinator/client"
+	"github.com/coordinator-dev/coordinator/internal/app"
 )
 
 type leaderJSON struct {
@@ -27,9 +28,9 @@ func newLeaderJSON(election, candidate string, term uint64, value []byte, expire
 }
 
 // runElect: coordctl elect ELECTION VALUE [-- CMD ARGS…].
-func runElect(a *app, args, cmdline []string) int {
+func runElect(a *cli, args, cmdline []string) int {
 	election, value := args[0], []byte(args[1])
-	return a.holdWhile("elect", "leadership of "+strconv.Quote(election), cmdline, func(ctx context.Context, c *client.Client) (held, error) {
+	return a.holdWhile("elect", "leadership of "+strconv.Quote(election), cmdline, leaderProbe(election), func(ctx context.Context, c *client.Client) (held, error) {
 		e, err := c.Campaign(ctx, election, value)
 		if err != nil {
 			return held{}, err
@@ -40,7 +41,7 @@ func runElect(a *app, args, cmdline []string) int {
 				if a.output == "json" {
 					a.printJSON(newLeaderJSON(election, e.Candidate(), e.Term(), e.Value(), time.Time{}))
 				} else {
-					fmt.Fprintf(a.stdout, "leader of %s: %s in term %d with value %s; interrupt to resign\n",
+					a.printf("leader of %s: %s in term %d with value %s; interrupt to resign\n",
 						election, e.Candidate(), e.Term(), text(e.Value()))
 				}
 			},
@@ -55,7 +56,7 @@ func runElect(a *app, args, cmdline []string) int {
 }
 
 // runLeader: coordctl leader ELECTION.
-func runLeader(a *app, args, _ []string) int {
+func runLeader(a *cli, args, _ []string) int {
 	election := args[0]
 	return a.call(func(ctx context.Context, c *client.Client) int {
 		info, err := c.Leader(ctx, election)
@@ -66,9 +67,9 @@ func runLeader(a *app, args, _ []string) int {
 					Vacant   bool   `json:"vacant"`
 				}{election, true})
 			} else {
-				fmt.Fprintf(a.stdout, "%s has no leader\n", election)
+				a.printf("%s has no leader\n", election)
 			}
-			return exitFail
+			return app.ExitFail
 		}
 		if err != nil {
 			return a.fail(err)
@@ -76,25 +77,29 @@ func runLeader(a *app, args, _ []string) int {
 		if a.output == "json" {
 			a.printJSON(newLeaderJSON(info.Election, info.Candidate, info.Term, info.Value, info.ExpiresAt))
 		} else {
-			fmt.Fprintf(a.stdout, "%s in term %d with value %s (expires %s)\n",
+			a.printf("%s in term %d with value %s (expires %s)\n",
 				info.Candidate, info.Term, text(info.Value), info.ExpiresAt.Local().Format(time.RFC3339Nano))
 		}
-		return exitOK
+		return app.ExitOK
 	})
 }
 
 // runObserve: coordctl observe ELECTION.
-func runObserve(a *app, args, _ []string) int {
+func runObserve(a *cli, args, _ []string) int {
 	election := args[0]
-	sigs := watchSignals()
-	defer sigs.stop()
-	c, err := a.connect()
+	ctx, stop := app.SignalContext(context.Background())
+	defer stop()
+	c, err := a.dial()
 	if err != nil {
 		return a.fail(err)
 	}
-	defer c.Close()
-	ctx, cancel := context.WithCancel(sigs.interrupted)
-	defer cancel()
+	defer func() { _ = c.Close() }()
+	if err := a.reach(ctx, c, leaderProbe(election)); err != nil {
+		if ctx.Err() != nil {
+			return app.ExitOK // interrupted
+		}
+		return a.fail(err)
+	}
 	for ev := range c.Observe(ctx, election) {
 		if a.output == "json" {
 			j := struct {
@@ -110,14 +115,14 @@ func runObserve(a *app, args, _ []string) int {
 			continue
 		}
 		if ev.Kind == client.Vacant {
-			fmt.Fprintf(a.stdout, "%s %s\n", ev.Kind, election)
+			a.printf("%s %s\n", ev.Kind, election)
 		} else {
-			fmt.Fprintf(a.stdout, "%s %s: %s in term %d with value %s\n",
+			a.printf("%s %s: %s in term %d with value %s\n",
 				ev.Kind, election, ev.Leader.Candidate, ev.Leader.Term, text(ev.Leader.Value))
 		}
 	}
-	if sigs.interrupted.Err() != nil {
-		return exitOK
+	if ctx.Err() != nil {
+		return app.ExitOK
 	}
 	// The coordinator refused (the client logs nothing by default).
 	return a.fail(fmt.Errorf("observing %q ended: the coordinator refused the request", election))

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/coordinator-dev/coordinator/client"
+	"github.com/coordinator-dev/coordinator/internal/app"
 )
 
 // holding is what lock and elect hold: a lease or a leadership.
@@ -29,23 +30,28 @@ type held struct {
 	giveUpAs string                          // "release" or "resign", for messages
 }
 
-// holdWhile is what lock and elect share: wait (in fair order, up to
-// -timeout or the first signal) for acquire, then run cmdline while holding
-// what it got, or hold it until interrupted, and give it up on the way out.
-func (a *app) holdWhile(verb, what string, cmdline []string, acquire func(context.Context, *client.Client) (held, error)) int {
+// holdWhile is what lock and elect share: reach the coordinator with p
+// (up to -connect-timeout), wait (in fair order, up to -timeout or the first
+// signal) for acquire, then run cmdline while holding what it got, or hold
+// it until interrupted, and give it up on the way out.
+func (a *cli) holdWhile(verb, what string, cmdline []string, p probe, acquire func(context.Context, *client.Client) (held, error)) int {
 	if cmdline != nil && len(cmdline) == 0 {
 		return a.usageError(fmt.Errorf("%s: no command after --", verb))
 	}
 	sigs := watchSignals()
 	defer sigs.stop()
-	c, err := a.connect()
+	c, err := a.dial()
 	if err != nil {
 		return a.fail(err)
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 
 	ctx, cancel := a.waitCtx(sigs)
-	h, err := acquire(ctx, c)
+	err = a.reach(ctx, c, p)
+	var h held
+	if err == nil {
+		h, err = acquire(ctx, c)
+	}
 	cancel()
 	if err != nil {
 		return a.waitFailed(sigs, what, err)
@@ -55,7 +61,7 @@ func (a *app) holdWhile(verb, what string, cmdline []string, acquire func(contex
 		defer cancel()
 		ended := h.Err() // reported already
 		if err := h.giveUp(ctx); err != nil && ended == nil {
-			fmt.Fprintf(a.stderr, "coordctl: %s: %v (it expires after its TTL)\n", h.giveUpAs, err)
+			a.warnf("%s: %v (it expires after its TTL)", h.giveUpAs, err)
 		}
 	}()
 	if cmdline == nil {
@@ -105,10 +111,10 @@ func watchSignals() *signals {
 
 // holdUntilInterrupted waits for a signal (status 0) or the end of h
 // (status 1).
-func (a *app) holdUntilInterrupted(h holding, sigs *signals) int {
+func (a *cli) holdUntilInterrupted(h holding, sigs *signals) int {
 	select {
 	case <-sigs.interrupted.Done():
-		return exitOK
+		return app.ExitOK
 	case <-h.Done():
 		return a.fail(fmt.Errorf("lost: %w", h.Err()))
 	}
@@ -118,14 +124,14 @@ func (a *app) holdUntilInterrupted(h holding, sigs *signals) int {
 // signals coordctl gets to CMD's process group; when h ends first it sends
 // the group SIGTERM, then SIGKILL after the grace period, and returns 1.
 // Otherwise it returns CMD's exit status (128+N when killed by signal N).
-func (a *app) runHeld(h holding, sigs *signals, argv, env []string) int {
-	cmd := exec.Command(argv[0], argv[1:]...)
+func (a *cli) runHeld(h holding, sigs *signals, argv, env []string) int {
+	cmd := exec.Command(argv[0], argv[1:]...) //nolint:gosec // running the user's CMD is what lock and elect are for
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	// Its own process group, so that a lost lease stops CMD's children too.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
-		fmt.Fprintf(a.stderr, "coordctl: %v\n", err)
+		a.warnf("%v", err)
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
 			return 127
 		}
@@ -157,8 +163,8 @@ func (a *app) runHeld(h holding, sigs *signals, argv, env []string) int {
 				timer.Stop()
 			}
 			if lost != nil {
-				fmt.Fprintf(a.stderr, "coordctl: lost, so CMD was stopped: %v\n", lost)
-				return exitFail
+				a.warnf("lost, so CMD was stopped: %v", lost)
+				return app.ExitFail
 			}
 			return exitStatus(cmd.ProcessState)
 		case sig := <-sigs.fwd:

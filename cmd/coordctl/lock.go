@@ -17,9 +17,9 @@ type leaseJSON struct {
 }
 
 // runLock: coordctl lock NAME [-- CMD ARGS…].
-func runLock(a *app, args, cmdline []string) int {
+func runLock(a *cli, args, cmdline []string) int {
 	name := args[0]
-	return a.holdWhile("lock", "lock "+strconv.Quote(name), cmdline, func(ctx context.Context, c *client.Client) (held, error) {
+	return a.holdWhile("lock", "lock "+strconv.Quote(name), cmdline, describeProbe(name), func(ctx context.Context, c *client.Client) (held, error) {
 		lease, err := c.Lock(ctx, name)
 		if err != nil {
 			return held{}, err
@@ -30,7 +30,7 @@ func runLock(a *app, args, cmdline []string) int {
 				if a.output == "json" {
 					a.printJSON(leaseJSON{Name: lease.Name(), Holder: lease.Holder(), Token: lease.Token(), TTL: lease.TTL().String()})
 				} else {
-					fmt.Fprintf(a.stdout, "lock %s held by %s with fencing token %d (ttl %s); interrupt to release\n",
+					a.printf("lock %s held by %s with fencing token %d (ttl %s); interrupt to release\n",
 						lease.Name(), lease.Holder(), lease.Token(), lease.TTL())
 				}
 			},
@@ -45,8 +45,8 @@ func runLock(a *app, args, cmdline []string) int {
 }
 
 // waitFailed reports a lock or campaign that ended without the lease.
-func (a *app) waitFailed(sigs *signals, what string, err error) int {
-	if sigs.interrupted.Err() != nil && errors.Is(err, client.ErrNotAcquired) {
+func (a *cli) waitFailed(sigs *signals, what string, err error) int {
+	if sigs.interrupted.Err() != nil && (errors.Is(err, client.ErrNotAcquired) || errors.Is(err, context.Canceled)) {
 		return a.fail(fmt.Errorf("interrupted while waiting for %s", what))
 	}
 	return a.fail(err)
@@ -54,7 +54,7 @@ func (a *app) waitFailed(sigs *signals, what string, err error) int {
 
 // waitCtx bounds waiting for a lock or leadership by -timeout and the
 // first signal.
-func (a *app) waitCtx(sigs *signals) (context.Context, context.CancelFunc) {
+func (a *cli) waitCtx(sigs *signals) (context.Context, context.CancelFunc) {
 	if a.timeout == 0 {
 		return context.WithCancel(sigs.interrupted)
 	}

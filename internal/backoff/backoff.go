@@ -17,20 +17,24 @@ const Jitter = 0.2
 // Backoff hands out the delays of successive attempts. It is not safe for
 // concurrent use; each retry loop owns one.
 type Backoff struct {
-	delay   retry.BackoffFunc
+	delay retry.BackoffFunc
+	// unread is what delay is given for a context: go-grpc-middleware's
+	// backoff functions take one for their interface's sake and never read
+	// it. Whether to wait at all is the retry loop's own context's call.
+	unread  context.Context
 	attempt uint
 }
 
 // New returns a backoff whose first delay is about min and whose delays never
 // exceed max.
 func New(min, max time.Duration) *Backoff {
-	return &Backoff{delay: retry.BackoffExponentialWithJitterBounded(min, Jitter, max)}
+	return &Backoff{delay: retry.BackoffExponentialWithJitterBounded(min, Jitter, max), unread: context.Background()}
 }
 
 // Next returns the delay before the next attempt.
 func (b *Backoff) Next() time.Duration {
 	b.attempt++
-	return b.delay(context.Background(), b.attempt)
+	return b.delay(b.unread, b.attempt)
 }
 
 // Reset starts again from the first delay, after a success.
