@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -225,6 +226,24 @@ func (s *Server) Pause(d time.Duration) {
 	defer c.Close()
 	if err := c.Do(context.Background(), "CLIENT", "PAUSE", d.Milliseconds(), "ALL").Err(); err != nil {
 		s.t.Fatalf("CLIENT PAUSE: %v", err)
+	}
+}
+
+// Freeze stops the server process (SIGSTOP) until Thaw: it keeps its
+// connections open and answers nothing, as a hung Redis or a stalled host
+// does, unlike Pause, which the server itself carries out.
+func (s *Server) Freeze() {
+	s.t.Helper()
+	if err := s.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		s.t.Fatalf("SIGSTOP redis-server: %v", err)
+	}
+	s.t.Cleanup(s.Thaw) // a frozen server would outlive Kill's wait otherwise
+}
+
+// Thaw resumes a frozen server (SIGCONT); it is a no-op otherwise.
+func (s *Server) Thaw() {
+	if s.cmd != nil {
+		_ = s.cmd.Process.Signal(syscall.SIGCONT)
 	}
 }
 
