@@ -1,10 +1,13 @@
 package redisurl
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/coordinator-dev/coordinator/internal/redistest"
 )
 
 func TestParseURL(t *testing.T) {
@@ -129,6 +132,53 @@ func TestParseDefaultsToRESP2(t *testing.T) {
 		}
 		if got != want {
 			t.Errorf("%s: protocol %d, want %d", url, got, want)
+		}
+	}
+}
+
+func TestClientsHonourContextDeadlines(t *testing.T) {
+	t.Parallel()
+	for _, url := range []string{"redis://localhost:6379/0", "redis+cluster://a:1,b:2", "redis+sentinel://s1:26379/main"} {
+		c, err := Parse(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (c.Standalone != nil && !c.Standalone.ContextTimeoutEnabled) ||
+			(c.Cluster != nil && !c.Cluster.ContextTimeoutEnabled) ||
+			(c.Sentinel != nil && !c.Sentinel.ContextTimeoutEnabled) {
+			t.Errorf("%s: ContextTimeoutEnabled is off", url)
+		}
+	}
+}
+
+// A Redis that hangs (SIGSTOP) keeps its connections open and answers
+// nothing: a call must end with its context, on a new connection and on one
+// already open, not wait out go-redis' read timeout (5s) and its retries.
+func TestHungRedisCallEndsWithItsContext(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, false)
+	for _, warm := range []bool{false, true} {
+		c, err := NewClient(srv.URL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if warm {
+			if err := c.Ping(context.Background()).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		srv.Freeze()
+		const deadline = 300 * time.Millisecond
+		ctx, cancel := context.WithTimeout(context.Background(), deadline)
+		start := time.Now()
+		err = c.Ping(ctx).Err()
+		took := time.Since(start)
+		cancel()
+		srv.Thaw()
+		_ = c.Close()
+		if err == nil || took > deadline+2*time.Second { // generous: the machine may be loaded
+			t.Errorf("PING to a hung Redis (connection open before: %v) = %v after %s, want an error within %s",
+				warm, err, took, deadline)
 		}
 	}
 }

@@ -7,15 +7,31 @@
 // as a single Lua script, the memory store under one mutex. Expiry is measured
 // by the store's own clock, never by the caller's.
 //
+// State is bounded by the names in use: a name that nobody has held, waited
+// for or watched for the idle retention (DefaultIdleNameTTL unless the store
+// is configured otherwise) is forgotten, its fencing counter included. That
+// is safe because a token never depends on the counter alone (below).
+//
 // Guarantees every implementation keeps (the conformance suite in storetest
 // proves them):
 //   - at most one unexpired holder per name;
 //   - every grant's token is larger than every token issued before for that
-//     name, including across releases, expiries, restarts and data loss
-//     (counters are seeded from the store clock in microseconds when missing);
+//     name, including across releases, expiries, restarts, forgetting and
+//     data loss: a token is the counter plus one or the store clock in
+//     microseconds, whichever is larger, so a missing counter restarts from
+//     the clock (as long as the clock does not step back);
+//   - Describe's LastToken is at least every token issued before for the
+//     name and below every token issued after, also for a forgotten name
+//     (then the store clock in microseconds less one; the same condition);
 //   - a renewal keeps the token; acquiring again as the holder is idempotent;
 //   - renew and release are compare-and-set on (holder, token);
 //   - a free name goes to the oldest live waiter first.
+//
+// A call whose context ends (deadline or cancel) fails with an error for
+// which errors.Is(err, ctx.Err()) holds, never ErrUnavailable: the caller
+// gave up, the store did not fail. A store that does not answer within its
+// own call timeout (DefaultCallTimeout unless configured otherwise) fails
+// with ErrUnavailable.
 //
 // Notifications are hints, not a log: a change may be announced more than
 // once, and a broken Redis subscription is reported as "look again" rather
@@ -49,6 +65,11 @@ type AcquireRequest struct {
 	TTL time.Duration
 	// Value is stored with the lease (an election's proclaimed value).
 	Value []byte
+	// KeepValue, when Holder already holds the name, keeps the stored value
+	// instead of replacing it with Value: a lock call by an election's leader
+	// on its own name must not erase what it proclaimed. A fresh grant stores
+	// Value either way.
+	KeepValue bool
 	// Waiter, when set, identifies a caller that waits for the name: it is
 	// queued when the name is not granted at once, and keeps its place in the
 	// queue across attempts. Without Waiter a request is refused while older
@@ -64,6 +85,25 @@ type AcquireRequest struct {
 // WaiterTTL zero: long enough to outlast a few retries, short enough that a
 // vanished caller does not hold a queue up for long.
 const DefaultWaiterTTL = 30 * time.Second
+
+// DefaultIdleNameTTL is how long a name's state (its fencing counter, and
+// whatever else is left) outlives its last use: its release, the end of its
+// last lease plus the lock delay, its last waiter's deadline or its watch.
+// Forgetting a name is safe, since tokens restart from the store clock (see
+// Leases); what the retention buys is a bounded store (the names used in the
+// last ten minutes: at 1,000 new names a second, 600,000 fence keys of about
+// 126 B in Redis) while Describe still reports a recent name's exact last
+// token, and tolerance of a store clock that steps back: a forgotten name's
+// tokens keep increasing unless the clock stepped back by more than the
+// retention. Ten minutes is also at least the default longest lease (5m)
+// plus a lock delay of up to five minutes, and what the memory store always
+// kept.
+const DefaultIdleNameTTL = 10 * time.Minute
+
+// DefaultCallTimeout bounds one store call when the store's settings give no
+// timeout: long enough for a loaded Redis, short enough that a hung one is
+// reported as unavailable while clients still wait.
+const DefaultCallTimeout = 2 * time.Second
 
 // DefaultListLimit is the page size of List when the caller gives none.
 const DefaultListLimit = 100
@@ -100,7 +140,8 @@ type ListPage struct {
 // state change or read.
 type Leases interface {
 	// Acquire grants the lease, renews it when Holder already holds it
-	// (keeping the token and replacing TTL and Value), or reports the holder.
+	// (keeping the token, replacing TTL, and replacing Value unless
+	// KeepValue), or reports the holder.
 	Acquire(ctx context.Context, req AcquireRequest) (AcquireResult, error)
 	// Renew sets a held lease's expiry to ttl (positive) from now. It fails
 	// with ErrLeaseNotHeld unless (holder, token) holds the name.
@@ -110,12 +151,19 @@ type Leases interface {
 	Release(ctx context.Context, name, holder string, token uint64) (bool, error)
 	// Dequeue removes a waiter that gave up.
 	Dequeue(ctx context.Context, name, waiter string) error
-	// Describe reports the name's lease and last issued token.
+	// RefreshWaiters pushes the deadline of each listed waiter still queued
+	// for name to ttl (positive) from now, in one state change; waiters no
+	// longer queued are ignored, never queued again. One call keeps all of a
+	// coordinator's parked waiters of a name alive.
+	RefreshWaiters(ctx context.Context, name string, waiters []string, ttl time.Duration) error
+	// Describe reports the name's lease, last token and waiters.
 	Describe(ctx context.Context, name string) (Description, error)
 	// List pages through held leases whose names start with prefix, starting
 	// after cursor (empty for the first page), at most limit a page; a limit
 	// that is not positive means DefaultListLimit.
 	List(ctx context.Context, prefix, cursor string, limit int) (ListPage, error)
+	// Ping reports whether the store answers, for health checks.
+	Ping(ctx context.Context) error
 }
 
 // Changes is a subscription to the announced changes of one name.
@@ -136,10 +184,16 @@ type Notifier interface {
 	// channel is closed when the store closes; Cancel the subscription when
 	// done.
 	Changes(name string) Changes
-	// Watch asks for the name's changes to be announced for the next ttl,
-	// as for a name with waiters, and describes the name at the same
-	// instant; observers call it on every read.
-	Watch(ctx context.Context, name string, ttl time.Duration) (Description, error)
+	// Watch asks for the changes of each name to be announced for at least
+	// the next ttl (positive), as for a name with waiters, and reads each
+	// name's lease at an instant when it was so marked: it returns one
+	// Description a name, in the order given, with Held and Lease filled
+	// (LastToken and Waiters, which observers do not need, are left zero).
+	// Observers call it for all the names they observe at once, as rarely as
+	// announcements allow: a store batches the names into few round trips
+	// and may renew a name's mark only when it nears its end, so a long ttl
+	// costs less.
+	Watch(ctx context.Context, names []string, ttl time.Duration) ([]Description, error)
 }
 
 // Store is a whole lease store: the state machine and its notifications.
@@ -155,8 +209,9 @@ type Store interface {
 // another holder or token.
 var ErrLeaseNotHeld = errors.New("lease not held")
 
-// ErrUnavailable reports that the store could not be reached or answered in
-// time; the operation may or may not have taken effect.
+// ErrUnavailable reports that the store could not be reached or did not
+// answer within its call timeout; the operation may or may not have taken
+// effect.
 var ErrUnavailable = errors.New("store unavailable")
 
 // QuarantineError refuses grants because the store lost its data recently:

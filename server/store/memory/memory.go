@@ -12,9 +12,10 @@
 //
 // Expiry uses the monotonic clock and is evaluated lazily on access: there is
 // no goroutine or timer per lease. A name nobody has held or waited for in
-// ten minutes is forgotten, so that memory follows the names in use rather
-// than every name ever used; its next token still comes out larger, since a
-// token is never below the clock in microseconds.
+// the idle retention (WithIdleNameTTL, store.DefaultIdleNameTTL) is
+// forgotten, so that memory follows the names in use rather than every name
+// ever used; its next token still comes out larger, since a token is never
+// below the clock in microseconds.
 package memstore
 
 import (
@@ -36,11 +37,13 @@ import (
 type Store struct {
 	clock     clockwork.Clock
 	lockDelay time.Duration
+	idleTTL   time.Duration
 	changes   fanout.Hub[string, struct{}]
 
-	mu       sync.Mutex
-	names    map[string]*entry
-	acquires int // since the last sweep of idle names
+	mu    sync.Mutex
+	names map[string]*entry
+	// nextSweep is when idle names are next looked for.
+	nextSweep time.Time
 }
 
 type entry struct {
@@ -51,35 +54,37 @@ type entry struct {
 	expires time.Time // carries a monotonic reading
 
 	lastToken uint64
-	queue     []waiter // arrival order
+	queue     queue
 	// delayedUntil is the end of the lock delay after a lease expired.
 	delayedUntil time.Time
-	// active is the last grant, renewal or release.
-	active time.Time
+	// usedUntil is when the name's last use ends: its release, or the end
+	// of its lease and lock delay. It is forgotten idleTTL later.
+	usedUntil time.Time
 }
 
-const (
-	// forgetAfter is how long a name stays known after its last activity.
-	// Forgetting it loses its counter, which is safe because a new token is
-	// never below the clock in microseconds: ten minutes of clock are far
-	// more than the grants any name could have had beyond it.
-	forgetAfter = 10 * time.Minute
-	// sweepEvery is how many acquires pass between sweeps of idle names.
-	sweepEvery = 4096
-)
+// sweepsPerRetention is how many sweeps for idle names run per idle
+// retention: a name is forgotten at most a quarter of the retention late,
+// and a sweep, which visits every name, runs rarely enough to cost little.
+const sweepsPerRetention = 4
 
-// sweep forgets the names idle for forgetAfter. Called with s.mu held.
-func (s *Store) sweep(now time.Time) {
+// sweepIfDue forgets the names idle for the retention, when a sweep is due.
+// Forgetting a name loses its counter, which is safe because a new token is
+// never below the clock in microseconds, and the counter runs ahead of the
+// clock only by the grants made faster than one a microsecond, far less than
+// the retention's worth of microseconds. Called with s.mu held.
+func (s *Store) sweepIfDue(now time.Time) {
+	if now.Before(s.nextSweep) {
+		return
+	}
+	s.nextSweep = now.Add(s.idleTTL / sweepsPerRetention)
 	for name, e := range s.names {
-		if len(e.queue) == 0 && !e.held(now, s.lockDelay) && !now.Before(e.delayedUntil) && now.Sub(e.active) > forgetAfter {
+		if e.queue.pruneAll(now) {
+			s.changes.Publish(name, struct{}{})
+		}
+		if e.queue.len() == 0 && !e.held(now, s.lockDelay) && now.Sub(e.usedUntil) >= s.idleTTL {
 			delete(s.names, name)
 		}
 	}
-}
-
-type waiter struct {
-	id       string
-	deadline time.Time
 }
 
 // Option configures a Store.
@@ -101,9 +106,19 @@ func WithLockDelay(d time.Duration) Option {
 	return func(s *Store) { s.lockDelay = d }
 }
 
+// WithIdleNameTTL sets how long a name nobody holds, waits for or watches
+// stays known; d <= 0 keeps store.DefaultIdleNameTTL.
+func WithIdleNameTTL(d time.Duration) Option {
+	return func(s *Store) {
+		if d > 0 {
+			s.idleTTL = d
+		}
+	}
+}
+
 // New returns an empty store.
 func New(opts ...Option) *Store {
-	s := &Store{clock: clockwork.NewRealClock(), names: map[string]*entry{}}
+	s := &Store{clock: clockwork.NewRealClock(), idleTTL: store.DefaultIdleNameTTL, names: map[string]*entry{}}
 	for _, opt := range opts {
 		opt(s)
 	}
@@ -121,48 +136,6 @@ func (e *entry) held(now time.Time, lockDelay time.Duration) bool {
 		e.delayedUntil = e.expires.Add(lockDelay)
 	}
 	return e.holder != ""
-}
-
-// pruneQueue drops the waiters whose deadline passed and reports whether
-// the head was among them: the new head must then be told.
-func (e *entry) pruneQueue(now time.Time) (headGone bool) {
-	if len(e.queue) == 0 {
-		return false
-	}
-	head := e.queue[0].id
-	live := e.queue[:0]
-	for _, w := range e.queue {
-		if now.Before(w.deadline) {
-			live = append(live, w)
-		}
-	}
-	clear(e.queue[len(live):])
-	e.queue = live
-	return len(live) > 0 && live[0].id != head
-}
-
-// enqueue adds the waiter at the back, or refreshes its deadline in place.
-func (e *entry) enqueue(id string, deadline time.Time) {
-	if id == "" {
-		return
-	}
-	for i := range e.queue {
-		if e.queue[i].id == id {
-			e.queue[i].deadline = deadline
-			return
-		}
-	}
-	e.queue = append(e.queue, waiter{id: id, deadline: deadline})
-}
-
-func (e *entry) dequeue(id string) bool {
-	for i := range e.queue {
-		if e.queue[i].id == id {
-			e.queue = append(e.queue[:i], e.queue[i+1:]...)
-			return true
-		}
-	}
-	return false
 }
 
 func (e *entry) lease(name string) store.Lease {
@@ -200,44 +173,46 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.clock.Now()
-	if s.acquires++; s.acquires >= sweepEvery {
-		s.acquires = 0
-		s.sweep(now)
-	}
+	s.sweepIfDue(now)
 	e := s.entry(req.Name)
 
 	if e.held(now, s.lockDelay) {
 		if e.holder != req.Holder {
-			e.enqueue(req.Waiter, now.Add(waiterTTL))
+			e.queue.enqueue(req.Waiter, now.Add(waiterTTL))
 			return store.AcquireResult{Lease: e.lease(req.Name), RetryAt: e.expires.Round(0)}, nil
 		}
-		revalued := !bytes.Equal(e.value, req.Value)
-		e.value = bytes.Clone(req.Value)
-		e.ttl, e.expires, e.active = req.TTL, now.Add(req.TTL), now
-		e.dequeue(req.Waiter)
+		revalued := !req.KeepValue && !bytes.Equal(e.value, req.Value)
+		if revalued {
+			e.value = bytes.Clone(req.Value)
+		}
+		e.ttl, e.expires = req.TTL, now.Add(req.TTL)
+		e.usedUntil = e.expires.Add(s.lockDelay)
+		e.queue.dequeue(req.Waiter)
 		if revalued {
 			s.changes.Publish(req.Name, struct{}{})
 		}
 		return store.AcquireResult{Acquired: true, Lease: e.lease(req.Name)}, nil
 	}
 
-	if e.pruneQueue(now) {
+	if e.queue.pruneHead(now) {
 		s.changes.Publish(req.Name, struct{}{})
 	}
-	if now.Before(e.delayedUntil) || (len(e.queue) > 0 && e.queue[0].id != req.Waiter) {
-		e.enqueue(req.Waiter, now.Add(waiterTTL))
+	if now.Before(e.delayedUntil) || (e.queue.len() > 0 && e.queue.head() != req.Waiter) {
+		e.queue.enqueue(req.Waiter, now.Add(waiterTTL))
 		var res store.AcquireResult
 		if now.Before(e.delayedUntil) {
 			res.RetryAt = e.delayedUntil.Round(0)
 		}
 		return res, nil
 	}
-	e.dequeue(req.Waiter)
+	e.queue.dequeue(req.Waiter)
 	// Never below the clock in microseconds, so that tokens keep increasing
-	// across a restart of the process, which forgets every counter.
-	e.lastToken = max(e.lastToken+1, uint64(now.UnixMicro()))
+	// across a restart of the process, which forgets every counter, and
+	// after the name was forgotten.
+	e.lastToken = max(e.lastToken+1, clockToken(now))
 	e.holder, e.token, e.value = req.Holder, e.lastToken, bytes.Clone(req.Value)
-	e.ttl, e.expires, e.active = req.TTL, now.Add(req.TTL), now
+	e.ttl, e.expires = req.TTL, now.Add(req.TTL)
+	e.usedUntil = e.expires.Add(s.lockDelay)
 	s.changes.Publish(req.Name, struct{}{})
 	return store.AcquireResult{Acquired: true, Lease: e.lease(req.Name)}, nil
 }
@@ -257,7 +232,8 @@ func (s *Store) Renew(ctx context.Context, name, holder string, token uint64, tt
 	if !ok || !e.held(now, s.lockDelay) || e.holder != holder || e.token != token {
 		return store.Lease{}, store.ErrLeaseNotHeld
 	}
-	e.ttl, e.expires, e.active = ttl, now.Add(ttl), now
+	e.ttl, e.expires = ttl, now.Add(ttl)
+	e.usedUntil = e.expires.Add(s.lockDelay)
 	return e.lease(name), nil
 }
 
@@ -273,7 +249,7 @@ func (s *Store) Release(ctx context.Context, name, holder string, token uint64) 
 	if !ok || !e.held(now, s.lockDelay) || e.holder != holder || e.token != token {
 		return false, nil
 	}
-	e.holder, e.token, e.value, e.active = "", 0, nil, now
+	e.holder, e.token, e.value, e.usedUntil = "", 0, nil, now
 	s.changes.Publish(name, struct{}{})
 	return true, nil
 }
@@ -285,28 +261,43 @@ func (s *Store) Dequeue(ctx context.Context, name, waiter string) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if e, ok := s.names[name]; ok && e.dequeue(waiter) {
+	if e, ok := s.names[name]; ok && e.queue.dequeue(waiter) {
 		s.changes.Publish(name, struct{}{})
 	}
 	return nil
 }
 
-// Describe implements store.Leases.
+// clockToken is the least token a grant at now may issue.
+func clockToken(now time.Time) uint64 {
+	return uint64(now.UnixMicro())
+}
+
+// Describe implements store.Leases. LastToken is the counter, or, for a name
+// without one (never granted since the process started, or forgotten), the
+// clock in microseconds less one. That is below every token issued after, and
+// at least every token issued before: a token is the counter plus one or the
+// clock in microseconds at its grant, whichever is larger, so a counter runs
+// ahead of the clock only by the grants made faster than one a microsecond,
+// a lead that the restart or the idle retention since has left far behind.
+// Both hold as long as the clock does not step back.
 func (s *Store) Describe(ctx context.Context, name string) (store.Description, error) {
 	if err := ctx.Err(); err != nil {
 		return store.Description{}, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	now := s.clock.Now()
 	e, ok := s.names[name]
 	if !ok {
-		return store.Description{}, nil
+		return store.Description{LastToken: clockToken(now) - 1}, nil
 	}
-	now := s.clock.Now()
-	if e.pruneQueue(now) {
+	if e.queue.pruneAll(now) {
 		s.changes.Publish(name, struct{}{})
 	}
-	d := store.Description{LastToken: e.lastToken, Waiters: len(e.queue)}
+	d := store.Description{LastToken: e.lastToken, Waiters: e.queue.len()}
+	if d.LastToken == 0 {
+		d.LastToken = clockToken(now) - 1
+	}
 	if e.held(now, s.lockDelay) {
 		d.Held, d.Lease = true, e.lease(name)
 	}
@@ -349,9 +340,55 @@ func (s *Store) Changes(name string) store.Changes {
 }
 
 // Watch implements store.Notifier: every change is announced anyway, so it
-// only describes.
-func (s *Store) Watch(ctx context.Context, name string, _ time.Duration) (store.Description, error) {
-	return s.Describe(ctx, name)
+// only reads the leases, filling Held and Lease as the Redis store does.
+func (s *Store) Watch(ctx context.Context, names []string, ttl time.Duration) ([]store.Description, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if ttl <= 0 {
+		return nil, fmt.Errorf("memstore: watch: ttl %s is not positive", ttl)
+	}
+	out := make([]store.Description, len(names))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.clock.Now()
+	for i, name := range names {
+		if e, ok := s.names[name]; ok && e.held(now, s.lockDelay) {
+			out[i] = store.Description{Held: true, Lease: e.lease(name)}
+		}
+	}
+	return out, nil
+}
+
+// RefreshWaiters implements store.Leases.
+func (s *Store) RefreshWaiters(ctx context.Context, name string, waiters []string, ttl time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if ttl <= 0 {
+		return fmt.Errorf("memstore: refresh waiters of %q: ttl %s is not positive", name, ttl)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.names[name]
+	if !ok {
+		return nil
+	}
+	now := s.clock.Now()
+	// The dead are dropped first, so that none is revived.
+	if e.queue.pruneAll(now) {
+		s.changes.Publish(name, struct{}{})
+	}
+	deadline := now.Add(ttl)
+	for _, w := range waiters {
+		e.queue.refresh(w, deadline)
+	}
+	return nil
+}
+
+// Ping implements store.Leases: the store is this process.
+func (s *Store) Ping(ctx context.Context) error {
+	return ctx.Err()
 }
 
 // Close closes every Changes channel. The leases stay usable: there is

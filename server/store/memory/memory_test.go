@@ -12,11 +12,18 @@ import (
 
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T, opts storetest.Options) storetest.Subject {
-		if opts.RealTime {
-			return storetest.Subject{Store: memstore.New(memstore.WithLockDelay(opts.LockDelay))}
+		storeOpts := []memstore.Option{memstore.WithLockDelay(opts.LockDelay), memstore.WithIdleNameTTL(opts.IdleNameTTL)}
+		var sleep func(time.Duration)
+		if !opts.RealTime {
+			clock := clockwork.NewFakeClockAt(time.Now())
+			storeOpts = append(storeOpts, memstore.WithClock(clock))
+			sleep = clock.Advance
 		}
-		clock := clockwork.NewFakeClockAt(time.Now())
-		s := memstore.New(memstore.WithLockDelay(opts.LockDelay), memstore.WithClock(clock))
-		return storetest.Subject{Store: s, Sleep: clock.Advance}
+		s := memstore.New(storeOpts...)
+		return storetest.Subject{
+			Store:     s,
+			Sleep:     sleep,
+			Remembers: func(name string) bool { return memstore.Remembers(s, name) },
+		}
 	})
 }

@@ -2,7 +2,6 @@ package memstore
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
@@ -11,43 +10,38 @@ import (
 	"github.com/coordinator-dev/coordinator/server/store"
 )
 
-func TestIdleNamesAreForgottenWithoutTokensGoingBack(t *testing.T) {
+// The conformance suite proves, through Describe and tokens, that forgetting
+// is safe; this test proves that the memory is given back.
+func TestIdleNamesLeaveMemory(t *testing.T) {
+	const retention = time.Minute
 	clock := clockwork.NewFakeClockAt(time.Now())
-	s := New(WithClock(clock))
+	s := New(WithClock(clock), WithIdleNameTTL(retention), WithLockDelay(time.Second))
 	ctx := context.Background()
-	acquire := func(name, holder string) store.Lease {
+	acquire := func(name, holder, waiter string, ttl time.Duration) store.AcquireResult {
 		t.Helper()
-		res, err := s.Acquire(ctx, store.AcquireRequest{Name: name, Holder: holder, TTL: time.Second})
-		if err != nil || !res.Acquired {
-			t.Fatalf("Acquire(%s, %s) = %+v, %v", name, holder, res, err)
+		res, err := s.Acquire(ctx, store.AcquireRequest{Name: name, Holder: holder, TTL: ttl, Waiter: waiter, WaiterTTL: 10 * retention})
+		if err != nil {
+			t.Fatalf("Acquire(%s, %s): %v", name, holder, err)
 		}
-		return res.Lease
+		return res
 	}
-	first := acquire("idle", "a")
-	held := acquire("held", "a")
-	if _, err := s.Release(ctx, "idle", "a", first.Token); err != nil {
+	released := acquire("released", "a", "", time.Hour).Lease
+	if _, err := s.Release(ctx, "released", "a", released.Token); err != nil {
 		t.Fatal(err)
 	}
+	acquire("expired", "a", "", time.Second)
+	acquire("held", "a", "", 10*retention)
+	acquire("queued", "a", "", 10*retention)
+	acquire("queued", "b", "w", time.Second) // waits longer than the retention
 
-	clock.Advance(forgetAfter + time.Second)
-	if _, err := s.Renew(ctx, "held", "a", held.Token, time.Hour); err == nil {
-		t.Fatal("renewed a lease that expired long ago")
-	}
-	fresh := acquire("held", "b") // keeps "held" active
-	for i := range sweepEvery {
-		acquire(fmt.Sprintf("filler-%d", i), "f")
-	}
+	clock.Advance(2 * retention)
+	acquire("other", "a", "", time.Second) // sweeps
+	want := map[string]bool{"released": false, "expired": false, "held": true, "queued": true, "other": true}
 	s.mu.Lock()
-	_, idleKnown := s.names["idle"]
-	_, heldKnown := s.names["held"]
-	s.mu.Unlock()
-	if idleKnown || !heldKnown {
-		t.Fatalf("after a sweep: idle known %v (want false), held known %v (want true)", idleKnown, heldKnown)
-	}
-	if again := acquire("idle", "c"); again.Token <= first.Token {
-		t.Fatalf("token %d after the name was forgotten, but %d was issued before", again.Token, first.Token)
-	}
-	if fresh.Token <= held.Token {
-		t.Fatalf("token %d after %d", fresh.Token, held.Token)
+	defer s.mu.Unlock()
+	for name, known := range want {
+		if _, ok := s.names[name]; ok != known {
+			t.Errorf("%q known: %v, want %v", name, ok, known)
+		}
 	}
 }

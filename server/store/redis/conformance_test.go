@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"context"
 	"testing"
 
 	"github.com/coordinator-dev/coordinator/server/store/storetest"
@@ -8,6 +9,18 @@ import (
 
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T, opts storetest.Options) storetest.Subject {
-		return storetest.Subject{Store: newStore(t, nil, Options{LockDelay: opts.LockDelay})}
+		s := newStore(t, nil, Options{LockDelay: opts.LockDelay, IdleNameTTL: opts.IdleNameTTL})
+		return storetest.Subject{Store: s, Remembers: func(name string) bool { return remembers(t, s, name) }}
 	})
+}
+
+// remembers reports whether any key of name exists.
+func remembers(t testing.TB, s *Store, name string) bool {
+	t.Helper()
+	k := s.keys(name)
+	n, err := s.client.Exists(context.Background(), k.lease, k.fence, k.queue, k.waiters, k.watched).Result()
+	if err != nil {
+		t.Fatalf("EXISTS: %v", err)
+	}
+	return n > 0
 }

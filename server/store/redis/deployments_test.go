@@ -70,6 +70,16 @@ func TestCluster(t *testing.T) {
 		}
 		leases[name] = l
 	}
+	// One Watch reads names of many slots: one script call a slot.
+	ds, err := s.Watch(ctx, oddNames, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, name := range oddNames {
+		if l := leases[name]; !ds[i].Held || ds[i].Lease.Name != name || ds[i].Lease.Token != l.Token {
+			t.Errorf("Watch: description of %q = %+v, want the lease %+v", name, ds[i], l)
+		}
+	}
 	var got []string
 	for cursor := ""; ; {
 		page, err := s.List(ctx, "", cursor, 5)

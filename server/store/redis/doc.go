@@ -19,23 +19,40 @@
 // in one Cluster slot; <enc> is the name with '%', '{' and '}' percent-encoded
 // (the empty name is "%00"). Times are unix ms of Redis' clock.
 //
+// Every key of a name expires, so that Redis holds only the names in use: a
+// name idle for Options.IdleNameTTL (store.DefaultIdleNameTTL) has no key
+// left. Forgetting a name is safe: its next token is seeded from the clock, as
+// after data loss (see Fencing and data loss).
+//
 //	<prefix>:{<enc>}:lease    HASH holder, token (decimal), value, ttl (ms), expires;
 //	                          PEXPIRE'd to ttl + lock delay, so that the key
 //	                          outlives an expired lease by the lock delay
-//	<prefix>:{<enc>}:fence    STRING last issued token; never expires
+//	<prefix>:{<enc>}:fence    STRING last issued token; expires the idle retention
+//	                          after the lease key would (ttl + lock delay +
+//	                          retention, set at each grant and renewal), and the
+//	                          retention after a release
 //	<prefix>:{<enc>}:queue    ZSET waiter -> arrival order
 //	<prefix>:{<enc>}:waiters  ZSET waiter -> deadline; both queue keys expire at
-//	                          the latest deadline
+//	                          the latest deadline (acquire and RefreshWaiters
+//	                          push deadlines out)
 //	<prefix>:{<enc>}:watched  STRING "1" while some coordinator observes the name;
-//	                          expires unless Watch marks it again
+//	                          expires unless Watch marks it again (a Watch marks
+//	                          a name once the mark it set is past half its life,
+//	                          and never shortens a longer mark)
 //	<prefix>:marker           data-loss marker (standalone and Sentinel): grants
 //	                          are refused until the time it holds; never expires
 //	<prefix>:{<tag>}:marker   the data-loss marker of one slot (Cluster: 16384 of
 //	                          them, <tag> being the shortest decimal string
-//	                          hashing to the slot)
+//	                          hashing to the slot); never expire
 //	<prefix>:events           pub/sub channel carrying the name of a lease or queue
 //	                          that changed, published only while the name's queue
 //	                          or watched key exists
+//
+// Observing costs little while nothing changes: Watch reads many names in one
+// script call per 200 names (per slot on a Cluster), all in one pipeline,
+// with one HMGET a name, and marks a name again (PTTL and SET) only when due.
+// RefreshWaiters keeps any number of waiters of a name queued with one call
+// of about ten commands.
 //
 // # Notifications
 //
@@ -48,10 +65,16 @@
 // # Fencing and data loss
 //
 // Tokens come from INCR on the fence key. When the fence key is missing (a
-// name's first grant, or after Redis lost its data) it is seeded with Redis'
-// TIME in microseconds, so tokens keep increasing across data loss as long as
-// Redis' clock does not step back and no name is granted more than once per
-// microsecond on average.
+// name's first grant, a name idle past its retention, or after Redis lost its
+// data) it is seeded with Redis' TIME in microseconds, so tokens keep
+// increasing across forgetting and data loss as long as Redis' clock does not
+// step back and no name is granted more than once per microsecond on
+// average. For the same reason Describe reports, for a name without a fence
+// key, the clock in microseconds less one as its last token: no token issued
+// before is above it, and every token issued after is above it. A fence key
+// that a failover to a lagging replica left behind the last grants is not
+// detected: Describe then reports the replica's counter, while new tokens
+// still come out above the clock.
 //
 // New writes the markers with SET NX and they never expire: an acquire that
 // finds its marker missing knows Redis lost its data since then (a restart
@@ -63,4 +86,17 @@
 //
 // Redis must run with maxmemory-policy noeviction: an evicted fence key or
 // lease breaks these guarantees. New logs a warning otherwise.
+//
+// # Timeouts
+//
+// Every call is bounded by Options.CallTimeout (store.DefaultCallTimeout): a
+// Redis that does not answer within it, hung or unreachable, makes the call
+// fail with store.ErrUnavailable, the first call after the hang included. A
+// call whose caller's context ends first fails with the context's error
+// instead (context.DeadlineExceeded or context.Canceled), never
+// ErrUnavailable: the caller gave up, Redis did not fail. Calls of many
+// callers share pipelines; a caller that gives up leaves the others' calls
+// running. Bounding a call needs a client that honours context deadlines
+// (go-redis' ContextTimeoutEnabled), as package internal/redisurl's clients
+// do; New warns about one that does not.
 package redisstore

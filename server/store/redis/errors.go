@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -19,17 +20,50 @@ var unavailablePrefixes = []string{
 	"max number of clients reached",
 }
 
-// wrapErr maps a go-redis error. Errors that mean Redis could not be reached
-// or could not answer in time wrap store.ErrUnavailable as well as the cause;
-// a cancelled context stays context.Canceled; other errors (a reply this
-// store does not understand, an unexpected key type, a permission error) are
-// returned as they are, wrapped with the operation.
-func wrapErr(op string, err error) error {
+// wrapErr maps the go-redis error of a call made for a caller whose context
+// is ctx (the call itself ran under ctx bounded by the call timeout).
+//
+// When the caller's own context ended (cancelled, or its deadline passed),
+// that is the whole story: the error is the context's error, never
+// store.ErrUnavailable, so that the caller's deadline is not blamed on Redis.
+// A deadline that is not the caller's is the call timeout: Redis did not
+// answer in time. Other errors map as mapErr says.
+func (s *Store) wrapErr(ctx context.Context, op string, err error) error {
 	if err == nil {
 		return nil
 	}
-	if errors.Is(err, context.Canceled) {
-		return fmt.Errorf("redisstore: %s: %w", op, err)
+	if cerr := callerDone(ctx); cerr != nil {
+		return fmt.Errorf("redisstore: %s: %w", op, cerr)
+	}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		// The cause is kept as text only: wrapping it would make the call
+		// timeout look like the caller's own deadline.
+		return fmt.Errorf("redisstore: %s: %w: no answer within %s (%s)", op, store.ErrUnavailable, s.callTimeout, err.Error())
+	}
+	return mapErr(op, err)
+}
+
+// callerDone is ctx's error, or context.DeadlineExceeded once ctx's deadline
+// has passed: go-redis sets the socket deadline from the context, so a read
+// may time out a moment before the context's own timer fires.
+func callerDone(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// mapErr maps a go-redis error. Errors that mean Redis could not be reached
+// or could not answer in time wrap store.ErrUnavailable as well as the cause;
+// other errors (a reply this store does not understand, an unexpected key
+// type, a permission error) are returned as they are, wrapped with the
+// operation.
+func mapErr(op string, err error) error {
+	if err == nil {
+		return nil
 	}
 	if isUnavailable(err) {
 		return fmt.Errorf("redisstore: %s: %w: %w", op, store.ErrUnavailable, err)
@@ -38,7 +72,7 @@ func wrapErr(op string, err error) error {
 }
 
 func isUnavailable(err error) bool {
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, redis.ErrClosed) {
+	if errors.Is(err, redis.ErrClosed) {
 		return true
 	}
 	if errors.Is(err, redis.Nil) {

@@ -145,6 +145,9 @@ func (e *events) consume(ps *redis.PubSub) (subscribed bool, err error) {
 			// broken read: either way, earlier announcements were missed.
 			if m.Kind == "subscribe" {
 				subscribed = true
+				// A broken subscription may stand for a restarted or
+				// failed-over Redis, which lost the watched marks.
+				e.s.marks.forget()
 				e.hub.PublishAll(struct{}{})
 			}
 		}

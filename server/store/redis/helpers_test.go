@@ -42,6 +42,7 @@ func testRedisOptions(t testing.TB) *redis.Options {
 func newClient(t testing.TB, edit ...func(*redis.Options)) *redis.Client {
 	t.Helper()
 	o := testRedisOptions(t)
+	o.ContextTimeoutEnabled = true // as package redisurl's clients
 	for _, f := range edit {
 		f(o)
 	}
@@ -149,10 +150,8 @@ func pending(c store.Changes) bool {
 // watch marks names as observed, so that their changes are announced.
 func watch(t testing.TB, s *Store, names ...string) {
 	t.Helper()
-	for _, name := range names {
-		if _, err := s.Watch(context.Background(), name, time.Minute); err != nil {
-			t.Fatalf("Watch(%q): %v", name, err)
-		}
+	if _, err := s.Watch(context.Background(), names, time.Minute); err != nil {
+		t.Fatalf("Watch(%q): %v", names, err)
 	}
 }
 
@@ -171,6 +170,10 @@ func waitSubscribed(t testing.TB, s *Store, subs ...store.Changes) {
 		}
 		select {
 		case <-c.C:
+			// The probe may have its value before PublishAll reached the
+			// others: it holds the hub's lock until it has, so taking the
+			// lock waits for it.
+			s.events.hub.Subscribers(probe)
 			for _, sub := range subs {
 				pending(sub)
 			}

@@ -15,15 +15,19 @@ import (
 // service spends its time. Each script stays atomic; calls that are
 // concurrent anyway have no order to keep. A call that finds no other in
 // flight goes out at once, on its caller's goroutine.
+//
+// A pipeline serves many callers, so no caller's context may end it: each is
+// bounded by the store's call timeout instead, and each caller stops waiting
+// when its own context ends, leaving the others' calls running.
 const (
 	pipelineSenders  = 2   // pipelines in flight at once
 	pipelineMaxCalls = 256 // calls in one pipeline
-	// pipelineTimeout bounds one pipeline when Redis hangs without closing
-	// the connection; callers stop waiting when their own context ends.
-	pipelineTimeout = 10 * time.Second
 )
 
 type scriptCall struct {
+	// ctx is the caller's: a call whose caller gave up before it was sent
+	// is dropped rather than sent late.
+	ctx    context.Context
 	script *redis.Script
 	keys   []string
 	args   []any
@@ -34,7 +38,8 @@ type scriptCall struct {
 // pipeliner batches script calls onto one client.
 type pipeliner struct {
 	client   redis.UniversalClient
-	inFlight atomic.Int64 // calls between run's start and end
+	timeout  time.Duration // bounds one pipeline
+	inFlight atomic.Int64  // calls between run's start and end
 	calls    chan *scriptCall
 	// stop tells the senders to return; stopped is closed once they have,
 	// so that no queued call can be sent any more.
@@ -43,9 +48,10 @@ type pipeliner struct {
 	wg      sync.WaitGroup
 }
 
-func newPipeliner(ctx context.Context, client redis.UniversalClient) *pipeliner {
+func newPipeliner(ctx context.Context, client redis.UniversalClient, timeout time.Duration) *pipeliner {
 	p := &pipeliner{
 		client:  client,
+		timeout: timeout,
 		calls:   make(chan *scriptCall, pipelineMaxCalls),
 		stop:    make(chan struct{}),
 		stopped: make(chan struct{}),
@@ -53,7 +59,7 @@ func newPipeliner(ctx context.Context, client redis.UniversalClient) *pipeliner 
 	for range pipelineSenders {
 		p.wg.Add(1)
 		// The senders serve every caller, so no caller's cancellation may
-		// end them; each pipeline is bounded by pipelineTimeout instead.
+		// end them.
 		go p.send(context.WithoutCancel(ctx))
 	}
 	return p
@@ -65,7 +71,7 @@ func (p *pipeliner) run(ctx context.Context, script *redis.Script, keys []string
 	if p.inFlight.Add(1) == 1 {
 		return script.Run(ctx, p.client, keys, args...)
 	}
-	call := &scriptCall{script: script, keys: keys, args: args, done: make(chan struct{})}
+	call := &scriptCall{ctx: ctx, script: script, keys: keys, args: args, done: make(chan struct{})}
 	// The send may win over a closed stop, and a queued call may never be
 	// picked up: stopped ends the wait for it.
 	select {
@@ -122,9 +128,22 @@ func (p *pipeliner) send(ctx context.Context) {
 }
 
 func (p *pipeliner) exec(ctx context.Context, batch []*scriptCall) {
-	ctx, cancel := context.WithTimeout(ctx, pipelineTimeout)
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
-	if len(batch) == 1 {
+	live := batch[:0]
+	for _, call := range batch {
+		if err := call.ctx.Err(); err != nil {
+			call.cmd = failedCmd(ctx, err)
+			close(call.done)
+			continue
+		}
+		live = append(live, call)
+	}
+	batch = live
+	switch len(batch) {
+	case 0:
+		return
+	case 1:
 		call := batch[0]
 		call.cmd = call.script.Run(ctx, p.client, call.keys, call.args...)
 		close(call.done)

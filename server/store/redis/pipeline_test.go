@@ -17,7 +17,7 @@ func TestPipelinerFailsCallsQueuedAfterClose(t *testing.T) {
 	t.Parallel()
 	c := redis.NewClient(&redis.Options{Addr: closedAddr(t), MaxRetries: -1})
 	defer func() { _ = c.Close() }()
-	p := newPipeliner(context.Background(), c)
+	p := newPipeliner(context.Background(), c, time.Second)
 	p.close()
 	p.inFlight.Add(1) // as if another call were on its way: each call below queues
 	defer p.inFlight.Add(-1)
@@ -40,7 +40,7 @@ func TestPipelinerFailsCallsQueuedAfterClose(t *testing.T) {
 func TestPipelinerCallsRacingCloseAllReturn(t *testing.T) {
 	t.Parallel()
 	s := newStore(t, nil, Options{})
-	p := newPipeliner(context.Background(), s.client)
+	p := newPipeliner(context.Background(), s.client, time.Second)
 	const callers = 32
 	var wg sync.WaitGroup
 	start := make(chan struct{})

@@ -29,16 +29,20 @@ var (
 	describeSrc string
 	//go:embed scripts/watch.lua
 	watchSrc string
+	//go:embed scripts/refresh_waiters.lua
+	refreshWaitersSrc string
 
-	acquireScript  = redis.NewScript(acquireSrc)
-	renewScript    = redis.NewScript(renewSrc)
-	releaseScript  = redis.NewScript(releaseSrc)
-	dequeueScript  = redis.NewScript(dequeueSrc)
-	describeScript = redis.NewScript(describeSrc)
-	// watchScript's reply is describe.lua's.
-	watchScript = redis.NewScript(watchSrc + describeSrc)
+	acquireScript        = redis.NewScript(acquireSrc)
+	renewScript          = redis.NewScript(renewSrc)
+	releaseScript        = redis.NewScript(releaseSrc)
+	dequeueScript        = redis.NewScript(dequeueSrc)
+	describeScript       = redis.NewScript(describeSrc)
+	watchScript          = redis.NewScript(watchSrc)
+	refreshWaitersScript = redis.NewScript(refreshWaitersSrc)
 
-	allScripts = []*redis.Script{acquireScript, renewScript, releaseScript, dequeueScript, describeScript, watchScript}
+	allScripts = []*redis.Script{
+		acquireScript, renewScript, releaseScript, dequeueScript, describeScript, watchScript, refreshWaitersScript,
+	}
 )
 
 // acquireReply is acquire.lua's reply.
@@ -103,7 +107,27 @@ func decodeDequeue(v any) (bool, error) {
 	return r.int(0) == 1, r.err
 }
 
-// decodeDescribe reads describe.lua's (and watch.lua's) reply:
+// decodeRefresh reads refresh_waiters.lua's reply: how many deadlines moved.
+func decodeRefresh(v any) (int, error) {
+	r := newReplyReader("refresh waiters", []any{v})
+	return int(r.int(0)), r.err
+}
+
+// decodeWatch reads watch.lua's reply, five elements per name:
+// {holder, token, value, ttl_ms, expires_ms}. It fills out[i] for names[i].
+func decodeWatch(names []string, v any, out []store.Description) error {
+	r := newReplyReader("watch", v)
+	if r.err == nil && len(r.v) != 5*len(names) {
+		return fmt.Errorf("redisstore: watch: unexpected script reply: %d elements for %d names", len(r.v), len(names))
+	}
+	for i, name := range names {
+		l := r.lease(5*i, name)
+		out[i] = store.Description{Held: l.Holder != "", Lease: l}
+	}
+	return r.err
+}
+
+// decodeDescribe reads describe.lua's reply:
 // {holder, token, value, ttl_ms, expires_ms, last_token, waiters}.
 func decodeDescribe(name string, v any) (store.Description, error) {
 	r := newReplyReader("describe", v)

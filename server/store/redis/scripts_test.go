@@ -97,3 +97,28 @@ func TestDecodeCounts(t *testing.T) {
 		}
 	}
 }
+
+func TestDecodeWatch(t *testing.T) {
+	t.Parallel()
+	const at = 1_800_000_000_000
+	names := []string{"held", "free"}
+	out := make([]store.Description, 2)
+	err := decodeWatch(names, []any{"h", "7", "v", int64(1000), int64(at), "", "", "", int64(0), int64(0)}, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := store.Lease{Name: "held", Holder: "h", Token: 7, Value: []byte("v"), TTL: time.Second, ExpiresAt: time.UnixMilli(at)}
+	if !out[0].Held || out[1].Held || out[1].Lease.Holder != "" {
+		t.Errorf("decoded %+v", out)
+	}
+	sameLease(t, out[0].Lease, want)
+	if err := decodeWatch(names, []any{"h", "7", "v", int64(1000), int64(at)}, out); err == nil {
+		t.Error("a reply for one name of two: no error")
+	}
+	if err := decodeWatch(names, "OK", out); err == nil {
+		t.Error("not an array: no error")
+	}
+	if n, err := decodeRefresh(int64(3)); n != 3 || err != nil {
+		t.Errorf("decodeRefresh(3) = %d, %v", n, err)
+	}
+}

@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -33,6 +34,13 @@ type Options struct {
 	// released) from being granted again for this long, so that a holder that
 	// was only paused cannot act beside its successor. 0 disables it.
 	LockDelay time.Duration
+	// IdleNameTTL is how long a name's keys outlive its last use; 0 means
+	// store.DefaultIdleNameTTL.
+	IdleNameTTL time.Duration
+	// CallTimeout bounds every store call; 0 means store.DefaultCallTimeout.
+	// A call that Redis does not answer within it fails with
+	// store.ErrUnavailable.
+	CallTimeout time.Duration
 	// NoPipelining sends every script call on its own instead of batching
 	// concurrent calls into pipelines; for measuring the difference.
 	NoPipelining bool
@@ -57,8 +65,11 @@ type Store struct {
 	quarantineMS int64
 	lockDelayMS  int64
 	quarantine   time.Duration
+	idleMS       int64
+	callTimeout  time.Duration
 	onDataLoss   func(time.Duration)
 	log          *slog.Logger
+	marks        marks
 
 	pipeline  *pipeliner // nil with Options.NoPipelining
 	events    events
@@ -105,34 +116,78 @@ func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Stor
 	if opts.LockDelay < 0 {
 		return nil, fmt.Errorf("redisstore: negative lock delay %s", opts.LockDelay)
 	}
+	if opts.IdleNameTTL < 0 || opts.CallTimeout < 0 {
+		return nil, fmt.Errorf("redisstore: negative idle name TTL %s or call timeout %s", opts.IdleNameTTL, opts.CallTimeout)
+	}
 	s.lockDelayMS = opts.LockDelay.Milliseconds()
 	if opts.Quarantine > 0 {
 		s.quarantineMS = durationMS(opts.Quarantine)
 	}
+	s.idleMS = durationMS(cmp.Or(opts.IdleNameTTL, store.DefaultIdleNameTTL))
+	s.callTimeout = cmp.Or(opts.CallTimeout, store.DefaultCallTimeout)
 	s.events.init(s)
 
-	if err := client.Ping(ctx).Err(); err != nil {
-		return nil, wrapErr("ping", err)
+	if !honoursDeadlines(client) {
+		s.log.Warn("the Redis client does not honour context deadlines (go-redis ContextTimeoutEnabled): " +
+			"a Redis that hangs holds calls for the client's read timeout rather than the store's call timeout")
+	}
+	if err := s.Ping(ctx); err != nil {
+		return nil, err
 	}
 	s.checkEvictionPolicy(ctx)
 	if err := s.writeMarkers(ctx); err != nil {
 		return nil, err
 	}
 	for _, sc := range allScripts {
-		if err := sc.Load(ctx, client).Err(); err != nil {
-			return nil, wrapErr("load scripts", err)
+		cctx, cancel := s.bound(ctx)
+		err := sc.Load(cctx, client).Err()
+		cancel()
+		if err != nil {
+			return nil, s.wrapErr(ctx, "load scripts", err)
 		}
 	}
 	if !opts.NoPipelining {
-		s.pipeline = newPipeliner(ctx, client)
+		s.pipeline = newPipeliner(ctx, client, s.callTimeout)
 	}
 	return s, nil
+}
+
+// honoursDeadlines reports whether go-redis bounds socket reads and writes
+// by the call's context (package redisurl's clients do).
+func honoursDeadlines(client redis.UniversalClient) bool {
+	switch c := client.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return true
+}
+
+// bound limits a call made for a caller whose context is ctx to the call
+// timeout.
+func (s *Store) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.callTimeout)
+}
+
+// call runs one script for a caller, bounded by the call timeout, and maps
+// its error.
+func (s *Store) call(ctx context.Context, op string, script *redis.Script, keys []string, args ...any) (any, error) {
+	cctx, cancel := s.bound(ctx)
+	defer cancel()
+	v, err := s.run(cctx, script, keys, args...).Result()
+	if err != nil {
+		return nil, s.wrapErr(ctx, op, err)
+	}
+	return v, nil
 }
 
 // checkEvictionPolicy warns unless every master runs maxmemory-policy
 // noeviction.
 func (s *Store) checkEvictionPolicy(ctx context.Context) {
 	check := func(ctx context.Context, c redis.Cmdable, addr string) {
+		ctx, cancel := s.bound(ctx)
+		defer cancel()
 		res, err := c.ConfigGet(ctx, "maxmemory-policy").Result()
 		policy, ok := res["maxmemory-policy"]
 		if err != nil || !ok {
@@ -165,21 +220,25 @@ func (s *Store) checkEvictionPolicy(ctx context.Context) {
 // the Redis time (unix ms) until which grants are refused; "0" refuses none.
 func (s *Store) writeMarkers(ctx context.Context) error {
 	if !s.cluster {
-		if err := s.client.SetNX(ctx, s.prefix+markerSuffix, "0", 0).Err(); err != nil {
-			return wrapErr("write data-loss marker", err)
+		cctx, cancel := s.bound(ctx)
+		defer cancel()
+		if err := s.client.SetNX(cctx, s.prefix+markerSuffix, "0", 0).Err(); err != nil {
+			return s.wrapErr(ctx, "write data-loss marker", err)
 		}
 		return nil
 	}
 	const batch = 1024
 	for start := 0; start < numSlots; start += batch {
-		_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		cctx, cancel := s.bound(ctx)
+		_, err := s.client.Pipelined(cctx, func(p redis.Pipeliner) error {
 			for slot := start; slot < min(start+batch, numSlots); slot++ {
-				p.SetNX(ctx, s.slotMarker(uint16(slot)), "0", 0)
+				p.SetNX(cctx, s.slotMarker(uint16(slot)), "0", 0)
 			}
 			return nil
 		})
+		cancel()
 		if err != nil {
-			return wrapErr("write data-loss markers", err)
+			return s.wrapErr(ctx, "write data-loss markers", err)
 		}
 	}
 	return nil
@@ -194,14 +253,18 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 	if waiterTTL <= 0 {
 		waiterTTL = store.DefaultWaiterTTL
 	}
+	keepValue := ""
+	if req.KeepValue {
+		keepValue = "1"
+	}
 	k := s.keys(req.Name)
-	v, err := s.run(ctx, acquireScript,
+	v, err := s.call(ctx, "acquire", acquireScript,
 		[]string{k.lease, k.fence, k.queue, k.waiters, k.marker, k.watched},
 		req.Holder, durationMS(req.TTL), req.Value, req.Waiter, durationMS(waiterTTL),
-		s.quarantineMS, s.channel, req.Name, s.lockDelayMS,
-	).Result()
+		s.quarantineMS, s.channel, req.Name, s.lockDelayMS, keepValue, s.idleMS,
+	)
 	if err != nil {
-		return store.AcquireResult{}, wrapErr("acquire", err)
+		return store.AcquireResult{}, err
 	}
 	reply, err := decodeAcquire(req.Name, v)
 	if err != nil {
@@ -220,6 +283,7 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 func (s *Store) dataLost() {
 	s.log.Error("Redis lost its data (data-loss marker missing): leases, queues and fencing counters are gone; "+
 		"tokens are re-seeded from the Redis clock", "quarantine", s.quarantine)
+	s.marks.forget() // the watched marks are gone too
 	if s.onDataLoss != nil {
 		s.onDataLoss(s.quarantine)
 	}
@@ -231,10 +295,10 @@ func (s *Store) Renew(ctx context.Context, name, holder string, token uint64, tt
 		return store.Lease{}, fmt.Errorf("redisstore: renew %q: ttl %s is not positive", name, ttl)
 	}
 	k := s.keys(name)
-	v, err := s.run(ctx, renewScript, []string{k.lease},
-		holder, strconv.FormatUint(token, 10), durationMS(ttl), s.lockDelayMS).Result()
+	v, err := s.call(ctx, "renew", renewScript, []string{k.lease, k.fence},
+		holder, strconv.FormatUint(token, 10), durationMS(ttl), s.lockDelayMS, s.idleMS)
 	if err != nil {
-		return store.Lease{}, wrapErr("renew", err)
+		return store.Lease{}, err
 	}
 	return decodeRenew(name, v)
 }
@@ -242,10 +306,10 @@ func (s *Store) Renew(ctx context.Context, name, holder string, token uint64, tt
 // Release implements store.Leases.
 func (s *Store) Release(ctx context.Context, name, holder string, token uint64) (bool, error) {
 	k := s.keys(name)
-	v, err := s.run(ctx, releaseScript, []string{k.lease, k.queue, k.watched},
-		holder, strconv.FormatUint(token, 10), s.channel, name).Result()
+	v, err := s.call(ctx, "release", releaseScript, []string{k.lease, k.queue, k.watched, k.fence},
+		holder, strconv.FormatUint(token, 10), s.channel, name, s.idleMS)
 	if err != nil {
-		return false, wrapErr("release", err)
+		return false, err
 	}
 	return decodeRelease(v)
 }
@@ -253,9 +317,9 @@ func (s *Store) Release(ctx context.Context, name, holder string, token uint64) 
 // Dequeue implements store.Leases.
 func (s *Store) Dequeue(ctx context.Context, name, waiter string) error {
 	k := s.keys(name)
-	v, err := s.run(ctx, dequeueScript, []string{k.queue, k.waiters}, waiter, s.channel, name).Result()
+	v, err := s.call(ctx, "dequeue", dequeueScript, []string{k.queue, k.waiters}, waiter, s.channel, name)
 	if err != nil {
-		return wrapErr("dequeue", err)
+		return err
 	}
 	_, err = decodeDequeue(v)
 	return err
@@ -264,16 +328,17 @@ func (s *Store) Dequeue(ctx context.Context, name, waiter string) error {
 // Describe implements store.Leases.
 func (s *Store) Describe(ctx context.Context, name string) (store.Description, error) {
 	k := s.keys(name)
-	v, err := s.run(ctx, describeScript, []string{k.lease, k.fence, k.waiters}).Result()
+	v, err := s.call(ctx, "describe", describeScript, []string{k.lease, k.fence, k.waiters})
 	if err != nil {
-		return store.Description{}, wrapErr("describe", err)
+		return store.Description{}, err
 	}
 	return decodeDescribe(name, v)
 }
 
 // List implements store.Leases. It SCANs the whole key space (every master of
 // a cluster) for lease keys, keeping only the limit+1 first names after
-// cursor, then reads those leases; it is meant for debugging.
+// cursor, then reads those leases; it is meant for debugging. Each round trip
+// is bounded by the call timeout, not the whole listing.
 func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) (store.ListPage, error) {
 	if limit <= 0 {
 		limit = store.DefaultListLimit
@@ -302,7 +367,9 @@ func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) (sto
 	scan := func(ctx context.Context, c redis.Cmdable) error {
 		var cur uint64
 		for {
-			keys, next, err := c.Scan(ctx, cur, pattern, 1000).Result()
+			cctx, cancel := s.bound(ctx)
+			keys, next, err := c.Scan(cctx, cur, pattern, 1000).Result()
+			cancel()
 			if err != nil {
 				return err
 			}
@@ -320,7 +387,7 @@ func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) (sto
 		err = scan(ctx, s.client)
 	}
 	if err != nil {
-		return store.ListPage{}, wrapErr("list", err)
+		return store.ListPage{}, s.wrapErr(ctx, "list", err)
 	}
 	slices.Sort(names)
 	names = slices.Compact(names)
@@ -346,11 +413,13 @@ func (s *Store) describeMany(ctx context.Context, names []string) ([]store.Descr
 	if len(names) == 0 {
 		return nil, nil
 	}
+	cctx, cancel := s.bound(ctx)
+	defer cancel()
 	cmds := make([]*redis.Cmd, len(names))
-	_, _ = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, _ = s.client.Pipelined(cctx, func(p redis.Pipeliner) error {
 		for i, name := range names {
 			k := s.keys(name)
-			cmds[i] = describeScript.EvalSha(ctx, p, []string{k.lease, k.fence, k.waiters})
+			cmds[i] = describeScript.EvalSha(cctx, p, []string{k.lease, k.fence, k.waiters})
 		}
 		return nil
 	})
@@ -359,10 +428,10 @@ func (s *Store) describeMany(ctx context.Context, names []string) ([]store.Descr
 		v, err := cmds[i].Result()
 		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 			k := s.keys(name)
-			v, err = describeScript.Run(ctx, s.client, []string{k.lease, k.fence, k.waiters}).Result()
+			v, err = describeScript.Run(cctx, s.client, []string{k.lease, k.fence, k.waiters}).Result()
 		}
 		if err != nil {
-			return nil, wrapErr("list", err)
+			return nil, s.wrapErr(ctx, "list", err)
 		}
 		d, err := decodeDescribe(name, v)
 		if err != nil {
@@ -379,15 +448,33 @@ func (s *Store) Changes(name string) store.Changes {
 	return s.events.changes(name)
 }
 
-// Watch implements store.Notifier: changes of a watched name are published
-// on the events channel; those of other names only while a waiter is queued.
-func (s *Store) Watch(ctx context.Context, name string, ttl time.Duration) (store.Description, error) {
-	k := s.keys(name)
-	v, err := s.run(ctx, watchScript, []string{k.lease, k.fence, k.waiters, k.watched}, durationMS(ttl)).Result()
-	if err != nil {
-		return store.Description{}, wrapErr("watch", err)
+// RefreshWaiters implements store.Leases.
+func (s *Store) RefreshWaiters(ctx context.Context, name string, waiters []string, ttl time.Duration) error {
+	if ttl <= 0 {
+		return fmt.Errorf("redisstore: refresh waiters of %q: ttl %s is not positive", name, ttl)
 	}
-	return decodeDescribe(name, v)
+	if len(waiters) == 0 {
+		return nil
+	}
+	k := s.keys(name)
+	args := make([]any, 0, 3+len(waiters))
+	args = append(args, durationMS(ttl), s.channel, name)
+	for _, w := range waiters {
+		args = append(args, w)
+	}
+	v, err := s.call(ctx, "refresh waiters", refreshWaitersScript, []string{k.queue, k.waiters, k.watched}, args...)
+	if err != nil {
+		return err
+	}
+	_, err = decodeRefresh(v)
+	return err
+}
+
+// Ping implements store.Leases: Redis answers PING within the call timeout.
+func (s *Store) Ping(ctx context.Context) error {
+	cctx, cancel := s.bound(ctx)
+	defer cancel()
+	return s.wrapErr(ctx, "ping", s.client.Ping(cctx).Err())
 }
 
 // Close stops the subscription, closing every Changes channel, and, for a

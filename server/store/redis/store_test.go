@@ -165,9 +165,12 @@ func TestAcquire(t *testing.T) {
 				t.Error("Renew with ttl -1s: no error")
 			}
 		}},
-		{"describes a name never granted as free with last token 0", func(t *testing.T, s *Store) {
-			if d := mustDescribe(t, s, "never"); d.Held || d.LastToken != 0 {
-				t.Errorf("Describe = %+v", d)
+		{"describes a name never granted as free, its last token the clock in µs less one", func(t *testing.T, s *Store) {
+			before := uint64(time.Now().Add(-clockSkew).UnixMicro())
+			d := mustDescribe(t, s, "never")
+			after := uint64(time.Now().Add(clockSkew).UnixMicro())
+			if d.Held || d.LastToken < before || d.LastToken > after {
+				t.Errorf("Describe = %+v, want a last token within [%d, %d]", d, before, after)
 			}
 		}},
 	}
@@ -337,6 +340,9 @@ func TestTokenAboveAfterFlush(t *testing.T) {
 	}
 	if err := c.FlushDB(ctx).Err(); err != nil {
 		t.Fatal(err)
+	}
+	if d := mustDescribe(t, s, "job"); d.LastToken < l1.Token {
+		t.Errorf("last token after flush %d < token before %d: not a floor", d.LastToken, l1.Token)
 	}
 	l2 := mustGrant(t, s, req("job", "b", time.Minute, ""))
 	if l2.Token <= l1.Token {

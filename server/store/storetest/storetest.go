@@ -27,6 +27,9 @@ type Options struct {
 	// RealTime asks for a store on the real clock even when it could follow
 	// a fake one: the test races goroutines against expiry.
 	RealTime bool
+	// IdleNameTTL is how long a name's state outlives its last use; 0 means
+	// the store's default.
+	IdleNameTTL time.Duration
 }
 
 // Subject is a store under test.
@@ -35,6 +38,9 @@ type Subject struct {
 	// Sleep lets d pass on the store's clock, for a store on a fake clock;
 	// nil means the store keeps real time and the suite sleeps.
 	Sleep func(d time.Duration)
+	// Remembers reports whether the store still keeps any state of name
+	// (a Redis key, a map entry); nil skips the checks that need it.
+	Remembers func(name string) bool
 }
 
 // Factory returns a fresh, empty store for one test, with opts. The suite
@@ -71,6 +77,13 @@ func Run(t *testing.T, newStore Factory) {
 		{"NamesAreOpaque", testOpaqueNames, Options{}},
 		{"ContendedLeasesNeverOverlap", testContention, Options{RealTime: true}},
 		{"LockDelayFollowsExpiryNotRelease", testLockDelay, Options{LockDelay: lockDelay}},
+		{"IdleNamesAreForgottenAndTheirTokensStillIncrease", testIdleNamesForgotten, Options{IdleNameTTL: retention, LockDelay: lockDelay}},
+		{"RenewAndReleaseKeepANameRemembered", testUseKeepsNameRemembered, Options{IdleNameTTL: retention}},
+		{"DescribeLastTokenIsAFloorOfIssuedTokens", testLastTokenFloor, Options{}},
+		{"ALockCallByTheHolderKeepsItsValue", testKeepValue, Options{}},
+		{"RefreshWaitersKeepsOnlyQueuedWaitersQueued", testRefreshWaiters, Options{}},
+		{"WatchDescribesManyNamesInOrder", testWatchMany, Options{}},
+		{"PingAnswers", testPing, Options{}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -299,10 +312,13 @@ func testReleaseCAS(t *testing.T, s Subject) {
 func testDescribe(t *testing.T, s Subject) {
 	ctx := context.Background()
 	d, err := s.Describe(ctx, "job")
-	if err != nil || d.Held || d.LastToken != 0 || d.Waiters != 0 {
+	if err != nil || d.Held || d.Waiters != 0 {
 		t.Fatalf("Describe of a new name = %+v, %v", d, err)
 	}
 	l := acquire(t, s, store.AcquireRequest{Name: "job", Holder: "a", Value: []byte("v")}).Lease
+	if l.Token <= d.LastToken {
+		t.Fatalf("first token %d, not above the last token %d Describe reported before", l.Token, d.LastToken)
+	}
 	acquire(t, s, store.AcquireRequest{Name: "job", Holder: "w1", Waiter: "w1"})
 	acquire(t, s, store.AcquireRequest{Name: "job", Holder: "w2", Waiter: "w2"})
 	d, err = s.Describe(ctx, "job")
@@ -503,7 +519,7 @@ func testDeadHeadAnnounced(t *testing.T, s Subject) {
 func testChanges(t *testing.T, s Subject) {
 	ctx := context.Background()
 	// A watched name is announced even without waiters.
-	if d, err := s.Watch(ctx, "job", time.Minute); err != nil || d.Held {
+	if d, err := watchOne(ctx, s, "job"); err != nil || d.Held {
 		t.Fatalf("Watch of a new name = %+v, %v", d, err)
 	}
 	c := s.Changes("job")
@@ -518,7 +534,7 @@ func testChanges(t *testing.T, s Subject) {
 	mustRelease(t, s, l)
 	waitChange(t, c, "release")
 
-	if d, err := s.Watch(ctx, "job", time.Minute); err != nil || d.Held || d.LastToken != l.Token {
+	if d, err := watchOne(ctx, s, "job"); err != nil || d.Held {
 		t.Fatalf("Watch after release = %+v, %v", d, err)
 	}
 	c.Cancel()
@@ -714,4 +730,16 @@ func testLockDelay(t *testing.T, s Subject) {
 	if l := mustAcquire(t, s, "expired", "b"); l.Token <= expired.Token {
 		t.Fatalf("token %d after %d", l.Token, expired.Token)
 	}
+}
+
+// watchOne watches one name for a minute and describes it.
+func watchOne(ctx context.Context, s Subject, name string) (store.Description, error) {
+	ds, err := s.Watch(ctx, []string{name}, time.Minute)
+	if err != nil {
+		return store.Description{}, err
+	}
+	if len(ds) != 1 {
+		return store.Description{}, fmt.Errorf("watch of one name returned %d descriptions", len(ds))
+	}
+	return ds[0], nil
 }

@@ -13,6 +13,10 @@
 -- ARGV[8] name (published on the channel)
 -- ARGV[9] lock delay (ms): how long a lease that expired (was not released)
 --         keeps its name from being granted again
+-- ARGV[10] "1" to keep the stored value when ARGV[1] already holds the name
+--          (a lock call on an election's name), else ""
+-- ARGV[11] idle retention (ms): how long the fence key outlives the lease
+--          and its lock delay
 --
 -- Returns, with lost = 1 when this call found the marker missing (Redis lost
 -- its data), else 0, and every time in unix ms of Redis' clock:
@@ -32,6 +36,7 @@ local lease, fence, queue, waiters, marker, watched = KEYS[1], KEYS[2], KEYS[3],
 local holder, ttl, value, waiter = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local waiter_ttl, quarantine, channel, name = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7], ARGV[8]
 local keep = ARGV[2] + tonumber(ARGV[9]) -- the key outlives the lease by the lock delay
+local keep_value, idle = ARGV[10] == '1', tonumber(ARGV[11])
 
 -- Integers are formatted with %d: Lua's tostring would print 1.8e+15.
 local function ms(n) return string.format('%d', n) end
@@ -110,8 +115,10 @@ end
 if cur[1] then
   -- 2. Held by the caller: renew, keeping the token.
   if cur[1] == holder then
+    if keep_value then value = cur[3] end
     redis.call('HSET', lease, 'value', value, 'ttl', ARGV[2], 'expires', ms(now + ttl))
     redis.call('PEXPIRE', lease, ms(keep))
+    redis.call('PEXPIRE', fence, ms(keep + idle))
     if waiter ~= '' then unqueue() end
     if cur[3] ~= value then announce() end
     return {1, lost, holder, cur[2], value, ttl, now + ttl, 0}
@@ -144,16 +151,19 @@ if head and head ~= waiter then
 end
 
 -- The token is the counter plus one, but never below the clock in
--- microseconds: a counter that is gone (data loss) or behind (a failover to a
--- replica that missed the last grants) still yields a token above every one
--- issued before, as long as the clock does not step back.
+-- microseconds: a counter that is gone (the name was idle past its retention,
+-- or data loss) or behind (a failover to a replica that missed the last
+-- grants) still yields a token above every one issued before, as long as the
+-- clock does not step back. The counter outlives the lease and its lock delay
+-- by the idle retention.
 local clock = time[1] .. string.format('%06d', tonumber(time[2]))
 local token = redis.call('INCR', fence)
 if token < tonumber(clock) then
   token = clock
-  redis.call('SET', fence, clock)
+  redis.call('SET', fence, clock, 'PX', ms(keep + idle))
 else
   token = ms(token)
+  redis.call('PEXPIRE', fence, ms(keep + idle))
 end
 redis.call('HSET', lease, 'holder', holder, 'token', token, 'value', value, 'ttl', ARGV[2], 'expires', ms(now + ttl))
 redis.call('PEXPIRE', lease, ms(keep))

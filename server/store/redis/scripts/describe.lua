@@ -6,15 +6,32 @@
 -- Returns {holder, token, value, ttl_ms, expires_ms, last_token, waiters}:
 -- holder .. expires_ms are the lease ("", "", "", 0, 0 when the name is free
 -- or in its lock delay), expires_ms in unix ms of Redis' clock; token and
--- last_token are decimal strings, last_token "0" when no token was issued (or
--- Redis lost the counter); waiters counts the queued waiters whose deadline
--- has not passed. Read-only. decodeDescribe in scripts.go is the one reader
--- of this reply.
+-- last_token are decimal strings; waiters counts the queued waiters whose
+-- deadline has not passed. Read-only. decodeDescribe in scripts.go is the one
+-- reader of this reply.
+--
+-- last_token is the counter, or, when the counter is gone (never granted,
+-- idle past its retention, data loss), Redis' clock in microseconds less one.
+-- That is at least every token issued before: acquire.lua issues the larger
+-- of the counter plus one and the clock in microseconds, and scripts of one
+-- name are more than a microsecond apart, so no token exceeds the clock at
+-- its grant; and it is below every token issued later. Both hold as long as
+-- the clock does not step back.
 
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local cur = redis.call('HMGET', KEYS[1], 'holder', 'token', 'value', 'ttl', 'expires')
-local last = redis.call('GET', KEYS[2]) or '0'
+local last = redis.call('GET', KEYS[2])
+if not last then
+  -- TIME's microseconds less one, without going through a Lua number (a
+  -- double) on the way; the microsecond part is 0 .. 999999.
+  local us = tonumber(time[2])
+  if us > 0 then
+    last = time[1] .. string.format('%06d', us - 1)
+  else
+    last = (tonumber(time[1]) - 1) .. '999999'
+  end
+end
 local waiting = redis.call('ZCOUNT', KEYS[3], string.format('%d', now), '+inf')
 if not cur[1] then
   return {'', '', '', 0, 0, last, waiting}

@@ -1,9 +1,39 @@
--- watch.lua: mark a name as observed, so that its changes are announced;
--- scripts.go prepends it to describe.lua, so that an observer marks and
--- reads the name in one call, and the reply is describe.lua's.
+-- watch.lua: mark names as observed, so that their changes are announced,
+-- and read their leases, in one call for many names.
 --
--- KEYS[4] watched: the name's watched key, as the key layout in doc.go
--- describes it (KEYS[1..3] are describe.lua's).
--- ARGV[1] how long the mark lasts (ms); the observer renews it well before
+-- KEYS[2i-1] lease, KEYS[2i] watched: the keys of the i-th name, as the key
+-- layout in doc.go describes them (all in one Cluster slot).
+-- ARGV[1] how long a mark lasts (ms)
+-- ARGV[1+i] "1" to mark the i-th name, "" to only read it: the caller marks
+--           a name again only when its last mark is near its end, so that an
+--           observed name costs one read per call
+--
+-- A mark is never shortened: another coordinator may have set a longer one.
+--
+-- Returns five elements per name, in order: holder, token, value, ttl_ms,
+-- expires_ms ("", "", "", 0, 0 when the name is free or in its lock delay),
+-- expires_ms in unix ms of Redis' clock, token a decimal string.
+-- decodeWatch in scripts.go is the one reader of this reply.
 
-redis.call('SET', KEYS[4], '1', 'PX', ARGV[1])
+if redis.replicate_commands then redis.replicate_commands() end
+
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local mark = tonumber(ARGV[1])
+local out = {}
+for i = 1, #KEYS / 2 do
+  local lease, watched = KEYS[2 * i - 1], KEYS[2 * i]
+  if ARGV[1 + i] == '1' and redis.call('PTTL', watched) < mark then
+    redis.call('SET', watched, '1', 'PX', ARGV[1])
+  end
+  local cur = redis.call('HMGET', lease, 'holder', 'token', 'value', 'ttl', 'expires')
+  -- A lease written before 'expires' was kept ends with its key.
+  local expires = cur[1] and (tonumber(cur[5]) or now + redis.call('PTTL', lease))
+  local n = #out
+  if cur[1] and expires > now then
+    out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = cur[1], cur[2], cur[3], tonumber(cur[4]) or 0, expires
+  else
+    out[n + 1], out[n + 2], out[n + 3], out[n + 4], out[n + 5] = '', '', '', 0, 0
+  end
+end
+return out

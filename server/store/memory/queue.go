@@ -1,0 +1,107 @@
+package memstore
+
+import (
+	"container/list"
+	"time"
+)
+
+// queue is a name's waiters in arrival order. Every step of a handoff
+// (queueing, refreshing, leaving, finding the head) costs the same with
+// thousands of waiters as with ten: a list for the order, a map to find a
+// waiter in it. Dead waiters are dropped from the head as the head is
+// needed, and from the whole queue only when all of it is read.
+type queue struct {
+	order *list.List // of *waiter
+	byID  map[string]*list.Element
+}
+
+type waiter struct {
+	id       string
+	deadline time.Time
+}
+
+func (q *queue) len() int {
+	if q.order == nil {
+		return 0
+	}
+	return q.order.Len()
+}
+
+// head is the first waiter's id, "" when none is queued.
+func (q *queue) head() string {
+	if q.len() == 0 {
+		return ""
+	}
+	return q.order.Front().Value.(*waiter).id
+}
+
+// enqueue adds the waiter at the back, or refreshes its deadline in place.
+func (q *queue) enqueue(id string, deadline time.Time) {
+	if id == "" {
+		return
+	}
+	if el, ok := q.byID[id]; ok {
+		el.Value.(*waiter).deadline = deadline
+		return
+	}
+	if q.order == nil {
+		q.order, q.byID = list.New(), map[string]*list.Element{}
+	}
+	q.byID[id] = q.order.PushBack(&waiter{id: id, deadline: deadline})
+}
+
+// refresh sets the deadline of a queued waiter, and reports whether it was
+// queued.
+func (q *queue) refresh(id string, deadline time.Time) bool {
+	el, ok := q.byID[id]
+	if ok {
+		el.Value.(*waiter).deadline = deadline
+	}
+	return ok
+}
+
+func (q *queue) dequeue(id string) bool {
+	el, ok := q.byID[id]
+	if !ok {
+		return false
+	}
+	q.order.Remove(el)
+	delete(q.byID, id)
+	return true
+}
+
+// pruneHead drops dead waiters from the head until a live one leads, and
+// reports whether a new head took the place of a dead one: it must be told.
+func (q *queue) pruneHead(now time.Time) (headGone bool) {
+	dropped := false
+	for q.len() > 0 {
+		w := q.order.Front().Value.(*waiter)
+		if now.Before(w.deadline) {
+			break
+		}
+		q.dequeue(w.id)
+		dropped = true
+	}
+	return dropped && q.len() > 0
+}
+
+// pruneAll drops every dead waiter, and reports whether a new head took the
+// place of a dead one.
+func (q *queue) pruneAll(now time.Time) (headGone bool) {
+	headGone = q.pruneHead(now)
+	for el := q.front(); el != nil; {
+		next := el.Next()
+		if w := el.Value.(*waiter); !now.Before(w.deadline) {
+			q.dequeue(w.id)
+		}
+		el = next
+	}
+	return headGone
+}
+
+func (q *queue) front() *list.Element {
+	if q.order == nil {
+		return nil
+	}
+	return q.order.Front()
+}

@@ -1,0 +1,114 @@
+package redisstore
+
+import (
+	"testing"
+	"time"
+
+	"github.com/coordinator-dev/coordinator/server/store"
+)
+
+// TestEveryKeyExpires checks what the conformance suite sees only as
+// "forgotten": every key a name leaves behind has an expiry, the fence key's
+// following the name's last use by the idle retention; only the data-loss
+// marker is kept for ever.
+func TestEveryKeyExpires(t *testing.T) {
+	t.Parallel()
+	const idle, lockDelay = 10 * time.Second, time.Second
+	s := newStore(t, nil, Options{IdleNameTTL: idle, LockDelay: lockDelay})
+	ctx := testCtx(t)
+	k := s.keys("job")
+	pttl := func(key string, want time.Duration) {
+		t.Helper()
+		// The call that set it was made a moment ago.
+		if got := s.client.PTTL(ctx, key).Val(); got > want || got < want-time.Second {
+			t.Errorf("PTTL %s = %s, want %s", key, got, want)
+		}
+	}
+
+	l := mustGrant(t, s, req("job", "a", 5*time.Second, "v"))
+	pttl(k.lease, 5*time.Second+lockDelay)
+	pttl(k.fence, 5*time.Second+lockDelay+idle)
+	l, err := s.Renew(ctx, "job", "a", l.Token, 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pttl(k.fence, 20*time.Second+lockDelay+idle)
+	mustGrant(t, s, store.AcquireRequest{Name: "job", Holder: "a", TTL: 30 * time.Second, KeepValue: true})
+	pttl(k.fence, 30*time.Second+lockDelay+idle)
+	mustRefuse(t, s, store.AcquireRequest{Name: "job", Holder: "w", TTL: time.Second, Waiter: "w", WaiterTTL: 40 * time.Second})
+	if err := s.RefreshWaiters(ctx, "job", []string{"w"}, 50*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	pttl(k.queue, 50*time.Second)
+	pttl(k.waiters, 50*time.Second)
+	if _, err := s.Watch(ctx, []string{"job"}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	pttl(k.watched, time.Minute)
+	mustRelease(t, s, l)
+	pttl(k.fence, idle)
+
+	var keys int
+	iter := s.client.Scan(ctx, 0, globEscape(s.prefix)+":*", 100).Iterator()
+	for iter.Next(ctx) {
+		keys++
+		key := iter.Val()
+		if key == k.marker {
+			continue
+		}
+		if d := s.client.PTTL(ctx, key).Val(); d <= 0 {
+			t.Errorf("key %s has no expiry (PTTL %s)", key, d)
+		}
+	}
+	if err := iter.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if keys != 5 { // fence, queue, waiters, watched, marker
+		t.Errorf("%d keys, want 5", keys)
+	}
+}
+
+// TestWatchMarksOnlyWhenDue: a Watch marks a name again only when the mark
+// it set is past half its life, and never shortens a longer mark.
+func TestWatchMarksOnlyWhenDue(t *testing.T) {
+	t.Parallel()
+	s := newStore(t, nil, Options{})
+	ctx := testCtx(t)
+	k := s.keys("job")
+	watch := func(ttl time.Duration) {
+		t.Helper()
+		if _, err := s.Watch(ctx, []string{"job"}, ttl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	watch(time.Minute)
+	if err := s.client.PExpire(ctx, k.watched, 10*time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
+	watch(time.Minute) // not due: this store marked it a moment ago
+	if d := s.client.PTTL(ctx, k.watched).Val(); d > 10*time.Second {
+		t.Errorf("PTTL after a Watch that was not due = %s, want the 10s left", d)
+	}
+	s.marks.forget() // as after a broken subscription
+	watch(time.Minute)
+	if d := s.client.PTTL(ctx, k.watched).Val(); d < 50*time.Second {
+		t.Errorf("PTTL after a forgotten mark = %s, want about a minute", d)
+	}
+	s.marks.forget()
+	watch(5 * time.Second) // another coordinator's longer mark stays
+	if d := s.client.PTTL(ctx, k.watched).Val(); d < 50*time.Second {
+		t.Errorf("PTTL after a shorter mark = %s, want the minute kept", d)
+	}
+	// A mark lost without this store knowing (say, deleted by hand) comes
+	// back once the one it remembers is past half its life.
+	s.marks.forget()
+	watch(100 * time.Millisecond)
+	if err := s.client.Del(ctx, k.watched).Err(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(60 * time.Millisecond)
+	watch(100 * time.Millisecond)
+	if n := s.client.Exists(ctx, k.watched).Val(); n != 1 {
+		t.Errorf("the mark was not set again once due")
+	}
+}
