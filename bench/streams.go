@@ -14,13 +14,13 @@ import (
 )
 
 const (
-	observers      = 1000
-	leaderChanges  = 40
+	observers      = 2000
+	leaderChanges  = 100
 	keepAliveCount = 10000
 )
 
 // streamSuite measures the streaming calls: how fast a leader change reaches
-// 1,000 observers, and KeepAlive renewals of 10,000 leases on one stream
+// 2,000 observers, and KeepAlive renewals of 10,000 leases on one stream
 // against unary Renew calls.
 func streamSuite(env benchEnv) error {
 	for _, kind := range []string{"redis", "memory"} {
@@ -51,10 +51,22 @@ func observeBench(c *coordinator, kind string) error {
 		received[i] = make([]time.Time, observers)
 	}
 	var counts [observers]atomic.Int32
+	// pending[n] counts the observers yet to receive event n; all[n] is
+	// closed when none is left, so that waiting costs no polling.
+	var pending [leaderChanges + 1]atomic.Int32
+	all := make([]chan struct{}, leaderChanges+1)
+	for n := range all {
+		pending[n].Store(observers)
+		all[n] = make(chan struct{})
+	}
 	var wg sync.WaitGroup
 	errs := make(chan error, observers)
+	clients, err := c.clients(observers)
+	if err != nil {
+		return err
+	}
 	for o := range observers {
-		stream, err := c.client.Observe(ctx, &coordinatorv1.ObserveRequest{Election: election})
+		stream, err := clients[o].Observe(ctx, &coordinatorv1.ObserveRequest{Election: election})
 		if err != nil {
 			return fmt.Errorf("observe: %w", err)
 		}
@@ -71,27 +83,25 @@ func observeBench(c *coordinator, kind string) error {
 				n := counts[o].Load()
 				if int(n) < len(received) {
 					received[n][o] = time.Now()
+					if pending[n].Add(-1) == 0 {
+						close(all[n])
+					}
 				}
 				counts[o].Add(1)
 			}
 		}()
 	}
 	waitAll := func(n int32) error {
-		deadline := time.Now().Add(30 * time.Second)
-		for o := range observers {
-			for counts[o].Load() < n {
-				if time.Now().After(deadline) {
-					return fmt.Errorf("observer %d received %d events, want %d", o, counts[o].Load(), n)
-				}
-				select {
-				case err := <-errs:
-					return err
-				default:
-				}
-				time.Sleep(100 * time.Microsecond)
-			}
+		timer := time.NewTimer(30 * time.Second)
+		defer timer.Stop()
+		select {
+		case <-all[n-1]:
+			return nil
+		case err := <-errs:
+			return err
+		case <-timer.C:
+			return fmt.Errorf("%d observers still waiting for event %d after 30s", pending[n-1].Load(), n)
 		}
-		return nil
 	}
 	if err := waitAll(1); err != nil {
 		return err

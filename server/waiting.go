@@ -1,0 +1,371 @@
+package server
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/coordinator-dev/coordinator/server/store"
+)
+
+// Waiting calls. The store queues waiters in the order their first attempt
+// reaches it and grants a free name to the oldest live one. Each coordinator
+// therefore keeps its waiting calls of a name in a line, in the order of
+// their first attempts (made one at a time), so that only the first of the
+// line can be next: it alone retries when the name changes or its holder's
+// lease should end, and when it leaves, the next one retries at once. The
+// others stay parked and send nothing; one RefreshWaiters call per line and
+// heartbeat keeps all their places. A handoff then costs a few store calls,
+// however long the queue.
+
+const (
+	// waiterHeartbeat is how often a line refreshes its waiters' places, and
+	// how often its first waiter looks again while the name is free but
+	// another waiter comes first (one whose coordinator vanished, until its
+	// place times out).
+	waiterHeartbeat = time.Second
+	// waiterTTL is how long a place outlives its last refresh: the longest a
+	// vanished coordinator's waiters hold a queue up.
+	waiterTTL = 3 * time.Second
+	// stallTimeout is how long the first waiter may find the name free with
+	// another waiter first before it goes to the back of the line and every
+	// waiter of the line tries once. No live waiter of another coordinator
+	// stays first that long, and a dead one's place times out sooner, so the
+	// waiter ahead must be one of ours: one that kept its place while the
+	// first lost its own (the store was out of reach for about waiterTTL)
+	// and queued again at the back of the store's queue.
+	stallTimeout = 2 * waiterTTL
+	// refreshTimeout bounds one refresh of a line's places.
+	refreshTimeout = waiterHeartbeat
+)
+
+// waitLines are this coordinator's lines, one per name with waiting calls.
+type waitLines struct {
+	store store.Store
+	log   *slog.Logger
+
+	mu    sync.Mutex
+	lines map[string]*waitLine
+}
+
+// waitLine is the waiting calls of one name, in the store's queue order.
+type waitLine struct {
+	name    string
+	changes store.Changes
+	// enter holds one token: a caller makes its first attempt holding it, so
+	// that attempts reach the store in the order callers join the line.
+	enter chan struct{}
+	done  chan struct{} // closed when the line is dropped
+
+	users int // callers in the line or entering it; guarded by waitLines.mu
+
+	mu        sync.Mutex
+	parked    []*waiter // in queue order; parked[0] alone retries
+	changeSeq uint64    // changes announced so far
+	// stalledSince is when parked[0] began to find the name free with
+	// another waiter ahead, time after time; zero otherwise.
+	stalledSince time.Time
+	// recheck is the pause before looking again at a lease that should be
+	// over by now (see expiryRecheck); zero while none is.
+	recheck     time.Duration
+	storeClosed bool
+}
+
+// waiter is one waiting call.
+type waiter struct {
+	id   string
+	turn chan struct{} // buffered: try again now
+}
+
+func newWaitLines(st store.Store, log *slog.Logger) *waitLines {
+	return &waitLines{store: st, log: log, lines: map[string]*waitLine{}}
+}
+
+// join returns the line of name, creating it; call leave when done.
+func (ls *waitLines) join(name string) *waitLine {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	l, ok := ls.lines[name]
+	if !ok {
+		// Subscribed before anyone's first attempt: no change after it goes
+		// unheard.
+		l = &waitLine{name: name, changes: ls.store.Changes(name), enter: make(chan struct{}, 1), done: make(chan struct{})}
+		ls.lines[name] = l
+		go ls.run(l)
+	}
+	l.users++
+	return l
+}
+
+// leave drops the line when its last caller left.
+func (ls *waitLines) leave(l *waitLine) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if l.users--; l.users == 0 {
+		delete(ls.lines, l.name)
+		close(l.done)
+	}
+}
+
+// run tells the line's first waiter of the name's changes and refreshes the
+// line's places every heartbeat, until the line is dropped.
+func (ls *waitLines) run(l *waitLine) {
+	defer l.changes.Cancel()
+	var refreshing sync.WaitGroup
+	defer refreshing.Wait()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel() // before the Wait: a refresh in flight ends at once
+	heartbeat := time.NewTicker(waiterHeartbeat)
+	defer heartbeat.Stop()
+	refreshed := make(chan struct{}, 1)
+	inFlight, failing := false, false
+	changes := l.changes.C
+	for {
+		select {
+		case _, open := <-changes:
+			if !open { // the store closed: nothing more to wait for
+				changes = nil
+				l.closeStore()
+				continue
+			}
+			l.mu.Lock()
+			l.changeSeq++
+			if len(l.parked) > 0 {
+				l.parked[0].signal()
+			}
+			l.mu.Unlock()
+		case <-heartbeat.C:
+			ids := l.ids()
+			if inFlight || len(ids) == 0 {
+				continue
+			}
+			// On a goroutine of its own, so that a slow store does not hold
+			// back the news of a change.
+			inFlight = true
+			refreshing.Go(func() {
+				defer func() { refreshed <- struct{}{} }()
+				rctx, rcancel := context.WithTimeout(ctx, refreshTimeout)
+				defer rcancel()
+				err := ls.store.RefreshWaiters(rctx, l.name, ids, waiterTTL)
+				switch {
+				case err != nil && ctx.Err() == nil && !failing:
+					// Once per run of failures. Places that time out meanwhile
+					// are taken again when their waiters retry.
+					ls.log.Warn("could not refresh the places of waiting calls; retrying", "name", l.name, "waiters", len(ids), "err", err)
+					failing = true
+				case err == nil:
+					failing = false
+				}
+			})
+		case <-refreshed:
+			inFlight = false
+		case <-l.done:
+			return
+		}
+	}
+}
+
+// ids returns the ids of the parked waiters.
+func (l *waitLine) ids() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ids := make([]string, len(l.parked))
+	for i, w := range l.parked {
+		ids[i] = w.id
+	}
+	return ids
+}
+
+// seq counts the changes announced so far.
+func (l *waitLine) seq() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.changeSeq
+}
+
+func (l *waitLine) closeStore() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.storeClosed = true
+	for _, w := range l.parked {
+		w.signal()
+	}
+}
+
+// closed reports whether the store closed.
+func (l *waitLine) closed() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.storeClosed
+}
+
+// park appends w to the line, after its first attempt. A change announced
+// since that attempt began (at seq) found nobody to tell if the line was
+// empty: w, first now, then tries again at once.
+func (l *waitLine) park(w *waiter, seq uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.parked = append(l.parked, w)
+	if l.storeClosed || (len(l.parked) == 1 && l.changeSeq != seq) {
+		w.signal()
+	}
+}
+
+// unpark takes w out of the line. When w was first, the next waiter is first
+// now and tries at once: it takes the name, or learns when to look again.
+func (l *waitLine) unpark(w *waiter) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i, p := range l.parked {
+		if p == w {
+			l.parked = append(l.parked[:i], l.parked[i+1:]...)
+			if i == 0 && len(l.parked) > 0 {
+				l.stalledSince = time.Time{}
+				l.parked[0].signal()
+			}
+			return
+		}
+	}
+}
+
+// refused takes the answer of an attempt of w that was not granted, and
+// says when w should try again without being told to; zero means only when
+// told (w is not first).
+func (l *waitLine) refused(w *waiter, res store.AcquireResult) time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.parked) == 0 || l.parked[0] != w {
+		return time.Time{}
+	}
+	if !res.RetryAt.IsZero() {
+		// Held, or in its lock delay. Expiry is not announced: look again
+		// when it should be over.
+		l.stalledSince = time.Time{}
+		at := res.RetryAt.Add(time.Millisecond)
+		if now := time.Now(); at.After(now) {
+			l.recheck = 0
+		} else {
+			// Over by our clock, not by the store's: the clocks differ a
+			// little. Look again soon, not in a loop.
+			l.recheck = min(max(2*l.recheck, expiryRecheck), maxExpiryRecheck)
+			at = now.Add(l.recheck)
+		}
+		return at
+	}
+	// Free, but another waiter comes first. A live one takes the name at
+	// once, which is announced; the place of a dead one times out, and the
+	// next attempt drops it.
+	now := time.Now()
+	switch {
+	case l.stalledSince.IsZero():
+		l.stalledSince = now
+	case now.Sub(l.stalledSince) >= stallTimeout && len(l.parked) > 1:
+		// Stuck behind one of ours: w lost its place and queued again at
+		// the back; the one the store has first does not know it.
+		l.parked = append(l.parked[1:], w)
+		l.stalledSince = time.Time{}
+		for _, p := range l.parked[:len(l.parked)-1] {
+			p.signal()
+		}
+		return time.Time{}
+	}
+	return now.Add(waiterHeartbeat)
+}
+
+func (w *waiter) signal() {
+	select {
+	case w.turn <- struct{}{}:
+	default:
+	}
+}
+
+// waitFor is acquire with a wait: it joins the name's line and tries again
+// whenever it is its turn, until granted, giveUpAt, or the caller leaves.
+func (s *Service) waitFor(ctx context.Context, req store.AcquireRequest, giveUpAt time.Time) (store.AcquireResult, error) {
+	req.Waiter = newWaiterID()
+	line := s.lines.join(req.Name) //nolint:contextcheck // the line outlives this call: it ends with its last waiter
+	defer s.lines.leave(line)
+	w := &waiter{id: req.Waiter, turn: make(chan struct{}, 1)}
+
+	// The first attempt, in line. When the wait runs out before our turn to
+	// enter, make it anyway: a last attempt answers with the holder.
+	entered := false
+	timer := time.NewTimer(time.Until(giveUpAt))
+	select {
+	case line.enter <- struct{}{}:
+		entered = true
+	case <-timer.C:
+	case <-ctx.Done():
+		timer.Stop()
+		return s.countAcquire(req, store.AcquireResult{}, ctx.Err())
+	case <-s.stopping:
+		timer.Stop()
+		return store.AcquireResult{}, errStopping
+	}
+	timer.Stop()
+	seq := line.seq()
+	res, err := s.attempt(ctx, req)
+	if err != nil || res.Acquired || !entered || !time.Now().Before(giveUpAt) {
+		if entered {
+			<-line.enter
+		}
+		return s.finishWait(ctx, req, res, err)
+	}
+	line.park(w, seq)
+	<-line.enter
+	defer line.unpark(w)
+	return s.waitInLine(ctx, line, w, req, giveUpAt, line.refused(w, res))
+}
+
+// waitInLine waits for w's turn and tries again, until granted, giveUpAt, or
+// the caller leaves. retryAt is when w, first in line, should try again
+// without being told to (zero: only when told).
+func (s *Service) waitInLine(ctx context.Context, line *waitLine, w *waiter, req store.AcquireRequest, giveUpAt, retryAt time.Time) (store.AcquireResult, error) {
+	for {
+		wake := giveUpAt
+		if !retryAt.IsZero() && retryAt.Before(wake) {
+			wake = retryAt
+		}
+		timer := time.NewTimer(time.Until(wake))
+		select {
+		case <-w.turn:
+		case <-timer.C:
+		case <-ctx.Done():
+			timer.Stop()
+			s.leaveQueue(ctx, req.Name, req.Waiter)
+			return s.countAcquire(req, store.AcquireResult{}, ctx.Err())
+		case <-s.stopping:
+			timer.Stop()
+			s.leaveQueue(ctx, req.Name, req.Waiter)
+			return store.AcquireResult{}, errStopping
+		}
+		timer.Stop()
+		if line.closed() {
+			return store.AcquireResult{}, errStopping
+		}
+		res, err := s.attempt(ctx, req)
+		if err != nil || res.Acquired || !time.Now().Before(giveUpAt) {
+			return s.finishWait(ctx, req, res, err)
+		}
+		retryAt = line.refused(w, res)
+	}
+}
+
+// finishWait ends a wait with the answer of its last attempt.
+func (s *Service) finishWait(ctx context.Context, req store.AcquireRequest, res store.AcquireResult, err error) (store.AcquireResult, error) {
+	if err != nil || !res.Acquired {
+		s.leaveQueue(ctx, req.Name, req.Waiter)
+	}
+	return s.countAcquire(req, res, err)
+}
+
+// attempt is one Acquire of a waiting call.
+func (s *Service) attempt(ctx context.Context, req store.AcquireRequest) (store.AcquireResult, error) {
+	req.WaiterTTL = waiterTTL
+	res, err := s.store.Acquire(ctx, req)
+	if err == nil && !res.Acquired {
+		s.metrics.contended.Inc()
+	}
+	return res, err
+}

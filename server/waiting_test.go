@@ -1,0 +1,319 @@
+package server_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
+	"github.com/coordinator-dev/coordinator/internal/coordinatord"
+	"github.com/coordinator-dev/coordinator/internal/redistest"
+	"github.com/coordinator-dev/coordinator/server"
+	"github.com/coordinator-dev/coordinator/server/store"
+	memstore "github.com/coordinator-dev/coordinator/server/store/memory"
+	redisstore "github.com/coordinator-dev/coordinator/server/store/redis"
+)
+
+// countingStore counts the store calls that waiting costs. It wraps a real
+// store; nothing is faked.
+type countingStore struct {
+	store.Store
+	waiterAcquires atomic.Int64 // Acquire calls of waiting callers
+	refreshes      atomic.Int64
+
+	mu sync.Mutex
+	// waiterOf maps holders to the waiter ids of their waiting calls.
+	waiterOf map[string]string
+	// unrefreshed is a holder whose place RefreshWaiters leaves out, as if
+	// its refreshes were lost.
+	unrefreshed string
+}
+
+func (c *countingStore) Acquire(ctx context.Context, req store.AcquireRequest) (store.AcquireResult, error) {
+	if req.Waiter != "" {
+		c.waiterAcquires.Add(1)
+		c.mu.Lock()
+		if c.waiterOf == nil {
+			c.waiterOf = map[string]string{}
+		}
+		c.waiterOf[req.Holder] = req.Waiter
+		c.mu.Unlock()
+	}
+	return c.Store.Acquire(ctx, req)
+}
+
+func (c *countingStore) RefreshWaiters(ctx context.Context, name string, waiters []string, ttl time.Duration) error {
+	c.refreshes.Add(1)
+	c.mu.Lock()
+	if skip, ok := c.waiterOf[c.unrefreshed]; ok {
+		waiters = slices.DeleteFunc(slices.Clone(waiters), func(w string) bool { return w == skip })
+	}
+	c.mu.Unlock()
+	return c.Store.RefreshWaiters(ctx, name, waiters, ttl)
+}
+
+// openStore opens a store of the given kind; a Redis one uses the shared
+// test Redis under a key prefix of its own.
+func openStore(t *testing.T, kind string) store.Store {
+	t.Helper()
+	if kind == coordinatord.StoreMemory {
+		st := memstore.New()
+		t.Cleanup(func() { _ = st.Close() })
+		return st
+	}
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	st, err := redisstore.NewFromURL(context.Background(), redistest.URL(t), redisstore.Options{KeyPrefix: "test-" + hex.EncodeToString(b[:])})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	return st
+}
+
+// serveCounted serves a Service over a counting wrapper of a store of the
+// given kind on a real loopback listener.
+func serveCounted(t *testing.T, kind string) (*countingStore, *coordinator) {
+	t.Helper()
+	st := &countingStore{Store: openStore(t, kind)}
+	svc := server.NewService(st, server.ServiceOptions{})
+	g := grpc.NewServer()
+	coordinatorv1.RegisterCoordinatorServer(g, svc)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = g.Serve(lis) }()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Cleanups run last first: the store closes after the server stopped.
+	t.Cleanup(func() {
+		_ = conn.Close()
+		svc.Stop()
+		g.Stop()
+	})
+	return st, &coordinator{client: coordinatorv1.NewCoordinatorClient(conn), conn: conn}
+}
+
+// parkWaiters queues n waiting callers w0..w(n-1) on name, in that order,
+// and returns their answers as they come. Those still waiting when the test
+// ends are cancelled.
+func parkWaiters(t *testing.T, c *coordinator, name string, n int) <-chan *coordinatorv1.TryAcquireResponse {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	granted := make(chan *coordinatorv1.TryAcquireResponse, n)
+	for i := range n {
+		wg.Go(func() {
+			resp, err := c.client.TryAcquire(ctx, &coordinatorv1.TryAcquireRequest{
+				Name: name, Holder: fmt.Sprintf("w%d", i), Ttl: dur(time.Minute), Wait: dur(time.Minute),
+			})
+			if err != nil {
+				if ctx.Err() == nil {
+					t.Errorf("w%d: %v", i, err)
+				}
+				return
+			}
+			granted <- resp
+		})
+		waitQueued(t, c, name, i+1)
+	}
+	return granted
+}
+
+func release(t *testing.T, c *coordinator, l *coordinatorv1.Lease) {
+	t.Helper()
+	resp, err := c.client.Release(ctxTimeout(t, 10*time.Second), &coordinatorv1.ReleaseRequest{Name: l.GetName(), Holder: l.GetHolder(), Token: l.GetToken()})
+	if err != nil || !resp.GetReleased() {
+		t.Fatalf("Release(%s by %s) = %v, %v", l.GetName(), l.GetHolder(), resp, err)
+	}
+}
+
+// nextGrant waits for the next answer of a parked waiter, which must be a
+// grant.
+func nextGrant(t *testing.T, granted <-chan *coordinatorv1.TryAcquireResponse, within time.Duration) *coordinatorv1.Lease {
+	t.Helper()
+	select {
+	case resp := <-granted:
+		if !resp.GetAcquired() {
+			t.Fatalf("a waiter was answered %v; want a grant", resp)
+		}
+		return resp.GetLease()
+	case <-time.After(within):
+		t.Fatalf("no waiter was granted within %s", within)
+		return nil
+	}
+}
+
+// TestAReleaseWakesOnlyTheNextWaiter parks 200 waiters on one name and
+// counts what a handoff costs the store: a few Acquire calls (the next
+// waiter's, and the one after it learning who holds the name), not one per
+// waiter. The handoff is prompt: the holder's lease lasts a minute, so only
+// the release's announcement can have woken the next waiter.
+func TestAReleaseWakesOnlyTheNextWaiter(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			const waiters = 200
+			st, c := serveCounted(t, kind)
+			held := c.mustAcquire(t, "herd", "owner", time.Minute)
+			granted := parkWaiters(t, c, "herd", waiters)
+
+			for i := range 3 {
+				before := st.waiterAcquires.Load()
+				released := time.Now()
+				release(t, c, held)
+				held = nextGrant(t, granted, 10*time.Second)
+				if want := fmt.Sprintf("w%d", i); held.GetHolder() != want {
+					t.Fatalf("handoff %d went to %s, want %s", i, held.GetHolder(), want)
+				}
+				took := time.Since(released)
+				// Let the new first waiter ask and be refused; nothing else
+				// should follow.
+				time.Sleep(300 * time.Millisecond)
+				if n := st.waiterAcquires.Load() - before; n > 6 {
+					t.Fatalf("handoff %d (%s) cost %d Acquire calls with %d waiters queued; want a few", i, took, n, waiters-i)
+				}
+			}
+		})
+	}
+}
+
+// TestParkedWaitersKeepTheirPlacesWithoutRetrying holds a name for several
+// times the waiter TTL: the parked waiters send no Acquire at all (their
+// places are refreshed together, one call per heartbeat), every place
+// survives, and they are then served in arrival order.
+func TestParkedWaitersKeepTheirPlacesWithoutRetrying(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			const (
+				waiters = 5
+				// waiterTTL is 3s in server/waiting.go.
+				hold = 10 * time.Second
+			)
+			st, c := serveCounted(t, kind)
+			held := c.mustAcquire(t, "parked", "owner", time.Minute)
+			granted := parkWaiters(t, c, "parked", waiters)
+
+			acquires, refreshes := st.waiterAcquires.Load(), st.refreshes.Load()
+			time.Sleep(hold)
+			if n := st.waiterAcquires.Load() - acquires; n != 0 {
+				t.Fatalf("parked waiters sent %d Acquire calls in %s; want none", n, hold)
+			}
+			if n := st.refreshes.Load() - refreshes; n < 3 {
+				t.Fatalf("%d refreshes of the places in %s; want about one a second", n, hold)
+			}
+			desc, err := c.client.Describe(ctxTimeout(t, 10*time.Second), &coordinatorv1.DescribeRequest{Name: "parked"})
+			if err != nil || desc.GetWaiters() != waiters {
+				t.Fatalf("after %s: Describe = %v, %v; want all %d waiters still queued", hold, desc, err, waiters)
+			}
+			for i := range waiters {
+				release(t, c, held)
+				held = nextGrant(t, granted, 10*time.Second)
+				if want := fmt.Sprintf("w%d", i); held.GetHolder() != want {
+					t.Fatalf("grant %d went to %s, want %s", i, held.GetHolder(), want)
+				}
+			}
+		})
+	}
+}
+
+// TestFIFOAcrossCoordinators queues waiters alternately through two
+// coordinators sharing one Redis: each coordinator wakes only its first
+// waiter, yet the name goes round in arrival order across both.
+func TestFIFOAcrossCoordinators(t *testing.T) {
+	cfg := testConfig(t, coordinatord.StoreRedis)
+	coords := []*coordinator{start(t, cfg), start(t, cfg)}
+	const waiters = 60
+	held := coords[0].mustAcquire(t, "shared", "owner", time.Minute)
+	order := make(chan string, waiters)
+	var wg sync.WaitGroup
+	for i := range waiters {
+		c := coords[i%2]
+		holder := fmt.Sprintf("w%d", i)
+		wg.Go(func() {
+			resp, err := c.tryAcquire("shared", holder, time.Minute, time.Minute)
+			if err != nil || !resp.GetAcquired() {
+				t.Errorf("%s: %v, %v", holder, resp, err)
+				return
+			}
+			order <- holder
+			// Released through the other coordinator: it must wake its own
+			// first waiter.
+			other := coords[(i+1)%2]
+			if _, err := other.client.Release(context.Background(), &coordinatorv1.ReleaseRequest{Name: "shared", Holder: holder, Token: resp.GetLease().GetToken()}); err != nil {
+				t.Error(err)
+			}
+		})
+		waitQueued(t, coords[0], "shared", i+1)
+	}
+	release(t, coords[0], held)
+	wg.Wait()
+	close(order)
+	i := 0
+	for holder := range order {
+		if want := fmt.Sprintf("w%d", i); holder != want {
+			t.Fatalf("grant #%d went to %s, want %s", i, holder, want)
+		}
+		i++
+	}
+	if i != waiters {
+		t.Fatalf("%d of %d waiters granted", i, waiters)
+	}
+}
+
+// TestALineRecoversWhenItsFirstWaiterLostItsPlace loses the place of the
+// first of three parked waiters (its refreshes go missing, as when the store
+// was out of reach), so that it queues again behind the two others while
+// still first in its coordinator's line. The name must still go round: to the
+// waiter the store has first after a stall of a few seconds, then promptly to
+// the others in the store's order.
+func TestALineRecoversWhenItsFirstWaiterLostItsPlace(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			st, c := serveCounted(t, kind)
+			st.mu.Lock()
+			st.unrefreshed = "w0"
+			st.mu.Unlock()
+			held := c.mustAcquire(t, "lost", "owner", time.Minute)
+			granted := parkWaiters(t, c, "lost", 3)
+			eventually(t, 20*time.Second, "w0's place timed out", func() bool {
+				desc, err := c.client.Describe(context.Background(), &coordinatorv1.DescribeRequest{Name: "lost"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return desc.GetWaiters() == 2
+			})
+
+			release(t, c, held)
+			// The stall lasts twice the waiter TTL (3s), and a heartbeat.
+			held = nextGrant(t, granted, 30*time.Second)
+			if held.GetHolder() != "w1" {
+				t.Fatalf("after the stall the name went to %s, want w1", held.GetHolder())
+			}
+			for _, want := range []string{"w2", "w0"} {
+				release(t, c, held)
+				// Well within a second stall: the line was put in the store's order.
+				held = nextGrant(t, granted, 5*time.Second)
+				if held.GetHolder() != want {
+					t.Fatalf("the name went to %s, want %s", held.GetHolder(), want)
+				}
+			}
+		})
+	}
+}
