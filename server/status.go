@@ -47,13 +47,17 @@ func storeError(err error) error {
 				"retry_after": strconv.FormatInt(quarantine.RetryAfter.Milliseconds(), 10),
 			}),
 			&errdetails.RetryInfo{RetryDelay: durationpb.New(quarantine.RetryAfter)})
-	case errors.Is(err, store.ErrUnavailable):
-		return statusWithDetails(codes.Unavailable, err.Error(),
-			errorInfo(coordinatorv1.ErrorReason_STORE_UNAVAILABLE, nil))
+	// The caller's own deadline or cancel comes before "unavailable": a
+	// store call cut short because the caller left says nothing about the
+	// store, and must not be counted or logged as its failure. A store's own
+	// call timeout is reported as store.ErrUnavailable alone.
 	case errors.Is(err, context.Canceled):
 		return status.Error(codes.Canceled, err.Error())
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, err.Error())
+	case errors.Is(err, store.ErrUnavailable):
+		return statusWithDetails(codes.Unavailable, err.Error(),
+			errorInfo(coordinatorv1.ErrorReason_STORE_UNAVAILABLE, nil))
 	case errors.Is(err, store.ErrLeaseNotHeld):
 		return status.Error(codes.FailedPrecondition, err.Error())
 	}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -54,6 +55,13 @@ func (v *validator) fail(field, format string, args ...any) {
 	}
 }
 
+// InvalidField is the InvalidArgument error of a request field that the
+// handlers never see, e.g. one whose bytes could not be decoded: the same
+// status and details as a field the validator refuses.
+func InvalidField(field, reason string) error {
+	return (&fieldError{field: field, reason: reason}).status().Err()
+}
+
 // Err returns the first failure as an InvalidArgument status error.
 func (v *validator) Err() error {
 	if v.err == nil {
@@ -80,8 +88,50 @@ func (v *validator) text(field, value string, maxBytes int) {
 	}
 }
 
-// name checks a lease or election name: 1 to 256 bytes of printable UTF-8.
-func (v *validator) name(field, value string) { v.text(field, value, MaxNameBytes) }
+// name checks a lease or election name: 1 to 256 bytes of printable UTF-8,
+// whose "/"-separated segments are neither empty nor "." or "..". "/" is
+// reserved as the namespace separator, so that a prefix such as "team-a/"
+// in an access file means exactly the names under it: "team-a//x" or
+// "team-a/../b" would otherwise look like one namespace and mean another to
+// whoever reads the name as a path.
+func (v *validator) name(field, value string) {
+	v.text(field, value, MaxNameBytes)
+	if v.err == nil {
+		v.segments(field, value, false)
+	}
+}
+
+// prefix checks a List prefix: what name checks, except that it may be
+// empty and its last segment may be unfinished ("team-a/" or "team-a/jo").
+func (v *validator) prefix(field, value string) {
+	if value == "" {
+		return
+	}
+	v.text(field, value, MaxNameBytes)
+	if v.err == nil {
+		v.segments(field, value, true)
+	}
+}
+
+// segments refuses empty, "." and ".." segments; with partial, the last
+// segment may be empty or a dot or two (the start of a longer name).
+func (v *validator) segments(field, value string, partial bool) {
+	segs := strings.Split(value, "/")
+	for i, seg := range segs {
+		last := i == len(segs)-1
+		if partial && last {
+			return
+		}
+		switch seg {
+		case "":
+			v.fail(field, "has an empty segment (a leading or trailing \"/\", or \"//\"): \"/\" only separates namespaces")
+			return
+		case ".", "..":
+			v.fail(field, "has a %q segment: \"/\" separates namespaces and names are not paths", seg)
+			return
+		}
+	}
+}
 
 // holder checks a holder or candidate identity: 1 to 128 bytes.
 func (v *validator) holder(field, value string) { v.text(field, value, MaxHolderBytes) }

@@ -4,30 +4,34 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
+	"github.com/coordinator-dev/coordinator/internal/testcert"
 )
 
 // TestBinaryServesAndShutsDownOnSIGTERM runs the real binary as `make run`
 // does (configured through the environment), talks to it, and stops it the
 // way an orchestrator would.
 func TestBinaryServesAndShutsDownOnSIGTERM(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "coordinator")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := buildBinary(t)
 	cmd := exec.Command(bin)
 	cmd.Env = []string{"COORDINATOR_LISTEN=127.0.0.1:0", "COORDINATOR_METRICS_LISTEN=", "COORDINATOR_LOG_FORMAT=text"}
 	stderr, err := cmd.StderrPipe()
@@ -105,12 +109,174 @@ func TestBinaryServesAndShutsDownOnSIGTERM(t *testing.T) {
 	}
 }
 
-func TestBadConfigurationExitsWithUsageStatus(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "coordinator")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
+// binary is the coordinator, built once for all the tests of the package.
+var binary struct {
+	once sync.Once
+	dir  string
+	path string
+	err  error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binary.dir != "" {
+		_ = os.RemoveAll(binary.dir)
 	}
-	for _, args := range [][]string{{"-store", "etcd"}, {"-max-ttl", "soon"}, {"stray"}} {
+	os.Exit(code)
+}
+
+// buildBinary builds the coordinator the first time a test asks for it.
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	binary.once.Do(func() {
+		if binary.dir, binary.err = os.MkdirTemp("", "coordinator-test-"); binary.err != nil {
+			return
+		}
+		binary.path = filepath.Join(binary.dir, "coordinator")
+		if out, err := exec.Command("go", "build", "-o", binary.path, ".").CombinedOutput(); err != nil {
+			binary.err = fmt.Errorf("build: %w\n%s", err, out)
+		}
+	})
+	if binary.err != nil {
+		t.Fatal(binary.err)
+	}
+	return binary.path
+}
+
+// process is a coordinator binary running under a test, and its log.
+type process struct {
+	cmd  *exec.Cmd
+	addr string
+	mu   sync.Mutex
+	log  []string
+}
+
+// startBinary builds the coordinator and runs it with env until it serves.
+func startBinary(t *testing.T, env ...string) *process {
+	t.Helper()
+	bin := buildBinary(t)
+	p := &process{cmd: exec.Command(bin)}
+	p.cmd.Env = append([]string{"COORDINATOR_LISTEN=127.0.0.1:0", "COORDINATOR_METRICS_LISTEN=", "COORDINATOR_LOG_FORMAT=text"}, env...)
+	stderr, err := p.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.cmd.Process.Kill(); _ = p.cmd.Wait() })
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			p.mu.Lock()
+			p.log = append(p.log, sc.Text())
+			p.mu.Unlock()
+		}
+	}()
+	serving := regexp.MustCompile(`msg="coordinator serving" addr=(\S+)`)
+	p.addr = p.waitLog(t, serving)[1]
+	return p
+}
+
+// waitLog waits for a log line matching re and returns its submatches.
+func (p *process) waitLog(t *testing.T, re *regexp.Regexp) []string {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		p.mu.Lock()
+		for _, line := range p.log {
+			if m := re.FindStringSubmatch(line); m != nil {
+				p.mu.Unlock()
+				return m
+			}
+		}
+		log := strings.Join(p.log, "\n")
+		p.mu.Unlock()
+		if time.Now().After(deadline) {
+			t.Fatalf("no log line matching %s:\n%s", re, log)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestSIGHUPReReadsTheAccessFileAndKeepsTheRulesOverABadOne(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "access")
+	write := func(body string) {
+		if err := os.WriteFile(file, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("tok-a team-a/\n")
+	p := startBinary(t, "COORDINATOR_ACCESS_FILE="+file)
+	conn, err := grpc.NewClient(p.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := coordinatorv1.NewCoordinatorClient(conn)
+	describe := func(token, name string) codes.Code {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
+		_, err := client.Describe(ctx, &coordinatorv1.DescribeRequest{Name: name})
+		return status.Code(err)
+	}
+	if describe("tok-a", "team-a/x") != codes.OK || describe("tok-b", "team-b/x") != codes.Unauthenticated {
+		t.Fatal("the first rules are not in force")
+	}
+
+	write("tok-a team-a/\ntok-b team-b/\n")
+	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	p.waitLog(t, regexp.MustCompile(`msg="access file re-read".* credentials=2`))
+	if describe("tok-b", "team-b/x") != codes.OK {
+		t.Fatal("the rules re-read on SIGHUP are not in force")
+	}
+
+	write("tok-a team-a/\n# a new team, half written:\ntok-c\n")
+	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	p.waitLog(t, regexp.MustCompile(`level=ERROR msg="access file refused; the previous rules stay in force".*line 3`))
+	if describe("tok-b", "team-b/x") != codes.OK || describe("tok-c", "x") != codes.Unauthenticated {
+		t.Fatal("the rules before the bad file are not in force")
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Wait(); err != nil {
+		t.Fatalf("exit after SIGTERM: %v", err)
+	}
+}
+
+func TestAPlaintextHealthPortServesProbesBesideATLSPort(t *testing.T) {
+	cert := testcert.Write(t, "coordinator")
+	p := startBinary(t, "COORDINATOR_TLS_CERT="+cert.Cert, "COORDINATOR_TLS_KEY="+cert.Key, "COORDINATOR_HEALTH_LISTEN=127.0.0.1:0")
+	healthAddr := p.waitLog(t, regexp.MustCompile(`msg="health serving.*" addr=(\S+)`))[1]
+	conn, err := grpc.NewClient(healthAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, service := range []string{"", "coordinator.v1.Coordinator", "liveness"} {
+		resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: service})
+		if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			t.Fatalf("Check(%q) on the health port: %v, %v", service, resp, err)
+		}
+	}
+	// Only health: the lease service is on the TLS port alone.
+	_, err = coordinatorv1.NewCoordinatorClient(conn).Describe(ctx, &coordinatorv1.DescribeRequest{Name: "x"})
+	if status.Code(err) != codes.Unimplemented {
+		t.Fatalf("Describe on the health port: %v; want Unimplemented", err)
+	}
+}
+
+func TestBadConfigurationExitsWithUsageStatus(t *testing.T) {
+	bin := buildBinary(t)
+	for _, args := range [][]string{{"-store", "etcd"}, {"-max-ttl", "soon"}, {"stray"}, {"-idle-name-ttl", "1m"}, {"-max-streams", "-1"}} {
 		out, err := exec.Command(bin, args...).CombinedOutput()
 		var exit *exec.ExitError
 		if !errors.As(err, &exit) || exit.ExitCode() != 2 {

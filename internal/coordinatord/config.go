@@ -1,8 +1,11 @@
 // Package coordinatord is the coordinator process: its configuration, the
-// store it opens, the gRPC server around server.Service with health,
-// reflection, auth, logging and metrics, and the run loop that serves until
-// a signal. cmd/coordinator is a thin main over it, and coordtest starts it
-// whole for tests.
+// store it opens, the gRPC server around server.Service with health (driven
+// by the store's reachability), reflection, authentication and per-name
+// access (internal/access), caps (internal/limits), a codec that reports
+// undecodable requests as invalid (internal/protocodec), logging and
+// metrics, and the run loop that serves until a signal (SIGHUP re-reads the
+// access file). cmd/coordinator is a thin main over it, and coordtest starts
+// it whole for tests.
 package coordinatord
 
 import (
@@ -14,7 +17,9 @@ import (
 
 	"github.com/coordinator-dev/coordinator/internal/app"
 	"github.com/coordinator-dev/coordinator/internal/envflag"
+	"github.com/coordinator-dev/coordinator/internal/limits"
 	"github.com/coordinator-dev/coordinator/server"
+	"github.com/coordinator-dev/coordinator/server/store"
 )
 
 // Config is the coordinator's configuration. Every field has a flag and an
@@ -22,6 +27,7 @@ import (
 type Config struct {
 	Listen             string
 	MetricsListen      string
+	HealthListen       string
 	Store              string
 	RedisURL           string
 	RedisKeyPrefix     string
@@ -30,11 +36,20 @@ type Config struct {
 	LockDelay          time.Duration
 	ShutdownTimeout    time.Duration
 	ObserveReconcile   time.Duration
+	// IdleNameTTL is how long a name's state outlives its last use in the
+	// store.
+	IdleNameTTL time.Duration
+	// StoreTimeout bounds every store call.
+	StoreTimeout time.Duration
 	// TLS is the server's certificate and key, and with CA, the CA that
 	// signs the client certificates mTLS requires.
 	TLS       app.TLSFiles
 	AuthToken string
-	Log       app.LogConfig
+	// AccessFile grants credentials name prefixes (see internal/access);
+	// re-read on SIGHUP.
+	AccessFile string
+	Limits     limits.Config
+	Log        app.LogConfig
 }
 
 // Store kinds.
@@ -51,6 +66,7 @@ func ParseConfig(fs *flag.FlagSet, args []string, lookupEnv func(string) (string
 	v := envflag.New(fs, lookupEnv)
 	v.String(&c.Listen, "listen", "COORDINATOR_LISTEN", "127.0.0.1:7400", "gRPC listen address")
 	v.String(&c.MetricsListen, "metrics-listen", "COORDINATOR_METRICS_LISTEN", "127.0.0.1:7401", "Prometheus /metrics listen address (empty: off)")
+	v.String(&c.HealthListen, "health-listen", "COORDINATOR_HEALTH_LISTEN", "", "plaintext listen address serving gRPC health checks only, for probes that cannot speak TLS (empty: off)")
 	v.String(&c.Store, "store", "COORDINATOR_STORE", StoreMemory, "lease store: memory or redis")
 	v.Secret(&c.RedisURL, "redis-url", "COORDINATOR_REDIS_URL", "redis://127.0.0.1:6379/0", "Redis URL (standalone, Sentinel or Cluster) for -store=redis")
 	v.String(&c.RedisKeyPrefix, "redis-key-prefix", "COORDINATOR_REDIS_KEY_PREFIX", "coordinator", "prefix of every Redis key the coordinator writes")
@@ -58,12 +74,21 @@ func ParseConfig(fs *flag.FlagSet, args []string, lookupEnv func(string) (string
 	var quarantineSet bool
 	v.OptionalDuration(&c.DataLossQuarantine, &quarantineSet, "data-loss-quarantine", "COORDINATOR_DATA_LOSS_QUARANTINE", "how long grants stop after the store lost its data, a `duration` (default: max-ttl; 0: off)")
 	v.Duration(&c.LockDelay, "lock-delay", "COORDINATOR_LOCK_DELAY", 0, "how long the name of a lease that expired (was not released) stays ungranted")
-	v.Duration(&c.ObserveReconcile, "observe-reconcile", "COORDINATOR_OBSERVE_RECONCILE", server.DefaultReconcile, "how often observers re-read an election without a notification")
+	v.Duration(&c.ObserveReconcile, "observe-reconcile", "COORDINATOR_OBSERVE_RECONCILE", server.DefaultReconcile, "how often, on average, observers re-read an election without a notification (a safety net)")
+	var idleSet bool
+	v.OptionalDuration(&c.IdleNameTTL, &idleSet, "idle-name-ttl", "COORDINATOR_IDLE_NAME_TTL", fmt.Sprintf("how long the store keeps a name nobody holds, waits for or observes, a `duration` at least max-ttl + lock-delay (default: %s, or max-ttl + lock-delay if longer)", store.DefaultIdleNameTTL))
+	v.Duration(&c.StoreTimeout, "store-timeout", "COORDINATOR_STORE_TIMEOUT", store.DefaultCallTimeout, "how long one store call may take before it fails as unavailable")
 	v.Duration(&c.ShutdownTimeout, "shutdown-timeout", "COORDINATOR_SHUTDOWN_TIMEOUT", 10*time.Second, "how long a graceful shutdown waits for calls in flight")
 	v.String(&c.TLS.Cert, "tls-cert", "COORDINATOR_TLS_CERT", "", "PEM certificate file: serve TLS")
 	v.String(&c.TLS.Key, "tls-key", "COORDINATOR_TLS_KEY", "", "PEM private key file of -tls-cert")
 	v.String(&c.TLS.CA, "tls-client-ca", "COORDINATOR_TLS_CLIENT_CA", "", "PEM CA file: require client certificates it signed (mTLS)")
-	v.Secret(&c.AuthToken, "auth-token", "COORDINATOR_AUTH_TOKEN", "", "require 'authorization: Bearer TOKEN' on every call but health checks")
+	v.Secret(&c.AuthToken, "auth-token", "COORDINATOR_AUTH_TOKEN", "", "require 'authorization: Bearer TOKEN' on every call but health checks; this token may use every name")
+	v.String(&c.AccessFile, "access-file", "COORDINATOR_ACCESS_FILE", "", "file granting bearer tokens and client certificates name prefixes, re-read on SIGHUP (empty: none)")
+	limitFlag(v, &c.Limits.StreamsPerConn, limits.StreamsPerConn, limits.DefaultStreamsPerConn, "most streams one client connection may have open")
+	limitFlag(v, &c.Limits.Streams, limits.Streams, limits.DefaultStreams, "most streams open on this coordinator")
+	limitFlag(v, &c.Limits.WaitsPerConn, limits.WaitsPerConn, limits.DefaultWaitsPerConn, "most TryAcquire/Campaign calls with a wait one client connection may have in progress")
+	limitFlag(v, &c.Limits.Waits, limits.Waits, limits.DefaultWaits, "most TryAcquire/Campaign calls with a wait in progress on this coordinator")
+	limitFlag(v, &c.Limits.LeasesPerHolder, limits.LeasesPerHolder, limits.DefaultLeasesPerHolder, "most leases one holder may hold through this coordinator")
 	c.Log.Flags(v, "COORDINATOR")
 	if err := v.Parse(args); err != nil {
 		return c, err
@@ -72,6 +97,30 @@ func ParseConfig(fs *flag.FlagSet, args []string, lookupEnv func(string) (string
 	var errs []error
 	if !quarantineSet {
 		c.DataLossQuarantine = c.MaxTTL
+	}
+	// A name must outlive its longest lease and the lock delay after it, or
+	// the store would forget a name still held or still delayed.
+	if minIdle := c.MaxTTL + c.LockDelay; !idleSet {
+		c.IdleNameTTL = max(store.DefaultIdleNameTTL, minIdle)
+	} else if c.IdleNameTTL < minIdle {
+		errs = append(errs, fmt.Errorf("idle-name-ttl: %s is below max-ttl + lock-delay (%s + %s): a name must outlive its longest lease and the lock delay after it", c.IdleNameTTL, c.MaxTTL, c.LockDelay))
+	}
+	if c.StoreTimeout <= 0 {
+		errs = append(errs, errors.New("store-timeout: must be positive"))
+	}
+	for _, l := range []struct {
+		n   int
+		cap limits.Cap
+	}{
+		{c.Limits.StreamsPerConn, limits.StreamsPerConn},
+		{c.Limits.Streams, limits.Streams},
+		{c.Limits.WaitsPerConn, limits.WaitsPerConn},
+		{c.Limits.Waits, limits.Waits},
+		{c.Limits.LeasesPerHolder, limits.LeasesPerHolder},
+	} {
+		if l.n < 0 {
+			errs = append(errs, fmt.Errorf("%s: must not be negative (0: no limit)", l.cap.Flag))
+		}
 	}
 	if c.ObserveReconcile <= 0 {
 		errs = append(errs, errors.New("observe-reconcile: must be positive"))
@@ -101,4 +150,9 @@ func ParseConfig(fs *flag.FlagSet, args []string, lookupEnv func(string) (string
 		errs = append(errs, errors.New("redis-key-prefix: must not contain braces (they are Redis Cluster hash tags)"))
 	}
 	return c, errors.Join(errs...)
+}
+
+// limitFlag defines the setting of one cap, named as its refusals name it.
+func limitFlag(v *envflag.Set, p *int, c limits.Cap, def int, text string) {
+	v.Int(p, c.Flag, c.Env, def, text+" (0: no limit)")
 }

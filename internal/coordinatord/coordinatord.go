@@ -2,12 +2,15 @@ package coordinatord
 
 import (
 	"context"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
 	"time"
 
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
@@ -29,7 +32,10 @@ import (
 	"google.golang.org/grpc/status"
 
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
+	"github.com/coordinator-dev/coordinator/internal/access"
 	"github.com/coordinator-dev/coordinator/internal/app"
+	"github.com/coordinator-dev/coordinator/internal/limits"
+	"github.com/coordinator-dev/coordinator/internal/protocodec"
 	"github.com/coordinator-dev/coordinator/server"
 	"github.com/coordinator-dev/coordinator/server/store"
 	memstore "github.com/coordinator-dev/coordinator/server/store/memory"
@@ -46,7 +52,33 @@ type Server struct {
 	grpc     *grpc.Server
 	health   *health.Server
 	registry *prometheus.Registry
+	// access is nil when every caller may use every name.
+	access        *access.Authorizer
+	accessReloads *prometheus.CounterVec
+	storeUp       prometheus.Gauge
+
+	// watchCtx ends the store health loop; serving, closed by Serve, lets
+	// it begin.
+	watchCtx    context.Context
+	stopWatch   context.CancelFunc
+	watching    sync.WaitGroup
+	serving     chan struct{}
+	servingOnce sync.Once
 }
+
+// maxRecvMsgBytes bounds a request. The largest valid one is a Campaign with
+// a 64 KiB value, a 256-byte election and a 128-byte candidate; anything
+// much larger is refused before it is read, instead of gRPC's default 4 MiB.
+const maxRecvMsgBytes = 96 << 10
+
+// maxHeaderListBytes bounds a call's metadata (gRPC's default is 16 MiB):
+// a bearer token, even a large JWT, fits many times over.
+const maxHeaderListBytes = 64 << 10
+
+// unaryHeadroom is how many streams a connection may have beyond its open
+// and waiting caps (HTTP/2 MAX_CONCURRENT_STREAMS): room for its short unary
+// calls, and for the streams over a cap to reach us and be refused.
+const unaryHeadroom = 1024
 
 // New opens the configured store and builds the server. Serve starts it.
 func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
@@ -61,6 +93,17 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		_ = st.Close()
 		return nil, err
 	}
+	authz, err := access.New(access.Config{
+		File:      cfg.AccessFile,
+		AuthToken: cfg.AuthToken,
+		Parse:     access.ParseOptions{ClientCerts: cfg.TLS.CA != "", MaxPrefixBytes: server.MaxNameBytes},
+	})
+	if err != nil {
+		_ = st.Close()
+		return nil, err
+	}
+	limiter := limits.New(cfg.Limits, registry, log)
+	codec := protocodec.New(server.InvalidField)
 
 	grpcMetrics := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
 	registry.MustRegister(grpcMetrics)
@@ -75,26 +118,56 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		log.ErrorContext(ctx, "panic in a call", "panic", p)
 		return status.Error(codes.Internal, "internal error")
 	})
-	authenticate := bearerAuth(cfg.AuthToken)
-	grpcServer := grpc.NewServer(
+	// Order matters. Metrics and logging see every outcome; the codec's
+	// check comes before anything that may refuse a call, so that it sees
+	// every request; a caller is authenticated before anything is counted
+	// for it; names are checked before a unary call takes a waiting place
+	// or a lease, and after a stream took its place, so that what the access
+	// check answers on a KeepAlive stream is counted like the rest.
+	unary := []grpc.UnaryServerInterceptor{
+		grpcMetrics.UnaryServerInterceptor(),
+		logging.UnaryServerInterceptor(callLog, logOpts...),
+		codec.UnaryServerInterceptor(),
+	}
+	stream := []grpc.StreamServerInterceptor{
+		grpcMetrics.StreamServerInterceptor(),
+		logging.StreamServerInterceptor(callLog, logOpts...),
+		codec.StreamServerInterceptor(),
+	}
+	if authz != nil {
+		unary = append(unary,
+			selector.UnaryServerInterceptor(auth.UnaryServerInterceptor(authz.Authenticate), selector.MatchFunc(needsAuth)),
+			selector.UnaryServerInterceptor(authz.UnaryServerInterceptor(), selector.MatchFunc(isCoordinator)))
+		stream = append(stream,
+			selector.StreamServerInterceptor(auth.StreamServerInterceptor(authz.Authenticate), selector.MatchFunc(needsAuth)))
+	}
+	unary = append(unary, selector.UnaryServerInterceptor(limiter.UnaryServerInterceptor(), selector.MatchFunc(isCoordinator)))
+	stream = append(stream, selector.StreamServerInterceptor(limiter.StreamServerInterceptor(), selector.MatchFunc(needsAuth)))
+	if authz != nil {
+		stream = append(stream, selector.StreamServerInterceptor(authz.StreamServerInterceptor(), selector.MatchFunc(isCoordinator)))
+	}
+	unary = append(unary, recovery.UnaryServerInterceptor(panicked))
+	stream = append(stream, recovery.StreamServerInterceptor(panicked))
+
+	opts := []grpc.ServerOption{
 		grpc.Creds(creds),
-		grpc.ChainUnaryInterceptor(
-			grpcMetrics.UnaryServerInterceptor(),
-			logging.UnaryServerInterceptor(callLog, logOpts...),
-			selector.UnaryServerInterceptor(auth.UnaryServerInterceptor(authenticate), selector.MatchFunc(needsAuth)),
-			recovery.UnaryServerInterceptor(panicked),
-		),
-		grpc.ChainStreamInterceptor(
-			grpcMetrics.StreamServerInterceptor(),
-			logging.StreamServerInterceptor(callLog, logOpts...),
-			selector.StreamServerInterceptor(auth.StreamServerInterceptor(authenticate), selector.MatchFunc(needsAuth)),
-			recovery.StreamServerInterceptor(panicked),
-		),
+		grpc.ForceServerCodecV2(codec),
+		grpc.StatsHandler(limiter.StatsHandler()),
+		grpc.ChainUnaryInterceptor(unary...),
+		grpc.ChainStreamInterceptor(stream...),
+		grpc.MaxRecvMsgSize(maxRecvMsgBytes),
+		grpc.MaxHeaderListSize(maxHeaderListBytes),
 		// Clients that keep streams open for long (KeepAlive, Observe) ping;
 		// allow it, and notice dead peers.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
-	)
+	}
+	if l := cfg.Limits; l.StreamsPerConn > 0 && l.WaitsPerConn > 0 {
+		// A client past this waits for a free stream instead of being
+		// refused; the caps above refuse first.
+		opts = append(opts, grpc.MaxConcurrentStreams(uint32(min(l.StreamsPerConn+l.WaitsPerConn+unaryHeadroom, 1<<30))))
+	}
+	grpcServer := grpc.NewServer(opts...)
 	svc := server.NewService(st, server.ServiceOptions{MaxTTL: cfg.MaxTTL, Reconcile: cfg.ObserveReconcile, Metrics: metrics, Log: log})
 	coordinatorv1.RegisterCoordinatorServer(grpcServer, svc)
 	healthServer := health.NewServer()
@@ -102,7 +175,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	reflection.Register(grpcServer)
 	grpcMetrics.InitializeMetrics(grpcServer)
 
-	return &Server{
+	s := &Server{
 		cfg:      cfg,
 		log:      log,
 		store:    st,
@@ -110,16 +183,35 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		grpc:     grpcServer,
 		health:   healthServer,
 		registry: registry,
-	}, nil
+		access:   authz,
+		accessReloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "coordinator_access_file_reloads_total",
+			Help: "Times the access file was re-read (SIGHUP), by outcome: ok, or refused (the previous rules stay).",
+		}, []string{"outcome"}),
+		storeUp: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "coordinator_store_up",
+			Help: "1 while the store answers the health pings, 0 once it has failed them for a few seconds.",
+		}),
+	}
+	s.watchCtx, s.stopWatch = context.WithCancel(context.Background())
+	s.serving = make(chan struct{})
+	s.startWatch()
+	s.accessReloads.WithLabelValues("ok")
+	s.accessReloads.WithLabelValues("refused")
+	s.storeUp.Set(1)
+	registry.MustRegister(s.accessReloads, s.storeUp)
+	return s, nil
 }
 
 // callLogLevel logs routine outcomes at debug so a busy coordinator's log
 // shows only what needs a look.
 func callLogLevel(code codes.Code) logging.Level {
 	switch code {
-	case codes.OK, codes.Canceled, codes.NotFound, codes.FailedPrecondition, codes.InvalidArgument, codes.DeadlineExceeded:
+	// ResourceExhausted is a cap doing its job (the limiter logs a summary,
+	// not one line per refused call) or a slow observer told to resume.
+	case codes.OK, codes.Canceled, codes.NotFound, codes.FailedPrecondition, codes.InvalidArgument, codes.DeadlineExceeded, codes.ResourceExhausted:
 		return logging.LevelDebug
-	case codes.Unavailable, codes.Unauthenticated, codes.PermissionDenied, codes.ResourceExhausted:
+	case codes.Unavailable, codes.Unauthenticated, codes.PermissionDenied:
 		return logging.LevelWarn
 	default:
 		return logging.LevelError
@@ -130,12 +222,14 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger, metrics *serve
 	switch cfg.Store {
 	case StoreMemory:
 		log.Info("using the memory store: leases live in this process and are forgotten when it restarts")
-		return memstore.New(memstore.WithLockDelay(cfg.LockDelay)), nil
+		return memstore.New(memstore.WithLockDelay(cfg.LockDelay), memstore.WithIdleNameTTL(cfg.IdleNameTTL)), nil
 	case StoreRedis:
 		st, err := redisstore.NewFromURL(ctx, cfg.RedisURL, redisstore.Options{
-			KeyPrefix:  cfg.RedisKeyPrefix,
-			Quarantine: cfg.DataLossQuarantine,
-			LockDelay:  cfg.LockDelay,
+			KeyPrefix:   cfg.RedisKeyPrefix,
+			Quarantine:  cfg.DataLossQuarantine,
+			LockDelay:   cfg.LockDelay,
+			IdleNameTTL: cfg.IdleNameTTL,
+			CallTimeout: cfg.StoreTimeout,
 			OnDataLoss: func(quarantine time.Duration) {
 				metrics.DataLoss()
 				log.Error("Redis lost its data: refusing grants so that holders of lost leases see them expire first",
@@ -163,34 +257,41 @@ func serverCredentials(files app.TLSFiles) (credentials.TransportCredentials, er
 }
 
 // needsAuth exempts health checks, which load balancers and probes make
-// without credentials.
+// without credentials, from authentication and from the stream caps.
 func needsAuth(_ context.Context, call interceptors.CallMeta) bool {
 	return call.Service != healthpb.Health_ServiceDesc.ServiceName
 }
 
-// bearerAuth checks the 'authorization: Bearer …' token of a call against
-// want; an empty want lets every call through.
-func bearerAuth(want string) auth.AuthFunc {
-	return func(ctx context.Context) (context.Context, error) {
-		if want == "" {
-			return ctx, nil
-		}
-		got, err := auth.AuthFromMD(ctx, "bearer")
-		if err != nil {
-			return nil, status.Error(codes.Unauthenticated, "missing 'authorization: Bearer …' token")
-		}
-		if subtle.ConstantTimeCompare([]byte(got), []byte(want)) != 1 {
-			return nil, status.Error(codes.Unauthenticated, "wrong bearer token")
-		}
-		return ctx, nil
+// isCoordinator selects the lease service's own calls: the ones that name a
+// lease or election.
+func isCoordinator(_ context.Context, call interceptors.CallMeta) bool {
+	return call.Service == coordinatorv1.Coordinator_ServiceDesc.ServiceName
+}
+
+// ReloadAccess reads the access file again, as SIGHUP does. A bad file is
+// refused and logged with its line; the rules in force stay.
+func (s *Server) ReloadAccess() error {
+	if s.access == nil || s.cfg.AccessFile == "" {
+		s.log.Info("no access file to re-read")
+		return nil
 	}
+	if err := s.access.Reload(); err != nil {
+		s.accessReloads.WithLabelValues("refused").Inc()
+		s.log.Error("access file refused; the previous rules stay in force", "err", err)
+		return err
+	}
+	s.accessReloads.WithLabelValues("ok").Inc()
+	s.log.Info("access file re-read", "file", s.cfg.AccessFile, "credentials", s.access.Rules().Len())
+	return nil
 }
 
 // Serve serves gRPC on lis until Shutdown.
 func (s *Server) Serve(lis net.Listener) error {
-	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	s.health.SetServingStatus(coordinatorv1.Coordinator_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
-	s.log.Info("coordinator serving", "addr", lis.Addr().String(), "store", s.cfg.Store, "tls", s.cfg.TLS.Cert != "")
+	s.setServing(healthpb.HealthCheckResponse_SERVING)
+	s.health.SetServingStatus(LivenessService, healthpb.HealthCheckResponse_SERVING)
+	s.servingOnce.Do(func() { close(s.serving) })
+	s.log.Info("coordinator serving", "addr", lis.Addr().String(), "store", s.cfg.Store, "tls", s.cfg.TLS.Cert != "",
+		"access_file", s.cfg.AccessFile != "", "auth_token", s.cfg.AuthToken != "")
 	if err := s.grpc.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 		return fmt.Errorf("serve gRPC: %w", err)
 	}
@@ -206,6 +307,8 @@ func (s *Server) MetricsHandler() http.Handler {
 // finish until ctx ends, then closes the store.
 func (s *Server) Shutdown(ctx context.Context) {
 	s.health.Shutdown()
+	s.stopWatch()
+	s.watching.Wait()
 	s.service.Stop()
 	done := make(chan struct{})
 	go func() {
@@ -236,34 +339,90 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		s.Shutdown(ctx)
 		return fmt.Errorf("listen: %w", err)
 	}
+	// stopped delivers the error of whichever server stops serving early.
+	stopped := make(chan error, 3)
 	var metricsServer *app.MetricsServer
-	var metricsFailed <-chan error
 	if cfg.MetricsListen != "" {
 		if metricsServer, err = app.ServeMetrics(cfg.MetricsListen, s.registry, log); err != nil {
 			_ = lis.Close()
 			s.Shutdown(ctx)
 			return err
 		}
-		metricsFailed = metricsServer.Done()
+		go func() {
+			// Done delivers once: nil after Shutdown, or the error that
+			// stopped it early.
+			if err := <-metricsServer.Done(); err != nil {
+				stopped <- fmt.Errorf("serve metrics: %w", err)
+			}
+		}()
 	}
-	served := make(chan error, 1)
-	go func() { served <- s.Serve(lis) }()
+	var healthServer *grpc.Server
+	if cfg.HealthListen != "" {
+		if healthServer, err = s.serveHealth(cfg.HealthListen, stopped); err != nil {
+			_ = lis.Close()
+			if metricsServer != nil {
+				_ = metricsServer.Shutdown(ctx)
+			}
+			s.Shutdown(ctx)
+			return err
+		}
+	}
+	// SIGHUP re-reads the access file. It is caught from here on, so the
+	// signal no longer kills the process once it serves.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		if err := s.Serve(lis); err != nil {
+			stopped <- err
+		}
+	}()
 
-	select {
-	case <-ctx.Done():
-		log.Info("shutting down", "timeout", cfg.ShutdownTimeout)
-		err = nil
-	case err = <-served:
-		log.Error("stopping after an error", "err", err)
-	case err = <-metricsFailed:
-		err = fmt.Errorf("serve metrics: %w", err)
-		log.Error("stopping after an error", "err", err)
-	}
+	err = s.runUntilStopped(ctx, stopped, hup)
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
 	defer cancel()
 	if metricsServer != nil {
 		_ = metricsServer.Shutdown(shutdownCtx)
 	}
 	s.Shutdown(shutdownCtx)
+	if healthServer != nil {
+		// Probes saw NOT_SERVING during the graceful shutdown; now stop.
+		healthServer.Stop()
+	}
 	return err
+}
+
+// serveHealth serves the health service alone, in plaintext, on addr: the
+// port Kubernetes' gRPC probes can reach when the main port requires TLS or
+// client certificates, which those probes do not speak.
+func (s *Server) serveHealth(addr string, stopped chan<- error) (*grpc.Server, error) {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("health listen: %w", err)
+	}
+	srv := grpc.NewServer(grpc.MaxRecvMsgSize(4<<10), grpc.MaxConcurrentStreams(64))
+	healthpb.RegisterHealthServer(srv, s.health)
+	go func() {
+		if err := srv.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			stopped <- fmt.Errorf("serve health: %w", err)
+		}
+	}()
+	s.log.Info("health serving (plaintext, health checks only)", "addr", lis.Addr().String())
+	return srv, nil
+}
+
+// runUntilStopped serves SIGHUPs until ctx ends or a server fails.
+func (s *Server) runUntilStopped(ctx context.Context, stopped <-chan error, hup <-chan os.Signal) error {
+	for {
+		select {
+		case <-hup:
+			_ = s.ReloadAccess() // logged; the previous rules stay
+		case <-ctx.Done():
+			s.log.Info("shutting down", "timeout", s.cfg.ShutdownTimeout)
+			return nil
+		case err := <-stopped:
+			s.log.Error("stopping after an error", "err", err)
+			return err
+		}
+	}
 }

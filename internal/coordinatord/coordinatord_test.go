@@ -163,12 +163,24 @@ func TestParseConfig(t *testing.T) {
 		{"key without cert", []string{"-tls-key", "k.pem"}, nil, nil, "tls-cert"},
 		{"braces in prefix", []string{"-redis-key-prefix", "a{b}"}, nil, nil, "redis-key-prefix"},
 		{"stray argument", []string{"serve"}, nil, nil, "serve"},
+		{"idle name TTL defaults to ten minutes", nil, nil, func(c coordinatord.Config) bool {
+			return c.IdleNameTTL == 10*time.Minute && c.StoreTimeout == 2*time.Second
+		}, ""},
+		{"idle name TTL outlives a long max TTL and lock delay", []string{"-max-ttl", "15m", "-lock-delay", "1m"}, nil, func(c coordinatord.Config) bool {
+			return c.IdleNameTTL == 16*time.Minute
+		}, ""},
+		{"idle name TTL and store timeout from env", nil, map[string]string{"COORDINATOR_IDLE_NAME_TTL": "1h", "COORDINATOR_STORE_TIMEOUT": "750ms"}, func(c coordinatord.Config) bool {
+			return c.IdleNameTTL == time.Hour && c.StoreTimeout == 750*time.Millisecond
+		}, ""},
+		{"idle name TTL below max TTL plus lock delay", []string{"-idle-name-ttl", "5m", "-lock-delay", "1s"}, nil, nil, "idle-name-ttl: 5m0s is below max-ttl + lock-delay (5m0s + 1s)"},
+		{"store timeout zero", []string{"-store-timeout", "0"}, nil, nil, "store-timeout"},
+		{"access file", nil, map[string]string{"COORDINATOR_ACCESS_FILE": "/etc/coordinator/access"}, func(c coordinatord.Config) bool {
+			return c.AccessFile == "/etc/coordinator/access"
+		}, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			fs := flag.NewFlagSet("test", flag.ContinueOnError)
-			fs.SetOutput(io.Discard)
-			cfg, err := coordinatord.ParseConfig(fs, tc.args, func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok })
+			cfg, err := parse(t, tc.args, tc.env)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("err = %v; want one naming %q", err, tc.wantErr)
@@ -180,4 +192,12 @@ func TestParseConfig(t *testing.T) {
 			}
 		})
 	}
+}
+
+// parse parses a configuration from args and an environment of env only.
+func parse(t *testing.T, args []string, env map[string]string) (coordinatord.Config, error) {
+	t.Helper()
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	return coordinatord.ParseConfig(fs, args, func(k string) (string, bool) { v, ok := env[k]; return v, ok })
 }

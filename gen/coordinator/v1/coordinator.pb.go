@@ -41,6 +41,10 @@ const (
 	// A request field is invalid (metadata "field" names it).
 	// buf:lint:ignore ENUM_VALUE_PREFIX
 	ErrorReason_INVALID_FIELD ErrorReason = 4
+	// The name is outside the prefixes the caller's credential may use
+	// (metadata "name" names it).
+	// buf:lint:ignore ENUM_VALUE_PREFIX
+	ErrorReason_PERMISSION_DENIED ErrorReason = 5
 )
 
 // Enum value maps for ErrorReason.
@@ -51,6 +55,7 @@ var (
 		2: "DATA_LOSS_QUARANTINE",
 		3: "STORE_UNAVAILABLE",
 		4: "INVALID_FIELD",
+		5: "PERMISSION_DENIED",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED": 0,
@@ -58,6 +63,7 @@ var (
 		"DATA_LOSS_QUARANTINE":     2,
 		"STORE_UNAVAILABLE":        3,
 		"INVALID_FIELD":            4,
+		"PERMISSION_DENIED":        5,
 	}
 )
 
@@ -767,7 +773,7 @@ type LeaseLost struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Holder string                 `protobuf:"bytes,1,opt,name=holder,proto3" json:"holder,omitempty"`
 	Token  uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
-	// An ErrorReason name: LEASE_NOT_HELD or INVALID_FIELD.
+	// An ErrorReason name: LEASE_NOT_HELD, INVALID_FIELD or PERMISSION_DENIED.
 	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
 	Message       string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -961,8 +967,14 @@ type DescribeResponse struct {
 	Held  bool                   `protobuf:"varint,1,opt,name=held,proto3" json:"held,omitempty"`
 	// The current lease, when held.
 	Lease *Lease `protobuf:"bytes,2,opt,name=lease,proto3" json:"lease,omitempty"`
-	// The last fencing token issued for the name (0 if it never was granted
-	// since the store was created).
+	// A floor of the fencing tokens issued for the name: at least every token
+	// issued before this call, and below every token issued after it. While
+	// the store remembers the name it is the last token issued; for a name it
+	// does not remember (never granted, idle longer than
+	// COORDINATOR_IDLE_NAME_TTL, or lost with the store's data) it is the
+	// store's clock in microseconds less one, since no token is ever below the
+	// clock in microseconds at its grant. After a failover to a Redis replica
+	// that missed the last grants it may lag them until the name's next grant.
 	LastToken uint64 `protobuf:"varint,3,opt,name=last_token,json=lastToken,proto3" json:"last_token,omitempty"`
 	// How many callers are queued waiting for the name.
 	Waiters       uint32 `protobuf:"varint,4,opt,name=waiters,proto3" json:"waiters,omitempty"`
@@ -1759,13 +1771,14 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fKIND_ELECTED\x10\x01\x12\x13\n" +
 	"\x0fKIND_PROCLAIMED\x10\x02\x12\x0f\n" +
-	"\vKIND_VACANT\x10\x03*\x83\x01\n" +
+	"\vKIND_VACANT\x10\x03*\x9a\x01\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eLEASE_NOT_HELD\x10\x01\x12\x18\n" +
 	"\x14DATA_LOSS_QUARANTINE\x10\x02\x12\x15\n" +
 	"\x11STORE_UNAVAILABLE\x10\x03\x12\x11\n" +
-	"\rINVALID_FIELD\x10\x042\x87\x06\n" +
+	"\rINVALID_FIELD\x10\x04\x12\x15\n" +
+	"\x11PERMISSION_DENIED\x10\x052\x87\x06\n" +
 	"\vCoordinator\x12S\n" +
 	"\n" +
 	"TryAcquire\x12!.coordinator.v1.TryAcquireRequest\x1a\".coordinator.v1.TryAcquireResponse\x12D\n" +

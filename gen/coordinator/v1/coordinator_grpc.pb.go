@@ -57,7 +57,10 @@ type CoordinatorClient interface {
 	// With wait > 0 the call waits, in arrival order with other waiters, until
 	// the lease is granted, wait has passed or the RPC deadline is reached.
 	// Calling it again as the current holder returns the same lease and token
-	// with the new ttl, so retries are safe.
+	// with the new ttl, so retries are safe. TryAcquire never changes a
+	// lease's value: called by the holder of an election's name (the leader),
+	// it renews the lease and keeps the value the leader proclaimed, so
+	// observers see no change. A fresh grant has an empty value.
 	TryAcquire(ctx context.Context, in *TryAcquireRequest, opts ...grpc.CallOption) (*TryAcquireResponse, error)
 	// Renew extends a held lease to ttl from now (it may also shorten it).
 	// Fails with FailedPrecondition, reason LEASE_NOT_HELD, when the lease
@@ -236,7 +239,10 @@ type CoordinatorServer interface {
 	// With wait > 0 the call waits, in arrival order with other waiters, until
 	// the lease is granted, wait has passed or the RPC deadline is reached.
 	// Calling it again as the current holder returns the same lease and token
-	// with the new ttl, so retries are safe.
+	// with the new ttl, so retries are safe. TryAcquire never changes a
+	// lease's value: called by the holder of an election's name (the leader),
+	// it renews the lease and keeps the value the leader proclaimed, so
+	// observers see no change. A fresh grant has an empty value.
 	TryAcquire(context.Context, *TryAcquireRequest) (*TryAcquireResponse, error)
 	// Renew extends a held lease to ttl from now (it may also shorten it).
 	// Fails with FailedPrecondition, reason LEASE_NOT_HELD, when the lease

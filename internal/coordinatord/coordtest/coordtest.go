@@ -8,7 +8,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"flag"
-	"io"
 	"log/slog"
 	"net"
 	"sync"
@@ -46,20 +45,32 @@ type Coordinator struct {
 	t    testing.TB
 	cfg  coordinatord.Config
 	addr string
+	log  *slog.Logger
 
 	mu   sync.Mutex
 	srv  *coordinatord.Server
 	done chan struct{}
 }
 
+// Option changes how Start runs a coordinator.
+type Option func(*Coordinator)
+
+// WithLogger gives the coordinator a logger; by default it logs nothing.
+func WithLogger(log *slog.Logger) Option {
+	return func(c *Coordinator) { c.log = log }
+}
+
 // Start runs a coordinator with cfg on a free loopback port until t ends.
-func Start(t testing.TB, cfg coordinatord.Config) *Coordinator {
+func Start(t testing.TB, cfg coordinatord.Config, opts ...Option) *Coordinator {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &Coordinator{t: t, cfg: cfg, addr: lis.Addr().String()}
+	c := &Coordinator{t: t, cfg: cfg, addr: lis.Addr().String(), log: slog.New(slog.DiscardHandler)}
+	for _, o := range opts {
+		o(c)
+	}
 	c.serve(lis)
 	t.Cleanup(c.Stop)
 	return c
@@ -89,8 +100,7 @@ func (c *Coordinator) Server() *coordinatord.Server {
 
 func (c *Coordinator) serve(lis net.Listener) {
 	c.t.Helper()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv, err := coordinatord.New(context.Background(), c.cfg, log)
+	srv, err := coordinatord.New(context.Background(), c.cfg, c.log)
 	if err != nil {
 		_ = lis.Close()
 		c.t.Fatal(err)
