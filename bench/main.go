@@ -3,7 +3,10 @@
 //
 //	go run ./bench -suite leases      acquire+release: gRPC+Redis vs the Redis scripts direct vs gRPC+memory
 //	go run ./bench -suite streams     observers and KeepAlive
+//	go run ./bench -suite handoff     release to next waiter granted, 10 vs 2,000 waiters on one name
+//	go run ./bench -suite idle        Redis commands/s of an idle coordinator: 5,000 observed elections, 2,000 parked waiters
 //	go run ./bench -suite housekeeper messages unlocked: 1 and 3 instances vs the batch script direct
+//	go run ./bench -suite soak        minutes of churn: Redis keys and memory, coordinator RSS and goroutines stay flat
 //
 // It needs a Redis (COORDINATOR_TEST_REDIS_URL); `make bench` starts one.
 package main
@@ -26,12 +29,16 @@ import (
 
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
 	"github.com/coordinator-dev/coordinator/internal/coordinatord"
+	"github.com/coordinator-dev/coordinator/internal/limits"
 )
 
 func main() {
-	suites := flag.String("suite", "leases,streams,housekeeper", "comma-separated suites to run: leases, streams, housekeeper")
+	suites := flag.String("suite", "leases,streams,handoff,idle,housekeeper,soak", "comma-separated suites to run: leases, streams, handoff, idle, housekeeper, soak")
 	duration := flag.Duration("duration", 2*time.Second, "how long each measurement runs")
+	idleWindow := flag.Duration("idle-window", 10*time.Second, "how long the idle suite counts Redis commands")
 	concurrency := flag.String("concurrency", "1,16,64", "comma-separated worker counts for the leases suite")
+	soakDuration := flag.Duration("soak-duration", 3*time.Minute, "how long the soak churns")
+	soakRetention := flag.Duration("soak-retention", 30*time.Second, "COORDINATOR_IDLE_NAME_TTL of the soak's coordinator")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
 	if *cpuProfile != "" {
@@ -60,7 +67,7 @@ func main() {
 		}
 		levels = append(levels, n)
 	}
-	env := benchEnv{redisURL: redisURL, duration: *duration}
+	env := benchEnv{redisURL: redisURL, duration: *duration, idleWindow: *idleWindow}
 	for _, suite := range strings.Split(*suites, ",") {
 		var err error
 		switch strings.TrimSpace(suite) {
@@ -68,8 +75,14 @@ func main() {
 			err = leaseSuite(env, levels)
 		case "streams":
 			err = streamSuite(env)
+		case "handoff":
+			err = handoffSuite(env)
+		case "idle":
+			err = idleSuite(env)
 		case "housekeeper":
 			err = housekeeperSuite(env)
+		case "soak":
+			err = soakSuite(env, soakConfig{duration: *soakDuration, retention: *soakRetention, maxTTL: 5 * time.Second, sample: 10 * time.Second})
 		default:
 			err = fmt.Errorf("unknown suite %q", suite)
 		}
@@ -82,8 +95,9 @@ func main() {
 }
 
 type benchEnv struct {
-	redisURL string
-	duration time.Duration
+	redisURL   string
+	duration   time.Duration
+	idleWindow time.Duration
 }
 
 // coordinator is an in-process coordinator on a loopback listener with a
@@ -93,6 +107,30 @@ type coordinator struct {
 	srv    *coordinatord.Server
 	conn   *grpc.ClientConn
 	client coordinatorv1.CoordinatorClient
+	// extra are the connections of clients(), closed by stop.
+	extra []*grpc.ClientConn
+}
+
+// streamsPerConn is how many long calls (streams, waits) one bench
+// connection carries: clients spread over many connections, as real ones do,
+// so that per-connection limits are not what is measured.
+const streamsPerConn = 100
+
+// clients returns a client for each of n long calls, a new connection for
+// every streamsPerConn of them.
+func (c *coordinator) clients(n int) ([]coordinatorv1.CoordinatorClient, error) {
+	out := make([]coordinatorv1.CoordinatorClient, n)
+	for i := range n {
+		if i%streamsPerConn == 0 {
+			conn, err := grpc.NewClient(c.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				return nil, err
+			}
+			c.extra = append(c.extra, conn)
+		}
+		out[i] = coordinatorv1.NewCoordinatorClient(c.extra[len(c.extra)-1])
+	}
+	return out, nil
 }
 
 func (e benchEnv) startCoordinator(storeKind string) (*coordinator, error) {
@@ -102,6 +140,9 @@ func (e benchEnv) startCoordinator(storeKind string) (*coordinator, error) {
 	}
 	cfg.Store, cfg.RedisURL = storeKind, e.redisURL
 	cfg.RedisKeyPrefix = fmt.Sprintf("bench-%d", time.Now().UnixNano())
+	// The bench measures throughput and cost at loads past the default
+	// caps (10,000 leases of one holder, 5,000 observers): caps off.
+	cfg.Limits = limits.Config{}
 	srv, err := coordinatord.New(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		return nil, err
@@ -120,6 +161,9 @@ func (e benchEnv) startCoordinator(storeKind string) (*coordinator, error) {
 
 func (c *coordinator) stop() {
 	_ = c.conn.Close()
+	for _, conn := range c.extra {
+		_ = conn.Close()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	c.srv.Shutdown(ctx)

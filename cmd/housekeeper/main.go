@@ -166,10 +166,10 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("coordinator client: %w", err)
 	}
-	// Close's error is the connection's, nothing to act on at exit. Close
-	// takes no ctx by design: it releases what is still held (the
-	// leadership) within its own timeout, after ctx has ended.
-	defer func() { _ = coord.Close() }() //nolint:contextcheck // see above
+	// Close's error is the connection's, nothing to act on at exit. It
+	// releases what is still held (the leadership) within its own timeout,
+	// after ctx has ended.
+	defer func() { _ = coord.Close() }()
 
 	registry := app.NewRegistry()
 	rcfg := cfg.runner

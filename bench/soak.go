@@ -1,0 +1,357 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/coordinator-dev/coordinator/client"
+	"github.com/coordinator-dev/coordinator/internal/redisurl"
+)
+
+// soakConfig shapes the soak: how long it churns, and how fast names are
+// forgotten, so that a few minutes cover several retention periods.
+type soakConfig struct {
+	duration  time.Duration
+	retention time.Duration
+	maxTTL    time.Duration
+	sample    time.Duration
+}
+
+// soakSample is one reading of what must stay flat.
+type soakSample struct {
+	at         time.Duration
+	redisKeys  int64
+	redisBytes int64
+	rss        float64
+	goroutines float64
+	cycles     int64
+}
+
+// soakSuite runs a coordinator process on the Redis store under churn for
+// cfg.duration: random lock names used once, waiters on hot names,
+// elections with observers, and clients that vanish mid-stream without
+// releasing anything. It samples the coordinator's Redis keys and memory,
+// and the coordinator process's RSS and goroutines; once the retention has
+// passed, they must stay flat.
+func soakSuite(env benchEnv, cfg soakConfig) error {
+	fmt.Printf("\n== soak: %s of churn on the Redis store, idle names forgotten after %s, max TTL %s\n",
+		cfg.duration, cfg.retention, cfg.maxTTL)
+	prefix := fmt.Sprintf("soak-%d", time.Now().UnixNano())
+	coord, err := startCoordinatorProcess(env.redisURL, prefix, cfg)
+	if err != nil {
+		return err
+	}
+	defer coord.stop()
+	rdb, err := redisurl.NewClient(env.redisURL)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.duration)
+	defer cancel()
+	var cycles atomic.Int64
+	var wg sync.WaitGroup
+	churn := func(n int, f func(ctx context.Context, worker int)) {
+		for w := range n {
+			wg.Go(func() { f(ctx, w) })
+		}
+	}
+	churn(8, func(ctx context.Context, _ int) { soakLockOnce(ctx, coord.addr, cfg, &cycles) })
+	churn(2, func(ctx context.Context, w int) { soakWaiters(ctx, coord.addr, w, cfg, &cycles) })
+	churn(2, func(ctx context.Context, w int) { soakElections(ctx, coord.addr, w, cfg, &cycles) })
+	churn(2, func(ctx context.Context, _ int) { soakVanishingClients(ctx, coord.addr, cfg, &cycles) })
+
+	var samples []soakSample
+	started := time.Now()
+	ticker := time.NewTicker(cfg.sample)
+	defer ticker.Stop()
+	fmt.Printf("%8s %10s %12s %12s %11s %10s\n", "t", "redis keys", "redis bytes", "coord RSS", "goroutines", "cycles")
+	for done := false; !done; {
+		select {
+		case <-ctx.Done():
+			done = true
+		case <-ticker.C:
+		}
+		s, err := soakRead(rdb, prefix, coord.metricsURL)
+		if err != nil {
+			return fmt.Errorf("soak sample: %w", err)
+		}
+		s.at, s.cycles = time.Since(started).Round(time.Second), cycles.Load()
+		samples = append(samples, s)
+		fmt.Printf("%8s %10d %12d %10.1fMB %11.0f %10d\n", s.at, s.redisKeys, s.redisBytes, s.rss/1e6, s.goroutines, s.cycles)
+	}
+	wg.Wait()
+	return soakVerdict(samples, cfg)
+}
+
+// soakVerdict compares the samples taken after the first retention period:
+// the largest must not exceed the first by more than the slack that noise
+// explains.
+func soakVerdict(samples []soakSample, cfg soakConfig) error {
+	var steady []soakSample
+	for _, s := range samples {
+		if s.at >= cfg.retention+cfg.maxTTL {
+			steady = append(steady, s)
+		}
+	}
+	if len(steady) < 2 {
+		fmt.Println("soak: too short to judge flatness; run it longer than the retention")
+		return nil
+	}
+	first, peak := steady[0], steady[0]
+	for _, s := range steady[1:] {
+		peak.redisKeys = max(peak.redisKeys, s.redisKeys)
+		peak.redisBytes = max(peak.redisBytes, s.redisBytes)
+		peak.rss = max(peak.rss, s.rss)
+		peak.goroutines = max(peak.goroutines, s.goroutines)
+	}
+	growth := func(a, b float64) float64 { return b / max(a, 1) }
+	fmt.Printf("soak: after the retention, peak/first: redis keys %.2f, redis bytes %.2f, coordinator RSS %.2f, goroutines %.2f\n",
+		growth(float64(first.redisKeys), float64(peak.redisKeys)), growth(float64(first.redisBytes), float64(peak.redisBytes)),
+		growth(first.rss, peak.rss), growth(first.goroutines, peak.goroutines))
+	// The churn is random, so the steady state wobbles; growth without
+	// bound would show as a ratio well above this after a few retentions.
+	const slack = 1.5
+	var errs []error
+	for _, c := range []struct {
+		what        string
+		first, peak float64
+	}{
+		{"redis keys", float64(first.redisKeys), float64(peak.redisKeys)},
+		{"redis bytes", float64(first.redisBytes), float64(peak.redisBytes)},
+		{"coordinator RSS", first.rss, peak.rss},
+		{"coordinator goroutines", first.goroutines, peak.goroutines},
+	} {
+		if growth(c.first, c.peak) > slack {
+			errs = append(errs, fmt.Errorf("%s grew from %.0f to %.0f after the retention", c.what, c.first, c.peak))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// soakRead reads the coordinator's share of Redis (its keys under prefix and
+// their memory) and the coordinator process's RSS and goroutines.
+func soakRead(rdb redis.UniversalClient, prefix, metricsURL string) (soakSample, error) {
+	var s soakSample
+	ctx := context.Background()
+	iter := rdb.Scan(ctx, 0, prefix+":*", 1000).Iterator()
+	for iter.Next(ctx) {
+		s.redisKeys++
+		if n, err := rdb.MemoryUsage(ctx, iter.Val()).Result(); err == nil {
+			s.redisBytes += n
+		}
+	}
+	if err := iter.Err(); err != nil {
+		return s, err
+	}
+	resp, err := http.Get(metricsURL)
+	if err != nil {
+		return s, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		name, value, ok := strings.Cut(sc.Text(), " ")
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			continue
+		}
+		switch name {
+		case "process_resident_memory_bytes":
+			s.rss = v
+		case "go_goroutines":
+			s.goroutines = v
+		}
+	}
+	return s, sc.Err()
+}
+
+// soakLockOnce locks names that are never used again, as a job-per-name
+// workload does. (Leases left to expire come from soakVanishingClients: a
+// live client would keep renewing them.)
+func soakLockOnce(ctx context.Context, addr string, cfg soakConfig, cycles *atomic.Int64) {
+	c, err := client.New(addr, client.WithTTL(cfg.maxTTL))
+	if err != nil {
+		return
+	}
+	defer closeClient(c)
+	for ctx.Err() == nil {
+		lease, err := c.TryLock(ctx, fmt.Sprintf("soak/job/%d", rand.Uint64()))
+		if err != nil {
+			continue
+		}
+		_ = lease.Release(ctx)
+		cycles.Add(1)
+	}
+}
+
+// soakWaiters queues workers on a few hot names, so waiters park and hand
+// off all the time.
+func soakWaiters(ctx context.Context, addr string, worker int, cfg soakConfig, cycles *atomic.Int64) {
+	c, err := client.New(addr, client.WithTTL(cfg.maxTTL))
+	if err != nil {
+		return
+	}
+	defer closeClient(c)
+	var wg sync.WaitGroup
+	for i := range 16 {
+		wg.Go(func() {
+			name := fmt.Sprintf("soak/hot/%d", (worker*16+i)%4)
+			for ctx.Err() == nil {
+				lease, err := c.Lock(ctx, name)
+				if err != nil {
+					continue
+				}
+				time.Sleep(time.Duration(rand.IntN(5)) * time.Millisecond)
+				_ = lease.Release(ctx)
+				cycles.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// soakElections campaigns on rotating elections while observers come and
+// go.
+func soakElections(ctx context.Context, addr string, worker int, cfg soakConfig, cycles *atomic.Int64) {
+	c, err := client.New(addr, client.WithTTL(cfg.maxTTL))
+	if err != nil {
+		return
+	}
+	defer closeClient(c)
+	for round := 0; ctx.Err() == nil; round++ {
+		election := fmt.Sprintf("soak/election/%d-%d", worker, round%50)
+		octx, stop := context.WithTimeout(ctx, 2*time.Second)
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() { drain(c.Observe(octx, election)) })
+		}
+		if l, err := c.Campaign(octx, election, []byte("soak")); err == nil {
+			time.Sleep(100 * time.Millisecond)
+			_ = l.Resign(ctx)
+		}
+		stop()
+		wg.Wait()
+		cycles.Add(1)
+	}
+}
+
+// soakVanishingClients connects, takes leases, opens streams, and drops the
+// connection without releasing anything, as a crashed worker does.
+func soakVanishingClients(ctx context.Context, addr string, cfg soakConfig, cycles *atomic.Int64) {
+	for ctx.Err() == nil {
+		c, err := client.New(addr, client.WithTTL(cfg.maxTTL), client.WithCloseTimeout(0))
+		if err != nil {
+			return
+		}
+		cctx, cancel := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		for i := range 4 {
+			_, _ = c.TryLock(cctx, fmt.Sprintf("soak/vanish/%d", rand.Uint64()))
+			wg.Go(func() { drain(c.Observe(cctx, fmt.Sprintf("soak/election/vanish-%d", i))) })
+		}
+		time.Sleep(time.Duration(50+rand.IntN(200)) * time.Millisecond)
+		cancel()
+		closeClient(c) // with no close timeout: nothing is released, leases expire
+		wg.Wait()
+		cycles.Add(1)
+	}
+}
+
+// closeClient closes c when its worker is done.
+func closeClient(c *client.Client) { _ = c.Close() }
+
+// drain reads events until the channel closes.
+func drain[T any](events <-chan T) {
+	for range events { //nolint:revive // only the reading matters
+	}
+}
+
+// coordinatorProcess is a coordinator binary run as a child, so that its
+// RSS and goroutines are its own.
+type coordinatorProcess struct {
+	addr, metricsURL string
+	cmd              *exec.Cmd
+	dir              string
+}
+
+func startCoordinatorProcess(redisURL, prefix string, cfg soakConfig) (*coordinatorProcess, error) {
+	dir, err := os.MkdirTemp("", "soak-")
+	if err != nil {
+		return nil, err
+	}
+	bin := filepath.Join(dir, "coordinator")
+	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/coordinator").CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("build the coordinator: %w\n%s", err, out)
+	}
+	addr, metrics := freeAddr(), freeAddr()
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(),
+		"COORDINATOR_STORE=redis",
+		"COORDINATOR_REDIS_URL="+redisURL,
+		"COORDINATOR_REDIS_KEY_PREFIX="+prefix,
+		"COORDINATOR_LISTEN="+addr,
+		"COORDINATOR_METRICS_LISTEN="+metrics,
+		"COORDINATOR_MAX_TTL="+cfg.maxTTL.String(),
+		"COORDINATOR_IDLE_NAME_TTL="+cfg.retention.String(),
+		"COORDINATOR_LOG_LEVEL=error",
+	)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start the coordinator: %w", err)
+	}
+	p := &coordinatorProcess{addr: addr, metricsURL: "http://" + metrics + "/metrics", cmd: cmd, dir: dir}
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		resp, err := http.Get(p.metricsURL)
+		if err == nil {
+			_ = resp.Body.Close()
+			return p, nil
+		}
+		if time.Now().After(deadline) {
+			p.stop()
+			return nil, fmt.Errorf("the coordinator did not start: %w", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (p *coordinatorProcess) stop() {
+	_ = p.cmd.Process.Signal(os.Interrupt)
+	done := make(chan struct{})
+	go func() { _ = p.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-done
+	}
+	_ = os.RemoveAll(p.dir)
+}
+
+func freeAddr() string {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer lis.Close()
+	return lis.Addr().String()
+}
