@@ -2,13 +2,29 @@
 // no Redis is configured.
 //
 // It keeps the same rules as the Redis store (the conformance suite runs
-// against both) with one difference a user must know: its state lives in the
-// coordinator's memory, so a restart forgets every lease and queue. Fencing
-// counters are seeded from the wall clock in microseconds, so tokens still
-// increase across a restart (as long as the clock does not step back), but a
-// holder from before the restart may still be acting while the name is
-// granted again: only a resource that checks fencing tokens is protected
-// across a restart.
+// against both). Its state lives in the coordinator's memory, so a restart
+// forgets every lease and queue. What a restart must not forget is kept in a
+// state directory (Open) as two write-ahead bounds: a time no lease granted
+// lives past, and a token no token issued exceeds. Each is raised ahead of
+// the grants, at most once a second (writeInterval) however many grants
+// there are, so a grant waits for the disk only when it outruns them (a
+// lease longer than any recent one, or the first grant after a quiet spell).
+// After a crash, the reopened store refuses grants (store.QuarantineError)
+// until the lease bound, at most the longest recent lease plus its lock delay
+// plus 1.5 s after the crash, and issues tokens above the token bound, even
+// if the wall clock stepped back. Close writes the exact end of the leases
+// still held, so a clean restart waits only for those (not at all when none
+// is). The lease bound is wall-clock time: a wall clock that steps forward
+// while the store is down shortens the wait by the step.
+//
+// Without a state directory (New, or Open with ""), a restart grants names at
+// once while a holder from before may still act: only a resource that checks
+// fencing tokens is then protected, and tokens stay above earlier ones only
+// as long as the clock does not step back across the restart.
+//
+// Tokens increase across the whole store, not only per name: a token is
+// above every token the store issued before (and the token bound of the
+// previous run), and never below the clock in microseconds.
 //
 // Expiry uses the monotonic clock and is evaluated lazily on access: there is
 // no goroutine or timer per lease. A name nobody has held or waited for in
@@ -40,8 +56,18 @@ type Store struct {
 	idleTTL   time.Duration
 	changes   fanout.Hub[string, struct{}]
 
+	// quarantineEnd is when grants resume after a restart that found
+	// leases possibly still live (monotonic clock); set only by Open.
+	quarantineEnd time.Time
+	// bounds is the write-ahead state of a persistent store; nil without.
+	bounds *bounds
+
 	mu    sync.Mutex
 	names map[string]*entry
+	// highest is at least every token issued (or, after a restart, the
+	// previous run's token bound): every new token is above it, so tokens
+	// survive forgetting, restarts and a clock stepping back.
+	highest uint64
 	// nextSweep is when idle names are next looked for.
 	nextSweep time.Time
 }
@@ -69,9 +95,7 @@ const sweepsPerRetention = 4
 
 // sweepIfDue forgets the names idle for the retention, when a sweep is due.
 // Forgetting a name loses its counter, which is safe because a new token is
-// never below the clock in microseconds, and the counter runs ahead of the
-// clock only by the grants made faster than one a microsecond, far less than
-// the retention's worth of microseconds. Called with s.mu held.
+// above every token the store issued (s.highest). Called with s.mu held.
 func (s *Store) sweepIfDue(now time.Time) {
 	if now.Before(s.nextSweep) {
 		return
@@ -158,6 +182,16 @@ func (s *Store) entry(name string) *entry {
 	return e
 }
 
+// waitWrite waits for the state write a grant or renewal asked for.
+func waitWrite(ctx context.Context, written <-chan struct{}) error {
+	select {
+	case <-written:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // Acquire implements store.Leases.
 func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.AcquireResult, error) {
 	if err := ctx.Err(); err != nil {
@@ -166,6 +200,23 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 	if req.TTL <= 0 {
 		return store.AcquireResult{}, fmt.Errorf("memstore: acquire %q: ttl %s is not positive", req.Name, req.TTL)
 	}
+	if wait := s.quarantineEnd.Sub(s.clock.Now()); wait > 0 {
+		return store.AcquireResult{}, &store.QuarantineError{RetryAfter: wait.Truncate(time.Millisecond) + time.Millisecond}
+	}
+	for {
+		res, written, err := s.acquire(req)
+		if written == nil {
+			return res, err
+		}
+		if err := waitWrite(ctx, written); err != nil {
+			return store.AcquireResult{}, err
+		}
+	}
+}
+
+// acquire is one attempt of Acquire; it returns a channel to wait on, and
+// then nothing changed, when a grant or renewal needs the bounds raised.
+func (s *Store) acquire(req store.AcquireRequest) (store.AcquireResult, <-chan struct{}, error) {
 	waiterTTL := req.WaiterTTL
 	if waiterTTL <= 0 {
 		waiterTTL = store.DefaultWaiterTTL
@@ -179,7 +230,10 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 	if e.held(now, s.lockDelay) {
 		if e.holder != req.Holder {
 			e.queue.enqueue(req.Waiter, now.Add(waiterTTL))
-			return store.AcquireResult{Lease: e.lease(req.Name), RetryAt: e.expires.Round(0)}, nil
+			return store.AcquireResult{Lease: e.lease(req.Name), RetryAt: e.expires.Round(0)}, nil, nil
+		}
+		if written, err := s.reserve(now, req.TTL+s.lockDelay, 0); written != nil || err != nil {
+			return store.AcquireResult{}, written, err
 		}
 		revalued := !req.KeepValue && !bytes.Equal(e.value, req.Value)
 		if revalued {
@@ -191,7 +245,7 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 		if revalued {
 			s.changes.Publish(req.Name, struct{}{})
 		}
-		return store.AcquireResult{Acquired: true, Lease: e.lease(req.Name)}, nil
+		return store.AcquireResult{Acquired: true, Lease: e.lease(req.Name)}, nil, nil
 	}
 
 	if e.queue.pruneHead(now) {
@@ -203,18 +257,23 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 		if now.Before(e.delayedUntil) {
 			res.RetryAt = e.delayedUntil.Round(0)
 		}
-		return res, nil
+		return res, nil, nil
+	}
+	// Above every token issued before, so that tokens keep increasing after
+	// the name was forgotten and across a restart (s.highest starts at the
+	// previous run's token bound), and never below the clock in
+	// microseconds, so that they do without persistence too.
+	token := max(s.highest+1, clockToken(now))
+	if written, err := s.reserve(now, req.TTL+s.lockDelay, token); written != nil || err != nil {
+		return store.AcquireResult{}, written, err
 	}
 	e.queue.dequeue(req.Waiter)
-	// Never below the clock in microseconds, so that tokens keep increasing
-	// across a restart of the process, which forgets every counter, and
-	// after the name was forgotten.
-	e.lastToken = max(e.lastToken+1, clockToken(now))
+	s.highest, e.lastToken = token, token
 	e.holder, e.token, e.value = req.Holder, e.lastToken, bytes.Clone(req.Value)
 	e.ttl, e.expires = req.TTL, now.Add(req.TTL)
 	e.usedUntil = e.expires.Add(s.lockDelay)
 	s.changes.Publish(req.Name, struct{}{})
-	return store.AcquireResult{Acquired: true, Lease: e.lease(req.Name)}, nil
+	return store.AcquireResult{Acquired: true, Lease: e.lease(req.Name)}, nil, nil
 }
 
 // Renew implements store.Leases.
@@ -225,16 +284,31 @@ func (s *Store) Renew(ctx context.Context, name, holder string, token uint64, tt
 	if ttl <= 0 {
 		return store.Lease{}, fmt.Errorf("memstore: renew %q: ttl %s is not positive", name, ttl)
 	}
+	for {
+		l, written, err := s.renew(name, holder, token, ttl)
+		if written == nil {
+			return l, err
+		}
+		if err := waitWrite(ctx, written); err != nil {
+			return store.Lease{}, err
+		}
+	}
+}
+
+func (s *Store) renew(name, holder string, token uint64, ttl time.Duration) (store.Lease, <-chan struct{}, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.clock.Now()
 	e, ok := s.names[name]
 	if !ok || !e.held(now, s.lockDelay) || e.holder != holder || e.token != token {
-		return store.Lease{}, store.ErrLeaseNotHeld
+		return store.Lease{}, nil, store.ErrLeaseNotHeld
+	}
+	if written, err := s.reserve(now, ttl+s.lockDelay, 0); written != nil || err != nil {
+		return store.Lease{}, written, err
 	}
 	e.ttl, e.expires = ttl, now.Add(ttl)
 	e.usedUntil = e.expires.Add(s.lockDelay)
-	return e.lease(name), nil
+	return e.lease(name), nil, nil
 }
 
 // Release implements store.Leases.
@@ -272,14 +346,20 @@ func clockToken(now time.Time) uint64 {
 	return uint64(now.UnixMicro())
 }
 
+// tokenFloor is the last token of a name without a counter: below every
+// token a grant may issue from now on. Called with s.mu held.
+func (s *Store) tokenFloor(now time.Time) uint64 {
+	return max(s.highest, clockToken(now)-1)
+}
+
 // Describe implements store.Leases. LastToken is the counter, or, for a name
 // without one (never granted since the process started, or forgotten), the
-// clock in microseconds less one. That is below every token issued after, and
-// at least every token issued before: a token is the counter plus one or the
-// clock in microseconds at its grant, whichever is larger, so a counter runs
-// ahead of the clock only by the grants made faster than one a microsecond,
-// a lead that the restart or the idle retention since has left far behind.
-// Both hold as long as the clock does not step back.
+// larger of the store's highest token and the clock in microseconds less
+// one. That is below every token issued after, and at least every token
+// issued before: a token is above the highest and never below the clock. With
+// a state directory this holds across restarts and clock steps too (the
+// highest starts at the previous run's token bound); without, as long as the
+// clock does not step back across a restart.
 func (s *Store) Describe(ctx context.Context, name string) (store.Description, error) {
 	if err := ctx.Err(); err != nil {
 		return store.Description{}, err
@@ -289,14 +369,14 @@ func (s *Store) Describe(ctx context.Context, name string) (store.Description, e
 	now := s.clock.Now()
 	e, ok := s.names[name]
 	if !ok {
-		return store.Description{LastToken: clockToken(now) - 1}, nil
+		return store.Description{LastToken: s.tokenFloor(now)}, nil
 	}
 	if e.queue.pruneAll(now) {
 		s.changes.Publish(name, struct{}{})
 	}
 	d := store.Description{LastToken: e.lastToken, Waiters: e.queue.len()}
 	if d.LastToken == 0 {
-		d.LastToken = clockToken(now) - 1
+		d.LastToken = s.tokenFloor(now)
 	}
 	if e.held(now, s.lockDelay) {
 		d.Held, d.Lease = true, e.lease(name)
@@ -391,9 +471,12 @@ func (s *Store) Ping(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// Close closes every Changes channel. The leases stay usable: there is
-// nothing else to release.
+// Close closes every Changes channel and, with a state directory, writes
+// the end of the leases still held and unlocks the directory. The leases
+// stay usable, but a persistent store then refuses a grant or renewal that
+// would outlast what it wrote.
 func (s *Store) Close() error {
+	err := s.closeBounds()
 	s.changes.Close()
-	return nil
+	return err
 }
