@@ -173,6 +173,9 @@ func (s *Server) start() {
 		"--bind", "127.0.0.1", "--port", strconv.Itoa(s.port), "--dir", s.dir,
 		"--save", "", "--maxmemory-policy", "noeviction",
 		"--logfile", filepath.Join(s.dir, "redis.log"),
+		// A replica syncs at once rather than after the default 5 s that a
+		// primary waits for more replicas to join.
+		"--repl-diskless-sync-delay", "0",
 	}
 	if s.persist {
 		args = append(args, "--appendonly", "yes", "--appendfsync", "always")
@@ -244,6 +247,52 @@ func (s *Server) Freeze() {
 func (s *Server) Thaw() {
 	if s.cmd != nil {
 		_ = s.cmd.Process.Signal(syscall.SIGCONT)
+	}
+}
+
+// StartReplica runs a private redis-server that replicates primary, on a free
+// loopback port until t ends, and waits until it is in sync. Like Start,
+// persist keeps an append-only file.
+func StartReplica(t testing.TB, primary *Server, persist bool) *Server {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Fatal("redis-server is not installed: `make test` installs it, or see the README")
+	}
+	s := &Server{t: t, dir: t.TempDir(), persist: persist, port: freePort(t),
+		extra: []string{"--replicaof", "127.0.0.1", strconv.Itoa(primary.port)}}
+	s.start()
+	t.Cleanup(s.Kill)
+	s.WaitInSync()
+	return s
+}
+
+// WaitInSync waits until the server, a replica, has its link to its primary
+// up and has loaded the primary's data.
+func (s *Server) WaitInSync() {
+	s.t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	defer c.Close()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		info, err := c.Info(context.Background(), "replication").Result()
+		if err == nil && strings.Contains(info, "master_link_status:up") && !strings.Contains(info, "master_sync_in_progress:1") {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("replica %s did not sync with its primary: %v\n%s", s.Addr(), err, info)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Promote makes the server, a replica, a primary (REPLICAOF NO ONE), as a
+// failover does; it keeps what it had replicated.
+func (s *Server) Promote() {
+	s.t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	defer c.Close()
+	if err := c.Do(context.Background(), "REPLICAOF", "NO", "ONE").Err(); err != nil {
+		s.t.Fatalf("REPLICAOF NO ONE: %v", err)
 	}
 }
 

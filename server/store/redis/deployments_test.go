@@ -125,6 +125,31 @@ func TestCluster(t *testing.T) {
 	if l := mustGrant(t, s, req(lost, "b", time.Minute, "")); l.Token <= leases[lost].Token {
 		t.Errorf("token after quarantine %d <= %d", l.Token, leases[lost].Token)
 	}
+
+	// A shard that failed over to an empty replica while no coordinator ran
+	// leaves its slots' markers missing: the next start quarantines those
+	// slots only.
+	failed, kept := "failed-over", "kept"
+	if slotOf(failed) == slotOf(kept) {
+		t.Fatal("test names share a slot")
+	}
+	if err := client.Del(ctx, s.keys(failed).marker).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var startLosses atomic.Int32
+	again, err := New(ctx, client, Options{KeyPrefix: s.prefix, Quarantine: quarantine,
+		OnDataLoss: func(time.Duration) { startLosses.Add(1) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = again.Close() }()
+	if n := startLosses.Load(); n != 1 {
+		t.Errorf("OnDataLoss called %d times at start, want 1", n)
+	}
+	if _, err := again.Acquire(ctx, req(failed, "c", time.Minute, "")); asQuarantine(err) == nil {
+		t.Errorf("Acquire in the failed-over slot: %v, want a QuarantineError", err)
+	}
+	mustGrant(t, again, req(kept, "c", time.Minute, ""))
 }
 
 // TestSentinel runs the store through Sentinel: the one
@@ -138,7 +163,7 @@ func TestSentinel(t *testing.T) {
 		raw = "redis+sentinel://" + redistest.StartSentinel(t, redistest.Start(t, false), "coordinator") + "/coordinator"
 	}
 	prefix := testPrefix(t)
-	s, err := NewFromURL(testCtx(t), raw, Options{KeyPrefix: prefix})
+	s, err := NewFromURL(testCtx(t), raw, Options{KeyPrefix: prefix, NewStore: true})
 	if err != nil {
 		t.Fatal(err)
 	}

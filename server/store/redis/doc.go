@@ -76,13 +76,47 @@
 // detected: Describe then reports the replica's counter, while new tokens
 // still come out above the clock.
 //
-// New writes the markers with SET NX and they never expire: an acquire that
-// finds its marker missing knows Redis lost its data since then (a restart
-// without persistence, FLUSHALL, failover to an empty replica). It re-creates
-// the marker holding "quarantine until" (Redis time) and refuses grants with
+// The markers never expire: an acquire that finds its marker missing knows
+// Redis lost its data since then (a restart without persistence, FLUSHALL,
+// failover to an empty replica). It re-creates the marker holding
+// "quarantine until" (Redis time) and refuses grants with
 // *store.QuarantineError until then, so that holders of lost leases see them
-// expire first; Options.OnDataLoss is called once per detection. Data lost
-// while no coordinator ran is not detected: New re-creates the markers.
+// expire first; Options.OnDataLoss is called once per detection.
+//
+// New runs start.lua, which writes the markers that are missing: one missing
+// at start means Redis lost its data while no coordinator ran, and is written
+// holding "quarantine until" exactly as an acquire would (OnDataLoss is called
+// once by that New). On a Cluster only the slots whose markers are missing
+// (a shard that failed over to an empty replica) are quarantined. Redis
+// cannot tell a new deployment from one that lost everything, so a first
+// start waits one quarantine unless Options.NewStore says the store is new:
+// missing markers are then written without quarantine. NewStore matters only
+// when markers are missing; it is meant for a deployment's first start, and
+// left set it lets a loss while every coordinator was down go unnoticed.
+//
+// # Replicas and failover
+//
+// Replication is asynchronous: a grant acknowledged by a primary that fails
+// over before a replica has it is lost. With Options.MinReplicas above 0,
+// every grant and renewal (acquire.lua granting or renewing, renew.lua) is
+// followed by WAIT on the connection that ran it (the WAIT ends the
+// pipeline, so it covers every script in it), and is reported only once that
+// many replicas acknowledged it within Options.ReplicaTimeout. Otherwise the
+// call fails with store.ErrUnavailable and the lease is left to expire: a
+// release would be one more unacknowledged write, and the same holder asking
+// again renews it (same token) and waits again, while no other holder gets
+// the name before it expires. Not supported on a Cluster, whose pipelines
+// span connections.
+//
+// A failover to a replica that kept the marker is no data loss a script can
+// see. So every new connection of a standalone or Sentinel client (New adds
+// an OnConnect hook to it, after any of the client's own) reads INFO first:
+// a primary with another run_id or replication ID than the one last seen,
+// which took over from another (a non-zero master_replid2) or replaced a
+// primary that had replicas, starts the quarantine (quarantine.lua) on that
+// connection before any call uses it, and OnDataLoss is called. A primary
+// without replicas restarted in place is not a failover. A Redis that
+// refuses INFO is not checked (the store logs a warning once).
 //
 // Redis must run with maxmemory-policy noeviction: an evicted fence key or
 // lease breaks these guarantees. New logs a warning otherwise.

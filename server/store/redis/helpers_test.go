@@ -68,7 +68,9 @@ func newStore(t testing.TB, client redis.UniversalClient, opts Options) *Store {
 		client = newClient(t)
 	}
 	if opts.KeyPrefix == "" {
+		// A prefix of its own is a new store: its markers are missing.
 		opts.KeyPrefix = testPrefix(t)
+		opts.NewStore = true
 	}
 	// Clean up through a direct connection: the test may cut client off.
 	cleaner := client
@@ -219,7 +221,10 @@ func (p *proxy) serve() {
 		if err != nil {
 			return
 		}
-		u, err := net.Dial("tcp", p.target)
+		p.mu.Lock()
+		target := p.target
+		p.mu.Unlock()
+		u, err := net.Dial("tcp", target)
 		if err != nil {
 			_ = c.Close()
 			continue
@@ -264,6 +269,14 @@ func (p *proxy) freezeConns() {
 	for c := range p.conns {
 		p.frozen[c] = true
 	}
+}
+
+// retarget sends new connections to target, as a failover moves the
+// primary behind one address.
+func (p *proxy) retarget(target string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.target = target
 }
 
 // dropConns cuts every open connection, leaving the listener up.

@@ -31,13 +31,74 @@ type scriptCall struct {
 	script *redis.Script
 	keys   []string
 	args   []any
-	cmd    *redis.Cmd
-	done   chan struct{}
+	// wait asks for the replicas' acknowledgement (Options.MinReplicas).
+	wait bool
+	cmd  *redis.Cmd
+	// acked is the WAIT that followed the script on its connection, when
+	// wait and replicas are required; nil otherwise.
+	acked *redis.Cmd
+	done  chan struct{}
+}
+
+// replicaWait is Options.MinReplicas and Options.ReplicaTimeout; n == 0
+// waits for no replica.
+type replicaWait struct {
+	n       int
+	timeout time.Duration
+}
+
+// runBatch runs calls on one connection: one script alone as Script.Run
+// does, several (or one that waits for replicas) in one pipeline. WAIT, when
+// some call asks for it, follows every script of the pipeline on the same
+// connection, so it covers the writes of all of them.
+func runBatch(ctx context.Context, client redis.UniversalClient, batch []*scriptCall, w replicaWait) {
+	wait := false
+	for _, call := range batch {
+		wait = wait || (call.wait && w.n > 0)
+	}
+	if len(batch) == 1 && !wait {
+		call := batch[0]
+		call.cmd = call.script.Run(ctx, client, call.keys, call.args...)
+		return
+	}
+	retry := pipelined(ctx, client, batch, wait, w, (*redis.Script).EvalSha)
+	if len(retry) > 0 {
+		// Redis restarted or flushed its scripts: send the sources.
+		pipelined(ctx, client, retry, wait, w, (*redis.Script).Eval)
+	}
+}
+
+// pipelined sends calls in one pipeline with eval (EVALSHA or EVAL),
+// followed by WAIT when wait, and returns the calls that met NOSCRIPT.
+func pipelined(ctx context.Context, client redis.UniversalClient, calls []*scriptCall, wait bool, w replicaWait,
+	eval func(*redis.Script, context.Context, redis.Scripter, []string, ...any) *redis.Cmd,
+) []*scriptCall {
+	pipe := client.Pipeline()
+	for _, call := range calls {
+		call.cmd = eval(call.script, ctx, pipe, call.keys, call.args...)
+	}
+	var acked *redis.Cmd
+	if wait {
+		acked = pipe.Do(ctx, "WAIT", w.n, durationMS(w.timeout))
+	}
+	_, _ = pipe.Exec(ctx) // each command carries its own error
+	var retry []*scriptCall
+	for _, call := range calls {
+		if err := call.cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			retry = append(retry, call)
+			continue
+		}
+		if call.wait {
+			call.acked = acked
+		}
+	}
+	return retry
 }
 
 // pipeliner batches script calls onto one client.
 type pipeliner struct {
 	client   redis.UniversalClient
+	replicas replicaWait
 	timeout  time.Duration // bounds one pipeline
 	inFlight atomic.Int64  // calls between run's start and end
 	calls    chan *scriptCall
@@ -48,13 +109,14 @@ type pipeliner struct {
 	wg      sync.WaitGroup
 }
 
-func newPipeliner(ctx context.Context, client redis.UniversalClient, timeout time.Duration) *pipeliner {
+func newPipeliner(ctx context.Context, client redis.UniversalClient, timeout time.Duration, replicas replicaWait) *pipeliner {
 	p := &pipeliner{
-		client:  client,
-		timeout: timeout,
-		calls:   make(chan *scriptCall, pipelineMaxCalls),
-		stop:    make(chan struct{}),
-		stopped: make(chan struct{}),
+		client:   client,
+		replicas: replicas,
+		timeout:  timeout,
+		calls:    make(chan *scriptCall, pipelineMaxCalls),
+		stop:     make(chan struct{}),
+		stopped:  make(chan struct{}),
 	}
 	for range pipelineSenders {
 		p.wg.Add(1)
@@ -65,35 +127,40 @@ func newPipeliner(ctx context.Context, client redis.UniversalClient, timeout tim
 	return p
 }
 
-// run runs script like Script.Run, sharing a pipeline with concurrent calls.
-func (p *pipeliner) run(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
+// run runs call like Script.Run, sharing a pipeline with concurrent calls,
+// and returns its script's reply and the WAIT that followed it (nil unless
+// the call waits for replicas).
+func (p *pipeliner) run(ctx context.Context, call *scriptCall) (cmd, acked *redis.Cmd) {
 	defer p.inFlight.Add(-1)
 	if p.inFlight.Add(1) == 1 {
-		return script.Run(ctx, p.client, keys, args...)
+		runBatch(ctx, p.client, []*scriptCall{call}, p.replicas)
+		return call.cmd, call.acked
 	}
-	call := &scriptCall{ctx: ctx, script: script, keys: keys, args: args, done: make(chan struct{})}
+	call.ctx, call.done = ctx, make(chan struct{})
 	// The send may win over a closed stop, and a queued call may never be
 	// picked up: stopped ends the wait for it.
+	// A sender writes call.cmd and call.acked before closing done; until
+	// then only it may touch them.
 	select {
 	case p.calls <- call:
 	case <-ctx.Done():
-		return failedCmd(ctx, ctx.Err())
+		return failedCmd(ctx, ctx.Err()), nil
 	case <-p.stop:
-		return failedCmd(ctx, redis.ErrClosed)
+		return failedCmd(ctx, redis.ErrClosed), nil
 	}
 	select {
 	case <-call.done:
-		return call.cmd
+		return call.cmd, call.acked
 	case <-ctx.Done():
 		// The call may still take effect, as any call cut off in flight.
-		return failedCmd(ctx, ctx.Err())
+		return failedCmd(ctx, ctx.Err()), nil
 	case <-p.stopped:
 		// A sender that took the call finished it before stopped closed.
 		select {
 		case <-call.done:
-			return call.cmd
+			return call.cmd, call.acked
 		default:
-			return failedCmd(ctx, redis.ErrClosed)
+			return failedCmd(ctx, redis.ErrClosed), nil
 		}
 	}
 }
@@ -139,26 +206,11 @@ func (p *pipeliner) exec(ctx context.Context, batch []*scriptCall) {
 		}
 		live = append(live, call)
 	}
-	batch = live
-	switch len(batch) {
-	case 0:
-		return
-	case 1:
-		call := batch[0]
-		call.cmd = call.script.Run(ctx, p.client, call.keys, call.args...)
-		close(call.done)
+	if len(live) == 0 {
 		return
 	}
-	pipe := p.client.Pipeline()
-	for _, call := range batch {
-		call.cmd = call.script.EvalSha(ctx, pipe, call.keys, call.args...)
-	}
-	_, _ = pipe.Exec(ctx) // each command carries its own error
-	for _, call := range batch {
-		if err := call.cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			// Redis restarted or flushed its scripts: send the source.
-			call.cmd = call.script.Run(ctx, p.client, call.keys, call.args...)
-		}
+	runBatch(ctx, p.client, live, p.replicas)
+	for _, call := range live {
 		close(call.done)
 	}
 }

@@ -17,13 +17,16 @@ func TestPipelinerFailsCallsQueuedAfterClose(t *testing.T) {
 	t.Parallel()
 	c := redis.NewClient(&redis.Options{Addr: closedAddr(t), MaxRetries: -1})
 	defer func() { _ = c.Close() }()
-	p := newPipeliner(context.Background(), c, time.Second)
+	p := newPipeliner(context.Background(), c, time.Second, replicaWait{})
 	p.close()
 	p.inFlight.Add(1) // as if another call were on its way: each call below queues
 	defer p.inFlight.Add(-1)
 	for i := range 64 {
 		done := make(chan error, 1)
-		go func() { done <- p.run(context.Background(), describeScript, []string{"k"}).Err() }()
+		go func() {
+			cmd, _ := p.run(context.Background(), &scriptCall{script: describeScript, keys: []string{"k"}})
+			done <- cmd.Err()
+		}()
 		select {
 		case err := <-done:
 			if !errors.Is(err, redis.ErrClosed) {
@@ -40,7 +43,7 @@ func TestPipelinerFailsCallsQueuedAfterClose(t *testing.T) {
 func TestPipelinerCallsRacingCloseAllReturn(t *testing.T) {
 	t.Parallel()
 	s := newStore(t, nil, Options{})
-	p := newPipeliner(context.Background(), s.client, time.Second)
+	p := newPipeliner(context.Background(), s.client, time.Second, replicaWait{})
 	const callers = 32
 	var wg sync.WaitGroup
 	start := make(chan struct{})
@@ -52,7 +55,8 @@ func TestPipelinerCallsRacingCloseAllReturn(t *testing.T) {
 			<-start
 			k := s.keys("job" + string(rune('a'+i%26)))
 			for range 20 {
-				err := p.run(context.Background(), describeScript, []string{k.lease, k.fence, k.waiters}).Err()
+				cmd, _ := p.run(context.Background(), &scriptCall{script: describeScript, keys: []string{k.lease, k.fence, k.waiters}})
+				err := cmd.Err()
 				if err != nil && !errors.Is(err, redis.ErrClosed) {
 					errs <- err
 					return

@@ -31,6 +31,10 @@ var (
 	watchSrc string
 	//go:embed scripts/refresh_waiters.lua
 	refreshWaitersSrc string
+	//go:embed scripts/start.lua
+	startSrc string
+	//go:embed scripts/quarantine.lua
+	quarantineSrc string
 
 	acquireScript        = redis.NewScript(acquireSrc)
 	renewScript          = redis.NewScript(renewSrc)
@@ -39,9 +43,12 @@ var (
 	describeScript       = redis.NewScript(describeSrc)
 	watchScript          = redis.NewScript(watchSrc)
 	refreshWaitersScript = redis.NewScript(refreshWaitersSrc)
+	startScript          = redis.NewScript(startSrc)
+	quarantineScript     = redis.NewScript(quarantineSrc)
 
 	allScripts = []*redis.Script{
 		acquireScript, renewScript, releaseScript, dequeueScript, describeScript, watchScript, refreshWaitersScript,
+		quarantineScript,
 	}
 )
 

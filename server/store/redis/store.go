@@ -48,6 +48,27 @@ type Options struct {
 	// coordinator whose script detected it) with Quarantine, for metrics.
 	// It runs on the calling goroutine and must not block.
 	OnDataLoss func(quarantine time.Duration)
+	// NewStore says that this deployment's Redis is new: data-loss markers
+	// that New finds missing are written without a quarantine. Without it, a
+	// missing marker at start means Redis lost its data while no coordinator
+	// ran, and grants wait for Quarantine as after any data loss (a
+	// deployment's very first start waits once). It is meant for the first
+	// start; left set, it changes nothing while the markers exist, but a
+	// data loss while every coordinator was down then goes unnoticed, as
+	// before markers were checked at start. Data lost while a coordinator
+	// runs is detected either way.
+	NewStore bool
+	// MinReplicas, when above 0, makes every grant and renewal wait (Redis
+	// WAIT, on the connection that ran the script) until that many replicas
+	// acknowledged it. One that fewer replicas acknowledged within
+	// ReplicaTimeout is not reported: the call fails with
+	// store.ErrUnavailable and the lease is left to expire (a retry by the
+	// same holder renews it and waits again). Not supported on a Cluster.
+	MinReplicas int
+	// ReplicaTimeout bounds the wait for replicas; 0 means half the call
+	// timeout. It must be shorter than the call timeout, which bounds the
+	// script and the wait together.
+	ReplicaTimeout time.Duration
 	// Logger receives warnings; default slog.Default().
 	Logger *slog.Logger
 }
@@ -70,6 +91,9 @@ type Store struct {
 	onDataLoss   func(time.Duration)
 	log          *slog.Logger
 	marks        marks
+	replicas     replicaWait
+	primary      primaryWatch
+	infoRefused  sync.Once
 
 	pipeline  *pipeliner // nil with Options.NoPipelining
 	events    events
@@ -125,8 +149,15 @@ func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Stor
 	}
 	s.idleMS = durationMS(cmp.Or(opts.IdleNameTTL, store.DefaultIdleNameTTL))
 	s.callTimeout = cmp.Or(opts.CallTimeout, store.DefaultCallTimeout)
+	if err := s.setReplicas(opts); err != nil {
+		return nil, err
+	}
 	s.events.init(s)
 
+	if c, ok := client.(*redis.Client); ok {
+		// Before the first connection, so that it records the primary.
+		s.watchPrimary(c)
+	}
 	if !honoursDeadlines(client) {
 		s.log.Warn("the Redis client does not honour context deadlines (go-redis ContextTimeoutEnabled): " +
 			"a Redis that hangs holds calls for the client's read timeout rather than the store's call timeout")
@@ -135,7 +166,7 @@ func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Stor
 		return nil, err
 	}
 	s.checkEvictionPolicy(ctx)
-	if err := s.writeMarkers(ctx); err != nil {
+	if err := s.checkMarkers(ctx, opts.NewStore); err != nil {
 		return nil, err
 	}
 	for _, sc := range allScripts {
@@ -147,9 +178,28 @@ func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Stor
 		}
 	}
 	if !opts.NoPipelining {
-		s.pipeline = newPipeliner(ctx, client, s.callTimeout)
+		s.pipeline = newPipeliner(ctx, client, s.callTimeout, s.replicas)
 	}
 	return s, nil
+}
+
+// setReplicas checks Options.MinReplicas and ReplicaTimeout.
+func (s *Store) setReplicas(opts Options) error {
+	switch {
+	case opts.MinReplicas < 0 || opts.ReplicaTimeout < 0:
+		return fmt.Errorf("redisstore: negative min replicas %d or replica timeout %s", opts.MinReplicas, opts.ReplicaTimeout)
+	case opts.MinReplicas == 0:
+		return nil
+	case s.cluster:
+		// WAIT covers one connection: a Cluster pipeline spans several.
+		return errors.New("redisstore: min replicas is not supported on a Redis Cluster")
+	}
+	timeout := cmp.Or(opts.ReplicaTimeout, s.callTimeout/2)
+	if timeout >= s.callTimeout {
+		return fmt.Errorf("redisstore: replica timeout %s must be shorter than the call timeout %s", timeout, s.callTimeout)
+	}
+	s.replicas = replicaWait{n: opts.MinReplicas, timeout: timeout}
+	return nil
 }
 
 // honoursDeadlines reports whether go-redis bounds socket reads and writes
@@ -173,13 +223,43 @@ func (s *Store) bound(ctx context.Context) (context.Context, context.CancelFunc)
 // call runs one script for a caller, bounded by the call timeout, and maps
 // its error.
 func (s *Store) call(ctx context.Context, op string, script *redis.Script, keys []string, args ...any) (any, error) {
+	v, _, err := s.callWait(ctx, op, false, script, keys, args...)
+	return v, err
+}
+
+// callWait is call for a script that may grant or renew a lease: with wait,
+// WAIT for Options.MinReplicas follows it on its connection, and replicated
+// reports the outcome, to be checked (by s.replicated) only when the script
+// did grant or renew.
+func (s *Store) callWait(ctx context.Context, op string, wait bool, script *redis.Script, keys []string, args ...any) (v any, replicated func() error, err error) {
 	cctx, cancel := s.bound(ctx)
 	defer cancel()
-	v, err := s.run(cctx, script, keys, args...).Result()
-	if err != nil {
-		return nil, s.wrapErr(ctx, op, err)
+	cmd, acked := s.run(cctx, wait, script, keys, args...)
+	if v, err = cmd.Result(); err != nil {
+		return nil, nil, s.wrapErr(ctx, op, err)
 	}
-	return v, nil
+	// The WAIT's reply is read now, while cctx is live for wrapErr's sake;
+	// only its outcome is kept.
+	var waitErr error
+	if acked != nil {
+		waitErr = s.checkAcked(ctx, op, acked)
+	}
+	return v, func() error { return waitErr }, nil
+}
+
+// checkAcked maps the reply of the WAIT that followed a grant or renewal:
+// fewer replicas than Options.MinReplicas acknowledging it is
+// store.ErrUnavailable.
+func (s *Store) checkAcked(ctx context.Context, op string, acked *redis.Cmd) error {
+	n, err := acked.Int64()
+	if err != nil {
+		return s.wrapErr(ctx, op+": wait for replicas", err)
+	}
+	if n < int64(s.replicas.n) {
+		return fmt.Errorf("redisstore: %s: %w: %d of %d replicas acknowledged the write within %s; "+
+			"the lease is left to expire", op, store.ErrUnavailable, n, s.replicas.n, s.replicas.timeout)
+	}
+	return nil
 }
 
 // checkEvictionPolicy warns unless every master runs maxmemory-policy
@@ -216,32 +296,84 @@ func (s *Store) checkEvictionPolicy(ctx context.Context) {
 	check(ctx, s.client, "")
 }
 
-// writeMarkers creates the data-loss markers that are missing. A marker holds
-// the Redis time (unix ms) until which grants are refused; "0" refuses none.
-func (s *Store) writeMarkers(ctx context.Context) error {
+// checkMarkers writes the data-loss markers that are missing, quarantining
+// the names they guard unless newStore (see Options.NewStore): a marker never
+// expires, so one missing at start means Redis lost its data while no
+// coordinator ran. On a Cluster each slot has its marker, so a shard that
+// failed over to an empty replica quarantines its slots only.
+func (s *Store) checkMarkers(ctx context.Context, newStore bool) error {
+	flag := ""
+	if newStore {
+		flag = "1"
+	}
+	var missing int64
 	if !s.cluster {
 		cctx, cancel := s.bound(ctx)
 		defer cancel()
-		if err := s.client.SetNX(cctx, s.prefix+markerSuffix, "0", 0).Err(); err != nil {
-			return s.wrapErr(ctx, "write data-loss marker", err)
+		n, err := startScript.Run(cctx, s.client, []string{s.prefix + markerSuffix}, s.quarantineMS, flag).Int64()
+		if err != nil {
+			return s.wrapErr(ctx, "check data-loss marker", err)
 		}
-		return nil
-	}
-	const batch = 1024
-	for start := 0; start < numSlots; start += batch {
+		missing = n
+	} else {
+		// 16384 calls: send the script's digest, not its source, each time.
 		cctx, cancel := s.bound(ctx)
-		_, err := s.client.Pipelined(cctx, func(p redis.Pipeliner) error {
-			for slot := start; slot < min(start+batch, numSlots); slot++ {
-				p.SetNX(cctx, s.slotMarker(uint16(slot)), "0", 0)
-			}
-			return nil
-		})
+		err := startScript.Load(cctx, s.client).Err()
 		cancel()
 		if err != nil {
-			return s.wrapErr(ctx, "write data-loss markers", err)
+			return s.wrapErr(ctx, "load scripts", err)
+		}
+		const batch = 1024
+		for start := 0; start < numSlots; start += batch {
+			n, err := s.checkSlotMarkers(ctx, start, min(start+batch, numSlots), flag)
+			if err != nil {
+				return err
+			}
+			missing += n
+		}
+	}
+	switch {
+	case missing == 0:
+	case newStore:
+		s.log.Info("new store: wrote the data-loss markers", "markers", missing)
+	default:
+		s.log.Error("Redis lost its data while no coordinator ran (data-loss markers missing at start): "+
+			"leases, queues and fencing counters may be gone; grants wait for the quarantine "+
+			"(set the new-store option only for a deployment's first start)",
+			"markers", missing, "quarantine", s.quarantine)
+		s.marks.forget()
+		if s.onDataLoss != nil {
+			s.onDataLoss(s.quarantine)
 		}
 	}
 	return nil
+}
+
+// checkSlotMarkers runs start.lua for the markers of slots [from, to), one
+// call a slot, in one pipeline, and returns how many were missing.
+func (s *Store) checkSlotMarkers(ctx context.Context, from, to int, flag string) (int64, error) {
+	cctx, cancel := s.bound(ctx)
+	defer cancel()
+	cmds := make([]*redis.Cmd, 0, to-from)
+	_, _ = s.client.Pipelined(cctx, func(p redis.Pipeliner) error {
+		for slot := from; slot < to; slot++ {
+			cmds = append(cmds, startScript.EvalSha(cctx, p, []string{s.slotMarker(uint16(slot))}, s.quarantineMS, flag))
+		}
+		return nil
+	})
+	var missing int64
+	for i, cmd := range cmds {
+		if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			// A shard restarted since the script was loaded.
+			cmd = startScript.Run(cctx, s.client, []string{s.slotMarker(uint16(from + i))}, s.quarantineMS, flag)
+		}
+		n, err := cmd.Int64()
+		if err != nil {
+			return 0, s.wrapErr(ctx, "check data-loss markers", err)
+		}
+		missing += n
+	}
+	return missing, nil
 }
 
 // Acquire implements store.Leases.
@@ -258,7 +390,7 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 		keepValue = "1"
 	}
 	k := s.keys(req.Name)
-	v, err := s.call(ctx, "acquire", acquireScript,
+	v, replicated, err := s.callWait(ctx, "acquire", true, acquireScript,
 		[]string{k.lease, k.fence, k.queue, k.waiters, k.marker, k.watched},
 		req.Holder, durationMS(req.TTL), req.Value, req.Waiter, durationMS(waiterTTL),
 		s.quarantineMS, s.channel, req.Name, s.lockDelayMS, keepValue, s.idleMS,
@@ -275,6 +407,11 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 	}
 	if reply.quarantined {
 		return store.AcquireResult{}, &store.QuarantineError{RetryAfter: reply.retryAfter}
+	}
+	if reply.result.Acquired {
+		if err := replicated(); err != nil {
+			return store.AcquireResult{}, err
+		}
 	}
 	return reply.result, nil
 }
@@ -295,12 +432,19 @@ func (s *Store) Renew(ctx context.Context, name, holder string, token uint64, tt
 		return store.Lease{}, fmt.Errorf("redisstore: renew %q: ttl %s is not positive", name, ttl)
 	}
 	k := s.keys(name)
-	v, err := s.call(ctx, "renew", renewScript, []string{k.lease, k.fence},
+	v, replicated, err := s.callWait(ctx, "renew", true, renewScript, []string{k.lease, k.fence},
 		holder, strconv.FormatUint(token, 10), durationMS(ttl), s.lockDelayMS, s.idleMS)
 	if err != nil {
 		return store.Lease{}, err
 	}
-	return decodeRenew(name, v)
+	l, err := decodeRenew(name, v)
+	if err != nil {
+		return store.Lease{}, err
+	}
+	if err := replicated(); err != nil {
+		return store.Lease{}, err
+	}
+	return l, nil
 }
 
 // Release implements store.Leases.
@@ -494,12 +638,15 @@ func (s *Store) Close() error {
 }
 
 // run runs a script, in a pipeline with concurrent calls unless pipelining
-// is off.
-func (s *Store) run(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
+// is off, followed by WAIT on the same connection when wait and
+// Options.MinReplicas ask for it; acked is that WAIT, or nil.
+func (s *Store) run(ctx context.Context, wait bool, script *redis.Script, keys []string, args ...any) (cmd, acked *redis.Cmd) {
+	call := &scriptCall{script: script, keys: keys, args: args, wait: wait}
 	if s.pipeline == nil {
-		return script.Run(ctx, s.client, keys, args...)
+		runBatch(ctx, s.client, []*scriptCall{call}, s.replicas)
+		return call.cmd, call.acked
 	}
-	return s.pipeline.run(ctx, script, keys, args...)
+	return s.pipeline.run(ctx, call)
 }
 
 // durationMS rounds d up to whole milliseconds, at least 1.
