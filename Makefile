@@ -1,6 +1,7 @@
 # make run       the coordinator on the embedded memory store (no Redis needed)
 # make test      go vet and every test with -race, against a throwaway Redis
 # make test-under-load  the suite three times with every core kept busy
+# make fault-soak the fault suite (kill -9, Redis restarts, flushes, failover), five rounds of each
 # make bench     the benchmarks, side by side in one run
 # make lint      gofmt, golangci-lint, buf lint/format, gen/ up to date, no tracked binaries
 # make generate  regenerate gen/ from proto/ with the pinned buf and plugins
@@ -10,7 +11,7 @@ BUF           := $(GO) tool -modfile=tools/go.mod buf
 GOLANGCI_LINT := $(GO) tool -modfile=tools/go.mod golangci-lint
 BENCHFLAGS    ?=
 
-.PHONY: run test test-under-load bench lint generate build
+.PHONY: run test test-under-load fault-soak bench lint generate build
 
 # Built, then exec'd, so that Ctrl-C reaches the coordinator alone and a
 # clean stop exits 0 (`go run` reports an interrupted child as a failure).
@@ -30,6 +31,10 @@ test:
 # loaded CI machine does to timing-dependent tests.
 test-under-load:
 	./scripts/test-under-load.sh 3
+
+# The fault suite of make test, each fault striking five times in a row.
+fault-soak:
+	COORDINATOR_FAULT_ROUNDS=5 ./scripts/with-redis.sh $(GO) test -race -count=1 -run TestFaults -v ./cmd/coordinator/
 
 bench:
 	./scripts/with-redis.sh $(GO) run ./bench $(BENCHFLAGS)

@@ -143,6 +143,8 @@ func (e benchEnv) startCoordinator(storeKind string) (*coordinator, error) {
 	// The bench measures throughput and cost at loads past the default
 	// caps (10,000 leases of one holder, 5,000 observers): caps off.
 	cfg.Limits = limits.Config{}
+	// A fresh key prefix is a new store; the memory store keeps no state.
+	cfg.RedisNewStore, cfg.StateDir = true, ""
 	srv, err := coordinatord.New(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		return nil, err

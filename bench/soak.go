@@ -313,6 +313,7 @@ func startCoordinatorProcess(redisURL, prefix string, cfg soakConfig) (*coordina
 		"COORDINATOR_METRICS_LISTEN="+metrics,
 		"COORDINATOR_MAX_TTL="+cfg.maxTTL.String(),
 		"COORDINATOR_IDLE_NAME_TTL="+cfg.retention.String(),
+		"COORDINATOR_REDIS_NEW_STORE=true", // a fresh key prefix
 		"COORDINATOR_LOG_LEVEL=error",
 	)
 	cmd.Stderr = os.Stderr

@@ -198,6 +198,7 @@ func startCoordinator() (addr string, stop func()) {
 	if err != nil {
 		log.Fatal(err)
 	}
+	cfg.StateDir = "" // each example starts afresh
 	srv, err := coordinatord.New(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		log.Fatal(err)

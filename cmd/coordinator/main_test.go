@@ -34,6 +34,7 @@ func TestBinaryServesAndShutsDownOnSIGTERM(t *testing.T) {
 	bin := buildBinary(t)
 	cmd := exec.Command(bin)
 	cmd.Env = []string{"COORDINATOR_LISTEN=127.0.0.1:0", "COORDINATOR_METRICS_LISTEN=", "COORDINATOR_LOG_FORMAT=text"}
+	cmd.Dir = t.TempDir() // the default state directory is relative to it
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -156,7 +157,8 @@ func startBinary(t *testing.T, env ...string) *process {
 	t.Helper()
 	bin := buildBinary(t)
 	p := &process{cmd: exec.Command(bin)}
-	p.cmd.Env = append([]string{"COORDINATOR_LISTEN=127.0.0.1:0", "COORDINATOR_METRICS_LISTEN=", "COORDINATOR_LOG_FORMAT=text"}, env...)
+	p.cmd.Env = append([]string{"COORDINATOR_LISTEN=127.0.0.1:0", "COORDINATOR_METRICS_LISTEN=", "COORDINATOR_LOG_FORMAT=text",
+		"COORDINATOR_STATE_DIR=" + t.TempDir()}, env...)
 	stderr, err := p.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -41,6 +41,17 @@ type Config struct {
 	IdleNameTTL time.Duration
 	// StoreTimeout bounds every store call.
 	StoreTimeout time.Duration
+	// StateDir keeps the memory store's crash-safety bounds; empty turns
+	// persistence off.
+	StateDir string
+	// RedisNewStore says that the Redis is new: missing data-loss markers
+	// are written without a quarantine, instead of read as data lost while
+	// no coordinator ran.
+	RedisNewStore bool
+	// RedisMinReplicas replicas must acknowledge a grant or renewal within
+	// RedisReplicaTimeout before it is reported (0: no wait).
+	RedisMinReplicas    int
+	RedisReplicaTimeout time.Duration
 	// TLS is the server's certificate and key, and with CA, the CA that
 	// signs the client certificates mTLS requires.
 	TLS       app.TLSFiles
@@ -51,6 +62,10 @@ type Config struct {
 	Limits     limits.Config
 	Log        app.LogConfig
 }
+
+// DefaultStateDir is where `make run` keeps the memory store's state: under
+// the working directory, ignored by git.
+const DefaultStateDir = ".coordinator-state"
 
 // Store kinds.
 const (
@@ -78,6 +93,10 @@ func ParseConfig(fs *flag.FlagSet, args []string, lookupEnv func(string) (string
 	var idleSet bool
 	v.OptionalDuration(&c.IdleNameTTL, &idleSet, "idle-name-ttl", "COORDINATOR_IDLE_NAME_TTL", fmt.Sprintf("how long the store keeps a name nobody holds, waits for or observes, a `duration` at least max-ttl + lock-delay (default: %s, or max-ttl + lock-delay if longer)", store.DefaultIdleNameTTL))
 	v.Duration(&c.StoreTimeout, "store-timeout", "COORDINATOR_STORE_TIMEOUT", store.DefaultCallTimeout, "how long one store call may take before it fails as unavailable")
+	v.String(&c.StateDir, "state-dir", "COORDINATOR_STATE_DIR", DefaultStateDir, "directory where the memory store keeps what makes it crash-safe (empty: nothing is kept, and a restart may grant a name whose old lease still lives)")
+	v.Bool(&c.RedisNewStore, "redis-new-store", "COORDINATOR_REDIS_NEW_STORE", false, "the Redis is new: start without the data-loss quarantine that missing markers otherwise mean (first start of a deployment only)")
+	v.Int(&c.RedisMinReplicas, "redis-min-replicas", "COORDINATOR_REDIS_MIN_REPLICAS", 0, "replicas that must acknowledge a grant or renewal (Redis WAIT) before it is reported; 0: none")
+	v.Duration(&c.RedisReplicaTimeout, "redis-replica-timeout", "COORDINATOR_REDIS_REPLICA_TIMEOUT", 0, "how long a grant waits for -redis-min-replicas acknowledgements before it fails as unavailable; below store-timeout (0: half of it)")
 	v.Duration(&c.ShutdownTimeout, "shutdown-timeout", "COORDINATOR_SHUTDOWN_TIMEOUT", 10*time.Second, "how long a graceful shutdown waits for calls in flight")
 	v.String(&c.TLS.Cert, "tls-cert", "COORDINATOR_TLS_CERT", "", "PEM certificate file: serve TLS")
 	v.String(&c.TLS.Key, "tls-key", "COORDINATOR_TLS_KEY", "", "PEM private key file of -tls-cert")
@@ -127,6 +146,12 @@ func ParseConfig(fs *flag.FlagSet, args []string, lookupEnv func(string) (string
 	}
 	if c.LockDelay < 0 {
 		errs = append(errs, errors.New("lock-delay: must not be negative"))
+	}
+	if c.RedisMinReplicas < 0 {
+		errs = append(errs, errors.New("redis-min-replicas: must not be negative"))
+	}
+	if c.RedisReplicaTimeout < 0 || (c.RedisReplicaTimeout > 0 && c.RedisReplicaTimeout >= c.StoreTimeout) {
+		errs = append(errs, fmt.Errorf("redis-replica-timeout: must be below store-timeout (%s); 0 means half of it", c.StoreTimeout))
 	}
 	switch {
 	case c.MaxTTL < server.MinTTL:

@@ -84,7 +84,7 @@ const unaryHeadroom = 1024
 func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	registry := app.NewRegistry()
 	metrics := server.NewMetrics(registry)
-	st, err := openStore(ctx, cfg, log, metrics)
+	st, err := openStore(ctx, cfg, log, metrics, registry)
 	if err != nil {
 		return nil, err
 	}
@@ -218,18 +218,37 @@ func callLogLevel(code codes.Code) logging.Level {
 	}
 }
 
-func openStore(ctx context.Context, cfg Config, log *slog.Logger, metrics *server.Metrics) (store.Store, error) {
+func openStore(ctx context.Context, cfg Config, log *slog.Logger, metrics *server.Metrics, registry prometheus.Registerer) (store.Store, error) {
 	switch cfg.Store {
 	case StoreMemory:
-		log.Info("using the memory store: leases live in this process and are forgotten when it restarts")
-		return memstore.New(memstore.WithLockDelay(cfg.LockDelay), memstore.WithIdleNameTTL(cfg.IdleNameTTL)), nil
+		st, err := memstore.Open(cfg.StateDir, memstore.WithLockDelay(cfg.LockDelay), memstore.WithIdleNameTTL(cfg.IdleNameTTL))
+		if err != nil {
+			return nil, fmt.Errorf("open memory store: %w", err)
+		}
+		if cfg.StateDir == "" {
+			log.Warn("using the memory store without a state directory: a restart forgets every lease and may grant a name whose old lease still lives")
+		} else {
+			log.Info("using the memory store: leases live in this process; its state directory keeps it from granting a lease that may still live after a crash", "state_dir", cfg.StateDir)
+		}
+		if end := st.QuarantineEnd(); !end.IsZero() {
+			metrics.DataLoss()
+			log.Warn("memory store restarted after a crash: refusing grants until leases granted before may have ended", "until", end)
+		}
+		registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "coordinator_state_writes_total",
+			Help: "Writes of the memory store's state file (two fsyncs each); at most about one a second, whatever the load.",
+		}, func() float64 { return float64(st.Syncs()) }))
+		return st, nil
 	case StoreRedis:
 		st, err := redisstore.NewFromURL(ctx, cfg.RedisURL, redisstore.Options{
-			KeyPrefix:   cfg.RedisKeyPrefix,
-			Quarantine:  cfg.DataLossQuarantine,
-			LockDelay:   cfg.LockDelay,
-			IdleNameTTL: cfg.IdleNameTTL,
-			CallTimeout: cfg.StoreTimeout,
+			KeyPrefix:      cfg.RedisKeyPrefix,
+			Quarantine:     cfg.DataLossQuarantine,
+			LockDelay:      cfg.LockDelay,
+			IdleNameTTL:    cfg.IdleNameTTL,
+			CallTimeout:    cfg.StoreTimeout,
+			NewStore:       cfg.RedisNewStore,
+			MinReplicas:    cfg.RedisMinReplicas,
+			ReplicaTimeout: cfg.RedisReplicaTimeout,
 			OnDataLoss: func(quarantine time.Duration) {
 				metrics.DataLoss()
 				log.Error("Redis lost its data: refusing grants so that holders of lost leases see them expire first",

@@ -31,6 +31,9 @@ func Config(t testing.TB, storeKind string) coordinatord.Config {
 		t.Fatal(err)
 	}
 	cfg.Store = storeKind
+	// A test's memory store keeps nothing unless the test asks for a state
+	// directory; each test's Redis prefix is new, so its markers are too.
+	cfg.StateDir, cfg.RedisNewStore = "", true
 	if storeKind == coordinatord.StoreRedis {
 		cfg.RedisURL = redistest.URL(t)
 		var b [6]byte

@@ -1,0 +1,305 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
+	"github.com/coordinator-dev/coordinator/internal/redistest"
+	"github.com/coordinator-dev/coordinator/server/store/storetest"
+)
+
+// The fault suite: real coordinator processes under contention, checked at a
+// fenced resource while a fault strikes. COORDINATOR_FAULT_ROUNDS (default 1)
+// repeats each fault for a longer run (make fault-soak).
+
+const (
+	faultTTL   = 2 * time.Second
+	faultNames = 3
+	// faultWorkers contend for faultNames names.
+	faultWorkers = 6
+)
+
+// faultRounds is how many times each fault strikes in one test.
+func faultRounds(t *testing.T) int {
+	if s := os.Getenv("COORDINATOR_FAULT_ROUNDS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			t.Fatalf("COORDINATOR_FAULT_ROUNDS=%q: want a positive number", s)
+		}
+		return n
+	}
+	return 1
+}
+
+// coordinatorProcess is a coordinator binary on a fixed address, which a
+// fault may kill and start again.
+type coordinatorProcess struct {
+	t    *testing.T
+	addr string
+	env  []string
+	cmd  *exec.Cmd
+}
+
+func startCoordinatorProcess(t *testing.T, env ...string) *coordinatorProcess {
+	t.Helper()
+	p := &coordinatorProcess{t: t, addr: freeLoopbackAddr(t), env: env}
+	p.start()
+	t.Cleanup(func() { p.kill() })
+	return p
+}
+
+func (p *coordinatorProcess) start() {
+	p.t.Helper()
+	p.cmd = exec.Command(buildBinary(p.t))
+	p.cmd.Env = append([]string{
+		"COORDINATOR_LISTEN=" + p.addr, "COORDINATOR_METRICS_LISTEN=", "COORDINATOR_LOG_LEVEL=error",
+		"COORDINATOR_MAX_TTL=" + faultTTL.String(), "COORDINATOR_STATE_DIR=",
+	}, p.env...)
+	p.cmd.Stderr = os.Stderr
+	if err := p.cmd.Start(); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// kill stops the process at once, as a crash would (kill -9).
+func (p *coordinatorProcess) kill() {
+	if p.cmd == nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	_ = p.cmd.Wait()
+	p.cmd = nil
+}
+
+func freeLoopbackAddr(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lis.Close()
+	return lis.Addr().String()
+}
+
+// contention runs workers that take the names in turn and act on a fenced
+// resource while they believe their lease valid, until stop.
+type contention struct {
+	client    coordinatorv1.CoordinatorClient
+	resources [faultNames]storetest.Resource
+	highest   [faultNames]atomic.Uint64
+	grants    atomic.Int64
+	lastGrant atomic.Int64 // unix nanoseconds
+	mu        sync.Mutex
+	errs      []error
+}
+
+func (c *contention) fail(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.errs = append(c.errs, err)
+}
+
+func (c *contention) run(ctx context.Context, worker int) {
+	holder := fmt.Sprintf("worker-%d", worker)
+	for i := worker; ctx.Err() == nil; i++ {
+		n := i % faultNames
+		name := fmt.Sprintf("fault/%d", n)
+		sent := time.Now()
+		callCtx, cancel := context.WithTimeout(ctx, 2*faultTTL)
+		resp, err := c.client.TryAcquire(callCtx, &coordinatorv1.TryAcquireRequest{
+			Name: name, Holder: holder, Ttl: durationpb.New(faultTTL), Wait: durationpb.New(faultTTL),
+		})
+		cancel()
+		if err != nil || !resp.GetAcquired() {
+			// The coordinator or the store is down or in quarantine: retry,
+			// as a client would.
+			sleepCtx(ctx, 20*time.Millisecond)
+			continue
+		}
+		token := resp.GetLease().GetToken()
+		c.grants.Add(1)
+		c.lastGrant.Store(time.Now().UnixNano())
+		for {
+			h := c.highest[n].Load()
+			if token <= h || c.highest[n].CompareAndSwap(h, token) {
+				break
+			}
+		}
+		// Act for most of the lease, believing it valid until its end by our
+		// own clock from when the request was sent: a crash strands holders
+		// inside it.
+		validUntil := sent.Add(faultTTL)
+		if err := c.resources[n].Enter(holder, token, validUntil); err != nil {
+			c.fail(err)
+		}
+		sleepCtx(ctx, time.Until(validUntil)-faultTTL/4)
+		c.resources[n].Leave(holder)
+		relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		_, _ = c.client.Release(relCtx, &coordinatorv1.ReleaseRequest{Name: name, Holder: holder, Token: token})
+		cancel()
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// checkFloors checks that Describe's last_token is no lower than any token
+// a worker was granted.
+func (c *contention) checkFloors(t *testing.T) {
+	t.Helper()
+	for n := range faultNames {
+		name := fmt.Sprintf("fault/%d", n)
+		var d *coordinatorv1.DescribeResponse
+		eventually(t, 3*faultTTL, "Describe answers", func() bool {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			var err error
+			d, err = c.client.Describe(ctx, &coordinatorv1.DescribeRequest{Name: name})
+			return err == nil
+		})
+		if d.GetLastToken() < c.highest[n].Load() {
+			t.Errorf("Describe(%s).last_token = %d, below token %d granted before", name, d.GetLastToken(), c.highest[n].Load())
+		}
+	}
+}
+
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s: still not %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// underContention runs the workers against addr, lets fault strike
+// rounds times, and checks mutual exclusion, tokens, Describe floors and
+// the recovery time after each fault healed.
+func underContention(t *testing.T, addr string, recoveryBound time.Duration, fault func(round int) (healed time.Time)) {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	c := &contention{client: coordinatorv1.NewCoordinatorClient(conn)}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for w := range faultWorkers {
+		wg.Go(func() { c.run(ctx, w) })
+	}
+	defer func() { cancel(); wg.Wait() }()
+
+	for round := range faultRounds(t) {
+		// Let holders get inside their leases, then strike.
+		before := c.grants.Load()
+		eventually(t, 10*faultTTL, "granting before the fault", func() bool { return c.grants.Load() > before+faultNames })
+		time.Sleep(faultTTL / 2)
+		healed := fault(round)
+		eventually(t, recoveryBound+10*faultTTL, "granting after the fault", func() bool {
+			return c.lastGrant.Load() > healed.UnixNano()
+		})
+		recovery := time.Unix(0, c.lastGrant.Load()).Sub(healed)
+		t.Logf("round %d: first grant %s after the fault healed (bound %s)", round, recovery.Round(time.Millisecond), recoveryBound)
+		if recovery > recoveryBound {
+			t.Errorf("round %d: grants resumed %s after the fault healed; want at most %s", round, recovery, recoveryBound)
+		}
+	}
+	cancel()
+	wg.Wait()
+	c.mu.Lock()
+	for _, err := range c.errs {
+		t.Error(err)
+	}
+	c.mu.Unlock()
+	c.checkFloors(t)
+}
+
+func TestFaults(t *testing.T) {
+	// Grants resume within the max TTL (the longest a lost lease may live)
+	// plus a second, under a loaded CI machine's scheduling noise.
+	bound := faultTTL + time.Second + faultTTL/2
+	t.Run("coordinator killed on the memory store", func(t *testing.T) {
+		p := startCoordinatorProcess(t, "COORDINATOR_STATE_DIR="+t.TempDir())
+		underContention(t, p.addr, bound, func(int) time.Time {
+			p.kill()
+			p.start()
+			return time.Now()
+		})
+	})
+	t.Run("Redis restarted without its data", func(t *testing.T) {
+		rs := redistest.Start(t, false)
+		p := startCoordinatorProcess(t, "COORDINATOR_STORE=redis", "COORDINATOR_REDIS_URL="+rs.URL(), "COORDINATOR_REDIS_NEW_STORE=true")
+		underContention(t, p.addr, bound, func(int) time.Time {
+			rs.Restart()
+			return time.Now()
+		})
+	})
+	t.Run("Sentinel failover with replica-acknowledged grants", func(t *testing.T) {
+		primary := redistest.Start(t, false)
+		replica := redistest.StartReplica(t, primary, false)
+		replica.WaitInSync()
+		sentinel := redistest.StartSentinel(t, primary, "coordinator")
+		p := startCoordinatorProcess(t, "COORDINATOR_STORE=redis",
+			"COORDINATOR_REDIS_URL=redis+sentinel://"+sentinel+"/coordinator",
+			"COORDINATOR_REDIS_NEW_STORE=true", "COORDINATOR_REDIS_MIN_REPLICAS=1")
+		sc := redis.NewSentinelClient(&redis.Options{Addr: sentinel})
+		defer func() { _ = sc.Close() }()
+		underContention(t, p.addr, bound, func(int) time.Time {
+			primary.Kill()
+			eventually(t, 60*time.Second, "the Sentinel promoting the replica", func() bool {
+				addr, err := sc.GetMasterAddrByName(context.Background(), "coordinator").Result()
+				return err == nil && len(addr) == 2 && net.JoinHostPort(addr[0], addr[1]) == replica.Addr()
+			})
+			// With one replica required, the new primary grants once the old
+			// one is back as its replica (the Sentinel makes it one): the
+			// fault has healed then.
+			primary.Restart()
+			primary.WaitInSync()
+			return time.Now()
+		})
+	})
+	t.Run("Redis flushed while the coordinator was down", func(t *testing.T) {
+		rs := redistest.Start(t, true)
+		store := []string{"COORDINATOR_STORE=redis", "COORDINATOR_REDIS_URL=" + rs.URL()}
+		p := startCoordinatorProcess(t, append(store, "COORDINATOR_REDIS_NEW_STORE=true")...)
+		rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+		defer func() { _ = rdb.Close() }()
+		underContention(t, p.addr, bound, func(int) time.Time {
+			p.kill()
+			if err := rdb.FlushAll(context.Background()).Err(); err != nil {
+				t.Fatal(err)
+			}
+			// Started as usual, not as a new store: it must notice the loss.
+			p.env = store
+			p.start()
+			return time.Now()
+		})
+	})
+}
