@@ -1,11 +1,15 @@
 // Package statefile keeps small files that must survive a crash of the
 // process or of the machine, in a directory that one process owns at a time.
 //
-// A write is atomic and durable when it returns: the data goes to a
-// temporary file that is synced, renamed over the old file, and the
-// directory is synced, so that after a crash a reader finds either the old
-// content or the new, never a mix, and never the old after Write returned.
-// Each Write costs two fsyncs; callers bound how often they write.
+// A write is atomic and durable when it returns, for one fsync: a file's
+// content lives in two slot files (name.0, name.1) written in turn, each
+// with a sequence number and a checksum. A write overwrites the older slot
+// and syncs it, so after a crash a reader finds the newest slot that is
+// whole: the new content, or the old one when the crash tore the write —
+// never a mix, and never the old after Write returned. (A temporary file
+// renamed into place would cost a second fsync, the directory's, on every
+// write; the slots need it only when they are created.) Callers bound how
+// often they write.
 //
 // The directory is locked (flock) while open, so that two processes cannot
 // both believe they own the state: the second Open fails. The lock ends with
@@ -13,9 +17,13 @@
 package statefile
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"hash/crc32"
+	"io/fs"
 	"os"
+	"strconv"
 )
 
 // lockName is the lock file's name in the directory.
@@ -58,29 +66,98 @@ func Open(path string) (*Dir, error) {
 // Path is the directory's path.
 func (d *Dir) Path() string { return d.path }
 
-// Read returns the content of the file name; an error satisfying
-// errors.Is(err, fs.ErrNotExist) when it was never written.
+// Read returns the content last written to the file name; an error
+// satisfying errors.Is(err, fs.ErrNotExist) when it was never written.
 func (d *Dir) Read(name string) ([]byte, error) {
-	b, err := d.root.ReadFile(name)
-	if err != nil {
-		return nil, fmt.Errorf("statefile: %w", err)
-	}
-	return b, nil
+	_, data, err := d.newest(name)
+	return data, err
 }
 
-// Write replaces the content of the file name with data, durably. Only one
-// Write may run at a time.
+// newest returns the slot holding name's newest whole content, and that
+// content.
+func (d *Dir) newest(name string) (slot, []byte, error) {
+	var best slot
+	var data []byte
+	found := false
+	for i := range 2 {
+		raw, err := d.root.ReadFile(slotName(name, i))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return best, nil, fmt.Errorf("statefile: %w", err)
+		}
+		seq, body, ok := decodeSlot(raw)
+		if ok && (!found || seq > best.seq) {
+			best, data, found = slot{index: i, seq: seq}, body, true
+		}
+	}
+	if !found {
+		return best, nil, fmt.Errorf("statefile: %s in %s: %w", name, d.path, fs.ErrNotExist)
+	}
+	return best, data, nil
+}
+
+// slot is one of a file's two slot files and the sequence number it holds.
+type slot struct {
+	index int
+	seq   uint64
+}
+
+func slotName(name string, i int) string { return name + "." + strconv.Itoa(i) }
+
+// A slot is a header line, "statefile <seq> <crc32 of data> <len(data)>\n",
+// then the data: a torn write fails the length or the checksum.
+func encodeSlot(seq uint64, data []byte) []byte {
+	header := fmt.Sprintf("statefile %d %08x %d\n", seq, crc32.ChecksumIEEE(data), len(data))
+	return append([]byte(header), data...)
+}
+
+func decodeSlot(raw []byte) (seq uint64, data []byte, ok bool) {
+	header, data, found := bytes.Cut(raw, []byte("\n"))
+	if !found {
+		return 0, nil, false
+	}
+	var sum uint32
+	var n int
+	if _, err := fmt.Sscanf(string(header), "statefile %d %08x %d", &seq, &sum, &n); err != nil {
+		return 0, nil, false
+	}
+	if n != len(data) || crc32.ChecksumIEEE(data) != sum {
+		return 0, nil, false
+	}
+	return seq, data, true
+}
+
+// Write replaces the content of the file name with data, durably: it
+// overwrites the older slot and syncs it. Only one Write may run at a time
+// (the lock makes this process the only writer).
 func (d *Dir) Write(name string, data []byte) error {
-	// One temporary name is enough: the lock makes this the only writer.
-	tmp := name + ".tmp"
-	if err := d.writeSynced(tmp, data); err != nil {
+	last, _, err := d.newest(name)
+	next := slot{index: 0, seq: 1}
+	switch {
+	case err == nil:
+		next = slot{index: 1 - last.index, seq: last.seq + 1}
+	case !errors.Is(err, fs.ErrNotExist):
 		return err
 	}
-	if err := d.root.Rename(tmp, name); err != nil {
-		return fmt.Errorf("statefile: %w", err)
+	target := slotName(name, next.index)
+	_, statErr := d.root.Stat(target)
+	created := errors.Is(statErr, fs.ErrNotExist)
+	if err := d.writeSynced(target, encodeSlot(next.seq, data)); err != nil {
+		return err
 	}
-	// Without this the rename may be lost in a crash, bringing back the old
-	// content after Write reported success.
+	if created {
+		// A slot file that is new must also be in the directory after a
+		// crash: once per slot, not per write.
+		if err := d.syncDir(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (d *Dir) syncDir() error {
 	dir, err := d.root.Open(".")
 	if err != nil {
 		return fmt.Errorf("statefile: %w", err)

@@ -12,7 +12,7 @@ import (
 
 // BenchmarkGrantRelease measures grant-and-release cycles on the real clock
 // with and without a state directory, and the state writes they cost
-// (writes/s; each write is two fsyncs).
+// (writes/s; each write is one fsync).
 func BenchmarkGrantRelease(b *testing.B) {
 	for _, persistent := range []bool{false, true} {
 		b.Run(fmt.Sprintf("stateDir=%v", persistent), func(b *testing.B) {

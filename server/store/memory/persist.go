@@ -16,7 +16,7 @@ const stateName = "memstore.json"
 
 const (
 	// writeInterval is how often, at most, the bounds are written while
-	// grants go on: the cost of persistence is one write (two fsyncs) per
+	// grants go on: the cost of persistence is one write (one fsync) per
 	// interval, whatever the load.
 	writeInterval = time.Second
 	// endLead is how far past the longest recent lease the lease bound is
@@ -274,7 +274,7 @@ func (s *Store) closeBounds() error {
 }
 
 // Syncs reports how many times the state file was written (each write is
-// two fsyncs: the file's and its directory's); 0 without persistence.
+// one fsync); 0 without persistence.
 func (s *Store) Syncs() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
