@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -39,6 +40,16 @@ func leaseSuite(env benchEnv, levels []int) error {
 		return err
 	}
 	defer viaMemory.stop()
+	stateDir, err := os.MkdirTemp("", "bench-state-")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = os.RemoveAll(stateDir) }()
+	viaDurable, err := env.startCoordinatorWith("memory", stateDir)
+	if err != nil {
+		return err
+	}
+	defer viaDurable.stop()
 
 	fmt.Printf("acquire+release cycles, uncontended, %s per measurement (2 cores shared by client, coordinator and Redis)\n", env.duration)
 	fmt.Printf("%-5s %-28s %s\n", "conc", "path", "cycles")
@@ -46,10 +57,15 @@ func leaseSuite(env benchEnv, levels []int) error {
 		b := closedLoop(ctx, n, env.duration, directCycle(direct))
 		a := closedLoop(ctx, n, env.duration, grpcCycle(viaRedis.client))
 		c := closedLoop(ctx, n, env.duration, grpcCycle(viaMemory.client))
+		writes := viaDurable.stateWrites()
+		d := closedLoop(ctx, n, env.duration, grpcCycle(viaDurable.client))
+		writes = viaDurable.stateWrites() - writes
 		fmt.Printf("%-5d %-28s %s\n", n, "(a) gRPC + Redis store", a)
 		fmt.Printf("%-5d %-28s %s\n", n, "(b) Redis scripts direct", b)
 		fmt.Printf("%-5d %-28s %s\n", n, "(c) gRPC + memory store", c)
-		fmt.Printf("%-5d %-28s %.2f\n\n", n, "a/b", a.perSecond()/b.perSecond())
+		fmt.Printf("%-5d %-28s %s; %.1f state writes (fsyncs)/s\n", n, "(d) (c) with a state dir", d, writes/d.elapsed.Seconds())
+		fmt.Printf("%-5d %-28s %.2f\n", n, "a/b", a.perSecond()/b.perSecond())
+		fmt.Printf("%-5d %-28s %.2f\n\n", n, "d/c", d.perSecond()/c.perSecond())
 	}
 	return nil
 }

@@ -18,6 +18,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"runtime/pprof"
 	"strconv"
@@ -134,6 +136,12 @@ func (c *coordinator) clients(n int) ([]coordinatorv1.CoordinatorClient, error) 
 }
 
 func (e benchEnv) startCoordinator(storeKind string) (*coordinator, error) {
+	return e.startCoordinatorWith(storeKind, "")
+}
+
+// startCoordinatorWith starts a coordinator whose memory store keeps its
+// crash-safety state in stateDir ("": none).
+func (e benchEnv) startCoordinatorWith(storeKind, stateDir string) (*coordinator, error) {
 	cfg, err := coordinatord.ParseConfig(flag.NewFlagSet("bench", flag.ContinueOnError), nil, func(string) (string, bool) { return "", false })
 	if err != nil {
 		return nil, err
@@ -144,7 +152,7 @@ func (e benchEnv) startCoordinator(storeKind string) (*coordinator, error) {
 	// caps (10,000 leases of one holder, 5,000 observers): caps off.
 	cfg.Limits = limits.Config{}
 	// A fresh key prefix is a new store; the memory store keeps no state.
-	cfg.RedisNewStore, cfg.StateDir = true, ""
+	cfg.RedisNewStore, cfg.StateDir = true, stateDir
 	srv, err := coordinatord.New(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		return nil, err
@@ -169,4 +177,18 @@ func (c *coordinator) stop() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	c.srv.Shutdown(ctx)
+}
+
+// stateWrites reads coordinator_state_writes_total from the coordinator's
+// metrics: how often its memory store wrote its state file.
+func (c *coordinator) stateWrites() float64 {
+	rec := httptest.NewRecorder()
+	c.srv.MetricsHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	for _, line := range strings.Split(rec.Body.String(), "\n") {
+		if v, ok := strings.CutPrefix(line, "coordinator_state_writes_total "); ok {
+			n, _ := strconv.ParseFloat(v, 64)
+			return n
+		}
+	}
+	return 0
 }

@@ -236,7 +236,7 @@ func openStore(ctx context.Context, cfg Config, log *slog.Logger, metrics *serve
 		}
 		registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "coordinator_state_writes_total",
-			Help: "Writes of the memory store's state file (two fsyncs each); at most about one a second, whatever the load.",
+			Help: "Writes of the memory store's state file (one fsync each); at most about one a second, whatever the load.",
 		}, func() float64 { return float64(st.Syncs()) }))
 		return st, nil
 	case StoreRedis:
