@@ -124,7 +124,10 @@ func TestElectionsWithCrashesAndResignations(t *testing.T) {
 					name := fmt.Sprintf("c%d", i)
 					for ctx.Err() == nil {
 						sent := time.Now()
-						resp, err := c.client.Campaign(ctx, &coordinatorv1.CampaignRequest{
+						// Calls run to their answer even when the test's time is
+						// up: a grant whose answer a cancelled call dropped
+						// would be a term the test never heard of.
+						resp, err := c.client.Campaign(ctxTimeout(t, 10*time.Second), &coordinatorv1.CampaignRequest{
 							Election: "leader", Candidate: name, Value: []byte(name), Ttl: dur(ttl), Wait: dur(time.Second),
 						})
 						if err != nil || !resp.GetElected() {
@@ -143,10 +146,18 @@ func TestElectionsWithCrashesAndResignations(t *testing.T) {
 							time.Sleep(ttl / 4)
 							resource.Leave(name)
 							sent = time.Now()
-							if _, err := c.client.Campaign(ctx, &coordinatorv1.CampaignRequest{
+							resp, err := c.client.Campaign(ctxTimeout(t, 10*time.Second), &coordinatorv1.CampaignRequest{
 								Election: "leader", Candidate: name, Value: []byte(name), Ttl: dur(ttl),
-							}); err != nil {
+							})
+							if err != nil || !resp.GetElected() {
 								break
+							}
+							if resp.GetLeader().GetTerm() != term {
+								// The term had expired: this call started a new one.
+								term = resp.GetLeader().GetTerm()
+								mu.Lock()
+								terms = append(terms, term)
+								mu.Unlock()
 							}
 						}
 						if rng.IntN(2) == 0 {

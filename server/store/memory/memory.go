@@ -12,9 +12,9 @@
 // After a crash, the reopened store refuses grants (store.QuarantineError)
 // until the lease bound, at most the longest recent lease plus its lock delay
 // plus 1.5 s after the crash, and issues tokens above the token bound, even
-// if the wall clock stepped back. Close writes the exact end of the leases
-// still held, so a clean restart waits only for those (not at all when none
-// is). The lease bound is wall-clock time: a wall clock that steps forward
+// if the wall clock stepped back. Close writes which leases are still held
+// and when each ends, so after a clean restart only those names wait, each
+// as in a lock delay, and every other name is granted at once. The lease bound is wall-clock time: a wall clock that steps forward
 // while the store is down shortens the wait by the step.
 //
 // Without a state directory (New, or Open with ""), a restart grants names at

@@ -37,6 +37,10 @@ type state struct {
 	LeasesEndBy int64 `json:"leases_end_by_unix_ms"`
 	// TokensAtMost is at least every token issued.
 	TokensAtMost uint64 `json:"tokens_at_most"`
+	// HeldUntil, written by Close, is when each lease still held then ends
+	// (Unix ms, wall clock, its lock delay included): after a clean stop
+	// only those names wait, instead of the whole store.
+	HeldUntil map[string]int64 `json:"held_until_unix_ms,omitempty"`
 }
 
 // bounds is the write-ahead bookkeeping of a persistent store; guarded by
@@ -76,8 +80,9 @@ var errClosed = fmt.Errorf("memstore: closed: %w", store.ErrUnavailable)
 //
 // After a crash it refuses grants, with a *store.QuarantineError, until
 // every lease it may have granted has ended, and resumes tokens above every
-// token it may have issued. After Close, or a first start, it waits only for
-// the leases still held at Close.
+// token it may have issued. After Close, only the names still held at Close
+// wait, each until its lease would have ended; after a first start nothing
+// waits.
 func Open(dir string, opts ...Option) (*Store, error) {
 	s := New(opts...)
 	if dir == "" {
@@ -103,6 +108,18 @@ func Open(dir string, opts ...Option) (*Store, error) {
 		// longer, which is safe; forward makes it shorter, which no
 		// file can prevent.
 		s.quarantineEnd = now.Add(wait)
+	}
+	// After a clean stop, the names still held then stay ungranted until
+	// their leases end, as in a lock delay; every other name is free.
+	for name, ms := range prev.HeldUntil {
+		wait := time.UnixMilli(ms).Sub(now.Round(0))
+		if wait <= 0 {
+			continue
+		}
+		until := now.Add(wait)
+		s.names[name] = &entry{delayedUntil: until, usedUntil: until}
+		// A crash from here on must wait for them too.
+		b.durableEnd = later(b.durableEnd, now.Round(0).Add(wait))
 	}
 	s.highest = prev.TokensAtMost
 	s.bounds = b
@@ -228,9 +245,9 @@ func write(d *statefile.Dir, st state) error {
 	return nil
 }
 
-// closeBounds stops the writer and writes the bounds of the leases still
-// held, exactly, so that a restart waits only for them (not at all when none
-// is held). Grants that would pass them fail from then on.
+// closeBounds stops the writer and writes which leases are still held and
+// when each ends, so that after a restart only those names wait (and
+// nothing does when none is held). Grants fail from then on.
 func (s *Store) closeBounds() error {
 	b := s.bounds
 	if b == nil {
@@ -249,24 +266,23 @@ func (s *Store) closeBounds() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.clock.Now()
-	var end time.Time
-	for _, e := range s.names {
+	st := state{TokensAtMost: max(b.durableK, s.highest)}
+	for name, e := range s.names {
 		until := e.delayedUntil
 		if e.held(now, s.lockDelay) {
 			until = e.expires.Add(s.lockDelay)
 		}
 		if until.After(now) {
-			end = later(end, now.Round(0).Add(until.Sub(now)))
+			if st.HeldUntil == nil {
+				st.HeldUntil = map[string]int64{}
+			}
+			st.HeldUntil[name] = now.Round(0).Add(until.Sub(now)).UnixMilli() + 1 // rounded up
 		}
-	}
-	st := state{TokensAtMost: max(b.durableK, s.highest)}
-	if !end.IsZero() {
-		st.LeasesEndBy = end.UnixMilli() + 1 // rounded up
 	}
 	err := write(b.dir, st)
 	b.syncs++
 	if err == nil {
-		b.durableEnd, b.durableK = time.UnixMilli(st.LeasesEndBy), st.TokensAtMost
+		b.durableK = st.TokensAtMost
 	}
 	close(b.written)
 	b.written = make(chan struct{})
