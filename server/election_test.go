@@ -112,6 +112,13 @@ func TestElectionsWithCrashesAndResignations(t *testing.T) {
 				}()
 			}
 
+			// answered is the context of a call that runs to its answer even
+			// when the test's time is up.
+			answered := func(ctx context.Context) context.Context {
+				callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+				t.Cleanup(cancel)
+				return callCtx
+			}
 			resource := &storetest.Resource{}
 			var mu sync.Mutex
 			var terms []uint64
@@ -127,7 +134,7 @@ func TestElectionsWithCrashesAndResignations(t *testing.T) {
 						// Calls run to their answer even when the test's time is
 						// up: a grant whose answer a cancelled call dropped
 						// would be a term the test never heard of.
-						resp, err := c.client.Campaign(ctxTimeout(t, 10*time.Second), &coordinatorv1.CampaignRequest{
+						resp, err := c.client.Campaign(answered(ctx), &coordinatorv1.CampaignRequest{
 							Election: "leader", Candidate: name, Value: []byte(name), Ttl: dur(ttl), Wait: dur(time.Second),
 						})
 						if err != nil || !resp.GetElected() {
@@ -146,7 +153,7 @@ func TestElectionsWithCrashesAndResignations(t *testing.T) {
 							time.Sleep(ttl / 4)
 							resource.Leave(name)
 							sent = time.Now()
-							resp, err := c.client.Campaign(ctxTimeout(t, 10*time.Second), &coordinatorv1.CampaignRequest{
+							resp, err := c.client.Campaign(answered(ctx), &coordinatorv1.CampaignRequest{
 								Election: "leader", Candidate: name, Value: []byte(name), Ttl: dur(ttl),
 							})
 							if err != nil || !resp.GetElected() {

@@ -12,14 +12,24 @@ import (
 
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
 	"github.com/coordinator-dev/coordinator/server"
+	"github.com/coordinator-dev/coordinator/server/store"
 	memstore "github.com/coordinator-dev/coordinator/server/store/memory"
 )
 
-// serveService serves a bare Service with opts over a real loopback
-// listener, without the rest of the coordinator process.
+// serveService serves a bare Service over a memory store with opts, on a
+// real loopback listener, without the rest of the coordinator process.
 func serveService(t *testing.T, opts server.ServiceOptions) (*server.Service, coordinatorv1.CoordinatorClient) {
 	t.Helper()
 	st := memstore.New()
+	t.Cleanup(func() { _ = st.Close() }) // after the server stopped: cleanups run last first
+	svc, conn := serveStore(t, st, opts)
+	return svc, coordinatorv1.NewCoordinatorClient(conn)
+}
+
+// serveStore serves a bare Service over st on a real loopback listener,
+// until the end of t; closing st is the caller's.
+func serveStore(t *testing.T, st store.Store, opts server.ServiceOptions) (*server.Service, *grpc.ClientConn) {
+	t.Helper()
 	svc := server.NewService(st, opts)
 	g := grpc.NewServer()
 	coordinatorv1.RegisterCoordinatorServer(g, svc)
@@ -36,9 +46,8 @@ func serveService(t *testing.T, opts server.ServiceOptions) (*server.Service, co
 		_ = conn.Close()
 		svc.Stop()
 		g.Stop()
-		_ = st.Close()
 	})
-	return svc, coordinatorv1.NewCoordinatorClient(conn)
+	return svc, conn
 }
 
 func TestZeroServiceOptionsServeWithDefaults(t *testing.T) {

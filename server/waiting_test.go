@@ -5,15 +5,11 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"net"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
 	"github.com/coordinator-dev/coordinator/internal/coordinatord"
@@ -86,24 +82,7 @@ func openStore(t *testing.T, kind string) store.Store {
 func serveCounted(t *testing.T, kind string) (*countingStore, *coordinator) {
 	t.Helper()
 	st := &countingStore{Store: openStore(t, kind)}
-	svc := server.NewService(st, server.ServiceOptions{})
-	g := grpc.NewServer()
-	coordinatorv1.RegisterCoordinatorServer(g, svc)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = g.Serve(lis) }()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Cleanups run last first: the store closes after the server stopped.
-	t.Cleanup(func() {
-		_ = conn.Close()
-		svc.Stop()
-		g.Stop()
-	})
+	_, conn := serveStore(t, st, server.ServiceOptions{})
 	return st, &coordinator{client: coordinatorv1.NewCoordinatorClient(conn), conn: conn}
 }
 
