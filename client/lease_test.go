@@ -1,7 +1,6 @@
 package client
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -18,6 +17,7 @@ import (
 	"github.com/coordinator-dev/coordinator/internal/coordinatord"
 	"github.com/coordinator-dev/coordinator/internal/coordinatord/coordtest"
 	"github.com/coordinator-dev/coordinator/internal/redistest"
+	"github.com/coordinator-dev/coordinator/internal/testlog"
 )
 
 // In real time, on both sides: the coordinator would have expired the
@@ -373,7 +373,7 @@ func TestLockLogsItsRetries(t *testing.T) {
 	addr := lis.Addr().String()
 	_ = lis.Close() // nothing listens there now
 
-	var logs syncBuffer
+	var logs testlog.Buffer
 	c, err := New(addr, WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))))
 	if err != nil {
 		t.Fatal(err)
@@ -388,24 +388,6 @@ func TestLockLogsItsRetries(t *testing.T) {
 	if !strings.Contains(logs.String(), "acquisition failed; retrying") || !strings.Contains(logs.String(), "unreachable") {
 		t.Fatalf("logged %q; want the retries", logs.String())
 	}
-}
-
-// syncBuffer is a bytes.Buffer that a logger may write from any goroutine.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // With no close timeout, Close ends the leases here but leaves them to

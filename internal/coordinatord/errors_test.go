@@ -1,14 +1,12 @@
 package coordinatord_test
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"log/slog"
 	"net/http/httptest"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,6 +24,7 @@ import (
 	"github.com/coordinator-dev/coordinator/internal/coordinatord"
 	"github.com/coordinator-dev/coordinator/internal/coordinatord/coordtest"
 	"github.com/coordinator-dev/coordinator/internal/redistest"
+	"github.com/coordinator-dev/coordinator/internal/testlog"
 )
 
 // rawBytes is a request sent as it is, so that a test can send what no
@@ -151,28 +150,10 @@ func reasonOf(err error) string {
 	return ""
 }
 
-// syncBuffer is a log destination tests can read while the server writes.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // logged starts a coordinator that logs at debug into the returned buffer.
-func logged(t *testing.T, cfg coordinatord.Config) (*coordinator, *syncBuffer) {
+func logged(t *testing.T, cfg coordinatord.Config) (*coordinator, *testlog.Buffer) {
 	t.Helper()
-	var buf syncBuffer
+	var buf testlog.Buffer
 	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	c := &coordinator{Coordinator: coordtest.Start(t, cfg, coordtest.WithLogger(log))}
 	c.conn = c.Dial(t)
