@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/coordinator-dev/coordinator/internal/coordinatord/coordtest"
+	"github.com/coordinator-dev/coordinator/internal/testwait"
 )
 
 func TestMain(m *testing.M) {
@@ -65,13 +66,7 @@ func waitDone(t testing.TB, ch <-chan struct{}, within time.Duration, what strin
 // eventually polls cond until it holds or 20s pass.
 func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: still not true after 20s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.Until(t, 20*time.Second, what, cond)
 }
 
 // confirmedAt is when the last successful grant or renewal of l was sent:

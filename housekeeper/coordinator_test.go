@@ -17,6 +17,7 @@ import (
 	"github.com/coordinator-dev/coordinator/housekeeper/housekeepertest"
 	"github.com/coordinator-dev/coordinator/internal/coordinatord/coordtest"
 	"github.com/coordinator-dev/coordinator/internal/redistest"
+	"github.com/coordinator-dev/coordinator/internal/testwait"
 )
 
 // TestCutOffInstanceStopsBeforeItsLeaseExpires runs a housekeeper on real
@@ -67,7 +68,7 @@ func TestCutOffInstanceStopsBeforeItsLeaseExpires(t *testing.T) {
 	}
 
 	seed(10)
-	waitFor(t, 10*time.Second, "the first messages to time out", func() bool { return inFlight() == 0 })
+	testwait.Until(t, 10*time.Second, "the first messages to time out", func() bool { return inFlight() == 0 })
 
 	coord.Kill()
 	cutOff := time.Now()
@@ -79,7 +80,7 @@ func TestCutOffInstanceStopsBeforeItsLeaseExpires(t *testing.T) {
 	// Wait for the instance to go through its cycles at least twice more,
 	// trying for every queue's lease, unless (wrongly) it moves messages.
 	tried := locker.snapshot()
-	waitFor(t, 10*time.Second, "two more cycles over every queue", func() bool {
+	testwait.Until(t, 10*time.Second, "two more cycles over every queue", func() bool {
 		now := locker.snapshot()
 		for q := range 5 {
 			name := fmt.Sprintf("housekeeper/timeout/q%d", q)
@@ -97,7 +98,7 @@ func TestCutOffInstanceStopsBeforeItsLeaseExpires(t *testing.T) {
 	}
 
 	coord.Restart()
-	waitFor(t, 15*time.Second, "work to resume with the coordinator back", func() bool { return inFlight() == 0 })
+	testwait.Until(t, 15*time.Second, "work to resume with the coordinator back", func() bool { return inFlight() == 0 })
 }
 
 // countingLocker counts the TryLock calls of each name.

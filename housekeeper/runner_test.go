@@ -22,6 +22,7 @@ import (
 	"github.com/coordinator-dev/coordinator/housekeeper"
 	hkt "github.com/coordinator-dev/coordinator/housekeeper/housekeepertest"
 	"github.com/coordinator-dev/coordinator/internal/redistest"
+	"github.com/coordinator-dev/coordinator/internal/testwait"
 )
 
 // runner is a Runner under test with its own metrics registry.
@@ -156,7 +157,7 @@ func TestRunnerMovesEveryDueMessageAndNothingElse(t *testing.T) {
 		d.Put(ctx, p, "orders", hkt.Tmp, "working", float64(now+3_600_000))
 	})
 	r := startRunner(t, rdb, d, hkt.NewLocker(), once)
-	waitFor(t, 10*time.Second, "5 messages moved", func() bool { return r.moved(t) == 5 })
+	testwait.Until(t, 10*time.Second, "5 messages moved", func() bool { return r.moved(t) == 5 })
 	r.stop(t)
 	after := hkt.NowMs(t, rdb)
 
@@ -209,7 +210,7 @@ func TestRunnerRepeatsBatchesUntilNothingIsDue(t *testing.T) {
 	cfg := once
 	cfg.BatchSize = 1000
 	r := startRunner(t, rdb, d, hkt.NewLocker(), cfg)
-	waitFor(t, 10*time.Second, "2500 messages moved", func() bool { return r.moved(t) == 2500 })
+	testwait.Until(t, 10*time.Second, "2500 messages moved", func() bool { return r.moved(t) == 2500 })
 	r.stop(t)
 	if n := metric(t, r.reg, "housekeeper_batch_duration_seconds", "task", "unlock"); n != 3 {
 		t.Errorf("%v unlock batches, want 3 (1000 + 1000 + 500)", n)
@@ -240,7 +241,7 @@ func TestRunnerFindsQueuesByTheirHashTag(t *testing.T) {
 		}
 	})
 	r := startRunner(t, rdb, d, hkt.NewLocker(), once)
-	waitFor(t, 10*time.Second, "every message moved", func() bool { return r.moved(t) == float64(3*len(queues)) })
+	testwait.Until(t, 10*time.Second, "every message moved", func() bool { return r.moved(t) == float64(3*len(queues)) })
 	r.stop(t)
 
 	for _, q := range queues {
@@ -303,7 +304,7 @@ func TestRunnerLeavesKeysThatAreNotQueueSetsAlone(t *testing.T) {
 	cfg := once
 	cfg.Logger = discardLogger // the broken queue's failures are expected
 	r := startRunner(t, rdb, d, hkt.NewLocker(), cfg)
-	waitFor(t, 10*time.Second, "orders worked", func() bool { return r.moved(t) == 2 })
+	testwait.Until(t, 10*time.Second, "orders worked", func() bool { return r.moved(t) == 2 })
 	r.stop(t)
 	if after := dump(); !maps.Equal(before, after) {
 		for key := range before {
@@ -473,7 +474,7 @@ func TestRunnerStopsOnAFencedBatchAndDropsTheStaleLease(t *testing.T) {
 	seedDue(t, rdb, d, "q", hkt.Tmp, 5)
 	locker := hkt.NewLocker()
 	r := startRunner(t, rdb, d, locker, housekeeper.Config{UnlockInterval: time.Hour, TimeoutInterval: 20 * time.Millisecond, Logger: discardLogger})
-	waitFor(t, 10*time.Second, "two fenced batches", func() bool {
+	testwait.Until(t, 10*time.Second, "two fenced batches", func() bool {
 		return metric(t, r.reg, "housekeeper_batches_fenced_total", "task", "timeout") >= 2
 	})
 	r.stop(t)
@@ -622,14 +623,14 @@ func TestRunnersShareTheWorkAndMoveEachDueMessageExactlyOnce(t *testing.T) {
 		return sum
 	}
 	const due = queues * (ackDue + nackDue + tmpDue)
-	waitFor(t, 60*time.Second, "every due message moved", func() bool {
+	testwait.Until(t, 60*time.Second, "every due message moved", func() bool {
 		return total("housekeeper_messages_unlocked_total")+total("housekeeper_messages_timed_out_total") >= due
 	})
 	// A few more cycles, in which nothing else may move: each queue's holder
 	// runs three batches per cycle (lock_ack, lock_nack, tmp: their not-due
 	// messages keep the sets there), so this is about two more rounds.
 	batches := total("housekeeper_batch_duration_seconds")
-	waitFor(t, 60*time.Second, "two more rounds of cycles", func() bool {
+	testwait.Until(t, 60*time.Second, "two more rounds of cycles", func() bool {
 		return total("housekeeper_batch_duration_seconds") >= batches+2*queues*3
 	})
 	// Stop all at once, lest one take up the leases another released.

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
+	"github.com/coordinator-dev/coordinator/internal/testwait"
 	"github.com/coordinator-dev/coordinator/server/store/storetest"
 )
 
@@ -341,7 +342,7 @@ func TestKeepAliveRenewsManyLeasesOnOneStream(t *testing.T) {
 
 			// Killing the stream stops the renewals: the leases expire.
 			kill()
-			eventually(t, ttl+10*time.Second, "every lease expired after the stream died", func() bool {
+			testwait.Until(t, ttl+10*time.Second, "every lease expired after the stream died", func() bool {
 				list, err := c.client.List(context.Background(), &coordinatorv1.ListRequest{Prefix: "ka/"})
 				if err != nil {
 					t.Fatal(err)

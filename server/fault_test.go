@@ -19,6 +19,7 @@ import (
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
 	"github.com/coordinator-dev/coordinator/internal/coordinatord"
 	"github.com/coordinator-dev/coordinator/internal/redistest"
+	"github.com/coordinator-dev/coordinator/internal/testwait"
 	"github.com/coordinator-dev/coordinator/server/store/storetest"
 )
 
@@ -74,7 +75,7 @@ func TestRedisRestartWithoutDataQuarantinesGrants(t *testing.T) {
 	}
 
 	var after *coordinatorv1.Lease
-	eventually(t, retry+10*time.Second, "granted again after the quarantine", func() bool {
+	testwait.Until(t, retry+10*time.Second, "granted again after the quarantine", func() bool {
 		resp, err := c.tryAcquire("job", "b", time.Minute, 0)
 		if _, reason, _ := errorDetails(err); err != nil && reason != "DATA_LOSS_QUARANTINE" {
 			t.Fatal(err)

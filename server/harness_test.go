@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -91,16 +92,19 @@ func errorDetails(err error) (code codes.Code, reason, field string) {
 
 func errCode(err error) codes.Code { return status.Code(err) }
 
-// eventually polls cond until it holds, failing the test after timeout. It
-// stands in for a fixed sleep: fast when the machine is idle, patient when
-// it is loaded.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+// checkGrantOrder checks that the holders on the closed channel order were
+// granted in arrival order, w0, w1, …, and, when want > 0, that there were
+// want of them.
+func checkGrantOrder(t *testing.T, order <-chan string, want int) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: still not %s", timeout, what)
+	i := 0
+	for holder := range order {
+		if w := fmt.Sprintf("w%d", i); holder != w {
+			t.Fatalf("grant #%d went to %s, want %s", i, holder, w)
 		}
-		time.Sleep(10 * time.Millisecond)
+		i++
+	}
+	if want > 0 && i != want {
+		t.Fatalf("%d of %d waiters granted", i, want)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
 	"github.com/coordinator-dev/coordinator/internal/coordinatord"
 	"github.com/coordinator-dev/coordinator/internal/redistest"
+	"github.com/coordinator-dev/coordinator/internal/testwait"
 )
 
 // eventLog is what one observer received.
@@ -103,7 +104,7 @@ func TestObserversOfManyElectionsSeeEveryChangeInOrder(t *testing.T) {
 			}
 			seen := func(n int, what string) {
 				t.Helper()
-				eventually(t, 20*time.Second, what, func() bool {
+				testwait.Until(t, 20*time.Second, what, func() bool {
 					for e := range elections {
 						for _, l := range logs[e] {
 							if l.len() < n {
@@ -166,7 +167,7 @@ func TestReconcileCatchesAChangeThatWasNeverAnnounced(t *testing.T) {
 	cfg.ObserveReconcile = time.Second
 	watcher, writer := start(t, cfg), start(t, cfg)
 	l := observeInto(t, watcher, "quiet")
-	eventually(t, 10*time.Second, "the current state observed", func() bool { return l.len() == 1 })
+	testwait.Until(t, 10*time.Second, "the current state observed", func() bool { return l.len() == 1 })
 
 	rdb := redistest.Client(t)
 	key := cfg.RedisKeyPrefix + ":{quiet}:watched"
@@ -178,7 +179,7 @@ func TestReconcileCatchesAChangeThatWasNeverAnnounced(t *testing.T) {
 		t.Fatalf("Campaign = %v, %v", resp, err)
 	}
 	// The re-read comes within one and a half intervals, and a bit.
-	eventually(t, 15*time.Second, "the unannounced leader observed", func() bool { return l.len() == 2 })
+	testwait.Until(t, 15*time.Second, "the unannounced leader observed", func() bool { return l.len() == 2 })
 	if got, want := l.String(), fmt.Sprintf("VACANT ELECTED(c,,%d)", resp.GetLeader().GetTerm()); got != want {
 		t.Fatalf("the observer saw %s, want %s", got, want)
 	}

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
+	"github.com/coordinator-dev/coordinator/internal/testwait"
 	"github.com/coordinator-dev/coordinator/server/store/storetest"
 )
 
@@ -258,13 +259,7 @@ func TestWaitingAcquire(t *testing.T) {
 				}
 				wg.Wait()
 				close(order)
-				i := 0
-				for holder := range order {
-					if want := fmt.Sprintf("w%d", i); holder != want {
-						t.Fatalf("grant #%d went to %s, want %s", i, holder, want)
-					}
-					i++
-				}
+				checkGrantOrder(t, order, 0)
 			})
 
 			t.Run("a cancelled waiter leaves the queue at once", func(t *testing.T) {
@@ -310,7 +305,7 @@ func TestWaitingAcquire(t *testing.T) {
 // waitQueued waits until n callers are queued for name.
 func waitQueued(t *testing.T, c *coordinator, name string, n int) {
 	t.Helper()
-	eventually(t, 10*time.Second, fmt.Sprintf("%d waiters queued on %s", n, name), func() bool {
+	testwait.Until(t, 10*time.Second, fmt.Sprintf("%d waiters queued on %s", n, name), func() bool {
 		desc, err := c.client.Describe(context.Background(), &coordinatorv1.DescribeRequest{Name: name})
 		if err != nil {
 			t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
 	"github.com/coordinator-dev/coordinator/internal/coordinatord"
 	"github.com/coordinator-dev/coordinator/internal/redistest"
+	"github.com/coordinator-dev/coordinator/internal/testwait"
 	"github.com/coordinator-dev/coordinator/server"
 	"github.com/coordinator-dev/coordinator/server/store"
 	memstore "github.com/coordinator-dev/coordinator/server/store/memory"
@@ -243,16 +244,7 @@ func TestFIFOAcrossCoordinators(t *testing.T) {
 	release(t, coords[0], held)
 	wg.Wait()
 	close(order)
-	i := 0
-	for holder := range order {
-		if want := fmt.Sprintf("w%d", i); holder != want {
-			t.Fatalf("grant #%d went to %s, want %s", i, holder, want)
-		}
-		i++
-	}
-	if i != waiters {
-		t.Fatalf("%d of %d waiters granted", i, waiters)
-	}
+	checkGrantOrder(t, order, waiters)
 }
 
 // TestALineRecoversWhenItsFirstWaiterLostItsPlace loses the place of the
@@ -271,7 +263,7 @@ func TestALineRecoversWhenItsFirstWaiterLostItsPlace(t *testing.T) {
 			st.mu.Unlock()
 			held := c.mustAcquire(t, "lost", "owner", time.Minute)
 			granted := parkWaiters(t, c, "lost", 3)
-			eventually(t, 20*time.Second, "w0's place timed out", func() bool {
+			testwait.Until(t, 20*time.Second, "w0's place timed out", func() bool {
 				desc, err := c.client.Describe(context.Background(), &coordinatorv1.DescribeRequest{Name: "lost"})
 				if err != nil {
 					t.Fatal(err)

@@ -20,6 +20,7 @@ import (
 
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
 	"github.com/coordinator-dev/coordinator/internal/redistest"
+	"github.com/coordinator-dev/coordinator/internal/testwait"
 	"github.com/coordinator-dev/coordinator/server/store/storetest"
 )
 
@@ -174,7 +175,7 @@ func (c *contention) checkFloors(t *testing.T) {
 	for n := range faultNames {
 		name := fmt.Sprintf("fault/%d", n)
 		var d *coordinatorv1.DescribeResponse
-		eventually(t, 3*faultTTL, "Describe answers", func() bool {
+		testwait.Until(t, 3*faultTTL, "Describe answers", func() bool {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
 			var err error
@@ -184,17 +185,6 @@ func (c *contention) checkFloors(t *testing.T) {
 		if d.GetLastToken() < c.highest[n].Load() {
 			t.Errorf("Describe(%s).last_token = %d, below token %d granted before", name, d.GetLastToken(), c.highest[n].Load())
 		}
-	}
-}
-
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: still not %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -219,10 +209,10 @@ func underContention(t *testing.T, addr string, recoveryBound time.Duration, fau
 	for round := range faultRounds(t) {
 		// Let holders get inside their leases, then strike.
 		before := c.grants.Load()
-		eventually(t, 10*faultTTL, "granting before the fault", func() bool { return c.grants.Load() > before+faultNames })
+		testwait.Until(t, 10*faultTTL, "granting before the fault", func() bool { return c.grants.Load() > before+faultNames })
 		time.Sleep(faultTTL / 2)
 		healed := fault(round)
-		eventually(t, recoveryBound+10*faultTTL, "granting after the fault", func() bool {
+		testwait.Until(t, recoveryBound+10*faultTTL, "granting after the fault", func() bool {
 			return c.lastGrant.Load() > healed.UnixNano()
 		})
 		recovery := time.Unix(0, c.lastGrant.Load()).Sub(healed)
@@ -273,7 +263,7 @@ func TestFaults(t *testing.T) {
 		defer func() { _ = sc.Close() }()
 		underContention(t, p.addr, bound, func(int) time.Time {
 			primary.Kill()
-			eventually(t, 60*time.Second, "the Sentinel promoting the replica", func() bool {
+			testwait.Until(t, 60*time.Second, "the Sentinel promoting the replica", func() bool {
 				addr, err := sc.GetMasterAddrByName(context.Background(), "coordinator").Result()
 				return err == nil && len(addr) == 2 && net.JoinHostPort(addr[0], addr[1]) == replica.Addr()
 			})

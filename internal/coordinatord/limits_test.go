@@ -18,6 +18,7 @@ import (
 
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
 	"github.com/coordinator-dev/coordinator/internal/coordinatord/coordtest"
+	"github.com/coordinator-dev/coordinator/internal/testwait"
 )
 
 // metric returns the value of the metric line that starts with series
@@ -43,13 +44,7 @@ func metric(t *testing.T, c *coordtest.Coordinator, series string) float64 {
 // loaded CI machine, and it returns as soon as it holds.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testwait.Until(t, 30*time.Second, what, cond)
 }
 
 // wantRefusal checks that err is the ResourceExhausted of a cap, naming its
