@@ -106,7 +106,7 @@ func (c *Client) observe(ctx context.Context, election string, ch chan<- LeaderE
 					return err
 				}
 				b.Reset()
-				for _, out := range transition(last, ev) {
+				for _, out := range transition(last, ev.GetEvent()) {
 					if !deliver(out) {
 						return ctx.Err()
 					}

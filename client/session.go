@@ -401,7 +401,7 @@ func (s *session) handle(conn *kaConn, resp *coordinatorv1.KeepAliveResponse) {
 	case *coordinatorv1.KeepAliveResponse_Failed:
 		// STORE_UNAVAILABLE, DATA_LOSS_QUARANTINE…: this renewal failed; the
 		// lease holds until its deadline. Try again.
-		s.failed(l, r.Failed.GetReason()+": "+r.Failed.GetMessage())
+		s.failed(l, r.Failed.GetReason().String()+": "+r.Failed.GetMessage())
 	}
 }
 

@@ -108,7 +108,7 @@ func TestElectionsWithCrashesAndResignations(t *testing.T) {
 						if err != nil {
 							return
 						}
-						observed[i] = append(observed[i], ev)
+						observed[i] = append(observed[i], ev.GetEvent())
 					}
 				}()
 			}
@@ -230,28 +230,28 @@ func TestObserveStartsWithTheCurrentState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ev, err := stream.Recv(); err != nil || ev.GetKind() != coordinatorv1.LeaderEvent_KIND_VACANT {
-		t.Fatalf("first event of a vacant election = %v, %v", ev, err)
+	if ev, err := stream.Recv(); err != nil || !ev.GetInitial() || ev.GetEvent().GetKind() != coordinatorv1.LeaderEvent_KIND_VACANT {
+		t.Fatalf("first message of a vacant election = %v, %v; want initial VACANT", ev, err)
 	}
 	resp, err := c.client.Campaign(ctx, &coordinatorv1.CampaignRequest{Election: "e", Candidate: "a", Value: []byte("v1"), Ttl: dur(time.Minute)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ev, err := stream.Recv(); err != nil || ev.GetKind() != coordinatorv1.LeaderEvent_KIND_ELECTED || ev.GetLeader().GetTerm() != resp.GetLeader().GetTerm() {
+	if ev, err := stream.Recv(); err != nil || ev.GetInitial() || ev.GetEvent().GetKind() != coordinatorv1.LeaderEvent_KIND_ELECTED || ev.GetEvent().GetLeader().GetTerm() != resp.GetLeader().GetTerm() {
 		t.Fatalf("after campaign = %v, %v", ev, err)
 	}
 	if _, err := c.client.Campaign(ctx, &coordinatorv1.CampaignRequest{Election: "e", Candidate: "a", Value: []byte("v2"), Ttl: dur(time.Minute)}); err != nil {
 		t.Fatal(err)
 	}
-	if ev, err := stream.Recv(); err != nil || ev.GetKind() != coordinatorv1.LeaderEvent_KIND_PROCLAIMED || string(ev.GetLeader().GetValue()) != "v2" {
+	if ev, err := stream.Recv(); err != nil || ev.GetInitial() || ev.GetEvent().GetKind() != coordinatorv1.LeaderEvent_KIND_PROCLAIMED || string(ev.GetEvent().GetLeader().GetValue()) != "v2" {
 		t.Fatalf("after proclaim = %v, %v", ev, err)
 	}
 	late, err := c.client.Observe(ctx, &coordinatorv1.ObserveRequest{Election: "e"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ev, err := late.Recv(); err != nil || ev.GetKind() != coordinatorv1.LeaderEvent_KIND_ELECTED || string(ev.GetLeader().GetValue()) != "v2" {
-		t.Fatalf("a late observer's first event = %v, %v", ev, err)
+	if ev, err := late.Recv(); err != nil || !ev.GetInitial() || ev.GetEvent().GetKind() != coordinatorv1.LeaderEvent_KIND_ELECTED || string(ev.GetEvent().GetLeader().GetValue()) != "v2" {
+		t.Fatalf("a late observer's first message = %v, %v; want the initial state", ev, err)
 	}
 }
 
@@ -326,17 +326,18 @@ func TestKeepAliveRenewsManyLeasesOnOneStream(t *testing.T) {
 			// A lost lease and a bad request are answered as lost; the stream lives on.
 			for _, tc := range []struct {
 				req    *coordinatorv1.KeepAliveRequest
-				reason string
+				reason coordinatorv1.ErrorReason
+				code   codes.Code
 			}{
-				{&coordinatorv1.KeepAliveRequest{Name: "ka/0", Holder: "h", Token: tokens[0] + 1, Ttl: dur(ttl)}, "LEASE_NOT_HELD"},
-				{&coordinatorv1.KeepAliveRequest{Name: "ka/0", Holder: "h", Token: tokens[0]}, "INVALID_FIELD"},
+				{&coordinatorv1.KeepAliveRequest{Id: 7, Name: "ka/0", Holder: "h", Token: tokens[0] + 1, Ttl: dur(ttl)}, coordinatorv1.ErrorReason_LEASE_NOT_HELD, codes.FailedPrecondition},
+				{&coordinatorv1.KeepAliveRequest{Id: 8, Name: "ka/0", Holder: "h", Token: tokens[0]}, coordinatorv1.ErrorReason_INVALID_FIELD, codes.InvalidArgument},
 			} {
 				if err := stream.Send(tc.req); err != nil {
 					t.Fatal(err)
 				}
 				resp, err := stream.Recv()
-				if err != nil || resp.GetLost().GetReason() != tc.reason {
-					t.Fatalf("KeepAlive(%v) = %v, %v; want lost with %s", tc.req, resp, err, tc.reason)
+				if err != nil || resp.GetId() != tc.req.GetId() || resp.GetLost().GetReason() != tc.reason || codes.Code(resp.GetLost().GetCode()) != tc.code {
+					t.Fatalf("KeepAlive(%v) = %v, %v; want id %d lost with %s, %s", tc.req, resp, err, tc.req.GetId(), tc.reason, tc.code)
 				}
 			}
 

@@ -174,7 +174,7 @@ func TestUnreachableRedisIsUnavailableNeverAWrongAnswer(t *testing.T) {
 			t.Fatal(err)
 		}
 		resp, err := stream.Recv()
-		if err != nil || resp.GetFailed().GetReason() != "STORE_UNAVAILABLE" || resp.GetLost() != nil {
+		if err != nil || resp.GetFailed().GetReason() != coordinatorv1.ErrorReason_STORE_UNAVAILABLE || resp.GetLost() != nil {
 			t.Fatalf("KeepAlive with Redis down = %v, %v; want failed with STORE_UNAVAILABLE", resp, err)
 		}
 	})

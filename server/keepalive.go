@@ -85,7 +85,7 @@ func (s *Service) KeepAlive(stream coordinatorv1.Coordinator_KeepAliveServer) er
 }
 
 func (s *Service) keepAliveOne(ctx context.Context, req *coordinatorv1.KeepAliveRequest) *coordinatorv1.KeepAliveResponse {
-	resp := &coordinatorv1.KeepAliveResponse{Name: req.GetName()}
+	resp := &coordinatorv1.KeepAliveResponse{Id: req.GetId(), Name: req.GetName()}
 	ttl, err := s.validateRenew(req.GetName(), req.GetHolder(), req.GetToken(), req.GetTtl())
 	if err == nil {
 		// A renewal that takes longer than the lease lasts helps nobody, and
@@ -102,15 +102,15 @@ func (s *Service) keepAliveOne(ctx context.Context, req *coordinatorv1.KeepAlive
 	st := status.Convert(err)
 	reason := reasonOf(st)
 	switch reason {
-	case coordinatorv1.ErrorReason_LEASE_NOT_HELD.String(), coordinatorv1.ErrorReason_INVALID_FIELD.String():
+	case coordinatorv1.ErrorReason_LEASE_NOT_HELD, coordinatorv1.ErrorReason_INVALID_FIELD, coordinatorv1.ErrorReason_PERMISSION_DENIED:
 		resp.Result = &coordinatorv1.KeepAliveResponse_Lost{Lost: &coordinatorv1.LeaseLost{
-			Holder: req.GetHolder(), Token: req.GetToken(), Reason: reason, Message: st.Message(),
+			Holder: req.GetHolder(), Token: req.GetToken(), Reason: reason, Message: st.Message(), Code: int32(st.Code()),
 		}}
 		return resp
-	case "":
-		reason = st.Code().String()
 	}
-	failed := &coordinatorv1.RenewalFailed{Holder: req.GetHolder(), Token: req.GetToken(), Reason: reason, Message: st.Message()}
+	failed := &coordinatorv1.RenewalFailed{
+		Holder: req.GetHolder(), Token: req.GetToken(), Reason: reason, Message: st.Message(), Code: int32(st.Code()),
+	}
 	for _, d := range st.Details() {
 		if ri, ok := d.(*errdetails.RetryInfo); ok {
 			failed.RetryAfter = ri.GetRetryDelay()

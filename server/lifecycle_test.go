@@ -68,13 +68,13 @@ func TestZeroServiceOptionsServeWithDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ev, err := stream.Recv(); err != nil || ev.GetKind() != coordinatorv1.LeaderEvent_KIND_VACANT {
+	if ev, err := stream.Recv(); err != nil || ev.GetEvent().GetKind() != coordinatorv1.LeaderEvent_KIND_VACANT {
 		t.Fatalf("first event %v, %v; want VACANT", ev, err)
 	}
 	if _, err := client.Campaign(ctx, &coordinatorv1.CampaignRequest{Election: "zero-election", Candidate: "c", Ttl: dur(time.Minute)}); err != nil {
 		t.Fatal(err)
 	}
-	if ev, err := stream.Recv(); err != nil || ev.GetKind() != coordinatorv1.LeaderEvent_KIND_ELECTED {
+	if ev, err := stream.Recv(); err != nil || ev.GetEvent().GetKind() != coordinatorv1.LeaderEvent_KIND_ELECTED {
 		t.Fatalf("after a campaign: %v, %v; want ELECTED", ev, err)
 	}
 	svc.Stop()

@@ -69,7 +69,7 @@ type observers struct {
 	log           *slog.Logger
 	// events fans each election's events out to its streams; a stream that
 	// falls observerBuffer events behind is evicted.
-	events fanout.Hub[string, *coordinatorv1.LeaderEvent]
+	events fanout.Hub[string, *coordinatorv1.ObserveResponse]
 	kick   chan struct{} // buffered: wakes the read loop
 
 	mu   sync.Mutex
@@ -126,7 +126,7 @@ func (o *observers) markTTL() time.Duration { return 4*o.reconcile + 10*time.Sec
 
 // observe returns the election's events, starting with its current state.
 // The channel is closed when the observer fell too far behind.
-func (o *observers) observe(name string) (<-chan *coordinatorv1.LeaderEvent, func()) {
+func (o *observers) observe(name string) (<-chan *coordinatorv1.ObserveResponse, func()) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	h, ok := o.hubs[name]
@@ -140,7 +140,7 @@ func (o *observers) observe(name string) (<-chan *coordinatorv1.LeaderEvent, fun
 	}
 	h.observers++
 	h.mu.Lock()
-	var initial []*coordinatorv1.LeaderEvent
+	var initial []*coordinatorv1.ObserveResponse
 	if h.last != nil {
 		initial = append(initial, snapshotEvent(h.last))
 	}
@@ -473,13 +473,13 @@ func (o *observers) apply(h *hub, cur *observedState) {
 	if prev.held && (!cur.held || newTerm) {
 		// A term always ends before the next begins, even when both
 		// happened between two reads.
-		o.events.Publish(h.name, &coordinatorv1.LeaderEvent{Kind: coordinatorv1.LeaderEvent_KIND_VACANT})
+		o.events.Publish(h.name, change(coordinatorv1.LeaderEvent_KIND_VACANT, nil))
 	}
 	switch {
 	case newTerm:
-		o.events.Publish(h.name, &coordinatorv1.LeaderEvent{Kind: coordinatorv1.LeaderEvent_KIND_ELECTED, Leader: leaderToProto(cur.lease)})
+		o.events.Publish(h.name, change(coordinatorv1.LeaderEvent_KIND_ELECTED, leaderToProto(cur.lease)))
 	case cur.held && !bytes.Equal(cur.lease.Value, prev.lease.Value):
-		o.events.Publish(h.name, &coordinatorv1.LeaderEvent{Kind: coordinatorv1.LeaderEvent_KIND_PROCLAIMED, Leader: leaderToProto(cur.lease)})
+		o.events.Publish(h.name, change(coordinatorv1.LeaderEvent_KIND_PROCLAIMED, leaderToProto(cur.lease)))
 	}
 }
 
@@ -488,9 +488,17 @@ func spread(d time.Duration) time.Duration {
 	return rand.N(d) //nolint:gosec // spreading reads in time needs no secret randomness
 }
 
-func snapshotEvent(s *observedState) *coordinatorv1.LeaderEvent {
-	if !s.held {
-		return &coordinatorv1.LeaderEvent{Kind: coordinatorv1.LeaderEvent_KIND_VACANT}
+// snapshotEvent is an observer's first message: the election's state, marked
+// initial so that a sitting leader does not look like one just elected.
+func snapshotEvent(s *observedState) *coordinatorv1.ObserveResponse {
+	resp := change(coordinatorv1.LeaderEvent_KIND_VACANT, nil)
+	if s.held {
+		resp = change(coordinatorv1.LeaderEvent_KIND_ELECTED, leaderToProto(s.lease))
 	}
-	return &coordinatorv1.LeaderEvent{Kind: coordinatorv1.LeaderEvent_KIND_ELECTED, Leader: leaderToProto(s.lease)}
+	resp.Initial = true
+	return resp
+}
+
+func change(kind coordinatorv1.LeaderEvent_Kind, leader *coordinatorv1.Leader) *coordinatorv1.ObserveResponse {
+	return &coordinatorv1.ObserveResponse{Event: &coordinatorv1.LeaderEvent{Kind: kind, Leader: leader}}
 }

@@ -65,7 +65,7 @@ func observeInto(t *testing.T, c *coordinator, election string) *eventLog {
 				l.mu.Unlock()
 				return
 			}
-			l.events = append(l.events, ev)
+			l.events = append(l.events, ev.GetEvent())
 			l.mu.Unlock()
 		}
 	}()

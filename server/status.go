@@ -64,12 +64,13 @@ func storeError(err error) error {
 	return status.Error(codes.Internal, err.Error())
 }
 
-// reasonOf returns the ErrorInfo reason of st, or "" when it has none.
-func reasonOf(st *status.Status) string {
+// reasonOf returns the ErrorInfo reason of st, or ERROR_REASON_UNSPECIFIED
+// when it has none.
+func reasonOf(st *status.Status) coordinatorv1.ErrorReason {
 	for _, d := range st.Details() {
 		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == ErrorDomain {
-			return info.GetReason()
+			return coordinatorv1.ErrorReason(coordinatorv1.ErrorReason_value[info.GetReason()])
 		}
 	}
-	return ""
+	return coordinatorv1.ErrorReason_ERROR_REASON_UNSPECIFIED
 }

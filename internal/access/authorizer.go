@@ -279,8 +279,9 @@ func (s *checkedStream) RecvMsg(m any) error {
 		if !ok {
 			return err
 		}
-		lost := &coordinatorv1.KeepAliveResponse{Name: req.GetName(), Result: &coordinatorv1.KeepAliveResponse_Lost{Lost: &coordinatorv1.LeaseLost{
-			Holder: req.GetHolder(), Token: req.GetToken(), Reason: ReasonPermissionDenied, Message: status.Convert(err).Message(),
+		lost := &coordinatorv1.KeepAliveResponse{Id: req.GetId(), Name: req.GetName(), Result: &coordinatorv1.KeepAliveResponse_Lost{Lost: &coordinatorv1.LeaseLost{
+			Holder: req.GetHolder(), Token: req.GetToken(), Reason: coordinatorv1.ErrorReason_PERMISSION_DENIED,
+			Message: status.Convert(err).Message(), Code: int32(codes.PermissionDenied),
 		}}}
 		if err := s.SendMsg(lost); err != nil {
 			return err

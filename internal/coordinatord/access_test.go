@@ -163,7 +163,7 @@ func TestKeepAliveRenewsAllowedLeasesAndLosesTheOthers(t *testing.T) {
 			t.Fatalf("answer for %q to a request for %q", got.GetName(), name)
 		case strings.HasPrefix(name, "team-a/") && got.GetLease() == nil:
 			t.Fatalf("%s not renewed: %v", name, got)
-		case strings.HasPrefix(name, "team-b/") && (got.GetLost().GetReason() != "PERMISSION_DENIED" || !strings.Contains(got.GetLost().GetMessage(), name)):
+		case strings.HasPrefix(name, "team-b/") && (got.GetLost().GetReason() != coordinatorv1.ErrorReason_PERMISSION_DENIED || !strings.Contains(got.GetLost().GetMessage(), name)):
 			t.Fatalf("%s: %v; want lost, PERMISSION_DENIED, naming it", name, got)
 		}
 	}

@@ -71,7 +71,7 @@ func TestOneConnectionOverTheStreamCapIsRefusedAndTheRestKeepWorking(t *testing.
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ev, err := stream.Recv(); err != nil || ev.GetKind() != coordinatorv1.LeaderEvent_KIND_VACANT {
+		if ev, err := stream.Recv(); err != nil || ev.GetEvent().GetKind() != coordinatorv1.LeaderEvent_KIND_VACANT {
 			t.Fatalf("first event %v, %v", ev, err)
 		}
 		open = append(open, stream)
@@ -112,7 +112,7 @@ func TestOneConnectionOverTheStreamCapIsRefusedAndTheRestKeepWorking(t *testing.
 		t.Fatal(err)
 	}
 	for i, stream := range open {
-		if ev, err := stream.Recv(); err != nil || ev.GetKind() != coordinatorv1.LeaderEvent_KIND_ELECTED {
+		if ev, err := stream.Recv(); err != nil || ev.GetEvent().GetKind() != coordinatorv1.LeaderEvent_KIND_ELECTED {
 			t.Fatalf("stream %d after the refusals: %v, %v", i, ev, err)
 		}
 	}

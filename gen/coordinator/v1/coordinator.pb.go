@@ -23,27 +23,28 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// ErrorReason is the google.rpc.ErrorInfo reason of errors a client may act on.
+// ErrorReason is the google.rpc.ErrorInfo reason of errors a client may act
+// on (the reason string is the value's name, e.g. "LEASE_NOT_HELD"), and the
+// reason of a KeepAlive result that lost or failed.
 type ErrorReason int32
 
 const (
 	ErrorReason_ERROR_REASON_UNSPECIFIED ErrorReason = 0
-	// The lease expired or is held under another holder or token.
-	// buf:lint:ignore ENUM_VALUE_PREFIX
+	// FailedPrecondition: the lease expired or is held under another holder
+	// or token. ErrorInfo metadata "name" names it.
 	ErrorReason_LEASE_NOT_HELD ErrorReason = 1
-	// The store lost its data recently; grants resume after the quarantine
-	// (metadata "retry_after" in milliseconds).
-	// buf:lint:ignore ENUM_VALUE_PREFIX
+	// Unavailable: the store lost its data recently; grants resume after the
+	// quarantine. ErrorInfo metadata "retry_after" (milliseconds) and a
+	// google.rpc.RetryInfo say when.
 	ErrorReason_DATA_LOSS_QUARANTINE ErrorReason = 2
-	// The store could not be reached or did not answer in time. Retry.
-	// buf:lint:ignore ENUM_VALUE_PREFIX
+	// Unavailable: the store could not be reached or did not answer in time.
+	// Retry with backoff.
 	ErrorReason_STORE_UNAVAILABLE ErrorReason = 3
-	// A request field is invalid (metadata "field" names it).
-	// buf:lint:ignore ENUM_VALUE_PREFIX
+	// InvalidArgument: a request field breaks its FieldRules. ErrorInfo
+	// metadata "field" and a google.rpc.BadRequest name it.
 	ErrorReason_INVALID_FIELD ErrorReason = 4
-	// The name is outside the prefixes the caller's credential may use
-	// (metadata "name" names it).
-	// buf:lint:ignore ENUM_VALUE_PREFIX
+	// PermissionDenied: the name is outside the prefixes the caller's
+	// credential may use. ErrorInfo metadata "name" names it.
 	ErrorReason_PERMISSION_DENIED ErrorReason = 5
 )
 
@@ -146,16 +147,18 @@ func (x LeaderEvent_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use LeaderEvent_Kind.Descriptor instead.
 func (LeaderEvent_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{23, 0}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{28, 0}
 }
 
 // Lease is a grant of a name to one holder until expires_at.
 type Lease struct {
-	state  protoimpl.MessageState `protogen:"open.v1"`
-	Name   string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Holder string                 `protobuf:"bytes,2,opt,name=holder,proto3" json:"holder,omitempty"`
-	// Fencing token: strictly increases per name with every grant; kept by
-	// renewals.
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The leased name (for a leadership, the election).
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Who holds it (for a leadership, the candidate).
+	Holder string `protobuf:"bytes,2,opt,name=holder,proto3" json:"holder,omitempty"`
+	// Fencing token: strictly increases per name with every grant, and stays
+	// the same through renewals. Never 0. See "Fencing tokens" above.
 	Token uint64 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
 	// Time to live that was granted or last renewed.
 	Ttl *durationpb.Duration `protobuf:"bytes,4,opt,name=ttl,proto3" json:"ttl,omitempty"`
@@ -241,13 +244,17 @@ func (x *Lease) GetValue() []byte {
 
 type TryAcquireRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// 1 to 256 bytes of printable UTF-8; "/" separates namespaces.
+	// The name to lease: 1 to 256 bytes; "/" separates namespaces.
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	// Who asks: 1 to 128 bytes. Acquiring again as the holder is idempotent.
+	// Who asks: 1 to 128 bytes of printable UTF-8. Acquiring again as the
+	// holder is idempotent (see "Holders" above).
 	Holder string `protobuf:"bytes,2,opt,name=holder,proto3" json:"holder,omitempty"`
-	// From 100ms up to the server's maximum TTL.
+	// How long the lease lasts unless renewed: from 100ms up to the server's
+	// maximum TTL (COORDINATOR_MAX_TTL, 5 minutes by default). Required.
 	Ttl *durationpb.Duration `protobuf:"bytes,3,opt,name=ttl,proto3" json:"ttl,omitempty"`
-	// How long to wait for the lease; 0 answers at once. At most 5 minutes.
+	// How long to wait for the lease, queued in arrival order: at most 5
+	// minutes. Unset or 0 answers at once. The RPC deadline also ends the
+	// wait (a little before it, so that the answer arrives in time).
 	Wait          *durationpb.Duration `protobuf:"bytes,4,opt,name=wait,proto3" json:"wait,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -312,12 +319,19 @@ func (x *TryAcquireRequest) GetWait() *durationpb.Duration {
 }
 
 type TryAcquireResponse struct {
-	state    protoimpl.MessageState `protogen:"open.v1"`
-	Acquired bool                   `protobuf:"varint,1,opt,name=acquired,proto3" json:"acquired,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Whether the lease was granted (or renewed, when holder already held it).
+	Acquired bool `protobuf:"varint,1,opt,name=acquired,proto3" json:"acquired,omitempty"`
 	// The granted lease, when acquired.
 	Lease *Lease `protobuf:"bytes,2,opt,name=lease,proto3" json:"lease,omitempty"`
-	// The current holder, when not acquired.
-	Holder        string `protobuf:"bytes,3,opt,name=holder,proto3" json:"holder,omitempty"`
+	// The current holder, when not acquired; empty when the name is free but
+	// queued waiters or a lock delay come first.
+	Holder string `protobuf:"bytes,3,opt,name=holder,proto3" json:"holder,omitempty"`
+	// When not acquired: how long until the name can be granted at the
+	// earliest (the holder's lease or the lock delay ends). Unset when it
+	// depends on queued waiters instead; wait in the queue (wait > 0) rather
+	// than polling then.
+	RetryAfter    *durationpb.Duration `protobuf:"bytes,4,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -373,12 +387,23 @@ func (x *TryAcquireResponse) GetHolder() string {
 	return ""
 }
 
+func (x *TryAcquireResponse) GetRetryAfter() *durationpb.Duration {
+	if x != nil {
+		return x.RetryAfter
+	}
+	return nil
+}
+
 type RenewRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Holder        string                 `protobuf:"bytes,2,opt,name=holder,proto3" json:"holder,omitempty"`
-	Token         uint64                 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
-	Ttl           *durationpb.Duration   `protobuf:"bytes,4,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The lease's name (TryAcquireRequest.name's rules).
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The lease's holder (TryAcquireRequest.holder's rules).
+	Holder string `protobuf:"bytes,2,opt,name=holder,proto3" json:"holder,omitempty"`
+	// The lease's token, as granted. Required (tokens are never 0).
+	Token uint64 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	// The new time to live, from now (TryAcquireRequest.ttl's rules).
+	Ttl           *durationpb.Duration `protobuf:"bytes,4,opt,name=ttl,proto3" json:"ttl,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -442,8 +467,9 @@ func (x *RenewRequest) GetTtl() *durationpb.Duration {
 }
 
 type RenewResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Lease         *Lease                 `protobuf:"bytes,1,opt,name=lease,proto3" json:"lease,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The lease after renewal: the same token, the new expiry.
+	Lease         *Lease `protobuf:"bytes,1,opt,name=lease,proto3" json:"lease,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -486,10 +512,13 @@ func (x *RenewResponse) GetLease() *Lease {
 }
 
 type ReleaseRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Holder        string                 `protobuf:"bytes,2,opt,name=holder,proto3" json:"holder,omitempty"`
-	Token         uint64                 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The lease's name (TryAcquireRequest.name's rules).
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The lease's holder (TryAcquireRequest.holder's rules).
+	Holder string `protobuf:"bytes,2,opt,name=holder,proto3" json:"holder,omitempty"`
+	// The lease's token, as granted. Required.
+	Token         uint64 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -546,8 +575,9 @@ func (x *ReleaseRequest) GetToken() uint64 {
 }
 
 type ReleaseResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Released      bool                   `protobuf:"varint,1,opt,name=released,proto3" json:"released,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// False when (holder, token) did not hold the name (any more).
+	Released      bool `protobuf:"varint,1,opt,name=released,proto3" json:"released,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -590,11 +620,18 @@ func (x *ReleaseResponse) GetReleased() bool {
 }
 
 type KeepAliveRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Holder        string                 `protobuf:"bytes,2,opt,name=holder,proto3" json:"holder,omitempty"`
-	Token         uint64                 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
-	Ttl           *durationpb.Duration   `protobuf:"bytes,4,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Client-chosen; the response to this request carries the same id. 0 is
+	// allowed (then responses are told apart by name, holder and token).
+	Id uint64 `protobuf:"varint,5,opt,name=id,proto3" json:"id,omitempty"`
+	// The lease's name (TryAcquireRequest.name's rules).
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The lease's holder (TryAcquireRequest.holder's rules).
+	Holder string `protobuf:"bytes,2,opt,name=holder,proto3" json:"holder,omitempty"`
+	// The lease's token, as granted. Required.
+	Token uint64 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	// The new time to live, from now (TryAcquireRequest.ttl's rules).
+	Ttl           *durationpb.Duration `protobuf:"bytes,4,opt,name=ttl,proto3" json:"ttl,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -629,6 +666,13 @@ func (*KeepAliveRequest) Descriptor() ([]byte, []int) {
 	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{7}
 }
 
+func (x *KeepAliveRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
 func (x *KeepAliveRequest) GetName() string {
 	if x != nil {
 		return x.Name
@@ -659,7 +703,10 @@ func (x *KeepAliveRequest) GetTtl() *durationpb.Duration {
 
 type KeepAliveResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The id of the request this answers.
+	Id uint64 `protobuf:"varint,5,opt,name=id,proto3" json:"id,omitempty"`
+	// The name of the request this answers.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// Types that are valid to be assigned to Result:
 	//
 	//	*KeepAliveResponse_Lease
@@ -698,6 +745,13 @@ func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
 // Deprecated: Use KeepAliveResponse.ProtoReflect.Descriptor instead.
 func (*KeepAliveResponse) Descriptor() ([]byte, []int) {
 	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *KeepAliveResponse) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
 }
 
 func (x *KeepAliveResponse) GetName() string {
@@ -770,12 +824,19 @@ func (*KeepAliveResponse_Failed) isKeepAliveResponse_Result() {}
 
 // LeaseLost says which lease was lost and why.
 type LeaseLost struct {
-	state  protoimpl.MessageState `protogen:"open.v1"`
-	Holder string                 `protobuf:"bytes,1,opt,name=holder,proto3" json:"holder,omitempty"`
-	Token  uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
-	// An ErrorReason name: LEASE_NOT_HELD, INVALID_FIELD or PERMISSION_DENIED.
-	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
-	Message       string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The holder and token of the request.
+	Holder string `protobuf:"bytes,1,opt,name=holder,proto3" json:"holder,omitempty"`
+	Token  uint64 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
+	// LEASE_NOT_HELD (expired or taken), INVALID_FIELD (the request was
+	// invalid) or PERMISSION_DENIED.
+	Reason ErrorReason `protobuf:"varint,3,opt,name=reason,proto3,enum=coordinator.v1.ErrorReason" json:"reason,omitempty"`
+	// What a person should read.
+	Message string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	// The gRPC status code the same failure gets from the unary call
+	// (google.rpc.Code: 9 FailedPrecondition, 3 InvalidArgument, 7
+	// PermissionDenied).
+	Code          int32 `protobuf:"varint,5,opt,name=code,proto3" json:"code,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -824,11 +885,11 @@ func (x *LeaseLost) GetToken() uint64 {
 	return 0
 }
 
-func (x *LeaseLost) GetReason() string {
+func (x *LeaseLost) GetReason() ErrorReason {
 	if x != nil {
 		return x.Reason
 	}
-	return ""
+	return ErrorReason_ERROR_REASON_UNSPECIFIED
 }
 
 func (x *LeaseLost) GetMessage() string {
@@ -838,17 +899,29 @@ func (x *LeaseLost) GetMessage() string {
 	return ""
 }
 
+func (x *LeaseLost) GetCode() int32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
 // RenewalFailed says which renewal failed and why.
 type RenewalFailed struct {
-	state  protoimpl.MessageState `protogen:"open.v1"`
-	Holder string                 `protobuf:"bytes,1,opt,name=holder,proto3" json:"holder,omitempty"`
-	Token  uint64                 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
-	// An ErrorReason name, e.g. STORE_UNAVAILABLE or DATA_LOSS_QUARANTINE, or
-	// a gRPC code name.
-	Reason  string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The holder and token of the request.
+	Holder string `protobuf:"bytes,1,opt,name=holder,proto3" json:"holder,omitempty"`
+	Token  uint64 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
+	// STORE_UNAVAILABLE or DATA_LOSS_QUARANTINE; ERROR_REASON_UNSPECIFIED
+	// when the failure has no reason (then code tells).
+	Reason ErrorReason `protobuf:"varint,3,opt,name=reason,proto3,enum=coordinator.v1.ErrorReason" json:"reason,omitempty"`
+	// What a person should read.
 	Message string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
 	// When to try again, if the server knows.
-	RetryAfter    *durationpb.Duration `protobuf:"bytes,5,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
+	RetryAfter *durationpb.Duration `protobuf:"bytes,5,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
+	// The gRPC status code the same failure gets from the unary call
+	// (google.rpc.Code, e.g. 14 Unavailable, 4 DeadlineExceeded).
+	Code          int32 `protobuf:"varint,6,opt,name=code,proto3" json:"code,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -897,11 +970,11 @@ func (x *RenewalFailed) GetToken() uint64 {
 	return 0
 }
 
-func (x *RenewalFailed) GetReason() string {
+func (x *RenewalFailed) GetReason() ErrorReason {
 	if x != nil {
 		return x.Reason
 	}
-	return ""
+	return ErrorReason_ERROR_REASON_UNSPECIFIED
 }
 
 func (x *RenewalFailed) GetMessage() string {
@@ -918,16 +991,402 @@ func (x *RenewalFailed) GetRetryAfter() *durationpb.Duration {
 	return nil
 }
 
+func (x *RenewalFailed) GetCode() int32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+type SessionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The operations to run, in any order and concurrently: each one's
+	// result is sent when it is done. At most 1,000 per message.
+	Operations    []*SessionOperation `protobuf:"bytes,1,rep,name=operations,proto3" json:"operations,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionRequest) Reset() {
+	*x = SessionRequest{}
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionRequest) ProtoMessage() {}
+
+func (x *SessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionRequest.ProtoReflect.Descriptor instead.
+func (*SessionRequest) Descriptor() ([]byte, []int) {
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *SessionRequest) GetOperations() []*SessionOperation {
+	if x != nil {
+		return x.Operations
+	}
+	return nil
+}
+
+// SessionOperation is one operation of a Session stream.
+type SessionOperation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Client-chosen; the result carries the same id. Ids of operations in
+	// flight at the same time should differ.
+	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The operation, with the fields and rules of the unary request.
+	//
+	// Types that are valid to be assigned to Operation:
+	//
+	//	*SessionOperation_Acquire
+	//	*SessionOperation_Renew
+	//	*SessionOperation_Release
+	//	*SessionOperation_Campaign
+	//	*SessionOperation_Resign
+	Operation     isSessionOperation_Operation `protobuf_oneof:"operation"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionOperation) Reset() {
+	*x = SessionOperation{}
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionOperation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionOperation) ProtoMessage() {}
+
+func (x *SessionOperation) ProtoReflect() protoreflect.Message {
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionOperation.ProtoReflect.Descriptor instead.
+func (*SessionOperation) Descriptor() ([]byte, []int) {
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *SessionOperation) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *SessionOperation) GetOperation() isSessionOperation_Operation {
+	if x != nil {
+		return x.Operation
+	}
+	return nil
+}
+
+func (x *SessionOperation) GetAcquire() *TryAcquireRequest {
+	if x != nil {
+		if x, ok := x.Operation.(*SessionOperation_Acquire); ok {
+			return x.Acquire
+		}
+	}
+	return nil
+}
+
+func (x *SessionOperation) GetRenew() *RenewRequest {
+	if x != nil {
+		if x, ok := x.Operation.(*SessionOperation_Renew); ok {
+			return x.Renew
+		}
+	}
+	return nil
+}
+
+func (x *SessionOperation) GetRelease() *ReleaseRequest {
+	if x != nil {
+		if x, ok := x.Operation.(*SessionOperation_Release); ok {
+			return x.Release
+		}
+	}
+	return nil
+}
+
+func (x *SessionOperation) GetCampaign() *CampaignRequest {
+	if x != nil {
+		if x, ok := x.Operation.(*SessionOperation_Campaign); ok {
+			return x.Campaign
+		}
+	}
+	return nil
+}
+
+func (x *SessionOperation) GetResign() *ResignRequest {
+	if x != nil {
+		if x, ok := x.Operation.(*SessionOperation_Resign); ok {
+			return x.Resign
+		}
+	}
+	return nil
+}
+
+type isSessionOperation_Operation interface {
+	isSessionOperation_Operation()
+}
+
+type SessionOperation_Acquire struct {
+	Acquire *TryAcquireRequest `protobuf:"bytes,2,opt,name=acquire,proto3,oneof"`
+}
+
+type SessionOperation_Renew struct {
+	Renew *RenewRequest `protobuf:"bytes,3,opt,name=renew,proto3,oneof"`
+}
+
+type SessionOperation_Release struct {
+	Release *ReleaseRequest `protobuf:"bytes,4,opt,name=release,proto3,oneof"`
+}
+
+type SessionOperation_Campaign struct {
+	Campaign *CampaignRequest `protobuf:"bytes,5,opt,name=campaign,proto3,oneof"`
+}
+
+type SessionOperation_Resign struct {
+	Resign *ResignRequest `protobuf:"bytes,6,opt,name=resign,proto3,oneof"`
+}
+
+func (*SessionOperation_Acquire) isSessionOperation_Operation() {}
+
+func (*SessionOperation_Renew) isSessionOperation_Operation() {}
+
+func (*SessionOperation_Release) isSessionOperation_Operation() {}
+
+func (*SessionOperation_Campaign) isSessionOperation_Operation() {}
+
+func (*SessionOperation_Resign) isSessionOperation_Operation() {}
+
+type SessionResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Results of operations, each once.
+	Results       []*SessionResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionResponse) Reset() {
+	*x = SessionResponse{}
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionResponse) ProtoMessage() {}
+
+func (x *SessionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionResponse.ProtoReflect.Descriptor instead.
+func (*SessionResponse) Descriptor() ([]byte, []int) {
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *SessionResponse) GetResults() []*SessionResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+// SessionResult is the outcome of one SessionOperation.
+type SessionResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The operation's id.
+	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The unary call's response, or its error (code, message and details
+	// exactly as the unary call would return them). An operation with none
+	// of the oneof set gets an INVALID_FIELD error naming "operation".
+	//
+	// Types that are valid to be assigned to Result:
+	//
+	//	*SessionResult_Acquire
+	//	*SessionResult_Renew
+	//	*SessionResult_Release
+	//	*SessionResult_Campaign
+	//	*SessionResult_Resign
+	Result        isSessionResult_Result `protobuf_oneof:"result"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionResult) Reset() {
+	*x = SessionResult{}
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionResult) ProtoMessage() {}
+
+func (x *SessionResult) ProtoReflect() protoreflect.Message {
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionResult.ProtoReflect.Descriptor instead.
+func (*SessionResult) Descriptor() ([]byte, []int) {
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *SessionResult) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *SessionResult) GetResult() isSessionResult_Result {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *SessionResult) GetAcquire() *TryAcquireResponse {
+	if x != nil {
+		if x, ok := x.Result.(*SessionResult_Acquire); ok {
+			return x.Acquire
+		}
+	}
+	return nil
+}
+
+func (x *SessionResult) GetRenew() *RenewResponse {
+	if x != nil {
+		if x, ok := x.Result.(*SessionResult_Renew); ok {
+			return x.Renew
+		}
+	}
+	return nil
+}
+
+func (x *SessionResult) GetRelease() *ReleaseResponse {
+	if x != nil {
+		if x, ok := x.Result.(*SessionResult_Release); ok {
+			return x.Release
+		}
+	}
+	return nil
+}
+
+func (x *SessionResult) GetCampaign() *CampaignResponse {
+	if x != nil {
+		if x, ok := x.Result.(*SessionResult_Campaign); ok {
+			return x.Campaign
+		}
+	}
+	return nil
+}
+
+func (x *SessionResult) GetResign() *ResignResponse {
+	if x != nil {
+		if x, ok := x.Result.(*SessionResult_Resign); ok {
+			return x.Resign
+		}
+	}
+	return nil
+}
+
+type isSessionResult_Result interface {
+	isSessionResult_Result()
+}
+
+type SessionResult_Acquire struct {
+	Acquire *TryAcquireResponse `protobuf:"bytes,2,opt,name=acquire,proto3,oneof"`
+}
+
+type SessionResult_Renew struct {
+	Renew *RenewResponse `protobuf:"bytes,3,opt,name=renew,proto3,oneof"`
+}
+
+type SessionResult_Release struct {
+	Release *ReleaseResponse `protobuf:"bytes,4,opt,name=release,proto3,oneof"`
+}
+
+type SessionResult_Campaign struct {
+	Campaign *CampaignResponse `protobuf:"bytes,5,opt,name=campaign,proto3,oneof"`
+}
+
+type SessionResult_Resign struct {
+	Resign *ResignResponse `protobuf:"bytes,6,opt,name=resign,proto3,oneof"`
+}
+
+func (*SessionResult_Acquire) isSessionResult_Result() {}
+
+func (*SessionResult_Renew) isSessionResult_Result() {}
+
+func (*SessionResult_Release) isSessionResult_Result() {}
+
+func (*SessionResult_Campaign) isSessionResult_Result() {}
+
+func (*SessionResult_Resign) isSessionResult_Result() {}
+
 type DescribeRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The name to describe (TryAcquireRequest.name's rules).
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DescribeRequest) Reset() {
 	*x = DescribeRequest{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[11]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -939,7 +1398,7 @@ func (x *DescribeRequest) String() string {
 func (*DescribeRequest) ProtoMessage() {}
 
 func (x *DescribeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[11]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -952,7 +1411,7 @@ func (x *DescribeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeRequest.ProtoReflect.Descriptor instead.
 func (*DescribeRequest) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{11}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *DescribeRequest) GetName() string {
@@ -964,7 +1423,8 @@ func (x *DescribeRequest) GetName() string {
 
 type DescribeResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Held  bool                   `protobuf:"varint,1,opt,name=held,proto3" json:"held,omitempty"`
+	// Whether the name is leased now.
+	Held bool `protobuf:"varint,1,opt,name=held,proto3" json:"held,omitempty"`
 	// The current lease, when held.
 	Lease *Lease `protobuf:"bytes,2,opt,name=lease,proto3" json:"lease,omitempty"`
 	// A floor of the fencing tokens issued for the name: at least every token
@@ -984,7 +1444,7 @@ type DescribeResponse struct {
 
 func (x *DescribeResponse) Reset() {
 	*x = DescribeResponse{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[12]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -996,7 +1456,7 @@ func (x *DescribeResponse) String() string {
 func (*DescribeResponse) ProtoMessage() {}
 
 func (x *DescribeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[12]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1009,7 +1469,7 @@ func (x *DescribeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeResponse.ProtoReflect.Descriptor instead.
 func (*DescribeResponse) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{12}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DescribeResponse) GetHeld() bool {
@@ -1042,11 +1502,14 @@ func (x *DescribeResponse) GetWaiters() uint32 {
 
 type ListRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Only names starting with prefix.
+	// Only names starting with prefix; empty lists every name the caller may
+	// see. Its segments follow the name rules, except the last.
 	Prefix string `protobuf:"bytes,1,opt,name=prefix,proto3" json:"prefix,omitempty"`
-	// At most this many leases per page (default 100, at most 1000).
+	// At most this many leases per page: 0 means 100, larger values than
+	// 1000 mean 1000. Negative values are invalid.
 	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	// From a previous response's next_page_token.
+	// From a previous response's next_page_token, with the same prefix;
+	// empty for the first page.
 	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1054,7 +1517,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[13]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1066,7 +1529,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[13]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1079,7 +1542,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{13}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListRequest) GetPrefix() string {
@@ -1104,8 +1567,9 @@ func (x *ListRequest) GetPageToken() string {
 }
 
 type ListResponse struct {
-	state  protoimpl.MessageState `protogen:"open.v1"`
-	Leases []*Lease               `protobuf:"bytes,1,rep,name=leases,proto3" json:"leases,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Held leases in name order.
+	Leases []*Lease `protobuf:"bytes,1,rep,name=leases,proto3" json:"leases,omitempty"`
 	// Empty on the last page.
 	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -1114,7 +1578,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[14]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1126,7 +1590,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[14]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1139,7 +1603,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{14}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListResponse) GetLeases() []*Lease {
@@ -1158,12 +1622,17 @@ func (x *ListResponse) GetNextPageToken() string {
 
 // Leader is the sitting leader of an election.
 type Leader struct {
-	state     protoimpl.MessageState `protogen:"open.v1"`
-	Election  string                 `protobuf:"bytes,1,opt,name=election,proto3" json:"election,omitempty"`
-	Candidate string                 `protobuf:"bytes,2,opt,name=candidate,proto3" json:"candidate,omitempty"`
-	Value     []byte                 `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
-	// Fencing token of the leadership: strictly increases per election.
-	Term          uint64                 `protobuf:"varint,4,opt,name=term,proto3" json:"term,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The election's name.
+	Election string `protobuf:"bytes,1,opt,name=election,proto3" json:"election,omitempty"`
+	// Who leads.
+	Candidate string `protobuf:"bytes,2,opt,name=candidate,proto3" json:"candidate,omitempty"`
+	// The value the leader proclaimed.
+	Value []byte `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
+	// Fencing token of the leadership: strictly increases per election, and
+	// stays the same through the leader's renewals and proclamations.
+	Term uint64 `protobuf:"varint,4,opt,name=term,proto3" json:"term,omitempty"`
+	// When the term ends unless renewed, by the store's clock.
 	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1171,7 +1640,7 @@ type Leader struct {
 
 func (x *Leader) Reset() {
 	*x = Leader{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[15]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1183,7 +1652,7 @@ func (x *Leader) String() string {
 func (*Leader) ProtoMessage() {}
 
 func (x *Leader) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[15]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1196,7 +1665,7 @@ func (x *Leader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Leader.ProtoReflect.Descriptor instead.
 func (*Leader) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{15}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Leader) GetElection() string {
@@ -1235,19 +1704,30 @@ func (x *Leader) GetExpiresAt() *timestamppb.Timestamp {
 }
 
 type CampaignRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Election      string                 `protobuf:"bytes,1,opt,name=election,proto3" json:"election,omitempty"`
-	Candidate     string                 `protobuf:"bytes,2,opt,name=candidate,proto3" json:"candidate,omitempty"`
-	Value         []byte                 `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
-	Ttl           *durationpb.Duration   `protobuf:"bytes,4,opt,name=ttl,proto3" json:"ttl,omitempty"`
-	Wait          *durationpb.Duration   `protobuf:"bytes,5,opt,name=wait,proto3" json:"wait,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The election's name (TryAcquireRequest.name's rules; elections and
+	// locks share one namespace).
+	Election string `protobuf:"bytes,1,opt,name=election,proto3" json:"election,omitempty"`
+	// Who campaigns (TryAcquireRequest.holder's rules).
+	Candidate string `protobuf:"bytes,2,opt,name=candidate,proto3" json:"candidate,omitempty"`
+	// The value to proclaim: at most 64 KiB (it is sent to every observer).
+	// May be empty.
+	Value []byte `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
+	// How long the term lasts unless renewed (TryAcquireRequest.ttl's rules).
+	Ttl *durationpb.Duration `protobuf:"bytes,4,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	// How long to wait for leadership (TryAcquireRequest.wait's rules).
+	// Ignored when term is set.
+	Wait *durationpb.Duration `protobuf:"bytes,5,opt,name=wait,proto3" json:"wait,omitempty"`
+	// The term the candidate holds and means to renew or proclaim in; 0 to
+	// campaign for a new term (or renew whatever term the candidate holds).
+	Term          uint64 `protobuf:"varint,6,opt,name=term,proto3" json:"term,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CampaignRequest) Reset() {
 	*x = CampaignRequest{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[16]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1259,7 +1739,7 @@ func (x *CampaignRequest) String() string {
 func (*CampaignRequest) ProtoMessage() {}
 
 func (x *CampaignRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[16]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1272,7 +1752,7 @@ func (x *CampaignRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CampaignRequest.ProtoReflect.Descriptor instead.
 func (*CampaignRequest) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{16}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CampaignRequest) GetElection() string {
@@ -1310,18 +1790,29 @@ func (x *CampaignRequest) GetWait() *durationpb.Duration {
 	return nil
 }
 
+func (x *CampaignRequest) GetTerm() uint64 {
+	if x != nil {
+		return x.Term
+	}
+	return 0
+}
+
 type CampaignResponse struct {
-	state   protoimpl.MessageState `protogen:"open.v1"`
-	Elected bool                   `protobuf:"varint,1,opt,name=elected,proto3" json:"elected,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Whether the candidate leads now.
+	Elected bool `protobuf:"varint,1,opt,name=elected,proto3" json:"elected,omitempty"`
 	// The new leadership when elected; otherwise the sitting leader, if any.
-	Leader        *Leader `protobuf:"bytes,2,opt,name=leader,proto3" json:"leader,omitempty"`
+	Leader *Leader `protobuf:"bytes,2,opt,name=leader,proto3" json:"leader,omitempty"`
+	// When not elected: how long until the leadership can be granted at the
+	// earliest (TryAcquireResponse.retry_after).
+	RetryAfter    *durationpb.Duration `protobuf:"bytes,3,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CampaignResponse) Reset() {
 	*x = CampaignResponse{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[17]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1333,7 +1824,7 @@ func (x *CampaignResponse) String() string {
 func (*CampaignResponse) ProtoMessage() {}
 
 func (x *CampaignResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[17]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1346,7 +1837,7 @@ func (x *CampaignResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CampaignResponse.ProtoReflect.Descriptor instead.
 func (*CampaignResponse) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{17}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CampaignResponse) GetElected() bool {
@@ -1363,18 +1854,28 @@ func (x *CampaignResponse) GetLeader() *Leader {
 	return nil
 }
 
+func (x *CampaignResponse) GetRetryAfter() *durationpb.Duration {
+	if x != nil {
+		return x.RetryAfter
+	}
+	return nil
+}
+
 type ResignRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Election      string                 `protobuf:"bytes,1,opt,name=election,proto3" json:"election,omitempty"`
-	Candidate     string                 `protobuf:"bytes,2,opt,name=candidate,proto3" json:"candidate,omitempty"`
-	Term          uint64                 `protobuf:"varint,3,opt,name=term,proto3" json:"term,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The election's name (TryAcquireRequest.name's rules).
+	Election string `protobuf:"bytes,1,opt,name=election,proto3" json:"election,omitempty"`
+	// The leader (TryAcquireRequest.holder's rules).
+	Candidate string `protobuf:"bytes,2,opt,name=candidate,proto3" json:"candidate,omitempty"`
+	// The term to end. Required.
+	Term          uint64 `protobuf:"varint,3,opt,name=term,proto3" json:"term,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ResignRequest) Reset() {
 	*x = ResignRequest{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[18]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1386,7 +1887,7 @@ func (x *ResignRequest) String() string {
 func (*ResignRequest) ProtoMessage() {}
 
 func (x *ResignRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[18]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1399,7 +1900,7 @@ func (x *ResignRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResignRequest.ProtoReflect.Descriptor instead.
 func (*ResignRequest) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{18}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ResignRequest) GetElection() string {
@@ -1424,15 +1925,16 @@ func (x *ResignRequest) GetTerm() uint64 {
 }
 
 type ResignResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Resigned      bool                   `protobuf:"varint,1,opt,name=resigned,proto3" json:"resigned,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// False when the term was not the sitting one (any more).
+	Resigned      bool `protobuf:"varint,1,opt,name=resigned,proto3" json:"resigned,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ResignResponse) Reset() {
 	*x = ResignResponse{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[19]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1444,7 +1946,7 @@ func (x *ResignResponse) String() string {
 func (*ResignResponse) ProtoMessage() {}
 
 func (x *ResignResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[19]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1457,7 +1959,7 @@ func (x *ResignResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResignResponse.ProtoReflect.Descriptor instead.
 func (*ResignResponse) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{19}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ResignResponse) GetResigned() bool {
@@ -1468,15 +1970,16 @@ func (x *ResignResponse) GetResigned() bool {
 }
 
 type LeaderRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Election      string                 `protobuf:"bytes,1,opt,name=election,proto3" json:"election,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The election's name (TryAcquireRequest.name's rules).
+	Election      string `protobuf:"bytes,1,opt,name=election,proto3" json:"election,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LeaderRequest) Reset() {
 	*x = LeaderRequest{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[20]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1488,7 +1991,7 @@ func (x *LeaderRequest) String() string {
 func (*LeaderRequest) ProtoMessage() {}
 
 func (x *LeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[20]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1501,7 +2004,7 @@ func (x *LeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderRequest.ProtoReflect.Descriptor instead.
 func (*LeaderRequest) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{20}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *LeaderRequest) GetElection() string {
@@ -1512,16 +2015,18 @@ func (x *LeaderRequest) GetElection() string {
 }
 
 type LeaderResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	HasLeader     bool                   `protobuf:"varint,1,opt,name=has_leader,json=hasLeader,proto3" json:"has_leader,omitempty"`
-	Leader        *Leader                `protobuf:"bytes,2,opt,name=leader,proto3" json:"leader,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Whether the election has a sitting leader.
+	HasLeader bool `protobuf:"varint,1,opt,name=has_leader,json=hasLeader,proto3" json:"has_leader,omitempty"`
+	// The sitting leader, when there is one.
+	Leader        *Leader `protobuf:"bytes,2,opt,name=leader,proto3" json:"leader,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LeaderResponse) Reset() {
 	*x = LeaderResponse{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[21]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1533,7 +2038,7 @@ func (x *LeaderResponse) String() string {
 func (*LeaderResponse) ProtoMessage() {}
 
 func (x *LeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[21]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1546,7 +2051,7 @@ func (x *LeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderResponse.ProtoReflect.Descriptor instead.
 func (*LeaderResponse) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{21}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *LeaderResponse) GetHasLeader() bool {
@@ -1564,15 +2069,16 @@ func (x *LeaderResponse) GetLeader() *Leader {
 }
 
 type ObserveRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Election      string                 `protobuf:"bytes,1,opt,name=election,proto3" json:"election,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The election's name (TryAcquireRequest.name's rules).
+	Election      string `protobuf:"bytes,1,opt,name=election,proto3" json:"election,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ObserveRequest) Reset() {
 	*x = ObserveRequest{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[22]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1584,7 +2090,7 @@ func (x *ObserveRequest) String() string {
 func (*ObserveRequest) ProtoMessage() {}
 
 func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[22]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1597,7 +2103,7 @@ func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveRequest.ProtoReflect.Descriptor instead.
 func (*ObserveRequest) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{22}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ObserveRequest) GetElection() string {
@@ -1607,9 +2113,67 @@ func (x *ObserveRequest) GetElection() string {
 	return ""
 }
 
+type ObserveResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The change (or, when initial, the state).
+	Event *LeaderEvent `protobuf:"bytes,1,opt,name=event,proto3" json:"event,omitempty"`
+	// True on the first message only: event is the election's state when the
+	// stream opened (kind ELECTED with the sitting leader, or VACANT), not a
+	// change that just happened.
+	Initial       bool `protobuf:"varint,2,opt,name=initial,proto3" json:"initial,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ObserveResponse) Reset() {
+	*x = ObserveResponse{}
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ObserveResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ObserveResponse) ProtoMessage() {}
+
+func (x *ObserveResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ObserveResponse.ProtoReflect.Descriptor instead.
+func (*ObserveResponse) Descriptor() ([]byte, []int) {
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ObserveResponse) GetEvent() *LeaderEvent {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
+func (x *ObserveResponse) GetInitial() bool {
+	if x != nil {
+		return x.Initial
+	}
+	return false
+}
+
+// LeaderEvent is a change of an election's leadership.
 type LeaderEvent struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Kind  LeaderEvent_Kind       `protobuf:"varint,1,opt,name=kind,proto3,enum=coordinator.v1.LeaderEvent_Kind" json:"kind,omitempty"`
+	// What happened.
+	Kind LeaderEvent_Kind `protobuf:"varint,1,opt,name=kind,proto3,enum=coordinator.v1.LeaderEvent_Kind" json:"kind,omitempty"`
 	// The leader after the change; unset when vacant.
 	Leader        *Leader `protobuf:"bytes,2,opt,name=leader,proto3" json:"leader,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -1618,7 +2182,7 @@ type LeaderEvent struct {
 
 func (x *LeaderEvent) Reset() {
 	*x = LeaderEvent{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[23]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1630,7 +2194,7 @@ func (x *LeaderEvent) String() string {
 func (*LeaderEvent) ProtoMessage() {}
 
 func (x *LeaderEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[23]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1643,7 +2207,7 @@ func (x *LeaderEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderEvent.ProtoReflect.Descriptor instead.
 func (*LeaderEvent) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{23}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *LeaderEvent) GetKind() LeaderEvent_Kind {
@@ -1664,7 +2228,7 @@ var File_coordinator_v1_coordinator_proto protoreflect.FileDescriptor
 
 const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\n" +
-	" coordinator/v1/coordinator.proto\x12\x0ecoordinator.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc7\x01\n" +
+	" coordinator/v1/coordinator.proto\x12\x0ecoordinator.v1\x1a\x1acoordinator/v1/rules.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc7\x01\n" +
 	"\x05Lease\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x14\n" +
@@ -1672,63 +2236,91 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\x03ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x129\n" +
 	"\n" +
 	"expires_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x14\n" +
-	"\x05value\x18\x06 \x01(\fR\x05value\"\x9b\x01\n" +
-	"\x11TryAcquireRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
-	"\x06holder\x18\x02 \x01(\tR\x06holder\x12+\n" +
-	"\x03ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12-\n" +
-	"\x04wait\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"u\n" +
+	"\x05value\x18\x06 \x01(\fR\x05value\"\xde\x01\n" +
+	"\x11TryAcquireRequest\x12\x1f\n" +
+	"\x04name\x18\x01 \x01(\tB\v\xca\xf3\x18\a\b\x01\x10\x80\x02\x18\x02R\x04name\x12#\n" +
+	"\x06holder\x18\x02 \x01(\tB\v\xca\xf3\x18\a\b\x01\x10\x80\x01\x18\x01R\x06holder\x12J\n" +
+	"\x03ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationB\x1d\xca\xf3\x18\x19\b\x01 d2\x13COORDINATOR_MAX_TTLR\x03ttl\x127\n" +
+	"\x04wait\x18\x04 \x01(\v2\x19.google.protobuf.DurationB\b\xca\xf3\x18\x04(\xe0\xa7\x12R\x04wait\"\xb1\x01\n" +
 	"\x12TryAcquireResponse\x12\x1a\n" +
 	"\bacquired\x18\x01 \x01(\bR\bacquired\x12+\n" +
 	"\x05lease\x18\x02 \x01(\v2\x15.coordinator.v1.LeaseR\x05lease\x12\x16\n" +
-	"\x06holder\x18\x03 \x01(\tR\x06holder\"}\n" +
-	"\fRenewRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
-	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x14\n" +
-	"\x05token\x18\x03 \x01(\x04R\x05token\x12+\n" +
-	"\x03ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"<\n" +
+	"\x06holder\x18\x03 \x01(\tR\x06holder\x12:\n" +
+	"\vretry_after\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"retryAfter\"\xbe\x01\n" +
+	"\fRenewRequest\x12\x1f\n" +
+	"\x04name\x18\x01 \x01(\tB\v\xca\xf3\x18\a\b\x01\x10\x80\x02\x18\x02R\x04name\x12#\n" +
+	"\x06holder\x18\x02 \x01(\tB\v\xca\xf3\x18\a\b\x01\x10\x80\x01\x18\x01R\x06holder\x12\x1c\n" +
+	"\x05token\x18\x03 \x01(\x04B\x06\xca\xf3\x18\x02\b\x01R\x05token\x12J\n" +
+	"\x03ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationB\x1d\xca\xf3\x18\x19\b\x01 d2\x13COORDINATOR_MAX_TTLR\x03ttl\"<\n" +
 	"\rRenewResponse\x12+\n" +
-	"\x05lease\x18\x01 \x01(\v2\x15.coordinator.v1.LeaseR\x05lease\"R\n" +
-	"\x0eReleaseRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
-	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x14\n" +
-	"\x05token\x18\x03 \x01(\x04R\x05token\"-\n" +
+	"\x05lease\x18\x01 \x01(\v2\x15.coordinator.v1.LeaseR\x05lease\"t\n" +
+	"\x0eReleaseRequest\x12\x1f\n" +
+	"\x04name\x18\x01 \x01(\tB\v\xca\xf3\x18\a\b\x01\x10\x80\x02\x18\x02R\x04name\x12#\n" +
+	"\x06holder\x18\x02 \x01(\tB\v\xca\xf3\x18\a\b\x01\x10\x80\x01\x18\x01R\x06holder\x12\x1c\n" +
+	"\x05token\x18\x03 \x01(\x04B\x06\xca\xf3\x18\x02\b\x01R\x05token\"-\n" +
 	"\x0fReleaseResponse\x12\x1a\n" +
-	"\breleased\x18\x01 \x01(\bR\breleased\"\x81\x01\n" +
-	"\x10KeepAliveRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
-	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x14\n" +
-	"\x05token\x18\x03 \x01(\x04R\x05token\x12+\n" +
-	"\x03ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\"\xca\x01\n" +
-	"\x11KeepAliveResponse\x12\x12\n" +
+	"\breleased\x18\x01 \x01(\bR\breleased\"\xd2\x01\n" +
+	"\x10KeepAliveRequest\x12\x0e\n" +
+	"\x02id\x18\x05 \x01(\x04R\x02id\x12\x1f\n" +
+	"\x04name\x18\x01 \x01(\tB\v\xca\xf3\x18\a\b\x01\x10\x80\x02\x18\x02R\x04name\x12#\n" +
+	"\x06holder\x18\x02 \x01(\tB\v\xca\xf3\x18\a\b\x01\x10\x80\x01\x18\x01R\x06holder\x12\x1c\n" +
+	"\x05token\x18\x03 \x01(\x04B\x06\xca\xf3\x18\x02\b\x01R\x05token\x12J\n" +
+	"\x03ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationB\x1d\xca\xf3\x18\x19\b\x01 d2\x13COORDINATOR_MAX_TTLR\x03ttl\"\xda\x01\n" +
+	"\x11KeepAliveResponse\x12\x0e\n" +
+	"\x02id\x18\x05 \x01(\x04R\x02id\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12-\n" +
 	"\x05lease\x18\x02 \x01(\v2\x15.coordinator.v1.LeaseH\x00R\x05lease\x12/\n" +
 	"\x04lost\x18\x03 \x01(\v2\x19.coordinator.v1.LeaseLostH\x00R\x04lost\x127\n" +
 	"\x06failed\x18\x04 \x01(\v2\x1d.coordinator.v1.RenewalFailedH\x00R\x06failedB\b\n" +
-	"\x06result\"k\n" +
+	"\x06result\"\x9c\x01\n" +
 	"\tLeaseLost\x12\x16\n" +
 	"\x06holder\x18\x01 \x01(\tR\x06holder\x12\x14\n" +
-	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x18\n" +
-	"\amessage\x18\x04 \x01(\tR\amessage\"\xab\x01\n" +
+	"\x05token\x18\x02 \x01(\x04R\x05token\x123\n" +
+	"\x06reason\x18\x03 \x01(\x0e2\x1b.coordinator.v1.ErrorReasonR\x06reason\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\x12\x12\n" +
+	"\x04code\x18\x05 \x01(\x05R\x04code\"\xdc\x01\n" +
 	"\rRenewalFailed\x12\x16\n" +
 	"\x06holder\x18\x01 \x01(\tR\x06holder\x12\x14\n" +
-	"\x05token\x18\x02 \x01(\x04R\x05token\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x18\n" +
+	"\x05token\x18\x02 \x01(\x04R\x05token\x123\n" +
+	"\x06reason\x18\x03 \x01(\x0e2\x1b.coordinator.v1.ErrorReasonR\x06reason\x12\x18\n" +
 	"\amessage\x18\x04 \x01(\tR\amessage\x12:\n" +
 	"\vretry_after\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\n" +
-	"retryAfter\"%\n" +
-	"\x0fDescribeRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\x8c\x01\n" +
+	"retryAfter\x12\x12\n" +
+	"\x04code\x18\x06 \x01(\x05R\x04code\"[\n" +
+	"\x0eSessionRequest\x12I\n" +
+	"\n" +
+	"operations\x18\x01 \x03(\v2 .coordinator.v1.SessionOperationB\a\xca\xf3\x18\x038\xe8\aR\n" +
+	"operations\"\xd8\x02\n" +
+	"\x10SessionOperation\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12=\n" +
+	"\aacquire\x18\x02 \x01(\v2!.coordinator.v1.TryAcquireRequestH\x00R\aacquire\x124\n" +
+	"\x05renew\x18\x03 \x01(\v2\x1c.coordinator.v1.RenewRequestH\x00R\x05renew\x12:\n" +
+	"\arelease\x18\x04 \x01(\v2\x1e.coordinator.v1.ReleaseRequestH\x00R\arelease\x12=\n" +
+	"\bcampaign\x18\x05 \x01(\v2\x1f.coordinator.v1.CampaignRequestH\x00R\bcampaign\x127\n" +
+	"\x06resign\x18\x06 \x01(\v2\x1d.coordinator.v1.ResignRequestH\x00R\x06resignB\v\n" +
+	"\toperation\"J\n" +
+	"\x0fSessionResponse\x127\n" +
+	"\aresults\x18\x01 \x03(\v2\x1d.coordinator.v1.SessionResultR\aresults\"\xd7\x02\n" +
+	"\rSessionResult\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12>\n" +
+	"\aacquire\x18\x02 \x01(\v2\".coordinator.v1.TryAcquireResponseH\x00R\aacquire\x125\n" +
+	"\x05renew\x18\x03 \x01(\v2\x1d.coordinator.v1.RenewResponseH\x00R\x05renew\x12;\n" +
+	"\arelease\x18\x04 \x01(\v2\x1f.coordinator.v1.ReleaseResponseH\x00R\arelease\x12>\n" +
+	"\bcampaign\x18\x05 \x01(\v2 .coordinator.v1.CampaignResponseH\x00R\bcampaign\x128\n" +
+	"\x06resign\x18\x06 \x01(\v2\x1e.coordinator.v1.ResignResponseH\x00R\x06resignB\b\n" +
+	"\x06result\"2\n" +
+	"\x0fDescribeRequest\x12\x1f\n" +
+	"\x04name\x18\x01 \x01(\tB\v\xca\xf3\x18\a\b\x01\x10\x80\x02\x18\x02R\x04name\"\x8c\x01\n" +
 	"\x10DescribeResponse\x12\x12\n" +
 	"\x04held\x18\x01 \x01(\bR\x04held\x12+\n" +
 	"\x05lease\x18\x02 \x01(\v2\x15.coordinator.v1.LeaseR\x05lease\x12\x1d\n" +
 	"\n" +
 	"last_token\x18\x03 \x01(\x04R\tlastToken\x12\x18\n" +
-	"\awaiters\x18\x04 \x01(\rR\awaiters\"a\n" +
-	"\vListRequest\x12\x16\n" +
-	"\x06prefix\x18\x01 \x01(\tR\x06prefix\x12\x1b\n" +
-	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\awaiters\x18\x04 \x01(\rR\awaiters\"u\n" +
+	"\vListRequest\x12!\n" +
+	"\x06prefix\x18\x01 \x01(\tB\t\xca\xf3\x18\x05\x10\x80\x02\x18\x03R\x06prefix\x12$\n" +
+	"\tpage_size\x18\x02 \x01(\x05B\a\xca\xf3\x18\x038\xe8\aR\bpageSize\x12\x1d\n" +
 	"\n" +
 	"page_token\x18\x03 \x01(\tR\tpageToken\"e\n" +
 	"\fListResponse\x12-\n" +
@@ -1740,30 +2332,36 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\x05value\x18\x03 \x01(\fR\x05value\x12\x12\n" +
 	"\x04term\x18\x04 \x01(\x04R\x04term\x129\n" +
 	"\n" +
-	"expires_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"\xbd\x01\n" +
-	"\x0fCampaignRequest\x12\x1a\n" +
-	"\belection\x18\x01 \x01(\tR\belection\x12\x1c\n" +
-	"\tcandidate\x18\x02 \x01(\tR\tcandidate\x12\x14\n" +
-	"\x05value\x18\x03 \x01(\fR\x05value\x12+\n" +
-	"\x03ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x12-\n" +
-	"\x04wait\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x04wait\"\\\n" +
+	"expires_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"\x9e\x02\n" +
+	"\x0fCampaignRequest\x12'\n" +
+	"\belection\x18\x01 \x01(\tB\v\xca\xf3\x18\a\b\x01\x10\x80\x02\x18\x02R\belection\x12)\n" +
+	"\tcandidate\x18\x02 \x01(\tB\v\xca\xf3\x18\a\b\x01\x10\x80\x01\x18\x01R\tcandidate\x12\x1e\n" +
+	"\x05value\x18\x03 \x01(\fB\b\xca\xf3\x18\x04\x10\x80\x80\x04R\x05value\x12J\n" +
+	"\x03ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationB\x1d\xca\xf3\x18\x19\b\x01 d2\x13COORDINATOR_MAX_TTLR\x03ttl\x127\n" +
+	"\x04wait\x18\x05 \x01(\v2\x19.google.protobuf.DurationB\b\xca\xf3\x18\x04(\xe0\xa7\x12R\x04wait\x12\x12\n" +
+	"\x04term\x18\x06 \x01(\x04R\x04term\"\x98\x01\n" +
 	"\x10CampaignResponse\x12\x18\n" +
 	"\aelected\x18\x01 \x01(\bR\aelected\x12.\n" +
-	"\x06leader\x18\x02 \x01(\v2\x16.coordinator.v1.LeaderR\x06leader\"]\n" +
-	"\rResignRequest\x12\x1a\n" +
-	"\belection\x18\x01 \x01(\tR\belection\x12\x1c\n" +
-	"\tcandidate\x18\x02 \x01(\tR\tcandidate\x12\x12\n" +
-	"\x04term\x18\x03 \x01(\x04R\x04term\",\n" +
+	"\x06leader\x18\x02 \x01(\v2\x16.coordinator.v1.LeaderR\x06leader\x12:\n" +
+	"\vretry_after\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"retryAfter\"\x7f\n" +
+	"\rResignRequest\x12'\n" +
+	"\belection\x18\x01 \x01(\tB\v\xca\xf3\x18\a\b\x01\x10\x80\x02\x18\x02R\belection\x12)\n" +
+	"\tcandidate\x18\x02 \x01(\tB\v\xca\xf3\x18\a\b\x01\x10\x80\x01\x18\x01R\tcandidate\x12\x1a\n" +
+	"\x04term\x18\x03 \x01(\x04B\x06\xca\xf3\x18\x02\b\x01R\x04term\",\n" +
 	"\x0eResignResponse\x12\x1a\n" +
-	"\bresigned\x18\x01 \x01(\bR\bresigned\"+\n" +
-	"\rLeaderRequest\x12\x1a\n" +
-	"\belection\x18\x01 \x01(\tR\belection\"_\n" +
+	"\bresigned\x18\x01 \x01(\bR\bresigned\"8\n" +
+	"\rLeaderRequest\x12'\n" +
+	"\belection\x18\x01 \x01(\tB\v\xca\xf3\x18\a\b\x01\x10\x80\x02\x18\x02R\belection\"_\n" +
 	"\x0eLeaderResponse\x12\x1d\n" +
 	"\n" +
 	"has_leader\x18\x01 \x01(\bR\thasLeader\x12.\n" +
-	"\x06leader\x18\x02 \x01(\v2\x16.coordinator.v1.LeaderR\x06leader\",\n" +
-	"\x0eObserveRequest\x12\x1a\n" +
-	"\belection\x18\x01 \x01(\tR\belection\"\xc9\x01\n" +
+	"\x06leader\x18\x02 \x01(\v2\x16.coordinator.v1.LeaderR\x06leader\"9\n" +
+	"\x0eObserveRequest\x12'\n" +
+	"\belection\x18\x01 \x01(\tB\v\xca\xf3\x18\a\b\x01\x10\x80\x02\x18\x02R\belection\"^\n" +
+	"\x0fObserveResponse\x121\n" +
+	"\x05event\x18\x01 \x01(\v2\x1b.coordinator.v1.LeaderEventR\x05event\x12\x18\n" +
+	"\ainitial\x18\x02 \x01(\bR\ainitial\"\xc9\x01\n" +
 	"\vLeaderEvent\x124\n" +
 	"\x04kind\x18\x01 \x01(\x0e2 .coordinator.v1.LeaderEvent.KindR\x04kind\x12.\n" +
 	"\x06leader\x18\x02 \x01(\v2\x16.coordinator.v1.LeaderR\x06leader\"T\n" +
@@ -1778,19 +2376,20 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\x14DATA_LOSS_QUARANTINE\x10\x02\x12\x15\n" +
 	"\x11STORE_UNAVAILABLE\x10\x03\x12\x11\n" +
 	"\rINVALID_FIELD\x10\x04\x12\x15\n" +
-	"\x11PERMISSION_DENIED\x10\x052\x87\x06\n" +
+	"\x11PERMISSION_DENIED\x10\x052\xdb\x06\n" +
 	"\vCoordinator\x12S\n" +
 	"\n" +
 	"TryAcquire\x12!.coordinator.v1.TryAcquireRequest\x1a\".coordinator.v1.TryAcquireResponse\x12D\n" +
 	"\x05Renew\x12\x1c.coordinator.v1.RenewRequest\x1a\x1d.coordinator.v1.RenewResponse\x12J\n" +
 	"\aRelease\x12\x1e.coordinator.v1.ReleaseRequest\x1a\x1f.coordinator.v1.ReleaseResponse\x12T\n" +
-	"\tKeepAlive\x12 .coordinator.v1.KeepAliveRequest\x1a!.coordinator.v1.KeepAliveResponse(\x010\x01\x12M\n" +
+	"\tKeepAlive\x12 .coordinator.v1.KeepAliveRequest\x1a!.coordinator.v1.KeepAliveResponse(\x010\x01\x12N\n" +
+	"\aSession\x12\x1e.coordinator.v1.SessionRequest\x1a\x1f.coordinator.v1.SessionResponse(\x010\x01\x12M\n" +
 	"\bDescribe\x12\x1f.coordinator.v1.DescribeRequest\x1a .coordinator.v1.DescribeResponse\x12A\n" +
 	"\x04List\x12\x1b.coordinator.v1.ListRequest\x1a\x1c.coordinator.v1.ListResponse\x12M\n" +
 	"\bCampaign\x12\x1f.coordinator.v1.CampaignRequest\x1a .coordinator.v1.CampaignResponse\x12G\n" +
 	"\x06Resign\x12\x1d.coordinator.v1.ResignRequest\x1a\x1e.coordinator.v1.ResignResponse\x12G\n" +
-	"\x06Leader\x12\x1d.coordinator.v1.LeaderRequest\x1a\x1e.coordinator.v1.LeaderResponse\x12H\n" +
-	"\aObserve\x12\x1e.coordinator.v1.ObserveRequest\x1a\x1b.coordinator.v1.LeaderEvent0\x01BIZGgithub.com/coordinator-dev/coordinator/gen/coordinator/v1;coordinatorv1b\x06proto3"
+	"\x06Leader\x12\x1d.coordinator.v1.LeaderRequest\x1a\x1e.coordinator.v1.LeaderResponse\x12L\n" +
+	"\aObserve\x12\x1e.coordinator.v1.ObserveRequest\x1a\x1f.coordinator.v1.ObserveResponse0\x01BIZGgithub.com/coordinator-dev/coordinator/gen/coordinator/v1;coordinatorv1b\x06proto3"
 
 var (
 	file_coordinator_v1_coordinator_proto_rawDescOnce sync.Once
@@ -1805,7 +2404,7 @@ func file_coordinator_v1_coordinator_proto_rawDescGZIP() []byte {
 }
 
 var file_coordinator_v1_coordinator_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_coordinator_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_coordinator_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_coordinator_v1_coordinator_proto_goTypes = []any{
 	(ErrorReason)(0),              // 0: coordinator.v1.ErrorReason
 	(LeaderEvent_Kind)(0),         // 1: coordinator.v1.LeaderEvent.Kind
@@ -1820,69 +2419,93 @@ var file_coordinator_v1_coordinator_proto_goTypes = []any{
 	(*KeepAliveResponse)(nil),     // 10: coordinator.v1.KeepAliveResponse
 	(*LeaseLost)(nil),             // 11: coordinator.v1.LeaseLost
 	(*RenewalFailed)(nil),         // 12: coordinator.v1.RenewalFailed
-	(*DescribeRequest)(nil),       // 13: coordinator.v1.DescribeRequest
-	(*DescribeResponse)(nil),      // 14: coordinator.v1.DescribeResponse
-	(*ListRequest)(nil),           // 15: coordinator.v1.ListRequest
-	(*ListResponse)(nil),          // 16: coordinator.v1.ListResponse
-	(*Leader)(nil),                // 17: coordinator.v1.Leader
-	(*CampaignRequest)(nil),       // 18: coordinator.v1.CampaignRequest
-	(*CampaignResponse)(nil),      // 19: coordinator.v1.CampaignResponse
-	(*ResignRequest)(nil),         // 20: coordinator.v1.ResignRequest
-	(*ResignResponse)(nil),        // 21: coordinator.v1.ResignResponse
-	(*LeaderRequest)(nil),         // 22: coordinator.v1.LeaderRequest
-	(*LeaderResponse)(nil),        // 23: coordinator.v1.LeaderResponse
-	(*ObserveRequest)(nil),        // 24: coordinator.v1.ObserveRequest
-	(*LeaderEvent)(nil),           // 25: coordinator.v1.LeaderEvent
-	(*durationpb.Duration)(nil),   // 26: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 27: google.protobuf.Timestamp
+	(*SessionRequest)(nil),        // 13: coordinator.v1.SessionRequest
+	(*SessionOperation)(nil),      // 14: coordinator.v1.SessionOperation
+	(*SessionResponse)(nil),       // 15: coordinator.v1.SessionResponse
+	(*SessionResult)(nil),         // 16: coordinator.v1.SessionResult
+	(*DescribeRequest)(nil),       // 17: coordinator.v1.DescribeRequest
+	(*DescribeResponse)(nil),      // 18: coordinator.v1.DescribeResponse
+	(*ListRequest)(nil),           // 19: coordinator.v1.ListRequest
+	(*ListResponse)(nil),          // 20: coordinator.v1.ListResponse
+	(*Leader)(nil),                // 21: coordinator.v1.Leader
+	(*CampaignRequest)(nil),       // 22: coordinator.v1.CampaignRequest
+	(*CampaignResponse)(nil),      // 23: coordinator.v1.CampaignResponse
+	(*ResignRequest)(nil),         // 24: coordinator.v1.ResignRequest
+	(*ResignResponse)(nil),        // 25: coordinator.v1.ResignResponse
+	(*LeaderRequest)(nil),         // 26: coordinator.v1.LeaderRequest
+	(*LeaderResponse)(nil),        // 27: coordinator.v1.LeaderResponse
+	(*ObserveRequest)(nil),        // 28: coordinator.v1.ObserveRequest
+	(*ObserveResponse)(nil),       // 29: coordinator.v1.ObserveResponse
+	(*LeaderEvent)(nil),           // 30: coordinator.v1.LeaderEvent
+	(*durationpb.Duration)(nil),   // 31: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 32: google.protobuf.Timestamp
 }
 var file_coordinator_v1_coordinator_proto_depIdxs = []int32{
-	26, // 0: coordinator.v1.Lease.ttl:type_name -> google.protobuf.Duration
-	27, // 1: coordinator.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
-	26, // 2: coordinator.v1.TryAcquireRequest.ttl:type_name -> google.protobuf.Duration
-	26, // 3: coordinator.v1.TryAcquireRequest.wait:type_name -> google.protobuf.Duration
+	31, // 0: coordinator.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	32, // 1: coordinator.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
+	31, // 2: coordinator.v1.TryAcquireRequest.ttl:type_name -> google.protobuf.Duration
+	31, // 3: coordinator.v1.TryAcquireRequest.wait:type_name -> google.protobuf.Duration
 	2,  // 4: coordinator.v1.TryAcquireResponse.lease:type_name -> coordinator.v1.Lease
-	26, // 5: coordinator.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
-	2,  // 6: coordinator.v1.RenewResponse.lease:type_name -> coordinator.v1.Lease
-	26, // 7: coordinator.v1.KeepAliveRequest.ttl:type_name -> google.protobuf.Duration
-	2,  // 8: coordinator.v1.KeepAliveResponse.lease:type_name -> coordinator.v1.Lease
-	11, // 9: coordinator.v1.KeepAliveResponse.lost:type_name -> coordinator.v1.LeaseLost
-	12, // 10: coordinator.v1.KeepAliveResponse.failed:type_name -> coordinator.v1.RenewalFailed
-	26, // 11: coordinator.v1.RenewalFailed.retry_after:type_name -> google.protobuf.Duration
-	2,  // 12: coordinator.v1.DescribeResponse.lease:type_name -> coordinator.v1.Lease
-	2,  // 13: coordinator.v1.ListResponse.leases:type_name -> coordinator.v1.Lease
-	27, // 14: coordinator.v1.Leader.expires_at:type_name -> google.protobuf.Timestamp
-	26, // 15: coordinator.v1.CampaignRequest.ttl:type_name -> google.protobuf.Duration
-	26, // 16: coordinator.v1.CampaignRequest.wait:type_name -> google.protobuf.Duration
-	17, // 17: coordinator.v1.CampaignResponse.leader:type_name -> coordinator.v1.Leader
-	17, // 18: coordinator.v1.LeaderResponse.leader:type_name -> coordinator.v1.Leader
-	1,  // 19: coordinator.v1.LeaderEvent.kind:type_name -> coordinator.v1.LeaderEvent.Kind
-	17, // 20: coordinator.v1.LeaderEvent.leader:type_name -> coordinator.v1.Leader
-	3,  // 21: coordinator.v1.Coordinator.TryAcquire:input_type -> coordinator.v1.TryAcquireRequest
-	5,  // 22: coordinator.v1.Coordinator.Renew:input_type -> coordinator.v1.RenewRequest
-	7,  // 23: coordinator.v1.Coordinator.Release:input_type -> coordinator.v1.ReleaseRequest
-	9,  // 24: coordinator.v1.Coordinator.KeepAlive:input_type -> coordinator.v1.KeepAliveRequest
-	13, // 25: coordinator.v1.Coordinator.Describe:input_type -> coordinator.v1.DescribeRequest
-	15, // 26: coordinator.v1.Coordinator.List:input_type -> coordinator.v1.ListRequest
-	18, // 27: coordinator.v1.Coordinator.Campaign:input_type -> coordinator.v1.CampaignRequest
-	20, // 28: coordinator.v1.Coordinator.Resign:input_type -> coordinator.v1.ResignRequest
-	22, // 29: coordinator.v1.Coordinator.Leader:input_type -> coordinator.v1.LeaderRequest
-	24, // 30: coordinator.v1.Coordinator.Observe:input_type -> coordinator.v1.ObserveRequest
-	4,  // 31: coordinator.v1.Coordinator.TryAcquire:output_type -> coordinator.v1.TryAcquireResponse
-	6,  // 32: coordinator.v1.Coordinator.Renew:output_type -> coordinator.v1.RenewResponse
-	8,  // 33: coordinator.v1.Coordinator.Release:output_type -> coordinator.v1.ReleaseResponse
-	10, // 34: coordinator.v1.Coordinator.KeepAlive:output_type -> coordinator.v1.KeepAliveResponse
-	14, // 35: coordinator.v1.Coordinator.Describe:output_type -> coordinator.v1.DescribeResponse
-	16, // 36: coordinator.v1.Coordinator.List:output_type -> coordinator.v1.ListResponse
-	19, // 37: coordinator.v1.Coordinator.Campaign:output_type -> coordinator.v1.CampaignResponse
-	21, // 38: coordinator.v1.Coordinator.Resign:output_type -> coordinator.v1.ResignResponse
-	23, // 39: coordinator.v1.Coordinator.Leader:output_type -> coordinator.v1.LeaderResponse
-	25, // 40: coordinator.v1.Coordinator.Observe:output_type -> coordinator.v1.LeaderEvent
-	31, // [31:41] is the sub-list for method output_type
-	21, // [21:31] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	31, // 5: coordinator.v1.TryAcquireResponse.retry_after:type_name -> google.protobuf.Duration
+	31, // 6: coordinator.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
+	2,  // 7: coordinator.v1.RenewResponse.lease:type_name -> coordinator.v1.Lease
+	31, // 8: coordinator.v1.KeepAliveRequest.ttl:type_name -> google.protobuf.Duration
+	2,  // 9: coordinator.v1.KeepAliveResponse.lease:type_name -> coordinator.v1.Lease
+	11, // 10: coordinator.v1.KeepAliveResponse.lost:type_name -> coordinator.v1.LeaseLost
+	12, // 11: coordinator.v1.KeepAliveResponse.failed:type_name -> coordinator.v1.RenewalFailed
+	0,  // 12: coordinator.v1.LeaseLost.reason:type_name -> coordinator.v1.ErrorReason
+	0,  // 13: coordinator.v1.RenewalFailed.reason:type_name -> coordinator.v1.ErrorReason
+	31, // 14: coordinator.v1.RenewalFailed.retry_after:type_name -> google.protobuf.Duration
+	14, // 15: coordinator.v1.SessionRequest.operations:type_name -> coordinator.v1.SessionOperation
+	3,  // 16: coordinator.v1.SessionOperation.acquire:type_name -> coordinator.v1.TryAcquireRequest
+	5,  // 17: coordinator.v1.SessionOperation.renew:type_name -> coordinator.v1.RenewRequest
+	7,  // 18: coordinator.v1.SessionOperation.release:type_name -> coordinator.v1.ReleaseRequest
+	22, // 19: coordinator.v1.SessionOperation.campaign:type_name -> coordinator.v1.CampaignRequest
+	24, // 20: coordinator.v1.SessionOperation.resign:type_name -> coordinator.v1.ResignRequest
+	16, // 21: coordinator.v1.SessionResponse.results:type_name -> coordinator.v1.SessionResult
+	4,  // 22: coordinator.v1.SessionResult.acquire:type_name -> coordinator.v1.TryAcquireResponse
+	6,  // 23: coordinator.v1.SessionResult.renew:type_name -> coordinator.v1.RenewResponse
+	8,  // 24: coordinator.v1.SessionResult.release:type_name -> coordinator.v1.ReleaseResponse
+	23, // 25: coordinator.v1.SessionResult.campaign:type_name -> coordinator.v1.CampaignResponse
+	25, // 26: coordinator.v1.SessionResult.resign:type_name -> coordinator.v1.ResignResponse
+	2,  // 27: coordinator.v1.DescribeResponse.lease:type_name -> coordinator.v1.Lease
+	2,  // 28: coordinator.v1.ListResponse.leases:type_name -> coordinator.v1.Lease
+	32, // 29: coordinator.v1.Leader.expires_at:type_name -> google.protobuf.Timestamp
+	31, // 30: coordinator.v1.CampaignRequest.ttl:type_name -> google.protobuf.Duration
+	31, // 31: coordinator.v1.CampaignRequest.wait:type_name -> google.protobuf.Duration
+	21, // 32: coordinator.v1.CampaignResponse.leader:type_name -> coordinator.v1.Leader
+	31, // 33: coordinator.v1.CampaignResponse.retry_after:type_name -> google.protobuf.Duration
+	21, // 34: coordinator.v1.LeaderResponse.leader:type_name -> coordinator.v1.Leader
+	30, // 35: coordinator.v1.ObserveResponse.event:type_name -> coordinator.v1.LeaderEvent
+	1,  // 36: coordinator.v1.LeaderEvent.kind:type_name -> coordinator.v1.LeaderEvent.Kind
+	21, // 37: coordinator.v1.LeaderEvent.leader:type_name -> coordinator.v1.Leader
+	3,  // 38: coordinator.v1.Coordinator.TryAcquire:input_type -> coordinator.v1.TryAcquireRequest
+	5,  // 39: coordinator.v1.Coordinator.Renew:input_type -> coordinator.v1.RenewRequest
+	7,  // 40: coordinator.v1.Coordinator.Release:input_type -> coordinator.v1.ReleaseRequest
+	9,  // 41: coordinator.v1.Coordinator.KeepAlive:input_type -> coordinator.v1.KeepAliveRequest
+	13, // 42: coordinator.v1.Coordinator.Session:input_type -> coordinator.v1.SessionRequest
+	17, // 43: coordinator.v1.Coordinator.Describe:input_type -> coordinator.v1.DescribeRequest
+	19, // 44: coordinator.v1.Coordinator.List:input_type -> coordinator.v1.ListRequest
+	22, // 45: coordinator.v1.Coordinator.Campaign:input_type -> coordinator.v1.CampaignRequest
+	24, // 46: coordinator.v1.Coordinator.Resign:input_type -> coordinator.v1.ResignRequest
+	26, // 47: coordinator.v1.Coordinator.Leader:input_type -> coordinator.v1.LeaderRequest
+	28, // 48: coordinator.v1.Coordinator.Observe:input_type -> coordinator.v1.ObserveRequest
+	4,  // 49: coordinator.v1.Coordinator.TryAcquire:output_type -> coordinator.v1.TryAcquireResponse
+	6,  // 50: coordinator.v1.Coordinator.Renew:output_type -> coordinator.v1.RenewResponse
+	8,  // 51: coordinator.v1.Coordinator.Release:output_type -> coordinator.v1.ReleaseResponse
+	10, // 52: coordinator.v1.Coordinator.KeepAlive:output_type -> coordinator.v1.KeepAliveResponse
+	15, // 53: coordinator.v1.Coordinator.Session:output_type -> coordinator.v1.SessionResponse
+	18, // 54: coordinator.v1.Coordinator.Describe:output_type -> coordinator.v1.DescribeResponse
+	20, // 55: coordinator.v1.Coordinator.List:output_type -> coordinator.v1.ListResponse
+	23, // 56: coordinator.v1.Coordinator.Campaign:output_type -> coordinator.v1.CampaignResponse
+	25, // 57: coordinator.v1.Coordinator.Resign:output_type -> coordinator.v1.ResignResponse
+	27, // 58: coordinator.v1.Coordinator.Leader:output_type -> coordinator.v1.LeaderResponse
+	29, // 59: coordinator.v1.Coordinator.Observe:output_type -> coordinator.v1.ObserveResponse
+	49, // [49:60] is the sub-list for method output_type
+	38, // [38:49] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_coordinator_v1_coordinator_proto_init() }
@@ -1890,10 +2513,25 @@ func file_coordinator_v1_coordinator_proto_init() {
 	if File_coordinator_v1_coordinator_proto != nil {
 		return
 	}
+	file_coordinator_v1_rules_proto_init()
 	file_coordinator_v1_coordinator_proto_msgTypes[8].OneofWrappers = []any{
 		(*KeepAliveResponse_Lease)(nil),
 		(*KeepAliveResponse_Lost)(nil),
 		(*KeepAliveResponse_Failed)(nil),
+	}
+	file_coordinator_v1_coordinator_proto_msgTypes[12].OneofWrappers = []any{
+		(*SessionOperation_Acquire)(nil),
+		(*SessionOperation_Renew)(nil),
+		(*SessionOperation_Release)(nil),
+		(*SessionOperation_Campaign)(nil),
+		(*SessionOperation_Resign)(nil),
+	}
+	file_coordinator_v1_coordinator_proto_msgTypes[14].OneofWrappers = []any{
+		(*SessionResult_Acquire)(nil),
+		(*SessionResult_Renew)(nil),
+		(*SessionResult_Release)(nil),
+		(*SessionResult_Campaign)(nil),
+		(*SessionResult_Resign)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1901,7 +2539,7 @@ func file_coordinator_v1_coordinator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coordinator_v1_coordinator_proto_rawDesc), len(file_coordinator_v1_coordinator_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   24,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

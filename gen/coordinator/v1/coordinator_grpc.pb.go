@@ -23,6 +23,7 @@ const (
 	Coordinator_Renew_FullMethodName      = "/coordinator.v1.Coordinator/Renew"
 	Coordinator_Release_FullMethodName    = "/coordinator.v1.Coordinator/Release"
 	Coordinator_KeepAlive_FullMethodName  = "/coordinator.v1.Coordinator/KeepAlive"
+	Coordinator_Session_FullMethodName    = "/coordinator.v1.Coordinator/Session"
 	Coordinator_Describe_FullMethodName   = "/coordinator.v1.Coordinator/Describe"
 	Coordinator_List_FullMethodName       = "/coordinator.v1.Coordinator/List"
 	Coordinator_Campaign_FullMethodName   = "/coordinator.v1.Coordinator/Campaign"
@@ -42,18 +43,35 @@ const (
 // the leadership's term as the token. Locks and elections therefore share one
 // namespace: "/" separates namespaces ("team-a/housekeeper/unlock/q1").
 //
-// Every grant carries a fencing token that strictly increases per name, for
-// ever: across expiries, releases, coordinator restarts and store data loss.
-// Hand the token to the resource you protect and let it refuse lower tokens;
-// a lease alone cannot stop a paused holder from acting after it expired.
+// Holders. A holder (or candidate) string names one owner of leases. The
+// coordinator cannot tell two callers with the same holder apart: two
+// threads, processes or hosts that ask with one holder share one lease
+// (acquiring again as the holder returns the same lease and token). Give
+// each independent owner its own holder, e.g. host, process id and a random
+// suffix.
 //
-// Errors are gRPC status codes. Those a program may act on carry a
+// Fencing tokens. Every grant carries a fencing token that strictly
+// increases per name, for ever: across expiries, releases, coordinator
+// restarts and store data loss. A token is a uint64: the larger of the
+// name's previous token plus one and the store's clock in microseconds since
+// the Unix epoch, so it is never 0 and fits no 53-bit number: JavaScript
+// needs BigInt for it, and the JSON mapping (grpcurl, grpc-gateway) writes it
+// as a decimal string. Hand the token to the resource you protect and let it
+// refuse lower tokens; a lease alone cannot stop a paused holder from acting
+// after it expired.
+//
+// Time. Expiry is measured by the store's clock. A client should count a
+// lease's ttl from when it sent the request that granted or renewed it, on
+// its own monotonic clock, and stop acting some margin before that ends.
+//
+// Errors. Errors are gRPC status codes. Those a program may act on carry a
 // google.rpc.ErrorInfo whose reason is an ErrorReason name and whose domain
-// is "coordinator.v1"; InvalidArgument also carries a google.rpc.BadRequest
-// naming the field.
-// buf:lint:ignore SERVICE_SUFFIX
+// is "coordinator.v1". InvalidArgument also carries a google.rpc.BadRequest
+// naming the field; DATA_LOSS_QUARANTINE a google.rpc.RetryInfo. Request
+// limits are FieldRules annotations (rules.proto) on the request fields.
 type CoordinatorClient interface {
-	// TryAcquire grants the lease on name to holder, or reports who holds it.
+	// TryAcquire grants the lease on name to holder, or reports who holds it
+	// and when to try again.
 	// With wait > 0 the call waits, in arrival order with other waiters, until
 	// the lease is granted, wait has passed or the RPC deadline is reached.
 	// Calling it again as the current holder returns the same lease and token
@@ -70,27 +88,46 @@ type CoordinatorClient interface {
 	// more) returns released=false, so it is safe to retry.
 	Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*ReleaseResponse, error)
 	// KeepAlive renews many leases over one stream. Each request renews one
-	// lease and gets exactly one response naming it: renewed, lost (gone for
-	// good: stop renewing it), or failed (this renewal failed, e.g. the store
-	// was unreachable; the lease may still hold until its expiry, so retry).
+	// lease and gets exactly one response, echoing its id: the lease renewed,
+	// lost (gone for good: stop renewing it), or failed (this renewal failed,
+	// e.g. the store was unreachable; the lease may still hold until its
+	// expiry, so retry). Invalid requests are answered lost, not by ending the
+	// stream. Responses may come in another order than the requests.
 	KeepAlive(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[KeepAliveRequest, KeepAliveResponse], error)
+	// Session carries acquire, renew, release, campaign and resign operations
+	// for many leases over one stream: what a client library uses instead of
+	// unary calls, since one stream costs less per operation than a call and
+	// lets the coordinator batch operations into one store round trip. Each
+	// operation carries a client-chosen id that its result echoes; results may
+	// come in another order than the operations, and a message may carry many
+	// of either. An operation has exactly the semantics, limits and errors of
+	// the unary call of the same name (a failed one gets its status in
+	// SessionResult.error and the stream stays up), including waiting: an
+	// acquire with a wait answers when it is granted or gives up, while other
+	// operations go on. Ending the stream (or losing the connection) gives up
+	// the waits; it does not release leases, which expire unless renewed.
+	Session(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SessionRequest, SessionResponse], error)
 	// Describe reports a name's current lease and the last token issued for it.
 	Describe(ctx context.Context, in *DescribeRequest, opts ...grpc.CallOption) (*DescribeResponse, error)
 	// List pages through the leases currently held, optionally under a prefix.
 	List(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListResponse, error)
-	// Campaign asks for leadership of an election. The sitting leader renews its
-	// term by campaigning again; with a different value it proclaims it.
+	// Campaign asks for leadership of an election. With term = 0 it waits
+	// (like TryAcquire) for the leadership; the sitting leader calling it
+	// again renews its term, with a different value it proclaims it. With a
+	// term, it only renews (and proclaims) that term: when the term ended it
+	// fails with FailedPrecondition, reason LEASE_NOT_HELD, rather than
+	// starting a new term.
 	Campaign(ctx context.Context, in *CampaignRequest, opts ...grpc.CallOption) (*CampaignResponse, error)
 	// Resign gives leadership up when term is the sitting leader's term;
 	// otherwise it changes nothing and returns resigned=false.
 	Resign(ctx context.Context, in *ResignRequest, opts ...grpc.CallOption) (*ResignResponse, error)
 	// Leader reports an election's sitting leader, if any.
 	Leader(ctx context.Context, in *LeaderRequest, opts ...grpc.CallOption) (*LeaderResponse, error)
-	// Observe streams the election's current state, then every change in
-	// order: a new leader, a new value, and the election falling vacant.
-	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
-	// buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
-	Observe(ctx context.Context, in *ObserveRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[LeaderEvent], error)
+	// Observe streams the election's state when the stream opens (marked
+	// initial), then every change in order: a new leader, a new value, and
+	// the election falling vacant. A slow reader is disconnected with
+	// ResourceExhausted rather than sent a gap: reconnect and start over.
+	Observe(ctx context.Context, in *ObserveRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ObserveResponse], error)
 }
 
 type coordinatorClient struct {
@@ -144,6 +181,19 @@ func (c *coordinatorClient) KeepAlive(ctx context.Context, opts ...grpc.CallOpti
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Coordinator_KeepAliveClient = grpc.BidiStreamingClient[KeepAliveRequest, KeepAliveResponse]
 
+func (c *coordinatorClient) Session(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SessionRequest, SessionResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Coordinator_ServiceDesc.Streams[1], Coordinator_Session_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[SessionRequest, SessionResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Coordinator_SessionClient = grpc.BidiStreamingClient[SessionRequest, SessionResponse]
+
 func (c *coordinatorClient) Describe(ctx context.Context, in *DescribeRequest, opts ...grpc.CallOption) (*DescribeResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(DescribeResponse)
@@ -194,13 +244,13 @@ func (c *coordinatorClient) Leader(ctx context.Context, in *LeaderRequest, opts 
 	return out, nil
 }
 
-func (c *coordinatorClient) Observe(ctx context.Context, in *ObserveRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[LeaderEvent], error) {
+func (c *coordinatorClient) Observe(ctx context.Context, in *ObserveRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ObserveResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Coordinator_ServiceDesc.Streams[1], Coordinator_Observe_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Coordinator_ServiceDesc.Streams[2], Coordinator_Observe_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
-	x := &grpc.GenericClientStream[ObserveRequest, LeaderEvent]{ClientStream: stream}
+	x := &grpc.GenericClientStream[ObserveRequest, ObserveResponse]{ClientStream: stream}
 	if err := x.ClientStream.SendMsg(in); err != nil {
 		return nil, err
 	}
@@ -211,7 +261,7 @@ func (c *coordinatorClient) Observe(ctx context.Context, in *ObserveRequest, opt
 }
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type Coordinator_ObserveClient = grpc.ServerStreamingClient[LeaderEvent]
+type Coordinator_ObserveClient = grpc.ServerStreamingClient[ObserveResponse]
 
 // CoordinatorServer is the server API for Coordinator service.
 // All implementations must embed UnimplementedCoordinatorServer
@@ -224,18 +274,35 @@ type Coordinator_ObserveClient = grpc.ServerStreamingClient[LeaderEvent]
 // the leadership's term as the token. Locks and elections therefore share one
 // namespace: "/" separates namespaces ("team-a/housekeeper/unlock/q1").
 //
-// Every grant carries a fencing token that strictly increases per name, for
-// ever: across expiries, releases, coordinator restarts and store data loss.
-// Hand the token to the resource you protect and let it refuse lower tokens;
-// a lease alone cannot stop a paused holder from acting after it expired.
+// Holders. A holder (or candidate) string names one owner of leases. The
+// coordinator cannot tell two callers with the same holder apart: two
+// threads, processes or hosts that ask with one holder share one lease
+// (acquiring again as the holder returns the same lease and token). Give
+// each independent owner its own holder, e.g. host, process id and a random
+// suffix.
 //
-// Errors are gRPC status codes. Those a program may act on carry a
+// Fencing tokens. Every grant carries a fencing token that strictly
+// increases per name, for ever: across expiries, releases, coordinator
+// restarts and store data loss. A token is a uint64: the larger of the
+// name's previous token plus one and the store's clock in microseconds since
+// the Unix epoch, so it is never 0 and fits no 53-bit number: JavaScript
+// needs BigInt for it, and the JSON mapping (grpcurl, grpc-gateway) writes it
+// as a decimal string. Hand the token to the resource you protect and let it
+// refuse lower tokens; a lease alone cannot stop a paused holder from acting
+// after it expired.
+//
+// Time. Expiry is measured by the store's clock. A client should count a
+// lease's ttl from when it sent the request that granted or renewed it, on
+// its own monotonic clock, and stop acting some margin before that ends.
+//
+// Errors. Errors are gRPC status codes. Those a program may act on carry a
 // google.rpc.ErrorInfo whose reason is an ErrorReason name and whose domain
-// is "coordinator.v1"; InvalidArgument also carries a google.rpc.BadRequest
-// naming the field.
-// buf:lint:ignore SERVICE_SUFFIX
+// is "coordinator.v1". InvalidArgument also carries a google.rpc.BadRequest
+// naming the field; DATA_LOSS_QUARANTINE a google.rpc.RetryInfo. Request
+// limits are FieldRules annotations (rules.proto) on the request fields.
 type CoordinatorServer interface {
-	// TryAcquire grants the lease on name to holder, or reports who holds it.
+	// TryAcquire grants the lease on name to holder, or reports who holds it
+	// and when to try again.
 	// With wait > 0 the call waits, in arrival order with other waiters, until
 	// the lease is granted, wait has passed or the RPC deadline is reached.
 	// Calling it again as the current holder returns the same lease and token
@@ -252,27 +319,46 @@ type CoordinatorServer interface {
 	// more) returns released=false, so it is safe to retry.
 	Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error)
 	// KeepAlive renews many leases over one stream. Each request renews one
-	// lease and gets exactly one response naming it: renewed, lost (gone for
-	// good: stop renewing it), or failed (this renewal failed, e.g. the store
-	// was unreachable; the lease may still hold until its expiry, so retry).
+	// lease and gets exactly one response, echoing its id: the lease renewed,
+	// lost (gone for good: stop renewing it), or failed (this renewal failed,
+	// e.g. the store was unreachable; the lease may still hold until its
+	// expiry, so retry). Invalid requests are answered lost, not by ending the
+	// stream. Responses may come in another order than the requests.
 	KeepAlive(grpc.BidiStreamingServer[KeepAliveRequest, KeepAliveResponse]) error
+	// Session carries acquire, renew, release, campaign and resign operations
+	// for many leases over one stream: what a client library uses instead of
+	// unary calls, since one stream costs less per operation than a call and
+	// lets the coordinator batch operations into one store round trip. Each
+	// operation carries a client-chosen id that its result echoes; results may
+	// come in another order than the operations, and a message may carry many
+	// of either. An operation has exactly the semantics, limits and errors of
+	// the unary call of the same name (a failed one gets its status in
+	// SessionResult.error and the stream stays up), including waiting: an
+	// acquire with a wait answers when it is granted or gives up, while other
+	// operations go on. Ending the stream (or losing the connection) gives up
+	// the waits; it does not release leases, which expire unless renewed.
+	Session(grpc.BidiStreamingServer[SessionRequest, SessionResponse]) error
 	// Describe reports a name's current lease and the last token issued for it.
 	Describe(context.Context, *DescribeRequest) (*DescribeResponse, error)
 	// List pages through the leases currently held, optionally under a prefix.
 	List(context.Context, *ListRequest) (*ListResponse, error)
-	// Campaign asks for leadership of an election. The sitting leader renews its
-	// term by campaigning again; with a different value it proclaims it.
+	// Campaign asks for leadership of an election. With term = 0 it waits
+	// (like TryAcquire) for the leadership; the sitting leader calling it
+	// again renews its term, with a different value it proclaims it. With a
+	// term, it only renews (and proclaims) that term: when the term ended it
+	// fails with FailedPrecondition, reason LEASE_NOT_HELD, rather than
+	// starting a new term.
 	Campaign(context.Context, *CampaignRequest) (*CampaignResponse, error)
 	// Resign gives leadership up when term is the sitting leader's term;
 	// otherwise it changes nothing and returns resigned=false.
 	Resign(context.Context, *ResignRequest) (*ResignResponse, error)
 	// Leader reports an election's sitting leader, if any.
 	Leader(context.Context, *LeaderRequest) (*LeaderResponse, error)
-	// Observe streams the election's current state, then every change in
-	// order: a new leader, a new value, and the election falling vacant.
-	// buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
-	// buf:lint:ignore RPC_REQUEST_RESPONSE_UNIQUE
-	Observe(*ObserveRequest, grpc.ServerStreamingServer[LeaderEvent]) error
+	// Observe streams the election's state when the stream opens (marked
+	// initial), then every change in order: a new leader, a new value, and
+	// the election falling vacant. A slow reader is disconnected with
+	// ResourceExhausted rather than sent a gap: reconnect and start over.
+	Observe(*ObserveRequest, grpc.ServerStreamingServer[ObserveResponse]) error
 	mustEmbedUnimplementedCoordinatorServer()
 }
 
@@ -295,6 +381,9 @@ func (UnimplementedCoordinatorServer) Release(context.Context, *ReleaseRequest) 
 func (UnimplementedCoordinatorServer) KeepAlive(grpc.BidiStreamingServer[KeepAliveRequest, KeepAliveResponse]) error {
 	return status.Error(codes.Unimplemented, "method KeepAlive not implemented")
 }
+func (UnimplementedCoordinatorServer) Session(grpc.BidiStreamingServer[SessionRequest, SessionResponse]) error {
+	return status.Error(codes.Unimplemented, "method Session not implemented")
+}
 func (UnimplementedCoordinatorServer) Describe(context.Context, *DescribeRequest) (*DescribeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Describe not implemented")
 }
@@ -310,7 +399,7 @@ func (UnimplementedCoordinatorServer) Resign(context.Context, *ResignRequest) (*
 func (UnimplementedCoordinatorServer) Leader(context.Context, *LeaderRequest) (*LeaderResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Leader not implemented")
 }
-func (UnimplementedCoordinatorServer) Observe(*ObserveRequest, grpc.ServerStreamingServer[LeaderEvent]) error {
+func (UnimplementedCoordinatorServer) Observe(*ObserveRequest, grpc.ServerStreamingServer[ObserveResponse]) error {
 	return status.Error(codes.Unimplemented, "method Observe not implemented")
 }
 func (UnimplementedCoordinatorServer) mustEmbedUnimplementedCoordinatorServer() {}
@@ -394,6 +483,13 @@ func _Coordinator_KeepAlive_Handler(srv interface{}, stream grpc.ServerStream) e
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Coordinator_KeepAliveServer = grpc.BidiStreamingServer[KeepAliveRequest, KeepAliveResponse]
+
+func _Coordinator_Session_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(CoordinatorServer).Session(&grpc.GenericServerStream[SessionRequest, SessionResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Coordinator_SessionServer = grpc.BidiStreamingServer[SessionRequest, SessionResponse]
 
 func _Coordinator_Describe_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(DescribeRequest)
@@ -490,11 +586,11 @@ func _Coordinator_Observe_Handler(srv interface{}, stream grpc.ServerStream) err
 	if err := stream.RecvMsg(m); err != nil {
 		return err
 	}
-	return srv.(CoordinatorServer).Observe(m, &grpc.GenericServerStream[ObserveRequest, LeaderEvent]{ServerStream: stream})
+	return srv.(CoordinatorServer).Observe(m, &grpc.GenericServerStream[ObserveRequest, ObserveResponse]{ServerStream: stream})
 }
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type Coordinator_ObserveServer = grpc.ServerStreamingServer[LeaderEvent]
+type Coordinator_ObserveServer = grpc.ServerStreamingServer[ObserveResponse]
 
 // Coordinator_ServiceDesc is the grpc.ServiceDesc for Coordinator service.
 // It's only intended for direct use with grpc.RegisterService,
@@ -540,6 +636,12 @@ var Coordinator_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "KeepAlive",
 			Handler:       _Coordinator_KeepAlive_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "Session",
+			Handler:       _Coordinator_Session_Handler,
 			ServerStreams: true,
 			ClientStreams: true,
 		},
