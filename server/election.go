@@ -28,13 +28,27 @@ func (s *Service) Campaign(ctx context.Context, req *coordinatorv1.CampaignReque
 	if err := v.Err(); err != nil {
 		return nil, err
 	}
+	if term := req.GetTerm(); term != 0 {
+		// Renewing or proclaiming in a known term: a term that ended is a
+		// failure, never the start of a new one.
+		res, err := s.acquire(ctx, store.AcquireRequest{
+			Name: req.GetElection(), Holder: req.GetCandidate(), TTL: ttl, Value: req.GetValue(), Token: term,
+		}, 0)
+		if err != nil {
+			return nil, err
+		}
+		if !res.Acquired {
+			return nil, errLeaseNotHeld(req.GetElection())
+		}
+		return &coordinatorv1.CampaignResponse{Elected: true, Leader: leaderToProto(res.Lease)}, nil
+	}
 	res, err := s.acquire(ctx, store.AcquireRequest{
 		Name: req.GetElection(), Holder: req.GetCandidate(), TTL: ttl, Value: req.GetValue(),
 	}, wait)
 	if err != nil {
 		return nil, err
 	}
-	resp := &coordinatorv1.CampaignResponse{Elected: res.Acquired}
+	resp := &coordinatorv1.CampaignResponse{Elected: res.Acquired, RetryAfter: retryAfter(res)}
 	if res.Lease.Holder != "" {
 		resp.Leader = leaderToProto(res.Lease)
 	}

@@ -35,8 +35,8 @@ func TestElectionBasics(t *testing.T) {
 			if !first.GetElected() || first.GetLeader().GetTerm() == 0 || string(first.GetLeader().GetValue()) != "addr-a" {
 				t.Fatalf("first campaign = %v", first)
 			}
-			if other := campaign("b", "addr-b"); other.GetElected() || other.GetLeader().GetCandidate() != "a" {
-				t.Fatalf("b's campaign = %v; want not elected, naming a", other)
+			if other := campaign("b", "addr-b"); other.GetElected() || other.GetLeader().GetCandidate() != "a" || other.GetRetryAfter().AsDuration() < 50*time.Second {
+				t.Fatalf("b's campaign = %v; want not elected, naming a, retry after about a minute", other)
 			}
 			proclaimed := campaign("a", "addr-a2")
 			if !proclaimed.GetElected() || proclaimed.GetLeader().GetTerm() != first.GetLeader().GetTerm() || string(proclaimed.GetLeader().GetValue()) != "addr-a2" {
@@ -79,6 +79,39 @@ func TestElectionBasics(t *testing.T) {
 // a while, then resign or crash (stop renewing), while observers watch. No two
 // candidates may lead at once, terms must only grow, and every observer must
 // see every term begin and end, in order.
+// TestCampaignInATermOnlyRenewsThatTerm: a leader that names its term
+// renews and proclaims in it; once the term ended (expired, or resigned and
+// taken by another) the same call fails with LEASE_NOT_HELD instead of
+// starting a new term for a leader that does not know it lost.
+func TestCampaignInATermOnlyRenewsThatTerm(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			c := start(t, testConfig(t, kind))
+			ctx := ctxTimeout(t, 10*time.Second)
+			ttl := 300 * time.Millisecond
+			first, err := c.client.Campaign(ctx, &coordinatorv1.CampaignRequest{Election: "e", Candidate: "a", Value: []byte("v1"), Ttl: dur(ttl)})
+			if err != nil || !first.GetElected() {
+				t.Fatalf("Campaign = %v, %v", first, err)
+			}
+			term := first.GetLeader().GetTerm()
+			proclaim := func(value string) (*coordinatorv1.CampaignResponse, error) {
+				return c.client.Campaign(ctx, &coordinatorv1.CampaignRequest{Election: "e", Candidate: "a", Value: []byte(value), Ttl: dur(ttl), Term: term})
+			}
+			if resp, err := proclaim("v2"); err != nil || !resp.GetElected() || resp.GetLeader().GetTerm() != term || string(resp.GetLeader().GetValue()) != "v2" {
+				t.Fatalf("proclaim in the term = %v, %v; want term %d with v2", resp, err, term)
+			}
+			time.Sleep(ttl + 200*time.Millisecond) // the term expires
+			_, err = proclaim("v3")
+			if code, reason, _ := errorDetails(err); code != codes.FailedPrecondition || reason != "LEASE_NOT_HELD" {
+				t.Fatalf("proclaim after the term expired: %v; want FailedPrecondition LEASE_NOT_HELD", err)
+			}
+			if leader, err := c.client.Leader(ctx, &coordinatorv1.LeaderRequest{Election: "e"}); err != nil || leader.GetHasLeader() {
+				t.Fatalf("Leader after a late proclaim = %v, %v; want none (no new term)", leader, err)
+			}
+		})
+	}
+}
+
 func TestElectionsWithCrashesAndResignations(t *testing.T) {
 	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {

@@ -126,9 +126,19 @@ func (s *Service) TryAcquire(ctx context.Context, req *coordinatorv1.TryAcquireR
 		return nil, err
 	}
 	if !res.Acquired {
-		return &coordinatorv1.TryAcquireResponse{Holder: res.Lease.Holder}, nil
+		return &coordinatorv1.TryAcquireResponse{Holder: res.Lease.Holder, RetryAfter: retryAfter(res)}, nil
 	}
 	return &coordinatorv1.TryAcquireResponse{Acquired: true, Lease: leaseToProto(res.Lease)}, nil
+}
+
+// retryAfter is how long a refused caller should wait before asking again:
+// until the holder's lease or the lock delay ends. It is unset when the
+// name waits on queued callers instead, whose turn no clock tells.
+func retryAfter(res store.AcquireResult) *durationpb.Duration {
+	if res.Acquired || res.RetryAt.IsZero() {
+		return nil
+	}
+	return durationpb.New(max(time.Until(res.RetryAt), 0))
 }
 
 // acquire asks the store for the lease and, given a wait, waits in the

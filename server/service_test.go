@@ -143,8 +143,13 @@ func TestLeaseLifecycle(t *testing.T) {
 			if again.GetToken() != lease.GetToken() {
 				t.Fatalf("retried acquire got token %d, want %d", again.GetToken(), lease.GetToken())
 			}
-			if resp := c.acquire(t, "team-a/job", "bob", time.Second, 0); resp.GetAcquired() || resp.GetHolder() != "alice" {
+			resp := c.acquire(t, "team-a/job", "bob", time.Second, 0)
+			if resp.GetAcquired() || resp.GetHolder() != "alice" {
 				t.Fatalf("bob's acquire = %v; want refused, naming alice", resp)
+			}
+			// alice's lease runs 20s from her second acquire: that is when to retry.
+			if after := resp.GetRetryAfter().AsDuration(); resp.GetRetryAfter() == nil || after < 15*time.Second || after > 21*time.Second {
+				t.Fatalf("bob's refusal says retry after %v; want about 20s (alice's lease)", resp.GetRetryAfter())
 			}
 
 			desc, err := c.client.Describe(ctx, &coordinatorv1.DescribeRequest{Name: "team-a/job"})

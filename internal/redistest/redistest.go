@@ -158,6 +158,25 @@ func freePort(t testing.TB) int {
 	return port
 }
 
+// freeClusterPort is a free port whose cluster bus port (the port plus
+// 10000, which a cluster node also binds) is free too.
+func freeClusterPort(t testing.TB) int {
+	for range 100 {
+		port := freePort(t)
+		if port+10000 > 65535 {
+			continue
+		}
+		bus, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port+10000))
+		if err != nil {
+			continue
+		}
+		_ = bus.Close()
+		return port
+	}
+	t.Fatal("found no free port pair for a cluster node")
+	return 0
+}
+
 func freePortNumber() (int, error) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -308,7 +327,7 @@ func StartCluster(t testing.TB, n int) *Cluster {
 	c := &Cluster{}
 	args := []string{"--cluster", "create"}
 	for range n {
-		s := &Server{t: t, dir: t.TempDir(), port: freePort(t), extra: []string{
+		s := &Server{t: t, dir: t.TempDir(), port: freeClusterPort(t), extra: []string{
 			"--cluster-enabled", "yes", "--cluster-node-timeout", "2000",
 		}}
 		s.start()

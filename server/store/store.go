@@ -70,6 +70,13 @@ type AcquireRequest struct {
 	// on its own name must not erase what it proclaimed. A fresh grant stores
 	// Value either way.
 	KeepValue bool
+	// Token, when not zero, makes the request a renewal of that grant (an
+	// election's leader renewing or proclaiming in a term it knows): it
+	// succeeds only while Holder holds the name under Token, and is
+	// otherwise refused without a grant or a place in the queue, with a zero
+	// Lease. Without it a term that just ended would be followed by a new
+	// one instead of a failure.
+	Token uint64
 	// Waiter, when set, identifies a caller that waits for the name: it is
 	// queued when the name is not granted at once, and keeps its place in the
 	// queue across attempts. Without Waiter a request is refused while older

@@ -227,6 +227,9 @@ func (s *Store) acquire(req store.AcquireRequest) (store.AcquireResult, <-chan s
 	s.sweepIfDue(now)
 	e := s.entry(req.Name)
 
+	if req.Token != 0 && (!e.held(now, s.lockDelay) || e.holder != req.Holder || e.token != req.Token) {
+		return store.AcquireResult{}, nil, nil
+	}
 	if e.held(now, s.lockDelay) {
 		if e.holder != req.Holder {
 			e.queue.enqueue(req.Waiter, now.Add(waiterTTL))

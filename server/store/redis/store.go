@@ -389,11 +389,15 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 	if req.KeepValue {
 		keepValue = "1"
 	}
+	expectedToken := ""
+	if req.Token != 0 {
+		expectedToken = strconv.FormatUint(req.Token, 10)
+	}
 	k := s.keys(req.Name)
 	v, replicated, err := s.callWait(ctx, "acquire", true, acquireScript,
 		[]string{k.lease, k.fence, k.queue, k.waiters, k.marker, k.watched},
 		req.Holder, durationMS(req.TTL), req.Value, req.Waiter, durationMS(waiterTTL),
-		s.quarantineMS, s.channel, req.Name, s.lockDelayMS, keepValue, s.idleMS,
+		s.quarantineMS, s.channel, req.Name, s.lockDelayMS, keepValue, s.idleMS, expectedToken,
 	)
 	if err != nil {
 		return store.AcquireResult{}, err

@@ -37,6 +37,42 @@ func testKeepValue(t *testing.T, s Subject) {
 	}
 }
 
+// testAcquireWithToken: an acquire that names a token (a leader proclaiming
+// in its term) renews that grant and replaces its value; once the grant is
+// gone it is refused, neither granting a new term nor queuing, even with a
+// waiter id.
+func testAcquireWithToken(t *testing.T, s Subject) {
+	ctx := context.Background()
+	term := acquire(t, s, store.AcquireRequest{Name: "e", Holder: "a", Value: []byte("v1"), TTL: shortTTL}).Lease
+	res := acquire(t, s, store.AcquireRequest{Name: "e", Holder: "a", Value: []byte("v2"), TTL: shortTTL, Token: term.Token})
+	if !res.Acquired || res.Lease.Token != term.Token || !bytes.Equal(res.Lease.Value, []byte("v2")) {
+		t.Fatalf("proclaim in the term = %+v; want term %d with value v2", res, term.Token)
+	}
+	for _, tc := range []struct {
+		what string
+		req  store.AcquireRequest
+	}{
+		{"another term's token", store.AcquireRequest{Name: "e", Holder: "a", Token: term.Token + 1}},
+		{"another holder", store.AcquireRequest{Name: "e", Holder: "b", Token: term.Token}},
+		{"a free name", store.AcquireRequest{Name: "free", Holder: "a", Token: term.Token, Waiter: "w"}},
+	} {
+		tc.req.TTL = longTTL
+		if res := acquire(t, s, tc.req); res.Acquired || res.Lease.Holder != "" {
+			t.Fatalf("acquire with %s = %+v; want refused without a holder", tc.what, res)
+		}
+	}
+	if d, err := s.Describe(ctx, "free"); err != nil || d.Held || d.Waiters != 0 {
+		t.Fatalf("Describe(free) after a refused acquire with a token = %+v, %v; want free with no waiters", d, err)
+	}
+	pass(s, shortTTL+margin)
+	if res := acquire(t, s, store.AcquireRequest{Name: "e", Holder: "a", TTL: longTTL, Token: term.Token}); res.Acquired {
+		t.Fatalf("acquire with the token of a term that expired = %+v; want refused", res)
+	}
+	if d, err := s.Describe(ctx, "e"); err != nil || d.Held {
+		t.Fatalf("Describe(e) after a refused renewal of an ended term = %+v, %v; want no new term", d, err)
+	}
+}
+
 // testRefreshWaiters: one call keeps the listed waiters queued, in their
 // places; it ignores waiters that are not queued, and never revives one whose
 // deadline passed.

@@ -81,6 +81,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"RenewAndReleaseKeepANameRemembered", testUseKeepsNameRemembered, Options{IdleNameTTL: retention}},
 		{"DescribeLastTokenIsAFloorOfIssuedTokens", testLastTokenFloor, Options{}},
 		{"ALockCallByTheHolderKeepsItsValue", testKeepValue, Options{}},
+		{"AnAcquireWithATokenOnlyRenewsThatGrant", testAcquireWithToken, Options{}},
 		{"RefreshWaitersKeepsOnlyQueuedWaitersQueued", testRefreshWaiters, Options{}},
 		{"WatchDescribesManyNamesInOrder", testWatchMany, Options{}},
 		{"PingAnswers", testPing, Options{}},

@@ -17,6 +17,9 @@
 --          (a lock call on an election's name), else ""
 -- ARGV[11] idle retention (ms): how long the fence key outlives the lease
 --          and its lock delay
+-- ARGV[12] token (decimal) the caller must hold the name under, or "": with
+--          it the call only renews that grant, and is otherwise refused
+--          (status 0, no holder) without a grant or a place in the queue
 --
 -- Returns, with lost = 1 when this call found the marker missing (Redis lost
 -- its data), else 0, and every time in unix ms of Redis' clock:
@@ -36,7 +39,7 @@ local lease, fence, queue, waiters, marker, watched = KEYS[1], KEYS[2], KEYS[3],
 local holder, ttl, value, waiter = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local waiter_ttl, quarantine, channel, name = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7], ARGV[8]
 local keep = ARGV[2] + tonumber(ARGV[9]) -- the key outlives the lease by the lock delay
-local keep_value, idle = ARGV[10] == '1', tonumber(ARGV[11])
+local keep_value, idle, expected = ARGV[10] == '1', tonumber(ARGV[11]), ARGV[12]
 
 -- Integers are formatted with %d: Lua's tostring would print 1.8e+15.
 local function ms(n) return string.format('%d', n) end
@@ -103,6 +106,9 @@ end
 local cur = redis.call('HMGET', lease, 'holder', 'token', 'value', 'ttl', 'expires')
 -- A lease written before 'expires' was kept ends with its key.
 local expires = tonumber(cur[5]) or (cur[1] and now + redis.call('PTTL', lease))
+if expected ~= '' and (cur[1] ~= holder or cur[2] ~= expected or expires <= now) then
+  return {0, lost, '', '', '', 0, 0, 0}
+end
 if cur[1] and expires <= now then
   -- The lease expired without a release: its name stays unavailable until
   -- the lock delay is over (the key's own expiry).
