@@ -22,8 +22,8 @@ func (s *Service) Campaign(ctx context.Context, req *coordinatorv1.CampaignReque
 	v.holder("candidate", req.GetCandidate())
 	ttl := v.ttl("ttl", req.GetTtl(), s.maxTTL)
 	wait := v.wait("wait", req.GetWait())
-	if len(req.GetValue()) > maxValueBytes {
-		v.fail("value", "is %d bytes long; at most %d are allowed", len(req.GetValue()), maxValueBytes)
+	if len(req.GetValue()) > MaxValueBytes {
+		v.fail("value", "is %d bytes long; at most %d are allowed", len(req.GetValue()), MaxValueBytes)
 	}
 	if err := v.Err(); err != nil {
 		return nil, err
@@ -54,9 +54,6 @@ func (s *Service) Campaign(ctx context.Context, req *coordinatorv1.CampaignReque
 	}
 	return resp, nil
 }
-
-// maxValueBytes bounds a proclaimed value: it is sent to every observer.
-const maxValueBytes = 64 << 10
 
 // Resign implements coordinatorv1.CoordinatorServer.
 func (s *Service) Resign(ctx context.Context, req *coordinatorv1.ResignRequest) (*coordinatorv1.ResignResponse, error) {

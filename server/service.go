@@ -30,7 +30,6 @@ const (
 	deadlineMargin = 20 * time.Millisecond
 
 	defaultPageSize = 100
-	maxPageSize     = 1000
 )
 
 // Service implements coordinatorv1.CoordinatorServer over a store.Store.
@@ -290,8 +289,8 @@ func (s *Service) List(ctx context.Context, req *coordinatorv1.ListRequest) (*co
 		v.fail("page_size", "is negative")
 	case size == 0:
 		size = defaultPageSize
-	case size > maxPageSize:
-		size = maxPageSize
+	case size > MaxPageSize:
+		size = MaxPageSize
 	}
 	cursor, err := base64.RawURLEncoding.DecodeString(req.GetPageToken())
 	if err != nil {

@@ -15,14 +15,6 @@ import (
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
 )
 
-// Limits of what a request may ask for.
-const (
-	MaxNameBytes   = 256
-	MaxHolderBytes = 128
-	MinTTL         = 100 * time.Millisecond
-	MaxWait        = 5 * time.Minute
-)
-
 // fieldError is a request field that failed validation.
 type fieldError struct {
 	field, reason string

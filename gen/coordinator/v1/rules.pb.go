@@ -86,7 +86,7 @@ func (TextFormat) EnumDescriptor() ([]byte, []int) {
 // They are the one table of request limits: the server's validation is
 // tested against them, and a client can read them from its generated
 // descriptors (option coordinator.v1.rules) to check a request before
-// sending it. A request that breaks one fails with InvalidArgument, reason
+// sending it. Other fields are free-form within the 96 KiB message limit. A request that breaks one fails with InvalidArgument, reason
 // INVALID_FIELD, naming the field.
 type FieldRules struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -105,7 +105,8 @@ type FieldRules struct {
 	// Durations and numbers: the server setting (an environment variable of
 	// the coordinator) that bounds the field, when the bound is configurable.
 	MaxSetting string `protobuf:"bytes,6,opt,name=max_setting,json=maxSetting,proto3" json:"max_setting,omitempty"`
-	// Numbers: at most this value; larger values are lowered to it.
+	// Numbers: at most this value (ListRequest.page_size: larger values are
+	// lowered to it). Repeated fields: at most this many entries.
 	MaxValue      uint32 `protobuf:"varint,7,opt,name=max_value,json=maxValue,proto3" json:"max_value,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

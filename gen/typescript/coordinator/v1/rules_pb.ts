@@ -19,7 +19,7 @@ export const file_coordinator_v1_rules: GenFile = /*@__PURE__*/
  * They are the one table of request limits: the server's validation is
  * tested against them, and a client can read them from its generated
  * descriptors (option coordinator.v1.rules) to check a request before
- * sending it. A request that breaks one fails with InvalidArgument, reason
+ * sending it. Other fields are free-form within the 96 KiB message limit. A request that breaks one fails with InvalidArgument, reason
  * INVALID_FIELD, naming the field.
  *
  * @generated from message coordinator.v1.FieldRules
@@ -71,7 +71,8 @@ export type FieldRules = Message<"coordinator.v1.FieldRules"> & {
   maxSetting: string;
 
   /**
-   * Numbers: at most this value; larger values are lowered to it.
+   * Numbers: at most this value (ListRequest.page_size: larger values are
+   * lowered to it). Repeated fields: at most this many entries.
    *
    * @generated from field: uint32 max_value = 7;
    */
