@@ -1,17 +1,17 @@
 # make run       the coordinator on the embedded memory store (no Redis needed)
-# make test      go vet and every test with -race, against a throwaway Redis
+# make test      go vet and every test (Go with -race, Python, TypeScript), against a throwaway Redis
 # make test-under-load  the suite three times with every core kept busy
 # make fault-soak the fault suite (kill -9, Redis restarts, flushes, failover), five rounds of each
 # make bench     the benchmarks, side by side in one run
-# make lint      gofmt, golangci-lint, buf lint/format, gen/ up to date, no tracked binaries
-# make generate  regenerate gen/ from proto/ with the pinned buf and plugins
+# make lint      gofmt, golangci-lint, buf lint/format/breaking, gen/ up to date, no tracked binaries
+# make generate  regenerate gen/ (Go, Python, TypeScript) from proto/ with the pinned buf and plugins
 
 GO            ?= go
 BUF           := $(GO) tool -modfile=tools/go.mod buf
 GOLANGCI_LINT := $(GO) tool -modfile=tools/go.mod golangci-lint
 BENCHFLAGS    ?=
 
-.PHONY: run test test-under-load fault-soak bench lint generate build
+.PHONY: run test test-go test-python test-typescript test-under-load fault-soak bench lint generate build
 
 # Built, then exec'd, so that Ctrl-C reaches the coordinator alone and a
 # clean stop exits 0 (`go run` reports an interrupted child as a failure).
@@ -23,9 +23,17 @@ run:
 build:
 	$(GO) build ./...
 
-test:
+test: test-go test-python test-typescript
+
+test-go:
 	$(GO) vet ./...
 	./scripts/with-redis.sh $(GO) test -race -count=1 ./...
+
+test-python:
+	./scripts/with-redis.sh ./scripts/test-python.sh
+
+test-typescript:
+	./scripts/with-redis.sh ./scripts/test-typescript.sh
 
 # The suite three times in a row beside a CPU hog on every core: what a
 # loaded CI machine does to timing-dependent tests.
@@ -40,6 +48,7 @@ bench:
 	./scripts/with-redis.sh $(GO) run ./bench $(BENCHFLAGS)
 
 generate:
+	./scripts/generators.sh
 	$(BUF) generate
 
 lint:
@@ -49,5 +58,7 @@ lint:
 	$(GOLANGCI_LINT) run ./...
 	$(BUF) lint
 	$(BUF) format --diff --exit-code
+	./scripts/buf-breaking.sh
+	./scripts/generators.sh
 	@tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; \
-	$(BUF) generate -o $$tmp && diff -r gen $$tmp/gen >/dev/null || { echo "gen/ is stale: run 'make generate' and commit it"; exit 1; }
+	$(BUF) generate -o $$tmp && diff -r gen $$tmp/gen || { echo "gen/ is stale: run 'make generate' and commit it"; exit 1; }
