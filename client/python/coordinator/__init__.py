@@ -1,0 +1,73 @@
+"""Python client of the coordinator: locks and leader elections as leases
+that renew themselves.
+
+    import coordinator
+
+    with coordinator.Client("127.0.0.1:7400") as client:
+        with client.lock("reports/nightly", ttl=10, wait=30) as lease:
+            work(lease.token)          # check lease.valid() / lease.lost while working
+
+A held Lease or Leadership renews itself in the background about every
+ttl/3, over one KeepAlive stream shared by all the grants of a Client. Its
+validity is counted on this process's monotonic clock from when the request
+that granted or renewed it was sent, minus a margin of max(ttl/10, 50ms):
+when no renewal succeeds in time, ``lost`` is set at that local deadline,
+before the coordinator could grant the name to anyone else. A renewal the
+coordinator refuses sets it at once.
+
+The generated protobuf modules are available as ``coordinator.pb`` (messages)
+and ``coordinator.pb_grpc`` (the stub).
+"""
+
+from ._gen import pb, pb_grpc  # first: makes the generated code importable
+from .client import DEFAULT_TARGET, DEFAULT_TTL, Client
+from .election import EventKind, LeaderInfo, Leadership, ObserveEvent, Observation
+from .errors import (
+    ClientClosed,
+    CoordinatorError,
+    DataLossQuarantine,
+    InvalidField,
+    LeaseExpired,
+    LeaseNotHeld,
+    NotAcquired,
+    PermissionDenied,
+    ResourceExhausted,
+    RPCError,
+    StoreUnavailable,
+    Unauthenticated,
+    Unavailable,
+    from_rpc_error,
+)
+from .lease import Description, Lease, LeaseInfo
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Client",
+    "DEFAULT_TARGET",
+    "DEFAULT_TTL",
+    "Lease",
+    "LeaseInfo",
+    "Description",
+    "Leadership",
+    "LeaderInfo",
+    "EventKind",
+    "ObserveEvent",
+    "Observation",
+    "CoordinatorError",
+    "LeaseNotHeld",
+    "InvalidField",
+    "PermissionDenied",
+    "Unauthenticated",
+    "Unavailable",
+    "StoreUnavailable",
+    "DataLossQuarantine",
+    "ResourceExhausted",
+    "RPCError",
+    "NotAcquired",
+    "LeaseExpired",
+    "ClientClosed",
+    "from_rpc_error",
+    "pb",
+    "pb_grpc",
+]

@@ -1,0 +1,537 @@
+"""The Client: one connection to a coordinator, and what is done through it."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import secrets
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar, Union
+
+import grpc
+
+from ._gen import pb, pb_grpc
+from ._util import ANSWER_MARGIN, MAX_CONFIRMS, MAX_WAIT, call_backoff, drift_margin, from_duration, to_duration
+from .election import LeaderInfo, Leadership, Observation, Value, as_bytes
+from .errors import (
+    ClientClosed,
+    CoordinatorError,
+    NotAcquired,
+    from_rpc_error,
+)
+from .keepalive import KeepAliveSession
+from .lease import Description, Lease, LeaseInfo, _Held
+
+__all__ = ["Client", "DEFAULT_TARGET", "DEFAULT_TTL"]
+
+log = logging.getLogger("coordinator")
+
+#: Where ``make run`` serves.
+DEFAULT_TARGET = "127.0.0.1:7400"
+#: The lease TTL used when neither the Client nor the call says.
+DEFAULT_TTL = 15.0
+#: Identities leave room in a holder (128 bytes at most) for a suffix.
+MAX_IDENTITY_BYTES = 100
+
+_OUTCOME_UNKNOWN = frozenset(
+    {
+        grpc.StatusCode.CANCELLED,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.UNKNOWN,
+        grpc.StatusCode.INTERNAL,
+    }
+)
+
+T = TypeVar("T")
+PEM = Union[bytes, str, "os.PathLike[str]"]
+
+
+def _read_pem(v: Optional[PEM]) -> Optional[bytes]:
+    if v is None:
+        return None
+    if isinstance(v, bytes):
+        return v
+    s = os.fspath(v)
+    if s.lstrip().startswith("-----BEGIN"):
+        return s.encode()
+    return Path(s).read_bytes()
+
+
+def default_identity() -> str:
+    """The host name, the process id and a random suffix."""
+    host = (socket.gethostname() or "unknown")[:64]
+    return f"{host}-{os.getpid()}-{secrets.token_hex(4)}"
+
+
+class _Grant:
+    __slots__ = ("acquired", "token", "ttl", "value", "holder", "retry_after")
+
+    def __init__(self, acquired: bool, token: int = 0, ttl: float = 0.0, value: bytes = b"",
+                 holder: Optional[str] = None, retry_after: Optional[float] = None) -> None:
+        self.acquired, self.token, self.ttl, self.value = acquired, token, ttl, value
+        self.holder, self.retry_after = holder, retry_after
+
+
+class Client:
+    """A connection to one coordinator. Thread-safe: make one per process and
+    share it; close it when done (or use it as a context manager).
+
+    Args:
+        target: host:port, or any gRPC target ("dns:///coord.example:7400").
+        token: a bearer token, sent as ``authorization: Bearer TOKEN``. Sent
+            as call credentials over TLS only, unless ``insecure_token``.
+        tls: connect with TLS (implied by ``root_certificates``).
+        root_certificates: PEM CA certificates to verify the coordinator
+            with (bytes, PEM text or a file path); None: the system's roots.
+        private_key, certificate_chain: a client certificate (mTLS).
+        server_name: the name to verify the coordinator's certificate for,
+            when it differs from the target's host.
+        insecure_token: send ``token`` over a plaintext connection (loopback
+            and tests only: anyone on the path can read it).
+        holder: the identity every holder and candidate of this Client starts
+            with (default: host name, process id, random suffix). Each
+            acquisition holds as ``holder#N`` of its own, so that two
+            threads locking one name through one Client exclude each other.
+        ttl: the default lease TTL in seconds.
+        timeout: the deadline of one call that does not wait, in seconds.
+        close_timeout: how long close() (and release()) spend releasing.
+        options: extra gRPC channel options.
+    """
+
+    def __init__(
+        self,
+        target: str = DEFAULT_TARGET,
+        *,
+        token: Optional[str] = None,
+        tls: bool = False,
+        root_certificates: Optional[PEM] = None,
+        private_key: Optional[PEM] = None,
+        certificate_chain: Optional[PEM] = None,
+        server_name: Optional[str] = None,
+        insecure_token: bool = False,
+        holder: Optional[str] = None,
+        ttl: float = DEFAULT_TTL,
+        timeout: float = 10.0,
+        close_timeout: float = 5.0,
+        options: Optional[Sequence[Tuple[str, Any]]] = None,
+    ) -> None:
+        identity = holder if holder is not None else default_identity()
+        if not identity or len(identity.encode("utf-8")) > MAX_IDENTITY_BYTES:
+            raise ValueError(f"coordinator: holder must be 1 to {MAX_IDENTITY_BYTES} bytes")
+        if not identity.isprintable():
+            raise ValueError("coordinator: holder contains unprintable characters")
+        if ttl <= 0:
+            raise ValueError(f"coordinator: ttl {ttl} is not positive")
+        if token is not None and token == "":
+            raise ValueError("coordinator: the bearer token is empty")
+        use_tls = tls or root_certificates is not None or certificate_chain is not None
+        if token and not use_tls and not insecure_token:
+            raise ValueError(
+                "coordinator: a bearer token is not sent over a plaintext connection, where anyone on the path "
+                "can read it: connect with tls=True, or pass insecure_token=True on loopback and in tests"
+            )
+        self.target = target
+        self.identity = identity
+        self.ttl = float(ttl)
+        self.timeout = float(timeout)
+        self.close_timeout = float(close_timeout)
+
+        opts: List[Tuple[str, Any]] = [
+            # A lease client must reconnect soon after the coordinator is
+            # back: gRPC's default backoff grows to two minutes.
+            ("grpc.initial_reconnect_backoff_ms", 100),
+            ("grpc.max_reconnect_backoff_ms", 3000),
+            # gRPC core's name for the minimum connect timeout (as the Go
+            # SDK's MinConnectTimeout): a handshake on a loaded machine may
+            # take a while.
+            ("grpc.min_reconnect_backoff_ms", 5000),
+            # Notice a dead connection (the coordinator allows pings every 5s).
+            ("grpc.keepalive_time_ms", 10000),
+            ("grpc.keepalive_timeout_ms", 5000),
+        ]
+        if server_name:
+            opts.append(("grpc.ssl_target_name_override", server_name))
+        opts.extend(options or [])
+
+        self._metadata: Optional[Tuple[Tuple[str, str], ...]] = None
+        if use_tls:
+            creds = grpc.ssl_channel_credentials(
+                root_certificates=_read_pem(root_certificates),
+                private_key=_read_pem(private_key),
+                certificate_chain=_read_pem(certificate_chain),
+            )
+            if token:
+                creds = grpc.composite_channel_credentials(creds, grpc.access_token_call_credentials(token))
+            self._channel = grpc.secure_channel(target, creds, options=opts)
+        else:
+            if token:
+                self._metadata = (("authorization", f"Bearer {token}"),)
+            self._channel = grpc.insecure_channel(target, options=opts)
+        self._stub = pb_grpc.CoordinatorStub(self._channel)
+        self._session = KeepAliveSession(self._stub, self._metadata)
+        self._seq = itertools.count(1)
+        self._seq_lock = threading.Lock()
+        self._closed = False
+        self._closing = threading.Event()  # set by close(): ends retry sleeps
+        self._close_lock = threading.Lock()
+        self._observations: Dict[int, Observation] = {}
+        self._obs_lock = threading.Lock()
+
+    # -- plumbing -------------------------------------------------------------
+
+    @property
+    def stub(self) -> Any:
+        """The raw generated CoordinatorStub on this Client's channel. Over
+        plaintext with ``insecure_token``, pass ``metadata=client.metadata``
+        yourself; prefer :meth:`call`, which does, and decodes errors."""
+        return self._stub
+
+    @property
+    def metadata(self) -> Optional[Tuple[Tuple[str, str], ...]]:
+        """The call metadata this Client adds (the insecure bearer token)."""
+        return self._metadata
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def call(self, method: str, request: Any, timeout: Optional[float] = None) -> Any:
+        """Calls the unary RPC ``method`` ("Describe", "Renew"…) with a request
+        built from ``coordinator.pb``; raises CoordinatorError. Leases taken
+        this way are not renewed."""
+        return self._unary(method, request, timeout=timeout)
+
+    def _unary(self, method: str, request: Any, timeout: Optional[float] = None, check_closed: bool = True) -> Any:
+        if check_closed and self._closed:
+            raise ClientClosed("the client was closed")
+        fn = getattr(self._stub, method)
+        try:
+            return fn(request, timeout=self.timeout if timeout is None else timeout, metadata=self._metadata)
+        except grpc.RpcError as e:
+            if self._closed and check_closed:
+                raise ClientClosed("the client was closed") from e
+            raise from_rpc_error(e) from None
+        except ValueError as e:  # "Cannot invoke RPC on closed channel!"
+            if self._closed:
+                raise ClientClosed("the client was closed") from e
+            raise
+
+    def _new_holder(self) -> str:
+        with self._seq_lock:
+            n = next(self._seq)
+        return f"{self.identity}#{n}"
+
+    def _ttl(self, ttl: Optional[float]) -> float:
+        t = self.ttl if ttl is None else float(ttl)
+        if t <= 0:
+            raise ValueError(f"coordinator: ttl {t} is not positive")
+        return t
+
+    # -- locks ----------------------------------------------------------------
+
+    def try_lock(self, name: str, ttl: Optional[float] = None) -> Optional[Lease]:
+        """Acquires the lock ``name`` if it is free (and nobody is queued for
+        it), without waiting; None when someone else holds it (use
+        ``lock(name, wait=0)`` to learn who, from NotAcquired). The lease is
+        renewed in the background until released, lost or the Client closed."""
+        try:
+            return self.lock(name, ttl=ttl, wait=0)
+        except NotAcquired:
+            return None
+
+    def lock(self, name: str, ttl: Optional[float] = None, wait: Optional[float] = None) -> Lease:
+        """Acquires the lock ``name``, waiting up to ``wait`` seconds (None:
+        for ever; 0: not at all) in arrival order with the other waiters,
+        retrying transient errors meanwhile. Returns the Lease, renewed in the
+        background; use it as a context manager to release it at the end::
+
+            with client.lock("reports/nightly", ttl=10, wait=30) as lease:
+                work(lease.token)
+
+        Raises NotAcquired (naming the holder, and retry_after when known)
+        when the wait ends first, and CoordinatorError for errors that waiting
+        cannot fix.
+        """
+        t = self._ttl(ttl)
+
+        def call(holder: str, wait_for: float, timeout: float) -> _Grant:
+            req = pb.TryAcquireRequest(name=name, holder=holder, ttl=to_duration(t))
+            if wait_for > 0:
+                req.wait.CopyFrom(to_duration(wait_for))
+            resp = self._unary("TryAcquire", req, timeout=timeout)
+            if not resp.acquired:
+                return _Grant(False, holder=resp.holder or None,
+                              retry_after=from_duration(resp.retry_after) if resp.HasField("retry_after") else None)
+            return _Grant(True, token=int(resp.lease.token), ttl=from_duration(resp.lease.ttl, t) or t,
+                          value=bytes(resp.lease.value))
+
+        holder, grant, sent = self._acquire("lock", name, t, wait, call)
+        lease = Lease(self, name, holder, grant.token, grant.ttl, sent)
+        self._register(lease)
+        return lease
+
+    def acquire(self, name: str, ttl: Optional[float] = None, wait: Optional[float] = None) -> Lease:
+        """The same as :meth:`lock`."""
+        return self.lock(name, ttl=ttl, wait=wait)
+
+    def release(self, lease: Lease) -> bool:
+        """Releases ``lease`` (see Lease.release)."""
+        return lease.release()
+
+    # -- elections ------------------------------------------------------------
+
+    def campaign(self, election: str, value: Value = b"", ttl: Optional[float] = None,
+                 wait: Optional[float] = None) -> Leadership:
+        """Runs for leadership of ``election`` with ``value``, waiting up to
+        ``wait`` seconds (None: for ever) in arrival order with the other
+        candidates. Returns the Leadership, renewed in the background until
+        resigned, lost or the Client closed. Raises NotAcquired (naming the
+        sitting leader) when the wait ends first."""
+        t = self._ttl(ttl)
+        data = as_bytes(value)
+
+        def call(candidate: str, wait_for: float, timeout: float) -> _Grant:
+            req = pb.CampaignRequest(election=election, candidate=candidate, value=data, ttl=to_duration(t))
+            if wait_for > 0:
+                req.wait.CopyFrom(to_duration(wait_for))
+            resp = self._unary("Campaign", req, timeout=timeout)
+            if not resp.elected:
+                return _Grant(False, holder=resp.leader.candidate or None,
+                              retry_after=from_duration(resp.retry_after) if resp.HasField("retry_after") else None)
+            return _Grant(True, token=int(resp.leader.term), ttl=t, value=bytes(resp.leader.value))
+
+        candidate, grant, sent = self._acquire("leadership", election, t, wait, call)
+        leadership = Leadership(self, election, candidate, grant.token, grant.ttl, sent, grant.value)
+        self._register(leadership)
+        return leadership
+
+    def run_as_leader(self, election: str, fn: Callable[[Leadership], T], value: Value = b"",
+                      ttl: Optional[float] = None, wait: Optional[float] = None) -> T:
+        """Campaigns for ``election`` (see :meth:`campaign`), runs
+        ``fn(leadership)`` while leader, resigns when fn returns or raises,
+        and returns fn's result. fn must watch ``leadership.lost`` (an Event)
+        or ``leadership.valid()`` and stop acting when the leadership ends."""
+        leadership = self.campaign(election, value=value, ttl=ttl, wait=wait)
+        try:
+            return fn(leadership)
+        finally:
+            try:
+                leadership.resign()
+            except Exception:
+                log.warning("coordinator: could not resign %r", leadership, exc_info=True)
+
+    def leader(self, election: str) -> Optional[LeaderInfo]:
+        """The sitting leader of ``election``, or None."""
+        resp = self._unary("Leader", pb.LeaderRequest(election=election))
+        return LeaderInfo._from_pb(resp.leader) if resp.has_leader else None
+
+    def observe(self, election: str) -> Observation:
+        """Opens an Observe stream on ``election``: an iterator of
+        ObserveEvent, the first marked ``initial`` (the state when it opened),
+        then every change. Close it when done (or use ``with``)."""
+        if self._closed:
+            raise ClientClosed("the client was closed")
+        call = self._stub.Observe(pb.ObserveRequest(election=election), metadata=self._metadata)
+        obs = Observation(self, election, call)
+        with self._obs_lock:
+            self._observations[id(obs)] = obs
+        if self._closed:
+            obs.close()
+        return obs
+
+    def _forget_observation(self, obs: Observation) -> None:
+        with self._obs_lock:
+            self._observations.pop(id(obs), None)
+
+    # -- inspection -----------------------------------------------------------
+
+    def describe(self, name: str) -> Description:
+        """The current lease of ``name``, if any, and its last token."""
+        resp = self._unary("Describe", pb.DescribeRequest(name=name))
+        return Description(
+            name=name,
+            held=bool(resp.held),
+            lease=LeaseInfo._from_pb(resp.lease) if resp.held and resp.HasField("lease") else None,
+            last_token=int(resp.last_token),
+            waiters=int(resp.waiters),
+        )
+
+    def list_leases(self, prefix: str = "", page_size: int = 0) -> Iterator[LeaseInfo]:
+        """Every lease held now under ``prefix``, in name order."""
+        page_token = ""
+        while True:
+            resp = self._unary("List", pb.ListRequest(prefix=prefix, page_size=page_size, page_token=page_token))
+            for m in resp.leases:
+                yield LeaseInfo._from_pb(m)
+            page_token = resp.next_page_token
+            if not page_token:
+                return
+
+    # -- acquisition ----------------------------------------------------------
+
+    def _acquire(self, kind: str, name: str, ttl: float, wait: Optional[float],
+                 call: Callable[[str, float, float], _Grant]) -> Tuple[str, _Grant, float]:
+        """Runs an acquisition as a new holder: once (wait 0) or until granted
+        or ``wait`` passed. Returns (holder, grant, sent): ``sent`` is when
+        the granting request was sent, on time.monotonic().
+
+        A grant's validity is counted from when its request was sent; one
+        that arrived after a long wait has little of it left, so it is
+        confirmed by asking again as the holder, which the coordinator
+        answers at once with the same token and a fresh TTL.
+        """
+        waiting = wait is None or wait > 0
+        end = None if wait is None else time.monotonic() + max(wait, 0.0)
+        holder = self._new_holder()
+        usable = ttl - drift_margin(ttl)
+        b = call_backoff()
+        confirms = 0
+        last_err: Optional[CoordinatorError] = None
+        last_holder: Optional[str] = None
+        while True:
+            wait_for = 0.0
+            if waiting and confirms == 0:
+                wait_for = MAX_WAIT
+                if end is not None:
+                    wait_for = max(min(wait_for, end - time.monotonic() - ANSWER_MARGIN), 0.0)
+            sent = time.monotonic()
+            try:
+                g = call(holder, wait_for, wait_for + self.timeout)
+            except CoordinatorError as err:
+                if isinstance(err, ClientClosed):
+                    raise
+                left = None if end is None else end - time.monotonic()
+                if waiting and err.transient and (left is None or left > 0):
+                    last_err = err
+                    log.warning("coordinator: %s %r: acquisition failed; retrying: %s", kind, name, err)
+                    delay = max(b.next(), err.retry_after or 0.0)
+                    if left is not None:
+                        delay = min(delay, left)
+                    self._closing.wait(delay)
+                    if self._closed:
+                        raise ClientClosed("the client was closed") from err
+                    if end is None or time.monotonic() < end:
+                        continue  # as the same holder: a lost grant is found again
+                if err.code in _OUTCOME_UNKNOWN:
+                    self._abandon(name, holder)
+                if waiting and last_err is not None and end is not None and time.monotonic() >= end:
+                    raise NotAcquired(name, last_holder, None, last_err) from err
+                raise
+            if not g.acquired:
+                confirms = 0
+                last_holder = g.holder
+                if not waiting:
+                    raise NotAcquired(name, g.holder, g.retry_after)
+                if end is not None and time.monotonic() >= end - ANSWER_MARGIN:
+                    raise NotAcquired(name, g.holder, g.retry_after)
+                if time.monotonic() - sent < wait_for / 2:
+                    # Answered long before the wait was over (a coordinator
+                    # shutting down?): do not spin.
+                    if self._closing.wait(b.next()):
+                        raise ClientClosed("the client was closed")
+                continue  # the coordinator's longest wait passed: ask again
+            b.reset()
+            if sent + usable - time.monotonic() < usable / 2 and confirms < MAX_CONFIRMS:
+                confirms += 1
+                continue
+            if time.monotonic() >= sent + g.ttl - drift_margin(g.ttl):
+                self._abandon(name, holder)
+                raise CoordinatorError(
+                    f"{kind} {name!r}: every grant arrived after its validity ended "
+                    f"(the coordinator answers slower than the TTL {ttl}s allows)"
+                )
+            return holder, g, sent
+
+    def _register(self, h: _Held) -> None:
+        if not self._session.add(h):  # closed meanwhile
+            self._give_up(h)
+            raise ClientClosed("the client was closed")
+
+    def _abandon(self, name: str, holder: str) -> None:
+        """Gives up a lease that an acquisition may have been granted without
+        hearing of it, so that others need not wait for its TTL. Best-effort."""
+        if self._closed:
+            return
+        try:
+            d = self._unary("Describe", pb.DescribeRequest(name=name), timeout=2.0)
+            if d.held and d.lease.holder == holder:
+                self._unary("Release", pb.ReleaseRequest(name=name, holder=holder, token=d.lease.token), timeout=2.0)
+        except CoordinatorError as e:
+            log.warning("coordinator: could not give up an abandoned grant of %r; it expires after its TTL: %s", name, e)
+
+    def _give_up(self, h: _Held, timeout: Optional[float] = None) -> bool:
+        """One Release (or Resign) call, without retries."""
+        if isinstance(h, Leadership):
+            resp = self._unary("Resign", pb.ResignRequest(election=h.name, candidate=h.holder, term=h.token),
+                               timeout=timeout, check_closed=False)
+            return bool(resp.resigned)
+        resp = self._unary("Release", pb.ReleaseRequest(name=h.name, holder=h.holder, token=h.token),
+                           timeout=timeout, check_closed=False)
+        return bool(resp.released)
+
+    def _release_held(self, h: _Held, resign: bool) -> bool:
+        from .errors import LeaseExpired
+
+        ended_now, prior = self._session.end(h, None, lost=False)
+        if not ended_now:
+            if isinstance(prior, LeaseExpired) and not self._closed:
+                # The coordinator may hold it yet: give it up there too.
+                try:
+                    self._give_up(h, timeout=min(self.timeout, self.close_timeout))
+                except CoordinatorError:
+                    pass
+            return False
+        end = time.monotonic() + self.close_timeout
+        b = call_backoff()
+        while True:
+            try:
+                return self._give_up(h, timeout=max(min(self.timeout, end - time.monotonic()), 0.1))
+            except CoordinatorError as err:
+                if self._closed:
+                    return False
+                if err.transient and time.monotonic() + 0.05 < end:
+                    time.sleep(min(max(b.next(), err.retry_after or 0.0), max(end - time.monotonic(), 0.0)))
+                    continue
+                raise
+
+    # -- closing --------------------------------------------------------------
+
+    def close(self) -> None:
+        """Ends every lease and leadership (``lost`` is set, ``error`` is
+        ClientClosed), releases them best-effort for up to close_timeout so
+        that waiters need not wait for their TTLs, ends open Observe streams
+        and closes the connection. Idempotent."""
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._closing.set()
+        held = self._session.close()
+        with self._obs_lock:
+            observations = list(self._observations.values())
+        for obs in observations:
+            obs.close()
+        if held and self.close_timeout > 0:
+            with ThreadPoolExecutor(max_workers=min(len(held), 16)) as ex:
+                futures = [ex.submit(self._give_up, h, self.close_timeout) for h in held]
+                for h, f in zip(held, futures):
+                    try:
+                        f.result()
+                    except Exception as e:
+                        log.warning("coordinator: could not release %r on close; it expires after its TTL: %s", h, e)
+        self._channel.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<coordinator.Client {self.target!r} identity={self.identity!r}>"

@@ -1,0 +1,283 @@
+"""Elections: Leadership (a term in office), LeaderInfo, and Observe events."""
+
+from __future__ import annotations
+
+import enum
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Iterator, Optional, Union
+
+import grpc
+
+from ._gen import pb
+from ._util import from_timestamp, to_duration
+from .errors import ClientClosed, CoordinatorError, LeaseNotHeld, from_rpc_error
+from .lease import _Held
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .client import Client
+
+__all__ = ["LeaderInfo", "Leadership", "EventKind", "ObserveEvent", "Observation"]
+
+log = logging.getLogger("coordinator")
+
+Value = Union[bytes, str]
+
+
+def as_bytes(value: Optional[Value]) -> bytes:
+    """A value to proclaim, as bytes (str is encoded as UTF-8)."""
+    if value is None:
+        return b""
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    return bytes(value)
+
+
+@dataclass(frozen=True)
+class LeaderInfo:
+    """An election's sitting leader."""
+
+    election: str
+    #: The leader's identity (a Client's identity and a suffix).
+    candidate: str
+    #: What the leader proclaimed.
+    value: bytes
+    #: The leadership's fencing token: larger for every new term.
+    term: int
+    #: When the term ends unless renewed, by the coordinator's store clock.
+    expires_at: Optional[datetime]
+
+    @classmethod
+    def _from_pb(cls, m: Any) -> "LeaderInfo":
+        return cls(
+            election=m.election,
+            candidate=m.candidate,
+            value=bytes(m.value),
+            term=int(m.term),
+            expires_at=from_timestamp(m.expires_at) if m.HasField("expires_at") else None,
+        )
+
+
+class Leadership(_Held):
+    """An election won through a Client: a term in office, renewed in the
+    background like a Lease (a leadership is a lease on the election's name
+    whose token is the term) until it is resigned or lost.
+
+    Check ``valid()`` (or the ``lost`` Event) while acting as the leader, and
+    hand ``term`` to the resources the leader writes to. Used as a context
+    manager, it resigns when the block exits.
+    """
+
+    kind = "leadership"
+
+    def __init__(self, client: "Client", election: str, candidate: str, term: int, ttl: float, sent: float, value: bytes) -> None:
+        super().__init__(client, election, candidate, term, ttl, sent)
+        self._value = value
+        self._proclaim_lock = threading.Lock()
+
+    @property
+    def election(self) -> str:
+        """The election's name."""
+        return self._name
+
+    @property
+    def candidate(self) -> str:
+        """Who leads: the Client's identity and a suffix unique to this campaign."""
+        return self._holder
+
+    @property
+    def term(self) -> int:
+        """The leadership's fencing token."""
+        return self._token
+
+    @property
+    def value(self) -> bytes:
+        """The value last proclaimed."""
+        return self._value
+
+    def proclaim(self, value: Value) -> None:
+        """Publishes a new value as the sitting leader (observers see a
+        PROCLAIMED event); it also renews the term. It campaigns with this
+        term, so the coordinator never starts a new term for it: when the
+        term is over, the leadership ends (``lost`` is set) and LeaseNotHeld
+        is raised. A transient error leaves the leadership as it was."""
+        data = as_bytes(value)
+        c = self._client
+        sess = c._session
+        with self._proclaim_lock:
+            if self.ended.is_set():
+                raise self._error or _ended_error(self)
+            ttl = self._ttl
+            sent = time.monotonic()
+            req = pb.CampaignRequest(
+                election=self._name, candidate=self._holder, value=data, ttl=to_duration(ttl), term=self._token
+            )
+            try:
+                resp = c._unary("Campaign", req)
+            except CoordinatorError as err:
+                if err.reason == "LEASE_NOT_HELD":
+                    sess.end(self, err, lost=True)
+                raise
+            term = int(resp.leader.term)
+            if not resp.elected or term != self._token:
+                lost = LeaseNotHeld(
+                    f"{self._describe()}: the coordinator has another term in office",
+                    code=grpc.StatusCode.FAILED_PRECONDITION,
+                    reason="LEASE_NOT_HELD",
+                    metadata={"name": self._name},
+                )
+                if resp.elected:
+                    # A coordinator that ignores Campaign.term started a new
+                    # term that nobody wants: resign it.
+                    try:
+                        c._unary("Resign", pb.ResignRequest(election=self._name, candidate=self._holder, term=term))
+                    except CoordinatorError:
+                        pass
+                ended, prior = sess.end(self, lost, lost=True)
+                raise lost if ended or prior is None else prior
+            if not sess.renewed(self, sent, ttl):
+                raise self._error or _ended_error(self)
+            self._value = data
+
+    def resign(self) -> bool:
+        """Stops renewing the leadership and steps down on the coordinator so
+        that the next candidate is elected at once, retrying transient
+        errors for up to the Client's close timeout. Returns True when it
+        stepped down, False when the term was over already."""
+        return self._client._release_held(self, resign=True)
+
+    def __enter__(self) -> "Leadership":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.resign()
+            return
+        try:
+            self.resign()
+        except Exception:
+            log.warning("coordinator: could not resign %s", self._describe(), exc_info=True)
+
+    def __repr__(self) -> str:
+        state = "leading" if not self.ended.is_set() else ("lost" if self.lost.is_set() else "resigned")
+        return f"<Leadership {self._name!r} candidate={self._holder!r} term={self._token} {state}>"
+
+
+def _ended_error(h: _Held) -> CoordinatorError:
+    return LeaseNotHeld(f"{h._describe()} has ended", reason="LEASE_NOT_HELD")
+
+
+class EventKind(enum.Enum):
+    """What an Observe event reports."""
+
+    #: A new leader (a new term) took office.
+    ELECTED = "ELECTED"
+    #: The sitting leader proclaimed a new value.
+    PROCLAIMED = "PROCLAIMED"
+    #: The election has no leader: it resigned or its term expired.
+    VACANT = "VACANT"
+    #: A kind this client does not know.
+    UNKNOWN = "UNKNOWN"
+
+
+_KINDS = {
+    pb.LeaderEvent.KIND_ELECTED: EventKind.ELECTED,
+    pb.LeaderEvent.KIND_PROCLAIMED: EventKind.PROCLAIMED,
+    pb.LeaderEvent.KIND_VACANT: EventKind.VACANT,
+}
+
+
+@dataclass(frozen=True)
+class ObserveEvent:
+    """One message of an Observe stream."""
+
+    kind: EventKind
+    #: The leader after the change; None when vacant.
+    leader: Optional[LeaderInfo]
+    #: True on the first event only: the election's state when the stream
+    #: opened, not a change that just happened.
+    initial: bool
+
+
+_END = object()
+
+
+class Observation:
+    """An open Observe stream: an iterator of ObserveEvent.
+
+    Iterate it (``for ev in obs``) or call ``get(timeout)``. ``close()`` ends
+    it (iteration then stops); it is also a context manager. A stream the
+    coordinator ends with an error raises it (as CoordinatorError) from the
+    iteration; ResourceExhausted means this reader was too slow: observe
+    again.
+    """
+
+    def __init__(self, client: "Client", election: str, call: Any) -> None:
+        self._client = client
+        self.election = election
+        self._call = call
+        self._queue: "queue.Queue[Any]" = queue.Queue()
+        self._closed = threading.Event()
+        self._finished = False
+        self._thread = threading.Thread(target=self._read, name="coordinator-observe", daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        try:
+            for resp in self._call:
+                ev = resp.event
+                leader = LeaderInfo._from_pb(ev.leader) if ev.HasField("leader") else None
+                self._queue.put(ObserveEvent(_KINDS.get(ev.kind, EventKind.UNKNOWN), leader, bool(resp.initial)))
+            self._queue.put(_END)
+        except grpc.RpcError as e:
+            if self._closed.is_set():
+                self._queue.put(_END)
+            else:
+                self._queue.put(from_rpc_error(e))
+        except Exception as e:  # pragma: no cover - defensive
+            self._queue.put(e)
+
+    def get(self, timeout: Optional[float] = None) -> ObserveEvent:
+        """The next event. Raises TimeoutError when none came within
+        ``timeout`` seconds, StopIteration once the stream is closed, and
+        the stream's error when the coordinator ended it."""
+        if self._finished:
+            raise StopIteration
+        try:
+            item = self._queue.get(timeout=timeout)
+        except queue.Empty:
+            raise TimeoutError(f"no Observe event for {self.election!r} within {timeout}s") from None
+        if item is _END:
+            self._finished = True
+            raise StopIteration
+        if isinstance(item, BaseException):
+            self._finished = True
+            if isinstance(item, CoordinatorError) and self._client._closed:
+                raise ClientClosed("the client was closed") from item
+            raise item
+        return item
+
+    def __iter__(self) -> Iterator[ObserveEvent]:
+        return self
+
+    def __next__(self) -> ObserveEvent:
+        return self.get()
+
+    def close(self) -> None:
+        """Ends the stream. Idempotent."""
+        if not self._closed.is_set():
+            self._closed.set()
+            self._call.cancel()
+            self._client._forget_observation(self)
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> "Observation":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close()

@@ -1,0 +1,242 @@
+"""Leases: what locks and leaderships share, and the Lease of a lock."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Callable, List, Optional
+
+from ._util import Backoff, drift_margin, from_duration, from_timestamp, jitter
+from .errors import CoordinatorError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .client import Client
+
+__all__ = ["Lease", "LeaseInfo", "Description"]
+
+log = logging.getLogger("coordinator")
+
+
+class _Held:
+    """A grant on a name that the Client's KeepAlive session renews.
+
+    Validity is counted on this process's monotonic clock (time.monotonic):
+    a grant is valid until the time the request that granted or last renewed
+    it was *sent*, plus its TTL, minus a margin of max(TTL/10, 50ms). The
+    coordinator's own expiry is later, so when ``lost`` is set because no
+    renewal succeeded in time, nobody else can have been granted the name yet.
+    """
+
+    kind = "lease"
+
+    def __init__(self, client: "Client", name: str, holder: str, token: int, ttl: float, sent: float) -> None:
+        self._client = client
+        self._name = name
+        self._holder = holder
+        self._token = int(token)
+        #: Set the moment the grant ends involuntarily: lost on the
+        #: coordinator, expired on this process's clock before a renewal
+        #: succeeded, or its Client closed. Not set by release()/resign().
+        self.lost = threading.Event()
+        #: Set the moment the grant ends, whatever the reason (released too).
+        self.ended = threading.Event()
+        self._callbacks: List[Callable[["_Held"], None]] = []
+        # Guarded by the session's lock.
+        self._ttl = ttl
+        self._confirmed = sent
+        self._deadline = sent
+        self._next_renew = sent
+        self._inflight_id: Optional[int] = None
+        self._inflight_stream: object = None
+        self._sent_at = 0.0
+        self._want_send = False
+        self._retry: Optional[Backoff] = None
+        self._last_error: Optional[CoordinatorError] = None
+        self._done = False
+        self._error: Optional[BaseException] = None
+        self._lost_at: Optional[float] = None
+        self._version = 0
+        self._granted(sent, ttl)
+
+    # -- state, guarded by the session lock ---------------------------------
+
+    def _granted(self, sent: float, ttl: float) -> None:
+        self._ttl = ttl
+        self._confirmed = sent
+        self._deadline = sent + ttl - drift_margin(ttl)
+        self._next_renew = sent + jitter(ttl / 3)
+        self._retry = None
+        self._last_error = None
+
+    def _due(self) -> float:
+        if self._want_send or self._inflight_id is not None or self._next_renew >= self._deadline:
+            return self._deadline
+        return self._next_renew
+
+    # -- public --------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        """The lock's name (for a leadership, the election's)."""
+        return self._name
+
+    @property
+    def holder(self) -> str:
+        """Who holds the grant: the Client's identity and a suffix unique to
+        this acquisition."""
+        return self._holder
+
+    @property
+    def token(self) -> int:
+        """The fencing token: larger than that of every earlier grant of the
+        name, and the same across renewals. Hand it to the resource you
+        protect and let it refuse lower ones."""
+        return self._token
+
+    @property
+    def ttl(self) -> float:
+        """The time to live in seconds, as last granted."""
+        return self._ttl
+
+    @property
+    def deadline(self) -> float:
+        """When the grant stops being valid, on the time.monotonic() clock,
+        unless renewed before. The coordinator's expiry is later."""
+        return self._deadline
+
+    @property
+    def last_renewed(self) -> float:
+        """When (time.monotonic()) the last successful grant or renewal was
+        sent."""
+        return self._confirmed
+
+    @property
+    def lost_at(self) -> Optional[float]:
+        """When (time.monotonic()) ``lost`` was set, or None."""
+        return self._lost_at
+
+    @property
+    def error(self) -> Optional[BaseException]:
+        """Why the grant ended involuntarily (LeaseNotHeld, LeaseExpired,
+        ClientClosed…); None while held or after release()."""
+        return self._error
+
+    @property
+    def done(self) -> bool:
+        """Whether the grant ended (released, lost, expired or closed)."""
+        return self.ended.is_set()
+
+    def remaining(self) -> float:
+        """Seconds of validity left by this process's clock (0 once ended)."""
+        if self.ended.is_set():
+            return 0.0
+        return max(self._deadline - time.monotonic(), 0.0)
+
+    def valid(self) -> bool:
+        """Whether the grant is still held and within its validity. Check it
+        (or ``lost``) before acting on what the grant protects."""
+        return not self.ended.is_set() and time.monotonic() < self._deadline
+
+    def on_lost(self, callback: Callable[["_Held"], None]) -> None:
+        """Calls ``callback(self)`` once, on a background thread, when ``lost``
+        is set; at once (on this thread) when it is set already."""
+        with self._client._session.lock:
+            if not self.lost.is_set():
+                self._callbacks.append(callback)
+                return
+        callback(self)
+
+    def _run_callbacks(self) -> None:
+        for cb in self._callbacks:
+            try:
+                cb(self)
+            except Exception:  # a callback's failure must not hide the others
+                log.exception("coordinator: on_lost callback of %s failed", self)
+        self._callbacks = []
+
+    def _describe(self) -> str:
+        return f"{self.kind} {self._name!r} (token {self._token})"
+
+
+class Lease(_Held):
+    """A lock held through a Client: an exclusive, time-bounded grant of a
+    name, renewed in the background until it is released or lost.
+
+    Check ``valid()`` (or the ``lost`` Event) before and while acting on what
+    the lock protects, and hand ``token`` to the protected resource so that
+    it can refuse the writes of an older holder. Used as a context manager,
+    the lease is released when the block exits; an error while releasing
+    does not hide the block's own exception.
+    """
+
+    kind = "lock"
+
+    def release(self) -> bool:
+        """Stops renewing the lease and gives it up on the coordinator,
+        retrying transient errors for up to the Client's close timeout.
+
+        Returns True when the coordinator released it, False when it was not
+        held any more (expired, lost, or released before). Raises
+        CoordinatorError for errors that retrying cannot fix.
+        """
+        return self._client._release_held(self, resign=False)
+
+    def __enter__(self) -> "Lease":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.release()
+            return
+        try:
+            self.release()
+        except Exception:  # the body's exception matters more
+            log.warning("coordinator: could not release %s", self._describe(), exc_info=True)
+
+    def __repr__(self) -> str:
+        state = "held" if not self.ended.is_set() else ("lost" if self.lost.is_set() else "released")
+        return f"<Lease {self._name!r} holder={self._holder!r} token={self._token} {state}>"
+
+
+@dataclass(frozen=True)
+class LeaseInfo:
+    """A lease as the coordinator reports it (Describe, List)."""
+
+    name: str
+    holder: str
+    token: int
+    #: The TTL granted or last renewed, in seconds.
+    ttl: Optional[float]
+    #: When the lease expires, by the store's clock.
+    expires_at: Optional[datetime]
+    #: The value an election leader proclaimed; empty for plain locks.
+    value: bytes
+
+    @classmethod
+    def _from_pb(cls, m: Any) -> "LeaseInfo":
+        return cls(
+            name=m.name,
+            holder=m.holder,
+            token=int(m.token),
+            ttl=from_duration(m.ttl) if m.HasField("ttl") else None,
+            expires_at=from_timestamp(m.expires_at) if m.HasField("expires_at") else None,
+            value=bytes(m.value),
+        )
+
+
+@dataclass(frozen=True)
+class Description:
+    """A name's current lease (Describe)."""
+
+    name: str
+    #: Whether the name is leased now.
+    held: bool
+    #: The current lease, when held.
+    lease: Optional[LeaseInfo]
+    #: A floor of the fencing tokens issued for the name.
+    last_token: int
+    #: How many callers are queued waiting for the name.
+    waiters: int
