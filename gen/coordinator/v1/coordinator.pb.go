@@ -7,6 +7,7 @@
 package coordinatorv1
 
 import (
+	status "google.golang.org/genproto/googleapis/rpc/status"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
@@ -1248,6 +1249,7 @@ type SessionResult struct {
 	//	*SessionResult_Release
 	//	*SessionResult_Campaign
 	//	*SessionResult_Resign
+	//	*SessionResult_Error
 	Result        isSessionResult_Result `protobuf_oneof:"result"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1342,6 +1344,15 @@ func (x *SessionResult) GetResign() *ResignResponse {
 	return nil
 }
 
+func (x *SessionResult) GetError() *status.Status {
+	if x != nil {
+		if x, ok := x.Result.(*SessionResult_Error); ok {
+			return x.Error
+		}
+	}
+	return nil
+}
+
 type isSessionResult_Result interface {
 	isSessionResult_Result()
 }
@@ -1366,6 +1377,10 @@ type SessionResult_Resign struct {
 	Resign *ResignResponse `protobuf:"bytes,6,opt,name=resign,proto3,oneof"`
 }
 
+type SessionResult_Error struct {
+	Error *status.Status `protobuf:"bytes,7,opt,name=error,proto3,oneof"`
+}
+
 func (*SessionResult_Acquire) isSessionResult_Result() {}
 
 func (*SessionResult_Renew) isSessionResult_Result() {}
@@ -1375,6 +1390,8 @@ func (*SessionResult_Release) isSessionResult_Result() {}
 func (*SessionResult_Campaign) isSessionResult_Result() {}
 
 func (*SessionResult_Resign) isSessionResult_Result() {}
+
+func (*SessionResult_Error) isSessionResult_Result() {}
 
 type DescribeRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2228,7 +2245,7 @@ var File_coordinator_v1_coordinator_proto protoreflect.FileDescriptor
 
 const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\n" +
-	" coordinator/v1/coordinator.proto\x12\x0ecoordinator.v1\x1a\x1acoordinator/v1/rules.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc7\x01\n" +
+	" coordinator/v1/coordinator.proto\x12\x0ecoordinator.v1\x1a\x1acoordinator/v1/rules.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17google/rpc/status.proto\"\xc7\x01\n" +
 	"\x05Lease\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x14\n" +
@@ -2301,14 +2318,15 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\x06resign\x18\x06 \x01(\v2\x1d.coordinator.v1.ResignRequestH\x00R\x06resignB\v\n" +
 	"\toperation\"J\n" +
 	"\x0fSessionResponse\x127\n" +
-	"\aresults\x18\x01 \x03(\v2\x1d.coordinator.v1.SessionResultR\aresults\"\xd7\x02\n" +
+	"\aresults\x18\x01 \x03(\v2\x1d.coordinator.v1.SessionResultR\aresults\"\x83\x03\n" +
 	"\rSessionResult\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12>\n" +
 	"\aacquire\x18\x02 \x01(\v2\".coordinator.v1.TryAcquireResponseH\x00R\aacquire\x125\n" +
 	"\x05renew\x18\x03 \x01(\v2\x1d.coordinator.v1.RenewResponseH\x00R\x05renew\x12;\n" +
 	"\arelease\x18\x04 \x01(\v2\x1f.coordinator.v1.ReleaseResponseH\x00R\arelease\x12>\n" +
 	"\bcampaign\x18\x05 \x01(\v2 .coordinator.v1.CampaignResponseH\x00R\bcampaign\x128\n" +
-	"\x06resign\x18\x06 \x01(\v2\x1e.coordinator.v1.ResignResponseH\x00R\x06resignB\b\n" +
+	"\x06resign\x18\x06 \x01(\v2\x1e.coordinator.v1.ResignResponseH\x00R\x06resign\x12*\n" +
+	"\x05error\x18\a \x01(\v2\x12.google.rpc.StatusH\x00R\x05errorB\b\n" +
 	"\x06result\"2\n" +
 	"\x0fDescribeRequest\x12\x1f\n" +
 	"\x04name\x18\x01 \x01(\tB\v\xca\xf3\x18\a\b\x01\x10\x80\x02\x18\x02R\x04name\"\x8c\x01\n" +
@@ -2439,6 +2457,7 @@ var file_coordinator_v1_coordinator_proto_goTypes = []any{
 	(*LeaderEvent)(nil),           // 30: coordinator.v1.LeaderEvent
 	(*durationpb.Duration)(nil),   // 31: google.protobuf.Duration
 	(*timestamppb.Timestamp)(nil), // 32: google.protobuf.Timestamp
+	(*status.Status)(nil),         // 33: google.rpc.Status
 }
 var file_coordinator_v1_coordinator_proto_depIdxs = []int32{
 	31, // 0: coordinator.v1.Lease.ttl:type_name -> google.protobuf.Duration
@@ -2468,44 +2487,45 @@ var file_coordinator_v1_coordinator_proto_depIdxs = []int32{
 	8,  // 24: coordinator.v1.SessionResult.release:type_name -> coordinator.v1.ReleaseResponse
 	23, // 25: coordinator.v1.SessionResult.campaign:type_name -> coordinator.v1.CampaignResponse
 	25, // 26: coordinator.v1.SessionResult.resign:type_name -> coordinator.v1.ResignResponse
-	2,  // 27: coordinator.v1.DescribeResponse.lease:type_name -> coordinator.v1.Lease
-	2,  // 28: coordinator.v1.ListResponse.leases:type_name -> coordinator.v1.Lease
-	32, // 29: coordinator.v1.Leader.expires_at:type_name -> google.protobuf.Timestamp
-	31, // 30: coordinator.v1.CampaignRequest.ttl:type_name -> google.protobuf.Duration
-	31, // 31: coordinator.v1.CampaignRequest.wait:type_name -> google.protobuf.Duration
-	21, // 32: coordinator.v1.CampaignResponse.leader:type_name -> coordinator.v1.Leader
-	31, // 33: coordinator.v1.CampaignResponse.retry_after:type_name -> google.protobuf.Duration
-	21, // 34: coordinator.v1.LeaderResponse.leader:type_name -> coordinator.v1.Leader
-	30, // 35: coordinator.v1.ObserveResponse.event:type_name -> coordinator.v1.LeaderEvent
-	1,  // 36: coordinator.v1.LeaderEvent.kind:type_name -> coordinator.v1.LeaderEvent.Kind
-	21, // 37: coordinator.v1.LeaderEvent.leader:type_name -> coordinator.v1.Leader
-	3,  // 38: coordinator.v1.Coordinator.TryAcquire:input_type -> coordinator.v1.TryAcquireRequest
-	5,  // 39: coordinator.v1.Coordinator.Renew:input_type -> coordinator.v1.RenewRequest
-	7,  // 40: coordinator.v1.Coordinator.Release:input_type -> coordinator.v1.ReleaseRequest
-	9,  // 41: coordinator.v1.Coordinator.KeepAlive:input_type -> coordinator.v1.KeepAliveRequest
-	13, // 42: coordinator.v1.Coordinator.Session:input_type -> coordinator.v1.SessionRequest
-	17, // 43: coordinator.v1.Coordinator.Describe:input_type -> coordinator.v1.DescribeRequest
-	19, // 44: coordinator.v1.Coordinator.List:input_type -> coordinator.v1.ListRequest
-	22, // 45: coordinator.v1.Coordinator.Campaign:input_type -> coordinator.v1.CampaignRequest
-	24, // 46: coordinator.v1.Coordinator.Resign:input_type -> coordinator.v1.ResignRequest
-	26, // 47: coordinator.v1.Coordinator.Leader:input_type -> coordinator.v1.LeaderRequest
-	28, // 48: coordinator.v1.Coordinator.Observe:input_type -> coordinator.v1.ObserveRequest
-	4,  // 49: coordinator.v1.Coordinator.TryAcquire:output_type -> coordinator.v1.TryAcquireResponse
-	6,  // 50: coordinator.v1.Coordinator.Renew:output_type -> coordinator.v1.RenewResponse
-	8,  // 51: coordinator.v1.Coordinator.Release:output_type -> coordinator.v1.ReleaseResponse
-	10, // 52: coordinator.v1.Coordinator.KeepAlive:output_type -> coordinator.v1.KeepAliveResponse
-	15, // 53: coordinator.v1.Coordinator.Session:output_type -> coordinator.v1.SessionResponse
-	18, // 54: coordinator.v1.Coordinator.Describe:output_type -> coordinator.v1.DescribeResponse
-	20, // 55: coordinator.v1.Coordinator.List:output_type -> coordinator.v1.ListResponse
-	23, // 56: coordinator.v1.Coordinator.Campaign:output_type -> coordinator.v1.CampaignResponse
-	25, // 57: coordinator.v1.Coordinator.Resign:output_type -> coordinator.v1.ResignResponse
-	27, // 58: coordinator.v1.Coordinator.Leader:output_type -> coordinator.v1.LeaderResponse
-	29, // 59: coordinator.v1.Coordinator.Observe:output_type -> coordinator.v1.ObserveResponse
-	49, // [49:60] is the sub-list for method output_type
-	38, // [38:49] is the sub-list for method input_type
-	38, // [38:38] is the sub-list for extension type_name
-	38, // [38:38] is the sub-list for extension extendee
-	0,  // [0:38] is the sub-list for field type_name
+	33, // 27: coordinator.v1.SessionResult.error:type_name -> google.rpc.Status
+	2,  // 28: coordinator.v1.DescribeResponse.lease:type_name -> coordinator.v1.Lease
+	2,  // 29: coordinator.v1.ListResponse.leases:type_name -> coordinator.v1.Lease
+	32, // 30: coordinator.v1.Leader.expires_at:type_name -> google.protobuf.Timestamp
+	31, // 31: coordinator.v1.CampaignRequest.ttl:type_name -> google.protobuf.Duration
+	31, // 32: coordinator.v1.CampaignRequest.wait:type_name -> google.protobuf.Duration
+	21, // 33: coordinator.v1.CampaignResponse.leader:type_name -> coordinator.v1.Leader
+	31, // 34: coordinator.v1.CampaignResponse.retry_after:type_name -> google.protobuf.Duration
+	21, // 35: coordinator.v1.LeaderResponse.leader:type_name -> coordinator.v1.Leader
+	30, // 36: coordinator.v1.ObserveResponse.event:type_name -> coordinator.v1.LeaderEvent
+	1,  // 37: coordinator.v1.LeaderEvent.kind:type_name -> coordinator.v1.LeaderEvent.Kind
+	21, // 38: coordinator.v1.LeaderEvent.leader:type_name -> coordinator.v1.Leader
+	3,  // 39: coordinator.v1.Coordinator.TryAcquire:input_type -> coordinator.v1.TryAcquireRequest
+	5,  // 40: coordinator.v1.Coordinator.Renew:input_type -> coordinator.v1.RenewRequest
+	7,  // 41: coordinator.v1.Coordinator.Release:input_type -> coordinator.v1.ReleaseRequest
+	9,  // 42: coordinator.v1.Coordinator.KeepAlive:input_type -> coordinator.v1.KeepAliveRequest
+	13, // 43: coordinator.v1.Coordinator.Session:input_type -> coordinator.v1.SessionRequest
+	17, // 44: coordinator.v1.Coordinator.Describe:input_type -> coordinator.v1.DescribeRequest
+	19, // 45: coordinator.v1.Coordinator.List:input_type -> coordinator.v1.ListRequest
+	22, // 46: coordinator.v1.Coordinator.Campaign:input_type -> coordinator.v1.CampaignRequest
+	24, // 47: coordinator.v1.Coordinator.Resign:input_type -> coordinator.v1.ResignRequest
+	26, // 48: coordinator.v1.Coordinator.Leader:input_type -> coordinator.v1.LeaderRequest
+	28, // 49: coordinator.v1.Coordinator.Observe:input_type -> coordinator.v1.ObserveRequest
+	4,  // 50: coordinator.v1.Coordinator.TryAcquire:output_type -> coordinator.v1.TryAcquireResponse
+	6,  // 51: coordinator.v1.Coordinator.Renew:output_type -> coordinator.v1.RenewResponse
+	8,  // 52: coordinator.v1.Coordinator.Release:output_type -> coordinator.v1.ReleaseResponse
+	10, // 53: coordinator.v1.Coordinator.KeepAlive:output_type -> coordinator.v1.KeepAliveResponse
+	15, // 54: coordinator.v1.Coordinator.Session:output_type -> coordinator.v1.SessionResponse
+	18, // 55: coordinator.v1.Coordinator.Describe:output_type -> coordinator.v1.DescribeResponse
+	20, // 56: coordinator.v1.Coordinator.List:output_type -> coordinator.v1.ListResponse
+	23, // 57: coordinator.v1.Coordinator.Campaign:output_type -> coordinator.v1.CampaignResponse
+	25, // 58: coordinator.v1.Coordinator.Resign:output_type -> coordinator.v1.ResignResponse
+	27, // 59: coordinator.v1.Coordinator.Leader:output_type -> coordinator.v1.LeaderResponse
+	29, // 60: coordinator.v1.Coordinator.Observe:output_type -> coordinator.v1.ObserveResponse
+	50, // [50:61] is the sub-list for method output_type
+	39, // [39:50] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_coordinator_v1_coordinator_proto_init() }
@@ -2532,6 +2552,7 @@ func file_coordinator_v1_coordinator_proto_init() {
 		(*SessionResult_Release)(nil),
 		(*SessionResult_Campaign)(nil),
 		(*SessionResult_Resign)(nil),
+		(*SessionResult_Error)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
