@@ -1,0 +1,532 @@
+// The Client: one connection to a coordinator, its leases, leaderships and
+// observers.
+
+import { randomBytes } from "node:crypto";
+import { setMaxListeners } from "node:events";
+import { hostname } from "node:os";
+import { durationFromMs } from "@bufbuild/protobuf/wkt";
+import { connect, type Connection, type CoordinatorApi, type TlsOptions } from "./api.js";
+import { Leadership, leaderInfo, observe, type LeaderEvent, type LeaderInfo } from "./election.js";
+import {
+  ClientClosedError,
+  CoordinatorError,
+  NotAcquiredError,
+  decodeError,
+  isTransient,
+  msOf,
+  outcomeUnknown,
+} from "./errors.js";
+import { KeepAliveSession } from "./keepalive.js";
+import { Lease, LeaseCore } from "./lease.js";
+import { Backoff, callBackoff, driftMargin, linkSignals, now, sleep, toBytes } from "./util.js";
+
+/** The lease TTL when neither the Client nor the call sets one: 15 s. */
+export const DEFAULT_TTL = 15_000;
+/** The longest wait the coordinator accepts in one call: 5 min. */
+const MAX_WAIT = 300_000;
+/** How many times in a row an acquisition re-confirms a grant that arrived too late. */
+const MAX_CONFIRMS = 5;
+
+export interface ClientOptions {
+  /** The coordinator: "host:port" (plaintext unless tls is set), or "http://host:port" / "https://host:port". */
+  address: string;
+  /** Bearer token sent as "authorization: Bearer TOKEN" with every call. Refused over plaintext unless insecureToken. */
+  token?: string;
+  /** Send the token over a plaintext connection too: for loopback and tests only. */
+  insecureToken?: boolean;
+  /** Connect with TLS: true for the system roots, or PEM contents of a CA and client certificate. */
+  tls?: boolean | TlsOptions;
+  /**
+   * The identity that prefixes every holder and candidate; each acquisition
+   * holds as identity + "#" + a sequence number. Default: host name, process
+   * id and a random suffix. At most 100 bytes of printable UTF-8.
+   */
+  holder?: string;
+  /** Default lease TTL in milliseconds (DEFAULT_TTL). */
+  ttl?: number;
+  /** Timeout of calls that do not wait, in milliseconds (default 10 s). */
+  callTimeoutMs?: number;
+  /** How long close() spends releasing what is still held, in milliseconds (default 2 s; 0: not at all). */
+  closeTimeoutMs?: number;
+  /** Where to report what cannot be returned: stream reconnects, retried acquisitions. Default: nowhere. */
+  onWarn?: (message: string, err?: unknown) => void;
+}
+
+export interface LockOptions {
+  /** Time to live in milliseconds (default: the Client's ttl). */
+  ttl?: number;
+  /**
+   * How long to wait for the name, in milliseconds, queued in arrival order
+   * with the other waiters. Default: without end (until signal aborts).
+   */
+  wait?: number;
+  /** Cancels the wait. */
+  signal?: AbortSignal;
+}
+
+export interface RunAsLeaderOptions extends LockOptions {
+  /** The value to proclaim on each election. */
+  value?: string | Uint8Array;
+  /** Called with what fn threw; without it, runAsLeader rejects with it (after resigning). */
+  onError?: (err: unknown) => void;
+}
+
+/** The coordinator's answer to an acquisition. */
+interface Grant {
+  acquired: boolean;
+  token: bigint;
+  ttl: number;
+  value: Uint8Array;
+  holder: string;
+  retryAfter: number | undefined;
+}
+
+type AcquireCall = (holder: string, ttl: number, wait: number, signal: AbortSignal, timeoutMs: number) => Promise<Grant>;
+
+/** What Describe says about a name. */
+export interface NameState {
+  held: boolean;
+  holder: string | undefined;
+  token: bigint | undefined;
+  value: Uint8Array | undefined;
+  /** A floor of the fencing tokens issued for the name. */
+  lastToken: bigint;
+  waiters: number;
+}
+
+/**
+ * Client talks to one coordinator. Make one per process and share it; close
+ * it when done: close() ends every lease and leadership it holds and
+ * releases them.
+ */
+export class Client {
+  /** The prefix of every holder and candidate of this Client. */
+  readonly identity: string;
+  /**
+   * The raw API (the generated Connect client) on this Client's connection,
+   * with its token, throwing decoded CoordinatorErrors: for what the Client
+   * does not wrap (Describe, List, Renew…). Leases acquired through it are
+   * not renewed.
+   */
+  readonly api: CoordinatorApi;
+
+  private readonly conn: Connection;
+  private readonly session: KeepAliveSession;
+  private readonly closing = new AbortController();
+  private readonly ttl: number;
+  private readonly callTimeoutMs: number;
+  private readonly closeTimeoutMs: number;
+  private readonly warn: (message: string, err?: unknown) => void;
+  private seq = 0;
+  private closePromise: Promise<void> | undefined;
+
+  constructor(opts: ClientOptions) {
+    let address = opts.address;
+    let secure = opts.tls !== undefined && opts.tls !== false;
+    const scheme = /^(https?):\/\//.exec(address);
+    if (scheme) {
+      if (scheme[1] === "https") secure = true;
+      address = address.slice(scheme[0].length).replace(/\/+$/, "");
+    }
+    if (!address) throw new TypeError("coordinator: the address is empty");
+    if (opts.token !== undefined) {
+      if (opts.token === "") throw new TypeError("coordinator: the bearer token is empty");
+      if (!secure && !opts.insecureToken) {
+        throw new TypeError(
+          "coordinator: refusing to send the bearer token over a plaintext connection, where anyone on the path can read it: " +
+            "connect with tls, or set insecureToken on loopback and in tests",
+        );
+      }
+    }
+    this.identity = opts.holder ?? defaultIdentity();
+    checkIdentity(this.identity);
+    this.ttl = opts.ttl ?? DEFAULT_TTL;
+    checkTtl(this.ttl);
+    this.callTimeoutMs = opts.callTimeoutMs ?? 10_000;
+    this.closeTimeoutMs = opts.closeTimeoutMs ?? 2_000;
+    this.warn = opts.onWarn ?? (() => undefined);
+    const tls = typeof opts.tls === "object" ? opts.tls : secure ? {} : undefined;
+    this.conn = connect(`${secure ? "https" : "http"}://${address}`, tls, opts.token);
+    this.api = this.conn.api;
+    // Every call in flight listens to it.
+    setMaxListeners(0, this.closing.signal);
+    this.session = new KeepAliveSession(this.api, this.closing.signal, this.warn);
+  }
+
+  /** Whether close() was called. */
+  get closed(): boolean {
+    return this.closing.signal.aborted;
+  }
+
+  /**
+   * tryLock acquires the lock name if it is free (and nobody is queued for
+   * it), without waiting; undefined when someone else holds it. Other
+   * errors are the coordinator's (CoordinatorError) or ClientClosedError.
+   * The lease is renewed in the background until released, lost or the
+   * Client closed.
+   */
+  async tryLock(name: string, opts: { ttl?: number; signal?: AbortSignal } = {}): Promise<Lease | undefined> {
+    try {
+      return await this.lock(name, { ttl: opts.ttl, wait: 0, signal: opts.signal });
+    } catch (e) {
+      if (e instanceof NotAcquiredError && e.cause === undefined) return undefined;
+      throw e;
+    }
+  }
+
+  /**
+   * lock acquires the lock name, waiting up to opts.wait (default: without
+   * end) in arrival order with the other waiters, and retrying transient
+   * errors meanwhile. Not granted in time: NotAcquiredError naming the
+   * holder and when to retry.
+   */
+  async lock(name: string, opts: LockOptions = {}): Promise<Lease> {
+    const core = await this.acquire("lock", name, opts, this.tryAcquireCall(name));
+    return this.leaseOf(core);
+  }
+
+  /**
+   * withLock acquires the lock name (as lock does), calls fn with the lease
+   * and an AbortSignal that aborts when the lease ends (lost, or about to
+   * expire unrenewed: before the coordinator could grant it to anyone
+   * else), and releases the lease once fn settles. It returns what fn
+   * returns. Release errors are not reported: the lease then expires after
+   * its TTL.
+   */
+  async withLock<T>(name: string, fn: (lease: Lease, signal: AbortSignal) => T | Promise<T>, opts: LockOptions = {}): Promise<T> {
+    const lease = await this.lock(name, opts);
+    try {
+      return await fn(lease, lease.signal);
+    } finally {
+      await lease.release().catch((e: unknown) => this.warn(`coordinator: could not release ${lease}`, e));
+    }
+  }
+
+  /**
+   * campaign runs for leadership of election with value, waiting up to
+   * opts.wait (default: without end) in arrival order with the other
+   * candidates. Not elected in time: NotAcquiredError naming the leader.
+   * The leadership is renewed in the background until resigned or lost.
+   */
+  async campaign(election: string, value: string | Uint8Array, opts: LockOptions = {}): Promise<Leadership> {
+    const bytes = toBytes(value);
+    const core = await this.acquire("leadership", election, opts, this.campaignCall(election, bytes));
+    return new Leadership(core, this.session, this.api, bytes, this.callTimeoutMs);
+  }
+
+  /**
+   * runAsLeader campaigns for election and, each time it is elected, runs fn
+   * with the leadership and a signal that aborts the moment the leadership
+   * ends (or opts.signal aborts). When fn returns it resigns, so that the
+   * next candidate takes over at once, and campaigns again, until
+   * opts.signal aborts or the Client closes; then it resolves. When fn
+   * returns soon (under a minute) while still leader, the next campaign
+   * waits a backoff (100 ms, doubling, at most 30 s).
+   *
+   * What fn throws goes to opts.onError; without one, runAsLeader resigns
+   * and rejects with it.
+   */
+  async runAsLeader(
+    election: string,
+    fn: (leadership: Leadership, signal: AbortSignal) => unknown,
+    opts: RunAsLeaderOptions = {},
+  ): Promise<void> {
+    const linked = linkSignals(opts.signal, this.closing.signal);
+    try {
+      await this.leadRepeatedly(election, fn, opts, linked.signal);
+    } finally {
+      linked.dispose();
+    }
+  }
+
+  private async leadRepeatedly(
+    election: string,
+    fn: (leadership: Leadership, signal: AbortSignal) => unknown,
+    opts: RunAsLeaderOptions,
+    stop: AbortSignal,
+  ): Promise<void> {
+    const b = new Backoff(100, 30_000);
+    while (!stop.aborted) {
+      let leadership: Leadership;
+      try {
+        leadership = await this.campaign(election, opts.value ?? "", { ttl: opts.ttl, wait: opts.wait, signal: stop });
+      } catch (e) {
+        if (stop.aborted) return;
+        throw e;
+      }
+      const started = now();
+      let failed: { err: unknown } | undefined;
+      const term = linkSignals(leadership.signal, stop);
+      try {
+        await fn(leadership, term.signal);
+      } catch (e) {
+        failed = { err: e };
+      } finally {
+        term.dispose();
+      }
+      const ended = leadership.ended; // before resigning: was the term over already?
+      await leadership.resign().catch(() => undefined);
+      if (failed) {
+        if (!opts.onError) throw failed.err;
+        opts.onError(failed.err);
+      }
+      if (stop.aborted) return;
+      if (ended || now() - started >= 60_000) {
+        b.reset();
+        continue;
+      }
+      await sleep(b.delay(), stop);
+    }
+  }
+
+  /** leader returns the sitting leader of election, or undefined when it has none. */
+  async leader(election: string, opts: { signal?: AbortSignal } = {}): Promise<LeaderInfo | undefined> {
+    const resp = await this.unary(opts.signal, (o) => this.api.leader({ election }, o));
+    return resp.hasLeader && resp.leader ? leaderInfo(resp.leader) : undefined;
+  }
+
+  /**
+   * observe yields the state of election's leadership (initial: true), then
+   * every change in order, reconnecting when the stream breaks. It ends
+   * when opts.signal aborts, the loop breaks, or the Client closes.
+   */
+  observe(election: string, opts: { signal?: AbortSignal } = {}): AsyncIterable<LeaderEvent> {
+    return observe(this.api, election, [opts.signal, this.closing.signal], this.warn);
+  }
+
+  /** describe reports name's current lease, the last token issued and the waiters. */
+  async describe(name: string, opts: { signal?: AbortSignal } = {}): Promise<NameState> {
+    const r = await this.unary(opts.signal, (o) => this.api.describe({ name }, o));
+    return {
+      held: r.held,
+      holder: r.lease?.holder,
+      token: r.lease?.token,
+      value: r.lease?.value,
+      lastToken: r.lastToken,
+      waiters: r.waiters,
+    };
+  }
+
+  /**
+   * close ends every lease and leadership (their signals abort with kind
+   * "closed"), releases them best-effort for up to closeTimeoutMs, ends the
+   * observers and calls in progress, and closes the connection.
+   */
+  close(): Promise<void> {
+    this.closePromise ??= this.doClose();
+    return this.closePromise;
+  }
+
+  private async doClose(): Promise<void> {
+    this.closing.abort(new ClientClosedError());
+    const held = this.session.close();
+    if (held.length > 0 && this.closeTimeoutMs > 0) {
+      const signal = AbortSignal.timeout(this.closeTimeoutMs);
+      await Promise.allSettled(
+        held.map((l) =>
+          l.kind === "lock"
+            ? this.api.release({ name: l.name, holder: l.holder, token: l.token }, { signal })
+            : this.api.resign({ election: l.name, candidate: l.holder, term: l.token }, { signal }),
+        ),
+      );
+    }
+    this.conn.close();
+  }
+
+  /** unary makes a call that ends with signal or close(), within the call timeout. */
+  private async unary<T>(signal: AbortSignal | undefined, call: (o: { signal: AbortSignal; timeoutMs: number }) => Promise<T>): Promise<T> {
+    if (this.closed) throw new ClientClosedError();
+    const linked = linkSignals(signal, this.closing.signal);
+    try {
+      return await call({ signal: linked.signal, timeoutMs: this.callTimeoutMs });
+    } finally {
+      linked.dispose();
+    }
+  }
+
+  private leaseOf(core: LeaseCore): Lease {
+    const { name, holder, token } = core;
+    return new Lease(
+      core,
+      this.session,
+      async (signal) => (await this.api.release({ name, holder, token }, { signal })).released,
+      5_000,
+    );
+  }
+
+  private newHolder(): string {
+    return `${this.identity}#${++this.seq}`;
+  }
+
+  private tryAcquireCall(name: string): AcquireCall {
+    return async (holder, ttl, wait, signal, timeoutMs) => {
+      const resp = await this.api.tryAcquire(
+        { name, holder, ttl: durationFromMs(ttl), wait: wait > 0 ? durationFromMs(wait) : undefined },
+        { signal, timeoutMs },
+      );
+      const granted = msOf(resp.lease?.ttl);
+      return {
+        acquired: resp.acquired,
+        token: resp.lease?.token ?? 0n,
+        ttl: granted !== undefined && granted > 0 ? granted : ttl,
+        value: resp.lease?.value ?? new Uint8Array(),
+        holder: resp.holder,
+        retryAfter: msOf(resp.retryAfter),
+      };
+    };
+  }
+
+  private campaignCall(election: string, value: Uint8Array): AcquireCall {
+    return async (candidate, ttl, wait, signal, timeoutMs) => {
+      const resp = await this.api.campaign(
+        { election, candidate, value, ttl: durationFromMs(ttl), wait: wait > 0 ? durationFromMs(wait) : undefined },
+        { signal, timeoutMs },
+      );
+      return {
+        acquired: resp.elected,
+        token: resp.leader?.term ?? 0n,
+        ttl,
+        value: resp.leader?.value ?? new Uint8Array(),
+        holder: resp.elected ? "" : (resp.leader?.candidate ?? ""),
+        retryAfter: msOf(resp.retryAfter),
+      };
+    };
+  }
+
+  /**
+   * acquire runs an acquisition as a new holder: once (wait 0) or until
+   * granted or the wait ends, and registers the lease with the session.
+   *
+   * A grant's validity is counted from when its request was sent. A grant
+   * that arrived after a long wait has little of it left, so it is
+   * confirmed by asking again as the holder, which the coordinator answers
+   * at once with the same token and a fresh TTL.
+   */
+  private async acquire(kind: "lock" | "leadership", name: string, opts: LockOptions, call: AcquireCall): Promise<LeaseCore> {
+    if (this.closed) throw new ClientClosedError();
+    const ttl = Math.round(opts.ttl ?? this.ttl);
+    checkTtl(ttl);
+    const wait = opts.wait ?? Infinity;
+    if (!(wait >= 0)) throw new TypeError(`coordinator: wait ${wait} is negative`);
+    const linked = linkSignals(opts.signal, this.closing.signal);
+    try {
+      return await this.acquireUntil(kind, name, ttl, wait, linked.signal, call);
+    } finally {
+      linked.dispose();
+    }
+  }
+
+  private async acquireUntil(
+    kind: "lock" | "leadership",
+    name: string,
+    ttl: number,
+    wait: number,
+    signal: AbortSignal,
+    call: AcquireCall,
+  ): Promise<LeaseCore> {
+    const holder = this.newHolder();
+    const usable = ttl - driftMargin(ttl);
+    const waitEnd = now() + wait;
+    const b = callBackoff();
+    let confirms = 0;
+    let lastErr: unknown;
+    for (;;) {
+      const waitFor = confirms === 0 ? Math.max(0, Math.min(MAX_WAIT, Math.floor(waitEnd - now()))) : 0;
+      const sent = now();
+      let g: Grant;
+      try {
+        if (signal.aborted) throw signal.reason;
+        g = await call(holder, ttl, waitFor, signal, waitFor + this.callTimeoutMs);
+      } catch (e) {
+        const err = signal.aborted ? signal.reason : decodeError(e);
+        const retry = !signal.aborted && wait > 0 && isTransient(err);
+        if (retry && now() < waitEnd) {
+          lastErr = err;
+          this.warn(`coordinator: acquiring ${kind} ${JSON.stringify(name)} failed; retrying`, err);
+          const delay = Math.min(Math.max(b.delay(), (err as CoordinatorError).retryAfter ?? 0), Math.max(0, waitEnd - now()));
+          if (await sleep(delay, signal)) continue; // as the same holder: a lost grant is found again
+        }
+        if (signal.aborted || outcomeUnknown(err)) this.abandon(name, holder);
+        if (this.closed) throw new ClientClosedError();
+        if (signal.aborted) throw new NotAcquiredError(name, "", undefined, signal.reason ?? lastErr);
+        if (retry) {
+          // The wait ran out while the coordinator or its store failed.
+          throw new NotAcquiredError(name, "", (err as CoordinatorError).retryAfter, err);
+        }
+        throw err;
+      }
+      if (!g.acquired) {
+        confirms = 0;
+        if (now() >= waitEnd || waitFor === 0 && wait === 0) {
+          throw new NotAcquiredError(name, g.holder, g.retryAfter);
+        }
+        if (now() - sent < waitFor / 2) {
+          // Answered long before the wait was over (a coordinator shutting
+          // down?): do not spin.
+          await sleep(b.delay(), signal);
+        }
+        continue;
+      }
+      b.reset();
+      if (now() - sent > usable / 2 && confirms < MAX_CONFIRMS) {
+        confirms++;
+        continue;
+      }
+      const core = new LeaseCore(kind, name, holder, g.token, g.ttl, sent);
+      if (now() >= core.deadline) {
+        this.abandon(name, holder);
+        throw new CoordinatorError(
+          `coordinator: ${kind} ${JSON.stringify(name)}: every grant arrived after its validity ended (the coordinator answers slower than the TTL ${ttl}ms allows)`,
+          { code: 4 },
+        );
+      }
+      try {
+        this.session.add(core);
+      } catch (e) {
+        // Closed meanwhile.
+        await this.api
+          .release({ name, holder, token: g.token }, { timeoutMs: 1000 })
+          .catch(() => undefined);
+        throw e;
+      }
+      return core;
+    }
+  }
+
+  /**
+   * abandon gives up a lease that an acquisition may have been granted
+   * without hearing of it (the call failed after it was sent), so that
+   * others need not wait for its TTL. Best-effort, in the background.
+   */
+  private abandon(name: string, holder: string): void {
+    if (this.closed) return; // close() releases what it knows of; the rest expires
+    void (async () => {
+      const signal = AbortSignal.timeout(2000);
+      const d = await this.api.describe({ name }, { signal });
+      if (!d.held || d.lease?.holder !== holder) return;
+      await this.api.release({ name, holder, token: d.lease.token }, { signal });
+    })().catch(() => undefined);
+  }
+}
+
+/** defaultIdentity is the host name, the process id and a random suffix. */
+function defaultIdentity(): string {
+  let host = "unknown";
+  try {
+    host = hostname() || host;
+  } catch {
+    // keep "unknown"
+  }
+  return `${host.slice(0, 64)}-${process.pid}-${randomBytes(4).toString("hex")}`;
+}
+
+function checkIdentity(id: string): void {
+  const bytes = Buffer.byteLength(id, "utf8");
+  if (bytes === 0) throw new TypeError("coordinator: the holder identity is empty");
+  if (bytes > 100) throw new TypeError(`coordinator: the holder identity is ${bytes} bytes long; at most 100 are allowed`);
+  if (/[\p{C}]/u.test(id)) throw new TypeError("coordinator: the holder identity contains an unprintable character");
+}
+
+function checkTtl(ttl: number): void {
+  if (!(ttl > 0) || !Number.isFinite(ttl)) throw new TypeError(`coordinator: TTL ${ttl}ms is not a positive number of milliseconds`);
+}

@@ -1,0 +1,295 @@
+// Elections: a leadership is a lease on the election's name whose token is
+// the term and which carries a value; observers follow who leads.
+
+import { timestampDate } from "@bufbuild/protobuf/wkt";
+import { durationFromMs } from "@bufbuild/protobuf/wkt";
+import {
+  LeaderEvent_Kind,
+  type Leader,
+  type LeaderEvent as PbLeaderEvent,
+} from "../../../gen/typescript/coordinator/v1/coordinator_pb.js";
+import type { CoordinatorApi } from "./api.js";
+import { Code, CoordinatorError, LeaseNotHeldError, decodeError } from "./errors.js";
+import type { LeaseEndedError } from "./errors.js";
+import type { KeepAliveSession } from "./keepalive.js";
+import { LeaseCore, releaseCore } from "./lease.js";
+import { callBackoff, linkSignals, now, sleep, toBytes } from "./util.js";
+
+const decoder = new TextDecoder();
+
+/** An election's sitting leader. */
+export interface LeaderInfo {
+  /** The election's name. */
+  election: string;
+  /** Who leads (a Client's identity and a suffix). */
+  candidate: string;
+  /** The value the leader proclaimed. */
+  value: Uint8Array;
+  /** The value as UTF-8 text. */
+  valueText: string;
+  /** The leadership's fencing token: larger for every new term. */
+  term: bigint;
+  /** When the term ends unless renewed, by the coordinator's store clock. */
+  expiresAt: Date | undefined;
+}
+
+export function leaderInfo(l: Leader): LeaderInfo {
+  return {
+    election: l.election,
+    candidate: l.candidate,
+    value: l.value,
+    valueText: decoder.decode(l.value),
+    term: l.term,
+    expiresAt: l.expiresAt ? timestampDate(l.expiresAt) : undefined,
+  };
+}
+
+/** What happened in an election. */
+export type LeaderEventKind = "elected" | "proclaimed" | "vacant";
+
+/** A change of an election's leadership, as observe() yields it. */
+export interface LeaderEvent {
+  kind: LeaderEventKind;
+  /** The leader after the change; undefined when vacant. */
+  leader?: LeaderInfo;
+  /** True for the first event only: the state when observing started, not a change. */
+  initial: boolean;
+}
+
+/**
+ * Leadership is an election won through a Client: a term in office, renewed
+ * in the background like a Lease until it is resigned or lost.
+ *
+ * Check signal while acting as the leader, and hand term to the resources
+ * the leader writes to, so that they can refuse an older term's writes.
+ */
+export class Leadership {
+  private current: Uint8Array;
+  private proclaiming: Promise<unknown> = Promise.resolve();
+
+  /** @internal */
+  constructor(
+    private readonly core: LeaseCore,
+    private readonly session: KeepAliveSession,
+    private readonly api: CoordinatorApi,
+    value: Uint8Array,
+    private readonly callTimeoutMs: number,
+  ) {
+    this.current = value;
+  }
+
+  /** The election's name. */
+  get election(): string {
+    return this.core.name;
+  }
+  /** Who leads: the Client's identity and a suffix unique to this campaign. */
+  get candidate(): string {
+    return this.core.holder;
+  }
+  /** The term: the leadership's fencing token. */
+  get term(): bigint {
+    return this.core.token;
+  }
+  /** The value last proclaimed. */
+  get value(): Uint8Array {
+    return new Uint8Array(this.current);
+  }
+  /** The value last proclaimed, as UTF-8 text. */
+  get valueText(): string {
+    return decoder.decode(this.current);
+  }
+  /** The time to live last granted, in milliseconds. */
+  get ttl(): number {
+    return this.core.ttl;
+  }
+  /** When the leadership stops being valid unless renewed (performance.now() ms); see Lease.expires. */
+  get expires(): number {
+    return this.core.deadline;
+  }
+  /** Milliseconds of validity left; 0 once the leadership ended. */
+  remaining(): number {
+    return this.core.ended ? 0 : Math.max(0, this.core.deadline - now());
+  }
+  /** Aborted the moment the leadership ends; its reason is a LeaseEndedError. */
+  get signal(): AbortSignal {
+    return this.core.controller.signal;
+  }
+  /** Why the leadership ended, or undefined while in office. */
+  get ended(): LeaseEndedError | undefined {
+    return this.core.ended;
+  }
+
+  /**
+   * proclaim publishes value as the sitting leader (observers see a
+   * "proclaimed" event) and renews the term: a Campaign in this term only.
+   * When the term is over, the leadership ends as lost and proclaim throws
+   * LeaseNotHeldError; a transient error leaves the leadership as it was.
+   */
+  proclaim(value: string | Uint8Array, opts: { signal?: AbortSignal } = {}): Promise<void> {
+    const run = this.proclaiming.then(() => this.proclaimNow(toBytes(value), opts.signal));
+    this.proclaiming = run.catch(() => undefined);
+    return run;
+  }
+
+  private async proclaimNow(value: Uint8Array, signal: AbortSignal | undefined): Promise<void> {
+    const l = this.core;
+    if (l.ended) throw l.ended;
+    const ttl = l.ttl;
+    const sent = now();
+    const linked = linkSignals(signal, this.session.closeSignal);
+    let resp;
+    try {
+      resp = await this.api.campaign(
+        {
+          election: l.name,
+          candidate: l.holder,
+          value,
+          ttl: durationFromMs(Math.round(ttl)),
+          term: l.token,
+        },
+        { signal: linked.signal, timeoutMs: this.callTimeoutMs },
+      );
+    } catch (e) {
+      const err = decodeError(e);
+      if (err instanceof LeaseNotHeldError) {
+        this.session.end(l, l.endError("lost", "the term is over", err));
+      }
+      throw err;
+    } finally {
+      linked.dispose();
+    }
+    const term = resp.leader?.term;
+    if (!resp.elected || term !== l.token) {
+      // A coordinator that ignores CampaignRequest.term may have started a
+      // new term nobody wants: resign it.
+      if (resp.elected && term !== undefined) {
+        await this.api
+          .resign({ election: l.name, candidate: l.holder, term }, { timeoutMs: this.callTimeoutMs })
+          .catch(() => undefined);
+      }
+      const err = new LeaseNotHeldError(
+        `coordinator: ${l.describe()}: the coordinator has another term in office`,
+        { code: Code.FailedPrecondition, reason: "LEASE_NOT_HELD", metadata: { name: l.name } },
+      );
+      this.session.end(l, l.endError("lost", "another term is in office", err));
+      throw err;
+    }
+    if (!this.session.renewed(l, sent, ttl)) throw l.ended!;
+    this.current = new Uint8Array(value);
+  }
+
+  /**
+   * resign stops renewing the leadership (its signal aborts with kind
+   * "released") and steps down on the coordinator, so that the next
+   * candidate is elected at once. It resolves true when it stepped down,
+   * false when the leadership had already ended.
+   */
+  resign(opts: { timeoutMs?: number } = {}): Promise<boolean> {
+    const l = this.core;
+    return releaseCore(
+      this.session,
+      l,
+      async (signal) =>
+        (await this.api.resign({ election: l.name, candidate: l.holder, term: l.token }, { signal })).resigned,
+      opts.timeoutMs ?? 5000,
+    );
+  }
+
+  toString(): string {
+    return `leadership of ${JSON.stringify(this.election)} by ${this.candidate} in term ${this.term}`;
+  }
+}
+
+/** Whether an Observe stream that ended with err must not be retried. */
+function permanent(err: unknown): boolean {
+  if (!(err instanceof CoordinatorError)) return !(err instanceof Error && err.name === "AbortError");
+  switch (err.code) {
+    case Code.InvalidArgument:
+    case Code.Unauthenticated:
+    case Code.PermissionDenied:
+    case Code.Unimplemented:
+    case Code.NotFound:
+      return true;
+    default:
+      return false;
+  }
+}
+
+type State = { kind: LeaderEventKind; leader?: LeaderInfo };
+
+function sameBytes(a: Uint8Array, b: Uint8Array): boolean {
+  return a.length === b.length && a.every((x, i) => x === b[i]);
+}
+
+/**
+ * transition returns the events that take a consumer who last saw last
+ * (undefined: nothing yet) to the state ev reports.
+ */
+function transition(last: State | undefined, ev: PbLeaderEvent | undefined): State[] {
+  if (!ev || ev.kind === LeaderEvent_Kind.VACANT || !ev.leader) {
+    return last?.kind === "vacant" ? [] : [{ kind: "vacant" }];
+  }
+  const cur = leaderInfo(ev.leader);
+  if (!last || last.kind === "vacant") return [{ kind: "elected", leader: cur }];
+  if (last.leader!.term !== cur.term) return [{ kind: "vacant" }, { kind: "elected", leader: cur }];
+  if (!sameBytes(last.leader!.value, cur.value)) return [{ kind: "proclaimed", leader: cur }];
+  return [];
+}
+
+/**
+ * observe yields the election's state, then every change. It reconnects
+ * with backoff when the stream breaks and bridges the gap: it delivers only
+ * what changed (a proclamation, or vacant then elected when the term
+ * changed), so that events never arrive out of order. It ends when signal
+ * aborts (or the client closes), and throws when the coordinator refuses the
+ * request (invalid name, credentials).
+ */
+export async function* observe(
+  api: CoordinatorApi,
+  election: string,
+  signals: (AbortSignal | undefined)[],
+  onWarn: (msg: string, err?: unknown) => void,
+): AsyncGenerator<LeaderEvent, void, undefined> {
+  const stop = linkSignals(...signals);
+  try {
+    yield* observeUntil(api, election, stop.signal, onWarn);
+  } finally {
+    stop.dispose();
+  }
+}
+
+async function* observeUntil(
+  api: CoordinatorApi,
+  election: string,
+  signal: AbortSignal,
+  onWarn: (msg: string, err?: unknown) => void,
+): AsyncGenerator<LeaderEvent, void, undefined> {
+  let last: State | undefined;
+  const b = callBackoff();
+  while (!signal.aborted) {
+    const stream = new AbortController();
+    const linked = linkSignals(signal, stream.signal);
+    const sig = linked.signal;
+    let err: unknown;
+    try {
+      for await (const resp of api.observe({ election }, { signal: sig, timeoutMs: 0 })) {
+        b.reset();
+        for (const st of transition(last, resp.event)) {
+          const initial = last === undefined;
+          last = st;
+          yield st.leader ? { kind: st.kind, leader: st.leader, initial } : { kind: st.kind, initial };
+          if (signal.aborted) return;
+        }
+      }
+    } catch (e) {
+      err = e;
+    } finally {
+      stream.abort();
+      linked.dispose();
+    }
+    if (signal.aborted) return;
+    if (err !== undefined && permanent(err)) throw err;
+    onWarn(`coordinator: observe stream of ${JSON.stringify(election)} broke; reconnecting`, err);
+    await sleep(b.delay(), signal);
+  }
+}

@@ -1,0 +1,275 @@
+// Errors of the Coordinator client.
+//
+// A call the coordinator refuses fails with a CoordinatorError (or one of its
+// subclasses), decoded from the gRPC status and its google.rpc details: the
+// ErrorInfo reason (an ErrorReason name), its metadata, the field a
+// BadRequest names and the delay a RetryInfo asks for.
+
+import { Code, ConnectError } from "@connectrpc/connect";
+import { durationMs } from "@bufbuild/protobuf/wkt";
+import type { Duration } from "@bufbuild/protobuf/wkt";
+import {
+  BadRequestSchema,
+  ErrorInfoSchema,
+  RetryInfoSchema,
+} from "../../../gen/typescript/google/rpc/error_details_pb.js";
+import { ErrorReason } from "../../../gen/typescript/coordinator/v1/coordinator_pb.js";
+
+/** The google.rpc.ErrorInfo domain of the coordinator's errors. */
+export const ERROR_DOMAIN = "coordinator.v1";
+
+/** The reasons the coordinator gives, as ErrorInfo.reason strings. */
+export type ErrorReasonName =
+  | "LEASE_NOT_HELD"
+  | "DATA_LOSS_QUARANTINE"
+  | "STORE_UNAVAILABLE"
+  | "INVALID_FIELD"
+  | "PERMISSION_DENIED";
+
+export { Code };
+
+interface CoordinatorErrorInit {
+  code: Code;
+  reason?: string | undefined;
+  metadata?: Record<string, string> | undefined;
+  field?: string | undefined;
+  retryAfter?: number | undefined;
+  cause?: unknown;
+}
+
+/**
+ * A call the coordinator (or the connection to it) failed: a gRPC status
+ * with the coordinator's error details decoded.
+ */
+export class CoordinatorError extends Error {
+  /** The gRPC status code (Connect's Code enum: the same numbers). */
+  readonly code: Code;
+  /** The ErrorInfo reason ("LEASE_NOT_HELD"…), when the coordinator gave one. */
+  readonly reason: string | undefined;
+  /** The ErrorInfo metadata ({name: …}, {field: …}, {retry_after: "ms"}). */
+  readonly metadata: Readonly<Record<string, string>>;
+  /** The request field an InvalidArgument names (BadRequest or metadata). */
+  readonly field: string | undefined;
+  /** How long to wait before retrying, in milliseconds, when the coordinator said. */
+  readonly retryAfter: number | undefined;
+
+  constructor(message: string, init: CoordinatorErrorInit) {
+    super(message, init.cause === undefined ? undefined : { cause: init.cause });
+    this.name = new.target.name;
+    this.code = init.code;
+    this.reason = init.reason || undefined;
+    this.metadata = Object.freeze({ ...(init.metadata ?? {}) });
+    this.field = init.field;
+    this.retryAfter = init.retryAfter;
+  }
+
+  /** The status code's name: "FailedPrecondition", "Unavailable"… */
+  get codeName(): string {
+    return Code[this.code] ?? String(this.code);
+  }
+}
+
+/** FailedPrecondition LEASE_NOT_HELD: the lease expired or is held under another holder or token. */
+export class LeaseNotHeldError extends CoordinatorError {}
+/** Unavailable DATA_LOSS_QUARANTINE: the store lost its data; grants resume after retryAfter. */
+export class DataLossQuarantineError extends CoordinatorError {}
+/** Unavailable STORE_UNAVAILABLE: the store could not be reached or did not answer in time. */
+export class StoreUnavailableError extends CoordinatorError {}
+/** InvalidArgument INVALID_FIELD: a request field breaks its rules; field names it. */
+export class InvalidFieldError extends CoordinatorError {}
+/** PermissionDenied: the name is outside the prefixes the credential may use. */
+export class PermissionDeniedError extends CoordinatorError {}
+/** Unauthenticated: no credential, or one the coordinator does not know. */
+export class UnauthenticatedError extends CoordinatorError {}
+
+type ErrorClass = new (message: string, init: CoordinatorErrorInit) => CoordinatorError;
+
+const byReason: Record<string, ErrorClass> = {
+  LEASE_NOT_HELD: LeaseNotHeldError,
+  DATA_LOSS_QUARANTINE: DataLossQuarantineError,
+  STORE_UNAVAILABLE: StoreUnavailableError,
+  INVALID_FIELD: InvalidFieldError,
+  PERMISSION_DENIED: PermissionDeniedError,
+};
+
+function classFor(code: Code, reason: string | undefined): ErrorClass {
+  const byR = reason ? byReason[reason] : undefined;
+  if (byR) return byR;
+  switch (code) {
+    case Code.PermissionDenied:
+      return PermissionDeniedError;
+    case Code.Unauthenticated:
+      return UnauthenticatedError;
+    default:
+      return CoordinatorError;
+  }
+}
+
+/** Milliseconds of a protobuf Duration, or undefined when unset. */
+export function msOf(d: Duration | undefined): number | undefined {
+  return d === undefined ? undefined : durationMs(d);
+}
+
+/**
+ * decodeError turns what a Connect call threw into a CoordinatorError
+ * subclass. Errors that are already decoded, and errors that are not a
+ * call's (a TypeError…), are returned as they are.
+ */
+export function decodeError(e: unknown): Error {
+  if (e instanceof CoordinatorError) return e;
+  if (!(e instanceof ConnectError)) {
+    if (e instanceof Error && e.name === "AbortError") {
+      return fromConnect(ConnectError.from(e));
+    }
+    return e instanceof Error ? e : new Error(String(e));
+  }
+  return fromConnect(e);
+}
+
+function fromConnect(err: ConnectError): CoordinatorError {
+  let reason: string | undefined;
+  let metadata: Record<string, string> = {};
+  let field: string | undefined;
+  let retryAfter: number | undefined;
+  try {
+    for (const info of err.findDetails(ErrorInfoSchema)) {
+      if (info.domain === ERROR_DOMAIN) {
+        reason = info.reason;
+        metadata = { ...info.metadata };
+        break;
+      }
+    }
+    for (const br of err.findDetails(BadRequestSchema)) {
+      const v = br.fieldViolations[0];
+      if (v && v.field) {
+        field = v.field;
+        break;
+      }
+    }
+    for (const ri of err.findDetails(RetryInfoSchema)) {
+      retryAfter = msOf(ri.retryDelay);
+      if (retryAfter !== undefined) break;
+    }
+  } catch {
+    // Undecodable details: keep the status alone.
+  }
+  field ??= metadata["field"] || undefined;
+  if (retryAfter === undefined && metadata["retry_after"]) {
+    const ms = Number(metadata["retry_after"]);
+    if (Number.isFinite(ms)) retryAfter = ms;
+  }
+  const Cls = classFor(err.code, reason);
+  const message = `coordinator: ${Code[err.code] ?? err.code}${reason ? ` ${reason}` : ""}: ${err.rawMessage}`;
+  return new Cls(message, { code: err.code, reason, metadata, field, retryAfter, cause: err });
+}
+
+/**
+ * The error of a KeepAlive renewal that was lost or failed, built like the
+ * unary call's from the reason and code it carries.
+ */
+export function renewalError(
+  reason: ErrorReason,
+  code: number,
+  message: string,
+  retryAfter?: number,
+): CoordinatorError {
+  const name = reason === ErrorReason.ERROR_REASON_UNSPECIFIED ? undefined : ErrorReason[reason];
+  const c = (code in Code ? code : Code.Unknown) as Code;
+  const Cls = classFor(c, name);
+  return new Cls(`coordinator: ${Code[c] ?? c}${name ? ` ${name}` : ""}: ${message}`, {
+    code: c,
+    reason: name,
+    retryAfter,
+  });
+}
+
+/**
+ * The name (or election) was not granted: someone else holds it (tryLock,
+ * or a wait that ran out), or the wait was cancelled.
+ */
+export class NotAcquiredError extends Error {
+  /** The lock or election name. */
+  readonly lockName: string;
+  /** Who holds it, as the coordinator last said; empty when it did not say. */
+  readonly holder: string;
+  /** When the coordinator said the name can be granted at the earliest, in ms. */
+  readonly retryAfter: number | undefined;
+
+  constructor(lockName: string, holder: string, retryAfter: number | undefined, cause?: unknown) {
+    let msg = `coordinator: ${JSON.stringify(lockName)} not acquired`;
+    if (holder) msg += `: held by ${holder}`;
+    if (retryAfter !== undefined) msg += ` (retry after ${retryAfter}ms)`;
+    if (cause instanceof Error) msg += `: ${cause.message}`;
+    super(msg, cause === undefined ? undefined : { cause });
+    this.name = "NotAcquiredError";
+    this.lockName = lockName;
+    this.holder = holder;
+    this.retryAfter = retryAfter;
+  }
+}
+
+/** How a lease or leadership ended. */
+export type LeaseEndKind = "released" | "lost" | "expired" | "closed";
+
+/**
+ * Why a lease or leadership ended: the reason of its AbortSignal.
+ *
+ * - released: released (or resigned) through this client;
+ * - lost: the coordinator refused a renewal (the lease expired there or is
+ *   held under another holder or token), or a proclamation found the term
+ *   over; cause is the coordinator's error;
+ * - expired: no renewal succeeded before the lease's validity ran out on this
+ *   process's clock (coordinator or store unreachable). Nobody else can have
+ *   been granted the name yet; the coordinator's own expiry comes later;
+ * - closed: the client was closed.
+ */
+export class LeaseEndedError extends Error {
+  readonly kind: LeaseEndKind;
+  readonly lockName: string;
+  readonly token: bigint;
+
+  constructor(kind: LeaseEndKind, lockName: string, token: bigint, detail: string, cause?: unknown) {
+    super(`coordinator: ${JSON.stringify(lockName)} (token ${token}) ${kind}${detail ? `: ${detail}` : ""}`, cause === undefined ? undefined : { cause });
+    this.name = "LeaseEndedError";
+    this.kind = kind;
+    this.lockName = lockName;
+    this.token = token;
+  }
+}
+
+/** The client was closed. */
+export class ClientClosedError extends Error {
+  constructor() {
+    super("coordinator: client closed");
+    this.name = "ClientClosedError";
+  }
+}
+
+/** Whether a call that failed with err may succeed when tried again. */
+export function isTransient(err: unknown): boolean {
+  if (!(err instanceof CoordinatorError)) return false;
+  switch (err.code) {
+    case Code.Unavailable:
+    case Code.ResourceExhausted:
+    case Code.Aborted:
+    case Code.DeadlineExceeded:
+      return true;
+    default:
+      return false;
+  }
+}
+
+/** Whether a call that failed with err may still have changed state on the coordinator. */
+export function outcomeUnknown(err: unknown): boolean {
+  if (!(err instanceof CoordinatorError)) return true;
+  switch (err.code) {
+    case Code.Canceled:
+    case Code.DeadlineExceeded:
+    case Code.Unavailable:
+    case Code.Unknown:
+    case Code.Internal:
+      return true;
+    default:
+      return false;
+  }
+}

@@ -1,0 +1,32 @@
+// @coordinator-dev/coordinator: the TypeScript client of the Coordinator
+// lock and election lease service.
+
+import { Client, type ClientOptions } from "./client.js";
+
+export { Client, DEFAULT_TTL } from "./client.js";
+export type { ClientOptions, LockOptions, RunAsLeaderOptions, NameState } from "./client.js";
+export type { TlsOptions, CoordinatorApi } from "./api.js";
+export { Lease } from "./lease.js";
+export { Leadership } from "./election.js";
+export type { LeaderEvent, LeaderEventKind, LeaderInfo } from "./election.js";
+export {
+  Code,
+  ClientClosedError,
+  CoordinatorError,
+  DataLossQuarantineError,
+  ERROR_DOMAIN,
+  InvalidFieldError,
+  LeaseEndedError,
+  LeaseNotHeldError,
+  NotAcquiredError,
+  PermissionDeniedError,
+  StoreUnavailableError,
+  UnauthenticatedError,
+  decodeError,
+} from "./errors.js";
+export type { ErrorReasonName, LeaseEndKind } from "./errors.js";
+
+/** createClient is new Client(opts). */
+export function createClient(opts: ClientOptions): Client {
+  return new Client(opts);
+}

@@ -1,0 +1,180 @@
+// Leases: a lock held through a Client, renewed in the background over the
+// Client's KeepAlive stream until it is released, lost or expires.
+
+import { setMaxListeners } from "node:events";
+import { LeaseEndedError } from "./errors.js";
+import type { LeaseEndKind } from "./errors.js";
+import type { Backoff } from "./util.js";
+import { callBackoff, driftMargin, jitter, now, sleep } from "./util.js";
+import { isTransient } from "./errors.js";
+
+/**
+ * LeaseCore is what a Lease and a Leadership share: a grant on a name that
+ * the Client's KeepAlive session renews. Times are performance.now()
+ * milliseconds.
+ */
+export class LeaseCore {
+  /** Local validity: the send time of the last successful grant or renewal + ttl − drift margin. */
+  deadline = 0;
+  /** When the last successful grant or renewal was sent. */
+  confirmedAt = 0;
+  /** When the next renewal is due. */
+  nextRenew = 0;
+  ttl = 0;
+  /** Set when the lease ended; the AbortSignal's reason. */
+  ended: LeaseEndedError | undefined;
+  readonly controller = new AbortController();
+
+  // The KeepAlive session's bookkeeping.
+  inflight: bigint | undefined;
+  sentAt = 0;
+  retry: Backoff | undefined;
+  lastErr = "";
+  renewTimer: ReturnType<typeof setTimeout> | undefined;
+  deadlineTimer: ReturnType<typeof setTimeout> | undefined;
+  /** Tells the deadline check of the current schedule from older ones. */
+  deadlineGen = 0;
+
+  constructor(
+    readonly kind: "lock" | "leadership",
+    readonly name: string,
+    readonly holder: string,
+    readonly token: bigint,
+    ttl: number,
+    sent: number,
+  ) {
+    setMaxListeners(0, this.controller.signal);
+    this.granted(sent, ttl);
+  }
+
+  /** granted records a successful grant or renewal sent at sent. */
+  granted(sent: number, ttl: number): void {
+    this.ttl = ttl;
+    this.confirmedAt = sent;
+    this.deadline = sent + ttl - driftMargin(ttl);
+    this.nextRenew = sent + jitter(ttl / 3);
+    this.retry = undefined;
+    this.lastErr = "";
+  }
+
+  describe(): string {
+    return `${this.kind} ${JSON.stringify(this.name)} (token ${this.token})`;
+  }
+
+  endError(kind: LeaseEndKind, detail: string, cause?: unknown): LeaseEndedError {
+    return new LeaseEndedError(kind, this.name, this.token, detail, cause);
+  }
+}
+
+/** What a lease needs of its Client's KeepAlive session. */
+export interface LeaseSession {
+  /** Ends l with err unless it ended already; returns how it had ended before, if it had. */
+  end(l: LeaseCore, err: LeaseEndedError): LeaseEndedError | undefined;
+  readonly closeSignal: AbortSignal;
+}
+
+/**
+ * releaseCore ends l as released, then gives it up on the coordinator with
+ * call, retrying transient errors for up to timeoutMs. It resolves true when
+ * the coordinator released it now, false when it had already ended (lost,
+ * expired, closed, released) or the coordinator no longer held it.
+ */
+export async function releaseCore(
+  session: LeaseSession,
+  l: LeaseCore,
+  call: (signal: AbortSignal) => Promise<boolean>,
+  timeoutMs: number,
+): Promise<boolean> {
+  const prior = session.end(l, l.endError("released", ""));
+  const signal = AbortSignal.timeout(timeoutMs);
+  if (prior) {
+    if (prior.kind === "expired") {
+      // The coordinator may hold it yet: give it up there too.
+      await call(signal).catch(() => false);
+    }
+    return false;
+  }
+  const b = callBackoff();
+  for (;;) {
+    try {
+      return await call(signal);
+    } catch (e) {
+      if (isTransient(e) && !signal.aborted && (await sleep(b.delay(), signal))) continue;
+      throw e;
+    }
+  }
+}
+
+/**
+ * Lease is a lock held through a Client: an exclusive, time-bounded grant of
+ * a name, renewed in the background about every ttl/3 until it is released
+ * or lost.
+ *
+ * Check signal (or pass it on) before and while acting on what the lock
+ * protects, and hand token to the protected resource so that it can refuse
+ * the writes of an older holder.
+ */
+export class Lease {
+  /** @internal */
+  constructor(
+    private readonly core: LeaseCore,
+    private readonly session: LeaseSession,
+    private readonly releaseCall: (signal: AbortSignal) => Promise<boolean>,
+    private readonly releaseTimeoutMs: number,
+  ) {}
+
+  /** The lock's name. */
+  get name(): string {
+    return this.core.name;
+  }
+  /** Who holds it: the Client's identity and a suffix unique to this acquisition. */
+  get holder(): string {
+    return this.core.holder;
+  }
+  /** The fencing token: larger than every earlier grant's of the name; the same across renewals. */
+  get token(): bigint {
+    return this.core.token;
+  }
+  /** The time to live last granted, in milliseconds. */
+  get ttl(): number {
+    return this.core.ttl;
+  }
+  /**
+   * When the lease stops being valid unless renewed before, on the
+   * performance.now() clock: the send time of the last successful grant or
+   * renewal, plus the ttl, minus a drift margin. The coordinator's expiry is
+   * later.
+   */
+  get expires(): number {
+    return this.core.deadline;
+  }
+  /** When the last successful grant or renewal was sent (performance.now() ms). */
+  get renewedAt(): number {
+    return this.core.confirmedAt;
+  }
+  /** Milliseconds of validity left; 0 once the lease ended. */
+  remaining(): number {
+    return this.core.ended ? 0 : Math.max(0, this.core.deadline - now());
+  }
+  /** Aborted the moment the lease ends; its reason is a LeaseEndedError. */
+  get signal(): AbortSignal {
+    return this.core.controller.signal;
+  }
+  /** Why the lease ended, or undefined while it is held. */
+  get ended(): LeaseEndedError | undefined {
+    return this.core.ended;
+  }
+  /**
+   * release stops renewing the lease (its signal aborts with kind
+   * "released") and gives it up on the coordinator, retrying transient
+   * errors. It resolves true when the coordinator released it, false when it
+   * had already ended or expired there. Calling it again resolves false.
+   */
+  release(opts: { timeoutMs?: number } = {}): Promise<boolean> {
+    return releaseCore(this.session, this.core, this.releaseCall, opts.timeoutMs ?? this.releaseTimeoutMs);
+  }
+
+  toString(): string {
+    return `lock ${JSON.stringify(this.name)} held by ${this.holder} with token ${this.token}`;
+  }
+}

@@ -1,0 +1,157 @@
+// Small helpers shared by the client's modules.
+
+/** The monotonic clock leases are measured on, in milliseconds. */
+export const now = (): number => performance.now();
+
+/**
+ * driftMargin is kept from a lease's validity for clock drift between this
+ * process and the store, and for this process being scheduled late:
+ * max(ttl/10, 50ms), at most ttl/2.
+ */
+export function driftMargin(ttl: number): number {
+  return Math.min(Math.max(ttl / 10, 50), ttl / 2);
+}
+
+/** jitter spreads d by ±10%. */
+export function jitter(d: number): number {
+  return d <= 0 ? d : d * (0.9 + Math.random() * 0.2);
+}
+
+/** Exponential backoff: from base, doubling, at most max, with ±10% jitter. */
+export class Backoff {
+  private next: number;
+  constructor(
+    private readonly base: number,
+    private readonly max: number,
+  ) {
+    this.next = base;
+  }
+  delay(): number {
+    const d = this.next;
+    this.next = Math.min(this.next * 2, this.max);
+    return jitter(d);
+  }
+  reset(): void {
+    this.next = this.base;
+  }
+}
+
+/** The delays between retries of a call or a stream: from 50ms, doubling, at most 2s. */
+export const callBackoff = (): Backoff => new Backoff(50, 2000);
+
+/** sleep waits ms, or until signal aborts; it resolves true when ms passed. */
+export function sleep(ms: number, signal?: AbortSignal): Promise<boolean> {
+  if (signal?.aborted) return Promise.resolve(false);
+  if (ms <= 0) return Promise.resolve(true);
+  return new Promise((resolve) => {
+    const onAbort = (): void => {
+      clearTimeout(t);
+      resolve(false);
+    };
+    const t = setTimeout(() => {
+      signal?.removeEventListener("abort", onAbort);
+      resolve(true);
+    }, ms);
+    signal?.addEventListener("abort", onAbort, { once: true });
+  });
+}
+
+/** A signal linked to others, and how to unlink it. */
+export interface LinkedSignal {
+  signal: AbortSignal;
+  /** dispose stops listening to the sources; call it once the signal is no longer used. */
+  dispose(): void;
+}
+
+const noop = (): void => undefined;
+
+/**
+ * linkSignals returns a signal that aborts when any of signals does
+ * (skipping undefined ones). Unlike AbortSignal.any, whose composite signals
+ * the sources hold only weakly (how long they live then depends on the Node
+ * version's garbage collection rules), the sources hold the linked signal
+ * strongly until dispose is called, which also removes its listeners from
+ * long-lived sources such as the Client's own close signal.
+ */
+export function linkSignals(...signals: (AbortSignal | undefined)[]): LinkedSignal {
+  const present = signals.filter((s): s is AbortSignal => s !== undefined);
+  if (present.length === 1) return { signal: present[0]!, dispose: noop };
+  const ac = new AbortController();
+  const already = present.find((s) => s.aborted);
+  if (already) {
+    ac.abort(already.reason);
+    return { signal: ac.signal, dispose: noop };
+  }
+  const listeners = present.map((s) => {
+    const onAbort = (): void => {
+      dispose();
+      ac.abort(s.reason);
+    };
+    s.addEventListener("abort", onAbort, { once: true });
+    return [s, onAbort] as const;
+  });
+  const dispose = (): void => {
+    for (const [s, onAbort] of listeners) s.removeEventListener("abort", onAbort);
+  };
+  return { signal: ac.signal, dispose };
+}
+
+/** toBytes encodes a string value as UTF-8; bytes are copied. */
+export function toBytes(value: string | Uint8Array | undefined): Uint8Array {
+  if (value === undefined) return new Uint8Array();
+  return typeof value === "string" ? new TextEncoder().encode(value) : new Uint8Array(value);
+}
+
+/**
+ * AsyncQueue is a push-driven AsyncIterable: the request side of a
+ * client stream.
+ */
+export class AsyncQueue<T> implements AsyncIterable<T> {
+  private items: T[] = [];
+  private waiting: ((r: IteratorResult<T>) => void) | undefined;
+  private ended = false;
+
+  push(item: T): boolean {
+    if (this.ended) return false;
+    if (this.waiting) {
+      const w = this.waiting;
+      this.waiting = undefined;
+      w({ value: item, done: false });
+    } else {
+      this.items.push(item);
+    }
+    return true;
+  }
+
+  end(): void {
+    if (this.ended) return;
+    this.ended = true;
+    this.items = [];
+    if (this.waiting) {
+      const w = this.waiting;
+      this.waiting = undefined;
+      w({ value: undefined, done: true });
+    }
+  }
+
+  [Symbol.asyncIterator](): AsyncIterator<T> {
+    return {
+      next: (): Promise<IteratorResult<T>> => {
+        const item = this.items.shift();
+        if (item !== undefined) return Promise.resolve({ value: item, done: false });
+        if (this.ended) return Promise.resolve({ value: undefined, done: true });
+        return new Promise((resolve) => {
+          this.waiting = resolve;
+        });
+      },
+      return: (): Promise<IteratorResult<T>> => {
+        this.end();
+        return Promise.resolve({ value: undefined, done: true });
+      },
+      throw: (e?: unknown): Promise<IteratorResult<T>> => {
+        this.end();
+        return Promise.reject(e instanceof Error ? e : new Error(String(e)));
+      },
+    };
+  }
+}
