@@ -68,7 +68,8 @@ type grant struct {
 	token    uint64
 	ttl      time.Duration
 	value    []byte
-	holder   string // the current holder, when not acquired
+	holder   string    // the current holder, when not acquired
+	sent     time.Time // when the request was sent, on the Client's clock
 }
 
 // acquireCall asks the coordinator for a lease as holder, waiting up to wait.
@@ -80,18 +81,19 @@ func (c *Client) tryAcquire(name string) acquireCall {
 		if wait > 0 {
 			req.Wait = durationpb.New(wait)
 		}
-		resp, err := c.api.TryAcquire(ctx, req)
+		resp, sent, err := c.tryAcquireCall(ctx, req)
 		if err != nil {
 			return grant{}, err
 		}
 		if !resp.GetAcquired() {
-			return grant{holder: resp.GetHolder()}, nil
+			return grant{holder: resp.GetHolder(), sent: sent}, nil
 		}
 		return grant{
 			acquired: true,
 			token:    resp.GetLease().GetToken(),
 			ttl:      durationOr(resp.GetLease().GetTtl(), ttl),
 			value:    resp.GetLease().GetValue(),
+			sent:     sent,
 		}, nil
 	}
 }
@@ -131,10 +133,12 @@ func (c *Client) acquire(ctx context.Context, cfg lockConfig, wait bool, kind, n
 				waitFor = max(min(waitFor, time.Until(d)-answerMargin), 0)
 			}
 		}
-		// The grant's validity is on the Client's clock; how long the
-		// coordinator waited is real time.
-		sent, start := c.clock.Now(), time.Now()
+		// The grant's validity is on the Client's clock, from when the
+		// request was sent (the call says when); how long the coordinator
+		// waited is real time.
+		start := time.Now()
 		g, err := call(ctx, holder, cfg.ttl, waitFor)
+		sent := g.sent
 		if err != nil {
 			if ctx.Err() == nil && wait && transient(err) {
 				lastErr = err
@@ -181,7 +185,7 @@ func (c *Client) acquire(ctx context.Context, cfg lockConfig, wait bool, kind, n
 			return nil, fmt.Errorf("coordinator: %s %q: every grant arrived after its validity ended (the coordinator answers slower than the TTL %s allows)", kind, name, cfg.ttl)
 		}
 		//nolint:contextcheck // the renewals outlive this call, until Release or Close
-		if err := c.sess.add(l); err != nil { // closed meanwhile
+		if err := c.renewals.add(l); err != nil { // closed meanwhile
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 			_, _ = c.api.Release(rctx, &coordinatorv1.ReleaseRequest{Name: name, Holder: holder, Token: g.token})
 			cancel()

@@ -54,7 +54,13 @@ type Client struct {
 	gone   bool
 	wg     sync.WaitGroup
 
-	sess session
+	// unary makes the lease calls unary and renews over KeepAlive
+	// (WithUnaryCalls) instead of over the Session stream.
+	unary bool
+	// sess carries the lease calls (session.go); renewals renews the
+	// leases held (renewer.go).
+	sess     session
+	renewals renewer
 }
 
 // New connects to the coordinator at target (host:port, or any gRPC target
@@ -142,8 +148,10 @@ func newClient(conn *grpc.ClientConn, cfg config) *Client {
 		closeTimeout: cfg.closeTimeout,
 		closing:      closing,
 		cancelClose:  cancel,
+		unary:        cfg.unary,
 	}
-	c.sess.init(c)
+	c.sess.init(c, cfg.sessionIdle)
+	c.renewals.init(c)
 	return c
 }
 
@@ -205,9 +213,10 @@ func (c *Client) Close() error {
 		c.goneMu.Lock()
 		c.gone = true
 		c.goneMu.Unlock()
-		held := c.sess.close()
+		held := c.renewals.close()
 		c.releaseAll(held)
-		c.sess.wg.Wait()
+		c.renewals.wg.Wait()
+		c.sess.close() // ends the waits of calls that Close ended
 		c.wg.Wait()
 		c.closeErr = c.conn.Close()
 	})
@@ -225,10 +234,11 @@ func (c *Client) releaseAll(held []*lease) {
 	defer cancel()
 	work := make(chan *lease)
 	var wg sync.WaitGroup
-	for range min(len(held), 16) {
+	// Over the session, the releases in flight together share messages.
+	for range min(len(held), 64) {
 		wg.Go(func() {
 			for l := range work {
-				_, err := c.api.Release(ctx, &coordinatorv1.ReleaseRequest{Name: l.name, Holder: l.holder, Token: l.token})
+				_, err := c.releaseCall(ctx, &coordinatorv1.ReleaseRequest{Name: l.name, Holder: l.holder, Token: l.token})
 				if err != nil {
 					c.log.Warn("coordinator: could not release a lease on close; it expires after its TTL",
 						"name", l.name, "token", l.token, "err", err)

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -140,6 +141,10 @@ func TestDialOptionsReachEveryCall(t *testing.T) {
 		t.Fatal(err)
 	}
 	renew(t, clock, lease.l)
+	// The lease calls go over the Session stream; Leader is a unary call.
+	if _, err := c.Leader(ctx, "nobody-leads"); !errors.Is(err, ErrNoLeader) {
+		t.Fatal(err)
+	}
 	if calls.Load() == 0 || streams.Load() == 0 {
 		t.Fatalf("%d calls and %d streams intercepted; want both", calls.Load(), streams.Load())
 	}

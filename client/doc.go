@@ -18,8 +18,24 @@
 //
 // A held Lease or Leadership renews itself in the background about every
 // TTL/3 (DefaultTTL is 15s; see WithTTL) until it is released, lost or its
-// Client is closed. All of a Client's leases share one KeepAlive stream and
-// one scheduler goroutine; none runs while the Client holds nothing.
+// Client is closed. All of a Client's leases share one scheduler goroutine,
+// which runs only while the Client holds something.
+//
+// # One stream per Client
+//
+// A Client makes its lease calls (TryLock, Lock, Campaign, Proclaim,
+// Release, Resign) and its renewals over one Session stream, opened when
+// first needed and closed after 30s with nothing in flight. Operations that
+// goroutines start together go out together in one message, and their
+// results come back the same way, so a busy process costs the coordinator
+// a fraction of the messages of unary calls; an operation alone goes out at
+// once. Each operation has the semantics and errors of its unary call. When
+// the stream breaks, the operations in flight fail with Unavailable: Lock
+// and Campaign retry them as the same holder, which finds a grant whose
+// answer was lost; renewals are retried while the lease is valid.
+// WithUnaryCalls makes unary calls and renews over a KeepAlive stream
+// instead, as does a coordinator without the Session method. Observe,
+// Leader and API stay as they are.
 //
 // Validity is measured on this process's monotonic clock, never compared
 // with the coordinator's: a lease is valid until the time its last

@@ -95,10 +95,11 @@ func (e *Leadership) String() string {
 }
 
 // Proclaim publishes a new value as the sitting leader; observers see a
-// PROCLAIMED event. It also renews the term. When the coordinator answers
-// that the term is over (another candidate or term is in office), the
-// leadership ends with ErrLost and Proclaim returns that error; a transient
-// error leaves the leadership as it was.
+// PROCLAIMED event. It also renews the term. It campaigns in the
+// leadership's term only, so it never starts a new one: when the
+// coordinator answers that the term is over (expired, resigned, or another
+// term in office), the leadership ends with ErrLost and Proclaim returns
+// that error; a transient error leaves the leadership as it was.
 func (e *Leadership) Proclaim(ctx context.Context, value []byte) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -109,26 +110,25 @@ func (e *Leadership) Proclaim(ctx context.Context, value []byte) error {
 	ctx, cancel := c.callCtx(ctx)
 	defer cancel()
 	ttl := l.currentTTL()
-	sent := c.clock.Now()
-	resp, err := c.api.Campaign(ctx, &coordinatorv1.CampaignRequest{
-		Election: l.name, Candidate: l.holder, Value: value, Ttl: durationpb.New(ttl),
+	resp, sent, err := c.campaignCall(ctx, &coordinatorv1.CampaignRequest{
+		Election: l.name, Candidate: l.holder, Value: value, Ttl: durationpb.New(ttl), Term: l.token,
 	})
-	if err != nil {
+	if err != nil && ErrorReason(err) != "LEASE_NOT_HELD" {
 		return callError(ctx, "proclaim in "+l.describe(), err)
 	}
-	if term := resp.GetLeader().GetTerm(); !resp.GetElected() || term != l.token {
-		lost := fmt.Errorf("%w: %s: the coordinator has another term in office", ErrLost, l.describe())
-		if resp.GetElected() {
-			// The term had expired and this campaign started a new one
-			// that nobody wants: resign it.
-			_, _ = c.api.Resign(ctx, &coordinatorv1.ResignRequest{Election: l.name, Candidate: l.holder, Term: term})
+	if term := resp.GetLeader().GetTerm(); err != nil || !resp.GetElected() || term != l.token {
+		lost := fmt.Errorf("%w: %s: the term is over on the coordinator", ErrLost, l.describe())
+		if err == nil && resp.GetElected() {
+			// A coordinator that ignores the term started a new one that
+			// nobody wants: resign it.
+			_, _ = c.resignCall(ctx, &coordinatorv1.ResignRequest{Election: l.name, Candidate: l.holder, Term: term})
 		}
-		if prior := c.sess.end(l, lost); prior != nil {
+		if prior := c.renewals.end(l, lost); prior != nil {
 			return prior
 		}
 		return lost
 	}
-	if !c.sess.renewed(l, sent, ttl) {
+	if !c.renewals.renewed(l, sent, ttl) {
 		return e.l.err()
 	}
 	e.value = bytes.Clone(value)
@@ -143,7 +143,7 @@ func (e *Leadership) Proclaim(ctx context.Context, value []byte) error {
 // Calling it again returns nil.
 func (e *Leadership) Resign(ctx context.Context) error {
 	return e.l.release(ctx, func(ctx context.Context) (bool, error) {
-		resp, err := e.l.c.api.Resign(ctx, &coordinatorv1.ResignRequest{Election: e.l.name, Candidate: e.l.holder, Term: e.l.token})
+		resp, err := e.l.c.resignCall(ctx, &coordinatorv1.ResignRequest{Election: e.l.name, Candidate: e.l.holder, Term: e.l.token})
 		return resp.GetResigned(), err
 	})
 }
@@ -169,14 +169,14 @@ func (c *Client) campaign(election string, value []byte) acquireCall {
 		if wait > 0 {
 			req.Wait = durationpb.New(wait)
 		}
-		resp, err := c.api.Campaign(ctx, req)
+		resp, sent, err := c.campaignCall(ctx, req)
 		if err != nil {
 			return grant{}, err
 		}
 		if !resp.GetElected() {
-			return grant{holder: resp.GetLeader().GetCandidate()}, nil
+			return grant{holder: resp.GetLeader().GetCandidate(), sent: sent}, nil
 		}
-		return grant{acquired: true, token: resp.GetLeader().GetTerm(), ttl: ttl, value: resp.GetLeader().GetValue()}, nil
+		return grant{acquired: true, token: resp.GetLeader().GetTerm(), ttl: ttl, value: resp.GetLeader().GetValue(), sent: sent}, nil
 	}
 }
 

@@ -16,10 +16,10 @@ import (
 )
 
 func TestCampaignProclaimResign(t *testing.T) {
-	forEachStore(t, func(t *testing.T, coord *coordtest.Coordinator) {
+	forEachModeAndStore(t, func(t *testing.T, mode Option, coord *coordtest.Coordinator) {
 		ctx := testCtx(t)
 		clock := clockwork.NewFakeClock()
-		c := dial(t, coord, withClock(clock))
+		c := dial(t, coord, mode, withClock(clock))
 		if _, err := c.Leader(ctx, "office"); !errors.Is(err, ErrNoLeader) {
 			t.Fatalf("Leader of an empty election = %v; want ErrNoLeader", err)
 		}
@@ -56,32 +56,34 @@ func TestCampaignProclaimResign(t *testing.T) {
 }
 
 func TestProclaimAfterTermEndedLosesLeadership(t *testing.T) {
-	coord := coordtest.Start(t, coordtest.Config(t, "memory"))
-	ctx := testCtx(t)
-	c := dial(t, coord)
-	e, err := c.Campaign(ctx, "coup", []byte("v1"), WithTTL(5*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// An operator ends the term and someone else is elected.
-	if _, err := c.API().Resign(ctx, &coordinatorv1.ResignRequest{Election: "coup", Candidate: e.Candidate(), Term: e.Term()}); err != nil {
-		t.Fatal(err)
-	}
-	other, err := dial(t, coord).Campaign(ctx, "coup", []byte("usurper"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Proclaim(ctx, []byte("v2")); !errors.Is(err, ErrLost) || !errors.Is(e.Err(), ErrLost) {
-		t.Fatalf("Proclaim = %v, Err = %v; want ErrLost", err, e.Err())
-	}
-	info, err := c.Leader(ctx, "coup")
-	if err != nil || info.Term != other.Term() || string(info.Value) != "usurper" {
-		t.Fatalf("Leader = %+v, %v; want the usurper's term %d untouched", info, err, other.Term())
-	}
+	forEachMode(t, func(t *testing.T, mode Option) {
+		coord := coordtest.Start(t, coordtest.Config(t, "memory"))
+		ctx := testCtx(t)
+		c := dial(t, coord, mode)
+		e, err := c.Campaign(ctx, "coup", []byte("v1"), WithTTL(5*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// An operator ends the term and someone else is elected.
+		if _, err := c.API().Resign(ctx, &coordinatorv1.ResignRequest{Election: "coup", Candidate: e.Candidate(), Term: e.Term()}); err != nil {
+			t.Fatal(err)
+		}
+		other, err := dial(t, coord).Campaign(ctx, "coup", []byte("usurper"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Proclaim(ctx, []byte("v2")); !errors.Is(err, ErrLost) || !errors.Is(e.Err(), ErrLost) {
+			t.Fatalf("Proclaim = %v, Err = %v; want ErrLost", err, e.Err())
+		}
+		info, err := c.Leader(ctx, "coup")
+		if err != nil || info.Term != other.Term() || string(info.Value) != "usurper" {
+			t.Fatalf("Leader = %+v, %v; want the usurper's term %d untouched", info, err, other.Term())
+		}
+	})
 }
 
 func TestRunAsLeaderHandsOver(t *testing.T) {
-	forEachStore(t, func(t *testing.T, coord *coordtest.Coordinator) {
+	forEachModeAndStore(t, func(t *testing.T, mode Option, coord *coordtest.Coordinator) {
 		ctx := testCtx(t)
 		type term struct {
 			who   string
@@ -106,7 +108,7 @@ func TestRunAsLeaderHandsOver(t *testing.T) {
 			}()
 			return done
 		}
-		a, b := dial(t, coord), dial(t, coord)
+		a, b := dial(t, coord, mode), dial(t, coord, mode)
 		aDone := run(a, "a")
 		first := <-terms
 		if first.who != "a" {

@@ -72,8 +72,8 @@ func eventually(t testing.TB, what string, cond func() bool) {
 // confirmedAt is when the last successful grant or renewal of l was sent:
 // the coordinator's expiry is at least that plus the TTL.
 func confirmedAt(l *lease) (time.Time, time.Duration) {
-	l.c.sess.mu.Lock()
-	defer l.c.sess.mu.Unlock()
+	l.c.renewals.mu.Lock()
+	defer l.c.renewals.mu.Unlock()
 	return l.confirmed, l.ttl
 }
 
@@ -123,7 +123,7 @@ func renew(t testing.TB, clock *clockwork.FakeClock, l *lease) {
 // latest of their next renewals.
 func renewAll(t testing.TB, clock *clockwork.FakeClock, leases ...*lease) {
 	t.Helper()
-	s := &leases[0].c.sess
+	s := &leases[0].c.renewals
 	before := make([]time.Time, len(leases))
 	var latest time.Time
 	s.mu.Lock()
@@ -153,4 +153,31 @@ func renewAll(t testing.TB, clock *clockwork.FakeClock, leases ...*lease) {
 			t.Fatalf("%s ended while renewed: %v", l.describe(), err)
 		}
 	}
+}
+
+// modes are the two ways a Client makes its lease calls: over the Session
+// stream (the default) and unary (WithUnaryCalls).
+var modes = []struct {
+	name string
+	opt  Option
+}{
+	{"session", optionFunc(func(*config) {})},
+	{"unary", WithUnaryCalls()},
+}
+
+// forEachMode runs test as a subtest with each mode's Option, to be given
+// to dial.
+func forEachMode(t *testing.T, test func(t *testing.T, mode Option)) {
+	t.Helper()
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) { test(t, m.opt) })
+	}
+}
+
+// forEachModeAndStore is forEachMode of forEachStore.
+func forEachModeAndStore(t *testing.T, test func(t *testing.T, mode Option, coord *coordtest.Coordinator)) {
+	t.Helper()
+	forEachMode(t, func(t *testing.T, mode Option) {
+		forEachStore(t, func(t *testing.T, coord *coordtest.Coordinator) { test(t, mode, coord) })
+	})
 }

@@ -63,7 +63,7 @@ func (l *Lease) Context(parent context.Context) context.Context {
 // holds it yet). Calling it again returns nil.
 func (l *Lease) Release(ctx context.Context) error {
 	return l.l.release(ctx, func(ctx context.Context) (bool, error) {
-		resp, err := l.l.c.api.Release(ctx, &coordinatorv1.ReleaseRequest{Name: l.l.name, Holder: l.l.holder, Token: l.l.token})
+		resp, err := l.l.c.releaseCall(ctx, &coordinatorv1.ReleaseRequest{Name: l.l.name, Holder: l.l.holder, Token: l.l.token})
 		return resp.GetReleased(), err
 	})
 }
@@ -74,7 +74,7 @@ func (l *Lease) String() string {
 }
 
 // lease is what Lease and Leadership share: a grant on a name that the
-// Client's session renews.
+// Client's renewer renews.
 type lease struct {
 	c      *Client
 	kind   string // "lock" or "leadership", for messages
@@ -86,17 +86,17 @@ type lease struct {
 	ended  context.Context
 	finish context.CancelCauseFunc
 
-	// Guarded by c.sess.mu.
+	// Guarded by c.renewals.mu.
 	ttl       time.Duration
 	deadline  time.Time // local validity, by the Client's clock (monotonic)
 	confirmed time.Time // when the last successful grant or renewal was sent
 	nextRenew time.Time
-	inflight  *kaConn          // the stream a renewal was sent on and not answered yet
-	sentAt    time.Time        // when that renewal was sent
-	wantSend  bool             // queued in sess.pending
+	inflight  any              // the renewal sent and not answered yet: its KeepAlive stream (*kaConn) or session operation (*sessionOp)
+	sentAt    time.Time        // when that renewal was sent (KeepAlive)
+	wantSend  bool             // queued in renewals.pending
 	retry     *backoff.Backoff // delays after failed renewals; nil after a success
 	lastErr   string           // why the last renewal failed
-	index     int              // in sess.queue; -1 when not there
+	index     int              // in renewals.queue; -1 when not there
 	done      bool
 }
 
@@ -155,14 +155,14 @@ func (l *lease) err() error {
 }
 
 func (l *lease) currentTTL() time.Duration {
-	l.c.sess.mu.Lock()
-	defer l.c.sess.mu.Unlock()
+	l.c.renewals.mu.Lock()
+	defer l.c.renewals.mu.Unlock()
 	return l.ttl
 }
 
 func (l *lease) currentDeadline() time.Time {
-	l.c.sess.mu.Lock()
-	defer l.c.sess.mu.Unlock()
+	l.c.renewals.mu.Lock()
+	defer l.c.renewals.mu.Unlock()
 	return l.deadline
 }
 
@@ -186,7 +186,7 @@ func (l *lease) describe() string {
 // release ends l with ErrReleased and then gives it up with call, retrying
 // transient errors until ctx ends.
 func (l *lease) release(ctx context.Context, call func(context.Context) (bool, error)) error {
-	prior := l.c.sess.end(l, ErrReleased)
+	prior := l.c.renewals.end(l, ErrReleased)
 	switch {
 	case prior == nil:
 	case errors.Is(prior, ErrReleased):

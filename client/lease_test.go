@@ -23,8 +23,8 @@ import (
 // In real time, on both sides: the coordinator would have expired the
 // lease three times over without its renewals.
 func TestLeaseOutlivesItsTTLByRenewal(t *testing.T) {
-	forEachStore(t, func(t *testing.T, coord *coordtest.Coordinator) {
-		c := dial(t, coord)
+	forEachModeAndStore(t, func(t *testing.T, mode Option, coord *coordtest.Coordinator) {
+		c := dial(t, coord, mode)
 		ctx := testCtx(t)
 		// Renewed every ~333ms, valid 900ms past each: room for a slow
 		// renewal on a loaded machine.
@@ -106,46 +106,48 @@ func TestLeaseEndsBeforeCoordinatorExpiry(t *testing.T) {
 		},
 	} {
 		t.Run(f.name, func(t *testing.T) {
-			coord := f.start(t)
-			c := dial(t, coord)
-			lease, err := c.TryLock(testCtx(t), "fragile", WithTTL(f.ttl))
-			if err != nil {
-				t.Fatal(err)
-			}
-			waitRenewed(t, lease.l, 1)
+			forEachMode(t, func(t *testing.T, mode Option) {
+				coord := f.start(t)
+				c := dial(t, coord, mode)
+				lease, err := c.TryLock(testCtx(t), "fragile", WithTTL(f.ttl))
+				if err != nil {
+					t.Fatal(err)
+				}
+				waitRenewed(t, lease.l, 1)
 
-			f.inject(t, coord)
-			doneAt := waitDone(t, lease.Done(), 4*f.ttl, "lease after the fault")
-			confirmed, ttl := confirmedAt(lease.l)
-			serverExpiry := confirmed.Add(ttl) // the earliest it can be
-			if !errors.Is(lease.Err(), f.wantErr) {
-				t.Fatalf("Err = %v; want %v", lease.Err(), f.wantErr)
-			}
-			if !doneAt.Before(serverExpiry) {
-				t.Fatalf("Done closed %s after the coordinator's expiry at the earliest", doneAt.Sub(serverExpiry))
-			}
-			localDeadline := confirmed.Add(ttl - driftMargin(ttl))
-			switch {
-			case errors.Is(f.wantErr, ErrExpired) && doneAt.Before(localDeadline):
-				t.Fatalf("Done closed %s before the local deadline: gave up too early", localDeadline.Sub(doneAt))
-			case errors.Is(f.wantErr, ErrLost) && !doneAt.Before(localDeadline):
-				t.Fatalf("refused renewal noticed only at the deadline")
-			}
-			t.Logf("ended %s before the earliest coordinator expiry: %v", serverExpiry.Sub(doneAt), lease.Err())
+				f.inject(t, coord)
+				doneAt := waitDone(t, lease.Done(), 4*f.ttl, "lease after the fault")
+				confirmed, ttl := confirmedAt(lease.l)
+				serverExpiry := confirmed.Add(ttl) // the earliest it can be
+				if !errors.Is(lease.Err(), f.wantErr) {
+					t.Fatalf("Err = %v; want %v", lease.Err(), f.wantErr)
+				}
+				if !doneAt.Before(serverExpiry) {
+					t.Fatalf("Done closed %s after the coordinator's expiry at the earliest", doneAt.Sub(serverExpiry))
+				}
+				localDeadline := confirmed.Add(ttl - driftMargin(ttl))
+				switch {
+				case errors.Is(f.wantErr, ErrExpired) && doneAt.Before(localDeadline):
+					t.Fatalf("Done closed %s before the local deadline: gave up too early", localDeadline.Sub(doneAt))
+				case errors.Is(f.wantErr, ErrLost) && !doneAt.Before(localDeadline):
+					t.Fatalf("refused renewal noticed only at the deadline")
+				}
+				t.Logf("ended %s before the earliest coordinator expiry: %v", serverExpiry.Sub(doneAt), lease.Err())
 
-			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-			defer cancel()
-			if err := lease.Release(ctx); !errors.Is(err, f.wantErr) {
-				t.Fatalf("Release of an ended lease = %v; want %v", err, f.wantErr)
-			}
+				ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+				defer cancel()
+				if err := lease.Release(ctx); !errors.Is(err, f.wantErr) {
+					t.Fatalf("Release of an ended lease = %v; want %v", err, f.wantErr)
+				}
+			})
 		})
 	}
 }
 
 func TestLockWaitsAndGetsTheLeaseWhenReleased(t *testing.T) {
-	forEachStore(t, func(t *testing.T, coord *coordtest.Coordinator) {
+	forEachModeAndStore(t, func(t *testing.T, mode Option, coord *coordtest.Coordinator) {
 		ctx := testCtx(t)
-		holderClient, waiterClient := dial(t, coord), dial(t, coord)
+		holderClient, waiterClient := dial(t, coord, mode), dial(t, coord, mode)
 		held, err := holderClient.TryLock(ctx, "queue", WithTTL(30*time.Second))
 		if err != nil {
 			t.Fatal(err)
@@ -190,9 +192,9 @@ func TestLockWaitsAndGetsTheLeaseWhenReleased(t *testing.T) {
 }
 
 func TestTryLockReportsTheHolder(t *testing.T) {
-	forEachStore(t, func(t *testing.T, coord *coordtest.Coordinator) {
+	forEachModeAndStore(t, func(t *testing.T, mode Option, coord *coordtest.Coordinator) {
 		ctx := testCtx(t)
-		c := dial(t, coord)
+		c := dial(t, coord, mode)
 		first, err := c.TryLock(ctx, "solo")
 		if err != nil {
 			t.Fatal(err)
@@ -220,147 +222,155 @@ func TestTryLockReportsTheHolder(t *testing.T) {
 }
 
 func TestLeaseContextIsCancelledOnLoss(t *testing.T) {
-	coord := coordtest.Start(t, coordtest.Config(t, "memory"))
-	ctx := testCtx(t)
-	c := dial(t, coord)
-	lease, err := c.TryLock(ctx, "ctx", WithTTL(300*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	lctx := lease.Context(ctx)
-	// An operator releases it behind the holder's back.
-	if _, err := c.API().Release(ctx, &coordinatorv1.ReleaseRequest{Name: "ctx", Holder: lease.Holder(), Token: lease.Token()}); err != nil {
-		t.Fatal(err)
-	}
-	waitDone(t, lctx.Done(), 10*time.Second, "lease context")
-	if !errors.Is(context.Cause(lctx), ErrLost) || !errors.Is(lease.Err(), ErrLost) {
-		t.Fatalf("cause %v, Err %v; want ErrLost", context.Cause(lctx), lease.Err())
-	}
-	if lease.Context(ctx).Err() == nil {
-		t.Fatal("a context derived from an ended lease is not done")
-	}
-}
-
-func TestConcurrentLocksThroughOneClientExclude(t *testing.T) {
-	coord := coordtest.Start(t, coordtest.Config(t, "memory"))
-	ctx := testCtx(t)
-	c := dial(t, coord)
-	var (
-		mu      sync.Mutex
-		inside  int
-		maxSeen int
-		tokens  []uint64
-		wg      sync.WaitGroup
-	)
-	for i := range 4 {
-		wg.Go(func() {
-			for range 3 {
-				l, err := c.Lock(ctx, "shared")
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				mu.Lock()
-				inside++
-				maxSeen = max(maxSeen, inside)
-				tokens = append(tokens, l.Token())
-				mu.Unlock()
-				time.Sleep(time.Duration(i) * time.Millisecond)
-				mu.Lock()
-				inside--
-				mu.Unlock()
-				if err := l.Release(ctx); err != nil {
-					t.Error(err)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if maxSeen != 1 {
-		t.Fatalf("%d holders at once", maxSeen)
-	}
-	for i := 1; i < len(tokens); i++ {
-		if tokens[i] <= tokens[i-1] {
-			t.Fatalf("tokens in grant order %v do not increase", tokens)
-		}
-	}
-}
-
-func TestCloseEndsAndReleasesLeases(t *testing.T) {
-	coord := coordtest.Start(t, coordtest.Config(t, "memory"))
-	ctx := testCtx(t)
-	c := dial(t, coord)
-	other := dial(t, coord)
-	var leases []*Lease
-	for i := range 3 {
-		l, err := c.TryLock(ctx, fmt.Sprintf("close/%d", i))
+	forEachMode(t, func(t *testing.T, mode Option) {
+		coord := coordtest.Start(t, coordtest.Config(t, "memory"))
+		ctx := testCtx(t)
+		c := dial(t, coord, mode)
+		lease, err := c.TryLock(ctx, "ctx", WithTTL(300*time.Millisecond))
 		if err != nil {
 			t.Fatal(err)
 		}
-		leases = append(leases, l)
-	}
-	if err := c.Close(); err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range leases {
-		select {
-		case <-l.Done():
-		default:
-			t.Fatal("Done not closed after Close")
+		lctx := lease.Context(ctx)
+		// An operator releases it behind the holder's back.
+		if _, err := c.API().Release(ctx, &coordinatorv1.ReleaseRequest{Name: "ctx", Holder: lease.Holder(), Token: lease.Token()}); err != nil {
+			t.Fatal(err)
 		}
-		if !errors.Is(l.Err(), ErrClosed) {
-			t.Fatalf("Err = %v; want ErrClosed", l.Err())
+		waitDone(t, lctx.Done(), 10*time.Second, "lease context")
+		if !errors.Is(context.Cause(lctx), ErrLost) || !errors.Is(lease.Err(), ErrLost) {
+			t.Fatalf("cause %v, Err %v; want ErrLost", context.Cause(lctx), lease.Err())
 		}
-		// Released by Close: another client gets it at once.
-		nl, err := other.TryLock(ctx, l.Name())
-		if err != nil {
-			t.Fatalf("after Close: %v", err)
+		if lease.Context(ctx).Err() == nil {
+			t.Fatal("a context derived from an ended lease is not done")
 		}
-		_ = nl.Release(ctx)
-	}
-	if _, err := c.TryLock(ctx, "after-close"); !errors.Is(err, ErrClosed) {
-		t.Fatalf("TryLock on a closed Client = %v; want ErrClosed", err)
-	}
-	if err := c.Close(); err != nil {
-		t.Fatalf("second Close: %v", err)
-	}
+	})
+}
+
+func TestConcurrentLocksThroughOneClientExclude(t *testing.T) {
+	forEachMode(t, func(t *testing.T, mode Option) {
+		coord := coordtest.Start(t, coordtest.Config(t, "memory"))
+		ctx := testCtx(t)
+		c := dial(t, coord, mode)
+		var (
+			mu      sync.Mutex
+			inside  int
+			maxSeen int
+			tokens  []uint64
+			wg      sync.WaitGroup
+		)
+		for i := range 4 {
+			wg.Go(func() {
+				for range 3 {
+					l, err := c.Lock(ctx, "shared")
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					mu.Lock()
+					inside++
+					maxSeen = max(maxSeen, inside)
+					tokens = append(tokens, l.Token())
+					mu.Unlock()
+					time.Sleep(time.Duration(i) * time.Millisecond)
+					mu.Lock()
+					inside--
+					mu.Unlock()
+					if err := l.Release(ctx); err != nil {
+						t.Error(err)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if maxSeen != 1 {
+			t.Fatalf("%d holders at once", maxSeen)
+		}
+		for i := 1; i < len(tokens); i++ {
+			if tokens[i] <= tokens[i-1] {
+				t.Fatalf("tokens in grant order %v do not increase", tokens)
+			}
+		}
+	})
+}
+
+func TestCloseEndsAndReleasesLeases(t *testing.T) {
+	forEachMode(t, func(t *testing.T, mode Option) {
+		coord := coordtest.Start(t, coordtest.Config(t, "memory"))
+		ctx := testCtx(t)
+		c := dial(t, coord, mode)
+		other := dial(t, coord)
+		var leases []*Lease
+		for i := range 3 {
+			l, err := c.TryLock(ctx, fmt.Sprintf("close/%d", i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			leases = append(leases, l)
+		}
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range leases {
+			select {
+			case <-l.Done():
+			default:
+				t.Fatal("Done not closed after Close")
+			}
+			if !errors.Is(l.Err(), ErrClosed) {
+				t.Fatalf("Err = %v; want ErrClosed", l.Err())
+			}
+			// Released by Close: another client gets it at once.
+			nl, err := other.TryLock(ctx, l.Name())
+			if err != nil {
+				t.Fatalf("after Close: %v", err)
+			}
+			_ = nl.Release(ctx)
+		}
+		if _, err := c.TryLock(ctx, "after-close"); !errors.Is(err, ErrClosed) {
+			t.Fatalf("TryLock on a closed Client = %v; want ErrClosed", err)
+		}
+		if err := c.Close(); err != nil {
+			t.Fatalf("second Close: %v", err)
+		}
+	})
 }
 
 // Validity is counted on the Client's clock from when the grant or the
 // last renewal was sent: TTL less the drift margin, for a lease and a
 // leadership alike.
 func TestDeadlineFollowsEachRenewal(t *testing.T) {
-	coord := coordtest.Start(t, coordtest.Config(t, "memory"))
-	ctx := testCtx(t)
-	clock := clockwork.NewFakeClock()
-	c := dial(t, coord, withClock(clock))
-	const ttl = time.Minute
-	lease, err := c.TryLock(ctx, "deadline", WithTTL(ttl))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := c.Campaign(ctx, "deadline-election", nil, WithTTL(ttl))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if e.Election() != "deadline-election" {
-		t.Fatalf("Election = %q", e.Election())
-	}
-	check := func(sent time.Time) {
-		t.Helper()
-		want := sent.Add(ttl - driftMargin(ttl))
-		if lease.TTL() != ttl || !lease.Deadline().Equal(want) {
-			t.Fatalf("lease: TTL %s, deadline %s; want %s, %s", lease.TTL(), lease.Deadline(), ttl, want)
+	forEachMode(t, func(t *testing.T, mode Option) {
+		coord := coordtest.Start(t, coordtest.Config(t, "memory"))
+		ctx := testCtx(t)
+		clock := clockwork.NewFakeClock()
+		c := dial(t, coord, mode, withClock(clock))
+		const ttl = time.Minute
+		lease, err := c.TryLock(ctx, "deadline", WithTTL(ttl))
+		if err != nil {
+			t.Fatal(err)
 		}
-		if e.TTL() != ttl || !e.Deadline().Equal(want) {
-			t.Fatalf("leadership: TTL %s, deadline %s; want %s, %s", e.TTL(), e.Deadline(), ttl, want)
+		e, err := c.Campaign(ctx, "deadline-election", nil, WithTTL(ttl))
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	check(clock.Now()) // granted
-	for range 3 {
-		renewAll(t, clock, lease.l, e.l)
-		check(clock.Now()) // renewed, sent at the time the clock was moved to
-	}
+		if e.Election() != "deadline-election" {
+			t.Fatalf("Election = %q", e.Election())
+		}
+		check := func(sent time.Time) {
+			t.Helper()
+			want := sent.Add(ttl - driftMargin(ttl))
+			if lease.TTL() != ttl || !lease.Deadline().Equal(want) {
+				t.Fatalf("lease: TTL %s, deadline %s; want %s, %s", lease.TTL(), lease.Deadline(), ttl, want)
+			}
+			if e.TTL() != ttl || !e.Deadline().Equal(want) {
+				t.Fatalf("leadership: TTL %s, deadline %s; want %s, %s", e.TTL(), e.Deadline(), ttl, want)
+			}
+		}
+		check(clock.Now()) // granted
+		for range 3 {
+			renewAll(t, clock, lease.l, e.l)
+			check(clock.Now()) // renewed, sent at the time the clock was moved to
+		}
+	})
 }
 
 // Waiting on a coordinator that cannot be reached looks like waiting for
@@ -416,22 +426,24 @@ func TestCloseWithoutTimeoutLeavesLeasesToExpire(t *testing.T) {
 // nothing: a lease held through it keeps being renewed over a new stream,
 // without a gap, with the same token.
 func TestLeaseSurvivesACoordinatorCrashOnRedis(t *testing.T) {
-	coord := coordtest.Start(t, coordtest.Config(t, "redis"))
-	c := dial(t, coord)
-	ctx := testCtx(t)
-	const ttl = 2 * time.Second
-	lease, err := c.TryLock(ctx, "crash-survivor", WithTTL(ttl))
-	if err != nil {
-		t.Fatal(err)
-	}
-	coord.Restart() // kill -9 and start again on the same address
-	select {
-	case <-lease.Done():
-		t.Fatalf("the lease ended across a coordinator restart on Redis: %v", lease.Err())
-	case <-time.After(2 * ttl):
-	}
-	d, err := c.API().Describe(ctx, &coordinatorv1.DescribeRequest{Name: "crash-survivor"})
-	if err != nil || !d.GetHeld() || d.GetLease().GetToken() != lease.Token() {
-		t.Fatalf("after the restart the coordinator says %v, %v; want held with token %d", d, err, lease.Token())
-	}
+	forEachMode(t, func(t *testing.T, mode Option) {
+		coord := coordtest.Start(t, coordtest.Config(t, "redis"))
+		c := dial(t, coord, mode)
+		ctx := testCtx(t)
+		const ttl = 2 * time.Second
+		lease, err := c.TryLock(ctx, "crash-survivor", WithTTL(ttl))
+		if err != nil {
+			t.Fatal(err)
+		}
+		coord.Restart() // kill -9 and start again on the same address
+		select {
+		case <-lease.Done():
+			t.Fatalf("the lease ended across a coordinator restart on Redis: %v", lease.Err())
+		case <-time.After(2 * ttl):
+		}
+		d, err := c.API().Describe(ctx, &coordinatorv1.DescribeRequest{Name: "crash-survivor"})
+		if err != nil || !d.GetHeld() || d.GetLease().GetToken() != lease.Token() {
+			t.Fatalf("after the restart the coordinator says %v, %v; want held with token %d", d, err, lease.Token())
+		}
+	})
 }

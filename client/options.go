@@ -43,6 +43,8 @@ type config struct {
 	creds        credentials.TransportCredentials
 	dialOpts     []grpc.DialOption
 	clock        clockwork.Clock
+	unary        bool
+	sessionIdle  time.Duration
 }
 
 type lockConfig struct {
@@ -152,4 +154,23 @@ func WithCloseTimeout(d time.Duration) Option {
 // that tests can move time forward instead of waiting.
 func withClock(clock clockwork.Clock) Option {
 	return optionFunc(func(c *config) { c.clock = clock })
+}
+
+// WithUnaryCalls makes the Client's lease calls as unary RPCs (TryAcquire,
+// Campaign, Release, Resign) and renew its leases over a KeepAlive stream,
+// as clients before the Session stream did. By default they all go over one
+// Session stream per Client, which costs the client and the coordinator
+// less per operation and coalesces the operations of many goroutines into
+// few messages; the semantics are the same. A coordinator without the
+// Session method is detected and gets unary calls anyway. Use it to compare,
+// or when something on the path (a proxy, an interceptor) handles unary
+// calls only.
+func WithUnaryCalls() Option {
+	return optionFunc(func(c *config) { c.unary = true })
+}
+
+// withSessionIdle sets how long the Session stream stays open with nothing
+// in flight (defaultSessionIdle), so that tests need not wait.
+func withSessionIdle(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.sessionIdle = d })
 }

@@ -1,463 +1,459 @@
 package client
 
 import (
-	"container/heap"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"slices"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/proto"
 
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
 )
 
-// session renews every lease and leadership of a Client over one KeepAlive
-// stream.
+// session carries a Client's lease operations (acquire, renew, release,
+// campaign, resign) over one Session stream, shared by every goroutine.
 //
-// One scheduler goroutine keeps the leases in a heap ordered by when each
-// next needs attention: its renewal (about ttl/3 after the last successful
-// one was sent, or a backoff after a failure) or its local deadline. A due
-// renewal is queued; the stream's sender goroutine sends the queue, stamping
-// each lease with the time it sent it, and its receiver matches responses to
-// leases by name and token. A lease has at most one renewal in flight. A
-// renewed lease's deadline becomes the time its renewal was sent + the
-// granted TTL − a drift margin; a lease still unrenewed at its deadline ends
-// with ErrExpired there, whatever is in flight, before the coordinator's own
-// expiry. A refusal (LEASE_NOT_HELD) ends it with ErrLost at once; any other
-// failure, or the stream breaking with the renewal in flight, is retried
-// while the deadline allows.
+// Operations are queued; a sender goroutine writes whatever is queued when
+// it is free to send as one SessionRequest (up to maxSessionOps operations
+// and about maxSessionBatchBytes), so that an operation alone goes out at
+// once and many from many goroutines share messages. Each operation is
+// stamped, on the Client's clock, when the message carrying it is written:
+// a grant's or renewal's validity counts from there. Results are matched to
+// operations by id.
 //
-// The goroutines run only while the Client holds leases: the scheduler
-// starts with the first and exits with the last, and the stream goroutine is
-// started when a first renewal is due and stops with the scheduler.
+// The stream is opened when the first operation is queued and closed after
+// sessionIdle with nothing queued or in flight; no goroutine runs then.
+// When it breaks, the operations in flight fail with Unavailable (their
+// outcome is unknown: an acquire may have been granted, which asking again
+// as the same holder finds), and those still queued go out on the next
+// stream, opened after a backoff. When a stream cannot be opened, the queued
+// operations fail with its error, as their unary calls would. A coordinator
+// without the Session method (Unimplemented) turns the Client to unary
+// calls for good.
 type session struct {
-	c *Client
+	c    *Client
+	idle time.Duration
 
-	mu      sync.Mutex
-	closed  bool
-	leases  map[leaseKey]*lease
-	queue   leaseHeap
-	pending []*lease // renewals to send, in order
+	mu          sync.Mutex
+	closed      bool
+	unsupported bool
+	queue       []*sessionOp
+	inflight    map[uint64]*sessionOp
+	nextID      uint64
+	running     bool
+	cur         *sessionConn // the open stream, nil while connecting or closing
 
-	// The running scheduler, if any: its context and wake-up channel.
+	// run is the context of the stream goroutine: cancelled by close.
 	run       context.Context
 	cancelRun context.CancelFunc
-	wake      chan struct{}
-	// The running stream goroutine of this scheduler, if any, and the
-	// stream it has open (nil while connecting).
-	stream *streamRun
-	cur    *kaConn
-
-	wg sync.WaitGroup
+	wg        sync.WaitGroup
 }
 
-type leaseKey struct {
-	name  string
-	token uint64
+// Bounds of one SessionRequest. The coordinator refuses more than
+// maxSessionOps operations in a message, and messages over its size limit
+// (96 KiB by default); an operation larger than maxSessionOpBytes (only an
+// invalid Campaign value can be) goes as a unary call, which fails alone.
+const (
+	maxSessionOps        = 1000
+	maxSessionBatchBytes = 64 << 10
+	maxSessionOpBytes    = 70 << 10
+	// defaultSessionIdle is how long the stream stays open with nothing in
+	// flight.
+	defaultSessionIdle = 30 * time.Second
+)
+
+// errUseUnary says that an operation cannot go over the Session stream (the
+// coordinator lacks it, or the operation is too large): make the unary call.
+var errUseUnary = errors.New("coordinator: use the unary call")
+
+// sessionOp is one operation and its fate.
+type sessionOp struct {
+	id   uint64
+	op   *coordinatorv1.SessionOperation
+	size int
+	sent time.Time // on the Client's clock, once written
+	// done receives the result or the error of the operation, once, with no
+	// lock held.
+	done func(o *sessionOp, res *coordinatorv1.SessionResult, err error)
+	// state: queued, sent (in flight) or finished. Guarded by session.mu.
+	state opState
 }
 
-// streamRun identifies one stream goroutine.
-type streamRun struct{}
+type opState int
 
-// kaConn is one KeepAlive stream.
-type kaConn struct {
-	st   grpc.BidiStreamingClient[coordinatorv1.KeepAliveRequest, coordinatorv1.KeepAliveResponse]
-	poke chan struct{}
+const (
+	opQueued opState = iota
+	opSent
+	opFinished
+)
+
+// sessionConn is one open Session stream.
+type sessionConn struct {
+	stream grpc.BidiStreamingClient[coordinatorv1.SessionRequest, coordinatorv1.SessionResponse]
+	poke   chan struct{}
 }
 
-func (s *session) init(c *Client) {
-	s.c = c
-	s.leases = map[leaseKey]*lease{}
+func (s *session) init(c *Client, idle time.Duration) {
+	s.c, s.idle = c, idle
+	if s.idle <= 0 {
+		s.idle = defaultSessionIdle
+	}
+	s.inflight = map[uint64]*sessionOp{}
+	// Not the Client's closing context: Close releases what is held over
+	// the stream after it cancels that one.
+	s.run, s.cancelRun = context.WithCancel(context.Background())
 }
 
-// add starts renewing l.
-func (s *session) add(l *lease) error {
+// usable reports whether operations may go over the stream.
+func (s *session) usable() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
-		return ErrClosed
+	return !s.closed && !s.unsupported
+}
+
+// submit queues op; done gets its outcome. It fails with ErrClosed or
+// errUseUnary, and then done is not called.
+func (s *session) submit(op *coordinatorv1.SessionOperation, done func(o *sessionOp, res *coordinatorv1.SessionResult, err error)) (*sessionOp, error) {
+	size := proto.Size(op)
+	if size > maxSessionOpBytes {
+		return nil, errUseUnary
 	}
-	s.leases[leaseKey{l.name, l.token}] = l
-	heap.Push(&s.queue, l)
-	if s.run == nil {
-		// Stopped by close, or when the last lease ends.
-		ctx, cancel := context.WithCancel(s.c.closing)
-		s.run, s.cancelRun, s.wake = ctx, cancel, make(chan struct{}, 1)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.closed:
+		return nil, ErrClosed
+	case s.unsupported:
+		return nil, errUseUnary
+	}
+	s.nextID++
+	o := &sessionOp{id: s.nextID, op: op, size: size, done: done}
+	op.Id = o.id
+	s.queue = append(s.queue, o)
+	if s.cur != nil {
+		poke(s.cur.poke)
+	}
+	if !s.running {
+		s.running = true
 		s.wg.Add(1)
-		go s.schedule(ctx, s.wake)
-	} else {
-		s.poke()
+		go s.serve()
 	}
-	return nil
+	return o, nil
 }
 
-// end ends l with err unless it has ended already; it returns the error l
-// had ended with before, or nil.
-func (s *session) end(l *lease, err error) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if l.done {
-		return l.err()
-	}
-	s.endLocked(l, err)
-	return nil
-}
-
-// endLocked ends l with err unless it has ended already.
-func (s *session) endLocked(l *lease, err error) {
-	if l.done {
-		return
-	}
-	l.done = true
-	l.finish(err)
-	if s.leases[leaseKey{l.name, l.token}] == l {
-		delete(s.leases, leaseKey{l.name, l.token})
-	}
-	if l.index >= 0 {
-		heap.Remove(&s.queue, l.index)
-	}
-	s.poke()
-}
-
-// renewed records a successful renewal of l sent at sent (by KeepAlive or
-// a proclamation). It ends l with ErrExpired instead when its deadline had
-// passed already, and reports whether l is still held.
-func (s *session) renewed(l *lease, sent time.Time, ttl time.Duration) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.renewedLocked(l, sent, ttl)
-}
-
-func (s *session) renewedLocked(l *lease, sent time.Time, ttl time.Duration) bool {
-	if l.done {
-		return false
-	}
-	if !s.c.clock.Now().Before(l.deadline) {
-		s.endLocked(l, s.expired(l))
-		return false
-	}
-	l.granted(sent, ttl)
-	if l.index >= 0 {
-		heap.Fix(&s.queue, l.index)
-	}
-	s.poke()
-	return true
-}
-
-func (s *session) expired(l *lease) error {
-	why := "no renewal was answered"
-	if l.lastErr != "" {
-		why = "the last renewal failed: " + l.lastErr
-	}
-	return fmt.Errorf("%w: %s: %s", ErrExpired, l.describe(), why)
-}
-
-// close ends every lease with ErrClosed, stops the goroutines and returns
-// the leases that were held.
-func (s *session) close() []*lease {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.closed = true
-	held := make([]*lease, 0, len(s.leases))
-	for _, l := range s.leases {
-		held = append(held, l)
-	}
-	for _, l := range held {
-		s.endLocked(l, ErrClosed)
-	}
-	s.stopLocked()
-	return held
-}
-
-// stopLocked stops the scheduler and its stream.
-func (s *session) stopLocked() {
-	if s.run != nil {
-		s.cancelRun()
-	}
-	s.run, s.cancelRun, s.wake, s.stream, s.cur = nil, nil, nil, nil, nil
-	s.pending = nil
-}
-
-// poke wakes the scheduler.
-func (s *session) poke() {
-	if s.wake == nil {
-		return
-	}
+func poke(ch chan struct{}) {
 	select {
-	case s.wake <- struct{}{}:
+	case ch <- struct{}{}:
 	default:
 	}
 }
 
-// schedule is the scheduler goroutine.
-func (s *session) schedule(ctx context.Context, wake <-chan struct{}) {
-	defer s.wg.Done()
-	timer := s.c.clock.NewTimer(time.Hour)
-	defer timer.Stop()
-	for {
-		next, ok := s.tick(ctx)
-		if !ok {
-			return
-		}
-		timer.Reset(s.c.clock.Until(next))
-		select {
-		case <-timer.Chan():
-		case <-wake:
-		case <-ctx.Done():
-			return
-		}
+// call runs op and waits for its result, until ctx ends. An operation that
+// was sent when ctx ended is left to finish: late then gets its outcome,
+// e.g. to give up a lease granted to an acquisition nobody waits for.
+func (s *session) call(ctx context.Context, op *coordinatorv1.SessionOperation, late func(res *coordinatorv1.SessionResult, err error)) (*coordinatorv1.SessionResult, time.Time, error) {
+	type outcome struct {
+		res *coordinatorv1.SessionResult
+		err error
 	}
-}
-
-// tick ends the leases past their deadline, queues the renewals that are
-// due, and returns when to look again; false when the scheduler must exit.
-func (s *session) tick(ctx context.Context) (time.Time, bool) {
+	ch := make(chan outcome, 1)
+	var (
+		lateMu    sync.Mutex
+		abandoned bool
+	)
+	o, err := s.submit(op, func(o *sessionOp, res *coordinatorv1.SessionResult, err error) {
+		ch <- outcome{res, err}
+		lateMu.Lock()
+		gone := abandoned
+		lateMu.Unlock()
+		if gone && late != nil {
+			late(res, err)
+		}
+	})
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	select {
+	case out := <-ch:
+		return out.res, o.sent, out.err
+	case <-ctx.Done():
+	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if ctx.Err() != nil { // stopped while waiting for the lock
-		return time.Time{}, false
-	}
-	now := s.c.clock.Now()
-	for len(s.queue) > 0 {
-		l := s.queue[0]
-		if l.due().After(now) {
-			break
+	switch o.state {
+	case opQueued: // never sent: forget it
+		o.state = opFinished
+		if i := slices.Index(s.queue, o); i >= 0 {
+			s.queue = slices.Delete(s.queue, i, i+1)
 		}
-		if !now.Before(l.deadline) {
-			s.endLocked(l, s.expired(l))
-			continue
-		}
-		l.wantSend = true
-		s.pending = append(s.pending, l)
-		heap.Fix(&s.queue, 0)
+	case opSent:
+		lateMu.Lock()
+		abandoned = true
+		lateMu.Unlock()
+	case opFinished: // answered meanwhile
+		s.mu.Unlock()
+		out := <-ch
+		return out.res, o.sent, out.err
 	}
-	if len(s.leases) == 0 {
-		s.stopLocked()
-		return time.Time{}, false
-	}
-	if len(s.pending) > 0 {
-		switch {
-		case s.cur != nil:
-			select {
-			case s.cur.poke <- struct{}{}:
-			default:
-			}
-		case s.stream == nil:
-			s.stream = &streamRun{}
-			s.wg.Add(1)
-			go s.runStream(ctx, s.stream)
-		}
-	}
-	return s.queue[0].due(), true
+	s.mu.Unlock()
+	return nil, time.Time{}, status.FromContextError(ctx.Err()).Err()
 }
 
-// runStream keeps a KeepAlive stream open, reconnecting with backoff, until
-// ctx (the scheduler's) ends.
-func (s *session) runStream(ctx context.Context, me *streamRun) {
+// finish ends o with its outcome. Callers hold s.mu; done runs after.
+func (s *session) finishLocked(o *sessionOp, res *coordinatorv1.SessionResult, err error) func() {
+	if o.state == opFinished {
+		return func() {}
+	}
+	o.state = opFinished
+	return func() { o.done(o, res, err) }
+}
+
+// serve is the stream goroutine: it opens a stream while operations are
+// queued, and exits when nothing is left to do.
+func (s *session) serve() {
 	defer s.wg.Done()
+	ctx := s.run
 	b := newCallBackoff()
-	for ctx.Err() == nil {
-		sctx, cancel := context.WithCancel(ctx)
-		st, err := s.c.api.KeepAlive(sctx, grpc.WaitForReady(true))
-		if err != nil {
-			cancel()
-			if ctx.Err() == nil {
-				s.c.log.Warn("coordinator: could not open the KeepAlive stream; retrying", "err", err)
-			}
-			sleep(ctx, retryIn(b, err))
-			continue
-		}
-		conn := &kaConn{st: st, poke: make(chan struct{}, 1)}
+	for {
 		s.mu.Lock()
-		if s.stream != me {
+		if len(s.queue) == 0 || s.closed {
+			s.running = false
 			s.mu.Unlock()
-			cancel()
 			return
 		}
-		s.cur = conn
-		if len(s.pending) > 0 {
-			conn.poke <- struct{}{}
-		}
 		s.mu.Unlock()
-
-		sent := make(chan struct{})
-		go func() {
-			defer close(sent)
-			s.sendLoop(sctx, cancel, conn)
-		}()
-		answered, err := s.recvLoop(conn)
-		cancel()
-		<-sent
-
-		s.mu.Lock()
-		if s.cur == conn {
-			s.cur = nil
-		}
-		s.dropInflight(conn, err)
-		s.poke()
-		s.mu.Unlock()
-		if ctx.Err() != nil {
-			return
-		}
-		s.c.log.Warn("coordinator: KeepAlive stream broke; reconnecting", "err", err)
+		answered, err := s.stream(ctx)
 		if answered {
 			b.Reset()
 		}
+		if err == nil || ctx.Err() != nil {
+			continue // closed while idle, or by close: look at the queue again
+		}
+		s.c.log.Warn("coordinator: Session stream ended; reconnecting if operations are queued", "err", err)
 		sleep(ctx, retryIn(b, err))
 	}
 }
 
-// sendLoop sends the queued renewals on conn until its stream ends.
-func (s *session) sendLoop(ctx context.Context, cancel context.CancelFunc, conn *kaConn) {
+// stream serves one stream until it breaks or has been idle for s.idle. It
+// reports whether any result arrived, and the error that ended it (nil when
+// it was closed as idle).
+func (s *session) stream(ctx context.Context) (bool, error) {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	st, err := s.c.api.Session(sctx)
+	if err != nil {
+		s.fail(err, true)
+		return false, err
+	}
+	conn := &sessionConn{stream: st, poke: make(chan struct{}, 1)}
+	s.mu.Lock()
+	s.cur = conn
+	poke(conn.poke)
+	s.mu.Unlock()
+
+	sent := make(chan struct{})
+	go func() {
+		defer close(sent)
+		s.sendLoop(sctx, cancel, conn)
+	}()
+	answered, err := s.recvLoop(conn)
+	cancel()
+	<-sent
+	if err == nil {
+		err = io.ErrUnexpectedEOF // results were outstanding, or more may be queued
+		s.mu.Lock()
+		if len(s.inflight) == 0 {
+			err = nil
+		}
+		s.mu.Unlock()
+	}
+	if ctx.Err() != nil {
+		err = ErrClosed
+	}
+	if err != nil {
+		s.fail(err, false)
+	}
+	s.mu.Lock()
+	if s.cur == conn {
+		s.cur = nil
+	}
+	s.mu.Unlock()
+	return answered, err
+}
+
+// fail ends the operations in flight after the stream failed with err, and
+// the queued ones when they cannot go on the next stream: when opening
+// failed (opening, as their unary calls would fail), the coordinator
+// refuses the stream itself (Unauthenticated, PermissionDenied…), or lacks
+// it.
+func (s *session) fail(err error, opening bool) {
+	code := status.Code(err)
+	unsupported := code == codes.Unimplemented
+	inflightErr, queuedErr := err, error(nil)
+	switch {
+	case errors.Is(err, ErrClosed):
+		queuedErr = ErrClosed
+	case unsupported:
+		inflightErr, queuedErr = errUseUnary, errUseUnary
+	case opening || !transient(err) && code != codes.Internal && code != codes.Unknown:
+		queuedErr = err
+	default:
+		inflightErr = &streamBrokeError{err: err}
+	}
+	var finish []func()
+	s.mu.Lock()
+	if unsupported {
+		s.unsupported = true
+	}
+	for id, o := range s.inflight {
+		delete(s.inflight, id)
+		finish = append(finish, s.finishLocked(o, nil, inflightErr))
+	}
+	if queuedErr != nil {
+		for _, o := range s.queue {
+			finish = append(finish, s.finishLocked(o, nil, queuedErr))
+		}
+		s.queue = nil
+	}
+	s.mu.Unlock()
+	for _, f := range finish {
+		f()
+	}
+}
+
+// streamBrokeError is the error of an operation in flight when its stream
+// broke: Unavailable, its outcome unknown.
+type streamBrokeError struct{ err error }
+
+func (e *streamBrokeError) Error() string {
+	return "coordinator: the Session stream broke with the operation in flight: " + e.err.Error()
+}
+
+func (e *streamBrokeError) Unwrap() error { return e.err }
+
+// GRPCStatus makes the error Unavailable for status.Code and transient.
+func (e *streamBrokeError) GRPCStatus() *status.Status {
+	return status.New(codes.Unavailable, e.Error())
+}
+
+// sendLoop writes the queued operations on conn until its stream ends, and
+// closes it after s.idle with nothing queued or in flight.
+func (s *session) sendLoop(ctx context.Context, cancel context.CancelFunc, conn *sessionConn) {
+	idle := time.NewTimer(s.idle)
+	defer idle.Stop()
 	for {
 		select {
 		case <-conn.poke:
+		case <-idle.C:
+			s.mu.Lock()
+			quiet := len(s.queue) == 0 && len(s.inflight) == 0
+			if quiet {
+				s.cur = nil // what is queued from now on waits for the next stream
+			}
+			s.mu.Unlock()
+			if quiet {
+				if err := conn.stream.CloseSend(); err != nil {
+					cancel()
+				}
+				return
+			}
+			idle.Reset(s.idle)
+			continue
 		case <-ctx.Done():
 			return
 		}
-		for _, req := range s.take(conn) {
-			if err := conn.st.Send(req); err != nil {
+		for {
+			req := s.take(conn)
+			if req == nil {
+				break
+			}
+			if err := conn.stream.Send(req); err != nil {
 				cancel() // Recv reports why
 				return
 			}
 		}
+		idle.Reset(s.idle)
 	}
 }
 
-// take marks the queued renewals as sent on conn now and returns them.
-func (s *session) take(conn *kaConn) []*coordinatorv1.KeepAliveRequest {
+// take moves the next batch of queued operations in flight on conn, stamped
+// as sent now, and returns it; nil when nothing is queued.
+func (s *session) take(conn *sessionConn) *coordinatorv1.SessionRequest {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cur != conn {
+	if s.cur != conn || len(s.queue) == 0 {
 		return nil
 	}
 	now := s.c.clock.Now()
-	reqs := make([]*coordinatorv1.KeepAliveRequest, 0, len(s.pending))
-	for _, l := range s.pending {
-		if l.done || !l.wantSend {
-			continue
-		}
-		l.wantSend = false
-		l.inflight, l.sentAt = conn, now
-		reqs = append(reqs, &coordinatorv1.KeepAliveRequest{
-			Name: l.name, Holder: l.holder, Token: l.token, Ttl: durationpb.New(l.ttl),
-		})
+	n, bytes := 0, 0
+	for n < len(s.queue) && n < maxSessionOps && (n == 0 || bytes+s.queue[n].size <= maxSessionBatchBytes) {
+		bytes += s.queue[n].size
+		n++
 	}
-	s.pending = nil
-	return reqs
+	req := &coordinatorv1.SessionRequest{Operations: make([]*coordinatorv1.SessionOperation, n)}
+	for i, o := range s.queue[:n] {
+		o.state, o.sent = opSent, now
+		s.inflight[o.id] = o
+		req.Operations[i] = o.op
+	}
+	s.queue = slices.Delete(s.queue, 0, n)
+	return req
 }
 
-// recvLoop handles responses until the stream ends; it reports whether any
-// arrived, and why the stream ended.
-func (s *session) recvLoop(conn *kaConn) (bool, error) {
+// recvLoop delivers results until the stream ends; it reports whether any
+// arrived, and the stream's error (nil when it ended cleanly).
+func (s *session) recvLoop(conn *sessionConn) (bool, error) {
 	answered := false
 	for {
-		resp, err := conn.st.Recv()
+		resp, err := conn.stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return answered, nil
+		}
 		if err != nil {
 			return answered, err
 		}
 		answered = true
-		s.handle(conn, resp)
+		var finish []func()
+		s.mu.Lock()
+		for _, r := range resp.GetResults() {
+			if o, ok := s.inflight[r.GetId()]; ok {
+				delete(s.inflight, r.GetId())
+				finish = append(finish, s.finishLocked(o, r, nil))
+			}
+		}
+		s.mu.Unlock()
+		for _, f := range finish {
+			f()
+		}
 	}
 }
 
-// handle applies one KeepAlive response.
-func (s *session) handle(conn *kaConn, resp *coordinatorv1.KeepAliveResponse) {
+// close fails what is queued with ErrClosed, ends the stream (which gives
+// up the coordinator's waits) and waits for the goroutines.
+func (s *session) close() {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	var (
-		key    leaseKey
-		holder string
-	)
-	switch r := resp.GetResult().(type) {
-	case *coordinatorv1.KeepAliveResponse_Lease:
-		key, holder = leaseKey{r.Lease.GetName(), r.Lease.GetToken()}, r.Lease.GetHolder()
-	case *coordinatorv1.KeepAliveResponse_Lost:
-		key, holder = leaseKey{resp.GetName(), r.Lost.GetToken()}, r.Lost.GetHolder()
-	case *coordinatorv1.KeepAliveResponse_Failed:
-		key, holder = leaseKey{resp.GetName(), r.Failed.GetToken()}, r.Failed.GetHolder()
-	default:
-		return
-	}
-	l := s.leases[key]
-	if l == nil || l.holder != holder || l.inflight != conn {
-		return // ended meanwhile, or an answer to an older stream
-	}
-	l.inflight = nil
-	switch r := resp.GetResult().(type) {
-	case *coordinatorv1.KeepAliveResponse_Lease:
-		ttl := l.ttl
-		if d := r.Lease.GetTtl(); d.IsValid() && d.AsDuration() > 0 {
-			ttl = d.AsDuration()
-		}
-		s.renewedLocked(l, l.sentAt, ttl)
-	case *coordinatorv1.KeepAliveResponse_Lost:
-		s.endLocked(l, fmt.Errorf("%w: %s: %s: %s", ErrLost, l.describe(), r.Lost.GetReason(), r.Lost.GetMessage()))
-	case *coordinatorv1.KeepAliveResponse_Failed:
-		// STORE_UNAVAILABLE, DATA_LOSS_QUARANTINE…: this renewal failed; the
-		// lease holds until its deadline. Try again.
-		s.failed(l, r.Failed.GetReason().String()+": "+r.Failed.GetMessage())
-	}
+	s.closed = true
+	s.mu.Unlock()
+	s.cancelRun()
+	s.fail(ErrClosed, false)
+	s.wg.Wait()
 }
 
-// failed schedules another try of a renewal that failed transiently.
-func (s *session) failed(l *lease, why string) {
-	if l.retry == nil {
-		l.retry = renewalBackoff(l.ttl)
+// resultError is the error a result carries, as the unary call returns it.
+func resultError(res *coordinatorv1.SessionResult) error {
+	if e := res.GetError(); e != nil {
+		return status.ErrorProto(e)
 	}
-	l.lastErr = why
-	l.nextRenew = s.c.clock.Now().Add(l.retry.Next())
-	if l.index >= 0 {
-		heap.Fix(&s.queue, l.index)
-	}
-	s.poke()
+	return nil
 }
 
-// dropInflight counts the renewals in flight on a stream that ended as
-// failed; they are retried at once on the next stream.
-func (s *session) dropInflight(conn *kaConn, err error) {
-	why := "the KeepAlive stream broke"
-	if st, ok := status.FromError(err); ok && st.Code() != codes.OK {
-		why += ": " + st.Code().String() + ": " + st.Message()
-	} else if err != nil && !errors.Is(err, context.Canceled) {
-		why += ": " + err.Error()
-	}
-	for _, l := range s.leases {
-		if l.inflight == conn {
-			l.inflight = nil
-			l.lastErr = why
-			l.nextRenew = s.c.clock.Now()
-			heap.Fix(&s.queue, l.index)
-		}
-	}
-}
-
-// leaseHeap orders leases by due.
-type leaseHeap []*lease
-
-func (h leaseHeap) Len() int           { return len(h) }
-func (h leaseHeap) Less(i, j int) bool { return h[i].due().Before(h[j].due()) }
-func (h leaseHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].index, h[j].index = i, j
-}
-
-func (h *leaseHeap) Push(x any) {
-	l := x.(*lease)
-	l.index = len(*h)
-	*h = append(*h, l)
-}
-
-func (h *leaseHeap) Pop() any {
-	old := *h
-	l := old[len(old)-1]
-	old[len(old)-1] = nil
-	l.index = -1
-	*h = old[:len(old)-1]
-	return l
+// unexpected is the error of a result of the wrong kind.
+func unexpected(res *coordinatorv1.SessionResult, want string) error {
+	return status.Error(codes.Internal, fmt.Sprintf("coordinator: a %s operation was answered with %T", want, res.GetResult()))
 }

@@ -1,106 +1,236 @@
 package client
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/jonboulle/clockwork"
-	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
 	"github.com/coordinator-dev/coordinator/internal/coordinatord/coordtest"
+	"github.com/coordinator-dev/coordinator/server"
+	memstore "github.com/coordinator-dev/coordinator/server/store/memory"
 )
 
-func TestManyLeasesShareOneKeepAliveStream(t *testing.T) {
-	forEachStore(t, func(t *testing.T, coord *coordtest.Coordinator) {
-		ctx := testCtx(t)
-		clock := clockwork.NewFakeClock()
-		c := dial(t, coord, withClock(clock))
-		const n = 200
-		leases := make([]*Lease, 0, n)
-		inner := make([]*lease, 0, n)
-		for i := range n {
-			l, err := c.TryLock(ctx, fmt.Sprintf("many/%03d", i), WithTTL(time.Minute))
-			if err != nil {
-				t.Fatal(err)
-			}
-			leases, inner = append(leases, l), append(inner, l.l)
+// countSessionMessages counts the SessionRequests a Client sends.
+func countSessionMessages(n *atomic.Int64) Option {
+	return WithDialOptions(grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		cs, err := streamer(ctx, desc, cc, method, opts...)
+		if err != nil || method != coordinatorv1.Coordinator_Session_FullMethodName {
+			return cs, err
 		}
-		// Every lease renewed twice.
-		renewAll(t, clock, inner...)
-		renewAll(t, clock, inner...)
-		if got := startedStreams(t, coord, "KeepAlive"); got != 1 {
-			t.Fatalf("%d KeepAlive streams for %d leases; want 1", got, n)
-		}
-		for _, l := range leases {
-			if err := l.Release(ctx); err != nil {
-				t.Fatal(err)
-			}
-		}
-	})
+		return &countedStream{ClientStream: cs, n: n}, nil
+	}))
 }
 
-func TestNoGoroutineOutlivesAReleasedLease(t *testing.T) {
-	coord := coordtest.Start(t, coordtest.Config(t, "memory"))
-	ctx := testCtx(t)
-	clock := clockwork.NewFakeClock()
-	c := dial(t, coord, withClock(clock))
-	_, _ = c.Leader(ctx, "warm-up") // connects
-	idle := goleak.IgnoreCurrent()
-
-	l, err := c.TryLock(ctx, "leak")
-	if err != nil {
-		t.Fatal(err)
-	}
-	renew(t, clock, l.l) // the scheduler and the stream are running
-	lctx := l.Context(ctx)
-	e, err := c.Campaign(ctx, "leak-election", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	renewAll(t, clock, l.l, e.l)
-	if err := l.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	<-lctx.Done()
-	if err := e.Resign(ctx); err != nil {
-		t.Fatal(err)
-	}
-	goleak.VerifyNone(t, idle)
+type countedStream struct {
+	grpc.ClientStream
+	n *atomic.Int64
 }
 
-func TestNoGoroutineOutlivesClose(t *testing.T) {
-	coord := coordtest.Start(t, coordtest.Config(t, "memory"))
-	ctx := testCtx(t)
-	before := goleak.IgnoreCurrent()
+func (s *countedStream) SendMsg(m any) error {
+	s.n.Add(1)
+	return s.ClientStream.SendMsg(m)
+}
 
-	clock := clockwork.NewFakeClock()
-	c, err := New(coord.Addr(), withClock(clock))
+// Many goroutines' operations through one Client go over one stream, and
+// those that are queued together share a message.
+func TestConcurrentOperationsShareMessages(t *testing.T) {
+	coord := coordtest.Start(t, coordtest.Config(t, "redis"))
+	ctx := testCtx(t)
+	var messages atomic.Int64
+	c := dial(t, coord, countSessionMessages(&messages))
+	const (
+		goroutines = 64
+		rounds     = 20
+	)
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Go(func() {
+			for i := range rounds {
+				l, err := c.TryLock(ctx, fmt.Sprintf("shared/%d/%d", g, i))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if err := l.Release(ctx); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	ops := int64(2 * goroutines * rounds)
+	t.Logf("%d operations in %d messages", ops, messages.Load())
+	if got := messages.Load(); got >= ops {
+		t.Fatalf("%d operations took %d messages; want them coalesced", ops, got)
+	}
+	if got := startedStreams(t, coord, "Session"); got != 1 {
+		t.Fatalf("%d Session streams; want 1", got)
+	}
+}
+
+// A coordinator restart breaks the stream under a waiting Lock: it waits
+// again on the next stream, as the same holder, and gets the lock when it
+// is released.
+func TestLockWaitsAgainAfterTheStreamBreaks(t *testing.T) {
+	coord := coordtest.Start(t, coordtest.Config(t, "redis"))
+	ctx := testCtx(t)
+	holderClient, waiterClient := dial(t, coord), dial(t, coord)
+	held, err := holderClient.TryLock(ctx, "broken", WithTTL(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := range 5 {
-		if _, err := c.TryLock(ctx, fmt.Sprintf("close-leak/%d", i)); err != nil {
-			t.Fatal(err)
+	waiters := func(n uint32) func() bool {
+		return func() bool {
+			d, err := holderClient.API().Describe(ctx, &coordinatorv1.DescribeRequest{Name: "broken"})
+			return err == nil && d.GetWaiters() == n
 		}
 	}
-	e, err := c.Campaign(ctx, "close-leak-election", []byte("x"))
+	type result struct {
+		lease *Lease
+		err   error
+	}
+	got := make(chan result, 1)
+	go func() {
+		l, err := waiterClient.Lock(ctx, "broken", WithTTL(time.Minute))
+		got <- result{l, err}
+	}()
+	eventually(t, "the Lock waits", waiters(1))
+	coord.Restart()
+	eventually(t, "the Lock waits again after the restart", waiters(1))
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-got:
+		if r.err != nil {
+			t.Fatalf("Lock across a stream break: %v", r.err)
+		}
+		if r.lease.Token() <= held.Token() {
+			t.Fatalf("token %d after %d", r.lease.Token(), held.Token())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the Lock was not granted after the release")
+	}
+}
+
+// A Lock given up while the coordinator still queues it (the stream stays
+// open) may be granted after: the grant is given up at once, not left to
+// expire.
+func TestAnAbandonedLockGivesUpALateGrant(t *testing.T) {
+	coord := coordtest.Start(t, coordtest.Config(t, "memory"))
+	ctx := testCtx(t)
+	holderClient, waiterClient, third := dial(t, coord), dial(t, coord), dial(t, coord)
+	held, err := holderClient.TryLock(ctx, "late", WithTTL(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_ = e.Context(ctx)
-	events := c.Observe(ctx, "close-leak-election")
-	<-events
-	renew(t, clock, e.l)
-	go func() { _, _ = c.Lock(ctx, "close-leak/0") }() // waiting when Close comes
-	eventually(t, "Lock waiting", func() bool {
-		d, err := c.API().Describe(ctx, &coordinatorv1.DescribeRequest{Name: "close-leak/0"})
+	lctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := waiterClient.Lock(lctx, "late", WithTTL(time.Minute))
+		done <- err
+	}()
+	eventually(t, "the Lock waits", func() bool {
+		d, err := holderClient.API().Describe(ctx, &coordinatorv1.DescribeRequest{Name: "late"})
 		return err == nil && d.GetWaiters() == 1
 	})
-
-	if err := c.Close(); err != nil {
+	cancel()
+	if err := <-done; !errors.Is(err, ErrNotAcquired) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("the cancelled Lock = %v; want not acquired, cancelled", err)
+	}
+	if err := held.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	goleak.VerifyNone(t, before)
+	// The abandoned wait may be granted the lock; it is released at once.
+	eventually(t, "the lock free for a third client", func() bool {
+		l, err := third.TryLock(ctx, "late")
+		if err == nil {
+			_ = l.Release(ctx)
+		}
+		return err == nil
+	})
+}
+
+// Proclaiming in a term that ended fails, and starts no new term.
+func TestProclaimNeverStartsANewTerm(t *testing.T) {
+	forEachMode(t, func(t *testing.T, mode Option) {
+		coord := coordtest.Start(t, coordtest.Config(t, "memory"))
+		ctx := testCtx(t)
+		c := dial(t, coord, mode)
+		e, err := c.Campaign(ctx, "vacated", []byte("v1"), WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.API().Resign(ctx, &coordinatorv1.ResignRequest{Election: "vacated", Candidate: e.Candidate(), Term: e.Term()}); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Proclaim(ctx, []byte("v2")); !errors.Is(err, ErrLost) {
+			t.Fatalf("Proclaim after the term ended = %v; want ErrLost", err)
+		}
+		if info, err := c.Leader(ctx, "vacated"); !errors.Is(err, ErrNoLeader) {
+			t.Fatalf("Leader = %+v, %v; want none: a proclamation must not start a term", info, err)
+		}
+	})
+}
+
+// noSession is a coordinator from before the Session stream.
+type noSession struct{ *server.Service }
+
+func (noSession) Session(coordinatorv1.Coordinator_SessionServer) error {
+	return status.Error(codes.Unimplemented, "unknown method Session")
+}
+
+func TestACoordinatorWithoutSessionGetsUnaryCalls(t *testing.T) {
+	st := memstore.New()
+	t.Cleanup(func() { _ = st.Close() })
+	svc := server.NewService(st, server.ServiceOptions{})
+	g := grpc.NewServer()
+	coordinatorv1.RegisterCoordinatorServer(g, noSession{svc})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = g.Serve(lis) }()
+	t.Cleanup(func() {
+		svc.Stop()
+		g.Stop()
+	})
+	c, err := New(lis.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := testCtx(t)
+	l, err := c.TryLock(ctx, "old", WithTTL(time.Second))
+	if err != nil {
+		t.Fatalf("TryLock: %v", err)
+	}
+	waitRenewed(t, l.l, 2) // over KeepAlive
+	e, err := c.Campaign(ctx, "old-election", []byte("v1"))
+	if err != nil {
+		t.Fatalf("Campaign: %v", err)
+	}
+	if err := e.Proclaim(ctx, []byte("v2")); err != nil {
+		t.Fatalf("Proclaim: %v", err)
+	}
+	if err := e.Resign(ctx); err != nil {
+		t.Fatalf("Resign: %v", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if c.sess.usable() {
+		t.Fatal("the Client still uses the Session stream")
+	}
 }

@@ -40,17 +40,26 @@ func TestValidationFollowsTheProtoRules(t *testing.T) {
 			func() proto.Message {
 				return &coordinatorv1.TryAcquireRequest{Name: fresh(), Holder: "h", Ttl: ttl}
 			},
-			func(m proto.Message) error { _, err := c.client.TryAcquire(ctx, m.(*coordinatorv1.TryAcquireRequest)); return err },
+			func(m proto.Message) error {
+				_, err := c.client.TryAcquire(ctx, m.(*coordinatorv1.TryAcquireRequest))
+				return err
+			},
 		},
 		"coordinator.v1.RenewRequest": {
 			func() proto.Message {
 				return &coordinatorv1.RenewRequest{Name: fresh(), Holder: "h", Token: 1, Ttl: ttl}
 			},
-			func(m proto.Message) error { _, err := c.client.Renew(ctx, m.(*coordinatorv1.RenewRequest)); return err },
+			func(m proto.Message) error {
+				_, err := c.client.Renew(ctx, m.(*coordinatorv1.RenewRequest))
+				return err
+			},
 		},
 		"coordinator.v1.ReleaseRequest": {
 			func() proto.Message { return &coordinatorv1.ReleaseRequest{Name: fresh(), Holder: "h", Token: 1} },
-			func(m proto.Message) error { _, err := c.client.Release(ctx, m.(*coordinatorv1.ReleaseRequest)); return err },
+			func(m proto.Message) error {
+				_, err := c.client.Release(ctx, m.(*coordinatorv1.ReleaseRequest))
+				return err
+			},
 		},
 		"coordinator.v1.KeepAliveRequest": {
 			func() proto.Message {
@@ -60,7 +69,10 @@ func TestValidationFollowsTheProtoRules(t *testing.T) {
 		},
 		"coordinator.v1.DescribeRequest": {
 			func() proto.Message { return &coordinatorv1.DescribeRequest{Name: fresh()} },
-			func(m proto.Message) error { _, err := c.client.Describe(ctx, m.(*coordinatorv1.DescribeRequest)); return err },
+			func(m proto.Message) error {
+				_, err := c.client.Describe(ctx, m.(*coordinatorv1.DescribeRequest))
+				return err
+			},
 		},
 		"coordinator.v1.ListRequest": {
 			func() proto.Message { return &coordinatorv1.ListRequest{} },
@@ -70,15 +82,24 @@ func TestValidationFollowsTheProtoRules(t *testing.T) {
 			func() proto.Message {
 				return &coordinatorv1.CampaignRequest{Election: fresh(), Candidate: "h", Ttl: ttl}
 			},
-			func(m proto.Message) error { _, err := c.client.Campaign(ctx, m.(*coordinatorv1.CampaignRequest)); return err },
+			func(m proto.Message) error {
+				_, err := c.client.Campaign(ctx, m.(*coordinatorv1.CampaignRequest))
+				return err
+			},
 		},
 		"coordinator.v1.ResignRequest": {
 			func() proto.Message { return &coordinatorv1.ResignRequest{Election: fresh(), Candidate: "h", Term: 1} },
-			func(m proto.Message) error { _, err := c.client.Resign(ctx, m.(*coordinatorv1.ResignRequest)); return err },
+			func(m proto.Message) error {
+				_, err := c.client.Resign(ctx, m.(*coordinatorv1.ResignRequest))
+				return err
+			},
 		},
 		"coordinator.v1.LeaderRequest": {
 			func() proto.Message { return &coordinatorv1.LeaderRequest{Election: fresh()} },
-			func(m proto.Message) error { _, err := c.client.Leader(ctx, m.(*coordinatorv1.LeaderRequest)); return err },
+			func(m proto.Message) error {
+				_, err := c.client.Leader(ctx, m.(*coordinatorv1.LeaderRequest))
+				return err
+			},
 		},
 		"coordinator.v1.ObserveRequest": {
 			func() proto.Message { return &coordinatorv1.ObserveRequest{Election: fresh()} },

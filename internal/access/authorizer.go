@@ -243,9 +243,11 @@ func (a *Authorizer) list(ctx context.Context, req *coordinatorv1.ListRequest, h
 }
 
 // StreamServerInterceptor checks every message a stream receives: Observe's
-// request, and each KeepAlive request. A KeepAlive request on a name outside
-// the grant is answered on the stream as lost (reason PERMISSION_DENIED)
-// rather than ending the stream, whose other leases stay renewed.
+// request, each KeepAlive request and each operation of a Session request.
+// A KeepAlive request on a name outside the grant is answered on the stream
+// as lost (reason PERMISSION_DENIED), and a Session operation with its
+// PermissionDenied error, exactly as the unary call would return it, rather
+// than ending the stream, whose other leases and operations go on.
 func (a *Authorizer) StreamServerInterceptor() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		return handler(srv, &checkedStream{ServerStream: ss, a: a})
@@ -271,6 +273,12 @@ func (s *checkedStream) RecvMsg(m any) error {
 		if err := s.ServerStream.RecvMsg(m); err != nil {
 			return err
 		}
+		if req, ok := m.(*coordinatorv1.SessionRequest); ok {
+			if s.checkSession(req) {
+				return nil
+			}
+			continue // every operation was refused and answered
+		}
 		err := s.a.check(s.Context(), m)
 		if err == nil {
 			return nil
@@ -287,4 +295,52 @@ func (s *checkedStream) RecvMsg(m any) error {
 			return err
 		}
 	}
+}
+
+// checkSession answers the operations of req that the caller may not make
+// with their errors, in one message, and leaves the others in req; it
+// reports whether any are left. An operation that names nothing (none of
+// its oneof is set) is left to the handler, which refuses it as invalid.
+// A failed send ends the stream, which the next receive reports.
+func (s *checkedStream) checkSession(req *coordinatorv1.SessionRequest) bool {
+	ops := req.GetOperations()
+	if g := s.a.grant(s.Context()); g != nil && g.all {
+		return true
+	}
+	var refused []*coordinatorv1.SessionResult
+	kept := ops[:0]
+	for _, op := range ops {
+		if inner := sessionRequest(op); inner != nil {
+			if err := s.a.check(s.Context(), inner); err != nil {
+				refused = append(refused, &coordinatorv1.SessionResult{
+					Id: op.GetId(), Result: &coordinatorv1.SessionResult_Error{Error: status.Convert(err).Proto()},
+				})
+				continue
+			}
+		}
+		kept = append(kept, op)
+	}
+	clear(ops[len(kept):])
+	req.Operations = kept
+	if len(refused) > 0 {
+		_ = s.SendMsg(&coordinatorv1.SessionResponse{Results: refused})
+	}
+	return len(kept) > 0
+}
+
+// sessionRequest returns the request an operation carries, or nil.
+func sessionRequest(op *coordinatorv1.SessionOperation) any {
+	switch o := op.GetOperation().(type) {
+	case *coordinatorv1.SessionOperation_Acquire:
+		return o.Acquire
+	case *coordinatorv1.SessionOperation_Renew:
+		return o.Renew
+	case *coordinatorv1.SessionOperation_Release:
+		return o.Release
+	case *coordinatorv1.SessionOperation_Campaign:
+		return o.Campaign
+	case *coordinatorv1.SessionOperation_Resign:
+		return o.Resign
+	}
+	return nil
 }

@@ -15,9 +15,9 @@
 // PermissionDenied.
 //
 // What it does not do: rules apply to each call as it starts and to every
-// message of a KeepAlive stream, so a reload takes effect at once for new
-// calls and renewals, but an Observe stream already open keeps running until
-// it ends.
+// message of a KeepAlive or Session stream, so a reload takes effect at once
+// for new calls, renewals and session operations, but an Observe stream
+// already open keeps running until it ends.
 package access
 
 import (

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
+	"github.com/coordinator-dev/coordinator/server"
 )
 
 // UnaryServerInterceptor caps waiting calls and leases per holder, and
@@ -84,17 +85,27 @@ func (l *Limiter) acquire(ctx context.Context, req any, holder, name string, wai
 	return resp, err
 }
 
-// StreamServerInterceptor caps open streams, and follows KeepAlive answers
-// to count each holder's leases. The caller leaves health checks out.
+// StreamServerInterceptor caps open streams, follows KeepAlive answers to
+// count each holder's leases, and runs each operation of a Session stream
+// through UnaryServerInterceptor, as the unary call of the same name: a
+// waiting acquire takes a waiting place of the stream's connection, and an
+// acquire or campaign a place among its holder's leases. The caller leaves
+// health checks out.
 func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
+	ops := l.UnaryServerInterceptor()
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		release, err := l.takeStream(ss)
 		if err != nil {
 			return err
 		}
 		defer release()
-		if l.holders.enabled() && info.FullMethod == coordinatorv1.Coordinator_KeepAlive_FullMethodName {
-			ss = &keepAliveStream{ServerStream: ss, holders: l.holders}
+		switch info.FullMethod {
+		case coordinatorv1.Coordinator_KeepAlive_FullMethodName:
+			if l.holders.enabled() {
+				ss = &keepAliveStream{ServerStream: ss, holders: l.holders}
+			}
+		case coordinatorv1.Coordinator_Session_FullMethodName:
+			ss = server.InterceptSessionOps(ss, ops)
 		}
 		return handler(srv, ss)
 	}

@@ -1,0 +1,143 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"time"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/proto"
+
+	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
+)
+
+// The lease calls: each goes over the Client's Session stream (session.go)
+// unless the Client was made WithUnaryCalls, the coordinator has no Session
+// method, or the request could not travel on the stream without harming
+// the other operations (a name that is not UTF-8, which the coordinator
+// refuses for the whole message it cannot decode; a request too large).
+// Either way the answer and the error are the unary call's; the time
+// returned is when the request was sent (at the latest), on the Client's
+// clock.
+
+// viaSession runs op over the session and picks its response; ok is false
+// when the unary call must be made instead.
+func viaSession[R proto.Message](ctx context.Context, c *Client, name string, op *coordinatorv1.SessionOperation,
+	pick func(*coordinatorv1.SessionResult) R, kind string, late func(*coordinatorv1.SessionResult, error),
+) (resp R, sent time.Time, ok bool, err error) {
+	if c.unary || !utf8.ValidString(name) {
+		return resp, sent, false, nil
+	}
+	res, sent, err := c.sess.call(ctx, op, late)
+	switch {
+	case errors.Is(err, errUseUnary):
+		return resp, sent, false, nil
+	case err != nil:
+		return resp, sent, true, err
+	}
+	if err := resultError(res); err != nil {
+		return resp, sent, true, err
+	}
+	resp = pick(res)
+	if !resp.ProtoReflect().IsValid() {
+		return resp, sent, true, unexpected(res, kind)
+	}
+	return resp, sent, true, nil
+}
+
+func (c *Client) tryAcquireCall(ctx context.Context, req *coordinatorv1.TryAcquireRequest) (*coordinatorv1.TryAcquireResponse, time.Time, error) {
+	op := &coordinatorv1.SessionOperation{Operation: &coordinatorv1.SessionOperation_Acquire{Acquire: req}}
+	late := func(res *coordinatorv1.SessionResult, err error) {
+		if lease := res.GetAcquire().GetLease(); res.GetAcquire().GetAcquired() {
+			c.giveUpLate(req.GetName(), releaseOp(lease.GetName(), lease.GetHolder(), lease.GetToken()))
+		} else if err != nil && outcomeUnknown(err) {
+			c.abandonLate(req.GetName(), req.GetHolder())
+		}
+	}
+	if resp, sent, ok, err := viaSession(ctx, c, req.GetName(), op, (*coordinatorv1.SessionResult).GetAcquire, "acquire", late); ok {
+		return resp, sent, err
+	}
+	sent := c.clock.Now()
+	resp, err := c.api.TryAcquire(ctx, req)
+	return resp, sent, err
+}
+
+func (c *Client) campaignCall(ctx context.Context, req *coordinatorv1.CampaignRequest) (*coordinatorv1.CampaignResponse, time.Time, error) {
+	op := &coordinatorv1.SessionOperation{Operation: &coordinatorv1.SessionOperation_Campaign{Campaign: req}}
+	var late func(*coordinatorv1.SessionResult, error)
+	if req.GetTerm() == 0 {
+		// A campaign nobody waits for any more: resign a term it won.
+		late = func(res *coordinatorv1.SessionResult, err error) {
+			if leader := res.GetCampaign().GetLeader(); res.GetCampaign().GetElected() {
+				c.giveUpLate(req.GetElection(), resignOp(leader.GetElection(), leader.GetCandidate(), leader.GetTerm()))
+			} else if err != nil && outcomeUnknown(err) {
+				c.abandonLate(req.GetElection(), req.GetCandidate())
+			}
+		}
+	}
+	if resp, sent, ok, err := viaSession(ctx, c, req.GetElection(), op, (*coordinatorv1.SessionResult).GetCampaign, "campaign", late); ok {
+		return resp, sent, err
+	}
+	sent := c.clock.Now()
+	resp, err := c.api.Campaign(ctx, req)
+	return resp, sent, err
+}
+
+func (c *Client) releaseCall(ctx context.Context, req *coordinatorv1.ReleaseRequest) (*coordinatorv1.ReleaseResponse, error) {
+	op := &coordinatorv1.SessionOperation{Operation: &coordinatorv1.SessionOperation_Release{Release: req}}
+	if resp, _, ok, err := viaSession(ctx, c, req.GetName(), op, (*coordinatorv1.SessionResult).GetRelease, "release", nil); ok {
+		return resp, err
+	}
+	return c.api.Release(ctx, req)
+}
+
+func (c *Client) resignCall(ctx context.Context, req *coordinatorv1.ResignRequest) (*coordinatorv1.ResignResponse, error) {
+	op := &coordinatorv1.SessionOperation{Operation: &coordinatorv1.SessionOperation_Resign{Resign: req}}
+	if resp, _, ok, err := viaSession(ctx, c, req.GetElection(), op, (*coordinatorv1.SessionResult).GetResign, "resign", nil); ok {
+		return resp, err
+	}
+	return c.api.Resign(ctx, req)
+}
+
+func releaseOp(name, holder string, token uint64) *coordinatorv1.SessionOperation {
+	return &coordinatorv1.SessionOperation{Operation: &coordinatorv1.SessionOperation_Release{Release: &coordinatorv1.ReleaseRequest{
+		Name: name, Holder: holder, Token: token,
+	}}}
+}
+
+func resignOp(election, candidate string, term uint64) *coordinatorv1.SessionOperation {
+	return &coordinatorv1.SessionOperation{Operation: &coordinatorv1.SessionOperation_Resign{Resign: &coordinatorv1.ResignRequest{
+		Election: election, Candidate: candidate, Term: term,
+	}}}
+}
+
+// giveUpLate releases (or resigns) a lease granted to an acquisition whose
+// caller had left by then, so that the next waiter need not wait for its
+// TTL. Best-effort: it goes over the session without waiting for the answer.
+func (c *Client) giveUpLate(name string, op *coordinatorv1.SessionOperation) {
+	_, err := c.sess.submit(op, func(_ *sessionOp, res *coordinatorv1.SessionResult, err error) {
+		if err == nil {
+			err = resultError(res)
+		}
+		if err != nil {
+			c.log.Warn("coordinator: could not give up a lease granted after its acquisition was abandoned; it expires after its TTL",
+				"name", name, "err", err)
+		}
+	})
+	if err != nil && !errors.Is(err, ErrClosed) {
+		c.log.Warn("coordinator: could not give up a lease granted after its acquisition was abandoned; it expires after its TTL",
+			"name", name, "err", err)
+	}
+}
+
+// abandonLate is abandon for an acquisition whose caller had left when its
+// stream broke: it may have been granted.
+func (c *Client) abandonLate(name, holder string) {
+	if !c.track() {
+		return
+	}
+	go func() {
+		defer c.wg.Done()
+		c.abandon(c.closing, name, holder)
+	}()
+}
