@@ -7,8 +7,8 @@
 # make generate  regenerate gen/ (Go, Python, TypeScript) from proto/ with the pinned buf and plugins
 
 GO            ?= go
-BUF           := $(GO) tool -modfile=tools/go.mod buf
-GOLANGCI_LINT := $(GO) tool -modfile=tools/go.mod golangci-lint
+BUF           := $(GO) tool -modfile=$(CURDIR)/tools/go.mod buf
+GOLANGCI_LINT := $(GO) tool -modfile=$(CURDIR)/tools/go.mod golangci-lint
 BENCHFLAGS    ?=
 
 .PHONY: run test test-go test-python test-typescript test-under-load fault-soak bench lint generate build
@@ -44,8 +44,10 @@ test-under-load:
 fault-soak:
 	COORDINATOR_FAULT_ROUNDS=5 ./scripts/with-redis.sh $(GO) test -race -count=1 -run TestFaults -v ./cmd/coordinator/
 
+# bench/ is a module of its own (the peers it measures are no dependency of
+# the SDK); relative file flags (-json, -cpuprofile) are relative to bench/.
 bench:
-	./scripts/with-redis.sh $(GO) run ./bench $(BENCHFLAGS)
+	cd bench && ../scripts/with-redis.sh $(GO) run . $(BENCHFLAGS)
 
 generate:
 	./scripts/generators.sh
@@ -55,7 +57,9 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	./scripts/check-no-binaries.sh
 	$(GO) vet ./...
+	cd bench && $(GO) vet ./...
 	$(GOLANGCI_LINT) run ./...
+	cd bench && $(GOLANGCI_LINT) run --config ../.golangci.yml ./...
 	$(BUF) lint
 	$(BUF) format --diff --exit-code
 	./scripts/buf-breaking.sh

@@ -39,7 +39,7 @@ func housekeeperSuite(env benchEnv) error {
 	defer coord.stop()
 
 	total := hkQueues * hkMessages
-	fmt.Printf("housekeeper unlock, %d queues x %d due messages (batches of %d)\n", hkQueues, hkMessages, housekeeper.DefaultBatchSize)
+	fmt.Printf("\n== housekeeper unlock, %d queues x %d due messages (batches of %d)\n", hkQueues, hkMessages, housekeeper.DefaultBatchSize)
 
 	direct := func(prefix string) (float64, error) {
 		queues, err := housekeeper.NewQueues(rdb, prefix)

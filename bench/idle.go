@@ -171,7 +171,7 @@ func idleSuite(env benchEnv) error {
 	for _, c := range counts[:min(len(counts), 6)] {
 		top = append(top, fmt.Sprintf("%s %.0f/s", c.cmd, float64(c.calls)/elapsed.Seconds()))
 	}
-	fmt.Printf("idle coordinator, redis store: %d observed elections (%d with a leader), %d waiters parked on %d names (set up in %s)\n",
+	fmt.Printf("\n== idle coordinator, redis store: %d observed elections (%d with a leader), %d waiters parked on %d names (set up in %s)\n",
 		idleElections, idleElections/2, idleWaiters, idleWaitNames, setup.Round(100*time.Millisecond))
 	fmt.Printf("  Redis commands over %s: %.0f/s (scripts' commands included; %d observer events)\n  top: %s\n",
 		elapsed.Round(100*time.Millisecond), float64(total)/elapsed.Seconds(), events.Load()-eventsBefore, strings.Join(top, ", "))

@@ -1,14 +1,25 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
 	"time"
 
+	"github.com/bsm/redislock"
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/coordinator-dev/coordinator/client"
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
 	"github.com/coordinator-dev/coordinator/server/store"
 	redisstore "github.com/coordinator-dev/coordinator/server/store/redis"
@@ -16,21 +27,107 @@ import (
 
 const benchTTL = 30 * time.Second
 
-// leaseSuite measures uncontended acquire+release cycles (each worker its
-// own name) through the coordinator with each store, and through the Redis
-// store's scripts called directly: the floor Redis sets.
-func leaseSuite(env benchEnv, levels []int) error {
-	ctx := context.Background()
-	// The floor: the store's scripts sent one call at a time, as a plain
-	// go-redis client would, with no coordinator in between.
-	direct, err := redisstore.NewFromURL(ctx, env.redisURL, redisstore.Options{
-		KeyPrefix: fmt.Sprintf("bench-direct-%d", time.Now().UnixNano()), NoPipelining: true,
-	})
-	if err != nil {
-		return err
+var benchTTLpb = durationpb.New(benchTTL)
+
+// The contended case: hotWorkers workers on hotNames names.
+const (
+	hotNames   = 8
+	hotWorkers = 64
+)
+
+var errNotAcquired = errors.New("not acquired")
+
+func holderName(worker int) string { return fmt.Sprintf("w%d", worker) }
+
+// names returns n names under prefix, one per worker: built before the
+// measurement, so no method pays for formatting them.
+func names(prefix string, n int) []string {
+	out := make([]string, n)
+	for w := range out {
+		out[w] = fmt.Sprintf("%s%d", prefix, w)
 	}
-	defer func() { _ = direct.Close() }() // the benchmark is over; nothing to report
-	viaRedis, err := env.startCoordinator("redis")
+	return out
+}
+
+// hot returns the contended names of hotWorkers workers: worker w uses name
+// w % hotNames.
+func hot(prefix string) []string {
+	out := make([]string, hotWorkers)
+	for w := range out {
+		out[w] = fmt.Sprintf("%s%d", prefix, w%hotNames)
+	}
+	return out
+}
+
+// method is one way to take and give back a lock.
+type method struct {
+	key   string // for -json and the ratio table
+	label string
+	cycle func(ctx context.Context, worker, i int) error
+	try   func(ctx context.Context, worker int) (bool, error) // contended attempt; nil: not in the contended case
+	// around wraps each measurement, for what it reads beside it.
+	around func(measure func() result) (result, string)
+	// noteLabel names what around notes.
+	noteLabel string
+	na        string // why it is not measured
+	runs      map[int][]measured
+}
+
+type measured struct {
+	result
+	note string
+	cpu  cpuUse
+	// redisCmds counts the commands Redis ran (INFO commandstats: scripts
+	// and, each on its own, the commands they ran), by command.
+	redisCmds map[string]int64
+}
+
+func (m measured) redisPerOp() float64 {
+	var n int64
+	for _, c := range m.redisCmds {
+		n += c
+	}
+	return float64(n) / float64(max(m.ops, 1))
+}
+
+// cpuPerOp is the CPU time per operation: all processes, the client's and
+// the servers'.
+func (m measured) cpuPerOp() (all, client, servers time.Duration) {
+	if m.ops == 0 {
+		return 0, 0, 0
+	}
+	n := time.Duration(m.ops)
+	return (m.cpu.client + m.cpu.servers) / n, m.cpu.client / n, m.cpu.servers / n
+}
+
+// median is the run with the median rate, so that its latencies go with it.
+func (m *method) median(n int) (measured, bool) {
+	runs := slices.Clone(m.runs[n])
+	if len(runs) == 0 {
+		return measured{}, false
+	}
+	slices.SortFunc(runs, func(a, b measured) int { return cmp.Compare(a.perSecond(), b.perSecond()) })
+	return runs[len(runs)/2], true
+}
+
+func (m *method) rate(n int) float64 {
+	r, ok := m.median(n)
+	if !ok {
+		return 0
+	}
+	return r.perSecond()
+}
+
+// leaseSuite measures uncontended acquire+release cycles (each worker its
+// own name) through the coordinator and its peers, all in this one run on
+// the same Redis, then a contended case.
+func leaseSuite(env benchEnv) error {
+	ctx := context.Background()
+	maxWorkers := max(slices.Max(env.levels), hotWorkers)
+	stamp := time.Now().UnixNano()
+
+	// The servers, each a child process but for the in-process floor.
+	viaRedis, err := env.startCoordinatorWith(coordOpts{store: "redis", profiled: env.coordProfile != ""})
 	if err != nil {
 		return err
 	}
@@ -44,59 +141,531 @@ func leaseSuite(env benchEnv, levels []int) error {
 	if err != nil {
 		return err
 	}
-	defer func() { _ = os.RemoveAll(stateDir) }()
-	viaDurable, err := env.startCoordinatorWith("memory", stateDir)
+	defer removeOnExit(stateDir)()
+	viaDurable, err := env.startCoordinatorWith(coordOpts{store: "memory", stateDir: stateDir, metrics: true})
 	if err != nil {
 		return err
 	}
 	defer viaDurable.stop()
+	echo, echoAddr, err := startEcho()
+	if err != nil {
+		return err
+	}
+	defer echo.stop()
+	etcd, err := startEtcd()
+	if err != nil {
+		return err
+	}
+	defer etcd.stop()
 
-	fmt.Printf("acquire+release cycles, uncontended, %s per measurement (2 cores shared by client, coordinator and Redis)\n", env.duration)
-	fmt.Printf("%-5s %-28s %s\n", "conc", "path", "cycles")
-	for _, n := range levels {
-		b := closedLoop(ctx, n, env.duration, directCycle(direct))
-		a := closedLoop(ctx, n, env.duration, grpcCycle(viaRedis.client))
-		c := closedLoop(ctx, n, env.duration, grpcCycle(viaMemory.client))
-		writes := viaDurable.stateWrites()
-		d := closedLoop(ctx, n, env.duration, grpcCycle(viaDurable.client))
-		writes = viaDurable.stateWrites() - writes
-		fmt.Printf("%-5d %-28s %s\n", n, "(a) gRPC + Redis store", a)
-		fmt.Printf("%-5d %-28s %s\n", n, "(b) Redis scripts direct", b)
-		fmt.Printf("%-5d %-28s %s\n", n, "(c) gRPC + memory store", c)
-		fmt.Printf("%-5d %-28s %s; %.1f state writes (fsyncs)/s\n", n, "(d) (c) with a state dir", d, writes/d.elapsed.Seconds())
-		fmt.Printf("%-5d %-28s %.2f\n", n, "a/b", a.perSecond()/b.perSecond())
-		fmt.Printf("%-5d %-28s %.2f\n\n", n, "d/c", d.perSecond()/c.perSecond())
+	// The clients, all in this process.
+	sdk, err := client.New(viaRedis.addr, client.WithTTL(benchTTL), client.WithIdentity("bench-sdk"))
+	if err != nil {
+		return err
+	}
+	defer func() { _ = sdk.Close() }()
+	sdkUnary, err := client.New(viaRedis.addr, client.WithTTL(benchTTL), client.WithIdentity("bench-sdk-unary"), client.WithUnaryCalls())
+	if err != nil {
+		return err
+	}
+	defer func() { _ = sdkUnary.Close() }()
+	// Each client its own connection: the SDK's, the raw unary calls' (the
+	// coordinator's own), the Session stream's, the echo's.
+	sessionConn, err := dial(viaRedis.addr)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = sessionConn.Close() }()
+	session, err := openSession(coordinatorv1.NewCoordinatorClient(sessionConn))
+	if err != nil {
+		return err
+	}
+	defer session.close()
+	echoConn, err := dial(echoAddr)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = echoConn.Close() }()
+	direct, err := redisstore.NewFromURL(ctx, env.redisURL, redisstore.Options{
+		KeyPrefix: fmt.Sprintf("bench-direct-%d", stamp), NoPipelining: true, NewStore: true,
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = direct.Close() }() // the benchmark is over; nothing to report
+	rdb, err := peerRedis(env.redisURL, maxWorkers)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = rdb.Close() }()
+	locker := redislock.New(rdb)
+	peerPrefix := fmt.Sprintf("bench-peers-%d:", stamp)
+	redsyncLocks := redsyncMutexes(rdb, names(peerPrefix+"redsync:lock:", maxWorkers))
+	redsyncHot := redsyncMutexes(rdb, hot(peerPrefix+"redsync:hot:"))
+	etcdPeer, err := newEtcdPeer(etcd.endpoint)
+	if err != nil {
+		return err
+	}
+	defer etcdPeer.close()
+	etcdLocks, err := etcdPeer.mutexes(names("/bench/lock/", maxWorkers))
+	if err != nil {
+		return err
+	}
+	etcdHot, err := etcdPeer.mutexes(hot("/bench/hot/"))
+	if err != nil {
+		return err
+	}
+
+	// CPU time of every process of the run, read around each measurement.
+	meter := &cpuMeter{}
+	meter.add("bench", os.Getpid())
+	meter.add("coordinator-redis", viaRedis.cmd.Process.Pid)
+	meter.add("coordinator-memory", viaMemory.cmd.Process.Pid)
+	meter.add("coordinator-memory-statedir", viaDurable.cmd.Process.Pid)
+	meter.add("echo", echo.cmd.Process.Pid)
+	meter.add("etcd", etcd.cmd.Process.Pid)
+	meter.addRedis(ctx, rdb)
+
+	methods := []*method{
+		{key: "coordinator-redis-sdk", label: "coordinator redis: Go SDK, Session stream (default)",
+			cycle: sdkCycle(sdk, names("bench/sdk/", maxWorkers)), try: sdkTry(sdk, hot("bench/hot-sdk/"))},
+		{key: "coordinator-redis-sdk-unary", label: "coordinator redis: Go SDK, WithUnaryCalls",
+			cycle: sdkCycle(sdkUnary, names("bench/sdk-unary/", maxWorkers)), try: sdkTry(sdkUnary, hot("bench/hot-sdk-unary/"))},
+		{key: "coordinator-redis-unary", label: "coordinator redis: raw gRPC unary",
+			cycle: grpcCycle(viaRedis.client, names("bench/unary/", maxWorkers)), try: grpcTry(viaRedis.client, hot("bench/hot-unary/"))},
+		{key: "coordinator-redis-session", label: "coordinator redis: raw gRPC Session stream",
+			cycle: sessionCycle(session, names("bench/session/", maxWorkers)), try: sessionTry(session, hot("bench/hot-session/"))},
+		{key: "coordinator-memory-unary", label: "coordinator memory: raw gRPC unary",
+			cycle: grpcCycle(viaMemory.client, names("bench/unary/", maxWorkers)), try: grpcTry(viaMemory.client, hot("bench/hot-unary/"))},
+		{key: "coordinator-memory-statedir-unary", label: "coordinator memory + state dir: raw gRPC unary",
+			cycle:     grpcCycle(viaDurable.client, names("bench/unary/", maxWorkers)),
+			noteLabel: "state-file writes (fsyncs)/s",
+			around: func(measure func() result) (result, string) {
+				before := viaDurable.stateWrites()
+				r := measure()
+				return r, fmt.Sprintf("%.0f", (viaDurable.stateWrites()-before)/r.elapsed.Seconds())
+			}},
+		{key: "redis-store-in-process", label: "coordinator's Redis scripts in-process, no gRPC",
+			cycle: directCycle(direct, names("bench/direct/", maxWorkers))},
+		{key: "redislock", label: "bsm/redislock Obtain+Release",
+			cycle: redislockCycle(locker, names(peerPrefix+"redislock:lock:", maxWorkers)), try: redislockTry(locker, hot(peerPrefix+"redislock:hot:"))},
+		{key: "redsync", label: "go-redsync Lock+Unlock, one pool",
+			cycle: redsyncCycle(redsyncLocks), try: redsyncTry(redsyncHot)},
+		{key: "etcd-mutex", label: "etcd concurrency.Mutex TryLock+Unlock",
+			cycle: etcdCycle(etcdLocks), try: etcdTry(etcdHot)},
+		{key: "grpc-echo", label: "gRPC echo (health Check), calls/s",
+			cycle: echoCall(echoConn)},
+	}
+	byKey := map[string]*method{}
+	for _, m := range methods {
+		m.runs = map[int][]measured{}
+		byKey[m.key] = m
+	}
+
+	fmt.Printf("\n== leases: acquire+release cycles, uncontended (one name per worker), %s per measurement, %d round(s), median\n", env.duration, env.rounds)
+	fmt.Printf("   one client process (this one); coordinator, echo and etcd are child processes; %s; etcd with fsync on; all on loopback, %d cores shared by all\n",
+		describeRedis(ctx, rdb), runtime.NumCPU())
+	// A short warm-up at the most workers: connections, scripts loaded,
+	// sessions made; a method that cannot run at all is left out, saying why.
+	warm := min(500*time.Millisecond, env.duration/4)
+	for _, m := range methods {
+		if r := closedLoop(ctx, slices.Max(env.levels), warm, m.cycle); r.ops == 0 {
+			m.na = fmt.Sprintf("n/a: %v", r.firstErr)
+		}
+	}
+	// -coordinator-cpuprofile: the Redis-store child is profiled during each
+	// of its own measurements only, and the profiles merged at the end.
+	var profiles []string
+	profileDir, err := os.MkdirTemp("", "bench-profiles-")
+	if err != nil {
+		return err
+	}
+	defer removeOnExit(profileDir)()
+	profiled := func(m *method, what string, measure func()) error {
+		if env.coordProfile == "" || !strings.HasPrefix(m.key, "coordinator-redis") {
+			measure()
+			return nil
+		}
+		file := filepath.Join(profileDir, fmt.Sprintf("%s-%s-%d.prof", m.key, what, len(profiles)))
+		if err := viaRedis.startProfile(file); err != nil {
+			return err
+		}
+		measure()
+		profiles = append(profiles, file)
+		return viaRedis.stopProfile()
+	}
+	for round := range env.rounds {
+		for li, n := range env.levels {
+			// Each level and round starts with another method, so no method
+			// always runs first or last.
+			k := (round*len(env.levels) + li) % len(methods)
+			for _, m := range append(slices.Clone(methods[k:]), methods[:k]...) {
+				if m.na != "" {
+					continue
+				}
+				measure := func() result { return closedLoop(ctx, n, env.duration, m.cycle) }
+				var run measured
+				if err := profiled(m, fmt.Sprintf("c%d", n), func() {
+					before := meter.read()
+					cmdsBefore, _ := commandStats(ctx, rdb)
+					if m.around != nil {
+						run.result, run.note = m.around(measure)
+					} else {
+						run.result = measure()
+					}
+					run.cpu = meter.since(before)
+					if cmdsAfter, err := commandStats(ctx, rdb); err == nil && cmdsBefore != nil {
+						run.redisCmds = map[string]int64{}
+						for cmd, n := range cmdsAfter {
+							if d := n - cmdsBefore[cmd]; d > 0 && cmd != "info" {
+								run.redisCmds[cmd] = d
+							}
+						}
+					}
+				}); err != nil {
+					return err
+				}
+				m.runs[n] = append(m.runs[n], run)
+			}
+		}
+	}
+	printLeases(env, methods, byKey, meter)
+
+	// Contended: hotWorkers workers on hotNames names, each retrying at
+	// once when refused.
+	fmt.Printf("\n== leases, contended: %d workers on %d names (worker w on name w%%%d), %s per measurement; a refused worker retries at once, without waiting\n",
+		hotWorkers, hotNames, hotNames, env.duration)
+	t := table{header: []string{"method", "grants/s", "attempts/s", "granted", "errors"}}
+	grants := map[string]float64{}
+	for _, m := range methods {
+		if m.try == nil || m.na != "" {
+			continue
+		}
+		contendedLoop(ctx, hotWorkers, warm, m.try)
+		var c contended
+		if err := profiled(m, "contended", func() { c = contendedLoop(ctx, hotWorkers, env.duration, m.try) }); err != nil {
+			return err
+		}
+		grants[m.key] = c.grantsPerSecond()
+		errs := "0"
+		if c.errs > 0 {
+			errs = fmt.Sprintf("%d (first: %v)", c.errs, c.firstErr)
+		}
+		t.add(m.label, rate(c.grantsPerSecond()), rate(c.attemptsPerSecond()), fmt.Sprintf("%.0f%%", 100*float64(c.grants)/float64(max(c.attempts, 1))), errs)
+		env.report.add(record{Suite: "leases", Case: "contended", Method: m.key, Concurrency: hotWorkers, PerSecond: c.grantsPerSecond(), Unit: "grants/s",
+			Errors: c.errs, Extra: map[string]any{"attempts_per_second": c.attemptsPerSecond(), "names": hotNames}})
+	}
+	t.print()
+	fmt.Println("   etcd's TryLock writes its key, then deletes it again when an older key exists: a refused attempt is two writes, and a")
+	fmt.Println("   name is free only when no refused attempt's key is in flight, so busy retries starve its grants.")
+	rt := table{header: []string{"ratio of grants/s", "value"}}
+	for _, k := range []string{"coordinator-redis-sdk", "coordinator-redis-sdk-unary", "coordinator-redis-unary", "coordinator-redis-session", "coordinator-memory-unary"} {
+		if grants[k] > 0 {
+			rt.add(byKey[k].label+" ÷ etcd", ratio(grants[k], grants["etcd-mutex"]))
+		}
+	}
+	rt.add("coordinator redis: raw gRPC unary ÷ redislock", ratio(grants["coordinator-redis-unary"], grants["redislock"]))
+	fmt.Println()
+	rt.print()
+	if env.coordProfile != "" {
+		if err := mergeProfiles(env.coordProfile, profiles); err != nil {
+			return err
+		}
+		fmt.Printf("\ncoordinator CPU profile: %s (the Redis-store child during its %d measurements above, merged; go tool pprof -top %s)\n",
+			env.coordProfile, len(profiles), env.coordProfile)
 	}
 	return nil
 }
 
-func directCycle(st store.Store) func(ctx context.Context, worker, i int) error {
-	return func(ctx context.Context, worker, i int) error {
-		name, holder := fmt.Sprintf("bench/%d", worker), fmt.Sprintf("w%d", worker)
+// printLeases prints the uncontended table and its ratios.
+func printLeases(env benchEnv, methods []*method, byKey map[string]*method, meter *cpuMeter) {
+	first, last := env.levels[0], env.levels[len(env.levels)-1]
+	header := []string{"method"}
+	for _, n := range env.levels {
+		header = append(header, fmt.Sprintf("c=%d /s", n))
+	}
+	header = append(header, fmt.Sprintf("p50 c=%d", first), fmt.Sprintf("p99 c=%d", first))
+	if last != first {
+		header = append(header, fmt.Sprintf("p50 c=%d", last), fmt.Sprintf("p99 c=%d", last))
+	}
+	cpuHeader := fmt.Sprintf("CPU/op c=%d: all = client + servers", last)
+	header = append(header, cpuHeader, "notes")
+	t := table{header: header}
+	for _, m := range methods {
+		row := []string{m.label}
+		if m.na != "" {
+			for range len(header) - 2 {
+				row = append(row, "-")
+			}
+			t.add(append(row, m.na)...)
+			continue
+		}
+		var notes, noted []string
+		for _, n := range env.levels {
+			r, _ := m.median(n)
+			row = append(row, rate(r.perSecond()))
+			if r.note != "" {
+				noted = append(noted, fmt.Sprintf("c=%d %s", n, r.note))
+			}
+			errs := 0
+			for _, run := range m.runs[n] {
+				errs += run.errs
+			}
+			if errs > 0 {
+				notes = append(notes, fmt.Sprintf("c=%d: %d errors (first: %v)", n, errs, r.firstErr))
+			}
+			all, client, servers := r.cpuPerOp()
+			rec := record{Suite: "leases", Case: "uncontended", Method: m.key, Concurrency: n, PerSecond: r.perSecond(), Unit: "cycles/s",
+				P50Micros: micros(r.p50), P99Micros: micros(r.p99), Errors: errs,
+				CPUMicros: micros(all), ClientCPUMicros: micros(client), ServersCPUMicros: micros(servers)}
+			if m.key == "grpc-echo" {
+				rec.Unit = "calls/s"
+			}
+			extra := map[string]any{}
+			if len(m.runs[n]) > 1 {
+				var all []float64
+				for _, run := range m.runs[n] {
+					all = append(all, run.perSecond())
+				}
+				extra["rounds"] = all
+			}
+			if r.note != "" {
+				extra[m.noteLabel] = r.note
+			}
+			if r.ops > 0 && len(r.redisCmds) > 0 {
+				perOp := map[string]float64{}
+				for cmd, c := range r.redisCmds {
+					perOp[cmd] = float64(c) / float64(r.ops)
+				}
+				extra["redis_commands_per_op"] = perOp
+			}
+			if r.ops > 0 && len(r.cpu.by) > 0 {
+				by := map[string]float64{}
+				for name, d := range r.cpu.by {
+					by[name] = micros(d / time.Duration(r.ops))
+				}
+				extra["cpu_us_by_process"] = by
+			}
+			if len(extra) > 0 {
+				rec.Extra = extra
+			}
+			env.report.add(rec)
+		}
+		if len(noted) > 0 {
+			notes = append([]string{m.noteLabel + ": " + strings.Join(noted, ", ")}, notes...)
+		}
+		latencyLevels := []int{first}
+		if last != first {
+			latencyLevels = append(latencyLevels, last)
+		}
+		for _, n := range latencyLevels {
+			r, _ := m.median(n)
+			row = append(row, dur(r.p50), dur(r.p99))
+		}
+		if r, _ := m.median(last); r.ops > 0 {
+			all, client, servers := r.cpuPerOp()
+			row = append(row, fmt.Sprintf("%s = %s + %s", dur(all), dur(client), dur(servers)))
+		} else {
+			row = append(row, "-")
+		}
+		t.add(append(row, strings.Join(notes, "; "))...)
+	}
+	echo := byKey["grpc-echo"]
+	if echo.na == "" {
+		// (The cells after the rates stay empty.)
+		row := []string{"gRPC echo ÷ 2: ceiling of cycles/s"}
+		for _, n := range env.levels {
+			row = append(row, rate(echo.rate(n)/2))
+		}
+		t.add(row...)
+	}
+	t.print()
+	fmt.Println("   a coordinator cycle is two calls (acquire, release): the echo's calls/s ÷ 2 is the most cycles/s any gRPC service can do here")
+	fmt.Printf("   CPU/op: user+system time of %s (from /proc), per cycle (per call for the echo), all processes counted in every measurement\n",
+		strings.Join(meter.names, ", "))
+
+	// Where the CPU of a cycle goes, by process, at the most workers.
+	fmt.Println()
+	groups := []string{"bench", "coordinator", "redis", "etcd", "echo"}
+	ct := table{header: append(append([]string{fmt.Sprintf("CPU per op at c=%d, by process", last)}, append(groups, "all")...), "Redis cmds/op")}
+	for _, m := range methods {
+		r, ok := m.median(last)
+		if m.na != "" || !ok || r.ops == 0 {
+			continue
+		}
+		by := map[string]time.Duration{}
+		var all time.Duration
+		for name, d := range r.cpu.by {
+			g := name
+			if strings.HasPrefix(name, "coordinator") {
+				g = "coordinator"
+			}
+			by[g] += d
+			all += d
+		}
+		row := []string{m.label}
+		for _, g := range append(groups, "all") {
+			d := by[g]
+			if g == "all" {
+				d = all
+			}
+			row = append(row, dur(d/time.Duration(r.ops)))
+		}
+		row = append(row, fmt.Sprintf("%.1f", r.redisPerOp()))
+		ct.add(row...)
+	}
+	ct.print()
+	fmt.Println("   Redis cmds/op: INFO commandstats, which counts a script and, each on its own, the commands it ran")
+
+	// Ratios: what matters on a machine whose absolute figures wander.
+	fmt.Println()
+	rh := []string{"ratio of cycles/s"}
+	for _, n := range env.levels {
+		rh = append(rh, fmt.Sprintf("c=%d", n))
+	}
+	rt := table{header: rh}
+	row := func(label string, num func(n int) float64, den func(n int) float64) {
+		r := []string{label}
+		for _, n := range env.levels {
+			r = append(r, ratio(num(n), den(n)))
+		}
+		rt.add(r...)
+	}
+	redislockRate := byKey["redislock"].rate
+	for _, m := range methods {
+		if m.key == "redislock" || m.key == "grpc-echo" || m.na != "" {
+			continue
+		}
+		row(m.label+" ÷ redislock", m.rate, redislockRate)
+	}
+	rt.rule()
+	coordinatorRedis := []string{"coordinator-redis-sdk", "coordinator-redis-sdk-unary", "coordinator-redis-unary", "coordinator-redis-session"}
+	for _, k := range coordinatorRedis {
+		if m := byKey[k]; m.na == "" {
+			row(m.label+" ÷ (echo ÷ 2)", m.rate, func(n int) float64 { return echo.rate(n) / 2 })
+		}
+	}
+	rt.rule()
+	for _, k := range coordinatorRedis {
+		if m := byKey[k]; m.na == "" {
+			row(m.label+" ÷ etcd", m.rate, byKey["etcd-mutex"].rate)
+		}
+	}
+	rt.print()
+}
+
+// sdkCycle is the Go SDK: TryLock (one acquire: over the Client's Session
+// stream by default, a unary TryAcquire WithUnaryCalls; the lease joins the
+// Client's renewal scheduler, but a cycle ends long before its first
+// renewal, due at TTL/3) and Release.
+func sdkCycle(c *client.Client, names []string) func(ctx context.Context, worker, i int) error {
+	return func(ctx context.Context, worker, _ int) error {
+		lease, err := c.TryLock(ctx, names[worker])
+		if err != nil {
+			return err
+		}
+		return lease.Release(ctx)
+	}
+}
+
+func sdkTry(c *client.Client, names []string) func(ctx context.Context, worker int) (bool, error) {
+	return func(ctx context.Context, worker int) (bool, error) {
+		lease, err := c.TryLock(ctx, names[worker])
+		if errors.Is(err, client.ErrNotAcquired) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		return true, lease.Release(ctx)
+	}
+}
+
+// grpcCycle is the generated gRPC client, unary TryAcquire and Release.
+func grpcCycle(c coordinatorv1.CoordinatorClient, names []string) func(ctx context.Context, worker, i int) error {
+	return func(ctx context.Context, worker, _ int) error {
+		granted, token, err := grpcAcquire(ctx, c, names[worker], holderName(worker))
+		if err != nil {
+			return err
+		}
+		if !granted {
+			return errNotAcquired
+		}
+		return grpcRelease(ctx, c, names[worker], holderName(worker), token)
+	}
+}
+
+// grpcTry is one contended attempt: TryAcquire without a wait, and Release
+// when granted.
+func grpcTry(c coordinatorv1.CoordinatorClient, names []string) func(ctx context.Context, worker int) (bool, error) {
+	return func(ctx context.Context, worker int) (bool, error) {
+		granted, token, err := grpcAcquire(ctx, c, names[worker], holderName(worker))
+		if err != nil || !granted {
+			return false, err
+		}
+		return true, grpcRelease(ctx, c, names[worker], holderName(worker), token)
+	}
+}
+
+func grpcAcquire(ctx context.Context, c coordinatorv1.CoordinatorClient, name, holder string) (bool, uint64, error) {
+	resp, err := c.TryAcquire(ctx, &coordinatorv1.TryAcquireRequest{Name: name, Holder: holder, Ttl: benchTTLpb})
+	if err != nil {
+		return false, 0, err
+	}
+	return resp.GetAcquired(), resp.GetLease().GetToken(), nil
+}
+
+func grpcRelease(ctx context.Context, c coordinatorv1.CoordinatorClient, name, holder string, token uint64) error {
+	_, err := c.Release(ctx, &coordinatorv1.ReleaseRequest{Name: name, Holder: holder, Token: token})
+	return err
+}
+
+// directCycle calls the Redis store's Acquire and Release in this process:
+// the coordinator's scripts on the same Redis, with no gRPC and no
+// coordinator in between (one call at a time per worker, no pipelining).
+func directCycle(st store.Store, names []string) func(ctx context.Context, worker, i int) error {
+	return func(ctx context.Context, worker, _ int) error {
+		name, holder := names[worker], holderName(worker)
 		res, err := st.Acquire(ctx, store.AcquireRequest{Name: name, Holder: holder, TTL: benchTTL})
 		if err != nil {
 			return err
 		}
 		if !res.Acquired {
-			return errors.New("not acquired")
+			return errNotAcquired
 		}
 		_, err = st.Release(ctx, name, holder, res.Lease.Token)
 		return err
 	}
 }
 
-func grpcCycle(client coordinatorv1.CoordinatorClient) func(ctx context.Context, worker, i int) error {
-	ttl := durationpb.New(benchTTL)
-	return func(ctx context.Context, worker, i int) error {
-		name, holder := fmt.Sprintf("bench/%d", worker), fmt.Sprintf("w%d", worker)
-		resp, err := client.TryAcquire(ctx, &coordinatorv1.TryAcquireRequest{Name: name, Holder: holder, Ttl: ttl})
-		if err != nil {
-			return err
-		}
-		if !resp.GetAcquired() {
-			return errors.New("not acquired")
-		}
-		_, err = client.Release(ctx, &coordinatorv1.ReleaseRequest{Name: name, Holder: holder, Token: resp.GetLease().GetToken()})
+// echoCall is one health Check on the echo child.
+func echoCall(conn *grpc.ClientConn) func(ctx context.Context, worker, i int) error {
+	health := healthpb.NewHealthClient(conn)
+	req := &healthpb.HealthCheckRequest{}
+	return func(ctx context.Context, _, _ int) error {
+		_, err := health.Check(ctx, req)
 		return err
 	}
+}
+
+// describeRedis says which Redis the run used and how durable it is: the
+// Redis peers and the coordinator's Redis store are only as durable as it.
+func describeRedis(ctx context.Context, rdb *redis.Client) string {
+	version := "?"
+	if info, err := rdb.Info(ctx, "server").Result(); err == nil {
+		for _, line := range strings.Split(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
+				version = v
+			}
+		}
+	}
+	conf := func(key string) string {
+		m, err := rdb.ConfigGet(ctx, key).Result()
+		if err != nil {
+			return "?"
+		}
+		return fmt.Sprintf("%q", m[key])
+	}
+	return fmt.Sprintf("Redis %s (appendonly %s, save %s)", version, conf("appendonly"), conf("save"))
 }

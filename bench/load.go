@@ -73,6 +73,59 @@ func closedLoop(ctx context.Context, workers int, d time.Duration, op func(ctx c
 	return res
 }
 
+// contended is one measured run of a contended load.
+type contended struct {
+	grants, attempts int
+	elapsed          time.Duration
+	errs             int
+	firstErr         error
+}
+
+func (c contended) grantsPerSecond() float64   { return float64(c.grants) / c.elapsed.Seconds() }
+func (c contended) attemptsPerSecond() float64 { return float64(c.attempts) / c.elapsed.Seconds() }
+
+// contendedLoop runs try from workers goroutines back to back for d: each
+// try is one attempt, granted (and released again) or refused, and a
+// refused worker tries again at once.
+func contendedLoop(ctx context.Context, workers int, d time.Duration, try func(ctx context.Context, worker int) (bool, error)) contended {
+	var (
+		mu  sync.Mutex
+		res contended
+		wg  sync.WaitGroup
+	)
+	start := time.Now()
+	end := start.Add(d)
+	for w := range workers {
+		wg.Go(func() {
+			var local contended
+			for time.Now().Before(end) {
+				granted, err := try(ctx, w)
+				local.attempts++
+				switch {
+				case err != nil:
+					local.errs++
+					if local.firstErr == nil {
+						local.firstErr = err
+					}
+				case granted:
+					local.grants++
+				}
+			}
+			mu.Lock()
+			res.grants += local.grants
+			res.attempts += local.attempts
+			res.errs += local.errs
+			if res.firstErr == nil {
+				res.firstErr = local.firstErr
+			}
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	res.elapsed = time.Since(start)
+	return res
+}
+
 func percentile(ds []time.Duration, p float64) time.Duration {
 	if len(ds) == 0 {
 		return 0

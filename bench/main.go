@@ -1,80 +1,115 @@
-// Command bench measures the coordinator side by side in one run, so that
-// figures from this noisy machine can be compared as ratios.
+// Command bench measures the coordinator side by side with its peers in one
+// run, so that figures from this noisy machine can be compared as ratios.
 //
-//	go run ./bench -suite leases      acquire+release: gRPC+Redis vs the Redis scripts direct vs gRPC+memory
-//	go run ./bench -suite streams     observers and KeepAlive
-//	go run ./bench -suite handoff     release to next waiter granted, 10 vs 2,000 waiters on one name
-//	go run ./bench -suite idle        Redis commands/s of an idle coordinator: 5,000 observed elections, 2,000 parked waiters
-//	go run ./bench -suite housekeeper messages unlocked: 1 and 3 instances vs the batch script direct
-//	go run ./bench -suite soak        minutes of churn: Redis keys and memory, coordinator RSS and goroutines stay flat
+// It is a Go module of its own (bench/go.mod, with a replace directive to
+// the repository), so that the peers it measures (etcd, bsm/redislock,
+// go-redsync) never become dependencies of the SDK's users. Run it with
+// `make bench` from the repository root, or `cd bench && go run . -suite …`
+// with COORDINATOR_TEST_REDIS_URL set.
+//
+// The coordinator under test is a child process: ./cmd/coordinator built
+// from the repository (in the repository's own module, as users build it)
+// into a temporary directory, on free loopback ports, caps off. So are the
+// gRPC echo server that sets the ceiling (this binary re-executed with
+// -serve-echo) and the embedded etcd (re-executed with -serve-etcd). The
+// bench process is the one client process of every comparison.
+//
+//	-suite leases      acquire+release, uncontended, at each -concurrency: the coordinator
+//	                   (Go SDK over its Session stream and WithUnaryCalls, raw unary gRPC,
+//	                   raw Session stream; Redis and memory stores), a gRPC echo (the
+//	                   ceiling), bsm/redislock, go-redsync and etcd's concurrency.Mutex,
+//	                   with CPU per cycle by process; then 8 names contended by 64 workers
+//	-suite streams     observers and KeepAlive
+//	-suite handoff     release -> next waiter granted, resign -> next leader elected,
+//	                   10 vs 2,000 waiters on one name; etcd Mutex and Election beside
+//	-suite idle        Redis commands/s of an idle coordinator: 5,000 observed elections, 2,000 parked waiters
+//	-suite housekeeper messages unlocked: 1 and 3 instances vs the batch script direct
+//	-suite soak        minutes of churn: Redis keys and memory, coordinator RSS and
+//	                   goroutines stay flat (not in the default list: it runs for -soak-duration)
 //
 // It needs a Redis (COORDINATOR_TEST_REDIS_URL); `make bench` starts one.
+// README.md says what each row measures and how the comparison is kept fair.
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
-	"io"
-	"log/slog"
-	"net"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
-
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
-	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
-	"github.com/coordinator-dev/coordinator/internal/coordinatord"
-	"github.com/coordinator-dev/coordinator/internal/limits"
 )
 
+const defaultSuites = "leases,streams,handoff,idle,housekeeper"
+
 func main() {
-	suites := flag.String("suite", "leases,streams,handoff,idle,housekeeper,soak", "comma-separated suites to run: leases, streams, handoff, idle, housekeeper, soak")
+	// Child modes: this binary re-executed as a server of the bench.
+	serveEchoAddr := flag.String("serve-echo", "", "internal: serve the gRPC health service alone on `ADDR` until stdin closes (the bench's echo child)")
+	serveEtcdSpec := flag.String("serve-etcd", "", "internal: serve an embedded etcd, `CLIENT_ADDR,PEER_ADDR,DATA_DIR`, until stdin closes (the bench's etcd child)")
+
+	suites := flag.String("suite", defaultSuites, "comma-separated suites to run: leases, streams, handoff, idle, housekeeper, soak")
 	duration := flag.Duration("duration", 2*time.Second, "how long each measurement runs")
+	rounds := flag.Int("rounds", 1, "leases suite: measurements of each method at each concurrency, interleaved; the median is reported")
 	idleWindow := flag.Duration("idle-window", 10*time.Second, "how long the idle suite counts Redis commands")
 	concurrency := flag.String("concurrency", "1,16,64", "comma-separated worker counts for the leases suite")
 	soakDuration := flag.Duration("soak-duration", 3*time.Minute, "how long the soak churns")
 	soakRetention := flag.Duration("soak-retention", 30*time.Second, "COORDINATOR_IDLE_NAME_TTL of the soak's coordinator")
-	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the bench process (the clients, not the servers) over the whole run to this `FILE`")
+	coordProfile := flag.String("coordinator-cpuprofile", "", "write a CPU profile of the leases suite's Redis-store coordinator child, over all of its measurements, to this `FILE`")
+	coordBin := flag.String("coordinator-bin", "", "run this coordinator binary instead of building ./cmd/coordinator of the repository (-coordinator-cpuprofile needs the build)")
+	jsonOut := flag.String("json", "", "also write every measurement to this `FILE` as JSON")
 	flag.Parse()
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
+
+	switch {
+	case *serveEchoAddr != "":
+		os.Exit(serveEcho(*serveEchoAddr))
+	case *serveEtcdSpec != "":
+		os.Exit(serveEtcd(*serveEtcdSpec))
+	}
+	os.Exit(run(*suites, *concurrency, *cpuProfile, *jsonOut, benchEnv{
+		duration: *duration, rounds: max(*rounds, 1), idleWindow: *idleWindow,
+		coordProfile: *coordProfile,
+		soak:         soakConfig{duration: *soakDuration, retention: *soakRetention, maxTTL: 5 * time.Second, sample: 10 * time.Second},
+		builds:       &coordinatorBuilds{prebuilt: *coordBin},
+	}))
+}
+
+func run(suites, concurrency, cpuProfile, jsonOut string, env benchEnv) int {
+	env.redisURL = os.Getenv("COORDINATOR_TEST_REDIS_URL")
+	if env.redisURL == "" {
+		fmt.Fprintln(os.Stderr, "bench: COORDINATOR_TEST_REDIS_URL is not set; run `make bench`, which starts a throwaway Redis")
+		return 2
+	}
+	for _, s := range strings.Split(concurrency, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 {
+			fmt.Fprintf(os.Stderr, "bench: bad -concurrency %q\n", concurrency)
+			return 2
+		}
+		env.levels = append(env.levels, n)
+	}
+	if cpuProfile != "" {
+		f, err := os.Create(cpuProfile)
 		if err == nil {
 			err = pprof.StartCPUProfile(f)
 		}
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "bench: cpu profile: %v\n", err)
-			os.Exit(2)
+			return 2
 		}
 		defer pprof.StopCPUProfile()
 	}
+	env.report = &report{}
+	stopOnSignals()
+	defer env.builds.cleanup()
 
-	redisURL := os.Getenv("COORDINATOR_TEST_REDIS_URL")
-	if redisURL == "" {
-		fmt.Fprintln(os.Stderr, "bench: COORDINATOR_TEST_REDIS_URL is not set; run `make bench`, which starts a throwaway Redis")
-		os.Exit(2)
-	}
-	var levels []int
-	for _, s := range strings.Split(*concurrency, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || n < 1 {
-			fmt.Fprintf(os.Stderr, "bench: bad -concurrency %q\n", *concurrency)
-			os.Exit(2)
-		}
-		levels = append(levels, n)
-	}
-	env := benchEnv{redisURL: redisURL, duration: *duration, idleWindow: *idleWindow}
-	for _, suite := range strings.Split(*suites, ",") {
+	start := time.Now()
+	for _, suite := range strings.Split(suites, ",") {
 		var err error
-		switch strings.TrimSpace(suite) {
+		switch suite = strings.TrimSpace(suite); suite {
 		case "leases":
-			err = leaseSuite(env, levels)
+			err = leaseSuite(env)
 		case "streams":
 			err = streamSuite(env)
 		case "handoff":
@@ -84,111 +119,33 @@ func main() {
 		case "housekeeper":
 			err = housekeeperSuite(env)
 		case "soak":
-			err = soakSuite(env, soakConfig{duration: *soakDuration, retention: *soakRetention, maxTTL: 5 * time.Second, sample: 10 * time.Second})
+			err = soakSuite(env, env.soak)
 		default:
 			err = fmt.Errorf("unknown suite %q", suite)
 		}
 		if err != nil {
-			pprof.StopCPUProfile()
-			fmt.Fprintf(os.Stderr, "bench: %v\n", err)
-			os.Exit(1)
+			fmt.Fprintf(os.Stderr, "bench: %s: %v\n", suite, err)
+			return 1
 		}
 	}
-}
-
-type benchEnv struct {
-	redisURL   string
-	duration   time.Duration
-	idleWindow time.Duration
-}
-
-// coordinator is an in-process coordinator on a loopback listener with a
-// client connection to it.
-type coordinator struct {
-	addr   string
-	srv    *coordinatord.Server
-	conn   *grpc.ClientConn
-	client coordinatorv1.CoordinatorClient
-	// extra are the connections of clients(), closed by stop.
-	extra []*grpc.ClientConn
-}
-
-// streamsPerConn is how many long calls (streams, waits) one bench
-// connection carries: clients spread over many connections, as real ones do,
-// so that per-connection limits are not what is measured.
-const streamsPerConn = 100
-
-// clients returns a client for each of n long calls, a new connection for
-// every streamsPerConn of them.
-func (c *coordinator) clients(n int) ([]coordinatorv1.CoordinatorClient, error) {
-	out := make([]coordinatorv1.CoordinatorClient, n)
-	for i := range n {
-		if i%streamsPerConn == 0 {
-			conn, err := grpc.NewClient(c.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-			if err != nil {
-				return nil, err
-			}
-			c.extra = append(c.extra, conn)
-		}
-		out[i] = coordinatorv1.NewCoordinatorClient(c.extra[len(c.extra)-1])
-	}
-	return out, nil
-}
-
-func (e benchEnv) startCoordinator(storeKind string) (*coordinator, error) {
-	return e.startCoordinatorWith(storeKind, "")
-}
-
-// startCoordinatorWith starts a coordinator whose memory store keeps its
-// crash-safety state in stateDir ("": none).
-func (e benchEnv) startCoordinatorWith(storeKind, stateDir string) (*coordinator, error) {
-	cfg, err := coordinatord.ParseConfig(flag.NewFlagSet("bench", flag.ContinueOnError), nil, func(string) (string, bool) { return "", false })
-	if err != nil {
-		return nil, err
-	}
-	cfg.Store, cfg.RedisURL = storeKind, e.redisURL
-	cfg.RedisKeyPrefix = fmt.Sprintf("bench-%d", time.Now().UnixNano())
-	// The bench measures throughput and cost at loads past the default
-	// caps (10,000 leases of one holder, 5,000 observers): caps off.
-	cfg.Limits = limits.Config{}
-	// A fresh key prefix is a new store; the memory store keeps no state.
-	cfg.RedisNewStore, cfg.StateDir = true, stateDir
-	srv, err := coordinatord.New(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		return nil, err
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	go func() { _ = srv.Serve(lis) }()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return nil, err
-	}
-	return &coordinator{addr: lis.Addr().String(), srv: srv, conn: conn, client: coordinatorv1.NewCoordinatorClient(conn)}, nil
-}
-
-func (c *coordinator) stop() {
-	_ = c.conn.Close()
-	for _, conn := range c.extra {
-		_ = conn.Close()
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	c.srv.Shutdown(ctx)
-}
-
-// stateWrites reads coordinator_state_writes_total from the coordinator's
-// metrics: how often its memory store wrote its state file.
-func (c *coordinator) stateWrites() float64 {
-	rec := httptest.NewRecorder()
-	c.srv.MetricsHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
-	for _, line := range strings.Split(rec.Body.String(), "\n") {
-		if v, ok := strings.CutPrefix(line, "coordinator_state_writes_total "); ok {
-			n, _ := strconv.ParseFloat(v, 64)
-			return n
+	fmt.Printf("\nbench: done in %s\n", time.Since(start).Round(time.Second))
+	if jsonOut != "" {
+		if err := env.report.write(jsonOut, env); err != nil {
+			fmt.Fprintf(os.Stderr, "bench: -json: %v\n", err)
+			return 1
 		}
 	}
 	return 0
+}
+
+type benchEnv struct {
+	redisURL     string
+	duration     time.Duration
+	rounds       int
+	levels       []int
+	idleWindow   time.Duration
+	coordProfile string
+	soak         soakConfig
+	builds       *coordinatorBuilds
+	report       *report
 }

@@ -6,11 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -51,12 +47,17 @@ type soakSample struct {
 func soakSuite(env benchEnv, cfg soakConfig) error {
 	fmt.Printf("\n== soak: %s of churn on the Redis store, idle names forgotten after %s, max TTL %s\n",
 		cfg.duration, cfg.retention, cfg.maxTTL)
-	prefix := fmt.Sprintf("soak-%d", time.Now().UnixNano())
-	coord, err := startCoordinatorProcess(env.redisURL, prefix, cfg)
+	// A coordinator child with its default caps, its metrics on (RSS and
+	// goroutines are read there) and short TTLs and retention.
+	coord, err := env.startCoordinatorWith(coordOpts{store: "redis", metrics: true, caps: true, env: []string{
+		"COORDINATOR_MAX_TTL=" + cfg.maxTTL.String(),
+		"COORDINATOR_IDLE_NAME_TTL=" + cfg.retention.String(),
+	}})
 	if err != nil {
 		return err
 	}
 	defer coord.stop()
+	prefix := coord.prefix
 	rdb, err := redisurl.NewClient(env.redisURL)
 	if err != nil {
 		return err
@@ -284,75 +285,4 @@ func closeClient(c *client.Client) { _ = c.Close() }
 func drain[T any](events <-chan T) {
 	for range events { //nolint:revive // only the reading matters
 	}
-}
-
-// coordinatorProcess is a coordinator binary run as a child, so that its
-// RSS and goroutines are its own.
-type coordinatorProcess struct {
-	addr, metricsURL string
-	cmd              *exec.Cmd
-	dir              string
-}
-
-func startCoordinatorProcess(redisURL, prefix string, cfg soakConfig) (*coordinatorProcess, error) {
-	dir, err := os.MkdirTemp("", "soak-")
-	if err != nil {
-		return nil, err
-	}
-	bin := filepath.Join(dir, "coordinator")
-	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/coordinator").CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("build the coordinator: %w\n%s", err, out)
-	}
-	addr, metrics := freeAddr(), freeAddr()
-	cmd := exec.Command(bin)
-	cmd.Env = append(os.Environ(),
-		"COORDINATOR_STORE=redis",
-		"COORDINATOR_REDIS_URL="+redisURL,
-		"COORDINATOR_REDIS_KEY_PREFIX="+prefix,
-		"COORDINATOR_LISTEN="+addr,
-		"COORDINATOR_METRICS_LISTEN="+metrics,
-		"COORDINATOR_MAX_TTL="+cfg.maxTTL.String(),
-		"COORDINATOR_IDLE_NAME_TTL="+cfg.retention.String(),
-		"COORDINATOR_REDIS_NEW_STORE=true", // a fresh key prefix
-		"COORDINATOR_LOG_LEVEL=error",
-	)
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start the coordinator: %w", err)
-	}
-	p := &coordinatorProcess{addr: addr, metricsURL: "http://" + metrics + "/metrics", cmd: cmd, dir: dir}
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		resp, err := http.Get(p.metricsURL)
-		if err == nil {
-			_ = resp.Body.Close()
-			return p, nil
-		}
-		if time.Now().After(deadline) {
-			p.stop()
-			return nil, fmt.Errorf("the coordinator did not start: %w", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-func (p *coordinatorProcess) stop() {
-	_ = p.cmd.Process.Signal(os.Interrupt)
-	done := make(chan struct{})
-	go func() { _ = p.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(15 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-done
-	}
-	_ = os.RemoveAll(p.dir)
-}
-
-func freeAddr() string {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
-	}
-	defer lis.Close()
-	return lis.Addr().String()
 }

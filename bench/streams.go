@@ -23,6 +23,7 @@ const (
 // 2,000 observers, and KeepAlive renewals of 10,000 leases on one stream
 // against unary Renew calls.
 func streamSuite(env benchEnv) error {
+	fmt.Println("\n== streams: leader changes to 2,000 observers; renewals of 10,000 leases, one KeepAlive stream vs unary Renew")
 	for _, kind := range []string{"redis", "memory"} {
 		c, err := env.startCoordinator(kind)
 		if err != nil {
