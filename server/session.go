@@ -63,8 +63,27 @@ func (s *Service) Session(stream coordinatorv1.Coordinator_SessionServer) error 
 	var ops sync.WaitGroup
 	// finish waits for the operations in flight, sends their results, and
 	// ends the stream with err.
+	// Operations without a wait run on the stream's workers, goroutines
+	// that outlive one operation: a fresh goroutine per operation would grow
+	// its stack through the handler and interceptors every time (about 6%
+	// of the coordinator's CPU under load). There are at most
+	// sessionInFlight of them, one per slot.
+	jobs := make(chan func())
+	runOnWorker := func(job func()) {
+		select {
+		case jobs <- job: // an idle worker takes it
+		default:
+			go func() {
+				job()
+				for job := range jobs {
+					job()
+				}
+			}()
+		}
+	}
 	finish := func(err error) error {
 		ops.Wait()
+		close(jobs)
 		close(out.results)
 		<-out.done
 		if err == nil && out.err != nil {
@@ -139,13 +158,18 @@ func (s *Service) Session(stream coordinatorv1.Coordinator_SessionServer) error 
 				}
 			}
 			ops.Add(1)
-			go func() {
+			if waits {
+				go func() {
+					defer ops.Done()
+					out.push(s.sessionOp(opsCtx, chain, op))
+				}()
+				continue
+			}
+			runOnWorker(func() {
 				defer ops.Done()
-				if !waits {
-					defer func() { <-slots }()
-				}
+				defer func() { <-slots }()
 				out.push(s.sessionOp(opsCtx, chain, op))
-			}()
+			})
 		}
 	}
 }
