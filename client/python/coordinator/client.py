@@ -22,10 +22,13 @@ from .errors import (
     ClientClosed,
     CoordinatorError,
     NotAcquired,
+    RPCError,
     from_rpc_error,
+    from_status,
 )
 from .keepalive import KeepAliveSession
 from .lease import Description, Lease, LeaseInfo, _Held
+from .session import Session, UseUnary
 
 __all__ = ["Client", "DEFAULT_TARGET", "DEFAULT_TTL"]
 
@@ -69,13 +72,31 @@ def default_identity() -> str:
     return f"{host}-{os.getpid()}-{secrets.token_hex(4)}"
 
 
+#: The unary call of each Session operation.
+_UNARY = {"acquire": "TryAcquire", "renew": "Renew", "release": "Release", "campaign": "Campaign", "resign": "Resign"}
+
+
 class _Grant:
-    __slots__ = ("acquired", "token", "ttl", "value", "holder", "retry_after")
+    __slots__ = ("acquired", "token", "ttl", "value", "holder", "retry_after", "sent")
 
     def __init__(self, acquired: bool, token: int = 0, ttl: float = 0.0, value: bytes = b"",
-                 holder: Optional[str] = None, retry_after: Optional[float] = None) -> None:
+                 holder: Optional[str] = None, retry_after: Optional[float] = None,
+                 sent: Optional[float] = None) -> None:
         self.acquired, self.token, self.ttl, self.value = acquired, token, ttl, value
-        self.holder, self.retry_after = holder, retry_after
+        self.holder, self.retry_after, self.sent = holder, retry_after, sent
+
+
+class _Attempt:
+    """One acquisition, for a grant that arrives after its caller stopped
+    waiting for that answer: kept when the acquisition goes on (asking again
+    as the holder returns the same lease), given up when it failed."""
+
+    __slots__ = ("lock", "over", "late")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.over = False
+        self.late: Optional[Any] = None  # the give-up operation of a late grant
 
 
 class Client:
@@ -102,6 +123,10 @@ class Client:
         timeout: the deadline of one call that does not wait, in seconds.
         close_timeout: how long close() (and release()) spend releasing.
         options: extra gRPC channel options.
+        use_session: carry acquire, renew, release, campaign and resign over
+            one Session stream shared by every thread (the default); False
+            makes unary calls and renews over a KeepAlive stream instead. A
+            coordinator without Session turns the Client to unary calls.
     """
 
     def __init__(
@@ -120,6 +145,7 @@ class Client:
         timeout: float = 10.0,
         close_timeout: float = 5.0,
         options: Optional[Sequence[Tuple[str, Any]]] = None,
+        use_session: bool = True,
     ) -> None:
         identity = holder if holder is not None else default_identity()
         if not identity or len(identity.encode("utf-8")) > MAX_IDENTITY_BYTES:
@@ -174,7 +200,8 @@ class Client:
                 self._metadata = (("authorization", f"Bearer {token}"),)
             self._channel = grpc.insecure_channel(target, options=opts)
         self._stub = pb_grpc.CoordinatorStub(self._channel)
-        self._session = KeepAliveSession(self._stub, self._metadata)
+        self._transport: Optional[Session] = Session(self._stub, self._metadata) if use_session else None
+        self._session = KeepAliveSession(self._stub, self._metadata, self._transport)
         self._seq = itertools.count(1)
         self._seq_lock = threading.Lock()
         self._closed = False
@@ -201,6 +228,12 @@ class Client:
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def uses_session(self) -> bool:
+        """Whether lease operations go over the Session stream (False with
+        use_session=False, or once the coordinator turned out to lack it)."""
+        return self._transport is not None and not self._transport.unsupported
+
     def call(self, method: str, request: Any, timeout: Optional[float] = None) -> Any:
         """Calls the unary RPC ``method`` ("Describe", "Renew"…) with a request
         built from ``coordinator.pb``; raises CoordinatorError. Leases taken
@@ -221,6 +254,85 @@ class Client:
             if self._closed:
                 raise ClientClosed("the client was closed") from e
             raise
+
+    def _lease_call(self, kind: str, request: Any, timeout: Optional[float] = None,
+                    late: Optional[Callable[[Any, Optional[BaseException]], None]] = None,
+                    check_closed: bool = True) -> Tuple[Any, float]:
+        """Runs the lease operation ``kind`` ("acquire", "renew", "release",
+        "campaign", "resign") over the Session stream, or as its unary call
+        (use_session=False, a coordinator without Session, the Client
+        closing). Returns (response, sent): when the request was sent, on
+        time.monotonic(). Raises what the unary call would."""
+        sess = self._transport
+        if sess is not None and sess.usable():
+            op = pb.SessionOperation(**{kind: request})
+            try:
+                res, sent = sess.call(op, self.timeout if timeout is None else timeout, late)
+            except UseUnary:
+                pass
+            else:
+                which = res.WhichOneof("result")
+                if which == "error":
+                    raise from_status(res.error)
+                if which != kind:
+                    raise RPCError(f"a {kind} operation was answered with {which}", code=grpc.StatusCode.INTERNAL)
+                return getattr(res, kind), (sent if sent is not None else time.monotonic())
+        sent = time.monotonic()
+        return self._unary(_UNARY[kind], request, timeout=timeout, check_closed=check_closed), sent
+
+    def _late(self, attempt: _Attempt, name: str, holder: str,
+              give_up: Callable[[Any], Optional[Any]]) -> Callable[[Any, Optional[BaseException]], None]:
+        """The handler of the result of an acquisition's operation that its
+        caller stopped waiting for: a grant is given up at once unless the
+        acquisition goes on (as the same holder, it gets that very lease);
+        an unknown outcome is abandoned."""
+
+        def late(res: Any, err: Optional[BaseException]) -> None:
+            op = give_up(res) if res is not None else None
+            if op is not None:
+                with attempt.lock:
+                    if not attempt.over:
+                        attempt.late = op  # the acquisition goes on: it gives it up if it fails
+                        return
+                self._give_up_late(name, op)
+            elif isinstance(err, CoordinatorError) and err.code in _OUTCOME_UNKNOWN:
+                with attempt.lock:
+                    if not attempt.over:
+                        return
+                threading.Thread(target=self._abandon, args=(name, holder), name="coordinator-abandon",
+                                 daemon=True).start()
+
+        return late
+
+    def _give_up_late(self, name: str, op: Any) -> None:
+        """Releases (or resigns) a lease granted to an acquisition whose
+        caller had left by then, so that the next waiter need not wait for
+        its TTL. Best-effort, without waiting for the answer."""
+        kind = op.WhichOneof("operation")
+        req = getattr(op, kind)
+
+        def done(_o: Any, res: Any, err: Optional[BaseException]) -> None:
+            if err is None and res is not None and res.WhichOneof("result") == "error":
+                err = from_status(res.error)
+            if err is not None:
+                log.warning("coordinator: could not give up a lease of %r granted after its acquisition was "
+                            "abandoned; it expires after its TTL: %s", name, err)
+
+        def unary() -> None:
+            try:
+                self._unary(_UNARY[kind], req, timeout=2.0)
+            except CoordinatorError as e:
+                done(None, None, e)
+
+        sess = self._transport
+        try:
+            if sess is None:
+                raise UseUnary()
+            sess.submit(op, done)
+        except UseUnary:
+            threading.Thread(target=unary, name="coordinator-give-up", daemon=True).start()
+        except ClientClosed:
+            pass
 
     def _new_holder(self) -> str:
         with self._seq_lock:
@@ -259,19 +371,27 @@ class Client:
         cannot fix.
         """
         t = self._ttl(ttl)
+        attempt = _Attempt()
+
+        def give_up(res: Any) -> Optional[Any]:
+            if res.WhichOneof("result") == "acquire" and res.acquire.acquired:
+                l = res.acquire.lease
+                return pb.SessionOperation(release=pb.ReleaseRequest(name=l.name, holder=l.holder, token=l.token))
+            return None
 
         def call(holder: str, wait_for: float, timeout: float) -> _Grant:
             req = pb.TryAcquireRequest(name=name, holder=holder, ttl=to_duration(t))
             if wait_for > 0:
                 req.wait.CopyFrom(to_duration(wait_for))
-            resp = self._unary("TryAcquire", req, timeout=timeout)
+            resp, sent = self._lease_call("acquire", req, timeout=timeout,
+                                          late=self._late(attempt, name, holder, give_up))
             if not resp.acquired:
                 return _Grant(False, holder=resp.holder or None,
                               retry_after=from_duration(resp.retry_after) if resp.HasField("retry_after") else None)
             return _Grant(True, token=int(resp.lease.token), ttl=from_duration(resp.lease.ttl, t) or t,
-                          value=bytes(resp.lease.value))
+                          value=bytes(resp.lease.value), sent=sent)
 
-        holder, grant, sent = self._acquire("lock", name, t, wait, call)
+        holder, grant, sent = self._acquire("lock", name, t, wait, call, attempt)
         lease = Lease(self, name, holder, grant.token, grant.ttl, sent)
         self._register(lease)
         return lease
@@ -295,18 +415,26 @@ class Client:
         sitting leader) when the wait ends first."""
         t = self._ttl(ttl)
         data = as_bytes(value)
+        attempt = _Attempt()
+
+        def give_up(res: Any) -> Optional[Any]:
+            if res.WhichOneof("result") == "campaign" and res.campaign.elected:
+                l = res.campaign.leader
+                return pb.SessionOperation(resign=pb.ResignRequest(election=l.election, candidate=l.candidate, term=l.term))
+            return None
 
         def call(candidate: str, wait_for: float, timeout: float) -> _Grant:
             req = pb.CampaignRequest(election=election, candidate=candidate, value=data, ttl=to_duration(t))
             if wait_for > 0:
                 req.wait.CopyFrom(to_duration(wait_for))
-            resp = self._unary("Campaign", req, timeout=timeout)
+            resp, sent = self._lease_call("campaign", req, timeout=timeout,
+                                          late=self._late(attempt, election, candidate, give_up))
             if not resp.elected:
                 return _Grant(False, holder=resp.leader.candidate or None,
                               retry_after=from_duration(resp.retry_after) if resp.HasField("retry_after") else None)
-            return _Grant(True, token=int(resp.leader.term), ttl=t, value=bytes(resp.leader.value))
+            return _Grant(True, token=int(resp.leader.term), ttl=t, value=bytes(resp.leader.value), sent=sent)
 
-        candidate, grant, sent = self._acquire("leadership", election, t, wait, call)
+        candidate, grant, sent = self._acquire("leadership", election, t, wait, call, attempt)
         leadership = Leadership(self, election, candidate, grant.token, grant.ttl, sent, grant.value)
         self._register(leadership)
         return leadership
@@ -376,7 +504,21 @@ class Client:
     # -- acquisition ----------------------------------------------------------
 
     def _acquire(self, kind: str, name: str, ttl: float, wait: Optional[float],
-                 call: Callable[[str, float, float], _Grant]) -> Tuple[str, _Grant, float]:
+                 call: Callable[[str, float, float], _Grant],
+                 attempt: Optional[_Attempt] = None) -> Tuple[str, _Grant, float]:
+        try:
+            return self._acquire_loop(kind, name, ttl, wait, call)
+        except BaseException:
+            if attempt is not None:
+                with attempt.lock:
+                    attempt.over = True
+                    op, attempt.late = attempt.late, None
+                if op is not None:
+                    self._give_up_late(name, op)
+            raise
+
+    def _acquire_loop(self, kind: str, name: str, ttl: float, wait: Optional[float],
+                      call: Callable[[str, float, float], _Grant]) -> Tuple[str, _Grant, float]:
         """Runs an acquisition as a new holder: once (wait 0) or until granted
         or ``wait`` passed. Returns (holder, grant, sent): ``sent`` is when
         the granting request was sent, on time.monotonic().
@@ -437,6 +579,8 @@ class Client:
                         raise ClientClosed("the client was closed")
                 continue  # the coordinator's longest wait passed: ask again
             b.reset()
+            if g.sent is not None:
+                sent = g.sent  # when the message carrying it went out
             if sent + usable - time.monotonic() < usable / 2 and confirms < MAX_CONFIRMS:
                 confirms += 1
                 continue
@@ -468,11 +612,11 @@ class Client:
     def _give_up(self, h: _Held, timeout: Optional[float] = None) -> bool:
         """One Release (or Resign) call, without retries."""
         if isinstance(h, Leadership):
-            resp = self._unary("Resign", pb.ResignRequest(election=h.name, candidate=h.holder, term=h.token),
-                               timeout=timeout, check_closed=False)
+            resp, _ = self._lease_call("resign", pb.ResignRequest(election=h.name, candidate=h.holder, term=h.token),
+                                       timeout=timeout, check_closed=False)
             return bool(resp.resigned)
-        resp = self._unary("Release", pb.ReleaseRequest(name=h.name, holder=h.holder, token=h.token),
-                           timeout=timeout, check_closed=False)
+        resp, _ = self._lease_call("release", pb.ReleaseRequest(name=h.name, holder=h.holder, token=h.token),
+                                   timeout=timeout, check_closed=False)
         return bool(resp.released)
 
     def _release_held(self, h: _Held, resign: bool) -> bool:
@@ -513,6 +657,10 @@ class Client:
             self._closed = True
             self._closing.set()
         held = self._session.close()
+        if self._transport is not None:
+            # Ends the stream, which gives up the coordinator's waits; what
+            # is held is released below by unary calls.
+            self._transport.close()
         with self._obs_lock:
             observations = list(self._observations.values())
         for obs in observations:

@@ -6,7 +6,6 @@ import enum
 import logging
 import queue
 import threading
-import time
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Iterator, Optional, Union
@@ -112,12 +111,11 @@ class Leadership(_Held):
             if self.ended.is_set():
                 raise self._error or _ended_error(self)
             ttl = self._ttl
-            sent = time.monotonic()
             req = pb.CampaignRequest(
                 election=self._name, candidate=self._holder, value=data, ttl=to_duration(ttl), term=self._token
             )
             try:
-                resp = c._unary("Campaign", req)
+                resp, sent = c._lease_call("campaign", req)
             except CoordinatorError as err:
                 if err.reason == "LEASE_NOT_HELD":
                     sess.end(self, err, lost=True)
@@ -134,7 +132,7 @@ class Leadership(_Held):
                     # A coordinator that ignores Campaign.term started a new
                     # term that nobody wants: resign it.
                     try:
-                        c._unary("Resign", pb.ResignRequest(election=self._name, candidate=self._holder, term=term))
+                        c._lease_call("resign", pb.ResignRequest(election=self._name, candidate=self._holder, term=term))
                     except CoordinatorError:
                         pass
                 ended, prior = sess.end(self, lost, lost=True)

@@ -45,6 +45,7 @@ __all__ = [
     "ClientClosed",
     "from_rpc_error",
     "from_reason",
+    "from_status",
     "ERROR_DOMAIN",
 ]
 
@@ -231,12 +232,16 @@ def _duration_seconds(d: Any) -> float:
 
 
 def _parse_details(raw: bytes) -> Dict[str, Any]:
-    out: Dict[str, Any] = {"metadata": {}, "violations": [], "quota_violations": []}
     st = status_pb2.Status()
     try:
         st.ParseFromString(raw)
     except Exception:  # a malformed trailer must not hide the status itself
-        return out
+        return {"metadata": {}, "violations": [], "quota_violations": []}
+    return _parse_status(st)
+
+
+def _parse_status(st: Any) -> Dict[str, Any]:
+    out: Dict[str, Any] = {"metadata": {}, "violations": [], "quota_violations": []}
     for anyd in st.details:
         info = error_details_pb2.ErrorInfo()
         bad = error_details_pb2.BadRequest()
@@ -301,6 +306,14 @@ def from_rpc_error(err: grpc.RpcError) -> CoordinatorError:
     exc = _make(_class_for(code, parsed.get("reason")), message, code, parsed)
     exc.__cause__ = err
     return exc
+
+
+def from_status(st: Any) -> CoordinatorError:
+    """Decodes a google.rpc.Status (a Session operation's error) into the
+    CoordinatorError its unary call would have raised."""
+    code = _CODES_BY_NUMBER.get(int(st.code)) if st.code else None
+    parsed = _parse_status(st)
+    return _make(_class_for(code, parsed.get("reason")), st.message or "", code, parsed)
 
 
 def from_reason(reason: int, code: int, message: str, retry_after: Optional[float] = None) -> CoordinatorError:

@@ -1,18 +1,23 @@
-"""Renewal of every lease and leadership of a Client over one KeepAlive stream.
+"""Renewal of every lease and leadership of a Client: as renew operations on
+the Client's Session stream (session.py), or over one KeepAlive stream of its
+own with use_session=False or a coordinator without Session.
 
 One scheduler thread keeps the grants in a heap ordered by when each next
 needs attention: its renewal (about ttl/3 after the last successful one was
 sent, or a backoff after a failure) or its local deadline. A due renewal is
-queued; the stream's request iterator sends the queue, stamping each grant
-with the time it handed the request to gRPC and a request id of its own,
-and the stream thread matches each response to its grant by that id. A
-grant has at most one renewal in flight.
+queued: on the Session stream, which stamps each renewal with the time its
+message was handed to the stream, or on the KeepAlive stream, whose request
+iterator sends the queue, stamping each grant with the time it handed the
+request to gRPC and a request id of its own, and whose thread matches each
+response to its grant by that id. A grant has at most one renewal in flight.
 
 A renewed grant's deadline becomes the time its renewal was sent + the
 granted TTL - a drift margin; one still unrenewed at its deadline ends with
 LeaseExpired there, whatever is in flight, before the coordinator's own
-expiry. A ``lost`` result ends it at once; a ``failed`` result, or the stream
-breaking with the renewal in flight, is retried (after ``retry_after`` when
+expiry. A ``lost`` result (a LEASE_NOT_HELD, INVALID_FIELD or
+PERMISSION_DENIED error on the Session) ends it at once; a ``failed`` result
+(any other error), or the stream breaking with the renewal in flight, is
+retried (after ``retry_after`` when
 the coordinator gives one) while the deadline allows.
 
 The scheduler thread runs while the Client holds grants (and lingers a
@@ -33,8 +38,9 @@ from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Set, Tupl
 import grpc
 
 from ._gen import pb
-from ._util import call_backoff, renewal_backoff, to_duration
-from .errors import CoordinatorError, LeaseExpired, RPCError, from_reason, from_rpc_error
+from ._util import call_backoff, from_duration, renewal_backoff, to_duration
+from .errors import CoordinatorError, LeaseExpired, RPCError, from_reason, from_rpc_error, from_status
+from .session import Session, SessionBroken, UseUnary
 
 if TYPE_CHECKING:  # pragma: no cover
     from .lease import _Held
@@ -58,8 +64,10 @@ class _Stream:
 class KeepAliveSession:
     """Renews grants over one KeepAlive stream (see the module doc)."""
 
-    def __init__(self, stub: Any, metadata: Optional[Tuple[Tuple[str, str], ...]]) -> None:
+    def __init__(self, stub: Any, metadata: Optional[Tuple[Tuple[str, str], ...]],
+                 transport: Optional[Session] = None) -> None:
         self._stub = stub
+        self._transport = transport
         self._metadata = metadata
         self.lock = threading.Condition(threading.Lock())
         self._held: Set["_Held"] = set()
@@ -228,6 +236,8 @@ class KeepAliveSession:
                 h._want_send = True
                 self._pending.append(h)
             self._push(h)
+        if self._pending and self._held and self._transport is not None and self._transport.usable():
+            self._send_on_session_locked()
         if self._pending and self._held:
             if self._stream is not None:
                 self._stream.pokes.put(True)
@@ -376,3 +386,60 @@ class KeepAliveSession:
                 self._push(h)
         self._pending = []
         self.lock.notify_all()
+
+    # -- renewals over the Session stream -------------------------------------
+
+    def _send_on_session_locked(self) -> None:
+        """Queues the pending renewals as renew operations on the Session. A
+        renewal the Session refuses (closed, or the coordinator lacks it)
+        stays pending, for the KeepAlive stream."""
+        assert self._transport is not None
+        kept = []
+        for h in self._pending:
+            if h._done or not h._want_send:
+                continue
+            msg = pb.SessionOperation(
+                renew=pb.RenewRequest(name=h._name, holder=h._holder, token=h._token, ttl=to_duration(h._ttl))
+            )
+            try:
+                o = self._transport.submit(msg, lambda o, res, err, h=h: self._session_answered(h, o, res, err))
+            except Exception:  # ClientClosed, UseUnary
+                kept.append(h)
+                continue
+            h._want_send = False
+            # A negative id: never one of the KeepAlive stream's.
+            h._inflight_id, h._inflight_stream = -o.id, o
+            self._push(h)
+        self._pending = kept
+
+    def _session_answered(self, h: "_Held", o: Any, res: Any, err: Optional[BaseException]) -> None:
+        """Applies the outcome of the renew operation o of h."""
+        with self.lock:
+            if h._done or h._inflight_stream is not o:
+                return
+            h._inflight_id, h._inflight_stream = None, None
+            if err is None and res is not None and res.WhichOneof("result") == "error":
+                err = from_status(res.error)
+            if isinstance(err, (SessionBroken, UseUnary)):
+                # Retried at once: on the next stream, or over KeepAlive.
+                if isinstance(err, SessionBroken):
+                    h._last_error = err
+                h._next_renew = time.monotonic()
+                self._push(h)
+                self.lock.notify_all()
+            elif err is not None:
+                reason = getattr(err, "reason", None)
+                if reason in ("LEASE_NOT_HELD", "INVALID_FIELD", "PERMISSION_DENIED"):
+                    self._end_locked(h, err, lost=True)
+                elif isinstance(err, CoordinatorError):
+                    # STORE_UNAVAILABLE, DATA_LOSS_QUARANTINE, a stream that
+                    # could not be opened…: the lease holds until its
+                    # deadline. Try again.
+                    self._failed_locked(h, err)
+                else:
+                    self._failed_locked(h, RPCError(f"renewal failed: {err!r}"))
+            elif res is None or res.WhichOneof("result") != "renew" or not res.renew.HasField("lease"):
+                self._failed_locked(h, RPCError("a renew operation got an unexpected answer"))
+            else:
+                ttl = from_duration(res.renew.lease.ttl, h._ttl) or h._ttl
+                self._renewed_locked(h, o.sent if o.sent is not None else h._confirmed, ttl)

@@ -285,13 +285,29 @@ def redis_server(workdir: Path) -> Iterator[Callable[[], RedisServer]]:
         r.kill()
 
 
+MODES = ["session", "unary"]
+
+#: Runs a test in both transports: lease operations over the Session stream
+#: (the default) and as unary calls with KeepAlive renewals.
+both_modes = pytest.mark.parametrize("mode", MODES, indirect=True)
+
+
 @pytest.fixture
-def make_client() -> Iterator[Callable[..., coordinator.Client]]:
-    """make_client(target, **kwargs) makes a Client closed at teardown."""
+def mode(request: pytest.FixtureRequest) -> str:
+    """The transport of the Clients make_client makes: "session" unless the
+    test is parametrized (both_modes)."""
+    return getattr(request, "param", "session")
+
+
+@pytest.fixture
+def make_client(mode: str) -> Iterator[Callable[..., coordinator.Client]]:
+    """make_client(target, **kwargs) makes a Client closed at teardown, in
+    the test's mode."""
     clients: List[coordinator.Client] = []
 
     def make(target: str, **kwargs: object) -> coordinator.Client:
         kwargs.setdefault("timeout", 15.0)
+        kwargs.setdefault("use_session", mode == "session")
         c = coordinator.Client(target, **kwargs)  # type: ignore[arg-type]
         clients.append(c)
         return c

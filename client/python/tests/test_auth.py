@@ -8,8 +8,10 @@ import subprocess
 import pytest
 
 import coordinator
+from conftest import both_modes
 
 
+@both_modes
 def test_token_required(start_server, make_client, name: str) -> None:
     srv = start_server(env={"COORDINATOR_AUTH_TOKEN": "secret"})
     with pytest.raises(coordinator.Unauthenticated) as ei:
@@ -19,7 +21,7 @@ def test_token_required(start_server, make_client, name: str) -> None:
         make_client(srv.address, token="wrong", insecure_token=True).lock(name, ttl=5, wait=0)
     c = make_client(srv.address, token="secret", insecure_token=True)
     with c.lock(name, ttl=1, wait=0) as lease:
-        # Renewals over KeepAlive carry the token too.
+        # Renewals (Session or KeepAlive) carry the token too.
         first = lease.last_renewed
         from conftest import wait_until
 

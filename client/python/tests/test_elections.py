@@ -10,7 +10,7 @@ import pytest
 import coordinator
 from coordinator import EventKind, pb
 from coordinator._util import to_duration
-from conftest import wait_until
+from conftest import both_modes, wait_until
 
 
 def test_campaign_and_leader(client: coordinator.Client, name: str) -> None:
@@ -24,6 +24,7 @@ def test_campaign_and_leader(client: coordinator.Client, name: str) -> None:
     assert client.leader(name) is None
 
 
+@both_modes
 def test_refused_campaign_names_the_leader(server, make_client, name: str) -> None:
     a, b = make_client(server.address), make_client(server.address)
     lead = a.campaign(name, "a", ttl=10, wait=0)
@@ -32,6 +33,7 @@ def test_refused_campaign_names_the_leader(server, make_client, name: str) -> No
     assert ei.value.holder == lead.candidate
 
 
+@both_modes
 def test_handover_on_resign(server, make_client, name: str) -> None:
     a, b = make_client(server.address), make_client(server.address)
     lead_a = a.campaign(name, "a", ttl=5, wait=0)
@@ -49,6 +51,7 @@ def test_handover_on_resign(server, make_client, name: str) -> None:
     lead_b.resign()
 
 
+@both_modes
 def test_handover_when_the_leader_dies(server, make_client, name: str) -> None:
     # A leader whose process dies stops renewing: close_timeout=0 closes the
     # client without resigning, as a crash would.
@@ -78,6 +81,7 @@ def test_proclaim_in_the_term(client: coordinator.Client, name: str) -> None:
     assert lead.resign()
 
 
+@both_modes
 def test_proclaim_after_the_term_ended_fails(client: coordinator.Client, name: str) -> None:
     lead = client.campaign(name, "v1", ttl=5, wait=0)
     # The term ends behind the leader's back (an operator resigns it).
@@ -102,6 +106,7 @@ def test_campaign_with_an_ended_term_is_refused(client: coordinator.Client, name
     assert client.leader(name) is None
 
 
+@both_modes
 def test_leadership_renews_itself(client: coordinator.Client, name: str) -> None:
     lead = client.campaign(name, "v", ttl=1, wait=0)
     first = lead.last_renewed

@@ -6,6 +6,7 @@ import grpc
 import pytest
 
 import coordinator
+from conftest import both_modes
 from coordinator import pb
 from coordinator._util import to_duration
 
@@ -23,6 +24,7 @@ def test_lease_not_held_on_renew_with_a_wrong_token(client: coordinator.Client, 
     lease.release()
 
 
+@both_modes
 def test_invalid_field_names_the_field(client: coordinator.Client) -> None:
     with pytest.raises(coordinator.InvalidField) as ei:
         client.lock("", ttl=5, wait=0)
@@ -34,6 +36,7 @@ def test_invalid_field_names_the_field(client: coordinator.Client) -> None:
     assert isinstance(e, ValueError)
 
 
+@both_modes
 def test_invalid_ttl(client: coordinator.Client, name: str) -> None:
     with pytest.raises(coordinator.InvalidField) as ei:
         client.lock(name, ttl=0.01, wait=0)
@@ -45,6 +48,7 @@ def test_invalid_name_is_not_retried_by_a_waiting_lock(client: coordinator.Clien
         client.lock("a//b", ttl=5, wait=30)
 
 
+@both_modes
 def test_permission_denied_outside_the_prefixes(start_server, make_client, tmp_path) -> None:
     access = tmp_path / "access"
     access.write_text("# credential  prefixes\ntok-a  team-a/\nops-token  *\n")
@@ -62,6 +66,7 @@ def test_permission_denied_outside_the_prefixes(start_server, make_client, tmp_p
         make_client(srv.address, token="nobody", insecure_token=True).describe("team-a/job")
 
 
+@both_modes
 def test_data_loss_quarantine(start_server, redis_server, make_client, name: str) -> None:
     # A fresh key prefix without COORDINATOR_REDIS_NEW_STORE looks like a
     # Redis that lost its data: grants wait for the quarantine.
@@ -84,6 +89,7 @@ def test_data_loss_quarantine(start_server, redis_server, make_client, name: str
     assert isinstance(ei2.value.last_error, coordinator.DataLossQuarantine)
 
 
+@both_modes
 def test_store_unavailable(start_server, redis_server, make_client, name: str) -> None:
     redis = redis_server()
     srv = start_server("redis", env={"COORDINATOR_REDIS_URL": redis.url, "COORDINATOR_STORE_TIMEOUT": "500ms"})

@@ -7,9 +7,10 @@ import signal
 import pytest
 
 import coordinator
-from conftest import wait_until
+from conftest import both_modes, wait_until
 
 
+@both_modes
 @pytest.mark.parametrize("store", ["memory", "redis"])
 def test_loss_detected_when_the_coordinator_is_killed(start_server, make_client, name: str, store: str) -> None:
     srv = start_server(store)

@@ -10,9 +10,10 @@ import pytest
 
 import coordinator
 from coordinator import pb
-from conftest import wait_until
+from conftest import both_modes, wait_until
 
 
+@both_modes
 def test_grant_and_release(client: coordinator.Client, name: str) -> None:
     lease = client.lock(name, ttl=5, wait=0)
     assert lease.name == name
@@ -37,6 +38,7 @@ def test_tokens_increase(client: coordinator.Client, name: str) -> None:
     assert tokens == sorted(tokens) and len(set(tokens)) == 3
 
 
+@both_modes
 def test_refusal_names_holder(server, make_client, name: str) -> None:
     a, b = make_client(server.address), make_client(server.address)
     lease = a.lock(name, ttl=10, wait=0)
@@ -58,6 +60,7 @@ def test_two_threads_of_one_client_exclude_each_other(client: coordinator.Client
     assert client.try_lock(name, ttl=5) is not None
 
 
+@both_modes
 def test_wait_until_released(server, make_client, name: str) -> None:
     a, b = make_client(server.address), make_client(server.address)
     first = a.lock(name, ttl=10, wait=0)
@@ -72,6 +75,7 @@ def test_wait_until_released(server, make_client, name: str) -> None:
     assert a.describe(name).lease.holder == got[0].holder
 
 
+@both_modes
 def test_waiters_are_served_in_arrival_order(server, make_client, name: str) -> None:
     holder = make_client(server.address)
     first = holder.lock(name, ttl=10, wait=0)
@@ -100,6 +104,7 @@ def test_waiters_are_served_in_arrival_order(server, make_client, name: str) -> 
     assert order == [0, 1, 2]
 
 
+@both_modes
 def test_wait_runs_out(server, make_client, name: str) -> None:
     a, b = make_client(server.address), make_client(server.address)
     lease = a.lock(name, ttl=10, wait=0)
@@ -111,6 +116,7 @@ def test_wait_runs_out(server, make_client, name: str) -> None:
     assert a.describe(name).waiters == 0
 
 
+@both_modes
 def test_renewal_keeps_a_short_lease(client: coordinator.Client, name: str) -> None:
     lease = client.lock(name, ttl=1, wait=0)
     first_renewal = lease.last_renewed
@@ -125,20 +131,31 @@ def test_renewal_keeps_a_short_lease(client: coordinator.Client, name: str) -> N
     assert lease.release()
 
 
-def test_leases_share_one_keepalive_stream(client: coordinator.Client, name: str) -> None:
+@both_modes
+def test_leases_share_one_stream(client: coordinator.Client, name: str, mode: str) -> None:
     leases = [client.lock(f"{name}/{i}", ttl=1, wait=0) for i in range(4)]
     firsts = [lease.last_renewed for lease in leases]
     wait_until(lambda: all(l.last_renewed > f for l, f in zip(leases, firsts)), timeout=10, what="renewals")
-    streams = [t for t in threading.enumerate() if t.name == "coordinator-keepalive-stream"]
-    schedulers = [t for t in threading.enumerate() if t.name == "coordinator-keepalive"]
+    threads = threading.enumerate()
+    streams = [t for t in threads if t.name == "coordinator-keepalive-stream"]
+    sessions = [t for t in threads if t.name == "coordinator-session"]
+    schedulers = [t for t in threads if t.name == "coordinator-keepalive"]
     # Other tests' clients may linger for a moment; this client has one of each.
-    assert client._session._stream_thread in streams
-    assert sum(1 for t in streams if t is client._session._stream_thread) == 1
     assert client._session._scheduler in schedulers
+    if mode == "session":
+        # Acquisitions and renewals share the Session stream: no KeepAlive.
+        assert client.uses_session
+        assert client._session._stream_thread is None
+        assert client._transport._thread in sessions
+    else:
+        assert not client.uses_session
+        assert client._session._stream_thread in streams
+        assert sum(1 for t in streams if t is client._session._stream_thread) == 1
     for lease in leases:
         assert lease.release()
 
 
+@both_modes
 def test_lost_when_the_coordinator_refuses_the_renewal(client: coordinator.Client, name: str) -> None:
     lease = client.lock(name, ttl=1, wait=0)
     called = threading.Event()
@@ -174,6 +191,7 @@ def test_close_ends_and_releases(server, make_client, name: str) -> None:
         c.lock(name, wait=0)
 
 
+@both_modes
 def test_close_ends_a_waiting_lock(server, make_client, name: str) -> None:
     a, b = make_client(server.address), make_client(server.address)
     a.lock(name, ttl=30, wait=0)

@@ -1,0 +1,139 @@
+"""The Session transport: one stream per Client, batching, late grants, and
+the fallback to unary calls."""
+
+from __future__ import annotations
+
+import threading
+from concurrent import futures
+from typing import List
+
+import grpc
+import pytest
+
+import coordinator
+from coordinator import pb, pb_grpc
+from coordinator._util import to_duration
+from coordinator.client import _Attempt
+from conftest import wait_until
+
+
+def test_threads_share_messages(client: coordinator.Client, name: str) -> None:
+    sess = client._transport
+    sizes: List[int] = []
+    take = sess._take
+
+    def counting_take(conn):
+        req = take(conn)
+        if req is not None:
+            sizes.append(len(req.operations))
+        return req
+
+    sess._take = counting_take
+    errors: List[BaseException] = []
+
+    def worker(i: int) -> None:
+        try:
+            for _ in range(30):
+                lease = client.try_lock(f"{name}/{i}", ttl=5)
+                assert lease is not None
+                assert lease.release()
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors, errors
+    assert sum(sizes) >= 16 * 30 * 2
+    # Under load, operations of many threads go out together.
+    assert max(sizes) > 1 and len(sizes) < sum(sizes), sizes[:50]
+    assert [t for t in threading.enumerate() if t.name == "coordinator-session" and t is sess._thread]
+
+
+def test_a_grant_after_the_caller_left_is_released(server, make_client, name: str) -> None:
+    a, b = make_client(server.address), make_client(server.address)
+    first = a.lock(name, ttl=10, wait=0)
+    holder = b._new_holder()
+    attempt = _Attempt()
+    attempt.over = True  # the acquisition gave up
+
+    def give_up(res):
+        if res.WhichOneof("result") == "acquire" and res.acquire.acquired:
+            l = res.acquire.lease
+            return pb.SessionOperation(release=pb.ReleaseRequest(name=l.name, holder=l.holder, token=l.token))
+        return None
+
+    req = pb.TryAcquireRequest(name=name, holder=holder, ttl=to_duration(10), wait=to_duration(30))
+    with pytest.raises(coordinator.RPCError) as ei:
+        b._transport.call(pb.SessionOperation(acquire=req), 0.5, b._late(attempt, name, holder, give_up))
+    assert ei.value.code == grpc.StatusCode.DEADLINE_EXCEEDED and ei.value.transient
+    # The coordinator's wait is still pending: the grant comes after a
+    # releases, and b gives it up at once.
+    assert a.describe(name).waiters == 1
+    assert first.release()
+    wait_until(lambda: a.describe(name).last_token > first.token and not a.describe(name).held,
+               timeout=10, what="the late grant to be released")
+    with a.lock(name, ttl=5, wait=0):
+        pass
+
+
+def test_closing_gives_up_the_waits(server, make_client, name: str) -> None:
+    a, b = make_client(server.address), make_client(server.address)
+    a.lock(name, ttl=10, wait=0)
+    t = threading.Thread(target=lambda: pytest.raises(coordinator.ClientClosed, b.lock, name, ttl=5, wait=60))
+    t.start()
+    wait_until(lambda: a.describe(name).waiters == 1, what="the waiter to queue")
+    b.close()
+    t.join(timeout=20)
+    wait_until(lambda: a.describe(name).waiters == 0, timeout=10, what="the wait to be given up")
+
+
+class _UnaryOnly(pb_grpc.CoordinatorServicer):
+    """A coordinator without Session (every method it lacks is
+    Unimplemented): a lock service of one name."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.holder = ""
+        self.token = 0
+        self.calls: List[str] = []
+
+    def TryAcquire(self, request, context):
+        with self.lock:
+            self.calls.append("TryAcquire")
+            if self.holder and self.holder != request.holder:
+                return pb.TryAcquireResponse(acquired=False, holder=self.holder)
+            if not self.holder:
+                self.token += 1
+                self.holder = request.holder
+            return pb.TryAcquireResponse(acquired=True, lease=pb.Lease(
+                name=request.name, holder=request.holder, token=self.token, ttl=request.ttl))
+
+    def Release(self, request, context):
+        with self.lock:
+            self.calls.append("Release")
+            ok = self.holder == request.holder and self.token == request.token
+            if ok:
+                self.holder = ""
+            return pb.ReleaseResponse(released=ok)
+
+
+def test_falls_back_to_unary_calls_without_session(make_client, name: str) -> None:
+    svc = _UnaryOnly()
+    srv = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    pb_grpc.add_CoordinatorServicer_to_server(svc, srv)
+    port = srv.add_insecure_port("127.0.0.1:0")
+    srv.start()
+    try:
+        c = make_client(f"127.0.0.1:{port}", close_timeout=1)
+        assert c.uses_session
+        lease = c.lock(name, ttl=30, wait=0)
+        assert lease.token == 1
+        assert not c.uses_session  # Unimplemented: unary calls for good
+        assert c.try_lock(name, ttl=30) is None
+        assert lease.release()
+        assert svc.calls == ["TryAcquire", "TryAcquire", "Release"]
+    finally:
+        srv.stop(0)
