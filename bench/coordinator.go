@@ -49,8 +49,9 @@ func repoRoot() (string, error) {
 }
 
 // profileHook is added to package main of cmd/coordinator at build time
-// (go build -overlay), never to the repository: the coordinator has no
-// profiling endpoint of its own. With COORDINATOR_BENCH_PPROF_LISTEN set it
+// (go build -overlay), never to the repository: the coordinator's own
+// -cpu-profile covers its whole run, while the bench profiles only the
+// windows it measures. With COORDINATOR_BENCH_PPROF_LISTEN set it
 // serves net/http/pprof there, plus /bench/cpuprofile/start?file=F and
 // /bench/cpuprofile/stop, so that the bench profiles exactly the window it
 // measures.

@@ -173,22 +173,22 @@ func (s *Service) leaveQueue(parent context.Context, name, waiter string) {
 }
 
 func (s *Service) countAcquire(req store.AcquireRequest, res store.AcquireResult, err error) (store.AcquireResult, error) {
-	var quarantine *store.QuarantineError
 	switch {
-	case errors.As(err, &quarantine):
-		s.metrics.acquires.WithLabelValues("quarantined").Inc()
-	case err != nil:
-		s.metrics.acquires.WithLabelValues("error").Inc()
-	case res.Acquired:
-		s.metrics.acquires.WithLabelValues("acquired").Inc()
+	case err == nil && res.Acquired:
+		s.metrics.acquired.Inc()
 		s.metrics.held.granted(req.Name, res.Lease.Token, res.Lease.TTL)
-	default:
-		s.metrics.acquires.WithLabelValues("not_acquired").Inc()
+		return res, nil
+	case err == nil:
+		s.metrics.notAcquired.Inc()
+		return res, nil
 	}
-	if err != nil {
-		return res, storeError(err)
+	var quarantine *store.QuarantineError
+	if errors.As(err, &quarantine) {
+		s.metrics.quarantined.Inc()
+	} else {
+		s.metrics.acquireErrors.Inc()
 	}
-	return res, nil
+	return res, storeError(err)
 }
 
 func newWaiterID() string {
@@ -225,11 +225,11 @@ func (s *Service) renew(ctx context.Context, name, holder string, token uint64, 
 	lease, err := s.store.Renew(ctx, name, holder, token, ttl)
 	switch {
 	case errors.Is(err, store.ErrLeaseNotHeld):
-		s.metrics.renewFailures.WithLabelValues("not_held").Inc()
+		s.metrics.renewNotHeld.Inc()
 		s.metrics.held.released(name, token)
 		return lease, errLeaseNotHeld(name)
 	case err != nil:
-		s.metrics.renewFailures.WithLabelValues("error").Inc()
+		s.metrics.renewErrors.Inc()
 		return lease, storeError(err)
 	}
 	s.metrics.held.granted(name, token, ttl)

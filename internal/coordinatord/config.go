@@ -61,6 +61,9 @@ type Config struct {
 	AccessFile string
 	Limits     limits.Config
 	Log        app.LogConfig
+	// CPUProfile, when set, is the file that a CPU profile of the whole
+	// run is written to at a clean shutdown.
+	CPUProfile string
 }
 
 // DefaultStateDir is where `make run` keeps the memory store's state: under
@@ -109,6 +112,7 @@ func ParseConfig(fs *flag.FlagSet, args []string, lookupEnv func(string) (string
 	limitFlag(v, &c.Limits.Waits, limits.Waits, limits.DefaultWaits, "most TryAcquire/Campaign calls with a wait in progress on this coordinator")
 	limitFlag(v, &c.Limits.LeasesPerHolder, limits.LeasesPerHolder, limits.DefaultLeasesPerHolder, "most leases one holder may hold through this coordinator")
 	c.Log.Flags(v, "COORDINATOR")
+	v.String(&c.CPUProfile, "cpu-profile", "COORDINATOR_CPU_PROFILE", "", "write a CPU profile of the whole run to this `file` at a clean shutdown, for go tool pprof (diagnosis; empty: off)")
 	if err := v.Parse(args); err != nil {
 		return c, err
 	}

@@ -13,7 +13,6 @@ import (
 	"syscall"
 	"time"
 
-	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/auth"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
@@ -75,6 +74,10 @@ const maxRecvMsgBytes = 96 << 10
 // a bearer token, even a large JWT, fits many times over.
 const maxHeaderListBytes = 64 << 10
 
+// streamWorkers is how many goroutines serve calls, each one at a time; a
+// parked worker costs its stack (a few KiB to a few tens).
+const streamWorkers = 256
+
 // unaryHeadroom is how many streams a connection may have beyond its open
 // and waiting caps (HTTP/2 MAX_CONCURRENT_STREAMS): room for its short unary
 // calls, and for the streams over a cap to reach us and be refused.
@@ -105,7 +108,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	limiter := limits.New(cfg.Limits, registry, log)
 	codec := protocodec.New(server.InvalidField)
 
-	grpcMetrics := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
+	grpcMetrics := newCallMetrics()
 	registry.MustRegister(grpcMetrics)
 	callLog := logging.LoggerFunc(func(ctx context.Context, level logging.Level, msg string, fields ...any) {
 		log.Log(ctx, slog.Level(level), msg, fields...)
@@ -114,6 +117,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		logging.WithLogOnEvents(logging.FinishCall),
 		logging.WithLevels(callLogLevel),
 	}
+	observer := &callObserver{metrics: grpcMetrics, log: log, level: callLogLevel, codec: codec}
 	panicked := recovery.WithRecoveryHandlerContext(func(ctx context.Context, p any) error {
 		log.ErrorContext(ctx, "panic in a call", "panic", p)
 		return status.Error(codes.Internal, "internal error")
@@ -123,28 +127,28 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	// every request; a caller is authenticated before anything is counted
 	// for it; names are checked before a unary call takes a waiting place
 	// or a lease, and after a stream took its place, so that what the access
-	// check answers on a KeepAlive stream is counted like the rest.
+	// check answers on a KeepAlive stream is counted like the rest. The
+	// observer does the metrics, the log line and the codec's check of a
+	// unary call in one step (calls.go): that chain runs on every call.
 	unary := []grpc.UnaryServerInterceptor{
-		grpcMetrics.UnaryServerInterceptor(),
-		logging.UnaryServerInterceptor(callLog, logOpts...),
-		codec.UnaryServerInterceptor(),
+		observer.UnaryServerInterceptor(),
 	}
 	stream := []grpc.StreamServerInterceptor{
-		grpcMetrics.StreamServerInterceptor(),
+		observer.StreamServerInterceptor(),
 		logging.StreamServerInterceptor(callLog, logOpts...),
 		codec.StreamServerInterceptor(),
 	}
 	if authz != nil {
 		unary = append(unary,
-			selector.UnaryServerInterceptor(auth.UnaryServerInterceptor(authz.Authenticate), selector.MatchFunc(needsAuth)),
-			selector.UnaryServerInterceptor(authz.UnaryServerInterceptor(), selector.MatchFunc(isCoordinator)))
+			forService(needsAuth, auth.UnaryServerInterceptor(authz.Authenticate)),
+			forService(isCoordinator, authz.UnaryServerInterceptor()))
 		stream = append(stream,
-			selector.StreamServerInterceptor(auth.StreamServerInterceptor(authz.Authenticate), selector.MatchFunc(needsAuth)))
+			selector.StreamServerInterceptor(auth.StreamServerInterceptor(authz.Authenticate), selector.MatchFunc(needsAuthCall)))
 	}
-	unary = append(unary, selector.UnaryServerInterceptor(limiter.UnaryServerInterceptor(), selector.MatchFunc(isCoordinator)))
-	stream = append(stream, selector.StreamServerInterceptor(limiter.StreamServerInterceptor(), selector.MatchFunc(needsAuth)))
+	unary = append(unary, forService(isCoordinator, limiter.UnaryServerInterceptor()))
+	stream = append(stream, selector.StreamServerInterceptor(limiter.StreamServerInterceptor(), selector.MatchFunc(needsAuthCall))) //nolint:contextcheck // a stream's context is its own, ss.Context()
 	if authz != nil {
-		stream = append(stream, selector.StreamServerInterceptor(authz.StreamServerInterceptor(), selector.MatchFunc(isCoordinator)))
+		stream = append(stream, selector.StreamServerInterceptor(authz.StreamServerInterceptor(), selector.MatchFunc(isCoordinatorCall)))
 	}
 	unary = append(unary, recovery.UnaryServerInterceptor(panicked))
 	stream = append(stream, recovery.StreamServerInterceptor(panicked))
@@ -152,9 +156,13 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	opts := []grpc.ServerOption{
 		grpc.Creds(creds),
 		grpc.ForceServerCodecV2(codec),
-		grpc.StatsHandler(limiter.StatsHandler()),
 		grpc.ChainUnaryInterceptor(unary...),
 		grpc.ChainStreamInterceptor(stream...),
+		// Calls run on long-lived workers, not a new goroutine each: a new
+		// goroutine's stack grows, copied, through the interceptors and the
+		// store on every call. Past this many calls at once, gRPC starts
+		// goroutines as before.
+		grpc.NumStreamWorkers(streamWorkers),
 		grpc.MaxRecvMsgSize(maxRecvMsgBytes),
 		grpc.MaxHeaderListSize(maxHeaderListBytes),
 		// Clients that keep streams open for long (KeepAlive, Observe) ping;
@@ -173,7 +181,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	healthServer := health.NewServer()
 	healthpb.RegisterHealthServer(grpcServer, healthServer)
 	reflection.Register(grpcServer)
-	grpcMetrics.InitializeMetrics(grpcServer)
+	grpcMetrics.init(grpcServer)
 
 	s := &Server{
 		cfg:      cfg,
@@ -277,14 +285,22 @@ func serverCredentials(files app.TLSFiles) (credentials.TransportCredentials, er
 
 // needsAuth exempts health checks, which load balancers and probes make
 // without credentials, from authentication and from the stream caps.
-func needsAuth(_ context.Context, call interceptors.CallMeta) bool {
-	return call.Service != healthpb.Health_ServiceDesc.ServiceName
+func needsAuth(service string) bool {
+	return service != healthpb.Health_ServiceDesc.ServiceName
 }
 
 // isCoordinator selects the lease service's own calls: the ones that name a
 // lease or election.
-func isCoordinator(_ context.Context, call interceptors.CallMeta) bool {
-	return call.Service == coordinatorv1.Coordinator_ServiceDesc.ServiceName
+func isCoordinator(service string) bool {
+	return service == coordinatorv1.Coordinator_ServiceDesc.ServiceName
+}
+
+func needsAuthCall(_ context.Context, call interceptors.CallMeta) bool {
+	return needsAuth(call.Service)
+}
+
+func isCoordinatorCall(_ context.Context, call interceptors.CallMeta) bool {
+	return isCoordinator(call.Service)
 }
 
 // ReloadAccess reads the access file again, as SIGHUP does. A bad file is
@@ -349,6 +365,12 @@ func (s *Server) Shutdown(ctx context.Context) {
 // Run serves on the configured addresses until ctx ends, then shuts down
 // gracefully.
 func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
+	app.PaceGC(app.GCHeadroom)
+	stopProfile, err := app.StartCPUProfile(cfg.CPUProfile, log)
+	if err != nil {
+		return err
+	}
+	defer stopProfile()
 	s, err := New(ctx, cfg, log)
 	if err != nil {
 		return err

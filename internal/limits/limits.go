@@ -20,7 +20,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/stats"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 )
 
@@ -96,12 +96,12 @@ func (c Cap) refuse(limit int, subject string) error {
 	return st.Err()
 }
 
-// Limiter enforces a Config. Install StatsHandler on the server so that it
-// can tell connections apart, and its interceptors.
+// Limiter enforces a Config through its interceptors.
 type Limiter struct {
 	cfg      Config
 	streams  atomic.Int64
 	waits    atomic.Int64
+	conns    conns
 	holders  *holders
 	refusals *prometheus.CounterVec
 
@@ -146,67 +146,106 @@ func New(cfg Config, reg prometheus.Registerer, log *slog.Logger) *Limiter {
 	return l
 }
 
+// conns counts each client connection's streams and waiting calls. A
+// connection is told by its addresses, local and remote, which no two open
+// TCP connections share; gRPC gives every call the peer of its connection.
+// (Telling them apart with a stats handler instead would cost every call
+// gRPC's stats events, which the unary hot path does not need.) An entry
+// lives while the connection has something counted.
+type conns struct {
+	mu sync.Mutex
+	m  map[connID]*connCounts
+}
+
+type connID struct {
+	network, local, remote string
+}
+
 // connCounts are one client connection's streams and waiting calls.
 type connCounts struct {
-	streams, waits atomic.Int64
+	streams, waits int
 }
 
-type connKey struct{}
-
-// StatsHandler tags each connection with its counters; every call's context
-// derives from its connection's.
-func (l *Limiter) StatsHandler() stats.Handler { return connTagger{} }
-
-type connTagger struct{}
-
-func (connTagger) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
-	return context.WithValue(ctx, connKey{}, &connCounts{})
+func connOf(ctx context.Context) (connID, bool) {
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.Addr == nil {
+		return connID{}, false
+	}
+	id := connID{network: p.Addr.Network(), remote: p.Addr.String()}
+	if p.LocalAddr != nil {
+		id.local = p.LocalAddr.String()
+	}
+	return id, true
 }
-func (connTagger) HandleConn(context.Context, stats.ConnStats)                     {}
-func (connTagger) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
-func (connTagger) HandleRPC(context.Context, stats.RPCStats)                       {}
 
-// take counts one more in conn (when known) and total, unless that passes a
-// cap; release undoes it.
-func (l *Limiter) take(conn, total *atomic.Int64, perConn, all int, connCap, totalCap Cap) (release func(), err error) {
-	if conn != nil {
-		if n := conn.Add(1); perConn > 0 && n > int64(perConn) {
-			conn.Add(-1)
-			return nil, l.refused(connCap, perConn, "connection")
+// take counts one more in the connection's count that field selects, unless
+// that passes perConn (0: no cap).
+func (c *conns) take(id connID, field func(*connCounts) *int, perConn int) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cc := c.m[id]
+	if cc == nil {
+		cc = &connCounts{}
+		if c.m == nil {
+			c.m = map[connID]*connCounts{}
 		}
+		c.m[id] = cc
+	}
+	n := field(cc)
+	if perConn > 0 && *n >= perConn {
+		c.forgetIfEmpty(id, cc)
+		return false
+	}
+	*n++
+	return true
+}
+
+// give undoes a take.
+func (c *conns) give(id connID, field func(*connCounts) *int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cc := c.m[id]; cc != nil {
+		*field(cc)--
+		c.forgetIfEmpty(id, cc)
+	}
+}
+
+func (c *conns) forgetIfEmpty(id connID, cc *connCounts) {
+	if cc.streams <= 0 && cc.waits <= 0 {
+		delete(c.m, id)
+	}
+}
+
+func streamsOf(cc *connCounts) *int { return &cc.streams }
+func waitsOf(cc *connCounts) *int   { return &cc.waits }
+
+// take counts one more in the caller's connection (when known) and in total,
+// unless that passes a cap; release undoes it.
+func (l *Limiter) take(id connID, known bool, field func(*connCounts) *int, total *atomic.Int64, perConn, all int, connCap, totalCap Cap) (release func(), err error) {
+	if known && !l.conns.take(id, field, perConn) {
+		return nil, l.refused(connCap, perConn, "connection")
 	}
 	if n := total.Add(1); all > 0 && n > int64(all) {
 		total.Add(-1)
-		if conn != nil {
-			conn.Add(-1)
+		if known {
+			l.conns.give(id, field)
 		}
 		return nil, l.refused(totalCap, all, "coordinator")
 	}
 	return func() {
 		total.Add(-1)
-		if conn != nil {
-			conn.Add(-1)
+		if known {
+			l.conns.give(id, field)
 		}
 	}, nil
 }
 
-func connOf(ctx context.Context) *connCounts {
-	c, _ := ctx.Value(connKey{}).(*connCounts)
-	return c
-}
-
 func (l *Limiter) takeStream(ss grpc.ServerStream) (func(), error) {
-	var conn *atomic.Int64
-	if c, _ := ss.Context().Value(connKey{}).(*connCounts); c != nil {
-		conn = &c.streams
-	}
-	return l.take(conn, &l.streams, l.cfg.StreamsPerConn, l.cfg.Streams, StreamsPerConn, Streams)
+	id, known := connOf(ss.Context())
+	return l.take(id, known, streamsOf, &l.streams, l.cfg.StreamsPerConn, l.cfg.Streams, StreamsPerConn, Streams)
 }
 
 func (l *Limiter) takeWait(ctx context.Context) (func(), error) {
-	var conn *atomic.Int64
-	if c := connOf(ctx); c != nil {
-		conn = &c.waits
-	}
-	return l.take(conn, &l.waits, l.cfg.WaitsPerConn, l.cfg.Waits, WaitsPerConn, Waits)
+	id, known := connOf(ctx)
+	return l.take(id, known, waitsOf, &l.waits, l.cfg.WaitsPerConn, l.cfg.Waits, WaitsPerConn, Waits)
 }

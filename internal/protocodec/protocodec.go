@@ -13,6 +13,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"unicode/utf8"
 
 	"google.golang.org/grpc"
@@ -32,8 +33,10 @@ import (
 type Codec struct {
 	base encoding.CodecV2
 	// bad maps a message that could not be decoded to its error, until an
-	// interceptor takes it.
-	bad sync.Map
+	// interceptor takes it; pending counts its entries, so that the common
+	// case, no note at all, costs one atomic load per request.
+	bad     sync.Map
+	pending atomic.Int64
 	// InvalidField builds the error of a field that could not be decoded.
 	invalidField func(field, reason string) error
 }
@@ -65,6 +68,9 @@ func (c *Codec) Unmarshal(data mem.BufferSlice, v any) error {
 		return nil
 	}
 	proto.Reset(m)
+	// Counted before it is stored: a take that sees the entry always sees
+	// the count too.
+	c.pending.Add(1)
 	c.bad.Store(v, c.describe(m.ProtoReflect().Descriptor(), b, err))
 	return nil
 }
@@ -138,13 +144,24 @@ func orMessage(path string) string {
 	return path
 }
 
-// take returns, and forgets, the decoding error of m.
-func (c *Codec) take(m any) error {
+// Err returns, and forgets, the error that made m undecodable, or nil: for
+// an interceptor that answers such requests itself instead of installing
+// UnaryServerInterceptor. It must see every request, like that interceptor.
+func (c *Codec) Err(m any) error {
+	// The note is written by Unmarshal on the goroutine that then runs the
+	// interceptors, so a note for m is always seen here.
+	if c.pending.Load() == 0 {
+		return nil
+	}
 	if err, ok := c.bad.LoadAndDelete(m); ok {
+		c.pending.Add(-1)
 		return err.(error)
 	}
 	return nil
 }
+
+// take is Err.
+func (c *Codec) take(m any) error { return c.Err(m) }
 
 // UnaryServerInterceptor answers a request that could not be decoded. It
 // must come before any interceptor that may refuse a call, so that it sees

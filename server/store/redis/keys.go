@@ -120,14 +120,33 @@ type nameKeys struct {
 
 func (s *Store) keys(name string) nameKeys {
 	enc := encodeName(name)
-	base := s.prefix + ":{" + enc + "}"
+	// The five keys are written one after the other into one string and
+	// sliced out of it: one allocation instead of five.
+	suffixes := [...]string{leaseSuffix, fenceSuffix, queueSuffix, waitersSuffix, watchedSuffix}
+	base := len(s.prefix) + len(":{") + len(enc) + len("}")
+	size := 0
+	for _, suffix := range suffixes {
+		size += base + len(suffix)
+	}
+	var b strings.Builder
+	b.Grow(size)
+	var ends [len(suffixes)]int
+	for i, suffix := range suffixes {
+		b.WriteString(s.prefix)
+		b.WriteString(":{")
+		b.WriteString(enc)
+		b.WriteString("}")
+		b.WriteString(suffix)
+		ends[i] = b.Len()
+	}
+	all := b.String()
 	k := nameKeys{
-		lease:   base + leaseSuffix,
-		fence:   base + fenceSuffix,
-		queue:   base + queueSuffix,
-		waiters: base + waitersSuffix,
-		watched: base + watchedSuffix,
-		marker:  s.prefix + markerSuffix,
+		lease:   all[:ends[0]],
+		fence:   all[ends[0]:ends[1]],
+		queue:   all[ends[1]:ends[2]],
+		waiters: all[ends[2]:ends[3]],
+		watched: all[ends[3]:ends[4]],
+		marker:  s.marker,
 	}
 	if s.cluster {
 		k.marker = s.slotMarker(slotOf(enc))

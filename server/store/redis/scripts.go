@@ -103,21 +103,30 @@ func decodeRenew(name string, v any) (store.Lease, error) {
 
 // decodeRelease reads release.lua's reply: 1 when released, else 0.
 func decodeRelease(v any) (bool, error) {
-	r := newReplyReader("release", []any{v})
-	return r.int(0) == 1, r.err
+	n, err := decodeInt("release", v)
+	return n == 1, err
 }
 
 // decodeDequeue reads dequeue.lua's reply: 1 when the waiter was queued,
 // else 0.
 func decodeDequeue(v any) (bool, error) {
-	r := newReplyReader("dequeue", []any{v})
-	return r.int(0) == 1, r.err
+	n, err := decodeInt("dequeue", v)
+	return n == 1, err
 }
 
 // decodeRefresh reads refresh_waiters.lua's reply: how many deadlines moved.
 func decodeRefresh(v any) (int, error) {
-	r := newReplyReader("refresh waiters", []any{v})
-	return int(r.int(0)), r.err
+	n, err := decodeInt("refresh waiters", v)
+	return int(n), err
+}
+
+// decodeInt reads an integer reply, as replyReader.int reads element 0 of
+// an array, without making one.
+func decodeInt(op string, v any) (int64, error) {
+	if n, ok := v.(int64); ok {
+		return n, nil
+	}
+	return 0, fmt.Errorf("redisstore: %s: unexpected script reply: element %d is %T (%v), want %s", op, 0, v, v, "integer")
 }
 
 // decodeWatch reads watch.lua's reply, five elements per name:
@@ -153,8 +162,10 @@ type replyReader struct {
 	err error
 }
 
-func newReplyReader(op string, v any) *replyReader {
-	r := &replyReader{op: op}
+// newReplyReader returns a reader by value, so that it can live on its
+// caller's stack.
+func newReplyReader(op string, v any) replyReader {
+	r := replyReader{op: op}
 	switch v := v.(type) {
 	case []any:
 		r.v = v

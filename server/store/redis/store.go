@@ -80,9 +80,15 @@ type Store struct {
 	ownsClient bool
 	// cluster is true for a *redis.ClusterClient: data-loss markers are then
 	// kept per hash slot.
-	cluster      bool
-	prefix       string
-	channel      string
+	cluster bool
+	prefix  string
+	channel string
+	marker  string // the data-loss marker's key (not on a Cluster)
+	// boxed are arguments that every call of a script passes, boxed once:
+	// boxing a string or an int64 for each call allocates.
+	boxed struct {
+		channel, lockDelayMS, idleMS, waiterTTL any
+	}
 	quarantineMS int64
 	lockDelayMS  int64
 	quarantine   time.Duration
@@ -133,6 +139,7 @@ func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Stor
 		cluster:    cluster,
 		prefix:     prefix,
 		channel:    prefix + eventsSuffix,
+		marker:     prefix + markerSuffix,
 		quarantine: opts.Quarantine,
 		onDataLoss: opts.OnDataLoss,
 		log:        log.With("component", "redisstore"),
@@ -149,6 +156,8 @@ func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Stor
 	}
 	s.idleMS = durationMS(cmp.Or(opts.IdleNameTTL, store.DefaultIdleNameTTL))
 	s.callTimeout = cmp.Or(opts.CallTimeout, store.DefaultCallTimeout)
+	s.boxed.channel, s.boxed.lockDelayMS = s.channel, s.lockDelayMS
+	s.boxed.idleMS, s.boxed.waiterTTL = s.idleMS, durationMS(store.DefaultWaiterTTL)
 	if err := s.setReplicas(opts); err != nil {
 		return nil, err
 	}
@@ -232,20 +241,19 @@ func (s *Store) call(ctx context.Context, op string, script *redis.Script, keys 
 // reports the outcome, to be checked (by s.replicated) only when the script
 // did grant or renew.
 func (s *Store) callWait(ctx context.Context, op string, wait bool, script *redis.Script, keys []string, args ...any) (v any, replicated func() error, err error) {
-	cctx, cancel := s.bound(ctx)
-	defer cancel()
-	cmd, acked := s.run(cctx, wait, script, keys, args...)
+	cmd, acked := s.run(ctx, time.Time{}, wait, script, keys, args...)
 	if v, err = cmd.Result(); err != nil {
 		return nil, nil, s.wrapErr(ctx, op, err)
 	}
-	// The WAIT's reply is read now, while cctx is live for wrapErr's sake;
-	// only its outcome is kept.
-	var waitErr error
-	if acked != nil {
-		waitErr = s.checkAcked(ctx, op, acked)
+	if acked == nil {
+		return v, noWait, nil
 	}
+	// Only the WAIT's outcome is kept.
+	waitErr := s.checkAcked(ctx, op, acked)
 	return v, func() error { return waitErr }, nil
 }
+
+func noWait() error { return nil }
 
 // checkAcked maps the reply of the WAIT that followed a grant or renewal:
 // fewer replicas than Options.MinReplicas acknowledging it is
@@ -381,9 +389,9 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 	if req.TTL <= 0 {
 		return store.AcquireResult{}, fmt.Errorf("redisstore: acquire %q: ttl %s is not positive", req.Name, req.TTL)
 	}
-	waiterTTL := req.WaiterTTL
-	if waiterTTL <= 0 {
-		waiterTTL = store.DefaultWaiterTTL
+	waiterTTL := s.boxed.waiterTTL
+	if req.WaiterTTL > 0 {
+		waiterTTL = durationMS(req.WaiterTTL)
 	}
 	keepValue := ""
 	if req.KeepValue {
@@ -396,8 +404,8 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 	k := s.keys(req.Name)
 	v, replicated, err := s.callWait(ctx, "acquire", true, acquireScript,
 		[]string{k.lease, k.fence, k.queue, k.waiters, k.marker, k.watched},
-		req.Holder, durationMS(req.TTL), req.Value, req.Waiter, durationMS(waiterTTL),
-		s.quarantineMS, s.channel, req.Name, s.lockDelayMS, keepValue, s.idleMS, expectedToken,
+		req.Holder, durationMS(req.TTL), req.Value, req.Waiter, waiterTTL,
+		s.quarantineMS, s.boxed.channel, req.Name, s.boxed.lockDelayMS, keepValue, s.boxed.idleMS, expectedToken,
 	)
 	if err != nil {
 		return store.AcquireResult{}, err
@@ -437,7 +445,7 @@ func (s *Store) Renew(ctx context.Context, name, holder string, token uint64, tt
 	}
 	k := s.keys(name)
 	v, replicated, err := s.callWait(ctx, "renew", true, renewScript, []string{k.lease, k.fence},
-		holder, strconv.FormatUint(token, 10), durationMS(ttl), s.lockDelayMS, s.idleMS)
+		holder, strconv.FormatUint(token, 10), durationMS(ttl), s.boxed.lockDelayMS, s.boxed.idleMS)
 	if err != nil {
 		return store.Lease{}, err
 	}
@@ -455,7 +463,7 @@ func (s *Store) Renew(ctx context.Context, name, holder string, token uint64, tt
 func (s *Store) Release(ctx context.Context, name, holder string, token uint64) (bool, error) {
 	k := s.keys(name)
 	v, err := s.call(ctx, "release", releaseScript, []string{k.lease, k.queue, k.watched, k.fence},
-		holder, strconv.FormatUint(token, 10), s.channel, name, s.idleMS)
+		holder, strconv.FormatUint(token, 10), s.boxed.channel, name, s.boxed.idleMS)
 	if err != nil {
 		return false, err
 	}
@@ -641,14 +649,22 @@ func (s *Store) Close() error {
 	return s.closeErr
 }
 
-// run runs a script, in a pipeline with concurrent calls unless pipelining
-// is off, followed by WAIT on the same connection when wait and
-// Options.MinReplicas ask for it; acked is that WAIT, or nil.
-func (s *Store) run(ctx context.Context, wait bool, script *redis.Script, keys []string, args ...any) (cmd, acked *redis.Cmd) {
-	call := &scriptCall{script: script, keys: keys, args: args, wait: wait}
+// run runs a script for a caller whose context is ctx, in a pipeline with
+// concurrent calls unless pipelining is off, followed by WAIT on the same
+// connection when wait and Options.MinReplicas ask for it; acked is that
+// WAIT, or nil. The call times out at deadline, or when it is zero after the
+// call timeout.
+func (s *Store) run(ctx context.Context, deadline time.Time, wait bool, script *redis.Script, keys []string, args ...any) (cmd, acked *redis.Cmd) {
+	call := newScriptCall()
+	call.deadline, call.script, call.keys, call.args, call.wait = deadline, script, keys, args, wait
 	if s.pipeline == nil {
-		runBatch(ctx, s.client, []*scriptCall{call}, s.replicas)
-		return call.cmd, call.acked
+		if call.deadline.IsZero() {
+			call.deadline = time.Now().Add(s.callTimeout)
+		}
+		runAlone(ctx, s.client, call, s.replicas)
+		cmd, acked = call.cmd, call.acked
+		recycle(call)
+		return cmd, acked
 	}
 	return s.pipeline.run(ctx, call)
 }

@@ -44,7 +44,8 @@ func (s *Store) Watch(ctx context.Context, names []string, ttl time.Duration) ([
 	defer cancel()
 	if len(calls) == 1 {
 		// Shares a pipeline with concurrent calls of other callers.
-		calls[0].cmd, _ = s.run(cctx, false, watchScript, calls[0].keys, calls[0].args...)
+		deadline, _ := cctx.Deadline()
+		calls[0].cmd, _ = s.run(cctx, deadline, false, watchScript, calls[0].keys, calls[0].args...)
 	} else {
 		_, _ = s.client.Pipelined(cctx, func(p redis.Pipeliner) error {
 			for i := range calls {

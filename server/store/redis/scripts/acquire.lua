@@ -63,6 +63,43 @@ if now < until_ms then
   return {-1, lost, until_ms - now}
 end
 
+local cur = redis.call('HMGET', lease, 'holder', 'token', 'value', 'ttl', 'expires')
+-- A lease written before 'expires' was kept ends with its key.
+local expires = tonumber(cur[5]) or (cur[1] and now + redis.call('PTTL', lease))
+if expected ~= '' and (cur[1] ~= holder or cur[2] ~= expected or expires <= now) then
+  return {0, lost, '', '', '', 0, 0, 0}
+end
+
+-- Grants the free name to ARGV[1] and returns the token, a decimal string.
+-- The token is the counter plus one, but never below the clock in
+-- microseconds: a counter that is gone (the name was idle past its retention,
+-- or data loss) or behind (a failover to a replica that missed the last
+-- grants) still yields a token above every one issued before, as long as the
+-- clock does not step back. The counter outlives the lease and its lock delay
+-- by the idle retention.
+local function grant()
+  local clock = time[1] .. string.format('%06d', tonumber(time[2]))
+  local token = redis.call('INCR', fence)
+  if token < tonumber(clock) then
+    token = clock
+    redis.call('SET', fence, clock, 'PX', ms(keep + idle))
+  else
+    token = ms(token)
+    redis.call('PEXPIRE', fence, ms(keep + idle))
+  end
+  redis.call('HSET', lease, 'holder', holder, 'token', token, 'value', value, 'ttl', ARGV[2], 'expires', ms(now + ttl))
+  redis.call('PEXPIRE', lease, ms(keep))
+  return token
+end
+
+-- 0. Free, and nobody queues for the name or observes it (none of its queue
+-- keys and no watched key): grant at once. This is 4. below with nothing to
+-- prune, no head, nothing to leave and no one to tell, in fewer commands: the
+-- uncontended lock.
+if not cur[1] and redis.call('EXISTS', queue, waiters, watched) == 0 then
+  return {1, lost, holder, grant(), value, ttl, now + ttl, 0}
+end
+
 -- Announces a change of the name on the channel, when anyone listens: a
 -- queued waiter or an observer. Uncontended locks then cost no pub/sub
 -- traffic at all.
@@ -103,12 +140,6 @@ local function unqueue()
   redis.call('ZREM', waiters, waiter)
 end
 
-local cur = redis.call('HMGET', lease, 'holder', 'token', 'value', 'ttl', 'expires')
--- A lease written before 'expires' was kept ends with its key.
-local expires = tonumber(cur[5]) or (cur[1] and now + redis.call('PTTL', lease))
-if expected ~= '' and (cur[1] ~= holder or cur[2] ~= expected or expires <= now) then
-  return {0, lost, '', '', '', 0, 0, 0}
-end
 if cur[1] and expires <= now then
   -- The lease expired without a release: its name stays unavailable until
   -- the lock delay is over (the key's own expiry).
@@ -156,23 +187,7 @@ if head and head ~= waiter then
   return {0, lost, '', '', '', 0, 0, 0}
 end
 
--- The token is the counter plus one, but never below the clock in
--- microseconds: a counter that is gone (the name was idle past its retention,
--- or data loss) or behind (a failover to a replica that missed the last
--- grants) still yields a token above every one issued before, as long as the
--- clock does not step back. The counter outlives the lease and its lock delay
--- by the idle retention.
-local clock = time[1] .. string.format('%06d', tonumber(time[2]))
-local token = redis.call('INCR', fence)
-if token < tonumber(clock) then
-  token = clock
-  redis.call('SET', fence, clock, 'PX', ms(keep + idle))
-else
-  token = ms(token)
-  redis.call('PEXPIRE', fence, ms(keep + idle))
-end
-redis.call('HSET', lease, 'holder', holder, 'token', token, 'value', value, 'ttl', ARGV[2], 'expires', ms(now + ttl))
-redis.call('PEXPIRE', lease, ms(keep))
+local token = grant()
 if waiter ~= '' then unqueue() end
 announce()
 return {1, lost, holder, token, value, ttl, now + ttl, 0}
