@@ -1,19 +1,30 @@
 // bench: acquire+release cycles per second through the TypeScript client:
 // tryLock then release, one lock name per worker, with 1 and 16 concurrent
-// async workers sharing one Client, each for a fixed duration.
+// async workers sharing one Client, each for a fixed duration; once with
+// the operations on the Session stream (the default) and once as unary
+// calls (useSession: false), each mode on a Client of its own.
 //
-//   node dist/client/typescript/bench/bench.js ADDRESS [SECONDS]
+//   node dist/client/typescript/bench/bench.js ADDRESS [SECONDS] [MODES]
 //
-// prints "typescript c=1 N cycles/s" and "typescript c=16 N cycles/s".
+// prints "typescript-session c=1 N cycles/s", "typescript-session c=16 …",
+// "typescript-unary c=1 …" and "typescript-unary c=16 …". MODES is
+// "session,unary" (the default), "session" or "unary".
 // COORDINATOR_TOKEN adds a bearer token (sent over plaintext).
 
 import { randomBytes } from "node:crypto";
 import { Client } from "../src/index.js";
 
-const [address, secondsArg] = process.argv.slice(2);
+const [address, secondsArg, modesArg] = process.argv.slice(2);
 if (!address) {
-  console.error("usage: node dist/client/typescript/bench/bench.js ADDRESS [SECONDS]");
+  console.error("usage: node dist/client/typescript/bench/bench.js ADDRESS [SECONDS] [session,unary]");
   process.exit(2);
+}
+const modes = (modesArg ?? "session,unary").split(",").filter((m) => m !== "");
+for (const m of modes) {
+  if (m !== "session" && m !== "unary") {
+    console.error(`bench: unknown mode ${JSON.stringify(m)}: session or unary`);
+    process.exit(2);
+  }
 }
 const seconds = Number(secondsArg ?? "5");
 if (!(seconds > 0)) {
@@ -21,25 +32,24 @@ if (!(seconds > 0)) {
   process.exit(2);
 }
 const token = process.env["COORDINATOR_TOKEN"];
-const client = new Client({ address, ...(token ? { token, insecureToken: true } : {}) });
 const run = randomBytes(4).toString("hex");
 
-async function cycle(name: string): Promise<void> {
+async function cycle(client: Client, name: string): Promise<void> {
   const lease = await client.tryLock(name, { ttl: 30_000 });
   if (!lease) throw new Error(`bench: ${name} is held by someone else`);
   await lease.release();
 }
 
-async function measure(concurrency: number): Promise<number> {
-  const names = Array.from({ length: concurrency }, (_, i) => `bench/typescript/${run}/c${concurrency}/${i}`);
-  await Promise.all(names.map(cycle)); // warm up: connection, names
+async function measure(client: Client, mode: string, concurrency: number): Promise<number> {
+  const names = Array.from({ length: concurrency }, (_, i) => `bench/typescript/${run}/${mode}/c${concurrency}/${i}`);
+  await Promise.all(names.map((n) => cycle(client, n))); // warm up: connection, stream, names
   let cycles = 0;
   const start = performance.now();
   const end = start + seconds * 1000;
   await Promise.all(
     names.map(async (name) => {
       while (performance.now() < end) {
-        await cycle(name);
+        await cycle(client, name);
         cycles++;
       }
     }),
@@ -47,11 +57,14 @@ async function measure(concurrency: number): Promise<number> {
   return cycles / ((performance.now() - start) / 1000);
 }
 
-try {
-  for (const c of [1, 16]) {
-    const rate = await measure(c);
-    console.log(`typescript c=${c} ${Math.round(rate)} cycles/s`);
+for (const mode of modes) {
+  const client = new Client({ address, useSession: mode === "session", ...(token ? { token, insecureToken: true } : {}) });
+  try {
+    for (const c of [1, 16]) {
+      const rate = await measure(client, mode, c);
+      console.log(`typescript-${mode} c=${c} ${Math.round(rate)} cycles/s`);
+    }
+  } finally {
+    await client.close();
   }
-} finally {
-  await client.close();
 }

@@ -17,6 +17,18 @@ import {
   outcomeUnknown,
 } from "./errors.js";
 import { KeepAliveSession } from "./keepalive.js";
+import { SessionTransport, UseUnaryError, resultOf, type Operation } from "./session.js";
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import type {
+  CampaignRequestSchema,
+  CampaignResponse,
+  ReleaseRequestSchema,
+  ReleaseResponse,
+  ResignRequestSchema,
+  ResignResponse,
+  SessionResult,
+  TryAcquireResponse,
+} from "../../../gen/typescript/coordinator/v1/coordinator_pb.js";
 import { Lease, LeaseCore } from "./lease.js";
 import { Backoff, callBackoff, driftMargin, linkSignals, now, sleep, toBytes } from "./util.js";
 
@@ -50,6 +62,13 @@ export interface ClientOptions {
   closeTimeoutMs?: number;
   /** Where to report what cannot be returned: stream reconnects, retried acquisitions. Default: nowhere. */
   onWarn?: (message: string, err?: unknown) => void;
+  /**
+   * Carry acquire, renew, release, campaign and resign operations over one
+   * Session stream (default true). false: unary calls, and renewals over
+   * KeepAlive. A coordinator without the Session method gets unary calls
+   * either way.
+   */
+  useSession?: boolean;
 }
 
 export interface LockOptions {
@@ -79,6 +98,8 @@ interface Grant {
   value: Uint8Array;
   holder: string;
   retryAfter: number | undefined;
+  /** When the granting request was sent, when known (sent on the Session stream). */
+  sent?: number | undefined;
 }
 
 type AcquireCall = (holder: string, ttl: number, wait: number, signal: AbortSignal, timeoutMs: number) => Promise<Grant>;
@@ -112,6 +133,8 @@ export class Client {
 
   private readonly conn: Connection;
   private readonly session: KeepAliveSession;
+  /** The Session stream; undefined when useSession is false. */
+  private readonly transport: SessionTransport | undefined;
   private readonly closing = new AbortController();
   private readonly ttl: number;
   private readonly callTimeoutMs: number;
@@ -150,7 +173,8 @@ export class Client {
     this.api = this.conn.api;
     // Every call in flight listens to it.
     setMaxListeners(0, this.closing.signal);
-    this.session = new KeepAliveSession(this.api, this.closing.signal, this.warn);
+    this.transport = opts.useSession === false ? undefined : new SessionTransport(this.api, this.closing.signal, this.warn);
+    this.session = new KeepAliveSession(this.api, this.closing.signal, this.warn, this.transport);
   }
 
   /** Whether close() was called. */
@@ -211,7 +235,16 @@ export class Client {
   async campaign(election: string, value: string | Uint8Array, opts: LockOptions = {}): Promise<Leadership> {
     const bytes = toBytes(value);
     const core = await this.acquire("leadership", election, opts, this.campaignCall(election, bytes));
-    return new Leadership(core, this.session, this.api, bytes, this.callTimeoutMs);
+    return new Leadership(
+      core,
+      this.session,
+      {
+        campaign: (req, signal, timeoutMs) => this.campaignReq(req, signal, timeoutMs),
+        resign: (req, signal, timeoutMs) => this.resignReq(req, signal, timeoutMs),
+      },
+      bytes,
+      this.callTimeoutMs,
+    );
   }
 
   /**
@@ -320,6 +353,9 @@ export class Client {
   private async doClose(): Promise<void> {
     this.closing.abort(new ClientClosedError());
     const held = this.session.close();
+    // Ends the stream, which gives up the coordinator's waits; what is held
+    // is released with unary calls.
+    this.transport?.close();
     if (held.length > 0 && this.closeTimeoutMs > 0) {
       const signal = AbortSignal.timeout(this.closeTimeoutMs);
       await Promise.allSettled(
@@ -349,7 +385,7 @@ export class Client {
     return new Lease(
       core,
       this.session,
-      async (signal) => (await this.api.release({ name, holder, token }, { signal })).released,
+      async (signal) => (await this.releaseReq({ name, holder, token }, signal, this.callTimeoutMs)).released,
       5_000,
     );
   }
@@ -358,12 +394,93 @@ export class Client {
     return `${this.identity}#${++this.seq}`;
   }
 
+  /**
+   * viaSession runs operation over the Session stream; undefined when the
+   * unary call must be made instead (useSession false, or a coordinator
+   * without the Session method).
+   */
+  private async viaSession(
+    operation: Operation,
+    signal: AbortSignal,
+    timeoutMs: number,
+    late?: (res: SessionResult | undefined, err: unknown) => void,
+  ): Promise<{ res: SessionResult; sent: number } | undefined> {
+    if (!this.transport?.usable) return undefined;
+    try {
+      return await this.transport.call(operation, signal, timeoutMs, late);
+    } catch (e) {
+      if (e instanceof UseUnaryError) return undefined;
+      throw e;
+    }
+  }
+
+  private async releaseReq(req: MessageInitShape<typeof ReleaseRequestSchema>, signal: AbortSignal, timeoutMs: number): Promise<ReleaseResponse> {
+    const s = await this.viaSession({ case: "release", value: req }, signal, timeoutMs);
+    if (s) return resultOf(s.res, "release");
+    return this.api.release(req, { signal, timeoutMs });
+  }
+
+  private async resignReq(req: MessageInitShape<typeof ResignRequestSchema>, signal: AbortSignal, timeoutMs: number): Promise<ResignResponse> {
+    const s = await this.viaSession({ case: "resign", value: req }, signal, timeoutMs);
+    if (s) return resultOf(s.res, "resign");
+    return this.api.resign(req, { signal, timeoutMs });
+  }
+
+  private async campaignReq(
+    req: MessageInitShape<typeof CampaignRequestSchema>,
+    signal: AbortSignal,
+    timeoutMs: number,
+    late?: (res: SessionResult | undefined, err: unknown) => void,
+  ): Promise<{ resp: CampaignResponse; sent: number }> {
+    const s = await this.viaSession({ case: "campaign", value: req }, signal, timeoutMs, late);
+    if (s) return { resp: resultOf(s.res, "campaign"), sent: s.sent };
+    const sent = now();
+    return { resp: await this.api.campaign(req, { signal, timeoutMs }), sent };
+  }
+
+  /**
+   * lateOutcome handles the outcome of an acquisition whose caller left
+   * while it was in flight on the Session stream: a grant is given up at
+   * once, so that the next waiter need not wait for its TTL; an unknown
+   * outcome is abandoned.
+   */
+  private lateOutcome(name: string, holder: string): (res: SessionResult | undefined, err: unknown) => void {
+    return (res, err) => {
+      const r = res?.result;
+      if (r?.case === "acquire" && r.value.acquired && r.value.lease) {
+        const { name: n, holder: h, token } = r.value.lease;
+        this.giveUpLate(name, () => this.releaseReq({ name: n, holder: h, token }, AbortSignal.timeout(5000), 5000));
+      } else if (r?.case === "campaign" && r.value.elected && r.value.leader) {
+        const { election, candidate, term } = r.value.leader;
+        this.giveUpLate(name, () => this.resignReq({ election, candidate, term }, AbortSignal.timeout(5000), 5000));
+      } else if (err !== undefined && outcomeUnknown(decodeError(err))) {
+        this.abandon(name, holder);
+      }
+    };
+  }
+
+  private giveUpLate(name: string, call: () => Promise<unknown>): void {
+    if (this.closed) return; // the stream ended: the lease expires after its TTL
+    call().catch((e: unknown) =>
+      this.warn(
+        `coordinator: could not give up ${JSON.stringify(name)}, granted after its acquisition was abandoned; it expires after its TTL`,
+        e,
+      ),
+    );
+  }
+
   private tryAcquireCall(name: string): AcquireCall {
     return async (holder, ttl, wait, signal, timeoutMs) => {
-      const resp = await this.api.tryAcquire(
-        { name, holder, ttl: durationFromMs(ttl), wait: wait > 0 ? durationFromMs(wait) : undefined },
-        { signal, timeoutMs },
-      );
+      const req = { name, holder, ttl: durationFromMs(ttl), wait: wait > 0 ? durationFromMs(wait) : undefined };
+      let resp: TryAcquireResponse;
+      let sent: number | undefined;
+      const s = await this.viaSession({ case: "acquire", value: req }, signal, timeoutMs, this.lateOutcome(name, holder));
+      if (s) {
+        resp = resultOf(s.res, "acquire");
+        sent = s.sent;
+      } else {
+        resp = await this.api.tryAcquire(req, { signal, timeoutMs });
+      }
       const granted = msOf(resp.lease?.ttl);
       return {
         acquired: resp.acquired,
@@ -372,15 +489,18 @@ export class Client {
         value: resp.lease?.value ?? new Uint8Array(),
         holder: resp.holder,
         retryAfter: msOf(resp.retryAfter),
+        sent,
       };
     };
   }
 
   private campaignCall(election: string, value: Uint8Array): AcquireCall {
     return async (candidate, ttl, wait, signal, timeoutMs) => {
-      const resp = await this.api.campaign(
+      const { resp, sent } = await this.campaignReq(
         { election, candidate, value, ttl: durationFromMs(ttl), wait: wait > 0 ? durationFromMs(wait) : undefined },
-        { signal, timeoutMs },
+        signal,
+        timeoutMs,
+        this.lateOutcome(election, candidate),
       );
       return {
         acquired: resp.elected,
@@ -389,6 +509,7 @@ export class Client {
         value: resp.leader?.value ?? new Uint8Array(),
         holder: resp.elected ? "" : (resp.leader?.candidate ?? ""),
         retryAfter: msOf(resp.retryAfter),
+        sent,
       };
     };
   }
@@ -432,7 +553,7 @@ export class Client {
     let lastErr: unknown;
     for (;;) {
       const waitFor = confirms === 0 ? Math.max(0, Math.min(MAX_WAIT, Math.floor(waitEnd - now()))) : 0;
-      const sent = now();
+      let sent = now();
       let g: Grant;
       try {
         if (signal.aborted) throw signal.reason;
@@ -455,6 +576,7 @@ export class Client {
         }
         throw err;
       }
+      if (g.sent !== undefined) sent = g.sent;
       if (!g.acquired) {
         confirms = 0;
         if (now() >= waitEnd || waitFor === 0 && wait === 0) {

@@ -9,6 +9,13 @@ import {
   type LeaderEvent as PbLeaderEvent,
 } from "../../../gen/typescript/coordinator/v1/coordinator_pb.js";
 import type { CoordinatorApi } from "./api.js";
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import type {
+  CampaignRequestSchema,
+  CampaignResponse,
+  ResignRequestSchema,
+  ResignResponse,
+} from "../../../gen/typescript/coordinator/v1/coordinator_pb.js";
 import { Code, CoordinatorError, LeaseNotHeldError, decodeError } from "./errors.js";
 import type { LeaseEndedError } from "./errors.js";
 import type { KeepAliveSession } from "./keepalive.js";
@@ -56,6 +63,17 @@ export interface LeaderEvent {
   initial: boolean;
 }
 
+/** The calls a Leadership makes: over the Client's Session stream or unary. */
+export interface LeadershipCalls {
+  /** Campaign; sent is when the request was sent (performance.now() ms). */
+  campaign(
+    req: MessageInitShape<typeof CampaignRequestSchema>,
+    signal: AbortSignal,
+    timeoutMs: number,
+  ): Promise<{ resp: CampaignResponse; sent: number }>;
+  resign(req: MessageInitShape<typeof ResignRequestSchema>, signal: AbortSignal, timeoutMs: number): Promise<ResignResponse>;
+}
+
 /**
  * Leadership is an election won through a Client: a term in office, renewed
  * in the background like a Lease until it is resigned or lost.
@@ -71,7 +89,7 @@ export class Leadership {
   constructor(
     private readonly core: LeaseCore,
     private readonly session: KeepAliveSession,
-    private readonly api: CoordinatorApi,
+    private readonly calls: LeadershipCalls,
     value: Uint8Array,
     private readonly callTimeoutMs: number,
   ) {
@@ -135,11 +153,11 @@ export class Leadership {
     const l = this.core;
     if (l.ended) throw l.ended;
     const ttl = l.ttl;
-    const sent = now();
     const linked = linkSignals(signal, this.session.closeSignal);
     let resp;
+    let sent: number;
     try {
-      resp = await this.api.campaign(
+      ({ resp, sent } = await this.calls.campaign(
         {
           election: l.name,
           candidate: l.holder,
@@ -147,8 +165,9 @@ export class Leadership {
           ttl: durationFromMs(Math.round(ttl)),
           term: l.token,
         },
-        { signal: linked.signal, timeoutMs: this.callTimeoutMs },
-      );
+        linked.signal,
+        this.callTimeoutMs,
+      ));
     } catch (e) {
       const err = decodeError(e);
       if (err instanceof LeaseNotHeldError) {
@@ -163,8 +182,8 @@ export class Leadership {
       // A coordinator that ignores CampaignRequest.term may have started a
       // new term nobody wants: resign it.
       if (resp.elected && term !== undefined) {
-        await this.api
-          .resign({ election: l.name, candidate: l.holder, term }, { timeoutMs: this.callTimeoutMs })
+        await this.calls
+          .resign({ election: l.name, candidate: l.holder, term }, AbortSignal.timeout(this.callTimeoutMs), this.callTimeoutMs)
           .catch(() => undefined);
       }
       const err = new LeaseNotHeldError(
@@ -190,7 +209,7 @@ export class Leadership {
       this.session,
       l,
       async (signal) =>
-        (await this.api.resign({ election: l.name, candidate: l.holder, term: l.token }, { signal })).resigned,
+        (await this.calls.resign({ election: l.name, candidate: l.holder, term: l.token }, signal, this.callTimeoutMs)).resigned,
       opts.timeoutMs ?? 5000,
     );
   }

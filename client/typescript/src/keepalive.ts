@@ -1,5 +1,7 @@
-// The KeepAlive session: renews every lease and leadership of a Client over
-// one KeepAlive stream.
+// The KeepAlive session: renews every lease and leadership of a Client,
+// as renew operations on the Client's Session stream (session.ts) while it
+// is usable, else over one KeepAlive stream (unary mode, or a coordinator
+// without Session). The timers and the outcome handling are the same.
 //
 // Each lease has two timers: its next renewal (about ttl/3 after the last
 // successful one was sent, or a backoff after a failure) and its local
@@ -28,6 +30,9 @@ import type { LeaseEndedError } from "./errors.js";
 import type { LeaseCore, LeaseSession } from "./lease.js";
 import { AsyncQueue, Backoff, callBackoff, driftMargin, now, sleep } from "./util.js";
 import type { CoordinatorApi } from "./api.js";
+import { LeaseNotHeldError, InvalidFieldError, PermissionDeniedError } from "./errors.js";
+import { SessionBrokeError, UseUnaryError, statusError, type SessionTransport } from "./session.js";
+import type { SessionResult } from "../../../gen/typescript/coordinator/v1/coordinator_pb.js";
 
 interface Conn {
   queue: AsyncQueue<KeepAliveRequest>;
@@ -47,6 +52,8 @@ export class KeepAliveSession implements LeaseSession {
     private readonly api: CoordinatorApi,
     readonly closeSignal: AbortSignal,
     private readonly onWarn: (msg: string, err?: unknown) => void,
+    /** Where renewals go as renew operations while it is usable; KeepAlive otherwise. */
+    private readonly transport?: SessionTransport,
   ) {}
 
   /** How many leases are being renewed. */
@@ -140,12 +147,64 @@ export class KeepAliveSession implements LeaseSession {
   }
 
   private send(l: LeaseCore): void {
+    if (this.transport?.usable && this.sendOnSession(l)) return;
     if (this.conn) {
       this.stamp(l, this.conn);
     } else {
       if (!this.pending.includes(l)) this.pending.push(l);
       this.ensureStream();
     }
+  }
+
+  /**
+   * sendOnSession queues l's renewal as a renew operation on the Client's
+   * Session stream; false when the session refuses it (closed, or the
+   * coordinator lacks it), for KeepAlive.
+   */
+  private sendOnSession(l: LeaseCore): boolean {
+    const tag = this.nextId++; // l.inflight's value while the operation is in flight
+    try {
+      this.transport!.submit(
+        { case: "renew", value: { name: l.name, holder: l.holder, token: l.token, ttl: durationFromMs(Math.round(l.ttl)) } },
+        (res, err, sent) => this.sessionAnswered(l, tag, res, err, sent),
+      );
+    } catch {
+      return false;
+    }
+    l.inflight = tag;
+    return true;
+  }
+
+  /** sessionAnswered applies the outcome of l's renew operation tagged tag. */
+  private sessionAnswered(l: LeaseCore, tag: bigint, res: SessionResult | undefined, err: unknown, sent: number): void {
+    if (l.ended || l.inflight !== tag) return;
+    l.inflight = undefined;
+    if (err instanceof SessionBrokeError || err instanceof UseUnaryError) {
+      // Sent again at once: on the next stream, or over KeepAlive.
+      l.lastErr = err.message;
+      l.nextRenew = now();
+      this.schedule(l);
+      return;
+    }
+    if (err instanceof ClientClosedError) return; // close() ends the lease
+    if (err === undefined && res?.result.case === "error") err = statusError(res.result.value);
+    if (err !== undefined) {
+      if (err instanceof LeaseNotHeldError || err instanceof InvalidFieldError || err instanceof PermissionDeniedError) {
+        this.end(l, l.endError("lost", `the coordinator refused its renewal: ${err.message}`, err));
+        return;
+      }
+      // STORE_UNAVAILABLE, DATA_LOSS_QUARANTINE, the stream refused…: this
+      // renewal failed; the lease holds until its deadline. Try again.
+      const e = decodeError(err);
+      this.failed(l, e.message, e instanceof CoordinatorError ? e.retryAfter : undefined);
+      return;
+    }
+    if (res?.result.case !== "renew" || !res.result.value.lease) {
+      this.failed(l, `a renew operation was answered with ${res?.result.case ?? "nothing"}`, undefined);
+      return;
+    }
+    const granted = msOf(res.result.value.lease.ttl);
+    this.renewed(l, sent, granted !== undefined && granted > 0 ? granted : l.ttl);
   }
 
   /** stamp sends l's renewal on conn now, with a fresh id. */

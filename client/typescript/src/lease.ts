@@ -1,5 +1,5 @@
 // Leases: a lock held through a Client, renewed in the background over the
-// Client's KeepAlive stream until it is released, lost or expires.
+// Client's Session (or KeepAlive) stream until it is released, lost or expires.
 
 import { setMaxListeners } from "node:events";
 import { LeaseEndedError } from "./errors.js";

@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { Client, LeaseEndedError, LeaseNotHeldError, NotAcquiredError, type LeaderEvent } from "../src/index.js";
-import { newClient, shutdown, sleep, startCoordinator, stores, uniq, waitFor, type Coordinator } from "./helpers.js";
+import { modeOpts, modes, newClient, shutdown, sleep, startCoordinator, stores, uniq, waitFor, type Coordinator } from "./helpers.js";
 
 after(shutdown);
 
@@ -25,16 +25,16 @@ function collect(c: Client, election: string): { events: LeaderEvent[]; stop: ()
 
 const kinds = (evs: LeaderEvent[]): string[] => evs.map((e) => e.kind);
 
-for (const store of stores()) {
-  describe(`elections (${store} store)`, { concurrency: true, timeout: 60_000 }, () => {
+for (const store of stores()) for (const mode of modes) {
+  describe(`elections (${store} store, ${mode})`, { concurrency: true, timeout: 60_000 }, () => {
     let coord: Coordinator;
     let a: Client;
     let b: Client;
 
     before(async () => {
       coord = await startCoordinator({ store });
-      a = newClient({ address: coord.address });
-      b = newClient({ address: coord.address });
+      a = newClient({ address: coord.address, ...modeOpts(mode) });
+      b = newClient({ address: coord.address, ...modeOpts(mode) });
     });
 
     it("hands over: A resigns, B waiting in campaign leads with a higher term", async () => {
@@ -61,7 +61,7 @@ for (const store of stores()) {
 
     it("hands over when the leader dies: B is elected once A's term expires", async () => {
       const election = uniq("elections/death");
-      const dying = newClient({ address: coord.address, closeTimeoutMs: 0 });
+      const dying = newClient({ address: coord.address, closeTimeoutMs: 0, ...modeOpts(mode) });
       const la = await dying.campaign(election, "a", { ttl: 1000 });
       const pb = b.campaign(election, "b", { ttl: 5000, wait: 30_000 });
       await waitFor("B queued", async () => (await a.describe(election)).waiters === 1);
@@ -153,7 +153,7 @@ for (const store of stores()) {
 
     it("observes a term that expires as vacant", async () => {
       const election = uniq("elections/expire");
-      const dying = newClient({ address: coord.address, closeTimeoutMs: 0 });
+      const dying = newClient({ address: coord.address, closeTimeoutMs: 0, ...modeOpts(mode) });
       await dying.campaign(election, "v", { ttl: 500 });
       const obs = collect(b, election);
       await waitFor("the initial event", () => obs.events.length === 1);
@@ -185,7 +185,7 @@ for (const store of stores()) {
       await waitFor("resigned", async () => (await b.leader(election)) === undefined, 5000);
     });
 
-    it("renews a leadership over KeepAlive", async () => {
+    it("renews a leadership in the background", async () => {
       const election = uniq("elections/renew");
       const l = await a.campaign(election, "v", { ttl: 2000 });
       await sleep(5000);

@@ -17,6 +17,8 @@ import {
 } from "../src/index.js";
 import {
   haveRedisServer,
+  modeOpts,
+  modes,
   newClient,
   shutdown,
   startCoordinator,
@@ -39,13 +41,13 @@ async function rejection(p: Promise<unknown>): Promise<unknown> {
 
 const redisUrl = process.env["COORDINATOR_TEST_REDIS_URL"];
 
-describe("error reasons", { concurrency: true, timeout: 60_000 }, () => {
+for (const mode of modes) describe(`error reasons (${mode})`, { concurrency: true, timeout: 60_000 }, () => {
   let coord: Coordinator;
   let c: Client;
 
   before(async () => {
     coord = await startCoordinator();
-    c = newClient({ address: coord.address });
+    c = newClient({ address: coord.address, ...modeOpts(mode) });
   });
 
   it("LEASE_NOT_HELD: renewing with a wrong token", async () => {
@@ -83,7 +85,7 @@ describe("error reasons", { concurrency: true, timeout: 60_000 }, () => {
   it("PERMISSION_DENIED: a name outside the access file's prefixes; Unauthenticated: an unknown token", async () => {
     const file = tempFile("access", "# credential  prefixes\ntok-team-a  team-a/ shared/\n");
     const guarded = await startCoordinator({ env: { COORDINATOR_ACCESS_FILE: file } });
-    const teamA = newClient({ address: guarded.address, token: "tok-team-a", insecureToken: true });
+    const teamA = newClient({ address: guarded.address, token: "tok-team-a", insecureToken: true, ...modeOpts(mode) });
     const lease = await teamA.tryLock(uniq("team-a/job"), { ttl: 5000 });
     assert.ok(lease, "a name under the credential's prefix is granted");
     await lease.release();
@@ -95,7 +97,7 @@ describe("error reasons", { concurrency: true, timeout: 60_000 }, () => {
     assert.equal(err.reason, "PERMISSION_DENIED");
     assert.equal(err.metadata["name"], name);
 
-    const stranger = newClient({ address: guarded.address, token: "nope", insecureToken: true });
+    const stranger = newClient({ address: guarded.address, token: "nope", insecureToken: true, ...modeOpts(mode) });
     const unauth = await rejection(stranger.tryLock(uniq("team-a/job"), { ttl: 5000 }));
     assert.ok(unauth instanceof UnauthenticatedError, String(unauth));
     assert.equal(unauth.code, Code.Unauthenticated);
@@ -108,7 +110,7 @@ describe("error reasons", { concurrency: true, timeout: 60_000 }, () => {
       url = (await startRedis()).url;
     }
     const q = await startCoordinator({ store: "redis", redisUrl: url, newStore: false });
-    const qc = newClient({ address: q.address });
+    const qc = newClient({ address: q.address, ...modeOpts(mode) });
     const name = uniq("errors/quarantine");
     const err = await rejection(qc.tryLock(name, { ttl: 5000 }));
     assert.ok(err instanceof DataLossQuarantineError, String(err));
@@ -132,7 +134,7 @@ describe("error reasons", { concurrency: true, timeout: 60_000 }, () => {
       redisUrl: redis.url,
       env: { COORDINATOR_STORE_TIMEOUT: "500ms" },
     });
-    const client = newClient({ address: sc.address });
+    const client = newClient({ address: sc.address, ...modeOpts(mode) });
     const lease = await client.tryLock(uniq("errors/store"), { ttl: 2000 });
     assert.ok(lease);
     await redis.kill();

@@ -128,6 +128,23 @@ export function stores(): StoreKind[] {
   return process.env["COORDINATOR_TEST_REDIS_URL"] ? ["memory", "redis"] : ["memory"];
 }
 
+/** How a Client carries its lease operations: over the Session stream (the default) or as unary calls. */
+export type Mode = "session" | "unary";
+
+/** Both modes: the tests that matter run in each. */
+export const modes: Mode[] = ["session", "unary"];
+
+/** The Client options of mode. */
+export function modeOpts(mode: Mode): { useSession: boolean } {
+  return { useSession: mode === "session" };
+}
+
+/** usesSession reports whether c has its Session stream open now (white-box: checks the transport). */
+export function usesSession(c: Client): boolean {
+  const t = (c as unknown as { transport?: { usable: boolean; cur?: unknown } }).transport;
+  return t !== undefined && t.usable && t.cur !== undefined;
+}
+
 export interface Coordinator {
   address: string;
   port: number;

@@ -3,28 +3,29 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { Client, LeaseEndedError, NotAcquiredError } from "../src/index.js";
-import { newClient, shutdown, sleep, startCoordinator, stores, uniq, waitFor, type Coordinator } from "./helpers.js";
+import { modeOpts, modes, newClient, shutdown, sleep, startCoordinator, stores, uniq, usesSession, waitFor, type Coordinator } from "./helpers.js";
 
 after(shutdown);
 
-for (const store of stores()) {
+for (const store of stores()) for (const mode of modes) {
   let coord: Coordinator;
   let a: Client;
   let b: Client;
 
   before(async () => {
     coord = await startCoordinator({ store });
-    a = newClient({ address: coord.address });
-    b = newClient({ address: coord.address });
+    a = newClient({ address: coord.address, ...modeOpts(mode) });
+    b = newClient({ address: coord.address, ...modeOpts(mode) });
   });
 
   // Alone, before the tests that run concurrently: a 1s TTL leaves little
   // room for the rest of this process's work on a loaded machine.
-  describe(`lock renewal (${store} store)`, { timeout: 60_000 }, () => {
-    it("renews over KeepAlive: a 1s lease held for 3.5s keeps its token", async () => {
+  describe(`lock renewal (${store} store, ${mode})`, { timeout: 60_000 }, () => {
+    it(`renews ${mode === "session" ? "over the Session stream" : "over KeepAlive"}: a 1s lease held for 3.5s keeps its token`, async () => {
       const name = uniq("locks/renew");
       const lease = await a.tryLock(name, { ttl: 1000 });
       assert.ok(lease);
+      assert.equal(usesSession(a), mode === "session", "the Session stream is open in session mode only");
       const firstSent = lease.renewedAt;
       const end = performance.now() + 3500;
       while (performance.now() < end) {
@@ -42,7 +43,7 @@ for (const store of stores()) {
 
   });
 
-  describe(`locks (${store} store)`, { concurrency: true, timeout: 60_000 }, () => {
+  describe(`locks (${store} store, ${mode})`, { concurrency: true, timeout: 60_000 }, () => {
 
     it("grants a free name with a fencing token, and releases it", async () => {
       const name = uniq("locks/grant");
@@ -193,8 +194,25 @@ for (const store of stores()) {
         (e: unknown) => e,
       );
       assert.ok(err instanceof NotAcquiredError, String(err));
-      await waitFor("the waiter to leave", async () => (await a.describe(name)).waiters === 0);
+      if (mode === "unary") {
+        // Cancelling the call ends the coordinator's wait.
+        await waitFor("the waiter to leave", async () => (await a.describe(name)).waiters === 0);
+        await held.release();
+        return;
+      }
+      // Over the Session stream the coordinator's wait goes on; when it is
+      // granted, the abandoned acquisition releases the lease at once.
       await held.release();
+      await waitFor(
+        "the name free for a third client",
+        async () => {
+          const l = await a.tryLock(name, { ttl: 5000 });
+          if (l) await l.release();
+          return l !== undefined;
+        },
+        10_000,
+      );
+      assert.equal((await a.describe(name)).waiters, 0);
     });
   });
 }

@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { after, describe, it } from "node:test";
 import { LeaseEndedError } from "../src/index.js";
-import { abortedAt, newClient, shutdown, startCoordinator, stores, uniq, waitFor } from "./helpers.js";
+import { abortedAt, modeOpts, modes, newClient, shutdown, startCoordinator, stores, uniq, waitFor } from "./helpers.js";
 
 after(shutdown);
 
@@ -12,11 +12,11 @@ after(shutdown);
 // this is only the event loop's lateness on top of that.
 const TIMER_SLACK = 500;
 
-for (const store of stores()) {
-  describe(`loss detection (${store} store)`, { concurrency: true, timeout: 60_000 }, () => {
+for (const store of stores()) for (const mode of modes) {
+  describe(`loss detection (${store} store, ${mode})`, { concurrency: true, timeout: 60_000 }, () => {
     it("aborts the signal no later than ttl after the last renewal when the coordinator is SIGKILLed", async () => {
       const coord = await startCoordinator({ store });
-      const c = newClient({ address: coord.address });
+      const c = newClient({ address: coord.address, ...modeOpts(mode) });
       const ttl = 1500;
       const lease = await c.tryLock(uniq("loss/kill"), { ttl });
       assert.ok(lease);
