@@ -84,6 +84,9 @@ type sessionOp struct {
 	done func(o *sessionOp, res *coordinatorv1.SessionResult, err error)
 	// state: queued, sent (in flight) or finished. Guarded by session.mu.
 	state opState
+	// noResult marks an operation the coordinator does not answer (a
+	// cancel): it is finished once written.
+	noResult bool
 }
 
 type opState int
@@ -196,6 +199,11 @@ func (s *session) call(ctx context.Context, op *coordinatorv1.SessionOperation, 
 		lateMu.Lock()
 		abandoned = true
 		lateMu.Unlock()
+		if opMayWait(op) {
+			// Out of the queue at once, so the waiters behind it need not
+			// wait for its grant and release; late still gets its outcome.
+			s.queueCancelLocked(o.id)
+		}
 	case opFinished: // answered meanwhile
 		s.mu.Unlock()
 		out := <-ch
@@ -203,6 +211,33 @@ func (s *session) call(ctx context.Context, op *coordinatorv1.SessionOperation, 
 	}
 	s.mu.Unlock()
 	return nil, time.Time{}, status.FromContextError(ctx.Err()).Err()
+}
+
+// opMayWait reports whether op is an acquire or campaign that may wait on
+// the coordinator: one a cancel operation can give up.
+func opMayWait(op *coordinatorv1.SessionOperation) bool {
+	switch o := op.GetOperation().(type) {
+	case *coordinatorv1.SessionOperation_Acquire:
+		return o.Acquire.GetWait().AsDuration() > 0
+	case *coordinatorv1.SessionOperation_Campaign:
+		return o.Campaign.GetTerm() == 0 && o.Campaign.GetWait().AsDuration() > 0
+	}
+	return false
+}
+
+// queueCancelLocked queues a cancel of the waiting operation id. It has no
+// result: it is finished once written. Callers hold s.mu.
+func (s *session) queueCancelLocked(id uint64) {
+	if s.closed || s.unsupported {
+		return
+	}
+	s.nextID++
+	op := &coordinatorv1.SessionOperation{Id: s.nextID, Operation: &coordinatorv1.SessionOperation_Cancel{Cancel: id}}
+	s.queue = append(s.queue, &sessionOp{id: s.nextID, op: op, size: proto.Size(op), noResult: true,
+		done: func(*sessionOp, *coordinatorv1.SessionResult, error) {}})
+	if s.cur != nil {
+		poke(s.cur.poke)
+	}
 }
 
 // finish ends o with its outcome. Callers hold s.mu; done runs after.
@@ -398,9 +433,13 @@ func (s *session) take(conn *sessionConn) *coordinatorv1.SessionRequest {
 	}
 	req := &coordinatorv1.SessionRequest{Operations: make([]*coordinatorv1.SessionOperation, n)}
 	for i, o := range s.queue[:n] {
+		req.Operations[i] = o.op
+		if o.noResult {
+			o.state = opFinished
+			continue
+		}
 		o.state, o.sent = opSent, now
 		s.inflight[o.id] = o
-		req.Operations[i] = o.op
 	}
 	s.queue = slices.Delete(s.queue, 0, n)
 	return req

@@ -113,6 +113,7 @@ func (s *Service) Session(stream coordinatorv1.Coordinator_SessionServer) error 
 	}()
 
 	slots := make(chan struct{}, sessionInFlight)
+	var waiting waitingOps
 	for {
 		var req *coordinatorv1.SessionRequest
 		select {
@@ -143,6 +144,10 @@ func (s *Service) Session(stream coordinatorv1.Coordinator_SessionServer) error 
 			return finish(InvalidField("operations", fmt.Sprintf("has %d operations; at most %d are allowed in one message", n, MaxSessionOperations)))
 		}
 		for _, op := range req.GetOperations() {
+			if c, ok := op.GetOperation().(*coordinatorv1.SessionOperation_Cancel); ok {
+				waiting.cancel(c.Cancel)
+				continue
+			}
 			waits := opWaits(op)
 			if !waits {
 				select {
@@ -159,9 +164,12 @@ func (s *Service) Session(stream coordinatorv1.Coordinator_SessionServer) error 
 			}
 			ops.Add(1)
 			if waits {
+				opCtx, cancel := context.WithCancel(opsCtx)
+				forget := waiting.add(op.GetId(), cancel)
 				go func() {
 					defer ops.Done()
-					out.push(s.sessionOp(opsCtx, chain, op))
+					defer forget()
+					out.push(s.sessionOp(opCtx, chain, op))
 				}()
 				continue
 			}
@@ -171,6 +179,44 @@ func (s *Service) Session(stream coordinatorv1.Coordinator_SessionServer) error 
 				out.push(s.sessionOp(opsCtx, chain, op))
 			})
 		}
+	}
+}
+
+// waitingOps are the operations of a stream that may wait, by id, so that a
+// cancel operation can give one up. Ids of operations in flight should
+// differ; when a client reuses one, a cancel reaches the latest.
+type waitingOps struct {
+	mu sync.Mutex
+	m  map[uint64]*context.CancelFunc
+}
+
+// add registers the wait of operation id, ended by cancel; the returned
+// function forgets it (and releases its context) when the operation is done.
+func (w *waitingOps) add(id uint64, cancel context.CancelFunc) (done func()) {
+	entry := &cancel
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.m == nil {
+		w.m = map[uint64]*context.CancelFunc{}
+	}
+	w.m[id] = entry
+	return func() {
+		cancel()
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if w.m[id] == entry {
+			delete(w.m, id)
+		}
+	}
+}
+
+// cancel gives up the wait of the operation with id, if it still waits.
+func (w *waitingOps) cancel(id uint64) {
+	w.mu.Lock()
+	entry := w.m[id]
+	w.mu.Unlock()
+	if entry != nil {
+		(*entry)()
 	}
 }
 

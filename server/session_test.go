@@ -493,6 +493,49 @@ func TestEndingASessionGivesUpItsWaitsButKeepsItsLeases(t *testing.T) {
 	}
 }
 
+// TestACancelGivesUpOneWait: a cancel operation takes its waiting acquire
+// out of the queue at once (the next waiter is served) and that acquire
+// answers Canceled; the cancel itself has no result, the stream goes on,
+// and a cancel of an id that does not wait changes nothing.
+func TestACancelGivesUpOneWait(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			c := start(t, testConfig(t, kind))
+			ctx := ctxTimeout(t, time.Minute)
+			held := c.mustAcquire(t, "queue", "holder", time.Minute)
+			s := openSession(t, c.client)
+			waiting := acquireOp("queue", "canceller", time.Minute, time.Minute)
+			if err := s.send(waiting); err != nil {
+				t.Fatal(err)
+			}
+			testwait.Until(t, 30*time.Second, "the session's acquire waits", waits(c, ctx, "queue", 1))
+
+			cancel := &coordinatorv1.SessionOperation{Id: waiting.GetId() + 1000, Operation: &coordinatorv1.SessionOperation_Cancel{Cancel: waiting.GetId()}}
+			unknown := &coordinatorv1.SessionOperation{Id: waiting.GetId() + 1001, Operation: &coordinatorv1.SessionOperation_Cancel{Cancel: 987654}}
+			if err := s.send(cancel, unknown); err != nil {
+				t.Fatal(err)
+			}
+			r, err := s.result(waiting.GetId(), 30*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if code := codes.Code(r.GetError().GetCode()); code != codes.Canceled {
+				t.Fatalf("the cancelled acquire answered %v; want Canceled", r)
+			}
+			testwait.Until(t, 30*time.Second, "the cancelled waiter left the queue", waits(c, ctx, "queue", 0))
+			if r := s.mustCall(acquireOp("other", "canceller", time.Minute, 0)); !r.GetAcquire().GetAcquired() {
+				t.Fatalf("the stream after a cancel: %v", r)
+			}
+			if _, err := s.result(cancel.GetId(), 500*time.Millisecond); err == nil {
+				t.Fatal("a cancel got a result of its own")
+			}
+			if d, err := c.client.Describe(ctx, &coordinatorv1.DescribeRequest{Name: "queue"}); err != nil || d.GetLease().GetToken() != held.GetToken() {
+				t.Fatalf("queue after the cancel: %v, %v; want still held by its holder", d, err)
+			}
+		})
+	}
+}
+
 // waits reports whether name has n waiters.
 func waits(c *coordinator, ctx context.Context, name string, n uint32) func() bool {
 	return func() bool {

@@ -1060,6 +1060,7 @@ type SessionOperation struct {
 	//	*SessionOperation_Release
 	//	*SessionOperation_Campaign
 	//	*SessionOperation_Resign
+	//	*SessionOperation_Cancel
 	Operation     isSessionOperation_Operation `protobuf_oneof:"operation"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1154,6 +1155,15 @@ func (x *SessionOperation) GetResign() *ResignRequest {
 	return nil
 }
 
+func (x *SessionOperation) GetCancel() uint64 {
+	if x != nil {
+		if x, ok := x.Operation.(*SessionOperation_Cancel); ok {
+			return x.Cancel
+		}
+	}
+	return 0
+}
+
 type isSessionOperation_Operation interface {
 	isSessionOperation_Operation()
 }
@@ -1178,6 +1188,15 @@ type SessionOperation_Resign struct {
 	Resign *ResignRequest `protobuf:"bytes,6,opt,name=resign,proto3,oneof"`
 }
 
+type SessionOperation_Cancel struct {
+	// The id of an acquire or campaign of this stream still waiting: its
+	// wait is given up as when a caller leaves the unary call (it leaves
+	// the queue), and it answers with a Canceled error, or with its grant
+	// when that came first. A cancel gets no result of its own; an id that
+	// is not waiting (any more) is ignored.
+	Cancel uint64 `protobuf:"varint,7,opt,name=cancel,proto3,oneof"`
+}
+
 func (*SessionOperation_Acquire) isSessionOperation_Operation() {}
 
 func (*SessionOperation_Renew) isSessionOperation_Operation() {}
@@ -1188,9 +1207,11 @@ func (*SessionOperation_Campaign) isSessionOperation_Operation() {}
 
 func (*SessionOperation_Resign) isSessionOperation_Operation() {}
 
+func (*SessionOperation_Cancel) isSessionOperation_Operation() {}
+
 type SessionResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Results of operations, each once.
+	// Results of operations, each once (a cancel has none).
 	Results       []*SessionResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2308,14 +2329,15 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\x0eSessionRequest\x12I\n" +
 	"\n" +
 	"operations\x18\x01 \x03(\v2 .coordinator.v1.SessionOperationB\a\xca\xf3\x18\x038\xe8\aR\n" +
-	"operations\"\xd8\x02\n" +
+	"operations\"\xf2\x02\n" +
 	"\x10SessionOperation\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12=\n" +
 	"\aacquire\x18\x02 \x01(\v2!.coordinator.v1.TryAcquireRequestH\x00R\aacquire\x124\n" +
 	"\x05renew\x18\x03 \x01(\v2\x1c.coordinator.v1.RenewRequestH\x00R\x05renew\x12:\n" +
 	"\arelease\x18\x04 \x01(\v2\x1e.coordinator.v1.ReleaseRequestH\x00R\arelease\x12=\n" +
 	"\bcampaign\x18\x05 \x01(\v2\x1f.coordinator.v1.CampaignRequestH\x00R\bcampaign\x127\n" +
-	"\x06resign\x18\x06 \x01(\v2\x1d.coordinator.v1.ResignRequestH\x00R\x06resignB\v\n" +
+	"\x06resign\x18\x06 \x01(\v2\x1d.coordinator.v1.ResignRequestH\x00R\x06resign\x12\x18\n" +
+	"\x06cancel\x18\a \x01(\x04H\x00R\x06cancelB\v\n" +
 	"\toperation\"J\n" +
 	"\x0fSessionResponse\x127\n" +
 	"\aresults\x18\x01 \x03(\v2\x1d.coordinator.v1.SessionResultR\aresults\"\x83\x03\n" +
@@ -2545,6 +2567,7 @@ func file_coordinator_v1_coordinator_proto_init() {
 		(*SessionOperation_Release)(nil),
 		(*SessionOperation_Campaign)(nil),
 		(*SessionOperation_Resign)(nil),
+		(*SessionOperation_Cancel)(nil),
 	}
 	file_coordinator_v1_coordinator_proto_msgTypes[14].OneofWrappers = []any{
 		(*SessionResult_Acquire)(nil),
