@@ -24,6 +24,7 @@
 //	                   10 vs 2,000 waiters on one name; etcd Mutex and Election beside
 //	-suite idle        Redis commands/s of an idle coordinator: 5,000 observed elections, 2,000 parked waiters
 //	-suite housekeeper messages unlocked: 1 and 3 instances vs the batch script direct
+//	-suite clients     acquire+release through the Go, Python and TypeScript clients, one coordinator
 //	-suite soak        minutes of churn: Redis keys and memory, coordinator RSS and
 //	                   goroutines stay flat (not in the default list: it runs for -soak-duration)
 //
@@ -41,14 +42,14 @@ import (
 	"time"
 )
 
-const defaultSuites = "leases,streams,handoff,idle,housekeeper"
+const defaultSuites = "leases,streams,handoff,idle,housekeeper,clients"
 
 func main() {
 	// Child modes: this binary re-executed as a server of the bench.
 	serveEchoAddr := flag.String("serve-echo", "", "internal: serve the gRPC health service alone on `ADDR` until stdin closes (the bench's echo child)")
 	serveEtcdSpec := flag.String("serve-etcd", "", "internal: serve an embedded etcd, `CLIENT_ADDR,PEER_ADDR,DATA_DIR`, until stdin closes (the bench's etcd child)")
 
-	suites := flag.String("suite", defaultSuites, "comma-separated suites to run: leases, streams, handoff, idle, housekeeper, soak")
+	suites := flag.String("suite", defaultSuites, "comma-separated suites to run: leases, streams, handoff, idle, housekeeper, clients, soak")
 	duration := flag.Duration("duration", 2*time.Second, "how long each measurement runs")
 	rounds := flag.Int("rounds", 1, "leases suite: measurements of each method at each concurrency, interleaved; the median is reported")
 	idleWindow := flag.Duration("idle-window", 10*time.Second, "how long the idle suite counts Redis commands")
@@ -120,6 +121,8 @@ func run(suites, concurrency, cpuProfile, jsonOut string, env benchEnv) int {
 			err = housekeeperSuite(env)
 		case "soak":
 			err = soakSuite(env, env.soak)
+		case "clients":
+			err = clientsSuite(env)
 		default:
 			err = fmt.Errorf("unknown suite %q", suite)
 		}
