@@ -8,7 +8,11 @@ stream as one SessionRequest (up to 1,000 operations and about 64 KiB), so
 that an operation alone goes out at once and those of many threads share
 messages under load. Each operation is stamped (time.monotonic()) when the
 message carrying it is handed to the stream: a grant's or renewal's validity
-counts from there. Results are matched to operations by id.
+counts from there. Results are matched to operations by id. When a caller
+gives up on an acquire or campaign that may wait on the coordinator while it
+is in flight, a cancel operation for its id follows, so that the
+coordinator's wait ends at once (a grant that came first still reaches the
+caller's ``late`` handler, which gives it up).
 
 The stream is opened (by a thread of its own) when an operation is queued,
 and closed after ``idle`` seconds with nothing queued or in flight. When it
@@ -82,9 +86,9 @@ Done = Callable[["Op", Any, Optional[BaseException]], None]
 class Op:
     """One operation and its fate (``state`` is guarded by the session lock)."""
 
-    __slots__ = ("id", "msg", "size", "sent", "done", "state", "abandoned")
+    __slots__ = ("id", "msg", "size", "sent", "done", "state", "abandoned", "no_result")
 
-    def __init__(self, msg: Any, size: int, done: Done) -> None:
+    def __init__(self, msg: Any, size: int, done: Done, no_result: bool = False) -> None:
         self.id = 0
         self.msg = msg
         self.size = size
@@ -94,6 +98,25 @@ class Op:
         self.done = done
         self.state = _QUEUED
         self.abandoned = False
+        #: The coordinator does not answer it (a cancel): it is finished
+        #: once written, never in flight.
+        self.no_result = no_result
+
+
+def _positive(d: Any) -> bool:
+    """Whether the google.protobuf.Duration d is above zero."""
+    return d.seconds > 0 or (d.seconds == 0 and d.nanos > 0)
+
+
+def may_wait(msg: Any) -> bool:
+    """Whether the SessionOperation msg is an acquire or campaign that may
+    wait on the coordinator: one a cancel operation can give up."""
+    kind = msg.WhichOneof("operation")
+    if kind == "acquire":
+        return _positive(msg.acquire.wait)
+    if kind == "campaign":
+        return msg.campaign.term == 0 and _positive(msg.campaign.wait)
+    return False
 
 
 class _Conn:
@@ -167,7 +190,10 @@ class Session:
         (SessionBroken, the stream's error, ClientClosed, UseUnary), or
         RPCError DEADLINE_EXCEEDED when the time ran out: an operation that
         was sent then is left to finish, and ``late(result, error)`` gets its
-        outcome (e.g. to give up a lease granted to nobody)."""
+        outcome (e.g. to give up a lease granted to nobody). An acquire or
+        campaign that may wait on the coordinator is then cancelled (it
+        leaves the coordinator's queue and ends with a Canceled error, or
+        with its grant when that came first)."""
         ev = threading.Event()
         box: list = []
 
@@ -193,6 +219,11 @@ class Session:
                 elif o.state == _SENT:
                     o.abandoned = True
                     finished = False
+                    if may_wait(msg):
+                        # Out of the coordinator's queue at once, so that the
+                        # waiters behind it need not wait for its grant and
+                        # release; late still gets its outcome.
+                        self._queue_cancel_locked(o.id)
                 else:
                     finished = True  # answered meanwhile
             if not finished:
@@ -221,6 +252,19 @@ class Session:
             t.join(timeout=10)
 
     # -- internals -------------------------------------------------------------
+
+    def _queue_cancel_locked(self, op_id: int) -> None:
+        """Queues a cancel of the waiting operation op_id. It has no result:
+        it is finished once written. Callers hold the lock."""
+        if self._closed or self._unsupported:
+            return
+        self._next_id += 1
+        msg = pb.SessionOperation(id=self._next_id, cancel=op_id)
+        o = Op(msg, msg.ByteSize(), lambda _o, _res, _err: None, no_result=True)
+        o.id = self._next_id
+        self._queue.append(o)
+        if self._cur is not None:
+            self._cur.pokes.put(True)
 
     def _finish_locked(self, o: Op, res: Any, err: Optional[BaseException]) -> Optional[Callable[[], None]]:
         if o.state == _FINISHED:
@@ -356,9 +400,12 @@ class Session:
                     break
                 self._queue.popleft()
                 size += o.size
+                ops.append(o.msg)
+                if o.no_result:
+                    o.state = _FINISHED
+                    continue
                 o.state, o.sent = _SENT, now
                 self._inflight[o.id] = o
-                ops.append(o.msg)
             return pb.SessionRequest(operations=ops)
 
     def _deliver(self, resp: Any) -> None:

@@ -4,6 +4,7 @@ the fallback to unary calls."""
 from __future__ import annotations
 
 import threading
+import time
 from concurrent import futures
 from typing import List
 
@@ -52,29 +53,63 @@ def test_threads_share_messages(client: coordinator.Client, name: str) -> None:
     assert [t for t in threading.enumerate() if t.name == "coordinator-session" and t is sess._thread]
 
 
-def test_a_grant_after_the_caller_left_is_released(server, make_client, name: str) -> None:
+def _give_up(res):
+    if res.WhichOneof("result") == "acquire" and res.acquire.acquired:
+        l = res.acquire.lease
+        return pb.SessionOperation(release=pb.ReleaseRequest(name=l.name, holder=l.holder, token=l.token))
+    return None
+
+
+def test_a_caller_leaving_cancels_its_wait(server, make_client, name: str) -> None:
+    a, b = make_client(server.address), make_client(server.address)
+    first = a.lock(name, ttl=30, wait=0)
+    holder = b._new_holder()
+    attempt = _Attempt()
+    attempt.over = True  # the acquisition gave up
+    req = pb.TryAcquireRequest(name=name, holder=holder, ttl=to_duration(10), wait=to_duration(20))
+    with pytest.raises(coordinator.RPCError) as ei:
+        b._transport.call(pb.SessionOperation(acquire=req), 0.5, b._late(attempt, name, holder, _give_up))
+    assert ei.value.code == grpc.StatusCode.DEADLINE_EXCEEDED and ei.value.transient
+    # The cancel that followed took the wait out of the coordinator's queue
+    # at once, long before its 20s were over; a still holds the name.
+    left = time.monotonic()
+    wait_until(lambda: a.describe(name).waiters == 0, timeout=5, what="the wait to be cancelled")
+    assert time.monotonic() - left < 5
+    d = a.describe(name)
+    assert d.held and d.lease.holder == first.holder and d.last_token == first.token
+    # The acquire was answered (Canceled); the cancel is never in flight.
+    wait_until(lambda: not b._transport._inflight, timeout=5, what="the acquire to be answered")
+    assert first.release()
+    with a.lock(name, ttl=5, wait=0):
+        pass
+
+
+def test_a_grant_before_the_cancel_is_released(server, make_client, name: str) -> None:
     a, b = make_client(server.address), make_client(server.address)
     first = a.lock(name, ttl=10, wait=0)
     holder = b._new_holder()
     attempt = _Attempt()
     attempt.over = True  # the acquisition gave up
-
-    def give_up(res):
-        if res.WhichOneof("result") == "acquire" and res.acquire.acquired:
-            l = res.acquire.lease
-            return pb.SessionOperation(release=pb.ReleaseRequest(name=l.name, holder=l.holder, token=l.token))
-        return None
+    sess = b._transport
+    cancels: List[int] = []
+    queue_cancel = sess._queue_cancel_locked
+    sess._queue_cancel_locked = cancels.append  # held back until the grant came
 
     req = pb.TryAcquireRequest(name=name, holder=holder, ttl=to_duration(10), wait=to_duration(30))
     with pytest.raises(coordinator.RPCError) as ei:
-        b._transport.call(pb.SessionOperation(acquire=req), 0.5, b._late(attempt, name, holder, give_up))
+        sess.call(pb.SessionOperation(acquire=req), 0.5, b._late(attempt, name, holder, _give_up))
     assert ei.value.code == grpc.StatusCode.DEADLINE_EXCEEDED and ei.value.transient
+    assert len(cancels) == 1
     # The coordinator's wait is still pending: the grant comes after a
-    # releases, and b gives it up at once.
+    # releases, and b gives it up at once; the cancel that follows it is
+    # ignored.
     assert a.describe(name).waiters == 1
     assert first.release()
     wait_until(lambda: a.describe(name).last_token > first.token and not a.describe(name).held,
                timeout=10, what="the late grant to be released")
+    with sess.lock:
+        queue_cancel(cancels[0])
+    wait_until(lambda: not sess._queue, timeout=5, what="the cancel to be sent")
     with a.lock(name, ttl=5, wait=0):
         pass
 
