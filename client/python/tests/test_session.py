@@ -73,8 +73,8 @@ def test_a_caller_leaving_cancels_its_wait(server, make_client, name: str) -> No
     # The cancel that followed took the wait out of the coordinator's queue
     # at once, long before its 20s were over; a still holds the name.
     left = time.monotonic()
-    wait_until(lambda: a.describe(name).waiters == 0, timeout=5, what="the wait to be cancelled")
-    assert time.monotonic() - left < 5
+    wait_until(lambda: a.describe(name).waiters == 0, timeout=12, what="the wait to be cancelled")
+    assert time.monotonic() - left < 12
     d = a.describe(name)
     assert d.held and d.lease.holder == first.holder and d.last_token == first.token
     # The acquire was answered (Canceled); the cancel is never in flight.

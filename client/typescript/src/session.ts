@@ -79,6 +79,25 @@ interface Op {
   sent: number;
   state: "queued" | "sent" | "finished";
   done: OpDone;
+  /** The coordinator does not answer it (a cancel): it is finished once written. */
+  noResult?: boolean;
+}
+
+/**
+ * mayWait reports whether op is an acquire or campaign that may wait on the
+ * coordinator: one a cancel operation can give up.
+ */
+function mayWait(op: SessionOperation): boolean {
+  const o = op.operation;
+  const positive = (d: { seconds: bigint; nanos: number } | undefined): boolean =>
+    d !== undefined && (d.seconds > 0n || (d.seconds === 0n && d.nanos > 0));
+  switch (o.case) {
+    case "acquire":
+      return positive(o.value.wait);
+    case "campaign":
+      return o.value.term === 0n && positive(o.value.wait);
+  }
+  return false;
 }
 
 /** statusError turns a result's google.rpc.Status into the error the unary call throws. */
@@ -205,7 +224,11 @@ export class SessionTransport {
    * signal aborts (rejecting with its reason) or timeoutMs passes (rejecting
    * with DeadlineExceeded). An operation that was sent by then is left to
    * finish: late gets its outcome, e.g. to give up a lease granted to an
-   * acquisition nobody waits for.
+   * acquisition nobody waits for. An acquire or campaign that may wait on
+   * the coordinator is also cancelled then (a cancel operation), so that it
+   * leaves the coordinator's queue at once and the waiters behind it need
+   * not wait for its grant and release; late still gets its outcome (a
+   * Canceled error, or the grant when that came first).
    */
   call(
     operation: Operation,
@@ -237,6 +260,8 @@ export class SessionTransport {
           o.state = "finished"; // never sent: forget it
           const i = this.queue.indexOf(o);
           if (i >= 0) this.queue.splice(i, 1);
+        } else if (o.state === "sent" && mayWait(o.op)) {
+          this.queueCancel(o.id);
         }
         reject(err);
       };
@@ -257,6 +282,17 @@ export class SessionTransport {
     });
   }
 
+  /** queueCancel queues a cancel of the waiting operation id. It has no result: it is finished once written. */
+  private queueCancel(id: bigint): void {
+    if (this.closed || this.unsupported) return;
+    const cid = ++this.nextId;
+    const op = create(SessionOperationSchema, { id: cid, operation: { case: "cancel", value: id } });
+    const size = toBinary(SessionOperationSchema, op).length;
+    this.queue.push({ id: cid, op, size, sent: 0, state: "queued", done: () => {}, noResult: true });
+    if (this.cur) this.cur.poke();
+    this.ensureStream();
+  }
+
   /** take moves the next batch of queued operations in flight on conn, stamped as sent now; undefined when none. */
   take(conn: Conn): SessionRequest | undefined {
     if (this.cur !== conn || this.queue.length === 0) return undefined;
@@ -269,6 +305,10 @@ export class SessionTransport {
     }
     const batch = this.queue.splice(0, n);
     for (const o of batch) {
+      if (o.noResult) {
+        o.state = "finished";
+        continue;
+      }
       o.state = "sent";
       o.sent = t;
       this.inflight.set(o.id, o);

@@ -59,6 +59,23 @@ for (const store of stores()) for (const mode of modes) {
       assert.equal(await a.leader(election), undefined);
     });
 
+    it("a campaign's wait can be cancelled with a signal: the waiter leaves at once", async () => {
+      const election = uniq("elections/cancel");
+      const la = await a.campaign(election, "a", { ttl: 20_000 });
+      const ac = new AbortController();
+      const pb = b.campaign(election, "b", { ttl: 5000, wait: 30_000, signal: ac.signal });
+      await waitFor("B queued", async () => (await a.describe(election)).waiters === 1);
+      ac.abort(new Error("changed my mind"));
+      await pb.then(
+        () => assert.fail("elected"),
+        () => undefined,
+      );
+      await waitFor("B to leave", async () => (await a.describe(election)).waiters === 0, 15_000);
+      assert.equal((await a.leader(election))?.candidate, la.candidate);
+      assert.equal(await la.resign(), true);
+      assert.equal(await a.leader(election), undefined);
+    });
+
     it("hands over when the leader dies: B is elected once A's term expires", async () => {
       const election = uniq("elections/death");
       const dying = newClient({ address: coord.address, closeTimeoutMs: 0, ...modeOpts(mode) });
