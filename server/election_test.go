@@ -18,10 +18,12 @@ import (
 	"github.com/coordinator-dev/coordinator/server/store/storetest"
 )
 
-func TestElectionBasics(t *testing.T) {
+func TestElectionBasics(t *testing.T) { forEachPath(t, testElectionBasics) }
+
+func testElectionBasics(t *testing.T, via string) {
 	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
-			c := start(t, testConfig(t, kind))
+			c := startVia(t, testConfig(t, kind), via)
 			ctx := ctxTimeout(t, 10*time.Second)
 			campaign := func(candidate, value string) *coordinatorv1.CampaignResponse {
 				t.Helper()
@@ -84,9 +86,13 @@ func TestElectionBasics(t *testing.T) {
 // taken by another) the same call fails with LEASE_NOT_HELD instead of
 // starting a new term for a leader that does not know it lost.
 func TestCampaignInATermOnlyRenewsThatTerm(t *testing.T) {
+	forEachPath(t, testCampaignInATermOnlyRenewsThatTerm)
+}
+
+func testCampaignInATermOnlyRenewsThatTerm(t *testing.T, via string) {
 	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
-			c := start(t, testConfig(t, kind))
+			c := startVia(t, testConfig(t, kind), via)
 			ctx := ctxTimeout(t, 10*time.Second)
 			ttl := 300 * time.Millisecond
 			first, err := c.client.Campaign(ctx, &coordinatorv1.CampaignRequest{Election: "e", Candidate: "a", Value: []byte("v1"), Ttl: dur(ttl)})
@@ -113,9 +119,13 @@ func TestCampaignInATermOnlyRenewsThatTerm(t *testing.T) {
 }
 
 func TestElectionsWithCrashesAndResignations(t *testing.T) {
+	forEachPath(t, testElectionsWithCrashesAndResignations)
+}
+
+func testElectionsWithCrashesAndResignations(t *testing.T, via string) {
 	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
-			c := start(t, testConfig(t, kind))
+			c := startVia(t, testConfig(t, kind), via)
 			const (
 				candidates = 5
 				ttl        = 300 * time.Millisecond

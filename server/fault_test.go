@@ -24,14 +24,14 @@ import (
 )
 
 // onPrivateRedis is a coordinator whose Redis store is a private redis-server
-// the test may restart, kill or pause.
-func onPrivateRedis(t *testing.T, persist bool, quarantine time.Duration) (*coordinator, *redistest.Server) {
+// the test may restart, kill or pause; its lease calls go the via way.
+func onPrivateRedis(t *testing.T, persist bool, quarantine time.Duration, via string) (*coordinator, *redistest.Server) {
 	t.Helper()
 	rs := redistest.Start(t, persist)
 	cfg := testConfig(t, coordinatord.StoreMemory)
 	cfg.Store, cfg.RedisURL, cfg.RedisKeyPrefix = coordinatord.StoreRedis, rs.URL(), "coordinator"
 	cfg.DataLossQuarantine = quarantine
-	return start(t, cfg), rs
+	return startVia(t, cfg, via), rs
 }
 
 // acquireThroughOutage retries TryAcquire while the store is merely
@@ -49,8 +49,12 @@ func acquireThroughOutage(t *testing.T, c *coordinator, name, holder string) (*c
 }
 
 func TestRedisRestartWithoutDataQuarantinesGrants(t *testing.T) {
+	forEachPath(t, testRedisRestartWithoutDataQuarantinesGrants)
+}
+
+func testRedisRestartWithoutDataQuarantinesGrants(t *testing.T, via string) {
 	const quarantine = 1500 * time.Millisecond
-	c, rs := onPrivateRedis(t, false, quarantine)
+	c, rs := onPrivateRedis(t, false, quarantine, via)
 	before := c.mustAcquire(t, "job", "a", time.Minute)
 
 	rs.Restart() // comes back empty: a holds a lease the store forgot
@@ -89,7 +93,11 @@ func TestRedisRestartWithoutDataQuarantinesGrants(t *testing.T) {
 }
 
 func TestTokensIncreaseAcrossAFlushWithoutQuarantine(t *testing.T) {
-	c, rs := onPrivateRedis(t, false, 0)
+	forEachPath(t, testTokensIncreaseAcrossAFlushWithoutQuarantine)
+}
+
+func testTokensIncreaseAcrossAFlushWithoutQuarantine(t *testing.T, via string) {
+	c, rs := onPrivateRedis(t, false, 0, via)
 	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
 	defer rdb.Close()
 	var last uint64
@@ -106,7 +114,11 @@ func TestTokensIncreaseAcrossAFlushWithoutQuarantine(t *testing.T) {
 }
 
 func TestRedisRestartWithPersistenceKeepsLeases(t *testing.T) {
-	c, rs := onPrivateRedis(t, true, time.Minute)
+	forEachPath(t, testRedisRestartWithPersistenceKeepsLeases)
+}
+
+func testRedisRestartWithPersistenceKeepsLeases(t *testing.T, via string) {
+	c, rs := onPrivateRedis(t, true, time.Minute, via)
 	l := c.mustAcquire(t, "job", "a", time.Minute)
 	rs.Restart()
 	resp, err := acquireThroughOutage(t, c, "job", "b")
@@ -119,12 +131,16 @@ func TestRedisRestartWithPersistenceKeepsLeases(t *testing.T) {
 }
 
 func TestCoordinatorCrashLosesNothingKeptInRedis(t *testing.T) {
+	forEachPath(t, testCoordinatorCrashLosesNothingKeptInRedis)
+}
+
+func testCoordinatorCrashLosesNothingKeptInRedis(t *testing.T, via string) {
 	cfg := testConfig(t, coordinatord.StoreRedis)
-	first := start(t, cfg)
+	first := startVia(t, cfg, via)
 	l := first.mustAcquire(t, "job", "a", time.Minute)
 	first.Kill()
 
-	second := start(t, cfg)
+	second := startVia(t, cfg, via)
 	if resp := second.acquire(t, "job", "b", time.Minute, 0); resp.GetAcquired() || resp.GetHolder() != "a" {
 		t.Fatalf("after the crash: %v; want refused, held by a", resp)
 	}
@@ -138,7 +154,11 @@ func TestCoordinatorCrashLosesNothingKeptInRedis(t *testing.T) {
 }
 
 func TestUnreachableRedisIsUnavailableNeverAWrongAnswer(t *testing.T) {
-	c, rs := onPrivateRedis(t, false, 0)
+	forEachPath(t, testUnreachableRedisIsUnavailableNeverAWrongAnswer)
+}
+
+func testUnreachableRedisIsUnavailableNeverAWrongAnswer(t *testing.T, via string) {
+	c, rs := onPrivateRedis(t, false, 0, via)
 	held := c.mustAcquire(t, "job", "a", time.Minute)
 
 	t.Run("paused", func(t *testing.T) {
@@ -224,6 +244,10 @@ func TestCoordinatorOnClusterAndSentinel(t *testing.T) {
 // longest TTL) must keep every holder of a lost lease clear of its successor,
 // and tokens must keep growing although every counter is gone.
 func TestContentionAcrossRedisDataLoss(t *testing.T) {
+	forEachPath(t, testContentionAcrossRedisDataLoss)
+}
+
+func testContentionAcrossRedisDataLoss(t *testing.T, via string) {
 	const (
 		ttl     = 300 * time.Millisecond
 		maxTTL  = time.Second
@@ -233,7 +257,7 @@ func TestContentionAcrossRedisDataLoss(t *testing.T) {
 	cfg := testConfig(t, coordinatord.StoreMemory)
 	cfg.Store, cfg.RedisURL, cfg.RedisKeyPrefix = coordinatord.StoreRedis, rs.URL(), "coordinator"
 	cfg.MaxTTL, cfg.DataLossQuarantine = maxTTL, maxTTL
-	c := start(t, cfg)
+	c := startVia(t, cfg, via)
 
 	names := []string{"r0", "r1", "r2"}
 	resources := map[string]*storetest.Resource{}

@@ -126,10 +126,12 @@ func TestInvalidRequestsNameTheField(t *testing.T) {
 	}
 }
 
-func TestLeaseLifecycle(t *testing.T) {
+func TestLeaseLifecycle(t *testing.T) { forEachPath(t, testLeaseLifecycle) }
+
+func testLeaseLifecycle(t *testing.T, via string) {
 	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
-			c := start(t, testConfig(t, kind))
+			c := startVia(t, testConfig(t, kind), via)
 			ctx := ctxTimeout(t, 10*time.Second)
 
 			lease := c.mustAcquire(t, "team-a/job", "alice", 10*time.Second)
@@ -184,10 +186,12 @@ func TestLeaseLifecycle(t *testing.T) {
 	}
 }
 
-func TestWaitingAcquire(t *testing.T) {
+func TestWaitingAcquire(t *testing.T) { forEachPath(t, testWaitingAcquire) }
+
+func testWaitingAcquire(t *testing.T, via string) {
 	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
-			c := start(t, testConfig(t, kind))
+			c := startVia(t, testConfig(t, kind), via)
 
 			t.Run("woken by release", func(t *testing.T) {
 				held := c.mustAcquire(t, "release", "a", time.Minute)
@@ -320,9 +324,13 @@ func waitQueued(t *testing.T, c *coordinator, name string, n int) {
 }
 
 func TestContendedLeasesNeverOverlapOverGRPC(t *testing.T) {
+	forEachPath(t, testContendedLeasesNeverOverlapOverGRPC)
+}
+
+func testContendedLeasesNeverOverlapOverGRPC(t *testing.T, via string) {
 	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
-			c := start(t, testConfig(t, kind))
+			c := startVia(t, testConfig(t, kind), via)
 			const (
 				workers = 32
 				rounds  = 25
@@ -377,11 +385,15 @@ func TestContendedLeasesNeverOverlapOverGRPC(t *testing.T) {
 }
 
 func TestLockDelayHoldsAnExpiredNameForItsSuccessor(t *testing.T) {
+	forEachPath(t, testLockDelayHoldsAnExpiredNameForItsSuccessor)
+}
+
+func testLockDelayHoldsAnExpiredNameForItsSuccessor(t *testing.T, via string) {
 	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			cfg := testConfig(t, kind)
 			cfg.LockDelay = 500 * time.Millisecond
-			c := start(t, cfg)
+			c := startVia(t, cfg, via)
 
 			released := c.mustAcquire(t, "clean", "a", time.Minute)
 			if _, err := c.client.Release(context.Background(), &coordinatorv1.ReleaseRequest{Name: "clean", Holder: "a", Token: released.GetToken()}); err != nil {

@@ -95,6 +95,17 @@ func (s *session) send(ops ...*coordinatorv1.SessionOperation) error {
 
 // result waits for the result of id.
 func (s *session) result(id uint64, within time.Duration) (*coordinatorv1.SessionResult, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	r, err := s.resultBy(ctx, id)
+	if err != nil && ctx.Err() != nil {
+		return nil, fmt.Errorf("no result for operation %d after %s", id, within)
+	}
+	return r, err
+}
+
+// resultBy waits for the result of id until ctx ends.
+func (s *session) resultBy(ctx context.Context, id uint64) (*coordinatorv1.SessionResult, error) {
 	s.mu.Lock()
 	if r, ok := s.early[id]; ok {
 		delete(s.early, id)
@@ -114,8 +125,11 @@ func (s *session) result(id uint64, within time.Duration) (*coordinatorv1.Sessio
 		default:
 		}
 		return nil, fmt.Errorf("the stream ended: %w", s.err)
-	case <-time.After(within):
-		return nil, fmt.Errorf("no result for operation %d after %s", id, within)
+	case <-ctx.Done():
+		s.mu.Lock()
+		delete(s.waiting, id)
+		s.mu.Unlock()
+		return nil, ctx.Err()
 	}
 }
 

@@ -215,9 +215,11 @@ func TestParkedWaitersKeepTheirPlacesWithoutRetrying(t *testing.T) {
 // TestFIFOAcrossCoordinators queues waiters alternately through two
 // coordinators sharing one Redis: each coordinator wakes only its first
 // waiter, yet the name goes round in arrival order across both.
-func TestFIFOAcrossCoordinators(t *testing.T) {
+func TestFIFOAcrossCoordinators(t *testing.T) { forEachPath(t, testFIFOAcrossCoordinators) }
+
+func testFIFOAcrossCoordinators(t *testing.T, via string) {
 	cfg := testConfig(t, coordinatord.StoreRedis)
-	coords := []*coordinator{start(t, cfg), start(t, cfg)}
+	coords := []*coordinator{startVia(t, cfg, via), startVia(t, cfg, via)}
 	const waiters = 60
 	held := coords[0].mustAcquire(t, "shared", "owner", time.Minute)
 	order := make(chan string, waiters)
