@@ -7,6 +7,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
+	"github.com/coordinator-dev/coordinator/internal/testproxy"
 	"github.com/coordinator-dev/coordinator/server/store"
 )
 
@@ -96,8 +97,8 @@ func TestChangesTellEarlySubscribersToLookAgain(t *testing.T) {
 // the store subscribes again and tells every subscriber to look again.
 func TestChangesSurviveABrokenConnection(t *testing.T) {
 	t.Parallel()
-	p := newProxy(t, testRedisOptions(t).Addr)
-	c := newClient(t, func(o *redis.Options) { o.Addr = p.addr() })
+	p := testproxy.New(t, testRedisOptions(t).Addr)
+	c := newClient(t, func(o *redis.Options) { o.Addr = p.Addr() })
 	s := newStore(t, c, Options{})
 	job, other := s.Changes("job"), s.Changes("other")
 	defer job.Cancel()
@@ -105,7 +106,7 @@ func TestChangesSurviveABrokenConnection(t *testing.T) {
 	waitSubscribed(t, s, job, other)
 	watch(t, s, "job")
 
-	p.dropConns()
+	p.Drop()
 	waitChange(t, job, "subscribed again")
 	waitChange(t, other, "subscribed again")
 	l := mustGrant(t, s, req("job", "a", time.Minute, ""))
@@ -120,10 +121,10 @@ func TestChangesSurviveABrokenConnection(t *testing.T) {
 func TestChangesSurviveASilentConnection(t *testing.T) {
 	t.Parallel()
 	const health = 300 * time.Millisecond
-	p := newProxy(t, testRedisOptions(t).Addr)
+	p := testproxy.New(t, testRedisOptions(t).Addr)
 	// Pooled connections are frozen too: a short read timeout lets their
 	// commands fail over to new connections quickly.
-	c := newClient(t, func(o *redis.Options) { o.Addr = p.addr(); o.ReadTimeout = 2 * health })
+	c := newClient(t, func(o *redis.Options) { o.Addr = p.Addr(); o.ReadTimeout = 2 * health })
 	s := newStore(t, c, Options{})
 	s.events.health = health
 	job := s.Changes("job")
@@ -135,7 +136,7 @@ func TestChangesSurviveASilentConnection(t *testing.T) {
 	if pending(job) {
 		t.Fatal("a healthy subscription told its subscribers to look again")
 	}
-	p.freezeConns()
+	p.Freeze()
 	start := time.Now()
 	waitChange(t, job, "subscribed again")
 	t.Logf("subscribed again after %s", time.Since(start))

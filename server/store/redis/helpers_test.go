@@ -7,7 +7,6 @@ import (
 	"errors"
 	"net"
 	"regexp"
-	"sync"
 	"testing"
 	"time"
 
@@ -186,114 +185,6 @@ func waitSubscribed(t testing.TB, s *Store, subs ...store.Changes) {
 			t.Fatal("subscription not ready within 5s")
 		}
 	}
-}
-
-// proxy forwards TCP connections to Redis until stopped, so that a test
-// can cut a Store off from a live Redis.
-type proxy struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	conns  map[net.Conn]struct{}
-	frozen map[net.Conn]bool
-	wg     sync.WaitGroup
-}
-
-func newProxy(t testing.TB, target string) *proxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &proxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}, frozen: map[net.Conn]bool{}}
-	p.wg.Add(1)
-	go p.serve()
-	t.Cleanup(p.stop)
-	return p
-}
-
-func (p *proxy) addr() string { return p.ln.Addr().String() }
-
-func (p *proxy) serve() {
-	defer p.wg.Done()
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		p.mu.Lock()
-		target := p.target
-		p.mu.Unlock()
-		u, err := net.Dial("tcp", target)
-		if err != nil {
-			_ = c.Close()
-			continue
-		}
-		p.mu.Lock()
-		p.conns[c], p.conns[u] = struct{}{}, struct{}{}
-		p.mu.Unlock()
-		p.wg.Add(2)
-		go p.pipe(c, u)
-		go p.pipe(u, c)
-	}
-}
-
-func (p *proxy) pipe(dst, src net.Conn) {
-	defer p.wg.Done()
-	defer func() { _ = dst.Close(); _ = src.Close() }()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 && !p.isFrozen(src) {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-func (p *proxy) isFrozen(c net.Conn) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.frozen[c]
-}
-
-// freezeConns turns every open connection into a black hole that stays
-// open, as a half-open TCP connection would; new connections work.
-func (p *proxy) freezeConns() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for c := range p.conns {
-		p.frozen[c] = true
-	}
-}
-
-// retarget sends new connections to target, as a failover moves the
-// primary behind one address.
-func (p *proxy) retarget(target string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.target = target
-}
-
-// dropConns cuts every open connection, leaving the listener up.
-func (p *proxy) dropConns() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for c := range p.conns {
-		_ = c.Close()
-		delete(p.conns, c)
-	}
-}
-
-// stop closes the listener and every connection.
-func (p *proxy) stop() {
-	_ = p.ln.Close()
-	p.dropConns()
-	p.wg.Wait()
 }
 
 // closedAddr is a loopback address nothing listens on.

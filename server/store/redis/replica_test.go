@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/coordinator-dev/coordinator/internal/redistest"
+	"github.com/coordinator-dev/coordinator/internal/testproxy"
 	"github.com/coordinator-dev/coordinator/server/store"
 )
 
@@ -116,17 +117,17 @@ func TestPrimaryChangeQuarantines(t *testing.T) {
 	const quarantine = time.Second
 	primary := redistest.Start(t, false)
 	replica := redistest.StartReplica(t, primary, false)
-	front := newProxy(t, primary.Addr())
+	front := testproxy.New(t, primary.Addr())
 	var losses atomic.Int32
-	s := openPrivate(t, front.addr(), Options{KeyPrefix: testPrefix(t), NewStore: true, Quarantine: quarantine,
+	s := openPrivate(t, front.Addr(), Options{KeyPrefix: testPrefix(t), NewStore: true, Quarantine: quarantine,
 		OnDataLoss: func(time.Duration) { losses.Add(1) }})
 	ctx := testCtx(t)
 	before := mustGrant(t, s, req("job", "a", time.Minute, ""))
 	replica.WaitInSync()
 
 	replica.Promote()
-	front.retarget(replica.Addr())
-	front.dropConns()
+	front.Retarget(replica.Addr())
+	front.Drop()
 	primary.Kill()
 	healed := time.Now()
 

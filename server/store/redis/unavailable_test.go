@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/coordinator-dev/coordinator/internal/testproxy"
 	"github.com/coordinator-dev/coordinator/server/store"
 )
 
@@ -40,11 +41,11 @@ func TestUnavailable(t *testing.T) {
 
 	t.Run("every operation fails with ErrUnavailable once Redis is cut off", func(t *testing.T) {
 		t.Parallel()
-		p := newProxy(t, testRedisOptions(t).Addr)
-		c := newClient(t, fastFail, func(o *redis.Options) { o.Addr = p.addr() })
+		p := testproxy.New(t, testRedisOptions(t).Addr)
+		c := newClient(t, fastFail, func(o *redis.Options) { o.Addr = p.Addr() })
 		s := newStore(t, c, Options{})
 		l := mustGrant(t, s, req("job", "a", time.Minute, ""))
-		p.stop()
+		p.Stop()
 		ctx := testCtx(t)
 		ops := map[string]func() error{
 			"Acquire":  func() error { _, err := s.Acquire(ctx, req("job", "a", time.Minute, "")); return err },
