@@ -96,56 +96,45 @@ func (c sessionClient) call(ctx context.Context, op *coordinatorv1.SessionOperat
 func (c sessionClient) TryAcquire(ctx context.Context, req *coordinatorv1.TryAcquireRequest, _ ...grpc.CallOption) (*coordinatorv1.TryAcquireResponse, error) {
 	req = proto.CloneOf(req)
 	req.Wait = waitBefore(ctx, req.GetWait())
-	r, err := c.call(ctx, &coordinatorv1.SessionOperation{Operation: &coordinatorv1.SessionOperation_Acquire{Acquire: req}},
-		req.GetWait().AsDuration() > 0)
-	if err != nil {
-		return nil, err
-	}
-	return answer(r, r.GetAcquire())
+	op := &coordinatorv1.SessionOperation{Operation: &coordinatorv1.SessionOperation_Acquire{Acquire: req}}
+	return sessionCall(ctx, c, op, req.GetWait().AsDuration() > 0, (*coordinatorv1.SessionResult).GetAcquire)
 }
 
 func (c sessionClient) Renew(ctx context.Context, req *coordinatorv1.RenewRequest, _ ...grpc.CallOption) (*coordinatorv1.RenewResponse, error) {
-	r, err := c.call(ctx, &coordinatorv1.SessionOperation{Operation: &coordinatorv1.SessionOperation_Renew{Renew: req}}, false)
-	if err != nil {
-		return nil, err
-	}
-	return answer(r, r.GetRenew())
+	op := &coordinatorv1.SessionOperation{Operation: &coordinatorv1.SessionOperation_Renew{Renew: req}}
+	return sessionCall(ctx, c, op, false, (*coordinatorv1.SessionResult).GetRenew)
 }
 
 func (c sessionClient) Release(ctx context.Context, req *coordinatorv1.ReleaseRequest, _ ...grpc.CallOption) (*coordinatorv1.ReleaseResponse, error) {
-	r, err := c.call(ctx, &coordinatorv1.SessionOperation{Operation: &coordinatorv1.SessionOperation_Release{Release: req}}, false)
-	if err != nil {
-		return nil, err
-	}
-	return answer(r, r.GetRelease())
+	op := &coordinatorv1.SessionOperation{Operation: &coordinatorv1.SessionOperation_Release{Release: req}}
+	return sessionCall(ctx, c, op, false, (*coordinatorv1.SessionResult).GetRelease)
 }
 
 func (c sessionClient) Campaign(ctx context.Context, req *coordinatorv1.CampaignRequest, _ ...grpc.CallOption) (*coordinatorv1.CampaignResponse, error) {
 	req = proto.CloneOf(req)
 	req.Wait = waitBefore(ctx, req.GetWait())
-	r, err := c.call(ctx, &coordinatorv1.SessionOperation{Operation: &coordinatorv1.SessionOperation_Campaign{Campaign: req}},
-		req.GetTerm() == 0 && req.GetWait().AsDuration() > 0)
-	if err != nil {
-		return nil, err
-	}
-	return answer(r, r.GetCampaign())
+	op := &coordinatorv1.SessionOperation{Operation: &coordinatorv1.SessionOperation_Campaign{Campaign: req}}
+	return sessionCall(ctx, c, op, req.GetTerm() == 0 && req.GetWait().AsDuration() > 0, (*coordinatorv1.SessionResult).GetCampaign)
 }
 
 func (c sessionClient) Resign(ctx context.Context, req *coordinatorv1.ResignRequest, _ ...grpc.CallOption) (*coordinatorv1.ResignResponse, error) {
-	r, err := c.call(ctx, &coordinatorv1.SessionOperation{Operation: &coordinatorv1.SessionOperation_Resign{Resign: req}}, false)
+	op := &coordinatorv1.SessionOperation{Operation: &coordinatorv1.SessionOperation_Resign{Resign: req}}
+	return sessionCall(ctx, c, op, false, (*coordinatorv1.SessionResult).GetResign)
+}
+
+// sessionCall runs op, which waits when waits, and returns the response
+// that get takes from its result; a result of another kind is an error.
+func sessionCall[T any](ctx context.Context, c sessionClient, op *coordinatorv1.SessionOperation, waits bool,
+	get func(*coordinatorv1.SessionResult) *T,
+) (*T, error) {
+	r, err := c.call(ctx, op, waits)
 	if err != nil {
 		return nil, err
 	}
-	return answer(r, r.GetResign())
-}
-
-// answer returns resp, the result's response of the kind asked for, or an
-// error when the result carries another kind.
-func answer[T any](r *coordinatorv1.SessionResult, resp *T) (*T, error) {
-	if resp == nil {
-		return nil, status.Error(codes.Internal, fmt.Sprintf("session result %d of the wrong kind: %v", r.GetId(), r))
+	if resp := get(r); resp != nil {
+		return resp, nil
 	}
-	return resp, nil
+	return nil, status.Error(codes.Internal, fmt.Sprintf("session result %d of the wrong kind: %v", r.GetId(), r))
 }
 
 // TestSessionClientFollowsTheUnaryCalls checks the test adapter itself: a
