@@ -290,14 +290,9 @@ func (s *renewer) runStream(ctx context.Context, me *streamRun) {
 		}
 		s.mu.Unlock()
 
-		sent := make(chan struct{})
-		go func() {
-			defer close(sent)
-			s.sendLoop(sctx, cancel, conn)
-		}()
-		answered, err := s.recvLoop(conn)
-		cancel()
-		<-sent
+		answered, err := serveStream(cancel,
+			func() { s.sendLoop(sctx, cancel, conn) },
+			func() (bool, error) { return s.recvLoop(conn) })
 
 		s.mu.Lock()
 		if s.cur == conn {

@@ -151,6 +151,22 @@ func (s *session) submit(op *coordinatorv1.SessionOperation, done func(o *sessio
 	return o, nil
 }
 
+// serveStream serves one stream, the Session's or the KeepAlive one: send
+// on a goroutine of its own, recv on this one. When recv returns, cancel
+// ends the stream, and serveStream returns recv's results once send has
+// returned too, so that nothing of the stream outlives it.
+func serveStream(cancel context.CancelFunc, send func(), recv func() (answered bool, err error)) (bool, error) {
+	sent := make(chan struct{})
+	go func() {
+		defer close(sent)
+		send()
+	}()
+	answered, err := recv()
+	cancel()
+	<-sent
+	return answered, err
+}
+
 func poke(ch chan struct{}) {
 	select {
 	case ch <- struct{}{}:
@@ -292,14 +308,9 @@ func (s *session) stream(ctx context.Context) (bool, error) {
 	poke(conn.poke)
 	s.mu.Unlock()
 
-	sent := make(chan struct{})
-	go func() {
-		defer close(sent)
-		s.sendLoop(sctx, cancel, conn)
-	}()
-	answered, err := s.recvLoop(conn)
-	cancel()
-	<-sent
+	answered, err := serveStream(cancel,
+		func() { s.sendLoop(sctx, cancel, conn) },
+		func() (bool, error) { return s.recvLoop(conn) })
 	if err == nil {
 		err = io.ErrUnexpectedEOF // results were outstanding, or more may be queued
 		s.mu.Lock()

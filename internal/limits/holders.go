@@ -43,11 +43,7 @@ func (h *holders) enabled() bool { return h.max > 0 }
 func (h *holders) reserve(holder, name string, now time.Time) (reserved, ok bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	hl := h.m[holder]
-	if hl == nil {
-		hl = &holderLeases{leases: map[string]heldLease{}}
-		h.m[holder] = hl
-	}
+	hl := h.leasesOf(holder)
 	if _, held := hl.leases[name]; held && now.Before(hl.leases[name].until) {
 		return false, true
 	}
@@ -78,13 +74,19 @@ func (h *holders) done(holder string) {
 func (h *holders) granted(holder, name string, token uint64, ttl time.Duration, now time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	hl := h.leasesOf(holder)
+	hl.leases[name] = heldLease{token: token, until: now.Add(ttl)}
+	h.sweepSometimes(now)
+}
+
+// leasesOf returns holder's entry, made when missing; h.mu is held.
+func (h *holders) leasesOf(holder string) *holderLeases {
 	hl := h.m[holder]
 	if hl == nil {
 		hl = &holderLeases{leases: map[string]heldLease{}}
 		h.m[holder] = hl
 	}
-	hl.leases[name] = heldLease{token: token, until: now.Add(ttl)}
-	h.sweepSometimes(now)
+	return hl
 }
 
 // released forgets a lease that was released or found lost.

@@ -8,7 +8,8 @@ that renew themselves.
             work(lease.token)          # check lease.valid() / lease.lost while working
 
 A held Lease or Leadership renews itself in the background about every
-ttl/3, over one KeepAlive stream shared by all the grants of a Client. Its
+ttl/3, as renew operations on the Client's one Session stream (or, with
+use_session=False, over one KeepAlive stream shared by all its grants). Its
 validity is counted on this process's monotonic clock from when the request
 that granted or renewed it was sent, minus a margin of max(ttl/10, 50ms):
 when no renewal succeeds in time, ``lost`` is set at that local deadline,

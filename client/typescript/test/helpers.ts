@@ -190,39 +190,63 @@ export async function startCoordinator(opts: StartOptions = {}): Promise<Coordin
       if (opts.newStore ?? true) env["COORDINATOR_REDIS_NEW_STORE"] = "true";
     }
     Object.assign(env, opts.env ?? {});
-    let out = "";
-    const proc = spawn(bin, [], { env, stdio: ["ignore", "pipe", "pipe"] });
-    proc.stdout!.on("data", (d: Buffer) => (out += d.toString()));
-    proc.stderr!.on("data", (d: Buffer) => (out += d.toString()));
-    let exited = false;
-    const exit = new Promise<void>((r) => proc.once("exit", () => ((exited = true), r())));
-    cleanups.push(() => {
-      if (!exited) proc.kill("SIGKILL");
-    });
-    closers.push(async () => {
-      if (!exited) proc.kill("SIGKILL");
-      await exit;
-    });
-    const end = performance.now() + 20_000;
-    while (!exited && performance.now() < end && !(await canConnect(port))) await sleep(25);
-    if (!exited && performance.now() < end) {
-      return {
-        address: `127.0.0.1:${port}`,
-        port,
-        proc,
-        log: () => out,
-        kill: async (sig: NodeJS.Signals = "SIGTERM") => {
-          if (!exited) proc.kill(sig);
-          await exit;
-        },
-      };
+    const child = spawnListening(bin, [], env, port, 20_000);
+    if (await child.listening) {
+      return { address: `127.0.0.1:${port}`, port, proc: child.proc, log: child.log, kill: child.kill };
     }
-    if (!exited) proc.kill("SIGKILL");
-    await exit;
-    if (attempt >= 3 || !out.includes("address already in use")) {
-      throw new Error(`the coordinator did not start:\n${out}`);
+    await child.kill("SIGKILL");
+    if (attempt >= 3 || !child.log().includes("address already in use")) {
+      throw new Error(`the coordinator did not start:\n${child.log()}`);
     }
   }
+}
+
+/** A child process started by spawnListening. */
+interface ListeningChild {
+  proc: ChildProcess;
+  /** Resolves true once the child accepts connections on its port, false when it exited or timed out. */
+  listening: Promise<boolean>;
+  /** What the child wrote to stdout and stderr so far. */
+  log(): string;
+  /** kill sends sig (SIGTERM by default) unless the child has exited, and waits for its exit. */
+  kill(sig?: NodeJS.Signals): Promise<void>;
+}
+
+/**
+ * spawnListening starts a server process that should listen on port, kills
+ * it when the test process ends, and waits up to timeoutMs for it to accept
+ * connections.
+ */
+function spawnListening(
+  cmd: string,
+  args: string[],
+  env: Record<string, string> | undefined,
+  port: number,
+  timeoutMs: number,
+): ListeningChild {
+  let out = "";
+  const proc = spawn(cmd, args, { env, stdio: ["ignore", "pipe", "pipe"] });
+  proc.stdout!.on("data", (d: Buffer) => (out += d.toString()));
+  proc.stderr!.on("data", (d: Buffer) => (out += d.toString()));
+  let exited = false;
+  const exit = new Promise<void>((r) => proc.once("exit", () => ((exited = true), r())));
+  cleanups.push(() => {
+    if (!exited) proc.kill("SIGKILL");
+  });
+  closers.push(async () => {
+    if (!exited) proc.kill("SIGKILL");
+    await exit;
+  });
+  const kill = async (sig: NodeJS.Signals = "SIGTERM") => {
+    if (!exited) proc.kill(sig);
+    await exit;
+  };
+  const listening = (async () => {
+    const end = performance.now() + timeoutMs;
+    while (!exited && performance.now() < end && !(await canConnect(port))) await sleep(25);
+    return !exited && performance.now() < end;
+  })();
+  return { proc, listening, log: () => out, kill };
 }
 
 export interface Redis {
@@ -241,38 +265,13 @@ export async function startRedis(): Promise<Redis> {
   const dir = tempDir("redis-");
   for (let attempt = 1; ; attempt++) {
     const port = await freePort();
-    const proc = spawn(
-      "redis-server",
-      ["--bind", "127.0.0.1", "--port", String(port), "--save", "", "--appendonly", "no", "--dir", dir],
-      { stdio: ["ignore", "pipe", "pipe"] },
-    );
-    let out = "";
-    proc.stdout!.on("data", (d: Buffer) => (out += d.toString()));
-    proc.stderr!.on("data", (d: Buffer) => (out += d.toString()));
-    let exited = false;
-    const exit = new Promise<void>((r) => proc.once("exit", () => ((exited = true), r())));
-    cleanups.push(() => {
-      if (!exited) proc.kill("SIGKILL");
-    });
-    closers.push(async () => {
-      if (!exited) proc.kill("SIGKILL");
-      await exit;
-    });
-    const end = performance.now() + 10_000;
-    while (!exited && performance.now() < end && !(await canConnect(port))) await sleep(25);
-    if (!exited && performance.now() < end) {
-      return {
-        url: `redis://127.0.0.1:${port}/0`,
-        port,
-        kill: async () => {
-          if (!exited) proc.kill("SIGKILL");
-          await exit;
-        },
-      };
+    const args = ["--bind", "127.0.0.1", "--port", String(port), "--save", "", "--appendonly", "no", "--dir", dir];
+    const child = spawnListening("redis-server", args, undefined, port, 10_000);
+    if (await child.listening) {
+      return { url: `redis://127.0.0.1:${port}/0`, port, kill: () => child.kill("SIGKILL") };
     }
-    if (!exited) proc.kill("SIGKILL");
-    await exit;
-    if (attempt >= 3) throw new Error(`redis-server did not start:\n${out}`);
+    await child.kill("SIGKILL");
+    if (attempt >= 3) throw new Error(`redis-server did not start:\n${child.log()}`);
   }
 }
 
