@@ -23,7 +23,8 @@
 //	-suite handoff     release -> next waiter granted, resign -> next leader elected,
 //	                   10 vs 2,000 waiters on one name; etcd Mutex and Election beside
 //	-suite idle        Redis commands/s of an idle coordinator: 5,000 observed elections, 2,000 parked waiters
-//	-suite housekeeper messages unlocked: 1 and 3 instances vs the batch script direct
+//	-suite housekeeper messages unlocked on 1,000 queues: 1, 3 and 10 instances vs the batch script direct
+//	-suite housekeeper-idle housekeeper processes on 1,000 idle queues: cost per process and Redis, kill -9 takeover
 //	-suite clients     acquire+release through the Go, Python and TypeScript clients, one coordinator
 //	-suite soak        minutes of churn: Redis keys and memory, coordinator RSS and
 //	                   goroutines stay flat (not in the default list: it runs for -soak-duration)
@@ -33,6 +34,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -42,7 +44,7 @@ import (
 	"time"
 )
 
-const defaultSuites = "leases,streams,handoff,idle,housekeeper,clients"
+const defaultSuites = "leases,streams,handoff,idle,housekeeper,housekeeper-idle,clients"
 
 func main() {
 	// Child modes: this binary re-executed as a server of the bench.
@@ -60,6 +62,11 @@ func main() {
 	coordProfile := flag.String("coordinator-cpuprofile", "", "write a CPU profile of the leases suite's Redis-store coordinator child, over all of its measurements, to this `FILE`")
 	coordBin := flag.String("coordinator-bin", "", "run this coordinator binary instead of building ./cmd/coordinator of the repository (-coordinator-cpuprofile needs the build)")
 	jsonOut := flag.String("json", "", "also write every measurement to this `FILE` as JSON")
+	hkInstances := flag.String("hk-instances", "3,10", "housekeeper-idle suite: comma-separated instance counts")
+	hkWarmup := flag.Duration("hk-warmup", 15*time.Second, "housekeeper-idle suite: time from the last instance's start to the measurement")
+	hkWindow := flag.Duration("hk-window", 20*time.Second, "housekeeper-idle suite: how long the idle cost is measured")
+	hkKills := flag.Int("hk-kills", 5, "housekeeper-idle suite: kill -9 runs per instance count (the first kills the leader)")
+	hkBin := flag.String("housekeeper-bin", "", "housekeeper-idle suite: run this housekeeper binary instead of building ./cmd/housekeeper of the repository")
 	flag.Parse()
 
 	switch {
@@ -73,6 +80,7 @@ func main() {
 		coordProfile: *coordProfile,
 		soak:         soakConfig{duration: *soakDuration, retention: *soakRetention, maxTTL: 5 * time.Second, sample: 10 * time.Second},
 		builds:       &coordinatorBuilds{prebuilt: *coordBin},
+		hkIdle:       hkIdleConfig{instances: parseCounts(*hkInstances), warmup: *hkWarmup, window: *hkWindow, kills: max(*hkKills, 1), bin: *hkBin},
 	}))
 }
 
@@ -119,6 +127,12 @@ func run(suites, concurrency, cpuProfile, jsonOut string, env benchEnv) int {
 			err = idleSuite(env)
 		case "housekeeper":
 			err = housekeeperSuite(env)
+		case "housekeeper-idle":
+			if len(env.hkIdle.instances) == 0 {
+				err = errors.New("bad -hk-instances")
+			} else {
+				err = housekeeperIdleSuite(env)
+			}
 		case "soak":
 			err = soakSuite(env, env.soak)
 		case "clients":
@@ -151,4 +165,19 @@ type benchEnv struct {
 	soak         soakConfig
 	builds       *coordinatorBuilds
 	report       *report
+	hkIdle       hkIdleConfig
+}
+
+// parseCounts reads a comma-separated list of positive counts; nil when
+// one is not.
+func parseCounts(s string) []int {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil
+		}
+		out = append(out, n)
+	}
+	return out
 }

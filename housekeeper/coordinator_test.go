@@ -2,13 +2,13 @@ package housekeeper_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"maps"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
@@ -20,153 +20,198 @@ import (
 	"github.com/coordinator-dev/coordinator/internal/testwait"
 )
 
-// TestCutOffInstanceStopsBeforeItsLeaseExpires runs a housekeeper on real
-// coordinator leases, then takes the coordinator away: the instance must stop
-// working its queues before its leases could have expired on the server (so
-// a successor elsewhere could never overlap with it), and resume once the
-// coordinator is back.
-func TestCutOffInstanceStopsBeforeItsLeaseExpires(t *testing.T) {
-	const leaseTTL = time.Second
-	coord := coordtest.Start(t, coordtest.Config(t, "memory"))
-	c, err := client.New(coord.Addr())
+// instance is one housekeeper on a real coordinator: its own client,
+// membership and Runner.
+type instance struct {
+	id     string
+	c      *client.Client
+	m      *housekeeper.CoordinatorMembership
+	reg    *prometheus.Registry
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	killed atomic.Bool
+}
+
+func startInstance(t *testing.T, addr string, rdb redis.UniversalClient, d housekeepertest.Deckard, id string, ttl time.Duration) *instance {
+	t.Helper()
+	// No release on Close: stop() with kill leaves the leases to expire, as
+	// kill -9 does.
+	c, err := client.New(addr, client.WithIdentity(id), client.WithCloseTimeout(0), client.WithLogger(testLogger(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = c.Close() }()
-	rdb := redistest.Client(t)
-	d := newDeckard(t, rdb)
-	reg := prometheus.NewRegistry()
-	locker := &countingLocker{Locker: housekeeper.CoordinatorLocker(c), tries: make(map[string]int)}
-	r, err := housekeeper.New(rdb, locker, housekeeper.Config{
-		Prefix: d.Prefix, UnlockInterval: 50 * time.Millisecond, TimeoutInterval: 50 * time.Millisecond,
-		LeaseTTL: leaseTTL, Registerer: reg, Logger: testLogger(t),
+	in := &instance{id: id, c: c, reg: prometheus.NewRegistry()}
+	in.m, err = housekeeper.NewCoordinatorMembership(c, housekeeper.MembershipConfig{
+		ID: id, Namespace: d.Prefix, TTL: ttl, Logger: testLogger(t),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	cfg := fast
+	cfg.Prefix, cfg.Registerer, cfg.Logger = d.Prefix, in.reg, testLogger(t)
+	r, err := housekeeper.New(rdb, in.m, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Go(func() { _ = r.Run(ctx) })
-	defer func() { cancel(); wg.Wait() }()
+	in.cancel = cancel
+	in.wg.Go(func() {
+		if err := in.m.Run(ctx); err != nil && !(in.killed.Load() && errors.Is(err, client.ErrClosed)) {
+			t.Errorf("%s: membership: %v", id, err)
+		}
+	})
+	in.wg.Go(func() { _ = r.Run(ctx) })
+	t.Cleanup(func() { in.stop() })
+	return in
+}
 
-	seed := func(n int) {
+// kill ends the instance without a word to the coordinator: its
+// membership expires.
+func (in *instance) kill() {
+	in.killed.Store(true)
+	_ = in.c.Close()
+	in.stop()
+}
+
+// stop shuts the instance down cleanly: it leaves the membership.
+func (in *instance) stop() {
+	in.cancel()
+	in.wg.Wait()
+	_ = in.c.Close()
+}
+
+func (in *instance) moved(t *testing.T) float64 {
+	return metric(t, in.reg, "housekeeper_messages_unlocked_total") + metric(t, in.reg, "housekeeper_messages_timed_out_total")
+}
+
+func TestCoordinatorMembershipSharesTheQueuesAndTakesOverAKilledInstance(t *testing.T) {
+	const ttl = 500 * time.Millisecond
+	coord := coordtest.Start(t, coordtest.Config(t, "memory"))
+	rdb := redistest.Client(t)
+	d := newDeckard(t, rdb)
+	var ins []*instance
+	for i := range 3 {
+		ins = append(ins, startInstance(t, coord.Addr(), rdb, d, fmt.Sprint("hk-", i), ttl))
+	}
+	testwait.Until(t, 20*time.Second, "a view of all three", func() bool {
+		for _, in := range ins {
+			if v, _ := in.m.View(); len(v.Members) != 3 {
+				return false
+			}
+		}
+		return true
+	})
+	view, _ := ins[0].m.View()
+	for _, in := range ins[1:] {
+		if v, _ := in.m.View(); v.Token != view.Token {
+			t.Fatalf("views differ: %s has token %d, %s %d", ins[0].id, view.Token, in.id, v.Token)
+		}
+	}
+	seed := func(queues int) {
+		now := housekeepertest.NowMs(t, rdb)
+		d.Seed(t, rdb, func(p redis.Pipeliner) {
+			for q := range queues {
+				d.Put(context.Background(), p, fmt.Sprint("q", q), housekeepertest.Tmp, fmt.Sprint("m", now), float64(now-1))
+			}
+		})
+	}
+	seed(60)
+	testwait.Until(t, 20*time.Second, "every message moved", func() bool {
+		return ins[0].moved(t)+ins[1].moved(t)+ins[2].moved(t) == 60
+	})
+	for _, in := range ins {
+		if in.moved(t) == 0 {
+			t.Errorf("%s moved nothing of 60 queues", in.id)
+		}
+	}
+
+	ins[0].kill()
+	testwait.Until(t, 20*time.Second, "a view without the killed instance", func() bool {
+		for _, in := range ins[1:] {
+			if v, _ := in.m.View(); len(v.Members) != 2 || v.Has(ins[0].id) {
+				return false
+			}
+		}
+		return true
+	})
+	before := ins[1].moved(t) + ins[2].moved(t)
+	seed(60)
+	testwait.Until(t, 20*time.Second, "the survivors move every queue's message", func() bool {
+		return ins[1].moved(t)+ins[2].moved(t) == before+60
+	})
+	if v, _ := ins[1].m.View(); v.Token <= view.Token {
+		t.Errorf("the view after the kill has token %d, not above %d", v.Token, view.Token)
+	}
+}
+
+// TestCutOffInstanceStopsBeforeItsMembershipExpires takes the coordinator
+// away from a working instance: it must stop working before its
+// membership could have expired on the server (when a successor elsewhere
+// could take its queues), and resume once the coordinator is back.
+func TestCutOffInstanceStopsBeforeItsMembershipExpires(t *testing.T) {
+	const ttl = time.Second
+	coord := coordtest.Start(t, coordtest.Config(t, "memory"))
+	rdb := redistest.Client(t)
+	d := newDeckard(t, rdb)
+	in := startInstance(t, coord.Addr(), rdb, d, "alone", ttl)
+	seed := func() {
 		now := housekeepertest.NowMs(t, rdb)
 		d.Seed(t, rdb, func(p redis.Pipeliner) {
 			for q := range 5 {
-				for i := range n {
-					d.Put(context.Background(), p, fmt.Sprintf("q%d", q), housekeepertest.Tmp, fmt.Sprintf("m%d-%d", now, i), float64(now-1))
-				}
+				d.Put(context.Background(), p, fmt.Sprint("q", q), housekeepertest.Tmp, fmt.Sprint("m", now), float64(now-1))
 			}
 		})
 	}
 	inFlight := func() int {
 		total := 0
 		for q := range 5 {
-			total += len(d.Snapshot(t, rdb, fmt.Sprintf("q%d", q))[housekeepertest.Tmp])
+			total += len(d.Snapshot(t, rdb, fmt.Sprint("q", q))[housekeepertest.Tmp])
 		}
 		return total
 	}
-
-	seed(10)
-	testwait.Until(t, 10*time.Second, "the first messages to time out", func() bool { return inFlight() == 0 })
+	seed()
+	testwait.Until(t, 20*time.Second, "the first messages to time out", func() bool { return inFlight() == 0 })
 
 	coord.Kill()
 	cutOff := time.Now()
-	// Past this, every lease granted or renewed before the cut-off has
-	// expired on the server, and a successor could hold it. This waits for
-	// a moment on the wall clock, not for an event: nothing to poll.
-	time.Sleep(time.Until(cutOff.Add(leaseTTL)))
-	seed(10)
-	// Wait for the instance to go through its cycles at least twice more,
-	// trying for every queue's lease, unless (wrongly) it moves messages.
-	tried := locker.snapshot()
-	testwait.Until(t, 10*time.Second, "two more cycles over every queue", func() bool {
-		now := locker.snapshot()
-		for q := range 5 {
-			name := fmt.Sprintf("housekeeper/timeout/q%d", q)
-			if now[name] < tried[name]+2 {
-				return inFlight() != 50
-			}
-		}
-		return true
-	})
-	if n := inFlight(); n != 50 {
-		t.Fatalf("%d of 50 messages moved after the instance's leases ran out", 50-n)
+	// Past this, the membership granted or renewed before the cut-off has
+	// expired on the server. This waits for a moment on the wall clock, not
+	// for an event: nothing to poll.
+	time.Sleep(time.Until(cutOff.Add(ttl)))
+	seed()
+	reads := metric(t, in.reg, "housekeeper_set_reads_total")
+	time.Sleep(10 * fast.QuietProbeInterval)
+	if n := inFlight(); n != 5 {
+		t.Fatalf("%d of 5 messages moved after the instance's membership ran out", 5-n)
 	}
-	if lost := metric(t, reg, "housekeeper_leases_lost_total", "task", "timeout"); lost < 1 {
-		t.Fatalf("housekeeper_leases_lost_total{task=timeout} = %v; the leases were not given up", lost)
+	if metric(t, in.reg, "housekeeper_set_reads_total") != reads {
+		t.Error("the instance went on reading sets without a membership")
 	}
-
 	coord.Restart()
-	testwait.Until(t, 15*time.Second, "work to resume with the coordinator back", func() bool { return inFlight() == 0 })
+	testwait.Until(t, 30*time.Second, "work to resume with the coordinator back", func() bool { return inFlight() == 0 })
 }
 
-// countingLocker counts the TryLock calls of each name.
-type countingLocker struct {
-	housekeeper.Locker
-	mu    sync.Mutex
-	tries map[string]int
-}
-
-func (l *countingLocker) TryLock(ctx context.Context, name string, ttl time.Duration) (housekeeper.Lease, error) {
-	l.mu.Lock()
-	l.tries[name]++
-	l.mu.Unlock()
-	return l.Locker.TryLock(ctx, name, ttl)
-}
-
-func (l *countingLocker) snapshot() map[string]int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return maps.Clone(l.tries)
-}
-
-// pastDeadline is a lease whose Done has not closed (the goroutine that
-// would close it has not run yet) but whose local deadline has passed, as
-// after a process pause.
-type pastDeadline struct{ housekeeper.Lease }
-
-func (pastDeadline) Deadline() time.Time { return time.Now().Add(-time.Millisecond) }
-
-type pausedLocker struct{ inner housekeeper.Locker }
-
-func (l pausedLocker) TryLock(ctx context.Context, name string, ttl time.Duration) (housekeeper.Lease, error) {
-	lease, err := l.inner.TryLock(ctx, name, ttl)
-	if err != nil {
-		return nil, err
-	}
-	return pastDeadline{lease}, nil
-}
-
-// TestLeasePastItsDeadlineIsNotUsed: a lease whose local deadline passed is
-// treated as lost before any batch, even if its Done channel has not closed
-// yet.
-func TestLeasePastItsDeadlineIsNotUsed(t *testing.T) {
-	rdb := redistest.Client(t)
-	d := newDeckard(t, rdb)
-	now := housekeepertest.NowMs(t, rdb)
-	d.Seed(t, rdb, func(p redis.Pipeliner) {
-		d.Put(context.Background(), p, "q", housekeepertest.Tmp, "m", float64(now-1))
-	})
-	reg := prometheus.NewRegistry()
-	clock := clockwork.NewFakeClock()
-	r, err := housekeeper.NewWithClock(rdb, pausedLocker{housekeepertest.NewLocker()}, housekeeper.Config{
-		Prefix: d.Prefix, UnlockInterval: time.Hour, TimeoutInterval: time.Second,
-		Registerer: reg, Logger: testLogger(t),
-	}, clock)
+func TestNewCoordinatorMembershipRejectsBadConfig(t *testing.T) {
+	coord := coordtest.Start(t, coordtest.Config(t, "memory"))
+	c, err := client.New(coord.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Go(func() { _ = r.Run(ctx) })
-	settle(t, clock, 2) // the first cycles, which get the lease and must not use it
-	cancel()
-	wg.Wait()
-	if n := len(d.Snapshot(t, rdb, "q")[housekeepertest.Tmp]); n != 1 {
-		t.Fatal("a batch ran on a lease past its deadline")
-	}
-	if lost := metric(t, reg, "housekeeper_leases_lost_total", "task", "timeout"); lost < 1 {
-		t.Fatalf("housekeeper_leases_lost_total{task=timeout} = %v", lost)
+	defer func() { _ = c.Close() }()
+	for _, tt := range []struct {
+		name string
+		c    *client.Client
+		cfg  housekeeper.MembershipConfig
+	}{
+		{"no client", nil, housekeeper.MembershipConfig{}},
+		{"id with a slash", c, housekeeper.MembershipConfig{ID: "a/b"}},
+		{"negative TTL", c, housekeeper.MembershipConfig{TTL: -time.Second}},
+		{"negative check interval", c, housekeeper.MembershipConfig{CheckInterval: -time.Second}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := housekeeper.NewCoordinatorMembership(tt.c, tt.cfg); err == nil {
+				t.Error("accepted")
+			}
+		})
 	}
 }

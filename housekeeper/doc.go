@@ -21,39 +21,67 @@
 // of at most Config.BatchSize ids is one Lua script (scripts/*.lua), hence
 // atomic; batches repeat until one finds fewer due ids than the limit.
 //
-// Every cycle (Config.UnlockInterval, Config.TimeoutInterval) discovers the
-// queues afresh with SCAN (every master of a Cluster), MATCH
-// P:queue:{*}:lock_*ack and P:queue:{*}:tmp. The queue name is read from the
-// hash tag, never by splitting on ':' ("a::b:tmp" is a queue name), and what
-// follows the tag must be one of the six suffixes; other keys are skipped.
+// # Dividing the work: views
 //
-// # Leases and fencing
+// Every instance holds a membership lease, "housekeeper/members/<id>"
+// (behind MembershipConfig.Namespace), that its SDK renews about every
+// TTL/3. The instance elected in "housekeeper/leader" lists the members
+// every CheckInterval and, when they changed, publishes a View as the
+// election's value: the sorted member ids and a fencing token, taken from a
+// grant of "housekeeper/view" so that it is above every earlier view's.
+// Every instance observes the election. A queue's unlock task and its
+// timeout task each belong to one member of the view, by rendezvous hashing
+// (View.Owner), so that instances holding the same view never work the
+// same set, a member's arrival or departure moves only the sets it takes or
+// leaves, and the work spreads evenly whatever order instances started in.
+// The cost is one renewed lease per instance and the leader's listing, not
+// one per queue: a short TTL (a second by default) is cheap. A killed
+// instance's sets move on within TTL + CheckInterval of its last renewal.
 //
-// Before working queue Q a Runner holds the lease "housekeeper/unlock/Q" or
-// "housekeeper/timeout/Q" (behind Config.LeaseNamespace) from its Locker,
-// keeps it across batches and cycles while it is live, and skips Q for the
-// cycle when another instance holds it. It checks the lease before each batch
-// and leaves Q as soon as it is lost; the batch in flight then still runs.
-// Leases of queues not found for Config.LeaseIdleTimeout are released, and
-// all of them on shutdown; a release that fails (the coordinator is out of
-// reach) is logged as such, and that lease expires after its TTL.
+// An instance works nothing while its membership lease is lost or past its
+// local deadline, or while the view it holds does not name it, and checks
+// both before every batch. After a lapse it takes views only from an
+// observation begun under its new lease.
 //
-// Each batch carries its lease's fencing token. Redis keeps the highest token
-// seen per task and queue in P:housekeeper:{Q}:fence:unlock and
-// P:housekeeper:{Q}:fence:timeout (same hash tag, outside the scanned
+// # Fencing
+//
+// Each batch carries the token of the view it was planned under. Redis keeps
+// the highest token seen per task and queue in P:housekeeper:{Q}:fence:unlock
+// and P:housekeeper:{Q}:fence:timeout (same hash tag, outside the scanned
 // P:queue: space); a batch with a lower token moves nothing and fails with
-// ErrFenced, an equal or higher one is accepted and stored. So once a newer
-// holder has run a batch on Q, a stale holder (paused, partitioned, its lease
-// expired without its knowing) cannot run another there.
+// ErrFenced, an equal or higher one is accepted and stored. So once an
+// instance working under a newer view has run a batch on Q, one still on an
+// older view (paused, partitioned, not yet told) cannot run another there;
+// it waits for a newer view before trying that set again. View tokens are
+// coordinator fencing tokens of one name, so they stay monotonic across
+// leader changes, coordinator restarts and a coordinator Redis that lost its
+// data.
 //
 // What this does not give: the fence only knows tokens it has seen, so a
-// stale holder's batch that reaches Redis before the new holder's first one
+// stale instance's batch that reaches Redis before the new owner's first one
 // is accepted. That is harmless here: every batch is atomic and moves only
 // what is still due and still in its set, so two batches on one queue, in
-// any order or overlap, can neither duplicate nor lose a message. The leases
-// spread the work and keep it from being done twice; correctness never rests
-// on them. Fence keys never expire (expiring one would let stale tokens back
-// in) and are not deleted when a queue goes away.
+// any order or overlap, can neither duplicate nor lose a message. The views
+// spread the work and keep it from being done twice; correctness never
+// rests on them. Fence keys never expire (expiring one would let stale
+// tokens back in) and are not deleted when a queue goes away.
+//
+// # Finding the work: discovery and reads
+//
+// Every Config.DiscoveryInterval one SCAN (every master of a Cluster),
+// MATCH P:queue:{*}:*, finds the sets. The queue name is read from the hash
+// tag, never by splitting on ':' ("a::b:tmp" is a queue name), and what
+// follows the tag must be one of the six suffixes; other keys are skipped.
+//
+// A set is not run every cycle. Its earliest entry, the head, is read (one
+// ZRANGE, pipelined with the others due and one TIME) when the instance
+// first owns it, again Config.ProbeInterval after it changed or was worked,
+// and otherwise at intervals doubling up to Config.QuietProbeInterval; the
+// set is drained when its head falls due, by a timer. So an idle instance
+// costs Redis about (its sets / QuietProbeInterval) commands a second plus
+// its SCAN, and a message is moved when it falls due, except one that falls
+// due before the head its set had when last read (a lock shorter than every
+// lock in the set), which is moved within QuietProbeInterval.
 //
 // # Metrics
 //
@@ -65,7 +93,9 @@
 //	housekeeper_messages_timed_out_total{queue}
 //	housekeeper_batch_duration_seconds{task}              histogram; task: unlock, timeout
 //	housekeeper_batches_fenced_total{task}
-//	housekeeper_leases_lost_total{task}
+//	housekeeper_set_reads_total                           sets whose head was read (a command each)
+//	housekeeper_sets_owned{task}                          gauge: sets worked under the view in force
+//	housekeeper_view_token, housekeeper_view_members      gauges: the view in force; token 0: none
 //	housekeeper_leader                                    gauge: 1 while SetLeader(true)
 //	housekeeper_queue_messages{queue,set}                 gauge; only while SetLeader(true)
 //

@@ -18,12 +18,15 @@ const sizesTimeout = 5 * time.Second
 // prefixes may have queues of the same name, and their series must not mix.
 // Runners on one prefix and one Registerer share these (see register).
 type metrics struct {
-	unlocked   *prometheus.CounterVec   // queue, lock_type
-	timedOut   *prometheus.CounterVec   // queue
-	duration   *prometheus.HistogramVec // task
-	fenced     *prometheus.CounterVec   // task
-	leasesLost *prometheus.CounterVec   // task
-	queues     *queueCollector          // housekeeper_leader and the queue gauges
+	unlocked  *prometheus.CounterVec   // queue, lock_type
+	timedOut  *prometheus.CounterVec   // queue
+	duration  *prometheus.HistogramVec // task
+	fenced    *prometheus.CounterVec   // task
+	probes    prometheus.Counter       // sets whose head was read
+	owned     *prometheus.GaugeVec     // task
+	viewToken prometheus.Gauge
+	members   prometheus.Gauge
+	queues    *queueCollector // housekeeper_leader and the queue gauges
 }
 
 func newMetrics(reg prometheus.Registerer, q *Queues) (*metrics, error) {
@@ -50,11 +53,26 @@ func newMetrics(reg prometheus.Registerer, q *Queues) (*metrics, error) {
 			Help:        "Batches refused at Redis because their fencing token was stale.",
 			ConstLabels: labels,
 		}, []string{"task"}),
-		leasesLost: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name:        "housekeeper_leases_lost_total",
-			Help:        "Held leases found lost (Done closed) before being released.",
+		probes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name:        "housekeeper_set_reads_total",
+			Help:        "Sets whose earliest entry this instance read (one Redis command each).",
+			ConstLabels: labels,
+		}),
+		owned: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name:        "housekeeper_sets_owned",
+			Help:        "Sets this instance works under the view in force (task: unlock for lock_ack and lock_nack, timeout for tmp).",
 			ConstLabels: labels,
 		}, []string{"task"}),
+		viewToken: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name:        "housekeeper_view_token",
+			Help:        "Fencing token of the view this instance works under; 0: none (not a member now).",
+			ConstLabels: labels,
+		}),
+		members: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name:        "housekeeper_view_members",
+			Help:        "Instances in the view this instance works under.",
+			ConstLabels: labels,
+		}),
 		queues: newQueueCollector(q, labels),
 	}
 	var err error
@@ -70,7 +88,16 @@ func newMetrics(reg prometheus.Registerer, q *Queues) (*metrics, error) {
 	if m.fenced, err = register(reg, m.fenced); err != nil {
 		return nil, err
 	}
-	if m.leasesLost, err = register(reg, m.leasesLost); err != nil {
+	if m.probes, err = register(reg, m.probes); err != nil {
+		return nil, err
+	}
+	if m.owned, err = register(reg, m.owned); err != nil {
+		return nil, err
+	}
+	if m.viewToken, err = register(reg, m.viewToken); err != nil {
+		return nil, err
+	}
+	if m.members, err = register(reg, m.members); err != nil {
 		return nil, err
 	}
 	if m.queues, err = register(reg, m.queues); err != nil {
@@ -78,9 +105,20 @@ func newMetrics(reg prometheus.Registerer, q *Queues) (*metrics, error) {
 	}
 	for _, t := range []task{taskUnlock, taskTimeout} {
 		m.fenced.WithLabelValues(string(t))
-		m.leasesLost.WithLabelValues(string(t))
+		m.owned.WithLabelValues(string(t))
 	}
 	return m, nil
+}
+
+// view reports the view in force and the sets owned under it. Runners of
+// one prefix sharing a registry overwrite each other's gauges; one Runner a
+// process is the deployment's case.
+func (m *metrics) view(v View, owned map[task]int) {
+	m.viewToken.Set(float64(v.Token))
+	m.members.Set(float64(len(v.Members)))
+	for _, t := range []task{taskUnlock, taskTimeout} {
+		m.owned.WithLabelValues(string(t)).Set(float64(owned[t]))
+	}
 }
 
 // register registers c on reg (when not nil). When an identical collector,

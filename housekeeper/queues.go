@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -131,29 +132,95 @@ func batchErr(err error, t task, queue string, token uint64) error {
 	return fmt.Errorf("housekeeper: %s batch of queue %q: %w", t, queue, err)
 }
 
-// discover returns the queues having at least one of the sets task works on,
-// with the sets found. Keys that are not exactly a queue set are skipped.
-func (q *Queues) discover(ctx context.Context, t task) (map[string]kinds, error) {
-	var match string
-	var want kinds
-	switch t {
-	case taskUnlock:
-		match = q.ks.pattern(":lock_*ack") // :lock_ack and :lock_nack in one pass
-		want.add(kindLockAck)
-		want.add(kindLockNack)
-	case taskTimeout:
-		match = q.ks.pattern(":tmp")
-		want.add(kindTmp)
+// workSet is one set the housekeeper works: a queue's tmp (timeout task),
+// lock_ack or lock_nack (unlock task).
+type workSet struct {
+	queue string
+	kind  kind // kindTmp, kindLockAck or kindLockNack
+}
+
+func (w workSet) task() task {
+	if w.kind == kindTmp {
+		return taskTimeout
 	}
-	found := make(map[string]kinds)
-	err := q.scan(ctx, match, func(key string) {
-		if queue, k, ok := q.ks.parse(key); ok && want.has(k) {
-			s := found[queue]
-			s.add(k)
-			found[queue] = s
+	return taskUnlock
+}
+
+func (w workSet) String() string { return w.queue + kindSuffixes[w.kind] }
+
+// discover returns every set the housekeeper works on, found by one SCAN of
+// the prefix's queue keys that have a suffix. Keys that are not exactly a
+// queue set are skipped.
+func (q *Queues) discover(ctx context.Context) (map[workSet]struct{}, error) {
+	found := make(map[workSet]struct{})
+	err := q.scan(ctx, q.ks.pattern(":*"), func(key string) {
+		if queue, k, ok := q.ks.parse(key); ok && (k == kindTmp || k == kindLockAck || k == kindLockNack) {
+			found[workSet{queue, k}] = struct{}{}
 		}
 	})
 	return found, err
+}
+
+// head is the earliest entry of a set, as a probe read it.
+type head struct {
+	empty bool
+	id    string
+	score float64 // due time, unix ms by Redis' clock
+}
+
+// probeChunk is how many sets one probe pipeline reads.
+const probeChunk = 500
+
+// heads reads the earliest entry of each set (ZRANGE 0 0 WITHSCORES: one
+// command a set) and Redis' clock, in one pipeline per probeChunk sets.
+// errs[i] is set's own failure (a key of another type, say), which leaves
+// the other sets' heads good; err is a failure of the whole read.
+func (q *Queues) heads(ctx context.Context, sets []workSet) (redisNow time.Time, out []head, errs []error, err error) {
+	out, errs = make([]head, len(sets)), make([]error, len(sets))
+	for start := 0; start < len(sets); start += probeChunk {
+		chunk := sets[start:min(start+probeChunk, len(sets))]
+		var clock *redis.TimeCmd
+		cmds := make([]*redis.ZSliceCmd, len(chunk))
+		_, _ = q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			if start == 0 {
+				clock = p.Time(ctx)
+			}
+			for i, s := range chunk {
+				cmds[i] = p.ZRangeWithScores(ctx, q.ks.set(s.queue, s.kind), 0, 0)
+			}
+			return nil
+		})
+		if clock != nil {
+			if redisNow, err = clock.Result(); err != nil {
+				return time.Time{}, nil, nil, fmt.Errorf("housekeeper: read %d sets: %w", len(sets), err)
+			}
+		}
+		for i, c := range cmds {
+			zs, err := c.Result()
+			switch {
+			case err != nil:
+				errs[start+i] = fmt.Errorf("housekeeper: read set %s: %w", chunk[i], err)
+			case len(zs) == 0:
+				out[start+i] = head{empty: true}
+			default:
+				id, _ := zs[0].Member.(string)
+				out[start+i] = head{id: id, score: zs[0].Score}
+			}
+		}
+	}
+	return redisNow, out, errs, nil
+}
+
+// batch runs one batch of w's task under token.
+func (q *Queues) batch(ctx context.Context, w workSet, token uint64, limit int) (int, error) {
+	switch w.kind {
+	case kindTmp:
+		return q.TimeoutBatch(ctx, w.queue, token, limit)
+	case kindLockNack:
+		return q.UnlockBatch(ctx, w.queue, LockNack, token, limit)
+	default:
+		return q.UnlockBatch(ctx, w.queue, LockAck, token, limit)
+	}
 }
 
 // scan calls fn for every key matching match, on every master of a Cluster

@@ -5,80 +5,92 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
-	"strings"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 )
 
 // Defaults of Config's zero fields.
 const (
-	DefaultBatchSize        = 1000
-	DefaultParallelism      = 5
-	DefaultInterval         = time.Second
-	DefaultLeaseTTL         = 5 * time.Second
-	DefaultLeaseIdleTimeout = 30 * time.Second
+	DefaultBatchSize          = 1000
+	DefaultParallelism        = 5
+	DefaultDiscoveryInterval  = time.Second
+	DefaultProbeInterval      = time.Second
+	DefaultQuietProbeInterval = 10 * time.Second
 )
 
-// releaseTimeout bounds the release of leases at shutdown or when fenced.
-const releaseTimeout = 2 * time.Second
+// batchTimeout bounds one batch script call.
+const batchTimeout = 5 * time.Second
+
+// probeSlack: when one set must be read, those due to be read within this
+// much later are read in the same pipeline, so that an instance wakes a few
+// times a second at most however many sets it owns.
+const probeSlack = 100 * time.Millisecond
 
 // Config configures a Runner. Zero fields take the defaults.
 type Config struct {
-	Prefix          string        // Deckard's key prefix; DefaultPrefix
-	BatchSize       int           // most messages one script call moves; DefaultBatchSize
-	Parallelism     int           // most queues worked at once, both tasks together; DefaultParallelism
-	UnlockInterval  time.Duration // between starts of unlock cycles; DefaultInterval
-	TimeoutInterval time.Duration // between starts of timeout cycles; DefaultInterval
-	LeaseTTL        time.Duration // TTL asked of the Locker; DefaultLeaseTTL
-	// LeaseNamespace, when set, prefixes lease names:
-	// "<ns>/housekeeper/unlock/<queue>" instead of "housekeeper/unlock/<queue>".
-	LeaseNamespace string
-	// LeaseIdleTimeout: a lease of a queue no cycle has found for this long
-	// (its sets are gone) is released; DefaultLeaseIdleTimeout.
-	LeaseIdleTimeout time.Duration
-	Logger           *slog.Logger          // slog.Default() when nil
-	Registerer       prometheus.Registerer // where metrics go; none are registered when nil
+	Prefix      string // Deckard's key prefix; DefaultPrefix
+	BatchSize   int    // most messages one script call moves; DefaultBatchSize
+	Parallelism int    // most batches in flight at once; DefaultParallelism
+	// DiscoveryInterval is the time between the SCANs that find the sets
+	// (a new queue, or a set that was empty, is found within it);
+	// DefaultDiscoveryInterval.
+	DiscoveryInterval time.Duration
+	// ProbeInterval is how soon a set is read again after its head changed
+	// or it was worked; DefaultProbeInterval.
+	ProbeInterval time.Duration
+	// QuietProbeInterval is the longest a set whose head does not change
+	// goes unread: the bound on how late a message is moved that falls due
+	// before the head its set had when last read; DefaultQuietProbeInterval.
+	QuietProbeInterval time.Duration
+	Logger             *slog.Logger          // slog.Default() when nil
+	Registerer         prometheus.Registerer // where metrics go; none are registered when nil
 }
 
-// Runner runs the unlock and timeout tasks on every queue it gets a lease
-// for. See the package comment.
+// Membership tells a Runner the view it works under: CoordinatorMembership
+// in a deployment.
+type Membership interface {
+	// ID is this instance's id, as views name it.
+	ID() string
+	// View returns the newest view and a channel closed when it changes.
+	// The zero View (Token 0) is none: nothing is worked under it.
+	View() (View, <-chan struct{})
+	// Live reports whether this instance's membership holds now, by its
+	// own clock: checked before every batch.
+	Live() bool
+}
+
+// Runner works the sets that its instance owns under the current view. See
+// the package comment.
 type Runner struct {
 	queues  *Queues
-	locker  Locker
+	member  Membership
 	cfg     Config
 	log     *slog.Logger
 	m       *metrics
-	clock   clockwork.Clock // paces the cycles and dates the leases' use
-	sem     chan struct{}   // worker slots, shared by both tasks
-	leases  *leaseCache
 	running atomic.Bool
 	leading atomic.Bool
+	wakeups atomic.Int64 // of the schedule loop, for tests
 }
 
-// New returns a Runner working on rdb's queues, gated by locker.
-func New(rdb redis.UniversalClient, locker Locker, cfg Config) (*Runner, error) {
-	return newRunner(rdb, locker, cfg, clockwork.NewRealClock())
-}
-
-func newRunner(rdb redis.UniversalClient, locker Locker, cfg Config, clock clockwork.Clock) (*Runner, error) {
-	if locker == nil {
-		return nil, errors.New("housekeeper: nil Locker")
+// New returns a Runner working on rdb's queues, dividing them with the
+// other instances through member.
+func New(rdb redis.UniversalClient, member Membership, cfg Config) (*Runner, error) {
+	if member == nil {
+		return nil, errors.New("housekeeper: nil Membership")
 	}
 	for _, v := range []struct {
 		name string
 		ptr  *time.Duration
 		def  time.Duration
 	}{
-		{"UnlockInterval", &cfg.UnlockInterval, DefaultInterval},
-		{"TimeoutInterval", &cfg.TimeoutInterval, DefaultInterval},
-		{"LeaseTTL", &cfg.LeaseTTL, DefaultLeaseTTL},
-		{"LeaseIdleTimeout", &cfg.LeaseIdleTimeout, DefaultLeaseIdleTimeout},
+		{"DiscoveryInterval", &cfg.DiscoveryInterval, DefaultDiscoveryInterval},
+		{"ProbeInterval", &cfg.ProbeInterval, DefaultProbeInterval},
+		{"QuietProbeInterval", &cfg.QuietProbeInterval, DefaultQuietProbeInterval},
 	} {
 		switch {
 		case *v.ptr < 0:
@@ -87,20 +99,20 @@ func newRunner(rdb redis.UniversalClient, locker Locker, cfg Config, clock clock
 			*v.ptr = v.def
 		}
 	}
-	switch {
-	case cfg.BatchSize < 0:
-		return nil, fmt.Errorf("housekeeper: BatchSize %d is negative", cfg.BatchSize)
-	case cfg.BatchSize == 0:
-		cfg.BatchSize = DefaultBatchSize
+	if cfg.QuietProbeInterval < cfg.ProbeInterval {
+		return nil, fmt.Errorf("housekeeper: QuietProbeInterval %v is below ProbeInterval %v", cfg.QuietProbeInterval, cfg.ProbeInterval)
 	}
-	switch {
-	case cfg.Parallelism < 0:
-		return nil, fmt.Errorf("housekeeper: Parallelism %d is negative", cfg.Parallelism)
-	case cfg.Parallelism == 0:
-		cfg.Parallelism = DefaultParallelism
-	}
-	if cfg.LeaseNamespace != "" {
-		cfg.LeaseNamespace = strings.TrimSuffix(cfg.LeaseNamespace, "/") + "/"
+	for _, v := range []struct {
+		name string
+		ptr  *int
+		def  int
+	}{{"BatchSize", &cfg.BatchSize, DefaultBatchSize}, {"Parallelism", &cfg.Parallelism, DefaultParallelism}} {
+		switch {
+		case *v.ptr < 0:
+			return nil, fmt.Errorf("housekeeper: %s %d is negative", v.name, *v.ptr)
+		case *v.ptr == 0:
+			*v.ptr = v.def
+		}
 	}
 	q, err := NewQueues(rdb, cfg.Prefix)
 	if err != nil {
@@ -117,13 +129,10 @@ func newRunner(rdb redis.UniversalClient, locker Locker, cfg Config, clock clock
 	}
 	return &Runner{
 		queues: q,
-		locker: locker,
+		member: member,
 		cfg:    cfg,
 		log:    log.With("component", "housekeeper", "prefix", cfg.Prefix),
 		m:      m,
-		clock:  clock,
-		sem:    make(chan struct{}, cfg.Parallelism),
-		leases: newLeaseCache(clock),
 	}, nil
 }
 
@@ -141,244 +150,341 @@ func (r *Runner) SetLeader(leader bool) {
 	}
 }
 
-// Run works until ctx is cancelled: every UnlockInterval an unlock cycle,
-// every TimeoutInterval a timeout cycle, each discovering the queues afresh.
-// Once ctx is cancelled it lets the batches in flight finish (their
-// script calls are not cancelled), starts no new ones, releases every lease
-// it holds, logs how many it released and how many releases failed, and
-// returns nil. Redis and Locker failures are logged and retried next cycle,
+// setState is what a Runner knows of one set.
+type setState struct {
+	owned   bool          // this instance works it under the current view
+	known   bool          // read since it was found or became owned
+	head    head          // as last read
+	due     time.Time     // when head falls due, by this process's clock
+	probeAt time.Time     // when to read it again
+	quiet   time.Duration // the interval of its next read while it does not change
+	busy    bool          // a probe or a drain of it is in flight
+	// fencedUnder is the view whose batch was refused by the set's fence:
+	// a newer view is in force elsewhere, so the set waits for it here.
+	fencedUnder uint64
+}
+
+// Run works until ctx is cancelled. One goroutine keeps the schedule: every
+// DiscoveryInterval a SCAN finds the sets; each owned set's head is read
+// (probed) when it is new to this instance, after its head changed or it
+// was worked, and otherwise at intervals doubling up to QuietProbeInterval;
+// a set is drained, batch after batch, when its head falls due. Once ctx is
+// cancelled it lets the batches in flight finish (their script calls are
+// not cancelled) and returns nil. Redis failures are logged and retried,
 // never returned. A Runner runs once at a time.
 func (r *Runner) Run(ctx context.Context) error {
 	if !r.running.CompareAndSwap(false, true) {
 		return errors.New("housekeeper: Runner is already running")
 	}
 	defer r.running.Store(false)
-	var wg sync.WaitGroup
-	wg.Go(func() { r.loop(ctx, taskUnlock, r.cfg.UnlockInterval) })
-	wg.Go(func() { r.loop(ctx, taskTimeout, r.cfg.TimeoutInterval) })
-	wg.Wait()
-	res := r.release(context.WithoutCancel(ctx), r.leases.takeAll())
-	counts := []any{"released", res.released, "failed", res.failed, "already_lost", res.lost}
-	if res.failed > 0 {
-		r.log.Warn("stopped; some leases could not be released and will expire within their TTL", append(counts, "err", res.err)...)
-	} else {
-		r.log.Info("stopped; leases released", counts...)
-	}
+	s := &schedule{r: r, sets: make(map[workSet]*setState), events: make(chan func(), 16), slots: r.cfg.Parallelism}
+	s.run(ctx)
 	return nil
 }
 
-// loop starts a cycle of t at once, then every interval (at once when a
-// cycle overran it).
-func (r *Runner) loop(ctx context.Context, t task, interval time.Duration) {
-	timer := r.clock.NewTimer(0)
+// schedule is the state of one Run, owned by its loop goroutine; the
+// goroutines it starts hand their results back as events.
+type schedule struct {
+	r      *Runner
+	sets   map[workSet]*setState
+	view   View
+	events chan func()
+	wg     sync.WaitGroup
+
+	slots         int // drains that may still start
+	probing       bool
+	discovering   bool
+	nextDiscovery time.Time
+}
+
+func (s *schedule) run(ctx context.Context) {
+	r := s.r
+	timer := time.NewTimer(0)
 	defer timer.Stop()
+	for ctx.Err() == nil {
+		view, viewChanged := r.member.View()
+		if view.Token != s.view.Token || !slices.Equal(view.Members, s.view.Members) {
+			s.reassign(view)
+		}
+		now := time.Now()
+		if !s.discovering && !now.Before(s.nextDiscovery) {
+			s.discover(ctx)
+		}
+		// A discovery in flight wakes the loop with its result.
+		wake := now.Add(time.Hour)
+		if !s.discovering {
+			wake = s.nextDiscovery
+		}
+		if r.member.Live() && view.Has(r.member.ID()) {
+			wake = s.work(ctx, now, wake)
+		}
+		timer.Reset(max(0, time.Until(wake)))
+		select {
+		case <-ctx.Done():
+		case <-viewChanged:
+		case f := <-s.events:
+			f()
+		case <-timer.C:
+		}
+		r.wakeups.Add(1)
+	}
+	done := make(chan struct{})
+	go func() {
+		s.wg.Wait()
+		close(done)
+	}()
 	for {
 		select {
-		case <-ctx.Done():
+		case f := <-s.events:
+			f()
+		case <-done:
 			return
-		case <-timer.Chan():
-		}
-		start := r.clock.Now()
-		r.cycle(ctx, t)
-		timer.Reset(max(0, interval-r.clock.Since(start)))
-	}
-}
-
-// cycle discovers t's queues and works each one, at most Parallelism at a
-// time, in an order of its own so that instances spread over the queues.
-func (r *Runner) cycle(ctx context.Context, t task) {
-	found, err := r.queues.discover(ctx, t)
-	if err != nil {
-		if ctx.Err() == nil {
-			r.log.Warn("queue discovery failed", "task", t, "err", err)
-		}
-		return
-	}
-	order := make([]string, 0, len(found))
-	for queue := range found {
-		order = append(order, queue)
-	}
-	//nolint:gosec // G404: the order only spreads instances over the queues; nothing rests on its being unpredictable
-	rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
-	var wg sync.WaitGroup
-queues:
-	for _, queue := range order {
-		select {
-		case <-ctx.Done():
-			break queues
-		case r.sem <- struct{}{}:
-		}
-		wg.Go(func() {
-			defer func() { <-r.sem }()
-			r.work(ctx, t, queue, found[queue])
-		})
-	}
-	wg.Wait()
-	if ctx.Err() == nil {
-		if res := r.release(ctx, r.leases.takeIdle(t, r.cfg.LeaseIdleTimeout)); res.failed > 0 {
-			r.log.Warn("releasing the leases of vanished queues failed; they will expire",
-				"task", t, "released", res.released, "failed", res.failed, "err", res.err)
 		}
 	}
 }
 
-// work holds t's lease of queue and moves its due messages, batch after
-// batch, until none is due, the lease is lost, or ctx ends.
-func (r *Runner) work(ctx context.Context, t task, queue string, sets kinds) {
-	name := r.cfg.LeaseNamespace + "housekeeper/" + string(t) + "/" + queue
-	lease := r.acquire(ctx, t, name)
-	if lease == nil {
-		return
-	}
-	switch t {
-	case taskUnlock:
-		for _, lt := range []struct {
-			lock LockType
-			set  kind
-		}{{LockAck, kindLockAck}, {LockNack, kindLockNack}} {
-			if sets.has(lt.set) && !r.drain(ctx, t, queue, name, lease, lt.lock) {
-				return
+// work starts the probes and drains due now and returns when the schedule
+// must next wake, at the latest wake.
+func (s *schedule) work(ctx context.Context, now, wake time.Time) time.Time {
+	var probe []workSet
+	for w, st := range s.sets {
+		if !st.owned || st.busy {
+			continue
+		}
+		if !st.known || !now.Add(probeSlack).Before(st.probeAt) {
+			if !s.probing {
+				probe = append(probe, w)
+			}
+			continue
+		}
+		if !st.head.empty && s.view.Token > st.fencedUnder {
+			if now.Before(st.due) {
+				wake = earliest(wake, st.due)
+			} else if s.slots > 0 {
+				s.drain(ctx, w, st)
 			}
 		}
-	case taskTimeout:
-		r.drain(ctx, t, queue, name, lease, "")
+		wake = earliest(wake, st.probeAt)
 	}
+	if len(probe) > 0 {
+		s.probe(ctx, probe)
+	}
+	return wake
 }
 
-// acquire returns the cached lease of name while it is live, else a new one
-// from the Locker, else nil (held elsewhere, or the Locker failed).
-func (r *Runner) acquire(ctx context.Context, t task, name string) Lease {
-	if l, ok := r.leases.get(name); ok {
-		if !isDone(l) {
-			return l
+func earliest(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// reassign takes view: each set is owned by the member Owner names.
+func (s *schedule) reassign(view View) {
+	s.view = view
+	id := s.r.member.ID()
+	owned := map[task]int{}
+	for w, st := range s.sets {
+		s.own(w, st)
+		if st.owned {
+			owned[w.task()]++
 		}
-		r.lost(t, name, l)
 	}
-	if ctx.Err() != nil {
-		return nil
-	}
-	l, err := r.locker.TryLock(ctx, name, r.cfg.LeaseTTL)
-	switch {
-	case err == nil && l != nil:
-		r.leases.put(name, t, l)
-		return l
-	case err == nil:
-		r.log.Warn("Locker returned neither a lease nor an error", "lease", name)
-	case errors.Is(err, ErrNotAcquired):
-		r.log.Debug("lease held by another instance; skipping queue this cycle", "lease", name)
-	case ctx.Err() != nil:
-	default:
-		r.log.Warn("cannot get lease; skipping queue this cycle", "lease", name, "err", err)
-	}
-	return nil
+	s.r.m.view(view, owned)
+	s.r.log.Debug("view", "token", view.Token, "members", len(view.Members), "member", view.Has(id), "owned", owned)
 }
 
-// lost forgets a lease found lost, once.
-func (r *Runner) lost(t task, name string, l Lease) {
-	if r.leases.remove(name, l) {
-		r.m.leasesLost.WithLabelValues(string(t)).Inc()
-		r.log.Info("lease lost; leaving its queue", "lease", name, "token", l.Token())
+// own updates st's ownership under the current view; a set this instance
+// has just taken over is read at once, its head being unknown here.
+func (s *schedule) own(w workSet, st *setState) {
+	owned := s.view.Token != 0 && s.view.Owner(w.task(), w.queue) == s.r.member.ID()
+	if owned && !st.owned {
+		st.known = false
+		st.quiet = s.r.cfg.ProbeInterval
+	}
+	st.owned = owned
+}
+
+// discover starts a SCAN for the sets.
+func (s *schedule) discover(ctx context.Context) {
+	s.discovering = true
+	s.wg.Go(func() {
+		found, err := s.r.queues.discover(ctx)
+		s.events <- func() {
+			s.discovering = false
+			s.nextDiscovery = time.Now().Add(s.r.cfg.DiscoveryInterval)
+			if err != nil {
+				if ctx.Err() == nil {
+					s.r.log.Warn("queue discovery failed", "err", err)
+				}
+				return
+			}
+			s.discovered(found)
+		}
+	})
+}
+
+// discovered adds the sets found and forgets those gone (which Redis
+// deletes when they empty).
+func (s *schedule) discovered(found map[workSet]struct{}) {
+	changed := false
+	for w := range found {
+		if _, ok := s.sets[w]; !ok {
+			st := &setState{quiet: s.r.cfg.ProbeInterval}
+			s.own(w, st)
+			s.sets[w] = st
+			changed = true
+		}
+	}
+	for w, st := range s.sets {
+		if _, ok := found[w]; !ok && !st.busy {
+			delete(s.sets, w)
+			changed = true
+		}
+	}
+	if changed {
+		owned := map[task]int{}
+		for w, st := range s.sets {
+			if st.owned {
+				owned[w.task()]++
+			}
+		}
+		s.r.m.view(s.view, owned)
 	}
 }
 
-// drain runs batches of t on queue until one moves fewer than BatchSize. It
-// reports false when the queue must be left: lease lost, batch fenced or
-// failed, or ctx ended.
-func (r *Runner) drain(ctx context.Context, t task, queue, name string, lease Lease, lock LockType) bool {
+// probe starts reading the heads of sets.
+func (s *schedule) probe(ctx context.Context, sets []workSet) {
+	s.probing = true
+	for _, w := range sets {
+		s.sets[w].busy = true
+	}
+	s.wg.Go(func() {
+		redisNow, heads, errs, err := s.r.queues.heads(context.WithoutCancel(ctx), sets)
+		read := time.Now()
+		s.events <- func() {
+			s.probing = false
+			s.r.m.probes.Add(float64(len(sets)))
+			if err != nil && ctx.Err() == nil {
+				s.r.log.Warn("reading the sets' heads failed", "sets", len(sets), "err", err)
+			}
+			for i, w := range sets {
+				st := s.sets[w]
+				if st == nil {
+					continue
+				}
+				st.busy = false
+				if err != nil || errs[i] != nil {
+					if err == nil && ctx.Err() == nil {
+						s.r.log.Warn("reading a set's head failed", "err", errs[i])
+					}
+					st.probeAt = read.Add(s.r.cfg.QuietProbeInterval)
+					continue
+				}
+				s.probed(st, heads[i], redisNow, read)
+			}
+		}
+	})
+}
+
+// probed records a set's head read at local time read, when Redis' clock
+// said redisNow: a head that changed is read again after ProbeInterval,
+// an unchanged one after twice the last interval, up to QuietProbeInterval.
+func (s *schedule) probed(st *setState, h head, redisNow, read time.Time) {
+	cfg := s.r.cfg
+	if !st.known || h != st.head {
+		st.quiet = cfg.ProbeInterval
+	} else {
+		st.quiet = min(2*st.quiet, cfg.QuietProbeInterval)
+	}
+	st.known, st.head = true, h
+	st.probeAt = read.Add(st.quiet)
+	if !h.empty {
+		// Due means score <= Redis' clock in ms; read is no earlier than
+		// the moment Redis read its clock, so due is never early.
+		untilDue := time.Duration((h.score - float64(redisNow.UnixMilli())) * float64(time.Millisecond))
+		st.due = read.Add(untilDue)
+	}
+}
+
+// drainOutcome is how a drain ended.
+type drainOutcome int
+
+const (
+	drained     drainOutcome = iota // nothing due was left
+	drainLeft                       // stopped: membership or view changed, or shutdown
+	drainFenced                     // refused by the fence: a newer view is in force
+	drainFailed                     // a batch failed
+)
+
+// drain starts moving w's due messages under the current view.
+func (s *schedule) drain(ctx context.Context, w workSet, st *setState) {
+	s.slots--
+	st.busy = true
+	view := s.view
+	s.wg.Go(func() {
+		outcome := s.r.drain(ctx, w, view)
+		s.events <- func() {
+			s.slots++
+			st := s.sets[w]
+			if st == nil {
+				return
+			}
+			st.busy = false
+			now := time.Now()
+			switch outcome {
+			case drainFenced:
+				st.fencedUnder = view.Token
+				st.probeAt = now.Add(s.r.cfg.ProbeInterval)
+			case drainFailed:
+				st.probeAt = now.Add(s.r.cfg.ProbeInterval)
+			default: // read it again at once: its head has moved
+				st.probeAt = now
+			}
+			st.quiet = s.r.cfg.ProbeInterval
+		}
+	})
+}
+
+// drain runs batches on w under view until one moves fewer than BatchSize.
+// Before each batch it checks that the membership holds and the view is
+// still the one in force, so that it stops at the next script boundary
+// once either changed.
+func (r *Runner) drain(ctx context.Context, w workSet, view View) drainOutcome {
+	t := w.task()
 	for {
-		if ctx.Err() != nil {
-			return false
+		if ctx.Err() != nil || !r.member.Live() {
+			return drainLeft
 		}
-		if isDone(lease) { // lost since the last batch: stop at this script boundary
-			r.lost(t, name, lease)
-			return false
+		if cur, _ := r.member.View(); cur.Token != view.Token {
+			return drainLeft
 		}
 		// The batch in flight finishes even when ctx ends meanwhile.
-		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.LeaseTTL)
+		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), batchTimeout)
 		start := time.Now()
-		var n int
-		var err error
-		if t == taskUnlock {
-			n, err = r.queues.UnlockBatch(bctx, queue, lock, lease.Token(), r.cfg.BatchSize)
-		} else {
-			n, err = r.queues.TimeoutBatch(bctx, queue, lease.Token(), r.cfg.BatchSize)
-		}
+		n, err := r.queues.batch(bctx, w, view.Token, r.cfg.BatchSize)
 		cancel()
 		r.m.duration.WithLabelValues(string(t)).Observe(time.Since(start).Seconds())
 		if n > 0 {
-			if t == taskUnlock {
-				r.m.unlocked.WithLabelValues(queue, string(lock)).Add(float64(n))
-			} else {
-				r.m.timedOut.WithLabelValues(queue).Add(float64(n))
+			switch w.kind {
+			case kindTmp:
+				r.m.timedOut.WithLabelValues(w.queue).Add(float64(n))
+			case kindLockNack:
+				r.m.unlocked.WithLabelValues(w.queue, string(LockNack)).Add(float64(n))
+			default:
+				r.m.unlocked.WithLabelValues(w.queue, string(LockAck)).Add(float64(n))
 			}
 		}
 		switch {
 		case errors.Is(err, ErrFenced):
 			r.m.fenced.WithLabelValues(string(t)).Inc()
-			r.log.Warn("batch fenced: lease is stale; releasing it", "lease", name, "err", err)
-			if r.leases.remove(name, lease) {
-				if res := r.release(ctx, []Lease{lease}); res.err != nil {
-					r.log.Warn("releasing the fenced lease failed; it will expire", "lease", name, "err", res.err)
-				}
-			}
-			return false
+			r.log.Info("batch fenced: a newer view is in force; waiting for it", "set", w.String(), "err", err)
+			return drainFenced
 		case err != nil:
-			r.log.Warn("batch failed; leaving queue until next cycle", "task", t, "queue", queue, "err", err)
-			return false
+			r.log.Warn("batch failed; reading the set again later", "set", w.String(), "err", err)
+			return drainFailed
 		case n < r.cfg.BatchSize:
-			return true
+			return drained
 		}
 	}
-}
-
-// releaseResult counts what release did with its leases.
-type releaseResult struct {
-	released int   // released now
-	lost     int   // already lost or released: nothing to do
-	failed   int   // Release returned an error: the lease stays until its TTL ends
-	err      error // the first of those errors
-}
-
-// release releases leases concurrently, each within releaseTimeout of now,
-// whether or not ctx is cancelled, and reports how that went: a failed
-// release is not fatal (the lease expires), but whoever reports on it must
-// not claim that the leases are free.
-func (r *Runner) release(ctx context.Context, leases []Lease) releaseResult {
-	var res releaseResult
-	if len(leases) == 0 {
-		return res
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-	defer cancel()
-	var mu sync.Mutex
-	slots := make(chan struct{}, r.cfg.Parallelism)
-	var wg sync.WaitGroup
-	for _, l := range leases {
-		slots <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-slots }()
-			var err error
-			done := isDone(l)
-			if !done {
-				if err = l.Release(ctx); err != nil {
-					err = fmt.Errorf("release lease with token %d: %w", l.Token(), err)
-				}
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case done:
-				res.lost++
-			case err != nil:
-				res.failed++
-				if res.err == nil {
-					res.err = err
-				}
-			default:
-				res.released++
-			}
-		})
-	}
-	wg.Wait()
-	return res
 }

@@ -1,21 +1,15 @@
 package housekeeper_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"log/slog"
 	"maps"
 	"math/rand/v2"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
@@ -29,39 +23,27 @@ import (
 type runner struct {
 	*housekeeper.Runner
 	reg    *prometheus.Registry
-	clock  *clockwork.FakeClock // nil: the real clock
 	cancel context.CancelFunc
 	done   chan error
 }
 
-// startRunner starts a Runner on d's queues in rdb; it is stopped (and waited for) when t
-// ends, unless stopped before.
-func startRunner(t *testing.T, rdb redis.UniversalClient, d hkt.Deckard, locker housekeeper.Locker, cfg housekeeper.Config) *runner {
+// fast reads and finds sets often, so that tests take milliseconds.
+var fast = housekeeper.Config{DiscoveryInterval: 50 * time.Millisecond, ProbeInterval: 50 * time.Millisecond, QuietProbeInterval: 200 * time.Millisecond}
+
+// alone is the membership of an instance that is the only one.
+func alone() housekeeper.Membership { return hkt.NewGroup().Join("solo") }
+
+// startRunner starts a Runner on d's queues in rdb; it is stopped (and
+// waited for) when t ends, unless stopped before.
+func startRunner(t *testing.T, rdb redis.UniversalClient, d hkt.Deckard, member housekeeper.Membership, cfg housekeeper.Config) *runner {
 	t.Helper()
-	r := newRunner(t, rdb, d, locker, cfg)
+	r := newRunner(t, rdb, d, member, cfg)
 	r.start(context.Background())
 	t.Cleanup(func() { r.stop(t) })
 	return r
 }
 
-// startStepped is startRunner on a fake clock: the Runner runs one cycle of
-// each task at once, and another only when the test steps the clock. It
-// returns once those first cycles have ended.
-func startStepped(t *testing.T, rdb redis.UniversalClient, d hkt.Deckard, locker housekeeper.Locker, cfg housekeeper.Config) *runner {
-	t.Helper()
-	r := newRunnerWithClock(t, rdb, d, locker, cfg, clockwork.NewFakeClock())
-	r.start(context.Background())
-	t.Cleanup(func() { r.stop(t) })
-	r.settle(t)
-	return r
-}
-
-func newRunner(t *testing.T, rdb redis.UniversalClient, d hkt.Deckard, locker housekeeper.Locker, cfg housekeeper.Config) *runner {
-	t.Helper()
-	return newRunnerWithClock(t, rdb, d, locker, cfg, nil)
-}
-
-func newRunnerWithClock(t *testing.T, rdb redis.UniversalClient, d hkt.Deckard, locker housekeeper.Locker, cfg housekeeper.Config, clock *clockwork.FakeClock) *runner {
+func newRunner(t *testing.T, rdb redis.UniversalClient, d hkt.Deckard, member housekeeper.Membership, cfg housekeeper.Config) *runner {
 	t.Helper()
 	cfg.Prefix = d.Prefix
 	reg := prometheus.NewRegistry()
@@ -69,42 +51,11 @@ func newRunnerWithClock(t *testing.T, rdb redis.UniversalClient, d hkt.Deckard, 
 	if cfg.Logger == nil {
 		cfg.Logger = testLogger(t)
 	}
-	var hk *housekeeper.Runner
-	var err error
-	if clock == nil {
-		hk, err = housekeeper.New(rdb, locker, cfg)
-	} else {
-		hk, err = housekeeper.NewWithClock(rdb, locker, cfg, clock)
-	}
+	hk, err := housekeeper.New(rdb, member, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &runner{Runner: hk, reg: reg, clock: clock}
-}
-
-// settle waits until both task loops of a stepped Runner wait on its clock
-// again, that is until every cycle started so far has ended.
-func (r *runner) settle(t *testing.T) {
-	t.Helper()
-	settle(t, r.clock, 2)
-}
-
-// settle waits until loops task loops wait on clock.
-func settle(t *testing.T, clock *clockwork.FakeClock, loops int) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := clock.BlockUntilContext(ctx, loops); err != nil {
-		t.Fatalf("cycles did not end within 30s: %v", err)
-	}
-}
-
-// step advances a stepped Runner's clock by d, starting the cycles due by
-// then, and waits for them to end.
-func (r *runner) step(t *testing.T, d time.Duration) {
-	t.Helper()
-	r.clock.Advance(d)
-	r.settle(t)
+	return &runner{Runner: hk, reg: reg}
 }
 
 func (r *runner) start(ctx context.Context) {
@@ -134,9 +85,6 @@ func (r *runner) moved(t *testing.T) float64 {
 	return metric(t, r.reg, "housekeeper_messages_unlocked_total") + metric(t, r.reg, "housekeeper_messages_timed_out_total")
 }
 
-// once is one cycle each: the intervals are long enough that a test ends first.
-var once = housekeeper.Config{UnlockInterval: time.Hour, TimeoutInterval: time.Hour}
-
 func TestRunnerMovesEveryDueMessageAndNothingElse(t *testing.T) {
 	rdb := redistest.Client(t)
 	d := newDeckard(t, rdb)
@@ -156,7 +104,7 @@ func TestRunnerMovesEveryDueMessageAndNothingElse(t *testing.T) {
 		d.Put(ctx, p, "orders", hkt.Tmp, "abandoned", float64(now-10))
 		d.Put(ctx, p, "orders", hkt.Tmp, "working", float64(now+3_600_000))
 	})
-	r := startRunner(t, rdb, d, hkt.NewLocker(), once)
+	r := startRunner(t, rdb, d, alone(), fast)
 	testwait.Until(t, 10*time.Second, "5 messages moved", func() bool { return r.moved(t) == 5 })
 	r.stop(t)
 	after := hkt.NowMs(t, rdb)
@@ -189,7 +137,6 @@ func TestRunnerMovesEveryDueMessageAndNothingElse(t *testing.T) {
 		{"housekeeper_batch_duration_seconds", []string{"task", "unlock"}, 2},
 		{"housekeeper_batch_duration_seconds", []string{"task", "timeout"}, 1},
 		{"housekeeper_batches_fenced_total", nil, 0},
-		{"housekeeper_leases_lost_total", nil, 0},
 	} {
 		if got := metric(t, r.reg, m.name, m.labels...); got != m.want {
 			t.Errorf("%s%v = %v, want %v", m.name, m.labels, got, m.want)
@@ -207,9 +154,9 @@ func TestRunnerRepeatsBatchesUntilNothingIsDue(t *testing.T) {
 			d.Put(ctx, p, "big", hkt.LockNack, fmt.Sprint(i), float64(now-int64(i)-1))
 		}
 	})
-	cfg := once
+	cfg := fast
 	cfg.BatchSize = 1000
-	r := startRunner(t, rdb, d, hkt.NewLocker(), cfg)
+	r := startRunner(t, rdb, d, alone(), cfg)
 	testwait.Until(t, 10*time.Second, "2500 messages moved", func() bool { return r.moved(t) == 2500 })
 	r.stop(t)
 	if n := metric(t, r.reg, "housekeeper_batch_duration_seconds", "task", "unlock"); n != 3 {
@@ -240,7 +187,7 @@ func TestRunnerFindsQueuesByTheirHashTag(t *testing.T) {
 			wantKeys[d.Prefix+":housekeeper:{"+q+"}:fence:timeout"] = true
 		}
 	})
-	r := startRunner(t, rdb, d, hkt.NewLocker(), once)
+	r := startRunner(t, rdb, d, alone(), fast)
 	testwait.Until(t, 10*time.Second, "every message moved", func() bool { return r.moved(t) == float64(3*len(queues)) })
 	r.stop(t)
 
@@ -301,9 +248,9 @@ func TestRunnerLeavesKeysThatAreNotQueueSetsAlone(t *testing.T) {
 		d.Put(ctx, p, "orders", hkt.Tmp, "m", float64(now-1))
 		d.Put(ctx, p, "orders", hkt.LockAck, "n", float64(now-1))
 	})
-	cfg := once
+	cfg := fast
 	cfg.Logger = discardLogger // the broken queue's failures are expected
-	r := startRunner(t, rdb, d, hkt.NewLocker(), cfg)
+	r := startRunner(t, rdb, d, alone(), cfg)
 	testwait.Until(t, 10*time.Second, "orders worked", func() bool { return r.moved(t) == 2 })
 	r.stop(t)
 	if after := dump(); !maps.Equal(before, after) {
@@ -359,146 +306,95 @@ func seedDue(t *testing.T, rdb *redis.Client, d hkt.Deckard, queue string, set h
 	})
 }
 
-func TestRunnerLeavesAQueueAtTheNextBatchOnceItsLeaseIsLost(t *testing.T) {
+func TestRunnerStopsAtTheNextBatchOnceItsMembershipIsLost(t *testing.T) {
 	rdb := redistest.Client(t)
 	d := newDeckard(t, rdb)
 	seedDue(t, rdb, d, "q", hkt.LockAck, 2500)
-	locker := hkt.NewLocker()
-	thief := make(chan *hkt.Lease, 1)
-	// Another instance takes the lease while the first batch runs.
-	hook := &scriptHook{key: d.Key("q", hkt.LockAck), after: func() { thief <- locker.Steal("housekeeper/unlock/q") }}
-	rdb.AddHook(hook)
-	cfg := housekeeper.Config{BatchSize: 1000, UnlockInterval: time.Second, TimeoutInterval: time.Hour}
-	r := startStepped(t, rdb, d, locker, cfg)
-	if lost := metric(t, r.reg, "housekeeper_leases_lost_total", "task", "unlock"); lost != 1 {
-		t.Fatalf("housekeeper_leases_lost_total{task=unlock} = %v after the first cycle, want 1", lost)
+	group := hkt.NewGroup()
+	member := group.Join("first")
+	// The membership ends while the first batch runs.
+	rdb.AddHook(&scriptHook{key: d.Key("q", hkt.LockAck), after: member.Leave})
+	cfg := fast
+	cfg.BatchSize = 1000
+	r := startRunner(t, rdb, d, member, cfg)
+	testwait.Until(t, 10*time.Second, "the first batch", func() bool { return r.moved(t) > 0 })
+	time.Sleep(10 * cfg.QuietProbeInterval) // time enough for more batches, were any started
+	if snap := d.Snapshot(t, rdb, "q"); len(snap[hkt.Active]) != 1000 || len(snap[hkt.LockAck]) != 1500 {
+		t.Fatalf("active %d, lock_ack %d; want 1000 and 1500: work must stop at the first batch boundary",
+			len(snap[hkt.Active]), len(snap[hkt.LockAck]))
 	}
-	for cycle := range 4 { // the first cycle, then three that find q leased elsewhere
-		if cycle > 0 {
-			r.step(t, cfg.UnlockInterval)
-		}
-		if snap := d.Snapshot(t, rdb, "q"); len(snap[hkt.Active]) != 1000 || len(snap[hkt.LockAck]) != 1500 {
-			t.Fatalf("after cycle %d: active %d, lock_ack %d; want 1000 and 1500: work must stop at the first batch boundary",
-				cycle+1, len(snap[hkt.Active]), len(snap[hkt.LockAck]))
-		}
-	}
-	// Once the other instance lets go, the queue is taken up again.
-	if err := (<-thief).Release(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	r.step(t, cfg.UnlockInterval)
-	if got := r.moved(t); got != 2500 {
-		t.Errorf("%v moved once the lease was free again, want 2500", got)
-	}
-	r.stop(t)
-	if got := locker.Grants("housekeeper/unlock/q"); got != 3 {
-		t.Errorf("lease granted %d times, want 3 (runner, thief, runner again)", got)
-	}
+	// Another instance joins the (now empty) view and takes the rest.
+	next := startRunner(t, rdb, d, group.Join("second"), cfg)
+	testwait.Until(t, 10*time.Second, "the rest moved", func() bool { return next.moved(t) == 1500 })
 }
 
-func TestRunnerSkipsQueuesLeasedByAnotherInstance(t *testing.T) {
-	rdb := redistest.Client(t)
-	d := newDeckard(t, rdb)
-	seedDue(t, rdb, d, "mine", hkt.Tmp, 10)
-	seedDue(t, rdb, d, "theirs", hkt.Tmp, 10)
-	locker := hkt.NewLocker()
-	other, err := locker.TryLock(context.Background(), "ns/housekeeper/timeout/theirs", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := housekeeper.Config{LeaseNamespace: "ns", UnlockInterval: time.Hour, TimeoutInterval: time.Second}
-	r := startStepped(t, rdb, d, locker, cfg)
-	for cycle := range 4 {
-		if cycle > 0 {
-			r.step(t, cfg.TimeoutInterval)
-		}
-		if got := r.moved(t); got != 10 {
-			t.Fatalf("after cycle %d: %v moved, want mine's 10", cycle+1, got)
-		}
-		if n := len(d.Snapshot(t, rdb, "theirs")[hkt.Tmp]); n != 10 {
-			t.Fatalf("after cycle %d: %d of theirs left in tmp, want 10: a queue leased elsewhere was worked", cycle+1, n)
+// ownedBy returns a queue name whose task is owned by member in view.
+func ownedBy(t *testing.T, view housekeeper.View, task, member string) string {
+	t.Helper()
+	for i := range 1000 {
+		if q := fmt.Sprint("q-", i); housekeeper.OwnerOf(view, task, q) == member {
+			return q
 		}
 	}
-	if err := other.Release(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	r.step(t, cfg.TimeoutInterval)
-	if got := r.moved(t); got != 20 {
-		t.Errorf("%v moved once theirs was free, want 20", got)
-	}
+	t.Fatalf("no queue of %d is owned by %s", 1000, member)
+	return ""
 }
 
-func TestRunnerReleasesTheLeasesOfQueuesThatVanished(t *testing.T) {
+func TestRunnersWorkOnlyWhatTheyOwnAndTakeOverWhenAMemberLeaves(t *testing.T) {
 	rdb := redistest.Client(t)
 	d := newDeckard(t, rdb)
-	now := hkt.NowMs(t, rdb)
-	d.Seed(t, rdb, func(p redis.Pipeliner) {
-		// gone's tmp set empties in the first cycle, so later cycles do not
-		// find the queue; stays' message is due in an hour, so they do.
-		d.Put(context.Background(), p, "gone", hkt.Tmp, "m", float64(now-1))
-		d.Put(context.Background(), p, "stays", hkt.Tmp, "m", float64(now+3_600_000))
+	group := hkt.NewGroup()
+	mine, theirs := group.Join("mine"), group.Join("theirs")
+	view := group.View()
+	seedDue(t, rdb, d, ownedBy(t, view, "timeout", "mine"), hkt.Tmp, 10)
+	seedDue(t, rdb, d, ownedBy(t, view, "timeout", "theirs"), hkt.Tmp, 10)
+	r := startRunner(t, rdb, d, mine, fast) // "theirs" is a member that does not run
+	testwait.Until(t, 10*time.Second, "mine moved", func() bool { return r.moved(t) == 10 })
+	time.Sleep(5 * fast.QuietProbeInterval)
+	if got := r.moved(t); got != 10 {
+		t.Fatalf("%v moved, want mine's 10: a queue owned by another member was worked", got)
+	}
+	theirs.Leave() // as the leader does once its membership lease expires
+	testwait.Until(t, 10*time.Second, "theirs taken over", func() bool { return r.moved(t) == 20 })
+}
+
+func TestAnInstanceStillOnAnOldViewIsFencedOffOnceTheNewOwnerWorked(t *testing.T) {
+	rdb := redistest.Client(t)
+	d := newDeckard(t, rdb)
+	group := hkt.NewGroup()
+	stale, successor := group.Join("stale"), group.Join("successor")
+	q := ownedBy(t, group.View(), "timeout", "stale")
+	// stale is cut off: it keeps the view in which it owns q, while the
+	// group moves on to one without it.
+	stale.Freeze()
+	stale.Evict()
+	seedDue(t, rdb, d, q, hkt.Tmp, 5)
+	next := startRunner(t, rdb, d, successor, fast)
+	testwait.Until(t, 10*time.Second, "the successor moved q's messages", func() bool { return next.moved(t) == 5 })
+	next.stop(t)
+
+	seedDue(t, rdb, d, q+"-later", hkt.Tmp, 1) // another queue, to see that stale works at all
+	seedDue(t, rdb, d, q, hkt.Tmp, 5)
+	cfg := fast
+	cfg.Logger = discardLogger
+	old := startRunner(t, rdb, d, stale, cfg)
+	testwait.Until(t, 10*time.Second, "a fenced batch", func() bool {
+		return metric(t, old.reg, "housekeeper_batches_fenced_total", "task", "timeout") >= 1
 	})
-	locker := hkt.NewLocker()
-	cfg := housekeeper.Config{UnlockInterval: time.Hour, TimeoutInterval: time.Second, LeaseIdleTimeout: 10 * time.Second}
-	r := startStepped(t, rdb, d, locker, cfg)
-	both := []string{"housekeeper/timeout/gone", "housekeeper/timeout/stays"}
-	for elapsed := time.Duration(0); elapsed <= 12*time.Second; elapsed += cfg.TimeoutInterval {
-		if elapsed > 0 {
-			r.step(t, cfg.TimeoutInterval)
-		}
-		want := both
-		if elapsed > cfg.LeaseIdleTimeout {
-			want = both[1:]
-		}
-		if got := locker.Held(); !slices.Equal(got, want) {
-			t.Fatalf("%v after gone vanished: held %v, want %v", elapsed, got, want)
-		}
+	time.Sleep(10 * fast.QuietProbeInterval) // it reads q again, but does not retry under the same view
+	if n := metric(t, old.reg, "housekeeper_batches_fenced_total", "task", "timeout"); n != 1 {
+		t.Errorf("%v fenced batches, want 1: a fenced set waits for a newer view", n)
 	}
-	if got := locker.Grants("housekeeper/timeout/stays"); got != 1 {
-		t.Errorf("stays' lease granted %d times, want 1: a lease in use is kept", got)
+	if n := len(d.Snapshot(t, rdb, q)[hkt.Tmp]); n != 5 || metric(t, old.reg, "housekeeper_messages_timed_out_total", "queue", q) != 0 {
+		t.Errorf("%d of q's messages left in tmp, want 5: the stale instance moved some", n)
 	}
 }
 
-func TestRunnerStopsOnAFencedBatchAndDropsTheStaleLease(t *testing.T) {
-	rdb := redistest.Client(t)
-	d := newDeckard(t, rdb)
-	q, err := housekeeper.NewQueues(rdb, d.Prefix)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A holder with a far higher token has worked the queue: the fake
-	// Locker's tokens (1, 2, ...) are all stale here.
-	if _, err := q.TimeoutBatch(context.Background(), "q", 1_000_000, 1); err != nil {
-		t.Fatal(err)
-	}
-	seedDue(t, rdb, d, "q", hkt.Tmp, 5)
-	locker := hkt.NewLocker()
-	r := startRunner(t, rdb, d, locker, housekeeper.Config{UnlockInterval: time.Hour, TimeoutInterval: 20 * time.Millisecond, Logger: discardLogger})
-	testwait.Until(t, 10*time.Second, "two fenced batches", func() bool {
-		return metric(t, r.reg, "housekeeper_batches_fenced_total", "task", "timeout") >= 2
-	})
-	r.stop(t)
-	if n := len(d.Snapshot(t, rdb, "q")[hkt.Tmp]); n != 5 || r.moved(t) != 0 {
-		t.Errorf("%d left in tmp (want 5), %v moved (want 0)", n, r.moved(t))
-	}
-	// Each fenced lease was released and a fresh one asked for next cycle.
-	if got := locker.Grants("housekeeper/timeout/q"); got < 2 {
-		t.Errorf("lease granted %d times, want a new grant after each fenced batch", got)
-	}
-	if held := locker.Held(); len(held) != 0 {
-		t.Errorf("leases still held after shutdown: %v", held)
-	}
-}
-
-func TestRunnerShutdownFinishesTheBatchInFlightThenReleasesItsLeases(t *testing.T) {
+func TestRunnerShutdownFinishesTheBatchInFlight(t *testing.T) {
 	rdb := redistest.Client(t)
 	d := newDeckard(t, rdb)
 	seedDue(t, rdb, d, "q", hkt.LockAck, 2500)
-	for i := range 20 {
-		seedDue(t, rdb, d, fmt.Sprint("idle-", i), hkt.Tmp, 1)
-	}
-	locker := hkt.NewLocker()
-	r := newRunner(t, rdb, d, locker, housekeeper.Config{BatchSize: 1000, UnlockInterval: time.Hour, TimeoutInterval: time.Hour})
+	r := newRunner(t, rdb, d, alone(), housekeeper.Config{BatchSize: 1000})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	// Shutdown is asked for as the first batch of q is sent.
@@ -519,12 +415,63 @@ func TestRunnerShutdownFinishesTheBatchInFlightThenReleasesItsLeases(t *testing.
 	if got := metric(t, r.reg, "housekeeper_messages_unlocked_total"); got != 1000 {
 		t.Errorf("unlocked counter %v, want 1000", got)
 	}
-	if held := locker.Held(); len(held) != 0 {
-		t.Errorf("leases still held after Run returned: %v", held)
+}
+
+// A set's head is read once and worked when it falls due: no reading in
+// between.
+func TestASetIsWorkedWhenItsHeadFallsDueWithoutBeingReadMeanwhile(t *testing.T) {
+	rdb := redistest.Client(t)
+	d := newDeckard(t, rdb)
+	now := hkt.NowMs(t, rdb)
+	due := now + 1500
+	d.Seed(t, rdb, func(p redis.Pipeliner) {
+		d.Put(context.Background(), p, "q", hkt.LockNack, "soon", float64(due))
+		d.Put(context.Background(), p, "q", hkt.LockNack, "later", float64(now+3_600_000))
+	})
+	cfg := housekeeper.Config{DiscoveryInterval: 50 * time.Millisecond, ProbeInterval: time.Minute, QuietProbeInterval: time.Minute}
+	r := startRunner(t, rdb, d, alone(), cfg)
+	testwait.Until(t, 20*time.Second, "soon moved", func() bool { return r.moved(t) == 1 })
+	if at := hkt.NowMs(t, rdb); at < due {
+		t.Fatalf("moved at %d, before it fell due at %d", at, due)
 	}
-	if locker.Grants("housekeeper/unlock/q") != 1 {
-		t.Error("q's lease was never granted")
+	// One read at the start, one after the batch; none while waiting.
+	if n := metric(t, r.reg, "housekeeper_set_reads_total"); n > 2 {
+		t.Errorf("%v reads of the set, want at most 2", n)
 	}
+	if snap := d.Snapshot(t, rdb, "q"); len(snap[hkt.LockNack]) != 1 {
+		t.Errorf("lock_nack %v, want later alone", snap[hkt.LockNack])
+	}
+}
+
+// A message that falls due before its set's known head is found by the
+// next read, within QuietProbeInterval, and sets that do not change are
+// read less and less often.
+func TestQuietSetsAreReadLessOftenButWithinTheQuietInterval(t *testing.T) {
+	rdb := redistest.Client(t)
+	d := newDeckard(t, rdb)
+	ctx := context.Background()
+	now := hkt.NowMs(t, rdb)
+	const sets = 20
+	d.Seed(t, rdb, func(p redis.Pipeliner) {
+		for i := range sets {
+			d.Put(ctx, p, fmt.Sprint("q", i), hkt.Tmp, "later", float64(now+3_600_000))
+		}
+	})
+	cfg := housekeeper.Config{DiscoveryInterval: 50 * time.Millisecond, ProbeInterval: 50 * time.Millisecond, QuietProbeInterval: 400 * time.Millisecond}
+	r := startRunner(t, rdb, d, alone(), cfg)
+	testwait.Until(t, 10*time.Second, "every set read", func() bool { return metric(t, r.reg, "housekeeper_set_reads_total") >= sets })
+	start := time.Now()
+	before := metric(t, r.reg, "housekeeper_set_reads_total")
+	time.Sleep(3 * time.Second)
+	reads := (metric(t, r.reg, "housekeeper_set_reads_total") - before) / sets
+	elapsed := time.Since(start)
+	// Reads every 50, 100, 200, then 400 ms: at most elapsed/400ms + 4.
+	if most := elapsed.Seconds()/cfg.QuietProbeInterval.Seconds() + 4; reads > most {
+		t.Errorf("%.1f reads a set in %v, want at most %.1f", reads, elapsed, most)
+	}
+	// Now a message due at once goes in ahead of q0's head.
+	d.Seed(t, rdb, func(p redis.Pipeliner) { d.Put(ctx, p, "q0", hkt.Tmp, "early", float64(hkt.NowMs(t, rdb)-1)) })
+	testwait.Until(t, 10*time.Second, "the early message moved", func() bool { return r.moved(t) == 1 })
 }
 
 func TestRunnersShareTheWorkAndMoveEachDueMessageExactlyOnce(t *testing.T) {
@@ -610,11 +557,12 @@ func TestRunnersShareTheWorkAndMoveEachDueMessageExactlyOnce(t *testing.T) {
 		}
 	})
 
-	locker := hkt.NewLocker()
-	cfg := housekeeper.Config{BatchSize: 8, Parallelism: 3, UnlockInterval: 50 * time.Millisecond, TimeoutInterval: 50 * time.Millisecond}
+	group := hkt.NewGroup()
+	cfg := fast
+	cfg.BatchSize, cfg.Parallelism = 8, 3
 	runners := make([]*runner, 3)
 	for i := range runners {
-		runners[i] = startRunner(t, redistest.Client(t), d, locker, cfg)
+		runners[i] = startRunner(t, redistest.Client(t), d, group.Join(fmt.Sprint("hk-", i)), cfg)
 	}
 	total := func(name string, labels ...string) (sum float64) {
 		for _, r := range runners {
@@ -626,14 +574,11 @@ func TestRunnersShareTheWorkAndMoveEachDueMessageExactlyOnce(t *testing.T) {
 	testwait.Until(t, 60*time.Second, "every due message moved", func() bool {
 		return total("housekeeper_messages_unlocked_total")+total("housekeeper_messages_timed_out_total") >= due
 	})
-	// A few more cycles, in which nothing else may move: each queue's holder
-	// runs three batches per cycle (lock_ack, lock_nack, tmp: their not-due
-	// messages keep the sets there), so this is about two more rounds.
-	batches := total("housekeeper_batch_duration_seconds")
-	testwait.Until(t, 60*time.Second, "two more rounds of cycles", func() bool {
-		return total("housekeeper_batch_duration_seconds") >= batches+2*queues*3
+	// A few more reads of every set, in which nothing else may move.
+	reads := total("housekeeper_set_reads_total")
+	testwait.Until(t, 60*time.Second, "every set read twice more", func() bool {
+		return total("housekeeper_set_reads_total") >= reads+2*queues*3
 	})
-	// Stop all at once, lest one take up the leases another released.
 	for _, r := range runners {
 		r.cancel()
 	}
@@ -665,22 +610,28 @@ func TestRunnersShareTheWorkAndMoveEachDueMessageExactlyOnce(t *testing.T) {
 		{"housekeeper_messages_unlocked_total", []string{"lock_type", "nack"}, queues * nackDue},
 		{"housekeeper_messages_timed_out_total", nil, queues * tmpDue},
 		{"housekeeper_batches_fenced_total", nil, 0},
-		{"housekeeper_leases_lost_total", nil, 0},
 	} {
 		if got := total(c.name, c.labels...); got != c.want {
 			t.Errorf("%s%v summed over runners = %v, want %v", c.name, c.labels, got, c.want)
 		}
 	}
-	// One instance held each queue's lease for the whole run.
+	// Each queue's task was worked by the one instance the view names.
+	view := group.View()
 	for _, q := range names {
-		for _, task := range []string{"unlock", "timeout"} {
-			if n := locker.Grants("housekeeper/" + task + "/" + q); n != 1 {
-				t.Errorf("lease housekeeper/%s/%s granted %d times, want 1", task, q, n)
+		for _, c := range []struct {
+			task   string
+			metric string
+		}{{"unlock", "housekeeper_messages_unlocked_total"}, {"timeout", "housekeeper_messages_timed_out_total"}} {
+			var workers []string
+			for i, r := range runners {
+				if metric(t, r.reg, c.metric, "queue", q) > 0 {
+					workers = append(workers, fmt.Sprint("hk-", i))
+				}
+			}
+			if owner := housekeeper.OwnerOf(view, c.task, q); !slices.Equal(workers, []string{owner}) {
+				t.Errorf("%s of %q worked by %v, want its owner %s alone", c.task, q, workers, owner)
 			}
 		}
-	}
-	if held := locker.Held(); len(held) != 0 {
-		t.Errorf("%d leases still held after shutdown", len(held))
 	}
 	for i, r := range runners {
 		t.Logf("runner %d moved %v messages", i, r.moved(t))
@@ -693,7 +644,7 @@ func TestQueueGaugesAreReportedOnlyByTheLeader(t *testing.T) {
 	seedDue(t, rdb, d, "a::b:tmp", hkt.Active, 3)
 	seedDue(t, rdb, d, "a::b:tmp", hkt.LockNack, 2)
 	seedDue(t, rdb, d, "c", hkt.Tmp, 4)
-	r := newRunner(t, rdb, d, hkt.NewLocker(), housekeeper.Config{})
+	r := newRunner(t, rdb, d, alone(), housekeeper.Config{})
 	tests := []struct {
 		leader bool
 		queue  string
@@ -737,23 +688,23 @@ func TestRunnersOnTwoPrefixesKeepTheirMetricsApart(t *testing.T) {
 	seedDue(t, rdb, a, "orders", hkt.Tmp, 2)
 	seedDue(t, rdb, b, "orders", hkt.Tmp, 5)
 	reg := prometheus.NewRegistry()
-	clock := clockwork.NewFakeClock()
-	locker := hkt.NewLocker()
 	runners := make(map[string]*housekeeper.Runner)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	defer func() { cancel(); wg.Wait() }()
 	for _, d := range []hkt.Deckard{a, b} {
-		r, err := housekeeper.NewWithClock(rdb, locker, housekeeper.Config{
-			Prefix: d.Prefix, LeaseNamespace: d.Prefix, Registerer: reg, Logger: testLogger(t),
-		}, clock)
+		cfg := fast
+		cfg.Prefix, cfg.Registerer, cfg.Logger = d.Prefix, reg, testLogger(t)
+		r, err := housekeeper.New(rdb, alone(), cfg)
 		if err != nil {
 			t.Fatalf("Runner on %s: %v", d.Prefix, err)
 		}
 		runners[d.Prefix] = r
 		wg.Go(func() { _ = r.Run(ctx) })
 	}
-	settle(t, clock, 4) // one cycle of each task on each prefix
+	testwait.Until(t, 10*time.Second, "both prefixes worked", func() bool {
+		return metric(t, reg, "housekeeper_messages_timed_out_total") == 7
+	})
 	for _, c := range []struct {
 		prefix string
 		want   float64
@@ -808,7 +759,7 @@ func TestRunnersOfOnePrefixShareTheirMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	var rs [2]*housekeeper.Runner
 	for i := range rs {
-		r, err := housekeeper.New(rdb, hkt.NewLocker(), housekeeper.Config{Prefix: d.Prefix, Registerer: reg})
+		r, err := housekeeper.New(rdb, alone(), housekeeper.Config{Prefix: d.Prefix, Registerer: reg})
 		if err != nil {
 			t.Fatalf("Runner %d on one registry: %v", i, err)
 		}
@@ -838,85 +789,24 @@ func TestRunnersOfOnePrefixShareTheirMetrics(t *testing.T) {
 	}
 }
 
-// failingLocker grants leases whose Release fails, as when the coordinator
-// cannot be reached at shutdown.
-type failingLocker struct{ *hkt.Locker }
-
-func (l failingLocker) TryLock(ctx context.Context, name string, ttl time.Duration) (housekeeper.Lease, error) {
-	lease, err := l.Locker.TryLock(ctx, name, ttl)
-	if err != nil {
-		return nil, err
-	}
-	return failingRelease{lease}, nil
-}
-
-type failingRelease struct{ housekeeper.Lease }
-
-func (failingRelease) Release(context.Context) error { return errors.New("coordinator unreachable") }
-
-func TestRunnerShutdownReportsWhetherItsLeasesWereReleased(t *testing.T) {
-	tests := []struct {
-		name          string
-		locker        func() housekeeper.Locker
-		level         string
-		released      float64
-		failed        float64
-		errorMentions string
-	}{
-		{"all released", func() housekeeper.Locker { return hkt.NewLocker() }, "INFO", 2, 0, ""},
-		{"releases fail", func() housekeeper.Locker { return failingLocker{hkt.NewLocker()} }, "WARN", 0, 2, "coordinator unreachable"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			rdb := redistest.Client(t)
-			d := newDeckard(t, rdb)
-			now := hkt.NowMs(t, rdb)
-			d.Seed(t, rdb, func(p redis.Pipeliner) { // two queues, worked and leased, nothing due
-				d.Put(context.Background(), p, "a", hkt.Tmp, "m", float64(now+3_600_000))
-				d.Put(context.Background(), p, "b", hkt.Tmp, "m", float64(now+3_600_000))
-			})
-			var logs bytes.Buffer
-			cfg := housekeeper.Config{Logger: slog.New(slog.NewJSONHandler(&logs, nil))}
-			r := startStepped(t, rdb, d, tt.locker(), cfg)
-			r.stop(t)
-
-			lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
-			var last map[string]any
-			if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); err != nil {
-				t.Fatalf("last log line %q: %v", lines[len(lines)-1], err)
-			}
-			if last["level"] != tt.level || last["released"] != tt.released || last["failed"] != tt.failed {
-				t.Errorf("last log line %v: want level %s, released %v, failed %v", last, tt.level, tt.released, tt.failed)
-			}
-			if tt.failed > 0 {
-				if msg, _ := last["msg"].(string); strings.Contains(msg, "leases released") {
-					t.Errorf("last log line says %q although releases failed", msg)
-				}
-				if errMsg, _ := last["err"].(string); !strings.Contains(errMsg, tt.errorMentions) {
-					t.Errorf("last log line's err %q does not mention %q", errMsg, tt.errorMentions)
-				}
-			}
-		})
-	}
-}
-
 func TestNewRejectsBadConfig(t *testing.T) {
 	rdb := redistest.Client(t)
 	tests := []struct {
 		name   string
-		locker housekeeper.Locker
+		member housekeeper.Membership
 		cfg    housekeeper.Config
 	}{
-		{"no locker", nil, housekeeper.Config{}},
-		{"prefix with braces", hkt.NewLocker(), housekeeper.Config{Prefix: "dv{1}"}},
-		{"negative batch size", hkt.NewLocker(), housekeeper.Config{BatchSize: -1}},
-		{"negative parallelism", hkt.NewLocker(), housekeeper.Config{Parallelism: -1}},
-		{"negative interval", hkt.NewLocker(), housekeeper.Config{UnlockInterval: -time.Second}},
-		{"negative lease TTL", hkt.NewLocker(), housekeeper.Config{LeaseTTL: -time.Second}},
+		{"no membership", nil, housekeeper.Config{}},
+		{"prefix with braces", alone(), housekeeper.Config{Prefix: "dv{1}"}},
+		{"negative batch size", alone(), housekeeper.Config{BatchSize: -1}},
+		{"negative parallelism", alone(), housekeeper.Config{Parallelism: -1}},
+		{"negative discovery interval", alone(), housekeeper.Config{DiscoveryInterval: -time.Second}},
+		{"negative probe interval", alone(), housekeeper.Config{ProbeInterval: -time.Second}},
+		{"quiet interval below the probe interval", alone(), housekeeper.Config{ProbeInterval: time.Second, QuietProbeInterval: time.Millisecond}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if _, err := housekeeper.New(rdb, tt.locker, tt.cfg); err == nil {
+			if _, err := housekeeper.New(rdb, tt.member, tt.cfg); err == nil {
 				t.Error("New accepted it")
 			}
 		})

@@ -1,6 +1,8 @@
 // Command housekeeper runs Deckard's unlock and timeout tasks against its
-// Redis, in parallel batches, each gated and fenced by a coordinator lease,
-// so that any number of instances can run side by side.
+// Redis, in parallel batches. Instances hold a membership lease each on the
+// coordinator; the elected one publishes who is in, every queue's tasks
+// belong to one member of that view, and each batch carries the view's
+// fencing token, so that any number of instances can run side by side.
 //
 // Every flag has an environment variable (see -help); a flag wins.
 package main
@@ -36,8 +38,8 @@ type config struct {
 	redisURL       string
 	instanceID     string
 	metricsListen  string
-	election       string
 	log            app.LogConfig
+	membership     housekeeper.MembershipConfig
 	runner         housekeeper.Config
 }
 
@@ -67,13 +69,20 @@ func parseConfig(fs *flag.FlagSet, args []string, lookupEnv func(string) (string
 	v.String(&c.runner.Prefix, "prefix", "HOUSEKEEPER_PREFIX", housekeeper.DefaultPrefix, "Deckard's Redis key prefix")
 	v.String(&c.instanceID, "instance-id", "HOUSEKEEPER_INSTANCE_ID", fmt.Sprintf("%s-%d", host, os.Getpid()), "this instance's name, as the coordinator sees it")
 	v.String(&c.metricsListen, "metrics-listen", "HOUSEKEEPER_METRICS_LISTEN", "127.0.0.1:7402", "Prometheus /metrics listen address (empty: off)")
-	v.Duration(&c.runner.UnlockInterval, "unlock-interval", "HOUSEKEEPER_UNLOCK_INTERVAL", housekeeper.DefaultInterval, "time between unlock cycles")
-	v.Duration(&c.runner.TimeoutInterval, "timeout-interval", "HOUSEKEEPER_TIMEOUT_INTERVAL", housekeeper.DefaultInterval, "time between timeout cycles")
+	v.Duration(&c.runner.DiscoveryInterval, "discovery-interval", "HOUSEKEEPER_DISCOVERY_INTERVAL", housekeeper.DefaultDiscoveryInterval,
+		"time between the SCANs that find the queues: a new queue, or a set that was empty, is found within it")
+	v.Duration(&c.runner.ProbeInterval, "probe-interval", "HOUSEKEEPER_PROBE_INTERVAL", housekeeper.DefaultProbeInterval,
+		"how soon a set is read again after its earliest message changed or it was worked")
+	v.Duration(&c.runner.QuietProbeInterval, "quiet-probe-interval", "HOUSEKEEPER_QUIET_PROBE_INTERVAL", housekeeper.DefaultQuietProbeInterval,
+		"the longest a set that does not change goes unread: how late a message may be moved that falls due before its set's earliest one when last read")
 	v.Int(&c.runner.BatchSize, "batch-size", "HOUSEKEEPER_BATCH_SIZE", housekeeper.DefaultBatchSize, "most messages one batch moves")
-	v.Int(&c.runner.Parallelism, "parallelism", "HOUSEKEEPER_PARALLELISM", housekeeper.DefaultParallelism, "most queues worked at once")
-	v.Duration(&c.runner.LeaseTTL, "lease-ttl", "HOUSEKEEPER_LEASE_TTL", housekeeper.DefaultLeaseTTL, "TTL of each queue's lease; a dead instance's queues are taken over within it")
-	v.String(&c.runner.LeaseNamespace, "lease-namespace", "HOUSEKEEPER_LEASE_NAMESPACE", "", "prefix of lease and election names, for several Deckards on one coordinator")
-	v.String(&c.election, "election", "HOUSEKEEPER_ELECTION", "housekeeper/leader", "election whose leader reports the queue gauges")
+	v.Int(&c.runner.Parallelism, "parallelism", "HOUSEKEEPER_PARALLELISM", housekeeper.DefaultParallelism, "most batches in flight at once")
+	v.Duration(&c.membership.TTL, "lease-ttl", "HOUSEKEEPER_LEASE_TTL", housekeeper.DefaultMembershipTTL,
+		"TTL of this instance's membership lease and of the leadership: a dead instance's queues are taken over within it plus -membership-check")
+	v.Duration(&c.membership.CheckInterval, "membership-check", "HOUSEKEEPER_MEMBERSHIP_CHECK", 0,
+		"how often the leader lists the members (default: a quarter of -lease-ttl)")
+	v.String(&c.membership.Namespace, "lease-namespace", "HOUSEKEEPER_LEASE_NAMESPACE", "", "prefix of the coordinator names (membership, election, view), for several Deckards on one coordinator")
+	v.String(&c.membership.Election, "election", "HOUSEKEEPER_ELECTION", housekeeper.DefaultElection, "election (behind -lease-namespace) whose leader publishes the membership and reports the queue gauges")
 	c.log.Flags(v, "HOUSEKEEPER")
 	if err := v.Parse(args); err != nil {
 		return c, err
@@ -85,10 +94,22 @@ func parseConfig(fs *flag.FlagSet, args []string, lookupEnv func(string) (string
 	for _, d := range []struct {
 		name string
 		v    time.Duration
-	}{{"unlock-interval", c.runner.UnlockInterval}, {"timeout-interval", c.runner.TimeoutInterval}, {"lease-ttl", c.runner.LeaseTTL}} {
+	}{
+		{"discovery-interval", c.runner.DiscoveryInterval}, {"probe-interval", c.runner.ProbeInterval},
+		{"quiet-probe-interval", c.runner.QuietProbeInterval}, {"lease-ttl", c.membership.TTL},
+	} {
 		if d.v <= 0 {
 			errs = append(errs, fmt.Errorf("%s: must be positive", d.name))
 		}
+	}
+	if c.membership.CheckInterval < 0 {
+		errs = append(errs, errors.New("membership-check: must not be negative"))
+	}
+	if c.runner.QuietProbeInterval < c.runner.ProbeInterval {
+		errs = append(errs, errors.New("quiet-probe-interval: must not be below -probe-interval"))
+	}
+	if strings.Contains(c.instanceID, "/") || c.instanceID == "" {
+		errs = append(errs, errors.New("instance-id: must be non-empty, without '/'"))
 	}
 	if c.runner.BatchSize < 1 || c.runner.Parallelism < 1 {
 		errs = append(errs, errors.New("batch-size and parallelism: must be at least 1"))
@@ -104,9 +125,7 @@ func parseConfig(fs *flag.FlagSet, args []string, lookupEnv func(string) (string
 		errs = append(errs, errors.New("coordinator-token: refusing to send it over plaintext, where anyone on the path can read it; "+
 			"reach the coordinator over TLS (-coordinator-tls, -coordinator-tls-ca), or set -coordinator-insecure-token on loopback"))
 	}
-	if c.runner.LeaseNamespace != "" {
-		c.election = strings.TrimSuffix(c.runner.LeaseNamespace, "/") + "/" + c.election
-	}
+	c.membership.ID = c.instanceID
 	return c, errors.Join(errs...)
 }
 
@@ -150,7 +169,7 @@ func clientOptions(cfg config, log *slog.Logger) ([]client.Option, error) {
 }
 
 // run works until ctx ends, or until the metrics endpoint fails: then it
-// finishes the batches in flight, releases its leases and resigns.
+// finishes the batches in flight, leaves the membership and resigns.
 func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	rdb, err := redisurl.NewClient(cfg.redisURL)
 	if err != nil {
@@ -172,10 +191,17 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	defer func() { _ = coord.Close() }()
 
 	registry := app.NewRegistry()
+	var runner *housekeeper.Runner
+	mcfg := cfg.membership
+	mcfg.Logger = log
+	mcfg.OnLeading = func(leading bool) { runner.SetLeader(leading) }
+	member, err := housekeeper.NewCoordinatorMembership(coord, mcfg)
+	if err != nil {
+		return err
+	}
 	rcfg := cfg.runner
 	rcfg.Logger, rcfg.Registerer = log, registry
-	runner, err := housekeeper.New(rdb, housekeeper.CoordinatorLocker(coord), rcfg)
-	if err != nil {
+	if runner, err = housekeeper.New(rdb, member, rcfg); err != nil {
 		return err
 	}
 
@@ -204,15 +230,19 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	}
 
 	log.Info("housekeeper running", "coordinator", cfg.coordinatorAddr, "tls", cfg.coordinatorTLS,
-		"redis", redisurl.Redact(cfg.redisURL), "prefix", rcfg.Prefix, "parallelism", rcfg.Parallelism, "lease_ttl", rcfg.LeaseTTL)
+		"redis", redisurl.Redact(cfg.redisURL), "prefix", rcfg.Prefix, "parallelism", rcfg.Parallelism, "lease_ttl", mcfg.TTL)
 	var wg sync.WaitGroup
+	var memberErr error
 	wg.Go(func() {
-		if err := runner.Lead(ctx, coord, cfg.election); err != nil {
-			log.Error("leader election stopped", "err", err)
+		// A membership the coordinator refuses outright (a credential that
+		// may not use the names) stops the instance: it could never work.
+		if memberErr = member.Run(ctx); memberErr != nil {
+			cancel()
 		}
 	})
-	err = runner.Run(ctx) // logs how the release of its leases went
+	err = runner.Run(ctx)
 	wg.Wait()
+	err = errors.Join(err, memberErr)
 	select {
 	case mErr := <-metricsFailed:
 		err = errors.Join(err, mErr)
