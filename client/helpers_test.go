@@ -13,7 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/coordinator-dev/coordinator/internal/coordinatord/coordtest"
-	"github.com/coordinator-dev/coordinator/internal/testwait"
+	"github.com/coordinator-dev/coordinator/internal/testkit/testwait"
 )
 
 func TestMain(m *testing.M) {

@@ -14,7 +14,7 @@ import (
 
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
 	"github.com/coordinator-dev/coordinator/internal/coordinatord"
-	"github.com/coordinator-dev/coordinator/internal/testwait"
+	"github.com/coordinator-dev/coordinator/internal/testkit/testwait"
 )
 
 // The lease calls (TryAcquire, Renew, Release, Campaign, Resign) reach the

@@ -21,7 +21,7 @@ import (
 	"github.com/coordinator-dev/coordinator/client"
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
 	"github.com/coordinator-dev/coordinator/internal/coordinatord/coordtest"
-	"github.com/coordinator-dev/coordinator/internal/testcert"
+	"github.com/coordinator-dev/coordinator/internal/testkit/testcert"
 )
 
 // binary is coordctl built for the tests.

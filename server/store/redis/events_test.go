@@ -7,7 +7,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
-	"github.com/coordinator-dev/coordinator/internal/testproxy"
+	"github.com/coordinator-dev/coordinator/internal/testkit/testproxy"
 	"github.com/coordinator-dev/coordinator/server/store"
 )
 

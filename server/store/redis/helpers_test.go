@@ -13,13 +13,13 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
-	"github.com/coordinator-dev/coordinator/internal/redistest"
+	"github.com/coordinator-dev/coordinator/internal/testkit/redistest"
 	"github.com/coordinator-dev/coordinator/server/store"
 )
 
 // Tests run against a real Redis: the standalone one COORDINATOR_TEST_REDIS_URL
-// names, or a throwaway one that internal/redistest starts. Each test uses its
-// own key prefix, so tests run in parallel on one database; the few that
+// names, or a throwaway one that internal/testkit/redistest starts. Each test
+// uses its own key prefix, so tests run in parallel on one database; the few that
 // flush a whole database use scratchDB (15 by default,
 // COORDINATOR_TEST_REDIS_SCRATCH_DB to change it) and run one at a time.
 

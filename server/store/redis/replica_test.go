@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coordinator-dev/coordinator/internal/redistest"
-	"github.com/coordinator-dev/coordinator/internal/testproxy"
+	"github.com/coordinator-dev/coordinator/internal/testkit/redistest"
+	"github.com/coordinator-dev/coordinator/internal/testkit/testproxy"
 	"github.com/coordinator-dev/coordinator/server/store"
 )
 

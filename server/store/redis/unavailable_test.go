@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/coordinator-dev/coordinator/internal/testproxy"
+	"github.com/coordinator-dev/coordinator/internal/testkit/testproxy"
 	"github.com/coordinator-dev/coordinator/server/store"
 )
 
