@@ -13,7 +13,7 @@ import (
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
 	"github.com/coordinator-dev/coordinator/server"
 	"github.com/coordinator-dev/coordinator/server/store"
-	memstore "github.com/coordinator-dev/coordinator/server/store/memory"
+	"github.com/coordinator-dev/coordinator/server/store/memstore"
 )
 
 // serveService serves a bare Service over a memory store with opts, on a

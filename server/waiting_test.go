@@ -17,8 +17,8 @@ import (
 	"github.com/coordinator-dev/coordinator/internal/testkit/testwait"
 	"github.com/coordinator-dev/coordinator/server"
 	"github.com/coordinator-dev/coordinator/server/store"
-	memstore "github.com/coordinator-dev/coordinator/server/store/memory"
-	redisstore "github.com/coordinator-dev/coordinator/server/store/redis"
+	"github.com/coordinator-dev/coordinator/server/store/memstore"
+	"github.com/coordinator-dev/coordinator/server/store/redisstore"
 )
 
 // countingStore counts the store calls that waiting costs. It wraps a real

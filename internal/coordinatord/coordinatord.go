@@ -37,8 +37,8 @@ import (
 	"github.com/coordinator-dev/coordinator/internal/protocodec"
 	"github.com/coordinator-dev/coordinator/server"
 	"github.com/coordinator-dev/coordinator/server/store"
-	memstore "github.com/coordinator-dev/coordinator/server/store/memory"
-	redisstore "github.com/coordinator-dev/coordinator/server/store/redis"
+	"github.com/coordinator-dev/coordinator/server/store/memstore"
+	"github.com/coordinator-dev/coordinator/server/store/redisstore"
 )
 
 // Server is a whole coordinator: the gRPC service with health, reflection

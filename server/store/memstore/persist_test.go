@@ -9,7 +9,7 @@ import (
 
 	"github.com/coordinator-dev/coordinator/internal/statefile"
 	"github.com/coordinator-dev/coordinator/server/store"
-	memstore "github.com/coordinator-dev/coordinator/server/store/memory"
+	"github.com/coordinator-dev/coordinator/server/store/memstore"
 )
 
 const (

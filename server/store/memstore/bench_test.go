@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/coordinator-dev/coordinator/server/store"
-	memstore "github.com/coordinator-dev/coordinator/server/store/memory"
+	"github.com/coordinator-dev/coordinator/server/store/memstore"
 )
 
 // BenchmarkGrantRelease measures grant-and-release cycles on the real clock

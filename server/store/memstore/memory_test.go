@@ -6,7 +6,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
-	memstore "github.com/coordinator-dev/coordinator/server/store/memory"
+	"github.com/coordinator-dev/coordinator/server/store/memstore"
 	"github.com/coordinator-dev/coordinator/server/store/storetest"
 )
 
