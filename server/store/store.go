@@ -43,8 +43,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/coordinator-dev/coordinator/internal/fanout"
 )
 
 // Lease is a grant of Name to Holder until ExpiresAt (store clock).
@@ -173,8 +171,28 @@ type Leases interface {
 	Ping(ctx context.Context) error
 }
 
-// Changes is a subscription to the announced changes of one name.
-type Changes = *fanout.Subscription[string, struct{}]
+// Changes is a subscription to the announced changes of one name (see
+// Notifier.Changes). A store makes one with NewChanges from a channel of its
+// own.
+type Changes struct {
+	// C receives a value for each announcement (values coalesce). It is
+	// closed when the store closes, never by Cancel, so a reader selecting
+	// on it never sees a spurious zero value.
+	C <-chan struct{}
+
+	cancel func()
+}
+
+// NewChanges returns the subscription that receives on c and whose Cancel
+// calls cancel. Cancel may be called more than once, after the store closed
+// too, so cancel must allow that.
+func NewChanges(c <-chan struct{}, cancel func()) *Changes {
+	return &Changes{C: c, cancel: cancel}
+}
+
+// Cancel ends the subscription: no more values are delivered to C, which
+// stays open. It is safe to call more than once.
+func (c *Changes) Cancel() { c.cancel() }
 
 // Notifier announces changes of names, from any coordinator sharing the
 // store, so that waiting calls and observers look again instead of polling.
@@ -190,7 +208,7 @@ type Notifier interface {
 	// changes. Expiry is not announced: callers time it from ExpiresAt. The
 	// channel is closed when the store closes; Cancel the subscription when
 	// done.
-	Changes(name string) Changes
+	Changes(name string) *Changes
 	// Watch asks for the changes of each name to be announced for at least
 	// the next ttl (positive), as for a name with waiters, and reads each
 	// name's lease at an instant when it was so marked: it returns one

@@ -418,8 +418,9 @@ func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) (sto
 
 // Changes implements store.Notifier. Every change is announced in process,
 // which costs nothing while nobody listens.
-func (s *Store) Changes(name string) store.Changes {
-	return s.changes.Subscribe(name, 1, fanout.Coalesce)
+func (s *Store) Changes(name string) *store.Changes {
+	sub := s.changes.Subscribe(name, 1, fanout.Coalesce)
+	return store.NewChanges(sub.C, sub.Cancel)
 }
 
 // Watch implements store.Notifier: every change is announced anyway, so it

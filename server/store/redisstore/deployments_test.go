@@ -52,7 +52,7 @@ func TestCluster(t *testing.T) {
 		t.Fatalf("%d markers (%v), want %d", markers.Load(), err, numSlots)
 	}
 
-	subs := map[string]store.Changes{}
+	subs := map[string]*store.Changes{}
 	for _, name := range oddNames {
 		subs[name] = s.Changes(name)
 		defer subs[name].Cancel()

@@ -55,7 +55,7 @@ func (e *events) init(s *Store) {
 }
 
 // changes subscribes to name, starting the Redis subscription on first use.
-func (e *events) changes(name string) store.Changes {
+func (e *events) changes(name string) *store.Changes {
 	sub := e.hub.Subscribe(name, 1, fanout.Coalesce)
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -63,7 +63,7 @@ func (e *events) changes(name string) store.Changes {
 		e.started = true
 		go e.run()
 	}
-	return sub
+	return store.NewChanges(sub.C, sub.Cancel)
 }
 
 // close stops the subscription, then closes every Changes channel.

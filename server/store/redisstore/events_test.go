@@ -31,7 +31,7 @@ func TestChanges(t *testing.T) {
 		mustRelease(t, s, l)
 		waitChange(t, fenced, "fence release")
 	}
-	quiet := func(what string, cs ...store.Changes) {
+	quiet := func(what string, cs ...*store.Changes) {
 		t.Helper()
 		fence()
 		for i, c := range cs {
@@ -68,7 +68,7 @@ func TestChanges(t *testing.T) {
 }
 
 // waitClosed waits for c's channel to close, skipping pending values.
-func waitClosed(t *testing.T, c store.Changes, what string) {
+func waitClosed(t *testing.T, c *store.Changes, what string) {
 	t.Helper()
 	timeout := time.After(5 * time.Second)
 	for {
@@ -153,7 +153,7 @@ func TestOnlyListenedNamesAreAnnounced(t *testing.T) {
 	t.Parallel()
 	s := newStore(t, nil, Options{})
 	quiet, contended, watched := s.Changes("quiet"), s.Changes("contended"), s.Changes("watched")
-	for _, c := range []store.Changes{quiet, contended, watched} {
+	for _, c := range []*store.Changes{quiet, contended, watched} {
 		defer c.Cancel()
 	}
 	waitSubscribed(t, s, quiet, contended, watched)

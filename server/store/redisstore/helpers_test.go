@@ -126,7 +126,7 @@ func testCtx(t testing.TB) context.Context {
 }
 
 // waitChange waits for a value on c.
-func waitChange(t testing.TB, c store.Changes, what string) {
+func waitChange(t testing.TB, c *store.Changes, what string) {
 	t.Helper()
 	select {
 	case _, ok := <-c.C:
@@ -139,7 +139,7 @@ func waitChange(t testing.TB, c store.Changes, what string) {
 }
 
 // pending reports whether c holds a value, and takes it.
-func pending(c store.Changes) bool {
+func pending(c *store.Changes) bool {
 	select {
 	case <-c.C:
 		return true
@@ -160,7 +160,7 @@ func watch(t testing.TB, s *Store, names ...string) {
 // probe meanwhile. Any value for the probe means that Redis confirmed the
 // subscription and every subscriber was told to look again; subs are emptied
 // of that value, so that any value they receive later is news.
-func waitSubscribed(t testing.TB, s *Store, subs ...store.Changes) {
+func waitSubscribed(t testing.TB, s *Store, subs ...*store.Changes) {
 	t.Helper()
 	probe := "probe-" + hex.EncodeToString([]byte(t.Name()))
 	c := s.Changes(probe)

@@ -600,7 +600,7 @@ func (s *Store) describeMany(ctx context.Context, names []string) ([]store.Descr
 
 // Changes implements store.Notifier. Every Changes shares one Redis
 // subscription, started by the first call.
-func (s *Store) Changes(name string) store.Changes {
+func (s *Store) Changes(name string) *store.Changes {
 	return s.events.changes(name)
 }
 

@@ -445,7 +445,7 @@ func testWaiterTTLDefault(t *testing.T, s Subject) {
 
 // waitChange waits for a value on c: an announcement, or a hint to look
 // again.
-func waitChange(t *testing.T, c store.Changes, what string) {
+func waitChange(t *testing.T, c *store.Changes, what string) {
 	t.Helper()
 	select {
 	case _, ok := <-c.C:
@@ -458,7 +458,7 @@ func waitChange(t *testing.T, c store.Changes, what string) {
 }
 
 // drain empties c of pending values.
-func drain(c store.Changes) {
+func drain(c *store.Changes) {
 	for {
 		select {
 		case <-c.C:
@@ -557,7 +557,7 @@ func testChangesClose(t *testing.T, s Subject) {
 	}
 	after := s.Changes("job")
 	defer after.Cancel()
-	for what, c := range map[string]store.Changes{"before Close": before, "after Close": after} {
+	for what, c := range map[string]*store.Changes{"before Close": before, "after Close": after} {
 		deadline := time.After(patience)
 		for open := true; open; {
 			select {
