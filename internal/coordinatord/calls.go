@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
-	"github.com/coordinator-dev/coordinator/internal/protocodec"
+	"github.com/coordinator-dev/coordinator/server/protocodec"
 )
 
 // callMetrics are the grpc_server_* series of go-grpc-middleware's Prometheus

@@ -1,8 +1,8 @@
 // Package coordinatord is the coordinator process: its configuration, the
 // store it opens, the gRPC server around server.Service with health (driven
 // by the store's reachability), reflection, authentication and per-name
-// access (internal/access), caps (internal/limits), a codec that reports
-// undecodable requests as invalid (internal/protocodec), logging and
+// access (server/access), caps (server/limits), a codec that reports
+// undecodable requests as invalid (server/protocodec), logging and
 // metrics, and the run loop that serves until a signal (SIGHUP re-reads the
 // access file). cmd/coordinator is a thin main over it, and coordtest starts
 // it whole for tests.
@@ -17,8 +17,8 @@ import (
 
 	"github.com/coordinator-dev/coordinator/internal/app"
 	"github.com/coordinator-dev/coordinator/internal/envflag"
-	"github.com/coordinator-dev/coordinator/internal/limits"
 	"github.com/coordinator-dev/coordinator/server"
+	"github.com/coordinator-dev/coordinator/server/limits"
 	"github.com/coordinator-dev/coordinator/server/store"
 )
 
@@ -56,7 +56,7 @@ type Config struct {
 	// signs the client certificates mTLS requires.
 	TLS       app.TLSFiles
 	AuthToken string
-	// AccessFile grants credentials name prefixes (see internal/access);
+	// AccessFile grants credentials name prefixes (see server/access);
 	// re-read on SIGHUP.
 	AccessFile string
 	Limits     limits.Config

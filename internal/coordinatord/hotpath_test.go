@@ -12,7 +12,7 @@ import (
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
 	"github.com/coordinator-dev/coordinator/internal/coordinatord"
 	"github.com/coordinator-dev/coordinator/internal/coordinatord/coordtest"
-	"github.com/coordinator-dev/coordinator/internal/limits"
+	"github.com/coordinator-dev/coordinator/server/limits"
 )
 
 // BenchmarkCycle measures the unary hot path in one process: uncontended

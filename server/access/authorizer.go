@@ -18,7 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
-	"github.com/coordinator-dev/coordinator/server"
+	"github.com/coordinator-dev/coordinator/server/errinfo"
 )
 
 // Config says where the rules come from.
@@ -151,7 +151,7 @@ func denied(g *Grant, field, name string) error {
 	}
 	st := status.New(codes.PermissionDenied, msg)
 	if withDetails, err := st.WithDetails(&errdetails.ErrorInfo{
-		Reason: ReasonPermissionDenied, Domain: server.ErrorDomain, Metadata: map[string]string{field: name},
+		Reason: ReasonPermissionDenied, Domain: errinfo.Domain, Metadata: map[string]string{field: name},
 	}); err == nil {
 		st = withDetails
 	}

@@ -10,7 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
-	"github.com/coordinator-dev/coordinator/server"
+	"github.com/coordinator-dev/coordinator/server/sessionops"
 )
 
 // UnaryServerInterceptor caps waiting calls and leases per holder, and
@@ -105,7 +105,7 @@ func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 				ss = &keepAliveStream{ServerStream: ss, holders: l.holders}
 			}
 		case coordinatorv1.Coordinator_Session_FullMethodName:
-			ss = server.InterceptSessionOps(ss, ops)
+			ss = sessionops.Intercept(ss, ops)
 		}
 		return handler(srv, ss)
 	}
