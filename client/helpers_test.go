@@ -12,7 +12,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"go.uber.org/goleak"
 
-	"github.com/coordinator-dev/coordinator/internal/coordinatord/coordtest"
+	"github.com/coordinator-dev/coordinator/coordinatord/coordtest"
 	"github.com/coordinator-dev/coordinator/internal/testkit/testwait"
 )
 

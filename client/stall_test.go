@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coordinator-dev/coordinator/internal/coordinatord/coordtest"
+	"github.com/coordinator-dev/coordinator/coordinatord/coordtest"
 	"github.com/coordinator-dev/coordinator/internal/testkit/testproxy"
 )
 

@@ -9,8 +9,8 @@ import (
 	"flag"
 	"os"
 
+	"github.com/coordinator-dev/coordinator/coordinatord"
 	"github.com/coordinator-dev/coordinator/internal/app"
-	"github.com/coordinator-dev/coordinator/internal/coordinatord"
 )
 
 func main() {

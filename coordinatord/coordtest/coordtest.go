@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/coordinator-dev/coordinator/internal/coordinatord"
+	"github.com/coordinator-dev/coordinator/coordinatord"
 	"github.com/coordinator-dev/coordinator/internal/testkit/redistest"
 )
 

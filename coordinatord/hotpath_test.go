@@ -9,9 +9,9 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/coordinator-dev/coordinator/coordinatord"
+	"github.com/coordinator-dev/coordinator/coordinatord/coordtest"
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
-	"github.com/coordinator-dev/coordinator/internal/coordinatord"
-	"github.com/coordinator-dev/coordinator/internal/coordinatord/coordtest"
 	"github.com/coordinator-dev/coordinator/server/limits"
 )
 
@@ -22,7 +22,7 @@ import (
 // come from the bench (bench/ -suite leases). The Redis store needs
 // COORDINATOR_TEST_REDIS_URL (scripts/with-redis.sh), e.g.
 //
-//	./scripts/with-redis.sh go test -run '^$' -bench Cycle -benchmem ./internal/coordinatord
+//	./scripts/with-redis.sh go test -run '^$' -bench Cycle -benchmem ./coordinatord
 func BenchmarkCycle(b *testing.B) {
 	for _, kind := range []string{coordinatord.StoreMemory, coordinatord.StoreRedis} {
 		for _, caps := range []bool{true, false} {
