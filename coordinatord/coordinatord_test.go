@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
@@ -18,43 +17,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/coordinator-dev/coordinator/coordinatord"
-	"github.com/coordinator-dev/coordinator/coordinatord/coordtest"
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
 )
-
-// coordinator is a whole coordinator under test with a plaintext client.
-type coordinator struct {
-	*coordtest.Coordinator
-	conn   *grpc.ClientConn
-	client coordinatorv1.CoordinatorClient
-}
-
-func start(t *testing.T, cfg coordinatord.Config) *coordinator {
-	t.Helper()
-	c := &coordinator{Coordinator: coordtest.Start(t, cfg)}
-	c.conn = c.Dial(t)
-	c.client = coordinatorv1.NewCoordinatorClient(c.conn)
-	return c
-}
-
-func testConfig(t *testing.T, kind string) coordinatord.Config { return coordtest.Config(t, kind) }
-
-func ctxTimeout(t *testing.T, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-func (c *coordinator) tryAcquire(t *testing.T, name, holder string) *coordinatorv1.TryAcquireResponse {
-	t.Helper()
-	resp, err := c.client.TryAcquire(ctxTimeout(t, 10*time.Second), &coordinatorv1.TryAcquireRequest{
-		Name: name, Holder: holder, Ttl: durationpb.New(time.Minute),
-	})
-	if err != nil {
-		t.Fatalf("TryAcquire(%s, %s): %v", name, holder, err)
-	}
-	return resp
-}
 
 func TestHealthReportsServingUntilShutdown(t *testing.T) {
 	c := start(t, testConfig(t, "memory"))
@@ -91,10 +55,10 @@ func TestReflectionListsTheService(t *testing.T) {
 
 func TestMetricsCountLeaseOutcomes(t *testing.T) {
 	c := start(t, testConfig(t, "memory"))
-	if !c.tryAcquire(t, "m", "a").GetAcquired() {
+	if !c.acquire(t, "m", "a", time.Minute, 0).GetAcquired() {
 		t.Fatal("a could not acquire m")
 	}
-	c.tryAcquire(t, "m", "b")
+	c.acquire(t, "m", "b", time.Minute, 0)
 	_, _ = c.client.Renew(context.Background(), &coordinatorv1.RenewRequest{Name: "m", Holder: "b", Token: 1, Ttl: durationpb.New(time.Second)})
 
 	rec := httptest.NewRecorder()

@@ -104,7 +104,7 @@ func TestUndecodableRequestsAreInvalidArgumentNamingTheField(t *testing.T) {
 		t.Fatalf("KeepAlive with invalid UTF-8: %v; want InvalidArgument naming name", err)
 	}
 	// Nothing was harmed.
-	if resp := c.tryAcquire(t, "job", "h"); !resp.GetAcquired() {
+	if resp := c.acquire(t, "job", "h", time.Minute, 0); !resp.GetAcquired() {
 		t.Fatal("a valid request after the bad ones was not granted")
 	}
 }
@@ -134,7 +134,7 @@ func TestNamesWithEmptyOrDotSegmentsAreRefused(t *testing.T) {
 		}
 	}
 	for _, name := range []string{"a/b", "a.b/..c/.d", "team-a/job/42"} {
-		if resp := c.tryAcquire(t, name, "h"); !resp.GetAcquired() {
+		if resp := c.acquire(t, name, "h", time.Minute, 0); !resp.GetAcquired() {
 			t.Errorf("%q not granted", name)
 		}
 	}
@@ -284,7 +284,7 @@ func TestAHungRedisGivesUnavailableWithinTheStoreTimeout(t *testing.T) {
 	cfg.RedisURL = srv.URL()
 	cfg.StoreTimeout = storeTimeout
 	c := start(t, cfg)
-	c.tryAcquire(t, "warm", "h") // the connections to Redis are open
+	c.acquire(t, "warm", "h", time.Minute, 0) // the connections to Redis are open
 	srv.Freeze()
 
 	for _, call := range []struct {

@@ -182,7 +182,7 @@ func TestWaitingCallsOverTheirCapAreRefusedButNotCallsThatDoNotWait(t *testing.T
 			}
 			c := start(t, cfg)
 			ctx := ctxTimeout(t, time.Minute)
-			held := c.tryAcquire(t, "busy", "holder")
+			held := c.acquire(t, "busy", "holder", time.Minute, 0)
 			waitReq := func(holder string) *coordinatorv1.TryAcquireRequest {
 				return &coordinatorv1.TryAcquireRequest{Name: "busy", Holder: holder, Ttl: durationpb.New(time.Minute), Wait: durationpb.New(time.Minute)}
 			}
@@ -199,7 +199,7 @@ func TestWaitingCallsOverTheirCapAreRefusedButNotCallsThatDoNotWait(t *testing.T
 			wantRefusal(t, err, tc.env)
 			_, err = c.client.Campaign(ctx, &coordinatorv1.CampaignRequest{Election: "busy", Candidate: "third", Ttl: durationpb.New(time.Minute), Wait: durationpb.New(time.Minute)})
 			wantRefusal(t, err, tc.env)
-			if resp := c.tryAcquire(t, "busy", "no-wait"); resp.GetAcquired() {
+			if resp := c.acquire(t, "busy", "no-wait", time.Minute, 0); resp.GetAcquired() {
 				t.Fatal("a call without a wait was granted a held name")
 			}
 
@@ -271,7 +271,7 @@ func TestKeepAliveLossesFreeTheHoldersPlaces(t *testing.T) {
 	c := start(t, cfg)
 	other := start(t, cfg)
 	ctx := ctxTimeout(t, time.Minute)
-	lease := c.tryAcquire(t, "a", "h").GetLease()
+	lease := c.acquire(t, "a", "h", time.Minute, 0).GetLease()
 	ka, err := c.client.KeepAlive(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -325,7 +325,7 @@ func TestOversizedMessagesAreRefusedAndValuesWithinTheLimitPass(t *testing.T) {
 	if status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("a 1 MiB Campaign: %v; want ResourceExhausted", err)
 	}
-	if resp := c.tryAcquire(t, "after", "h"); !resp.GetAcquired() {
+	if resp := c.acquire(t, "after", "h", time.Minute, 0); !resp.GetAcquired() {
 		t.Fatal("the connection is unusable after an oversized message")
 	}
 }

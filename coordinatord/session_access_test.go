@@ -174,7 +174,7 @@ func TestSessionWaitsAreCappedLikeWaitingCalls(t *testing.T) {
 			}
 			c := start(t, cfg)
 			ctx := ctxTimeout(t, time.Minute)
-			held := c.tryAcquire(t, "busy", "holder")
+			held := c.acquire(t, "busy", "holder", time.Minute, 0)
 			s := openSessionStream(t, ctx, c)
 			// One after the other, so that w1 is first in the queue.
 			s.send(sessionAcquire(1, "busy", "w1", time.Minute))

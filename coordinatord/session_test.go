@@ -1,4 +1,4 @@
-package server_test
+package coordinatord_test
 
 import (
 	"context"
@@ -627,23 +627,6 @@ func TestStopEndsSessionsWithUnavailable(t *testing.T) {
 			}
 			<-stopped
 		})
-	}
-}
-
-func TestStopEndsAnIdleSession(t *testing.T) {
-	svc, client := serveService(t, server.ServiceOptions{})
-	s := openSession(t, client)
-	if r := s.mustCall(acquireOp("idle", "h", time.Minute, 0)); !r.GetAcquire().GetAcquired() {
-		t.Fatalf("acquire: %v", r)
-	}
-	svc.Stop()
-	select {
-	case <-s.ended:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the session is still open after Stop")
-	}
-	if status.Code(s.err) != codes.Unavailable {
-		t.Fatalf("the session ended with %v; want Unavailable", s.err)
 	}
 }
 

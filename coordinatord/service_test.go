@@ -1,4 +1,4 @@
-package server_test
+package coordinatord_test
 
 import (
 	"context"
