@@ -1,11 +1,3 @@
-// Package coordinatord is the coordinator process: its configuration, the
-// store it opens, the gRPC server around server.Service with health (driven
-// by the store's reachability), reflection, authentication and per-name
-// access (server/access), caps (server/limits), a codec that reports
-// undecodable requests as invalid (server/protocodec), logging and
-// metrics, and the run loop that serves until a signal (SIGHUP re-reads the
-// access file). cmd/coordinator is a thin main over it, and coordtest starts
-// it whole for tests.
 package coordinatord
 
 import (

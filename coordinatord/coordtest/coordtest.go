@@ -1,6 +1,3 @@
-// Package coordtest runs real coordinators for tests: the whole server on a
-// loopback listener, which a test may stop abruptly and start again on the
-// same address.
 package coordtest
 
 import (

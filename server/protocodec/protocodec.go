@@ -1,12 +1,3 @@
-// Package protocodec is the server's proto codec, which reports a request
-// that cannot be decoded (invalid UTF-8 in a string field, a truncated or
-// malformed message) as InvalidArgument naming the field, instead of the
-// Internal status gRPC gives any codec error.
-//
-// gRPC turns a codec's Unmarshal error into Internal before any interceptor
-// runs, so the codec does not fail: it leaves the message empty and notes
-// why, and the interceptors, first in the chain, answer with the note. Every
-// request passes them, so every note is taken.
 package protocodec
 
 import (

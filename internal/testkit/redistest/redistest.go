@@ -1,7 +1,3 @@
-// Package redistest gives tests a real Redis: a shared one (the Redis that
-// COORDINATOR_TEST_REDIS_URL names, or a throwaway one started on demand),
-// or private redis-server processes that a fault-injection test may stop,
-// restart with or without its data, or pause.
 package redistest
 
 import (

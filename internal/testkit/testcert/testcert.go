@@ -1,5 +1,3 @@
-// Package testcert writes self-signed certificates for tests that serve or
-// dial TLS on loopback.
 package testcert
 
 import (

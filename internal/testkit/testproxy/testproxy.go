@@ -1,7 +1,3 @@
-// Package testproxy is a TCP proxy for tests that inject network faults
-// between a client and a live server: connections cut at once, connections
-// that stay open but carry nothing (a stalled network, a half-open
-// connection), and a target that moves (a failover behind one address).
 package testproxy
 
 import (

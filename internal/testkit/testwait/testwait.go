@@ -1,5 +1,3 @@
-// Package testwait waits in tests for a condition instead of sleeping a
-// fixed time: fast when the machine is idle, patient when it is loaded.
 package testwait
 
 import (

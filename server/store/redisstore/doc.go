@@ -133,4 +133,11 @@
 // running. Bounding a call needs a client that honours context deadlines
 // (go-redis' ContextTimeoutEnabled), as package internal/redisurl's clients
 // do; New warns about one that does not.
+//
+// # Layering
+//
+// A store implementation: of this module it imports only the store interface
+// (server/store) and leaves of internal/ (backoff, fanout, redisurl), never
+// the service above it or another store. Of the server side, it alone imports
+// go-redis.
 package redisstore
