@@ -49,8 +49,11 @@ fault-soak:
 bench:
 	cd bench && ../scripts/with-redis.sh $(GO) run . $(BENCHFLAGS)
 
+# Go first: buf.gen.go.yaml cleans all of gen/, then buf.gen.yaml writes
+# gen/python and gen/typescript.
 generate:
 	./scripts/generators.sh
+	$(BUF) generate --template buf.gen.go.yaml
 	$(BUF) generate
 
 lint:
@@ -65,4 +68,4 @@ lint:
 	./scripts/buf-breaking.sh
 	./scripts/generators.sh
 	@tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; \
-	$(BUF) generate -o $$tmp && diff -r gen $$tmp/gen || { echo "gen/ is stale: run 'make generate' and commit it"; exit 1; }
+	$(BUF) generate --template buf.gen.go.yaml -o $$tmp && $(BUF) generate -o $$tmp && diff -r gen $$tmp/gen || { echo "gen/ is stale: run 'make generate' and commit it"; exit 1; }

@@ -22,7 +22,7 @@ import (
 	"github.com/coordinator-dev/coordinator/client"
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
 	"github.com/coordinator-dev/coordinator/server/store"
-	redisstore "github.com/coordinator-dev/coordinator/server/store/redis"
+	"github.com/coordinator-dev/coordinator/server/store/redisstore"
 )
 
 const benchTTL = 30 * time.Second

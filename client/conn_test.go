@@ -15,8 +15,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	"github.com/coordinator-dev/coordinator/internal/coordinatord/coordtest"
-	"github.com/coordinator-dev/coordinator/internal/testcert"
+	"github.com/coordinator-dev/coordinator/coordinatord/coordtest"
+	"github.com/coordinator-dev/coordinator/internal/testkit/testcert"
 )
 
 // A coordinator with TLS and a bearer token: the token reaches every call,

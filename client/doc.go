@@ -77,4 +77,10 @@
 // Close ends every lease and leadership of the Client (ErrClosed) and
 // releases them best-effort, so that the next waiter need not wait for the
 // TTL. No goroutine of the Client outlives Close.
+//
+// # Layering
+//
+// The SDK imports, of this module, only the generated API (gen) and leaves of
+// internal/ (backoff): never the server side (server and below it,
+// coordinatord) or Redis. The housekeeper and coordctl are built on it.
 package client

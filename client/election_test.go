@@ -11,8 +11,8 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
+	"github.com/coordinator-dev/coordinator/coordinatord/coordtest"
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
-	"github.com/coordinator-dev/coordinator/internal/coordinatord/coordtest"
 )
 
 func TestCampaignProclaimResign(t *testing.T) {

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/coordinator-dev/coordinator/client"
-	"github.com/coordinator-dev/coordinator/internal/coordinatord"
+	"github.com/coordinator-dev/coordinator/coordinatord"
 )
 
 func ExampleClient_TryLock() {

@@ -12,8 +12,8 @@ import (
 	"github.com/jonboulle/clockwork"
 	"go.uber.org/goleak"
 
-	"github.com/coordinator-dev/coordinator/internal/coordinatord/coordtest"
-	"github.com/coordinator-dev/coordinator/internal/testwait"
+	"github.com/coordinator-dev/coordinator/coordinatord/coordtest"
+	"github.com/coordinator-dev/coordinator/internal/testkit/testwait"
 )
 
 func TestMain(m *testing.M) {

@@ -13,11 +13,11 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
+	"github.com/coordinator-dev/coordinator/coordinatord"
+	"github.com/coordinator-dev/coordinator/coordinatord/coordtest"
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
-	"github.com/coordinator-dev/coordinator/internal/coordinatord"
-	"github.com/coordinator-dev/coordinator/internal/coordinatord/coordtest"
-	"github.com/coordinator-dev/coordinator/internal/redistest"
-	"github.com/coordinator-dev/coordinator/internal/testlog"
+	"github.com/coordinator-dev/coordinator/internal/testkit/redistest"
+	"github.com/coordinator-dev/coordinator/internal/testkit/testlog"
 )
 
 // In real time, on both sides: the coordinator would have expired the

@@ -8,8 +8,8 @@ import (
 	"github.com/jonboulle/clockwork"
 	"go.uber.org/goleak"
 
+	"github.com/coordinator-dev/coordinator/coordinatord/coordtest"
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
-	"github.com/coordinator-dev/coordinator/internal/coordinatord/coordtest"
 )
 
 // All of a Client's leases are renewed over one stream: its Session

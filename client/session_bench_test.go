@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/coordinator-dev/coordinator/internal/coordinatord/coordtest"
+	"github.com/coordinator-dev/coordinator/coordinatord/coordtest"
 )
 
 // BenchmarkAcquireRelease measures TryLock+Release cycles through one

@@ -14,10 +14,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/coordinator-dev/coordinator/coordinatord/coordtest"
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
-	"github.com/coordinator-dev/coordinator/internal/coordinatord/coordtest"
 	"github.com/coordinator-dev/coordinator/server"
-	memstore "github.com/coordinator-dev/coordinator/server/store/memory"
+	"github.com/coordinator-dev/coordinator/server/store/memstore"
 )
 
 // countSessionMessages counts the SessionRequests a Client sends.

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coordinator-dev/coordinator/internal/coordinatord/coordtest"
-	"github.com/coordinator-dev/coordinator/internal/testproxy"
+	"github.com/coordinator-dev/coordinator/coordinatord/coordtest"
+	"github.com/coordinator-dev/coordinator/internal/testkit/testproxy"
 )
 
 // A network that stalls, the connection staying open and carrying nothing

@@ -13,11 +13,11 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/coordinator-dev/coordinator/client"
+	"github.com/coordinator-dev/coordinator/coordinatord/coordtest"
 	"github.com/coordinator-dev/coordinator/housekeeper"
 	"github.com/coordinator-dev/coordinator/housekeeper/housekeepertest"
-	"github.com/coordinator-dev/coordinator/internal/coordinatord/coordtest"
-	"github.com/coordinator-dev/coordinator/internal/redistest"
-	"github.com/coordinator-dev/coordinator/internal/testwait"
+	"github.com/coordinator-dev/coordinator/internal/testkit/redistest"
+	"github.com/coordinator-dev/coordinator/internal/testkit/testwait"
 )
 
 // instance is one housekeeper on a real coordinator: its own client,

@@ -12,7 +12,7 @@ import (
 
 	"github.com/coordinator-dev/coordinator/housekeeper"
 	hkt "github.com/coordinator-dev/coordinator/housekeeper/housekeepertest"
-	"github.com/coordinator-dev/coordinator/internal/redistest"
+	"github.com/coordinator-dev/coordinator/internal/testkit/redistest"
 )
 
 func newQueues(t *testing.T) (*redis.Client, hkt.Deckard, *housekeeper.Queues) {

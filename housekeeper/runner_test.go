@@ -15,8 +15,8 @@ import (
 
 	"github.com/coordinator-dev/coordinator/housekeeper"
 	hkt "github.com/coordinator-dev/coordinator/housekeeper/housekeepertest"
-	"github.com/coordinator-dev/coordinator/internal/redistest"
-	"github.com/coordinator-dev/coordinator/internal/testwait"
+	"github.com/coordinator-dev/coordinator/internal/testkit/redistest"
+	"github.com/coordinator-dev/coordinator/internal/testkit/testwait"
 )
 
 // runner is a Runner under test with its own metrics registry.

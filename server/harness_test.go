@@ -3,38 +3,73 @@ package server_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"testing"
 	"time"
 
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
-	"github.com/coordinator-dev/coordinator/internal/coordinatord"
-	"github.com/coordinator-dev/coordinator/internal/coordinatord/coordtest"
+	"github.com/coordinator-dev/coordinator/internal/testkit/testwait"
+	"github.com/coordinator-dev/coordinator/server"
+	"github.com/coordinator-dev/coordinator/server/store"
+	"github.com/coordinator-dev/coordinator/server/store/memstore"
 )
 
-// storeKinds are the stores every service test runs against.
-var storeKinds = []string{coordinatord.StoreMemory, coordinatord.StoreRedis}
+// The service's own tests serve a bare Service over a store on a real
+// loopback listener, without the coordinator process around it: no codec,
+// interceptors, limits or access checks. The service's behaviour through a
+// whole coordinator (coordtest) is tested in package coordinatord, the layer
+// above, which this one never imports.
 
-func testConfig(t *testing.T, kind string) coordinatord.Config { return coordtest.Config(t, kind) }
+// The store kinds the tests over real stores run against.
+const (
+	storeMemory = "memory"
+	storeRedis  = "redis"
+)
 
-// coordinator is a server under test, reached over a real loopback listener.
-type coordinator struct {
-	*coordtest.Coordinator
-	client coordinatorv1.CoordinatorClient
-	conn   *grpc.ClientConn
+var storeKinds = []string{storeMemory, storeRedis}
+
+// serveService serves a bare Service over a memory store with opts, on a
+// real loopback listener, without the rest of the coordinator process.
+func serveService(t *testing.T, opts server.ServiceOptions) (*server.Service, coordinatorv1.CoordinatorClient) {
+	t.Helper()
+	st := memstore.New()
+	t.Cleanup(func() { _ = st.Close() }) // after the server stopped: cleanups run last first
+	svc, conn := serveStore(t, st, opts)
+	return svc, coordinatorv1.NewCoordinatorClient(conn)
 }
 
-func start(t *testing.T, cfg coordinatord.Config) *coordinator {
+// serveStore serves a bare Service over st on a real loopback listener,
+// until the end of t; closing st is the caller's.
+func serveStore(t *testing.T, st store.Store, opts server.ServiceOptions) (*server.Service, *grpc.ClientConn) {
 	t.Helper()
-	c := &coordinator{Coordinator: coordtest.Start(t, cfg)}
-	c.conn = c.Dial(t)
-	c.client = coordinatorv1.NewCoordinatorClient(c.conn)
-	return c
+	svc := server.NewService(st, opts)
+	g := grpc.NewServer()
+	coordinatorv1.RegisterCoordinatorServer(g, svc)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = g.Serve(lis) }()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = conn.Close()
+		svc.Stop()
+		g.Stop()
+	})
+	return svc, conn
+}
+
+// coordinator is a served Service as its clients reach it.
+type coordinator struct {
+	client coordinatorv1.CoordinatorClient
+	conn   *grpc.ClientConn
 }
 
 func dur(d time.Duration) *durationpb.Duration { return durationpb.New(d) }
@@ -73,38 +108,14 @@ func (c *coordinator) mustAcquire(t *testing.T, name, holder string, ttl time.Du
 	return resp.GetLease()
 }
 
-// errorDetails returns the status code, ErrorInfo reason and BadRequest
-// field of err.
-func errorDetails(err error) (code codes.Code, reason, field string) {
-	st := status.Convert(err)
-	for _, d := range st.Details() {
-		switch d := d.(type) {
-		case *errdetails.ErrorInfo:
-			reason = d.GetReason()
-		case *errdetails.BadRequest:
-			if v := d.GetFieldViolations(); len(v) > 0 {
-				field = v[0].GetField()
-			}
-		}
-	}
-	return st.Code(), reason, field
-}
-
-func errCode(err error) codes.Code { return status.Code(err) }
-
-// checkGrantOrder checks that the holders on the closed channel order were
-// granted in arrival order, w0, w1, …, and, when want > 0, that there were
-// want of them.
-func checkGrantOrder(t *testing.T, order <-chan string, want int) {
+// waitQueued waits until n callers are queued for name.
+func waitQueued(t *testing.T, c *coordinator, name string, n int) {
 	t.Helper()
-	i := 0
-	for holder := range order {
-		if w := fmt.Sprintf("w%d", i); holder != w {
-			t.Fatalf("grant #%d went to %s, want %s", i, holder, w)
+	testwait.Until(t, 10*time.Second, fmt.Sprintf("%d waiters queued on %s", n, name), func() bool {
+		desc, err := c.client.Describe(context.Background(), &coordinatorv1.DescribeRequest{Name: name})
+		if err != nil {
+			t.Fatal(err)
 		}
-		i++
-	}
-	if want > 0 && i != want {
-		t.Fatalf("%d of %d waiters granted", i, want)
-	}
+		return int(desc.GetWaiters()) >= n
+	})
 }

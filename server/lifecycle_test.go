@@ -1,54 +1,15 @@
 package server_test
 
 import (
-	"net"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
 	"github.com/coordinator-dev/coordinator/server"
-	"github.com/coordinator-dev/coordinator/server/store"
-	memstore "github.com/coordinator-dev/coordinator/server/store/memory"
 )
-
-// serveService serves a bare Service over a memory store with opts, on a
-// real loopback listener, without the rest of the coordinator process.
-func serveService(t *testing.T, opts server.ServiceOptions) (*server.Service, coordinatorv1.CoordinatorClient) {
-	t.Helper()
-	st := memstore.New()
-	t.Cleanup(func() { _ = st.Close() }) // after the server stopped: cleanups run last first
-	svc, conn := serveStore(t, st, opts)
-	return svc, coordinatorv1.NewCoordinatorClient(conn)
-}
-
-// serveStore serves a bare Service over st on a real loopback listener,
-// until the end of t; closing st is the caller's.
-func serveStore(t *testing.T, st store.Store, opts server.ServiceOptions) (*server.Service, *grpc.ClientConn) {
-	t.Helper()
-	svc := server.NewService(st, opts)
-	g := grpc.NewServer()
-	coordinatorv1.RegisterCoordinatorServer(g, svc)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = g.Serve(lis) }()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = conn.Close()
-		svc.Stop()
-		g.Stop()
-	})
-	return svc, conn
-}
 
 func TestZeroServiceOptionsServeWithDefaults(t *testing.T) {
 	svc, client := serveService(t, server.ServiceOptions{})
@@ -119,5 +80,46 @@ func TestStopEndsIdleStreams(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Errorf("%s stream still open 5s after Stop", name)
 		}
+	}
+}
+
+// TestStopEndsAnIdleSession holds a lease through a Session stream that then
+// sits idle: Stop ends the stream with Unavailable.
+func TestStopEndsAnIdleSession(t *testing.T) {
+	svc, client := serveService(t, server.ServiceOptions{})
+	stream, err := client.Session(ctxTimeout(t, time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	acquire := &coordinatorv1.SessionOperation{Id: 1, Operation: &coordinatorv1.SessionOperation_Acquire{Acquire: &coordinatorv1.TryAcquireRequest{
+		Name: "idle", Holder: "h", Ttl: dur(time.Minute), Wait: dur(0),
+	}}}
+	if err := stream.Send(&coordinatorv1.SessionRequest{Operations: []*coordinatorv1.SessionOperation{acquire}}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := resp.GetResults(); len(r) != 1 || r[0].GetId() != 1 || !r[0].GetAcquire().GetAcquired() {
+		t.Fatalf("acquire: %v", resp)
+	}
+	svc.Stop()
+	ended := make(chan error, 1)
+	go func() {
+		for {
+			if _, err := stream.Recv(); err != nil {
+				ended <- err
+				return
+			}
+		}
+	}()
+	select {
+	case err := <-ended:
+		if status.Code(err) != codes.Unavailable {
+			t.Fatalf("the session ended with %v; want Unavailable", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the session is still open after Stop")
 	}
 }

@@ -89,7 +89,7 @@ type observers struct {
 // hub is one observed election.
 type hub struct {
 	name    string
-	changes store.Changes
+	changes *store.Changes
 	done    chan struct{} // closed when the last observer left
 	timer   *time.Timer   // the next timed read: the term's end or the reconcile
 

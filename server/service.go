@@ -1,6 +1,3 @@
-// Package server is the coordinator's gRPC service: it validates requests,
-// calls the store, and maps the store's answers to responses and status
-// codes. The lease rules themselves live in the store and its scripts.
 package server
 
 import (

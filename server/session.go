@@ -13,11 +13,12 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
+	"github.com/coordinator-dev/coordinator/server/sessionops"
 )
 
 // Session streams. Each operation runs on a goroutine of its own through the
 // unary handler of the same name (and the interceptors added for it, see
-// session_intercept.go), so it has exactly that call's semantics, limits
+// package sessionops), so it has exactly that call's semantics, limits
 // and errors; its result goes out as soon as it is ready. One sender
 // goroutine writes the results: whatever is ready when it is free to send
 // goes out in one SessionResponse, so that many operations in flight cost
@@ -53,7 +54,7 @@ const (
 // Session implements coordinatorv1.CoordinatorServer.
 func (s *Service) Session(stream coordinatorv1.Coordinator_SessionServer) error {
 	ctx := stream.Context()
-	chain := sessionInterceptors(ctx)
+	chain := sessionops.Interceptors(ctx)
 	// opsCtx ends the operations in flight early when the stream fails.
 	opsCtx, cancelOps := context.WithCancel(ctx)
 	defer cancelOps()
@@ -251,7 +252,7 @@ func (s *Service) sessionOp(ctx context.Context, chain []grpc.UnaryServerInterce
 		res.Result = sessionError(InvalidField("operation", "is required: one of acquire, renew, release, campaign or resign"))
 		return res
 	}
-	resp, err := intercepted(ctx, chain, &grpc.UnaryServerInfo{Server: s, FullMethod: method}, req, handler)
+	resp, err := sessionops.Run(ctx, chain, &grpc.UnaryServerInfo{Server: s, FullMethod: method}, req, handler)
 	if err != nil {
 		res.Result = sessionError(err)
 		return res

@@ -12,14 +12,12 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
+	"github.com/coordinator-dev/coordinator/server/errinfo"
 	"github.com/coordinator-dev/coordinator/server/store"
 )
 
-// ErrorDomain is the google.rpc.ErrorInfo domain of the service's errors.
-const ErrorDomain = "coordinator.v1"
-
 func errorInfo(reason coordinatorv1.ErrorReason, metadata map[string]string) *errdetails.ErrorInfo {
-	return &errdetails.ErrorInfo{Reason: reason.String(), Domain: ErrorDomain, Metadata: metadata}
+	return &errdetails.ErrorInfo{Reason: reason.String(), Domain: errinfo.Domain, Metadata: metadata}
 }
 
 func statusWithDetails(code codes.Code, msg string, details ...protoadapt.MessageV1) error {
@@ -68,7 +66,7 @@ func storeError(err error) error {
 // when it has none.
 func reasonOf(st *status.Status) coordinatorv1.ErrorReason {
 	for _, d := range st.Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == ErrorDomain {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == errinfo.Domain {
 			return coordinatorv1.ErrorReason(coordinatorv1.ErrorReason_value[info.GetReason()])
 		}
 	}

@@ -52,7 +52,7 @@ type waitLines struct {
 // waitLine is the waiting calls of one name, in the store's queue order.
 type waitLine struct {
 	name    string
-	changes store.Changes
+	changes *store.Changes
 	// enter holds one token: a caller makes its first attempt holding it, so
 	// that attempts reach the store in the order callers join the line.
 	enter chan struct{}

@@ -12,13 +12,12 @@ import (
 	"time"
 
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
-	"github.com/coordinator-dev/coordinator/internal/coordinatord"
-	"github.com/coordinator-dev/coordinator/internal/redistest"
-	"github.com/coordinator-dev/coordinator/internal/testwait"
+	"github.com/coordinator-dev/coordinator/internal/testkit/redistest"
+	"github.com/coordinator-dev/coordinator/internal/testkit/testwait"
 	"github.com/coordinator-dev/coordinator/server"
 	"github.com/coordinator-dev/coordinator/server/store"
-	memstore "github.com/coordinator-dev/coordinator/server/store/memory"
-	redisstore "github.com/coordinator-dev/coordinator/server/store/redis"
+	"github.com/coordinator-dev/coordinator/server/store/memstore"
+	"github.com/coordinator-dev/coordinator/server/store/redisstore"
 )
 
 // countingStore counts the store calls that waiting costs. It wraps a real
@@ -63,7 +62,7 @@ func (c *countingStore) RefreshWaiters(ctx context.Context, name string, waiters
 // test Redis under a key prefix of its own.
 func openStore(t *testing.T, kind string) store.Store {
 	t.Helper()
-	if kind == coordinatord.StoreMemory {
+	if kind == storeMemory {
 		st := memstore.New()
 		t.Cleanup(func() { _ = st.Close() })
 		return st
@@ -210,43 +209,6 @@ func TestParkedWaitersKeepTheirPlacesWithoutRetrying(t *testing.T) {
 			}
 		})
 	}
-}
-
-// TestFIFOAcrossCoordinators queues waiters alternately through two
-// coordinators sharing one Redis: each coordinator wakes only its first
-// waiter, yet the name goes round in arrival order across both.
-func TestFIFOAcrossCoordinators(t *testing.T) { forEachPath(t, testFIFOAcrossCoordinators) }
-
-func testFIFOAcrossCoordinators(t *testing.T, via string) {
-	cfg := testConfig(t, coordinatord.StoreRedis)
-	coords := []*coordinator{startVia(t, cfg, via), startVia(t, cfg, via)}
-	const waiters = 60
-	held := coords[0].mustAcquire(t, "shared", "owner", time.Minute)
-	order := make(chan string, waiters)
-	var wg sync.WaitGroup
-	for i := range waiters {
-		c := coords[i%2]
-		holder := fmt.Sprintf("w%d", i)
-		wg.Go(func() {
-			resp, err := c.tryAcquire("shared", holder, time.Minute, time.Minute)
-			if err != nil || !resp.GetAcquired() {
-				t.Errorf("%s: %v, %v", holder, resp, err)
-				return
-			}
-			order <- holder
-			// Released through the other coordinator: it must wake its own
-			// first waiter.
-			other := coords[(i+1)%2]
-			if _, err := other.client.Release(context.Background(), &coordinatorv1.ReleaseRequest{Name: "shared", Holder: holder, Token: resp.GetLease().GetToken()}); err != nil {
-				t.Error(err)
-			}
-		})
-		waitQueued(t, coords[0], "shared", i+1)
-	}
-	release(t, coords[0], held)
-	wg.Wait()
-	close(order)
-	checkGrantOrder(t, order, waiters)
 }
 
 // TestALineRecoversWhenItsFirstWaiterLostItsPlace loses the place of the

@@ -19,9 +19,9 @@ import (
 	"time"
 
 	"github.com/coordinator-dev/coordinator/client"
+	"github.com/coordinator-dev/coordinator/coordinatord/coordtest"
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
-	"github.com/coordinator-dev/coordinator/internal/coordinatord/coordtest"
-	"github.com/coordinator-dev/coordinator/internal/testcert"
+	"github.com/coordinator-dev/coordinator/internal/testkit/testcert"
 )
 
 // binary is coordctl built for the tests.

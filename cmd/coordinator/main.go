@@ -1,7 +1,3 @@
-// Command coordinator serves lock and election leases over gRPC.
-//
-// Every flag has an environment variable (see -help); a flag wins. With no
-// configuration it serves on 127.0.0.1:7400 from the embedded memory store.
 package main
 
 import (
@@ -9,8 +5,8 @@ import (
 	"flag"
 	"os"
 
+	"github.com/coordinator-dev/coordinator/coordinatord"
 	"github.com/coordinator-dev/coordinator/internal/app"
-	"github.com/coordinator-dev/coordinator/internal/coordinatord"
 )
 
 func main() {

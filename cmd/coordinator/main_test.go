@@ -24,7 +24,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
-	"github.com/coordinator-dev/coordinator/internal/testcert"
+	"github.com/coordinator-dev/coordinator/internal/testkit/testcert"
 )
 
 // TestBinaryServesAndShutsDownOnSIGTERM runs the real binary as `make run`

@@ -22,7 +22,7 @@ import (
 	"github.com/coordinator-dev/coordinator/client"
 	hk "github.com/coordinator-dev/coordinator/housekeeper"
 	"github.com/coordinator-dev/coordinator/housekeeper/housekeepertest"
-	"github.com/coordinator-dev/coordinator/internal/redistest"
+	"github.com/coordinator-dev/coordinator/internal/testkit/redistest"
 )
 
 // expected is where one seeded message must end up, and when it falls due.

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/coordinator-dev/coordinator/internal/envflag"
-	"github.com/coordinator-dev/coordinator/internal/testcert"
+	"github.com/coordinator-dev/coordinator/internal/testkit/testcert"
 )
 
 // handshake runs one TLS handshake between configurations on loopback and

@@ -7,8 +7,6 @@ import (
 	"log/slog"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/coordinator-dev/coordinator/internal/envflag"
 )
 
 // LogConfig is the log setting every binary has.
@@ -19,9 +17,16 @@ type LogConfig struct {
 	level string
 }
 
+// StringFlags defines string flags backed by environment variables, as an
+// *envflag.Set does. LogConfig.Flags takes one, so that this package stays a
+// leaf that imports nothing of the module.
+type StringFlags interface {
+	String(p *string, name, env, def, text string)
+}
+
 // Flags defines -log-level and -log-format, with variables named
 // envPrefix+"_LOG_LEVEL" and envPrefix+"_LOG_FORMAT".
-func (c *LogConfig) Flags(v *envflag.Set, envPrefix string) {
+func (c *LogConfig) Flags(v StringFlags, envPrefix string) {
 	v.String(&c.level, "log-level", envPrefix+"_LOG_LEVEL", "info", "debug, info, warn or error")
 	v.String(&c.Format, "log-format", envPrefix+"_LOG_FORMAT", "text", "text or json")
 }

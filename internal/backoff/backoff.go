@@ -1,7 +1,3 @@
-// Package backoff is the project's one retry delay: exponential from Min,
-// doubling per attempt up to Max, with ±20 % jitter so that many clients that
-// failed together do not retry together. It is go-grpc-middleware's bounded
-// exponential backoff with an attempt counter attached.
 package backoff
 
 import (

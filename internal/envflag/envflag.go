@@ -1,6 +1,3 @@
-// Package envflag defines command-line flags whose defaults come from
-// environment variables, so that every setting of a binary can be given
-// either way, a flag winning, and -help names the variable of each flag.
 package envflag
 
 import (

@@ -1,19 +1,3 @@
-// Package fanout delivers values published under a key to every subscriber of
-// that key, without ever blocking the publisher.
-//
-// A subscriber is a buffered channel with an overflow policy that says what a
-// full buffer means:
-//   - Coalesce: the subscriber already has a value pending, so the new one is
-//     dropped. Use it for "something changed, look again" signals.
-//   - Evict: the subscriber fell behind and must not silently miss values, so
-//     it is removed and its channel closed. Use it for event streams whose
-//     reader resynchronises from the current state.
-//
-// Close behaviour: Hub.Close closes every subscriber's channel; a Subscribe
-// after Close returns a subscription whose channel is already closed, and a
-// Publish after Close does nothing. Subscription.Cancel removes a subscriber
-// and does not close its channel, so a reader selecting on it never sees a
-// spurious zero value.
 package fanout
 
 import "sync"

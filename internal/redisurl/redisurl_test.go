@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coordinator-dev/coordinator/internal/redistest"
+	"github.com/coordinator-dev/coordinator/internal/testkit/redistest"
 )
 
 func TestParseURL(t *testing.T) {

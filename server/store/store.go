@@ -1,41 +1,3 @@
-// Package store defines the lease state machine every coordinator store
-// implements (Leases), the change notifications that let callers wait
-// without polling (Notifier), and the errors both report.
-//
-// A store keeps, per name, at most one unexpired lease, a fencing counter and
-// a queue of waiters. Every state change is atomic: a Redis store runs each one
-// as a single Lua script, the memory store under one mutex. Expiry is measured
-// by the store's own clock, never by the caller's.
-//
-// State is bounded by the names in use: a name that nobody has held, waited
-// for or watched for the idle retention (DefaultIdleNameTTL unless the store
-// is configured otherwise) is forgotten, its fencing counter included. That
-// is safe because a token never depends on the counter alone (below).
-//
-// Guarantees every implementation keeps (the conformance suite in storetest
-// proves them):
-//   - at most one unexpired holder per name;
-//   - every grant's token is larger than every token issued before for that
-//     name, including across releases, expiries, restarts, forgetting and
-//     data loss: a token is the counter plus one or the store clock in
-//     microseconds, whichever is larger, so a missing counter restarts from
-//     the clock (as long as the clock does not step back);
-//   - Describe's LastToken is at least every token issued before for the
-//     name and below every token issued after, also for a forgotten name
-//     (then the store clock in microseconds less one; the same condition);
-//   - a renewal keeps the token; acquiring again as the holder is idempotent;
-//   - renew and release are compare-and-set on (holder, token);
-//   - a free name goes to the oldest live waiter first.
-//
-// A call whose context ends (deadline or cancel) fails with an error for
-// which errors.Is(err, ctx.Err()) holds, never ErrUnavailable: the caller
-// gave up, the store did not fail. A store that does not answer within its
-// own call timeout (DefaultCallTimeout unless configured otherwise) fails
-// with ErrUnavailable.
-//
-// Notifications are hints, not a log: a change may be announced more than
-// once, and a broken Redis subscription is reported as "look again" rather
-// than replayed. Callers re-read the state they care about after each one.
 package store
 
 import (
@@ -43,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/coordinator-dev/coordinator/internal/fanout"
 )
 
 // Lease is a grant of Name to Holder until ExpiresAt (store clock).
@@ -173,8 +133,28 @@ type Leases interface {
 	Ping(ctx context.Context) error
 }
 
-// Changes is a subscription to the announced changes of one name.
-type Changes = *fanout.Subscription[string, struct{}]
+// Changes is a subscription to the announced changes of one name (see
+// Notifier.Changes). A store makes one with NewChanges from a channel of its
+// own.
+type Changes struct {
+	// C receives a value for each announcement (values coalesce). It is
+	// closed when the store closes, never by Cancel, so a reader selecting
+	// on it never sees a spurious zero value.
+	C <-chan struct{}
+
+	cancel func()
+}
+
+// NewChanges returns the subscription that receives on c and whose Cancel
+// calls cancel. Cancel may be called more than once, after the store closed
+// too, so cancel must allow that.
+func NewChanges(c <-chan struct{}, cancel func()) *Changes {
+	return &Changes{C: c, cancel: cancel}
+}
+
+// Cancel ends the subscription: no more values are delivered to C, which
+// stays open. It is safe to call more than once.
+func (c *Changes) Cancel() { c.cancel() }
 
 // Notifier announces changes of names, from any coordinator sharing the
 // store, so that waiting calls and observers look again instead of polling.
@@ -190,7 +170,7 @@ type Notifier interface {
 	// changes. Expiry is not announced: callers time it from ExpiresAt. The
 	// channel is closed when the store closes; Cancel the subscription when
 	// done.
-	Changes(name string) Changes
+	Changes(name string) *Changes
 	// Watch asks for the changes of each name to be announced for at least
 	// the next ttl (positive), as for a name with waiters, and reads each
 	// name's lease at an instant when it was so marked: it returns one

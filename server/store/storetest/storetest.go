@@ -1,9 +1,3 @@
-// Package storetest is the conformance suite every store.Store must pass.
-// It drives the store through its interface only, so the same assertions
-// hold for the memory store and for Redis. A store that keeps time by a clock
-// the test controls lets the suite move that clock instead of sleeping; one
-// that keeps its own time (Redis) gets short real TTLs and real sleeps, with
-// margins chosen so that a busy machine makes the test slower, not flaky.
 package storetest
 
 import (
@@ -445,7 +439,7 @@ func testWaiterTTLDefault(t *testing.T, s Subject) {
 
 // waitChange waits for a value on c: an announcement, or a hint to look
 // again.
-func waitChange(t *testing.T, c store.Changes, what string) {
+func waitChange(t *testing.T, c *store.Changes, what string) {
 	t.Helper()
 	select {
 	case _, ok := <-c.C:
@@ -458,7 +452,7 @@ func waitChange(t *testing.T, c store.Changes, what string) {
 }
 
 // drain empties c of pending values.
-func drain(c store.Changes) {
+func drain(c *store.Changes) {
 	for {
 		select {
 		case <-c.C:
@@ -557,7 +551,7 @@ func testChangesClose(t *testing.T, s Subject) {
 	}
 	after := s.Changes("job")
 	defer after.Cancel()
-	for what, c := range map[string]store.Changes{"before Close": before, "after Close": after} {
+	for what, c := range map[string]*store.Changes{"before Close": before, "after Close": after} {
 		deadline := time.After(patience)
 		for open := true; open; {
 			select {

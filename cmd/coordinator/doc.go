@@ -1,0 +1,8 @@
+// Command coordinator serves lock and election leases over gRPC.
+//
+// Every flag has an environment variable (see -help); a flag wins. With no
+// configuration it serves on 127.0.0.1:7400 from the embedded memory store.
+//
+// It is a binary: a thin main over the coordinator process (coordinatord) and
+// internal/app.
+package main

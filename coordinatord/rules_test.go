@@ -1,0 +1,273 @@
+package coordinatord_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
+	"github.com/coordinator-dev/coordinator/server"
+)
+
+// TestValidationFollowsTheProtoRules checks the server against the one
+// table of request limits, the FieldRules options in the proto: for every
+// annotated field of every request, a value at each limit is accepted and
+// one just past it is refused with INVALID_FIELD naming that field. A rule
+// added to the proto is tested here without a new line of test.
+func TestValidationFollowsTheProtoRules(t *testing.T) {
+	cfg := testConfig(t, "memory")
+	c := start(t, cfg)
+	ctx := ctxTimeout(t, 60*time.Second)
+
+	// A valid request of each type, on a name of its own so that nothing
+	// waits; and how to send it, with its refusal as a status error.
+	var seq int
+	fresh := func() string { seq++; return fmt.Sprintf("rules/n%d", seq) }
+	ttl := dur(time.Second)
+	requests := map[protoreflect.FullName]struct {
+		valid func() proto.Message
+		send  func(proto.Message) error
+	}{
+		"coordinator.v1.TryAcquireRequest": {
+			func() proto.Message {
+				return &coordinatorv1.TryAcquireRequest{Name: fresh(), Holder: "h", Ttl: ttl}
+			},
+			func(m proto.Message) error {
+				_, err := c.client.TryAcquire(ctx, m.(*coordinatorv1.TryAcquireRequest))
+				return err
+			},
+		},
+		"coordinator.v1.RenewRequest": {
+			func() proto.Message {
+				return &coordinatorv1.RenewRequest{Name: fresh(), Holder: "h", Token: 1, Ttl: ttl}
+			},
+			func(m proto.Message) error {
+				_, err := c.client.Renew(ctx, m.(*coordinatorv1.RenewRequest))
+				return err
+			},
+		},
+		"coordinator.v1.ReleaseRequest": {
+			func() proto.Message { return &coordinatorv1.ReleaseRequest{Name: fresh(), Holder: "h", Token: 1} },
+			func(m proto.Message) error {
+				_, err := c.client.Release(ctx, m.(*coordinatorv1.ReleaseRequest))
+				return err
+			},
+		},
+		"coordinator.v1.KeepAliveRequest": {
+			func() proto.Message {
+				return &coordinatorv1.KeepAliveRequest{Name: fresh(), Holder: "h", Token: 1, Ttl: ttl}
+			},
+			func(m proto.Message) error { return keepAliveOnce(ctx, c, m.(*coordinatorv1.KeepAliveRequest)) },
+		},
+		"coordinator.v1.DescribeRequest": {
+			func() proto.Message { return &coordinatorv1.DescribeRequest{Name: fresh()} },
+			func(m proto.Message) error {
+				_, err := c.client.Describe(ctx, m.(*coordinatorv1.DescribeRequest))
+				return err
+			},
+		},
+		"coordinator.v1.ListRequest": {
+			func() proto.Message { return &coordinatorv1.ListRequest{} },
+			func(m proto.Message) error { _, err := c.client.List(ctx, m.(*coordinatorv1.ListRequest)); return err },
+		},
+		"coordinator.v1.CampaignRequest": {
+			func() proto.Message {
+				return &coordinatorv1.CampaignRequest{Election: fresh(), Candidate: "h", Ttl: ttl}
+			},
+			func(m proto.Message) error {
+				_, err := c.client.Campaign(ctx, m.(*coordinatorv1.CampaignRequest))
+				return err
+			},
+		},
+		"coordinator.v1.ResignRequest": {
+			func() proto.Message { return &coordinatorv1.ResignRequest{Election: fresh(), Candidate: "h", Term: 1} },
+			func(m proto.Message) error {
+				_, err := c.client.Resign(ctx, m.(*coordinatorv1.ResignRequest))
+				return err
+			},
+		},
+		"coordinator.v1.LeaderRequest": {
+			func() proto.Message { return &coordinatorv1.LeaderRequest{Election: fresh()} },
+			func(m proto.Message) error {
+				_, err := c.client.Leader(ctx, m.(*coordinatorv1.LeaderRequest))
+				return err
+			},
+		},
+		"coordinator.v1.ObserveRequest": {
+			func() proto.Message { return &coordinatorv1.ObserveRequest{Election: fresh()} },
+			func(m proto.Message) error { return observeOnce(ctx, c, m.(*coordinatorv1.ObserveRequest)) },
+		},
+	}
+
+	annotated := 0
+	msgs := coordinatorv1.File_coordinator_v1_coordinator_proto.Messages()
+	for i := range msgs.Len() {
+		md := msgs.Get(i)
+		for j := range md.Fields().Len() {
+			fd := md.Fields().Get(j)
+			rules := server.FieldRules(fd)
+			if rules == nil {
+				continue
+			}
+			annotated++
+			if md.FullName() == "coordinator.v1.SessionRequest" {
+				continue // a bound on operations per message: session_test.go
+			}
+			req, ok := requests[md.FullName()]
+			if !ok {
+				t.Errorf("%s has rules, but this test cannot send a %s: add it", fd.FullName(), md.FullName())
+				continue
+			}
+			for _, tc := range fieldCases(fd, rules, cfg.MaxTTL) {
+				t.Run(fmt.Sprintf("%s/%s", fd.FullName(), tc.what), func(t *testing.T) {
+					m := req.valid()
+					if tc.value.IsValid() {
+						m.ProtoReflect().Set(fd, tc.value)
+					} else {
+						m.ProtoReflect().Clear(fd)
+					}
+					err := req.send(m)
+					code, reason, field := errorDetails(err)
+					refused := code == codes.InvalidArgument && reason == "INVALID_FIELD" && field == string(fd.Name())
+					if tc.invalid && !refused {
+						t.Fatalf("%v: %v (reason %q, field %q); want InvalidArgument INVALID_FIELD naming %s", m, err, reason, field, fd.Name())
+					}
+					if !tc.invalid && code == codes.InvalidArgument {
+						t.Fatalf("%v: %v; want the value accepted", m, err)
+					}
+				})
+			}
+		}
+	}
+	if annotated < 20 {
+		t.Fatalf("only %d annotated fields found: the rules were not read", annotated)
+	}
+}
+
+type fieldCase struct {
+	what    string
+	value   protoreflect.Value
+	invalid bool
+}
+
+// fieldCases are the values at and just past each of a field's limits.
+func fieldCases(fd protoreflect.FieldDescriptor, rules *coordinatorv1.FieldRules, maxTTL time.Duration) []fieldCase {
+	var cases []fieldCase
+	add := func(what string, v protoreflect.Value, invalid bool) {
+		cases = append(cases, fieldCase{what, v, invalid})
+	}
+	str := func(s string) protoreflect.Value { return protoreflect.ValueOfString(s) }
+	durv := func(d time.Duration) protoreflect.Value {
+		return protoreflect.ValueOfMessage(durationpb.New(d).ProtoReflect())
+	}
+	switch fd.Kind() {
+	case protoreflect.StringKind:
+		if rules.GetRequired() {
+			add("empty", str(""), true)
+		}
+		if n := int(rules.GetMaxBytes()); n > 0 {
+			add("at max_bytes", str(strings.Repeat("a", n)), false)
+			add("past max_bytes", str(strings.Repeat("a", n+1)), true)
+		}
+		switch rules.GetFormat() {
+		case coordinatorv1.TextFormat_TEXT_FORMAT_PRINTABLE:
+			add("printable", str("host-1 pid 7 é"), false)
+			add("control character", str("a\x01b"), true)
+		case coordinatorv1.TextFormat_TEXT_FORMAT_NAME:
+			add("segments", str("team/job"), false)
+			for _, bad := range []string{"/team", "team/", "team//job", "team/./job", "team/../job", "a\nb"} {
+				add(fmt.Sprintf("%q", bad), str(bad), true)
+			}
+		case coordinatorv1.TextFormat_TEXT_FORMAT_NAME_PREFIX:
+			for _, good := range []string{"team/", "team/jo", "team/."} {
+				add(fmt.Sprintf("%q", good), str(good), false)
+			}
+			for _, bad := range []string{"/team", "team//", "team/../", "a\nb"} {
+				add(fmt.Sprintf("%q", bad), str(bad), true)
+			}
+		}
+	case protoreflect.BytesKind:
+		if n := int(rules.GetMaxBytes()); n > 0 {
+			add("at max_bytes", protoreflect.ValueOfBytes(make([]byte, n)), false)
+			add("past max_bytes", protoreflect.ValueOfBytes(make([]byte, n+1)), true)
+		}
+	case protoreflect.Uint64Kind:
+		if rules.GetRequired() {
+			add("zero", protoreflect.ValueOfUint64(0), true)
+		}
+	case protoreflect.Int32Kind:
+		if n := int32(rules.GetMaxValue()); n > 0 {
+			add("at max_value", protoreflect.ValueOfInt32(n), false)
+			add("past max_value (lowered)", protoreflect.ValueOfInt32(n+1), false)
+		}
+	case protoreflect.MessageKind:
+		if rules.GetRequired() {
+			add("unset", protoreflect.Value{}, true)
+		}
+		if lo := time.Duration(rules.GetMinMillis()) * time.Millisecond; lo > 0 {
+			add("at min_millis", durv(lo), false)
+			add("below min_millis", durv(lo-time.Millisecond), true)
+		}
+		hi := time.Duration(rules.GetMaxMillis()) * time.Millisecond
+		if rules.GetMaxSetting() == "COORDINATOR_MAX_TTL" {
+			hi = maxTTL
+		} else if rules.GetMaxSetting() != "" {
+			panic("no test value for the setting " + rules.GetMaxSetting())
+		}
+		if hi > 0 {
+			add("at max", durv(hi), false)
+			add("past max", durv(hi+time.Millisecond), true)
+		}
+	}
+	if len(cases) == 0 {
+		panic(fmt.Sprintf("%s: no test case for its rules %v", fd.FullName(), rules))
+	}
+	return cases
+}
+
+// keepAliveOnce sends one renewal and returns its refusal as the status the
+// unary Renew would have returned.
+func keepAliveOnce(ctx context.Context, c *coordinator, req *coordinatorv1.KeepAliveRequest) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := c.client.KeepAlive(ctx)
+	if err != nil {
+		return err
+	}
+	if err := stream.Send(req); err != nil {
+		return err
+	}
+	resp, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	if lost := resp.GetLost(); lost != nil {
+		if lost.GetReason() == coordinatorv1.ErrorReason_INVALID_FIELD {
+			field, _, _ := strings.Cut(lost.GetMessage(), ":")
+			return server.InvalidField(field, lost.GetMessage())
+		}
+		return status.Error(codes.Code(lost.GetCode()), lost.GetMessage())
+	}
+	return nil
+}
+
+// observeOnce opens an Observe stream and returns the error of its first
+// message, if any.
+func observeOnce(ctx context.Context, c *coordinator, req *coordinatorv1.ObserveRequest) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := c.client.Observe(ctx, req)
+	if err != nil {
+		return err
+	}
+	_, err = stream.Recv()
+	return err
+}

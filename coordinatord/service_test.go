@@ -1,0 +1,440 @@
+package coordinatord_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
+	"github.com/coordinator-dev/coordinator/internal/testkit/testwait"
+	"github.com/coordinator-dev/coordinator/server/store/storetest"
+)
+
+func TestInvalidRequestsNameTheField(t *testing.T) {
+	c := start(t, testConfig(t, "memory"))
+	ok := func() *coordinatorv1.TryAcquireRequest {
+		return &coordinatorv1.TryAcquireRequest{Name: "job", Holder: "me", Ttl: dur(time.Second)}
+	}
+	tests := []struct {
+		name  string
+		call  func(ctx context.Context) error
+		field string
+	}{
+		{"empty name", func(ctx context.Context) error {
+			r := ok()
+			r.Name = ""
+			_, err := c.client.TryAcquire(ctx, r)
+			return err
+		}, "name"},
+		{"name over 256 bytes", func(ctx context.Context) error {
+			r := ok()
+			r.Name = strings.Repeat("n", 257)
+			_, err := c.client.TryAcquire(ctx, r)
+			return err
+		}, "name"},
+		{"name with a control character", func(ctx context.Context) error {
+			r := ok()
+			r.Name = "a\nb"
+			_, err := c.client.TryAcquire(ctx, r)
+			return err
+		}, "name"},
+		{"empty holder", func(ctx context.Context) error {
+			r := ok()
+			r.Holder = ""
+			_, err := c.client.TryAcquire(ctx, r)
+			return err
+		}, "holder"},
+		{"holder over 128 bytes", func(ctx context.Context) error {
+			r := ok()
+			r.Holder = strings.Repeat("h", 129)
+			_, err := c.client.TryAcquire(ctx, r)
+			return err
+		}, "holder"},
+		{"missing ttl", func(ctx context.Context) error {
+			r := ok()
+			r.Ttl = nil
+			_, err := c.client.TryAcquire(ctx, r)
+			return err
+		}, "ttl"},
+		{"ttl below 100ms", func(ctx context.Context) error {
+			r := ok()
+			r.Ttl = dur(99 * time.Millisecond)
+			_, err := c.client.TryAcquire(ctx, r)
+			return err
+		}, "ttl"},
+		{"ttl above the maximum", func(ctx context.Context) error {
+			r := ok()
+			r.Ttl = dur(5*time.Minute + time.Millisecond)
+			_, err := c.client.TryAcquire(ctx, r)
+			return err
+		}, "ttl"},
+		{"negative wait", func(ctx context.Context) error {
+			r := ok()
+			r.Wait = dur(-time.Second)
+			_, err := c.client.TryAcquire(ctx, r)
+			return err
+		}, "wait"},
+		{"wait above 5 minutes", func(ctx context.Context) error {
+			r := ok()
+			r.Wait = dur(6 * time.Minute)
+			_, err := c.client.TryAcquire(ctx, r)
+			return err
+		}, "wait"},
+		{"renew without token", func(ctx context.Context) error {
+			_, err := c.client.Renew(ctx, &coordinatorv1.RenewRequest{Name: "job", Holder: "me", Ttl: dur(time.Second)})
+			return err
+		}, "token"},
+		{"renew without ttl", func(ctx context.Context) error {
+			_, err := c.client.Renew(ctx, &coordinatorv1.RenewRequest{Name: "job", Holder: "me", Token: 1})
+			return err
+		}, "ttl"},
+		{"release with a NUL in the name", func(ctx context.Context) error {
+			_, err := c.client.Release(ctx, &coordinatorv1.ReleaseRequest{Name: "a\x00b", Holder: "me", Token: 1})
+			return err
+		}, "name"},
+		{"describe without name", func(ctx context.Context) error {
+			_, err := c.client.Describe(ctx, &coordinatorv1.DescribeRequest{})
+			return err
+		}, "name"},
+		{"list with a negative page size", func(ctx context.Context) error {
+			_, err := c.client.List(ctx, &coordinatorv1.ListRequest{PageSize: -1})
+			return err
+		}, "page_size"},
+		{"list with a forged page token", func(ctx context.Context) error {
+			_, err := c.client.List(ctx, &coordinatorv1.ListRequest{PageToken: "!!"})
+			return err
+		}, "page_token"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.call(ctxTimeout(t, 5*time.Second))
+			code, reason, field := errorDetails(err)
+			if code != codes.InvalidArgument || reason != "INVALID_FIELD" || field != tc.field {
+				t.Fatalf("err = %v (reason %q, field %q); want InvalidArgument naming %q", err, reason, field, tc.field)
+			}
+			if !strings.Contains(err.Error(), tc.field) {
+				t.Fatalf("message %q does not name %q", err, tc.field)
+			}
+		})
+	}
+}
+
+func TestLeaseLifecycle(t *testing.T) { forEachPath(t, testLeaseLifecycle) }
+
+func testLeaseLifecycle(t *testing.T, via string) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			c := startVia(t, testConfig(t, kind), via)
+			ctx := ctxTimeout(t, 10*time.Second)
+
+			lease := c.mustAcquire(t, "team-a/job", "alice", 10*time.Second)
+			if lease.GetToken() == 0 || lease.GetHolder() != "alice" || lease.GetTtl().AsDuration() != 10*time.Second {
+				t.Fatalf("lease = %v", lease)
+			}
+			if until := time.Until(lease.GetExpiresAt().AsTime()); until < 8*time.Second || until > 12*time.Second {
+				t.Fatalf("expires_at is %v away", until)
+			}
+			again := c.mustAcquire(t, "team-a/job", "alice", 20*time.Second)
+			if again.GetToken() != lease.GetToken() {
+				t.Fatalf("retried acquire got token %d, want %d", again.GetToken(), lease.GetToken())
+			}
+			resp := c.acquire(t, "team-a/job", "bob", time.Second, 0)
+			if resp.GetAcquired() || resp.GetHolder() != "alice" {
+				t.Fatalf("bob's acquire = %v; want refused, naming alice", resp)
+			}
+			// alice's lease runs 20s from her second acquire: that is when to retry.
+			if after := resp.GetRetryAfter().AsDuration(); resp.GetRetryAfter() == nil || after < 15*time.Second || after > 21*time.Second {
+				t.Fatalf("bob's refusal says retry after %v; want about 20s (alice's lease)", resp.GetRetryAfter())
+			}
+
+			desc, err := c.client.Describe(ctx, &coordinatorv1.DescribeRequest{Name: "team-a/job"})
+			if err != nil || !desc.GetHeld() || desc.GetLease().GetHolder() != "alice" || desc.GetLastToken() != lease.GetToken() {
+				t.Fatalf("Describe = %v, %v", desc, err)
+			}
+			renewed, err := c.client.Renew(ctx, &coordinatorv1.RenewRequest{Name: "team-a/job", Holder: "alice", Token: lease.GetToken(), Ttl: dur(time.Minute)})
+			if err != nil || renewed.GetLease().GetToken() != lease.GetToken() || renewed.GetLease().GetTtl().AsDuration() != time.Minute {
+				t.Fatalf("Renew = %v, %v", renewed, err)
+			}
+			_, err = c.client.Renew(ctx, &coordinatorv1.RenewRequest{Name: "team-a/job", Holder: "bob", Token: lease.GetToken(), Ttl: dur(time.Minute)})
+			if code, reason, _ := errorDetails(err); code != codes.FailedPrecondition || reason != "LEASE_NOT_HELD" {
+				t.Fatalf("Renew by another holder: %v (reason %q); want FailedPrecondition LEASE_NOT_HELD", err, reason)
+			}
+
+			list, err := c.client.List(ctx, &coordinatorv1.ListRequest{Prefix: "team-a/"})
+			if err != nil || len(list.GetLeases()) != 1 || list.GetLeases()[0].GetName() != "team-a/job" || list.GetNextPageToken() != "" {
+				t.Fatalf("List = %v, %v", list, err)
+			}
+
+			for i, want := range []bool{true, false} {
+				rel, err := c.client.Release(ctx, &coordinatorv1.ReleaseRequest{Name: "team-a/job", Holder: "alice", Token: lease.GetToken()})
+				if err != nil || rel.GetReleased() != want {
+					t.Fatalf("Release #%d = %v, %v; want released=%v", i+1, rel, err, want)
+				}
+			}
+			next := c.mustAcquire(t, "team-a/job", "bob", time.Second)
+			if next.GetToken() <= lease.GetToken() {
+				t.Fatalf("token went from %d to %d", lease.GetToken(), next.GetToken())
+			}
+		})
+	}
+}
+
+func TestWaitingAcquire(t *testing.T) { forEachPath(t, testWaitingAcquire) }
+
+func testWaitingAcquire(t *testing.T, via string) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			c := startVia(t, testConfig(t, kind), via)
+
+			t.Run("woken by release", func(t *testing.T) {
+				held := c.mustAcquire(t, "release", "a", time.Minute)
+				got := make(chan *coordinatorv1.TryAcquireResponse, 1)
+				go func() {
+					resp, err := c.tryAcquire("release", "b", time.Minute, time.Minute)
+					if err != nil {
+						t.Error(err)
+					}
+					got <- resp
+				}()
+				waitQueued(t, c, "release", 1)
+				if _, err := c.client.Release(context.Background(), &coordinatorv1.ReleaseRequest{Name: "release", Holder: "a", Token: held.GetToken()}); err != nil {
+					t.Fatal(err)
+				}
+				select {
+				case resp := <-got:
+					if !resp.GetAcquired() || resp.GetLease().GetToken() <= held.GetToken() {
+						t.Fatalf("waiter got %v", resp)
+					}
+				case <-time.After(20 * time.Second):
+					t.Fatal("the waiter was not woken by the release")
+				}
+			})
+
+			t.Run("woken by expiry", func(t *testing.T) {
+				c.mustAcquire(t, "expiry", "a", 300*time.Millisecond)
+				resp := c.acquire(t, "expiry", "b", time.Minute, time.Minute)
+				if !resp.GetAcquired() {
+					t.Fatalf("waiter got %v", resp)
+				}
+			})
+
+			t.Run("gives up when wait ends", func(t *testing.T) {
+				c.mustAcquire(t, "busy", "a", time.Minute)
+				resp := c.acquire(t, "busy", "b", time.Minute, 200*time.Millisecond)
+				if resp.GetAcquired() || resp.GetHolder() != "a" {
+					t.Fatalf("waiter got %v; want refused, naming a", resp)
+				}
+			})
+
+			t.Run("answers before the RPC deadline", func(t *testing.T) {
+				c.mustAcquire(t, "deadline", "a", time.Minute)
+				ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+				defer cancel()
+				resp, err := c.client.TryAcquire(ctx, &coordinatorv1.TryAcquireRequest{Name: "deadline", Holder: "b", Ttl: dur(time.Minute), Wait: dur(time.Minute)})
+				if err != nil || resp.GetAcquired() {
+					t.Fatalf("TryAcquire = %v, %v; want a not-acquired answer", resp, err)
+				}
+			})
+
+			t.Run("waiters are served in arrival order", func(t *testing.T) {
+				held := c.mustAcquire(t, "fifo", "owner", time.Minute)
+				const waiters = 20
+				order := make(chan string, waiters)
+				var wg sync.WaitGroup
+				for i := range waiters {
+					holder := fmt.Sprintf("w%d", i)
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						resp, err := c.tryAcquire("fifo", holder, time.Minute, time.Minute)
+						if err != nil || !resp.GetAcquired() {
+							t.Errorf("%s: %v, %v", holder, resp, err)
+							return
+						}
+						order <- holder
+						_, _ = c.client.Release(context.Background(), &coordinatorv1.ReleaseRequest{Name: "fifo", Holder: holder, Token: resp.GetLease().GetToken()})
+					}()
+					waitQueued(t, c, "fifo", i+1)
+				}
+				if _, err := c.client.Release(context.Background(), &coordinatorv1.ReleaseRequest{Name: "fifo", Holder: "owner", Token: held.GetToken()}); err != nil {
+					t.Fatal(err)
+				}
+				wg.Wait()
+				close(order)
+				checkGrantOrder(t, order, 0)
+			})
+
+			t.Run("a cancelled waiter leaves the queue at once", func(t *testing.T) {
+				held := c.mustAcquire(t, "cancel", "owner", time.Minute)
+				ctx, cancel := context.WithCancel(context.Background())
+				quit := make(chan error, 1)
+				go func() {
+					_, err := c.client.TryAcquire(ctx, &coordinatorv1.TryAcquireRequest{Name: "cancel", Holder: "quitter", Ttl: dur(time.Minute), Wait: dur(time.Minute)})
+					quit <- err
+				}()
+				waitQueued(t, c, "cancel", 1)
+				got := make(chan *coordinatorv1.TryAcquireResponse, 1)
+				go func() {
+					resp, err := c.tryAcquire("cancel", "patient", time.Minute, time.Minute)
+					if err != nil {
+						t.Error(err)
+					}
+					got <- resp
+				}()
+				waitQueued(t, c, "cancel", 2)
+				cancel()
+				if err := <-quit; errCode(err) != codes.Canceled {
+					t.Fatalf("the cancelled wait ended with %v; want Canceled", err)
+				}
+				if _, err := c.client.Release(context.Background(), &coordinatorv1.ReleaseRequest{Name: "cancel", Holder: "owner", Token: held.GetToken()}); err != nil {
+					t.Fatal(err)
+				}
+				select {
+				case resp := <-got:
+					if !resp.GetAcquired() {
+						t.Fatalf("patient waiter got %v", resp)
+					}
+				case <-time.After(2 * time.Second):
+					// The quitter's place would time out after about 3 s: being
+					// served within 2 s shows it left at once.
+					t.Fatal("the patient waiter was held up by one that left")
+				}
+			})
+		})
+	}
+}
+
+// waitQueued waits until n callers are queued for name.
+func waitQueued(t *testing.T, c *coordinator, name string, n int) {
+	t.Helper()
+	testwait.Until(t, 10*time.Second, fmt.Sprintf("%d waiters queued on %s", n, name), func() bool {
+		desc, err := c.client.Describe(context.Background(), &coordinatorv1.DescribeRequest{Name: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return int(desc.GetWaiters()) >= n
+	})
+}
+
+func TestContendedLeasesNeverOverlapOverGRPC(t *testing.T) {
+	forEachPath(t, testContendedLeasesNeverOverlapOverGRPC)
+}
+
+func testContendedLeasesNeverOverlapOverGRPC(t *testing.T, via string) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			c := startVia(t, testConfig(t, kind), via)
+			const (
+				workers = 32
+				rounds  = 25
+				ttl     = 150 * time.Millisecond
+			)
+			names := []string{"r0", "r1", "r2"}
+			resources := map[string]*storetest.Resource{}
+			for _, n := range names {
+				resources[n] = &storetest.Resource{}
+			}
+			var wg sync.WaitGroup
+			for w := range workers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					rng := rand.New(rand.NewPCG(uint64(w), 11))
+					holder := fmt.Sprintf("worker-%d", w)
+					for range rounds {
+						name := names[rng.IntN(len(names))]
+						sent := time.Now()
+						resp, err := c.client.TryAcquire(context.Background(), &coordinatorv1.TryAcquireRequest{
+							Name: name, Holder: holder, Ttl: dur(ttl), Wait: dur(time.Duration(rng.IntN(50)) * time.Millisecond),
+						})
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if !resp.GetAcquired() {
+							continue
+						}
+						token := resp.GetLease().GetToken()
+						if err := resources[name].Enter(holder, token, sent.Add(ttl-30*time.Millisecond)); err != nil {
+							t.Error(err)
+							return
+						}
+						time.Sleep(time.Duration(rng.IntN(4)) * time.Millisecond) // a pause inside the lease
+						resources[name].Leave(holder)
+						if rng.IntN(3) == 0 {
+							continue // vanish: the lease must expire
+						}
+						_, err = c.client.Release(context.Background(), &coordinatorv1.ReleaseRequest{Name: name, Holder: holder, Token: token})
+						if err != nil {
+							t.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+		})
+	}
+}
+
+func TestLockDelayHoldsAnExpiredNameForItsSuccessor(t *testing.T) {
+	forEachPath(t, testLockDelayHoldsAnExpiredNameForItsSuccessor)
+}
+
+func testLockDelayHoldsAnExpiredNameForItsSuccessor(t *testing.T, via string) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			cfg := testConfig(t, kind)
+			cfg.LockDelay = 500 * time.Millisecond
+			c := startVia(t, cfg, via)
+
+			released := c.mustAcquire(t, "clean", "a", time.Minute)
+			if _, err := c.client.Release(context.Background(), &coordinatorv1.ReleaseRequest{Name: "clean", Holder: "a", Token: released.GetToken()}); err != nil {
+				t.Fatal(err)
+			}
+			c.mustAcquire(t, "clean", "b", time.Minute) // no delay after a release
+
+			vanished := c.mustAcquire(t, "vanished", "a", 200*time.Millisecond)
+			resp := c.acquire(t, "vanished", "b", time.Minute, 10*time.Second)
+			if !resp.GetAcquired() {
+				t.Fatalf("waiter got %v", resp)
+			}
+			free := vanished.GetExpiresAt().AsTime().Add(cfg.LockDelay)
+			if granted := resp.GetLease().GetExpiresAt().AsTime().Add(-time.Minute); granted.Before(free.Add(-10 * time.Millisecond)) {
+				t.Fatalf("granted at %v, before the lock delay ended at %v", granted, free)
+			}
+		})
+	}
+}
+
+func TestShutdownEndsWaitingCalls(t *testing.T) {
+	c := start(t, testConfig(t, "memory"))
+	c.mustAcquire(t, "held", "a", time.Minute)
+	conn := c.Dial(t)
+	waiting := make(chan error, 1)
+	go func() {
+		_, err := coordinatorv1.NewCoordinatorClient(conn).TryAcquire(context.Background(), &coordinatorv1.TryAcquireRequest{
+			Name: "held", Holder: "b", Ttl: dur(time.Minute), Wait: dur(5 * time.Minute),
+		})
+		waiting <- err
+	}()
+	waitQueued(t, c, "held", 1)
+	stopped := make(chan struct{})
+	go func() { c.Stop(); close(stopped) }()
+	select {
+	case err := <-waiting:
+		if status.Code(err) != codes.Unavailable {
+			t.Fatalf("waiting call ended with %v; want Unavailable", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("shutdown left a waiting call hanging")
+	}
+	<-stopped
+}

@@ -1,0 +1,392 @@
+package redistest
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// EnvURL is the variable naming the shared test Redis.
+const EnvURL = "COORDINATOR_TEST_REDIS_URL"
+
+// URL returns the shared test Redis: the one COORDINATOR_TEST_REDIS_URL
+// names, or else a throwaway redis-server that this test binary starts on
+// a free loopback port the first time it is asked for, and that dies with
+// the binary. A test that needs Redis fails, never skips, when
+// redis-server is not installed, and says how to install it.
+func URL(t testing.TB) string {
+	t.Helper()
+	if url := os.Getenv(EnvURL); url != "" {
+		return url
+	}
+	shared.once.Do(startShared)
+	if shared.err != nil {
+		t.Fatalf("no test Redis: %v", shared.err)
+	}
+	return shared.url
+}
+
+// shared is the throwaway Redis of this test binary.
+var shared struct {
+	once sync.Once
+	url  string
+	err  error
+	// lifeline is held open for the life of the binary (see startShared).
+	lifeline io.WriteCloser
+}
+
+func startShared() {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		shared.err = fmt.Errorf("redis-server is not installed (Debian/Ubuntu: apt-get install redis-server; macOS: brew install redis), or set %s to a Redis the tests may flush", EnvURL)
+		return
+	}
+	dir, err := os.MkdirTemp("", "redistest-")
+	if err != nil {
+		shared.err = err
+		return
+	}
+	for range 10 {
+		port, err := freePortNumber()
+		if err != nil {
+			shared.err = err
+			return
+		}
+		// The server must die with this test binary however it ends. A
+		// shell runs it and waits on a pipe whose other end only this
+		// process holds: when the process is gone, the read returns and
+		// the shell kills the server.
+		cmd := exec.Command("sh", "-c", `redis-server "$@" & pid=$!; read -r _; kill "$pid"`, "sh",
+			"--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--dir", dir,
+			"--save", "", "--appendonly", "no", "--maxmemory-policy", "noeviction",
+			"--logfile", filepath.Join(dir, "redis.log"))
+		lifeline, err := cmd.StdinPipe()
+		if err != nil {
+			shared.err = err
+			return
+		}
+		if err := cmd.Start(); err != nil {
+			shared.err = fmt.Errorf("start redis-server: %w", err)
+			return
+		}
+		addr := fmt.Sprintf("127.0.0.1:%d", port)
+		if waitPing(addr, 10*time.Second) == nil {
+			shared.url = "redis://" + addr + "/0"
+			shared.lifeline = lifeline
+			return
+		}
+		_ = lifeline.Close() // the port was taken after all: try another
+		_ = cmd.Wait()
+	}
+	log, _ := os.ReadFile(filepath.Join(dir, "redis.log"))
+	shared.err = fmt.Errorf("redis-server did not start; its log:\n%s", log)
+}
+
+// waitPing waits until a Redis answers at addr.
+func waitPing(addr string, timeout time.Duration) error {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	defer c.Close()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := c.Ping(context.Background()).Err()
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Client returns a client of the shared test Redis, closed at the end of t.
+func Client(t testing.TB) *redis.Client {
+	t.Helper()
+	opts, err := redis.ParseURL(URL(t))
+	if err != nil {
+		t.Fatalf("parse %s: %v", EnvURL, err)
+	}
+	c := redis.NewClient(opts)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// Server is a private redis-server process.
+type Server struct {
+	t       testing.TB
+	dir     string
+	port    int
+	persist bool
+	cmd     *exec.Cmd
+	// extra are more redis-server arguments (cluster mode).
+	extra []string
+	// sentinelConf, when set, runs the process as a Sentinel with this file.
+	sentinelConf string
+}
+
+// Start runs a private redis-server on a free loopback port until t ends.
+// With persist it keeps an append-only file, so a restart keeps its data.
+func Start(t testing.TB, persist bool) *Server {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Fatal("redis-server is not installed: `make test` installs it, or see the README")
+	}
+	s := &Server{t: t, dir: t.TempDir(), persist: persist}
+	s.port = freePort(t)
+	s.start()
+	t.Cleanup(s.Kill)
+	return s
+}
+
+func freePort(t testing.TB) int {
+	port, err := freePortNumber()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return port
+}
+
+// freeClusterPort is a free port whose cluster bus port (the port plus
+// 10000, which a cluster node also binds) is free too.
+func freeClusterPort(t testing.TB) int {
+	for range 100 {
+		port := freePort(t)
+		if port+10000 > 65535 {
+			continue
+		}
+		bus, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port+10000))
+		if err != nil {
+			continue
+		}
+		_ = bus.Close()
+		return port
+	}
+	t.Fatal("found no free port pair for a cluster node")
+	return 0
+}
+
+func freePortNumber() (int, error) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer lis.Close()
+	return lis.Addr().(*net.TCPAddr).Port, nil
+}
+
+func (s *Server) start() {
+	s.t.Helper()
+	args := []string{
+		"--bind", "127.0.0.1", "--port", strconv.Itoa(s.port), "--dir", s.dir,
+		"--save", "", "--maxmemory-policy", "noeviction",
+		"--logfile", filepath.Join(s.dir, "redis.log"),
+		// A replica syncs at once rather than after the default 5 s that a
+		// primary waits for more replicas to join.
+		"--repl-diskless-sync-delay", "0",
+	}
+	if s.persist {
+		args = append(args, "--appendonly", "yes", "--appendfsync", "always")
+	} else {
+		args = append(args, "--appendonly", "no")
+	}
+	args = append(args, s.extra...)
+	if s.sentinelConf != "" {
+		args = []string{s.sentinelConf, "--sentinel", "--logfile", filepath.Join(s.dir, "redis.log")}
+	}
+	s.cmd = exec.Command("redis-server", args...)
+	if err := s.cmd.Start(); err != nil {
+		s.t.Fatalf("start redis-server: %v", err)
+	}
+	if waitPing(s.Addr(), 10*time.Second) == nil {
+		return
+	}
+	log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+	s.t.Fatalf("redis-server on port %d did not answer; its log:\n%s", s.port, log)
+}
+
+// Addr is the server's host:port.
+func (s *Server) Addr() string { return fmt.Sprintf("127.0.0.1:%d", s.port) }
+
+// URL is the server's redis:// URL.
+func (s *Server) URL() string { return "redis://" + s.Addr() + "/0" }
+
+// Kill stops the server at once, as kill -9 would.
+func (s *Server) Kill() {
+	if s.cmd == nil {
+		return
+	}
+	_ = s.cmd.Process.Kill()
+	_ = s.cmd.Wait()
+	s.cmd = nil
+}
+
+// Restart kills the server and starts it again on the same port. Without
+// persistence it comes back empty: the data loss a coordinator must survive.
+func (s *Server) Restart() {
+	s.t.Helper()
+	s.Kill()
+	s.start()
+}
+
+// Pause makes the server stop answering clients for d (CLIENT PAUSE), as a
+// stalled network or an overloaded Redis would.
+func (s *Server) Pause(d time.Duration) {
+	s.t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	defer c.Close()
+	if err := c.Do(context.Background(), "CLIENT", "PAUSE", d.Milliseconds(), "ALL").Err(); err != nil {
+		s.t.Fatalf("CLIENT PAUSE: %v", err)
+	}
+}
+
+// Freeze stops the server process (SIGSTOP) until Thaw: it keeps its
+// connections open and answers nothing, as a hung Redis or a stalled host
+// does, unlike Pause, which the server itself carries out.
+func (s *Server) Freeze() {
+	s.t.Helper()
+	if err := s.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		s.t.Fatalf("SIGSTOP redis-server: %v", err)
+	}
+	s.t.Cleanup(s.Thaw) // a frozen server would outlive Kill's wait otherwise
+}
+
+// Thaw resumes a frozen server (SIGCONT); it is a no-op otherwise.
+func (s *Server) Thaw() {
+	if s.cmd != nil {
+		_ = s.cmd.Process.Signal(syscall.SIGCONT)
+	}
+}
+
+// StartReplica runs a private redis-server that replicates primary, on a free
+// loopback port until t ends, and waits until it is in sync. Like Start,
+// persist keeps an append-only file.
+func StartReplica(t testing.TB, primary *Server, persist bool) *Server {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Fatal("redis-server is not installed: `make test` installs it, or see the README")
+	}
+	s := &Server{t: t, dir: t.TempDir(), persist: persist, port: freePort(t),
+		extra: []string{"--replicaof", "127.0.0.1", strconv.Itoa(primary.port)}}
+	s.start()
+	t.Cleanup(s.Kill)
+	s.WaitInSync()
+	return s
+}
+
+// WaitInSync waits until the server, a replica, has its link to its primary
+// up and has loaded the primary's data.
+func (s *Server) WaitInSync() {
+	s.t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	defer c.Close()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		info, err := c.Info(context.Background(), "replication").Result()
+		if err == nil && strings.Contains(info, "master_link_status:up") && !strings.Contains(info, "master_sync_in_progress:1") {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("replica %s did not sync with its primary: %v\n%s", s.Addr(), err, info)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Promote makes the server, a replica, a primary (REPLICAOF NO ONE), as a
+// failover does; it keeps what it had replicated.
+func (s *Server) Promote() {
+	s.t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	defer c.Close()
+	if err := c.Do(context.Background(), "REPLICAOF", "NO", "ONE").Err(); err != nil {
+		s.t.Fatalf("REPLICAOF NO ONE: %v", err)
+	}
+}
+
+// Cluster is a private Redis Cluster of masters without replicas.
+type Cluster struct {
+	Nodes []*Server
+}
+
+// StartCluster runs a Redis Cluster of n masters (at least 3) on loopback
+// ports until t ends, and waits until every slot is served.
+func StartCluster(t testing.TB, n int) *Cluster {
+	t.Helper()
+	c := &Cluster{}
+	args := []string{"--cluster", "create"}
+	for range n {
+		s := &Server{t: t, dir: t.TempDir(), port: freeClusterPort(t), extra: []string{
+			"--cluster-enabled", "yes", "--cluster-node-timeout", "2000",
+		}}
+		s.start()
+		t.Cleanup(s.Kill)
+		c.Nodes = append(c.Nodes, s)
+		args = append(args, s.Addr())
+	}
+	args = append(args, "--cluster-yes")
+	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
+		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+	}
+	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.addrs()})
+	defer client.Close()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		info, err := client.ClusterInfo(context.Background()).Result()
+		if err == nil && strings.Contains(info, "cluster_state:ok") && client.Set(context.Background(), "redistest:probe", 1, time.Second).Err() == nil {
+			return c
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the cluster did not become ready: %v\n%s", err, info)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (c *Cluster) addrs() []string {
+	var addrs []string
+	for _, n := range c.Nodes {
+		addrs = append(addrs, n.Addr())
+	}
+	return addrs
+}
+
+// URL is the cluster's redis+cluster:// URL.
+func (c *Cluster) URL() string { return "redis+cluster://" + strings.Join(c.addrs(), ",") }
+
+// StartSentinel runs a Sentinel on a loopback port that monitors master
+// under the name master, until t ends. It returns the sentinel's address.
+func StartSentinel(t testing.TB, master *Server, name string) string {
+	t.Helper()
+	s := &Server{t: t, dir: t.TempDir(), port: freePort(t)}
+	conf := filepath.Join(s.dir, "sentinel.conf")
+	body := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor %s 127.0.0.1 %d 1\nsentinel down-after-milliseconds %s 2000\n",
+		s.port, s.dir, name, master.port, name)
+	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s.sentinelConf = conf
+	s.start()
+	t.Cleanup(s.Kill)
+	// The sentinel must know the master before clients ask it.
+	client := redis.NewSentinelClient(&redis.Options{Addr: s.Addr()})
+	defer client.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		addr, err := client.GetMasterAddrByName(context.Background(), name).Result()
+		if err == nil && len(addr) == 2 {
+			return s.Addr()
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the sentinel does not know master %s: %v", name, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -1,0 +1,5 @@
+package errinfo
+
+// Domain is the google.rpc.ErrorInfo domain of the service's errors: the
+// proto package of the API.
+const Domain = "coordinator.v1"

@@ -1,0 +1,118 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/coordinator-dev/coordinator/internal/testkit/redistest"
+	"github.com/coordinator-dev/coordinator/server/store"
+)
+
+// commands counts the commands Redis ran since the last call, those run
+// inside scripts included, by name (INFO commandstats).
+type commands struct {
+	c *redis.Client
+}
+
+func (c commands) reset(t testing.TB) {
+	t.Helper()
+	if err := c.c.ConfigResetStat(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// since returns the commands run since reset, by name, and their total,
+// leaving out the INFO and CONFIG calls of the count itself.
+func (c commands) since(t testing.TB) (map[string]int, int) {
+	t.Helper()
+	info, err := c.c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]int{}
+	total := 0
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		name = strings.TrimPrefix(name, "cmdstat_")
+		if strings.HasPrefix(name, "config") || name == "info" {
+			continue
+		}
+		calls, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
+		n, err := strconv.Atoi(calls)
+		if err != nil {
+			t.Fatalf("commandstats line %q: %v", line, err)
+		}
+		byName[name] = n
+		total += n
+	}
+	c.reset(t)
+	return byName, total
+}
+
+// TestIdleObservingIsCheap: observing many elections where nothing changes
+// costs Redis one command per name and Watch (the read of its lease), plus a
+// few per batch, once the names are marked; and keeping many parked waiters
+// of a name queued costs a few commands per heartbeat, not one per waiter.
+func TestIdleObservingIsCheap(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, false) // of its own: other tests' commands would count
+	ctx := context.Background()
+	s, err := NewFromURL(ctx, srv.URL(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	stats := commands{redis.NewClient(&redis.Options{Addr: srv.Addr()})}
+	t.Cleanup(func() { _ = stats.c.Close() })
+
+	const elections, waiters = 5000, 2000
+	names := make([]string, elections)
+	for i := range names {
+		names[i] = fmt.Sprintf("election/%04d", i)
+		if i%2 == 0 {
+			mustGrant(t, s, req(names[i], "leader", time.Minute, "leader-value"))
+		}
+	}
+	stats.reset(t)
+	if _, err := s.Watch(ctx, names, 10*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	first, firstTotal := stats.since(t)
+	start := time.Now()
+	if _, err := s.Watch(ctx, names, 10*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	again, againTotal := stats.since(t)
+	t.Logf("Watch of %d names: first %d commands %v; again %d commands %v in %s",
+		elections, firstTotal, first, againTotal, again, took)
+	batches := (elections + watchBatch - 1) / watchBatch
+	if max := elections + 2*batches; againTotal > max {
+		t.Errorf("a Watch of %d marked names cost %d commands, want at most %d (one read a name, two a batch)", elections, againTotal, max)
+	}
+
+	mustGrant(t, s, req("busy", "holder", time.Minute, ""))
+	ids := make([]string, waiters)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("waiter-%04d", i)
+		mustRefuse(t, s, store.AcquireRequest{Name: "busy", Holder: ids[i], TTL: time.Minute, Waiter: ids[i], WaiterTTL: time.Minute})
+	}
+	stats.reset(t)
+	if err := s.RefreshWaiters(ctx, "busy", ids, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	refresh, refreshTotal := stats.since(t)
+	t.Logf("RefreshWaiters of %d waiters: %d commands %v", waiters, refreshTotal, refresh)
+	if max := 6 + waiters/500; refreshTotal > max { // one ZADD a 500 waiters
+		t.Errorf("RefreshWaiters of %d waiters cost %d commands, want at most %d", waiters, refreshTotal, max)
+	}
+}

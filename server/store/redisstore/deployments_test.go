@@ -1,0 +1,190 @@
+package redisstore
+
+import (
+	"context"
+	"maps"
+	"os"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/coordinator-dev/coordinator/internal/redisurl"
+	"github.com/coordinator-dev/coordinator/internal/testkit/redistest"
+	"github.com/coordinator-dev/coordinator/server/store"
+)
+
+// TestCluster runs the store against a Redis Cluster: the one
+// COORDINATOR_TEST_REDIS_CLUSTER_URL names (redis+cluster://host:port,...), or
+// a private one of three masters.
+func TestCluster(t *testing.T) {
+	t.Parallel()
+	raw := os.Getenv("COORDINATOR_TEST_REDIS_CLUSTER_URL")
+	if raw == "" {
+		raw = redistest.StartCluster(t, 3).URL()
+	}
+	c, err := redisurl.Parse(raw)
+	if err != nil || c.Cluster == nil {
+		t.Fatalf("COORDINATOR_TEST_REDIS_CLUSTER_URL=%q is not a cluster URL: %v", raw, err)
+	}
+	client := redis.NewClusterClient(c.Cluster)
+	t.Cleanup(func() { _ = client.Close() })
+	const quarantine = time.Second
+	var losses atomic.Int32
+	s := newStore(t, client, Options{Quarantine: quarantine, OnDataLoss: func(time.Duration) { losses.Add(1) }})
+	if !s.cluster {
+		t.Fatal("a ClusterClient did not select cluster mode")
+	}
+	ctx := testCtx(t)
+
+	// One marker per slot.
+	var markers atomic.Int64
+	err = client.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+		iter := n.Scan(ctx, 0, globEscape(s.prefix)+":{*}:marker", 1000).Iterator()
+		for iter.Next(ctx) {
+			markers.Add(1)
+		}
+		return iter.Err()
+	})
+	if err != nil || markers.Load() != numSlots {
+		t.Fatalf("%d markers (%v), want %d", markers.Load(), err, numSlots)
+	}
+
+	subs := map[string]*store.Changes{}
+	for _, name := range oddNames {
+		subs[name] = s.Changes(name)
+		defer subs[name].Cancel()
+	}
+	waitSubscribed(t, s, slices.Collect(maps.Values(subs))...)
+	watch(t, s, oddNames...)
+
+	leases := map[string]store.Lease{}
+	for _, name := range oddNames {
+		l := mustGrant(t, s, req(name, "a", time.Minute, "v"))
+		waitChange(t, subs[name], name)
+		mustRefuse(t, s, waitReq(name, "w", 10*time.Second))
+		if _, err := s.Renew(ctx, name, "a", l.Token, time.Minute); err != nil {
+			t.Errorf("Renew(%q): %v", name, err)
+		}
+		leases[name] = l
+	}
+	// One Watch reads names of many slots: one script call a slot.
+	ds, err := s.Watch(ctx, oddNames, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, name := range oddNames {
+		if l := leases[name]; !ds[i].Held || ds[i].Lease.Name != name || ds[i].Lease.Token != l.Token {
+			t.Errorf("Watch: description of %q = %+v, want the lease %+v", name, ds[i], l)
+		}
+	}
+	var got []string
+	for cursor := ""; ; {
+		page, err := s.List(ctx, "", cursor, 5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range page.Leases {
+			got = append(got, l.Name)
+		}
+		if cursor = page.Next; cursor == "" {
+			break
+		}
+	}
+	if want := slices.Sorted(slices.Values(oddNames)); !slices.Equal(got, want) {
+		t.Errorf("List = %q, want %q", got, want)
+	}
+	for _, name := range oddNames {
+		mustRelease(t, s, leases[name])
+		if err := s.Dequeue(ctx, name, "w"); err != nil {
+			t.Errorf("Dequeue(%q): %v", name, err)
+		}
+	}
+
+	// Losing one slot's marker quarantines that slot only.
+	lost, other := "{braces}", "plain"
+	if slotOf(encodeName(lost)) == slotOf(encodeName(other)) {
+		t.Fatal("test names share a slot")
+	}
+	if err := client.Del(ctx, s.keys(lost).marker).Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Acquire(ctx, req(lost, "b", time.Minute, ""))
+	q := asQuarantine(err)
+	if q == nil {
+		t.Fatalf("Acquire in the lost slot: %v, want a QuarantineError", err)
+	}
+	lostAt := time.Now()
+	mustGrant(t, s, req(other, "b", time.Minute, ""))
+	if n := losses.Load(); n != 1 {
+		t.Errorf("OnDataLoss called %d times, want 1", n)
+	}
+	time.Sleep(time.Until(lostAt.Add(q.RetryAfter + clockSkew)))
+	if l := mustGrant(t, s, req(lost, "b", time.Minute, "")); l.Token <= leases[lost].Token {
+		t.Errorf("token after quarantine %d <= %d", l.Token, leases[lost].Token)
+	}
+
+	// A shard that failed over to an empty replica while no coordinator ran
+	// leaves its slots' markers missing: the next start quarantines those
+	// slots only.
+	failed, kept := "failed-over", "kept"
+	if slotOf(failed) == slotOf(kept) {
+		t.Fatal("test names share a slot")
+	}
+	if err := client.Del(ctx, s.keys(failed).marker).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var startLosses atomic.Int32
+	again, err := New(ctx, client, Options{KeyPrefix: s.prefix, Quarantine: quarantine,
+		OnDataLoss: func(time.Duration) { startLosses.Add(1) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = again.Close() }()
+	if n := startLosses.Load(); n != 1 {
+		t.Errorf("OnDataLoss called %d times at start, want 1", n)
+	}
+	if _, err := again.Acquire(ctx, req(failed, "c", time.Minute, "")); asQuarantine(err) == nil {
+		t.Errorf("Acquire in the failed-over slot: %v, want a QuarantineError", err)
+	}
+	mustGrant(t, again, req(kept, "c", time.Minute, ""))
+}
+
+// TestSentinel runs the store through Sentinel: the one
+// COORDINATOR_TEST_REDIS_SENTINEL_URL names
+// (redis+sentinel://host:port,.../mastername[/db]), or a private sentinel
+// watching a private master.
+func TestSentinel(t *testing.T) {
+	t.Parallel()
+	raw := os.Getenv("COORDINATOR_TEST_REDIS_SENTINEL_URL")
+	if raw == "" {
+		raw = "redis+sentinel://" + redistest.StartSentinel(t, redistest.Start(t, false), "coordinator") + "/coordinator"
+	}
+	prefix := testPrefix(t)
+	s, err := NewFromURL(testCtx(t), raw, Options{KeyPrefix: prefix, NewStore: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		deleteKeys(t, s.client, prefix)
+		if err := s.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	if s.cluster {
+		t.Fatal("a Sentinel URL selected cluster mode")
+	}
+	job := s.Changes("job")
+	defer job.Cancel()
+	waitSubscribed(t, s, job)
+	watch(t, s, "job")
+	l := mustGrant(t, s, req("job", "a", time.Minute, "v"))
+	waitChange(t, job, "grant")
+	if d := mustDescribe(t, s, "job"); !d.Held || d.LastToken != l.Token {
+		t.Errorf("Describe = %+v", d)
+	}
+	mustRelease(t, s, l)
+	waitChange(t, job, "release")
+}

@@ -1,0 +1,676 @@
+package redisstore
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/coordinator-dev/coordinator/server/store"
+)
+
+// DefaultKeyPrefix prefixes every key when Options.KeyPrefix is empty.
+const DefaultKeyPrefix = "coordinator"
+
+// Options configures a Store.
+type Options struct {
+	// KeyPrefix starts every key and the pub/sub channel; default
+	// DefaultKeyPrefix. It must not contain '{' or '}'.
+	KeyPrefix string
+	// Quarantine is how long grants are refused after a script found that
+	// Redis lost its data, so that holders of lost leases see them expire
+	// first; it should be at least the longest lease TTL. 0 disables it:
+	// grants go on at once, with tokens still above all earlier ones.
+	Quarantine time.Duration
+	// LockDelay keeps the name of a lease that expired (rather than being
+	// released) from being granted again for this long, so that a holder that
+	// was only paused cannot act beside its successor. 0 disables it.
+	LockDelay time.Duration
+	// IdleNameTTL is how long a name's keys outlive its last use; 0 means
+	// store.DefaultIdleNameTTL.
+	IdleNameTTL time.Duration
+	// CallTimeout bounds every store call; 0 means store.DefaultCallTimeout.
+	// A call that Redis does not answer within it fails with
+	// store.ErrUnavailable.
+	CallTimeout time.Duration
+	// NoPipelining sends every script call on its own instead of batching
+	// concurrent calls into pipelines; for measuring the difference.
+	NoPipelining bool
+	// OnDataLoss, when set, is called once per detected data loss (by the
+	// coordinator whose script detected it) with Quarantine, for metrics.
+	// It runs on the calling goroutine and must not block.
+	OnDataLoss func(quarantine time.Duration)
+	// NewStore says that this deployment's Redis is new: data-loss markers
+	// that New finds missing are written without a quarantine. Without it, a
+	// missing marker at start means Redis lost its data while no coordinator
+	// ran, and grants wait for Quarantine as after any data loss (a
+	// deployment's very first start waits once). It is meant for the first
+	// start; left set, it changes nothing while the markers exist, but a
+	// data loss while every coordinator was down then goes unnoticed, as
+	// before markers were checked at start. Data lost while a coordinator
+	// runs is detected either way.
+	NewStore bool
+	// MinReplicas, when above 0, makes every grant and renewal wait (Redis
+	// WAIT, on the connection that ran the script) until that many replicas
+	// acknowledged it. One that fewer replicas acknowledged within
+	// ReplicaTimeout is not reported: the call fails with
+	// store.ErrUnavailable and the lease is left to expire (a retry by the
+	// same holder renews it and waits again). Not supported on a Cluster.
+	MinReplicas int
+	// ReplicaTimeout bounds the wait for replicas; 0 means half the call
+	// timeout. It must be shorter than the call timeout, which bounds the
+	// script and the wait together.
+	ReplicaTimeout time.Duration
+	// Logger receives warnings; default slog.Default().
+	Logger *slog.Logger
+}
+
+// Store is a store.Store kept in Redis (standalone, Sentinel or Cluster):
+// Leases run scripts, Changes listen on the events channel.
+type Store struct {
+	client     redis.UniversalClient
+	ownsClient bool
+	// cluster is true for a *redis.ClusterClient: data-loss markers are then
+	// kept per hash slot.
+	cluster bool
+	prefix  string
+	channel string
+	marker  string // the data-loss marker's key (not on a Cluster)
+	// boxed are arguments that every call of a script passes, boxed once:
+	// boxing a string or an int64 for each call allocates.
+	boxed struct {
+		channel, lockDelayMS, idleMS, waiterTTL any
+	}
+	quarantineMS int64
+	lockDelayMS  int64
+	quarantine   time.Duration
+	idleMS       int64
+	callTimeout  time.Duration
+	onDataLoss   func(time.Duration)
+	log          *slog.Logger
+	marks        marks
+	replicas     replicaWait
+	primary      primaryWatch
+	infoRefused  sync.Once
+
+	pipeline  *pipeliner // nil with Options.NoPipelining
+	events    events
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var _ store.Store = (*Store)(nil)
+
+// New checks that Redis answers, warns when its eviction policy could drop
+// keys, writes the data-loss markers and loads the scripts. The caller keeps
+// ownership of client: Close does not close it.
+func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Store, error) {
+	if client == nil {
+		return nil, errors.New("redisstore: nil client")
+	}
+	if _, ok := client.(*redis.Ring); ok {
+		return nil, errors.New("redisstore: redis.Ring is not supported: use a standalone, Sentinel or Cluster client")
+	}
+	prefix := opts.KeyPrefix
+	if prefix == "" {
+		prefix = DefaultKeyPrefix
+	}
+	if strings.ContainsAny(prefix, "{}") {
+		return nil, fmt.Errorf("redisstore: key prefix %q must not contain '{' or '}'", prefix)
+	}
+	if opts.Quarantine < 0 {
+		return nil, fmt.Errorf("redisstore: negative quarantine %s", opts.Quarantine)
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	_, cluster := client.(*redis.ClusterClient)
+	s := &Store{
+		client:     client,
+		cluster:    cluster,
+		prefix:     prefix,
+		channel:    prefix + eventsSuffix,
+		marker:     prefix + markerSuffix,
+		quarantine: opts.Quarantine,
+		onDataLoss: opts.OnDataLoss,
+		log:        log.With("component", "redisstore"),
+	}
+	if opts.LockDelay < 0 {
+		return nil, fmt.Errorf("redisstore: negative lock delay %s", opts.LockDelay)
+	}
+	if opts.IdleNameTTL < 0 || opts.CallTimeout < 0 {
+		return nil, fmt.Errorf("redisstore: negative idle name TTL %s or call timeout %s", opts.IdleNameTTL, opts.CallTimeout)
+	}
+	s.lockDelayMS = opts.LockDelay.Milliseconds()
+	if opts.Quarantine > 0 {
+		s.quarantineMS = durationMS(opts.Quarantine)
+	}
+	s.idleMS = durationMS(cmp.Or(opts.IdleNameTTL, store.DefaultIdleNameTTL))
+	s.callTimeout = cmp.Or(opts.CallTimeout, store.DefaultCallTimeout)
+	s.boxed.channel, s.boxed.lockDelayMS = s.channel, s.lockDelayMS
+	s.boxed.idleMS, s.boxed.waiterTTL = s.idleMS, durationMS(store.DefaultWaiterTTL)
+	if err := s.setReplicas(opts); err != nil {
+		return nil, err
+	}
+	s.events.init(s)
+
+	if c, ok := client.(*redis.Client); ok {
+		// Before the first connection, so that it records the primary.
+		s.watchPrimary(c)
+	}
+	if !honoursDeadlines(client) {
+		s.log.Warn("the Redis client does not honour context deadlines (go-redis ContextTimeoutEnabled): " +
+			"a Redis that hangs holds calls for the client's read timeout rather than the store's call timeout")
+	}
+	if err := s.Ping(ctx); err != nil {
+		return nil, err
+	}
+	s.checkEvictionPolicy(ctx)
+	if err := s.checkMarkers(ctx, opts.NewStore); err != nil {
+		return nil, err
+	}
+	for _, sc := range allScripts {
+		cctx, cancel := s.bound(ctx)
+		err := sc.Load(cctx, client).Err()
+		cancel()
+		if err != nil {
+			return nil, s.wrapErr(ctx, "load scripts", err)
+		}
+	}
+	if !opts.NoPipelining {
+		s.pipeline = newPipeliner(ctx, client, s.callTimeout, s.replicas)
+	}
+	return s, nil
+}
+
+// setReplicas checks Options.MinReplicas and ReplicaTimeout.
+func (s *Store) setReplicas(opts Options) error {
+	switch {
+	case opts.MinReplicas < 0 || opts.ReplicaTimeout < 0:
+		return fmt.Errorf("redisstore: negative min replicas %d or replica timeout %s", opts.MinReplicas, opts.ReplicaTimeout)
+	case opts.MinReplicas == 0:
+		return nil
+	case s.cluster:
+		// WAIT covers one connection: a Cluster pipeline spans several.
+		return errors.New("redisstore: min replicas is not supported on a Redis Cluster")
+	}
+	timeout := cmp.Or(opts.ReplicaTimeout, s.callTimeout/2)
+	if timeout >= s.callTimeout {
+		return fmt.Errorf("redisstore: replica timeout %s must be shorter than the call timeout %s", timeout, s.callTimeout)
+	}
+	s.replicas = replicaWait{n: opts.MinReplicas, timeout: timeout}
+	return nil
+}
+
+// honoursDeadlines reports whether go-redis bounds socket reads and writes
+// by the call's context (package redisurl's clients do).
+func honoursDeadlines(client redis.UniversalClient) bool {
+	switch c := client.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return true
+}
+
+// bound limits a call made for a caller whose context is ctx to the call
+// timeout.
+func (s *Store) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.callTimeout)
+}
+
+// call runs one script for a caller, bounded by the call timeout, and maps
+// its error.
+func (s *Store) call(ctx context.Context, op string, script *redis.Script, keys []string, args ...any) (any, error) {
+	v, _, err := s.callWait(ctx, op, false, script, keys, args...)
+	return v, err
+}
+
+// callWait is call for a script that may grant or renew a lease: with wait,
+// WAIT for Options.MinReplicas follows it on its connection, and replicated
+// reports the outcome, to be checked (by s.replicated) only when the script
+// did grant or renew.
+func (s *Store) callWait(ctx context.Context, op string, wait bool, script *redis.Script, keys []string, args ...any) (v any, replicated func() error, err error) {
+	cmd, acked := s.run(ctx, time.Time{}, wait, script, keys, args...)
+	if v, err = cmd.Result(); err != nil {
+		return nil, nil, s.wrapErr(ctx, op, err)
+	}
+	if acked == nil {
+		return v, noWait, nil
+	}
+	// Only the WAIT's outcome is kept.
+	waitErr := s.checkAcked(ctx, op, acked)
+	return v, func() error { return waitErr }, nil
+}
+
+func noWait() error { return nil }
+
+// checkAcked maps the reply of the WAIT that followed a grant or renewal:
+// fewer replicas than Options.MinReplicas acknowledging it is
+// store.ErrUnavailable.
+func (s *Store) checkAcked(ctx context.Context, op string, acked *redis.Cmd) error {
+	n, err := acked.Int64()
+	if err != nil {
+		return s.wrapErr(ctx, op+": wait for replicas", err)
+	}
+	if n < int64(s.replicas.n) {
+		return fmt.Errorf("redisstore: %s: %w: %d of %d replicas acknowledged the write within %s; "+
+			"the lease is left to expire", op, store.ErrUnavailable, n, s.replicas.n, s.replicas.timeout)
+	}
+	return nil
+}
+
+// checkEvictionPolicy warns unless every master runs maxmemory-policy
+// noeviction.
+func (s *Store) checkEvictionPolicy(ctx context.Context) {
+	check := func(ctx context.Context, c redis.Cmdable, addr string) {
+		ctx, cancel := s.bound(ctx)
+		defer cancel()
+		res, err := c.ConfigGet(ctx, "maxmemory-policy").Result()
+		policy, ok := res["maxmemory-policy"]
+		if err != nil || !ok {
+			s.log.Warn("could not check Redis maxmemory-policy (CONFIG may be disabled): make sure it is noeviction, "+
+				"or an evicted fencing counter or lease breaks token monotonicity and mutual exclusion",
+				"addr", addr, "error", err)
+			return
+		}
+		if policy != "noeviction" {
+			s.log.Warn("Redis maxmemory-policy is not noeviction: under memory pressure Redis may evict "+
+				"a fencing counter (tokens no longer increase) or a lease (two holders at once); "+
+				"set maxmemory-policy noeviction",
+				"addr", addr, "maxmemory-policy", policy)
+		}
+	}
+	if cc, ok := s.client.(*redis.ClusterClient); ok {
+		err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+			check(ctx, c, c.Options().Addr)
+			return nil
+		})
+		if err != nil {
+			s.log.Warn("could not check Redis maxmemory-policy on the cluster's masters", "error", err)
+		}
+		return
+	}
+	check(ctx, s.client, "")
+}
+
+// checkMarkers writes the data-loss markers that are missing, quarantining
+// the names they guard unless newStore (see Options.NewStore): a marker never
+// expires, so one missing at start means Redis lost its data while no
+// coordinator ran. On a Cluster each slot has its marker, so a shard that
+// failed over to an empty replica quarantines its slots only.
+func (s *Store) checkMarkers(ctx context.Context, newStore bool) error {
+	flag := ""
+	if newStore {
+		flag = "1"
+	}
+	var missing int64
+	if !s.cluster {
+		cctx, cancel := s.bound(ctx)
+		defer cancel()
+		n, err := startScript.Run(cctx, s.client, []string{s.prefix + markerSuffix}, s.quarantineMS, flag).Int64()
+		if err != nil {
+			return s.wrapErr(ctx, "check data-loss marker", err)
+		}
+		missing = n
+	} else {
+		// 16384 calls: send the script's digest, not its source, each time.
+		cctx, cancel := s.bound(ctx)
+		err := startScript.Load(cctx, s.client).Err()
+		cancel()
+		if err != nil {
+			return s.wrapErr(ctx, "load scripts", err)
+		}
+		const batch = 1024
+		for start := 0; start < numSlots; start += batch {
+			n, err := s.checkSlotMarkers(ctx, start, min(start+batch, numSlots), flag)
+			if err != nil {
+				return err
+			}
+			missing += n
+		}
+	}
+	switch {
+	case missing == 0:
+	case newStore:
+		s.log.Info("new store: wrote the data-loss markers", "markers", missing)
+	default:
+		s.log.Error("Redis lost its data while no coordinator ran (data-loss markers missing at start): "+
+			"leases, queues and fencing counters may be gone; grants wait for the quarantine "+
+			"(set the new-store option only for a deployment's first start)",
+			"markers", missing, "quarantine", s.quarantine)
+		s.marks.forget()
+		if s.onDataLoss != nil {
+			s.onDataLoss(s.quarantine)
+		}
+	}
+	return nil
+}
+
+// checkSlotMarkers runs start.lua for the markers of slots [from, to), one
+// call a slot, in one pipeline, and returns how many were missing.
+func (s *Store) checkSlotMarkers(ctx context.Context, from, to int, flag string) (int64, error) {
+	cctx, cancel := s.bound(ctx)
+	defer cancel()
+	cmds := make([]*redis.Cmd, 0, to-from)
+	_, _ = s.client.Pipelined(cctx, func(p redis.Pipeliner) error {
+		for slot := from; slot < to; slot++ {
+			cmds = append(cmds, startScript.EvalSha(cctx, p, []string{s.slotMarker(uint16(slot))}, s.quarantineMS, flag))
+		}
+		return nil
+	})
+	var missing int64
+	for i, cmd := range cmds {
+		if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			// A shard restarted since the script was loaded.
+			cmd = startScript.Run(cctx, s.client, []string{s.slotMarker(uint16(from + i))}, s.quarantineMS, flag)
+		}
+		n, err := cmd.Int64()
+		if err != nil {
+			return 0, s.wrapErr(ctx, "check data-loss markers", err)
+		}
+		missing += n
+	}
+	return missing, nil
+}
+
+// Acquire implements store.Leases.
+func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.AcquireResult, error) {
+	if req.TTL <= 0 {
+		return store.AcquireResult{}, fmt.Errorf("redisstore: acquire %q: ttl %s is not positive", req.Name, req.TTL)
+	}
+	waiterTTL := s.boxed.waiterTTL
+	if req.WaiterTTL > 0 {
+		waiterTTL = durationMS(req.WaiterTTL)
+	}
+	keepValue := ""
+	if req.KeepValue {
+		keepValue = "1"
+	}
+	expectedToken := ""
+	if req.Token != 0 {
+		expectedToken = strconv.FormatUint(req.Token, 10)
+	}
+	k := s.keys(req.Name)
+	v, replicated, err := s.callWait(ctx, "acquire", true, acquireScript,
+		[]string{k.lease, k.fence, k.queue, k.waiters, k.marker, k.watched},
+		req.Holder, durationMS(req.TTL), req.Value, req.Waiter, waiterTTL,
+		s.quarantineMS, s.boxed.channel, req.Name, s.boxed.lockDelayMS, keepValue, s.boxed.idleMS, expectedToken,
+	)
+	if err != nil {
+		return store.AcquireResult{}, err
+	}
+	reply, err := decodeAcquire(req.Name, v)
+	if err != nil {
+		return store.AcquireResult{}, err
+	}
+	if reply.lost {
+		s.dataLost()
+	}
+	if reply.quarantined {
+		return store.AcquireResult{}, &store.QuarantineError{RetryAfter: reply.retryAfter}
+	}
+	if reply.result.Acquired {
+		if err := replicated(); err != nil {
+			return store.AcquireResult{}, err
+		}
+	}
+	return reply.result, nil
+}
+
+// dataLost reports a data loss detected by this store's script.
+func (s *Store) dataLost() {
+	s.log.Error("Redis lost its data (data-loss marker missing): leases, queues and fencing counters are gone; "+
+		"tokens are re-seeded from the Redis clock", "quarantine", s.quarantine)
+	s.marks.forget() // the watched marks are gone too
+	if s.onDataLoss != nil {
+		s.onDataLoss(s.quarantine)
+	}
+}
+
+// Renew implements store.Leases.
+func (s *Store) Renew(ctx context.Context, name, holder string, token uint64, ttl time.Duration) (store.Lease, error) {
+	if ttl <= 0 {
+		return store.Lease{}, fmt.Errorf("redisstore: renew %q: ttl %s is not positive", name, ttl)
+	}
+	k := s.keys(name)
+	v, replicated, err := s.callWait(ctx, "renew", true, renewScript, []string{k.lease, k.fence},
+		holder, strconv.FormatUint(token, 10), durationMS(ttl), s.boxed.lockDelayMS, s.boxed.idleMS)
+	if err != nil {
+		return store.Lease{}, err
+	}
+	l, err := decodeRenew(name, v)
+	if err != nil {
+		return store.Lease{}, err
+	}
+	if err := replicated(); err != nil {
+		return store.Lease{}, err
+	}
+	return l, nil
+}
+
+// Release implements store.Leases.
+func (s *Store) Release(ctx context.Context, name, holder string, token uint64) (bool, error) {
+	k := s.keys(name)
+	v, err := s.call(ctx, "release", releaseScript, []string{k.lease, k.queue, k.watched, k.fence},
+		holder, strconv.FormatUint(token, 10), s.boxed.channel, name, s.boxed.idleMS)
+	if err != nil {
+		return false, err
+	}
+	return decodeRelease(v)
+}
+
+// Dequeue implements store.Leases.
+func (s *Store) Dequeue(ctx context.Context, name, waiter string) error {
+	k := s.keys(name)
+	v, err := s.call(ctx, "dequeue", dequeueScript, []string{k.queue, k.waiters}, waiter, s.channel, name)
+	if err != nil {
+		return err
+	}
+	_, err = decodeDequeue(v)
+	return err
+}
+
+// Describe implements store.Leases.
+func (s *Store) Describe(ctx context.Context, name string) (store.Description, error) {
+	k := s.keys(name)
+	v, err := s.call(ctx, "describe", describeScript, []string{k.lease, k.fence, k.waiters})
+	if err != nil {
+		return store.Description{}, err
+	}
+	return decodeDescribe(name, v)
+}
+
+// List implements store.Leases. It SCANs the whole key space (every master of
+// a cluster) for lease keys, keeping only the limit+1 first names after
+// cursor, then reads those leases; it is meant for debugging. Each round trip
+// is bounded by the call timeout, not the whole listing.
+func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) (store.ListPage, error) {
+	if limit <= 0 {
+		limit = store.DefaultListLimit
+	}
+	pattern := globEscape(s.prefix) + ":{" + globEscape(encodePrefix(prefix)) + "*}" + leaseSuffix
+
+	var mu sync.Mutex
+	var names []string
+	keep := limit + 1
+	add := func(keys []string) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, key := range keys {
+			name, ok := s.leaseKeyName(key)
+			if !ok || !strings.HasPrefix(name, prefix) || (cursor != "" && name <= cursor) {
+				continue
+			}
+			names = append(names, name)
+		}
+		if len(names) > 4*keep {
+			slices.Sort(names)
+			names = slices.Compact(names)
+			names = names[:min(keep, len(names))]
+		}
+	}
+	scan := func(ctx context.Context, c redis.Cmdable) error {
+		var cur uint64
+		for {
+			cctx, cancel := s.bound(ctx)
+			keys, next, err := c.Scan(cctx, cur, pattern, 1000).Result()
+			cancel()
+			if err != nil {
+				return err
+			}
+			add(keys)
+			if next == 0 {
+				return nil
+			}
+			cur = next
+		}
+	}
+	var err error
+	if cc, ok := s.client.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) })
+	} else {
+		err = scan(ctx, s.client)
+	}
+	if err != nil {
+		return store.ListPage{}, s.wrapErr(ctx, "list", err)
+	}
+	slices.Sort(names)
+	names = slices.Compact(names)
+	var page store.ListPage
+	if len(names) > limit {
+		names = names[:limit]
+		page.Next = names[limit-1]
+	}
+	descs, err := s.describeMany(ctx, names)
+	if err != nil {
+		return store.ListPage{}, err
+	}
+	for _, d := range descs {
+		if d.Held { // a lease may have expired since the scan
+			page.Leases = append(page.Leases, d.Lease)
+		}
+	}
+	return page, nil
+}
+
+// describeMany runs describe.lua for each name in one pipeline.
+func (s *Store) describeMany(ctx context.Context, names []string) ([]store.Description, error) {
+	if len(names) == 0 {
+		return nil, nil
+	}
+	cctx, cancel := s.bound(ctx)
+	defer cancel()
+	cmds := make([]*redis.Cmd, len(names))
+	_, _ = s.client.Pipelined(cctx, func(p redis.Pipeliner) error {
+		for i, name := range names {
+			k := s.keys(name)
+			cmds[i] = describeScript.EvalSha(cctx, p, []string{k.lease, k.fence, k.waiters})
+		}
+		return nil
+	})
+	out := make([]store.Description, len(names))
+	for i, name := range names {
+		v, err := cmds[i].Result()
+		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			k := s.keys(name)
+			v, err = describeScript.Run(cctx, s.client, []string{k.lease, k.fence, k.waiters}).Result()
+		}
+		if err != nil {
+			return nil, s.wrapErr(ctx, "list", err)
+		}
+		d, err := decodeDescribe(name, v)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = d
+	}
+	return out, nil
+}
+
+// Changes implements store.Notifier. Every Changes shares one Redis
+// subscription, started by the first call.
+func (s *Store) Changes(name string) *store.Changes {
+	return s.events.changes(name)
+}
+
+// RefreshWaiters implements store.Leases.
+func (s *Store) RefreshWaiters(ctx context.Context, name string, waiters []string, ttl time.Duration) error {
+	if ttl <= 0 {
+		return fmt.Errorf("redisstore: refresh waiters of %q: ttl %s is not positive", name, ttl)
+	}
+	if len(waiters) == 0 {
+		return nil
+	}
+	k := s.keys(name)
+	args := make([]any, 0, 3+len(waiters))
+	args = append(args, durationMS(ttl), s.channel, name)
+	for _, w := range waiters {
+		args = append(args, w)
+	}
+	v, err := s.call(ctx, "refresh waiters", refreshWaitersScript, []string{k.queue, k.waiters, k.watched}, args...)
+	if err != nil {
+		return err
+	}
+	_, err = decodeRefresh(v)
+	return err
+}
+
+// Ping implements store.Leases: Redis answers PING within the call timeout.
+func (s *Store) Ping(ctx context.Context) error {
+	cctx, cancel := s.bound(ctx)
+	defer cancel()
+	return s.wrapErr(ctx, "ping", s.client.Ping(cctx).Err())
+}
+
+// Close stops the subscription, closing every Changes channel, and, for a
+// Store made by NewFromURL, closes the client. It is safe to call more than
+// once.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.events.close()
+		if s.pipeline != nil {
+			s.pipeline.close()
+		}
+		if s.ownsClient {
+			s.closeErr = s.client.Close()
+		}
+	})
+	return s.closeErr
+}
+
+// run runs a script for a caller whose context is ctx, in a pipeline with
+// concurrent calls unless pipelining is off, followed by WAIT on the same
+// connection when wait and Options.MinReplicas ask for it; acked is that
+// WAIT, or nil. The call times out at deadline, or when it is zero after the
+// call timeout.
+func (s *Store) run(ctx context.Context, deadline time.Time, wait bool, script *redis.Script, keys []string, args ...any) (cmd, acked *redis.Cmd) {
+	call := newScriptCall()
+	call.deadline, call.script, call.keys, call.args, call.wait = deadline, script, keys, args, wait
+	if s.pipeline == nil {
+		if call.deadline.IsZero() {
+			call.deadline = time.Now().Add(s.callTimeout)
+		}
+		runAlone(ctx, s.client, call, s.replicas)
+		cmd, acked = call.cmd, call.acked
+		recycle(call)
+		return cmd, acked
+	}
+	return s.pipeline.run(ctx, call)
+}
+
+// durationMS rounds d up to whole milliseconds, at least 1.
+func durationMS(d time.Duration) int64 {
+	ms := int64((d + time.Millisecond - 1) / time.Millisecond)
+	return max(ms, 1)
+}
