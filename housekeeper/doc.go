@@ -69,9 +69,16 @@
 // # Finding the work: discovery and reads
 //
 // Every Config.DiscoveryInterval one SCAN (every master of a Cluster),
-// MATCH P:queue:{*}:*, finds the sets. The queue name is read from the hash
-// tag, never by splitting on ':' ("a::b:tmp" is a queue name), and what
-// follows the tag must be one of the six suffixes; other keys are skipped.
+// MATCH P:queue:{*}:*, finds the sets. The members take turns, in view
+// order, so that the keyspace is scanned once an interval however many
+// instances run: the one on duty publishes what it found in the index
+// P:housekeeper:sets (member: the set's key; score: a number from
+// P:housekeeper:sets:seq given when it was first published), and the others
+// read what is new since their last read, and the whole index every tenth
+// time to learn which sets are gone. A new queue is thus found within two
+// intervals. The queue name is read from the hash tag, never by splitting
+// on ':' ("a::b:tmp" is a queue name), and what follows the tag must be one
+// of the six suffixes; other keys are skipped.
 //
 // A set is not run every cycle. Its earliest entry, the head, is read (one
 // ZRANGE, pipelined with the others due and one TIME) when the instance

@@ -44,6 +44,13 @@ func (ks keyspace) fence(queue string, t task) string {
 	return ks.prefix + ":housekeeper:{" + queue + "}:fence:" + string(t)
 }
 
+// index is the sorted set in which the instance on discovery duty publishes
+// the sets it found (member: the set's key; score: a sequence number given
+// when it was first published), and indexSeq the counter of those numbers.
+// Both lie outside the <prefix>:queue: space.
+func (ks keyspace) index() string    { return ks.prefix + ":housekeeper:sets" }
+func (ks keyspace) indexSeq() string { return ks.prefix + ":housekeeper:sets:seq" }
+
 // pattern is a SCAN MATCH pattern for the keys <prefix>:queue:{*}<suffix>.
 func (ks keyspace) pattern(suffix string) string {
 	return globEscape(ks.prefix) + ":queue:{*}" + suffix

@@ -154,12 +154,90 @@ func (w workSet) String() string { return w.queue + kindSuffixes[w.kind] }
 func (q *Queues) discover(ctx context.Context) (map[workSet]struct{}, error) {
 	found := make(map[workSet]struct{})
 	err := q.scan(ctx, q.ks.pattern(":*"), func(key string) {
-		if queue, k, ok := q.ks.parse(key); ok && (k == kindTmp || k == kindLockAck || k == kindLockNack) {
+		if queue, k, ok := q.ks.parse(key); ok && isWorkKind(k) {
 			found[workSet{queue, k}] = struct{}{}
 		}
 	})
 	return found, err
 }
+
+// indexChunk is how many members one ZADD or ZREM of the index carries.
+const indexChunk = 1000
+
+// publish makes the index hold exactly found: the sets no longer found are
+// removed, and the new ones added with sequence numbers above every earlier
+// one's, so that readers can ask for what is new since the highest number
+// they have seen.
+func (q *Queues) publish(ctx context.Context, found map[workSet]struct{}) error {
+	listed, err := q.rdb.ZRange(ctx, q.ks.index(), 0, -1).Result()
+	if err != nil {
+		return fmt.Errorf("housekeeper: read the set index: %w", err)
+	}
+	have := make(map[string]bool, len(listed))
+	var gone []any
+	for _, key := range listed {
+		have[key] = true
+		if queue, k, ok := q.ks.parse(key); !ok || !isWorkKind(k) {
+			gone = append(gone, key)
+		} else if _, ok := found[workSet{queue, k}]; !ok {
+			gone = append(gone, key)
+		}
+	}
+	var added []string
+	for w := range found {
+		if key := q.ks.set(w.queue, w.kind); !have[key] {
+			added = append(added, key)
+		}
+	}
+	for start := 0; start < len(gone); start += indexChunk {
+		if err := q.rdb.ZRem(ctx, q.ks.index(), gone[start:min(start+indexChunk, len(gone))]...).Err(); err != nil {
+			return fmt.Errorf("housekeeper: update the set index: %w", err)
+		}
+	}
+	if len(added) == 0 {
+		return nil
+	}
+	last, err := q.rdb.IncrBy(ctx, q.ks.indexSeq(), int64(len(added))).Result()
+	if err != nil {
+		return fmt.Errorf("housekeeper: number the new sets: %w", err)
+	}
+	seq := last - int64(len(added))
+	for start := 0; start < len(added); start += indexChunk {
+		chunk := added[start:min(start+indexChunk, len(added))]
+		zs := make([]redis.Z, len(chunk))
+		for i, key := range chunk {
+			seq++
+			zs[i] = redis.Z{Score: float64(seq), Member: key}
+		}
+		// NX: of two instances publishing at once, the first number stands.
+		if err := q.rdb.ZAddNX(ctx, q.ks.index(), zs...).Err(); err != nil {
+			return fmt.Errorf("housekeeper: update the set index: %w", err)
+		}
+	}
+	return nil
+}
+
+// readIndex returns the sets published with a sequence number above after
+// (all of them when after is 0) and the highest number read (after when
+// none).
+func (q *Queues) readIndex(ctx context.Context, after int64) (map[workSet]struct{}, int64, error) {
+	zs, err := q.rdb.ZRangeByScoreWithScores(ctx, q.ks.index(), &redis.ZRangeBy{Min: "(" + strconv.FormatInt(after, 10), Max: "+inf"}).Result()
+	if err != nil {
+		return nil, after, fmt.Errorf("housekeeper: read the set index: %w", err)
+	}
+	found := make(map[workSet]struct{}, len(zs))
+	highest := after
+	for _, z := range zs {
+		highest = max(highest, int64(z.Score))
+		key, _ := z.Member.(string)
+		if queue, k, ok := q.ks.parse(key); ok && isWorkKind(k) {
+			found[workSet{queue, k}] = struct{}{}
+		}
+	}
+	return found, highest, nil
+}
+
+func isWorkKind(k kind) bool { return k == kindTmp || k == kindLockAck || k == kindLockNack }
 
 // head is the earliest entry of a set, as a probe read it.
 type head struct {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"testing"
 
@@ -342,5 +343,43 @@ func TestBatchesRejectBadArguments(t *testing.T) {
 func TestQueuesRejectAPrefixThatChangesTheHashTag(t *testing.T) {
 	if _, err := housekeeper.NewQueues(redistest.Client(t), "dv{1}"); err == nil {
 		t.Error("NewQueues accepted a prefix with braces")
+	}
+}
+
+func TestTheIndexListsWhatWasPublishedAndTellsWhatIsNew(t *testing.T) {
+	rdb := redistest.Client(t)
+	d := newDeckard(t, rdb)
+	q, err := housekeeper.NewQueues(rdb, d.Prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	a, b, c := housekeeper.WorkSet("a", "tmp"), housekeeper.WorkSet("a", "lock_ack"), housekeeper.WorkSet("x:lock_nack", "lock_nack")
+	// Something not a queue set in the index is dropped by the next publish.
+	rdb.ZAdd(ctx, d.Prefix+":housekeeper:sets", redis.Z{Score: 0, Member: d.Prefix + ":queue:{a}:lock_ack:score"})
+	steps := []struct {
+		publish   []string
+		after     int64
+		want      []string
+		wantAfter int64
+	}{
+		{[]string{a, b}, 0, []string{a, b}, 2},
+		{[]string{b, c}, 2, []string{c}, 3}, // only what is new
+		{[]string{b, c}, 0, []string{b, c}, 3},
+		{[]string{b, c}, 3, nil, 3}, // nothing new: the same numbers stand
+		{nil, 0, nil, 0},
+	}
+	for i, st := range steps {
+		if err := housekeeper.Publish(ctx, q, st.publish); err != nil {
+			t.Fatal(err)
+		}
+		got, highest, err := housekeeper.ReadIndex(ctx, q, st.after)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := slices.Sorted(slices.Values(st.want))
+		if !slices.Equal(got, want) || highest != st.wantAfter {
+			t.Errorf("step %d: read after %d = %v up to %d, want %v up to %d", i, st.after, got, highest, want, st.wantAfter)
+		}
 	}
 }

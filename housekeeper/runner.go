@@ -36,9 +36,9 @@ type Config struct {
 	Prefix      string // Deckard's key prefix; DefaultPrefix
 	BatchSize   int    // most messages one script call moves; DefaultBatchSize
 	Parallelism int    // most batches in flight at once; DefaultParallelism
-	// DiscoveryInterval is the time between the SCANs that find the sets
-	// (a new queue, or a set that was empty, is found within it);
-	// DefaultDiscoveryInterval.
+	// DiscoveryInterval is the time between the SCANs that find the sets,
+	// which the members take in turn (a new queue, or a set that was empty,
+	// is found within two of it); DefaultDiscoveryInterval.
 	DiscoveryInterval time.Duration
 	// ProbeInterval is how soon a set is read again after its head changed
 	// or it was worked; DefaultProbeInterval.
@@ -165,7 +165,8 @@ type setState struct {
 }
 
 // Run works until ctx is cancelled. One goroutine keeps the schedule: every
-// DiscoveryInterval a SCAN finds the sets; each owned set's head is read
+// DiscoveryInterval the members in turn SCAN for the sets and publish them in
+// an index that the others read; each owned set's head is read
 // (probed) when it is new to this instance, after its head changed or it
 // was worked, and otherwise at intervals doubling up to QuietProbeInterval;
 // a set is drained, batch after batch, when its head falls due. Once ctx is
@@ -195,6 +196,8 @@ type schedule struct {
 	probing       bool
 	discovering   bool
 	nextDiscovery time.Time
+	indexSeen     int64 // highest sequence number read from the index
+	indexReads    int   // reads of the index so far
 }
 
 func (s *schedule) run(ctx context.Context) {
@@ -207,15 +210,16 @@ func (s *schedule) run(ctx context.Context) {
 			s.reassign(view)
 		}
 		now := time.Now()
-		if !s.discovering && !now.Before(s.nextDiscovery) {
-			s.discover(ctx)
-		}
-		// A discovery in flight wakes the loop with its result.
+		// A discovery in flight wakes the loop with its result; an instance
+		// outside the view neither discovers nor works.
 		wake := now.Add(time.Hour)
-		if !s.discovering {
-			wake = s.nextDiscovery
-		}
 		if r.member.Live() && view.Has(r.member.ID()) {
+			if !s.discovering && !now.Before(s.nextDiscovery) {
+				s.discover(ctx)
+			}
+			if !s.discovering {
+				wake = s.nextDiscovery
+			}
 			wake = s.work(ctx, now, wake)
 		}
 		timer.Reset(max(0, time.Until(wake)))
@@ -305,28 +309,68 @@ func (s *schedule) own(w workSet, st *setState) {
 	st.owned = owned
 }
 
-// discover starts a SCAN for the sets.
+// fullIndexRead: an instance that is not on discovery duty reads the whole
+// index every this many discoveries, which tells it of the sets that are
+// gone, and only what is new the other times.
+const fullIndexRead = 10
+
+// onDuty reports whether this instance is the one to SCAN in the current
+// DiscoveryInterval: the members take turns in view order, by the clock,
+// so that the keyspace is scanned once an interval however many instances
+// run. Clocks that disagree at a turn's edge make two scans, or none for
+// an interval: harmless.
+func (s *schedule) onDuty(now time.Time) bool {
+	m := s.view.Members
+	turn := now.UnixMilli() / s.r.cfg.DiscoveryInterval.Milliseconds()
+	return len(m) <= 1 || m[turn%int64(len(m))] == s.r.member.ID()
+}
+
+// discover starts finding the sets: on duty, a SCAN whose result it
+// publishes in the index; otherwise a read of the index, of what is new
+// since the last read or, every fullIndexRead reads, all of it.
 func (s *schedule) discover(ctx context.Context) {
 	s.discovering = true
+	duty := s.onDuty(time.Now())
+	after := s.indexSeen
+	if s.indexReads%fullIndexRead == 0 {
+		after = 0
+	}
+	q := s.r.queues
 	s.wg.Go(func() {
-		found, err := s.r.queues.discover(ctx)
+		var found map[workSet]struct{}
+		var highest int64
+		var err, pubErr error
+		if duty {
+			if found, err = q.discover(ctx); err == nil {
+				pubErr = q.publish(ctx, found)
+			}
+		} else {
+			found, highest, err = q.readIndex(ctx, after)
+		}
 		s.events <- func() {
 			s.discovering = false
 			s.nextDiscovery = time.Now().Add(s.r.cfg.DiscoveryInterval)
+			if pubErr != nil && ctx.Err() == nil {
+				s.r.log.Warn("publishing the sets found failed; the other instances learn of them at their turn", "err", pubErr)
+			}
 			if err != nil {
 				if ctx.Err() == nil {
 					s.r.log.Warn("queue discovery failed", "err", err)
 				}
 				return
 			}
-			s.discovered(found)
+			if !duty {
+				s.indexReads++
+				s.indexSeen = highest
+			}
+			s.discovered(found, duty || after == 0)
 		}
 	})
 }
 
-// discovered adds the sets found and forgets those gone (which Redis
-// deletes when they empty).
-func (s *schedule) discovered(found map[workSet]struct{}) {
+// discovered adds the sets found and, when found is all there are (a SCAN
+// or a whole index), forgets the others (Redis deletes a set as it empties).
+func (s *schedule) discovered(found map[workSet]struct{}, complete bool) {
 	changed := false
 	for w := range found {
 		if _, ok := s.sets[w]; !ok {
@@ -336,10 +380,12 @@ func (s *schedule) discovered(found map[workSet]struct{}) {
 			changed = true
 		}
 	}
-	for w, st := range s.sets {
-		if _, ok := found[w]; !ok && !st.busy {
-			delete(s.sets, w)
-			changed = true
+	if complete {
+		for w, st := range s.sets {
+			if _, ok := found[w]; !ok && !st.busy {
+				delete(s.sets, w)
+				changed = true
+			}
 		}
 	}
 	if changed {

@@ -70,7 +70,7 @@ func parseConfig(fs *flag.FlagSet, args []string, lookupEnv func(string) (string
 	v.String(&c.instanceID, "instance-id", "HOUSEKEEPER_INSTANCE_ID", fmt.Sprintf("%s-%d", host, os.Getpid()), "this instance's name, as the coordinator sees it")
 	v.String(&c.metricsListen, "metrics-listen", "HOUSEKEEPER_METRICS_LISTEN", "127.0.0.1:7402", "Prometheus /metrics listen address (empty: off)")
 	v.Duration(&c.runner.DiscoveryInterval, "discovery-interval", "HOUSEKEEPER_DISCOVERY_INTERVAL", housekeeper.DefaultDiscoveryInterval,
-		"time between the SCANs that find the queues: a new queue, or a set that was empty, is found within it")
+		"time between the SCANs that find the queues, which the instances take in turn: a new queue, or a set that was empty, is found within two of it")
 	v.Duration(&c.runner.ProbeInterval, "probe-interval", "HOUSEKEEPER_PROBE_INTERVAL", housekeeper.DefaultProbeInterval,
 		"how soon a set is read again after its earliest message changed or it was worked")
 	v.Duration(&c.runner.QuietProbeInterval, "quiet-probe-interval", "HOUSEKEEPER_QUIET_PROBE_INTERVAL", housekeeper.DefaultQuietProbeInterval,
