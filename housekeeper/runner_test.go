@@ -16,6 +16,7 @@ import (
 
 	"github.com/coordinator-dev/coordinator/housekeeper"
 	hkt "github.com/coordinator-dev/coordinator/housekeeper/housekeepertest"
+	"github.com/coordinator-dev/coordinator/internal/redisurl"
 	"github.com/coordinator-dev/coordinator/internal/testkit/redistest"
 	"github.com/coordinator-dev/coordinator/internal/testkit/testwait"
 )
@@ -871,5 +872,45 @@ func TestInstancesTakeTurnsToScanAndShareWhatTheyFind(t *testing.T) {
 	elapsed := time.Since(start)
 	if n, most := scans.n.Load()-before, 1.5*elapsed.Seconds()/cfg.DiscoveryInterval.Seconds(); float64(n) > most {
 		t.Errorf("%d SCANs in %v by 3 instances, want about one an interval (at most %.0f)", n, elapsed, most)
+	}
+}
+
+// On a Redis Cluster the queues' sets spread over the masters: discovery
+// scans every master, the heads are read across slots, the index lives on
+// its own slot, and each batch stays in its queue's slot.
+func TestRunnersWorkQueuesOnARedisCluster(t *testing.T) {
+	cluster := redistest.StartCluster(t, 3)
+	rdb, err := redisurl.NewClient(cluster.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = rdb.Close() }()
+	d := hkt.Deckard{Prefix: fmt.Sprintf("hk-cluster-%d", time.Now().UnixNano())}
+	ctx := context.Background()
+	now, err := rdb.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const queues = 40
+	for q := range queues {
+		queue := fmt.Sprint("q", q)
+		for _, s := range []hkt.Set{hkt.Tmp, hkt.LockAck, hkt.LockNack} {
+			if err := rdb.ZAdd(ctx, d.Key(queue, s), redis.Z{Score: float64(now.UnixMilli() - 1), Member: string(s)}).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	group := hkt.NewGroup()
+	var runners []*runner
+	for i := range 2 {
+		runners = append(runners, startRunner(t, rdb, d, group.Join(fmt.Sprint("hk-", i)), fast))
+	}
+	testwait.Until(t, 20*time.Second, "every message moved", func() bool {
+		return runners[0].moved(t)+runners[1].moved(t) == 3*queues
+	})
+	for q := range queues {
+		if n, err := rdb.ZCard(ctx, d.Key(fmt.Sprint("q", q), hkt.Active)).Result(); err != nil || n != 3 {
+			t.Fatalf("q%d's active pool holds %d (%v), want 3", q, n, err)
+		}
 	}
 }
