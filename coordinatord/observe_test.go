@@ -170,9 +170,10 @@ func TestReconcileCatchesAChangeThatWasNeverAnnounced(t *testing.T) {
 	testwait.Until(t, 10*time.Second, "the current state observed", func() bool { return l.len() == 1 })
 
 	rdb := redistest.Client(t)
-	key := cfg.RedisKeyPrefix + ":{quiet}:watched"
-	if n, err := rdb.Del(context.Background(), key).Result(); err != nil || n != 1 {
-		t.Fatalf("DEL %s = %d, %v; want the mark deleted", key, n, err)
+	// The mark is the lease key's 'watched' field.
+	key := cfg.RedisKeyPrefix + ":{quiet}:lease"
+	if n, err := rdb.HDel(context.Background(), key, "watched").Result(); err != nil || n != 1 {
+		t.Fatalf("HDEL %s watched = %d, %v; want the mark deleted", key, n, err)
 	}
 	resp, err := writer.client.Campaign(ctxTimeout(t, 10*time.Second), &coordinatorv1.CampaignRequest{Election: "quiet", Candidate: "c", Ttl: dur(time.Minute)})
 	if err != nil || !resp.GetElected() {

@@ -18,7 +18,7 @@ func TestConformance(t *testing.T) {
 func remembers(t testing.TB, s *Store, name string) bool {
 	t.Helper()
 	k := s.keys(name)
-	n, err := s.client.Exists(context.Background(), k.lease, k.fence, k.queue, k.waiters, k.watched).Result()
+	n, err := s.client.Exists(context.Background(), k.lease, k.queue, k.waiters).Result()
 	if err != nil {
 		t.Fatalf("EXISTS: %v", err)
 	}

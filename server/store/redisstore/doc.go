@@ -24,33 +24,40 @@
 // left. Forgetting a name is safe: its next token is seeded from the clock, as
 // after data loss (see Fencing and data loss).
 //
-//	<prefix>:{<enc>}:lease    HASH holder, token (decimal), value, ttl (ms), expires;
-//	                          PEXPIRE'd to ttl + lock delay, so that the key
-//	                          outlives an expired lease by the lock delay
-//	<prefix>:{<enc>}:fence    STRING last issued token; expires the idle retention
-//	                          after the lease key would (ttl + lock delay +
-//	                          retention, set at each grant and renewal), and the
-//	                          retention after a release
+//	<prefix>:{<enc>}:lease    HASH holder, value, ttl (ms), expires: the lease,
+//	                          while held or in its lock delay (until expires +
+//	                          lock delay); token (decimal): the last issued token,
+//	                          kept after the lease ends as the name's fencing
+//	                          counter; queued: "1" while waiters may be queued;
+//	                          watched: the time until which some coordinator
+//	                          observes the name. The key
+//	                          expires the idle retention after the lease and its
+//	                          lock delay would end (set at each grant and
+//	                          renewal), the retention after a release, never
+//	                          before the observation mark nor the latest
+//	                          waiter's deadline at its arrival
 //	<prefix>:{<enc>}:queue    ZSET waiter -> arrival order
 //	<prefix>:{<enc>}:waiters  ZSET waiter -> deadline; both queue keys expire at
 //	                          the latest deadline (acquire and RefreshWaiters
 //	                          push deadlines out)
-//	<prefix>:{<enc>}:watched  STRING "1" while some coordinator observes the name;
-//	                          expires unless Watch marks it again (a Watch marks
-//	                          a name once the mark it set is past half its life,
-//	                          and never shortens a longer mark)
 //	<prefix>:marker           data-loss marker (standalone and Sentinel): grants
 //	                          are refused until the time it holds; never expires
 //	<prefix>:{<tag>}:marker   the data-loss marker of one slot (Cluster: 16384 of
 //	                          them, <tag> being the shortest decimal string
 //	                          hashing to the slot); never expire
 //	<prefix>:events           pub/sub channel carrying the name of a lease or queue
-//	                          that changed, published only while the name's queue
-//	                          or watched key exists
+//	                          that changed, published only while the name's
+//	                          lease key says waiters are queued or it is watched
+//
+// One key holds what an uncontended grant and release need, so that a cycle
+// costs Redis 9 commands in its two scripts (acquire 5: TIME, GET marker,
+// HMGET, HSET, PEXPIRE; release 4: HMGET, TIME, HDEL, PEXPIRE) where it cost
+// 13 when the counter and the observation mark were keys of their own.
 //
 // Observing costs little while nothing changes: Watch reads many names in one
 // script call per 200 names (per slot on a Cluster), all in one pipeline,
-// with one HMGET a name, and marks a name again (PTTL and SET) only when due.
+// with one HMGET a name, and marks a name again (HSET, PTTL, PEXPIREAT) only
+// when due.
 // RefreshWaiters keeps any number of waiters of a name queued with one call
 // of about ten commands.
 //
@@ -64,14 +71,15 @@
 //
 // # Fencing and data loss
 //
-// Tokens come from INCR on the fence key. When the fence key is missing (a
-// name's first grant, a name idle past its retention, or after Redis lost its
-// data) it is seeded with Redis' TIME in microseconds, so tokens keep
+// A token is the lease key's token field plus one, but never below Redis' TIME
+// in microseconds: when the field is missing (a name's first grant, a name
+// idle past its retention, or after Redis lost its data) or behind, the clock
+// is the token, so tokens keep
 // increasing across forgetting and data loss as long as Redis' clock does not
 // step back and no name is granted more than once per microsecond on
-// average. For the same reason Describe reports, for a name without a fence
-// key, the clock in microseconds less one as its last token: no token issued
-// before is above it, and every token issued after is above it. A fence key
+// average. For the same reason Describe reports, for a name without a token
+// field, the clock in microseconds less one as its last token: no token issued
+// before is above it, and every token issued after is above it. A token field
 // that a failover to a lagging replica left behind the last grants is not
 // detected: Describe then reports the replica's counter, while new tokens
 // still come out above the clock.
@@ -118,8 +126,9 @@
 // without replicas restarted in place is not a failover. A Redis that
 // refuses INFO is not checked (the store logs a warning once).
 //
-// Redis must run with maxmemory-policy noeviction: an evicted fence key or
-// lease breaks these guarantees. New logs a warning otherwise.
+// Redis must run with maxmemory-policy noeviction: an evicted lease key (the
+// lease and its fencing counter) or marker breaks these guarantees. New logs a
+// warning otherwise.
 //
 // # Timeouts
 //

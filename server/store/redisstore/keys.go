@@ -11,10 +11,8 @@ import (
 // suffixes.
 const (
 	leaseSuffix   = ":lease"
-	fenceSuffix   = ":fence"
 	queueSuffix   = ":queue"
 	waitersSuffix = ":waiters"
-	watchedSuffix = ":watched"
 	markerSuffix  = ":marker"
 	eventsSuffix  = ":events"
 )
@@ -115,14 +113,14 @@ func globEscape(s string) string {
 
 // nameKeys are the keys of one name.
 type nameKeys struct {
-	lease, fence, queue, waiters, watched, marker string
+	lease, queue, waiters, marker string
 }
 
 func (s *Store) keys(name string) nameKeys {
 	enc := encodeName(name)
-	// The five keys are written one after the other into one string and
-	// sliced out of it: one allocation instead of five.
-	suffixes := [...]string{leaseSuffix, fenceSuffix, queueSuffix, waitersSuffix, watchedSuffix}
+	// The three keys are written one after the other into one string and
+	// sliced out of it: one allocation instead of three.
+	suffixes := [...]string{leaseSuffix, queueSuffix, waitersSuffix}
 	base := len(s.prefix) + len(":{") + len(enc) + len("}")
 	size := 0
 	for _, suffix := range suffixes {
@@ -142,10 +140,8 @@ func (s *Store) keys(name string) nameKeys {
 	all := b.String()
 	k := nameKeys{
 		lease:   all[:ends[0]],
-		fence:   all[ends[0]:ends[1]],
-		queue:   all[ends[1]:ends[2]],
-		waiters: all[ends[2]:ends[3]],
-		watched: all[ends[3]:ends[4]],
+		queue:   all[ends[0]:ends[1]],
+		waiters: all[ends[1]:ends[2]],
 		marker:  s.marker,
 	}
 	if s.cluster {

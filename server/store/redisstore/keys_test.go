@@ -47,7 +47,7 @@ func TestKeysOfANameShareASlot(t *testing.T) {
 		for _, name := range oddNames {
 			k := s.keys(name)
 			slot := slotOf(hashTag(k.lease))
-			for _, key := range []string{k.fence, k.queue, k.waiters, k.watched} {
+			for _, key := range []string{k.queue, k.waiters} {
 				if got := slotOf(hashTag(key)); got != slot {
 					t.Errorf("name %q: key %q in slot %d, lease in %d", name, key, got, slot)
 				}

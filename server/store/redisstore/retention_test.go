@@ -8,9 +8,10 @@ import (
 )
 
 // TestEveryKeyExpires checks what the conformance suite sees only as
-// "forgotten": every key a name leaves behind has an expiry, the fence key's
-// following the name's last use by the idle retention; only the data-loss
-// marker is kept for ever.
+// "forgotten": every key a name leaves behind has an expiry, the lease key's
+// (which keeps the fencing counter) following the name's last use by the
+// idle retention, or its observation mark when that lasts longer; only the
+// data-loss marker is kept for ever.
 func TestEveryKeyExpires(t *testing.T) {
 	t.Parallel()
 	const idle, lockDelay = 10 * time.Second, time.Second
@@ -26,16 +27,16 @@ func TestEveryKeyExpires(t *testing.T) {
 	}
 
 	l := mustGrant(t, s, req("job", "a", 5*time.Second, "v"))
-	pttl(k.lease, 5*time.Second+lockDelay)
-	pttl(k.fence, 5*time.Second+lockDelay+idle)
+	pttl(k.lease, 5*time.Second+lockDelay+idle)
 	l, err := s.Renew(ctx, "job", "a", l.Token, 20*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pttl(k.fence, 20*time.Second+lockDelay+idle)
+	pttl(k.lease, 20*time.Second+lockDelay+idle)
 	mustGrant(t, s, store.AcquireRequest{Name: "job", Holder: "a", TTL: 30 * time.Second, KeepValue: true})
-	pttl(k.fence, 30*time.Second+lockDelay+idle)
+	pttl(k.lease, 30*time.Second+lockDelay+idle)
 	mustRefuse(t, s, store.AcquireRequest{Name: "job", Holder: "w", TTL: time.Second, Waiter: "w", WaiterTTL: 40 * time.Second})
+	pttl(k.lease, 41*time.Second) // it outlives the waiter's deadline, 40s
 	if err := s.RefreshWaiters(ctx, "job", []string{"w"}, 50*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -44,9 +45,13 @@ func TestEveryKeyExpires(t *testing.T) {
 	if _, err := s.Watch(ctx, []string{"job"}, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	pttl(k.watched, time.Minute)
+	pttl(k.lease, time.Minute) // the observation mark lasts longer
 	mustRelease(t, s, l)
-	pttl(k.fence, idle)
+	pttl(k.lease, time.Minute)
+
+	other := s.keys("other")
+	mustRelease(t, s, mustGrant(t, s, req("other", "a", 5*time.Second, "v")))
+	pttl(other.lease, idle)
 
 	var keys int
 	iter := s.client.Scan(ctx, 0, globEscape(s.prefix)+":*", 100).Iterator()
@@ -63,13 +68,14 @@ func TestEveryKeyExpires(t *testing.T) {
 	if err := iter.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if keys != 5 { // fence, queue, waiters, watched, marker
+	if keys != 5 { // job's lease, queue and waiters, other's lease, the marker
 		t.Errorf("%d keys, want 5", keys)
 	}
 }
 
 // TestWatchMarksOnlyWhenDue: a Watch marks a name again only when the mark
-// it set is past half its life, and never shortens a longer mark.
+// it set is past half its life, and never shortens a longer mark. A mark is
+// the lease key's 'watched' field: the time it lasts until.
 func TestWatchMarksOnlyWhenDue(t *testing.T) {
 	t.Parallel()
 	s := newStore(t, nil, Options{})
@@ -81,34 +87,57 @@ func TestWatchMarksOnlyWhenDue(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	watch(time.Minute)
-	if err := s.client.PExpire(ctx, k.watched, 10*time.Second).Err(); err != nil {
-		t.Fatal(err)
+	left := func() time.Duration {
+		t.Helper()
+		until, err := s.client.HGet(ctx, k.lease, "watched").Int64()
+		if err != nil {
+			return 0
+		}
+		now, err := s.client.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pttl := s.client.PTTL(ctx, k.lease).Val(); time.Duration(until-now.UnixMilli())*time.Millisecond > pttl+time.Second {
+			t.Errorf("the mark lasts until %d, past the key's expiry (PTTL %s)", until, pttl)
+		}
+		return time.Duration(until-now.UnixMilli()) * time.Millisecond
 	}
+	setLeft := func(d time.Duration) {
+		t.Helper()
+		now, err := s.client.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.client.HSet(ctx, k.lease, "watched", now.Add(d).UnixMilli()).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	watch(time.Minute)
+	setLeft(10 * time.Second)
 	watch(time.Minute) // not due: this store marked it a moment ago
-	if d := s.client.PTTL(ctx, k.watched).Val(); d > 10*time.Second {
-		t.Errorf("PTTL after a Watch that was not due = %s, want the 10s left", d)
+	if d := left(); d > 10*time.Second {
+		t.Errorf("mark left after a Watch that was not due = %s, want the 10s left", d)
 	}
 	s.marks.forget() // as after a broken subscription
 	watch(time.Minute)
-	if d := s.client.PTTL(ctx, k.watched).Val(); d < 50*time.Second {
-		t.Errorf("PTTL after a forgotten mark = %s, want about a minute", d)
+	if d := left(); d < 50*time.Second {
+		t.Errorf("mark left after a forgotten mark = %s, want about a minute", d)
 	}
 	s.marks.forget()
 	watch(5 * time.Second) // another coordinator's longer mark stays
-	if d := s.client.PTTL(ctx, k.watched).Val(); d < 50*time.Second {
-		t.Errorf("PTTL after a shorter mark = %s, want the minute kept", d)
+	if d := left(); d < 50*time.Second {
+		t.Errorf("mark left after a shorter mark = %s, want the minute kept", d)
 	}
 	// A mark lost without this store knowing (say, deleted by hand) comes
 	// back once the one it remembers is past half its life.
 	s.marks.forget()
 	watch(100 * time.Millisecond)
-	if err := s.client.Del(ctx, k.watched).Err(); err != nil {
+	if err := s.client.HDel(ctx, k.lease, "watched").Err(); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(60 * time.Millisecond)
 	watch(100 * time.Millisecond)
-	if n := s.client.Exists(ctx, k.watched).Val(); n != 1 {
+	if d := left(); d <= 0 {
 		t.Errorf("the mark was not set again once due")
 	}
 }

@@ -402,10 +402,12 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 		expectedToken = strconv.FormatUint(req.Token, 10)
 	}
 	k := s.keys(req.Name)
+	ttlMS := durationMS(req.TTL)
 	v, replicated, err := s.callWait(ctx, "acquire", true, acquireScript,
-		[]string{k.lease, k.fence, k.queue, k.waiters, k.marker, k.watched},
-		req.Holder, durationMS(req.TTL), req.Value, req.Waiter, waiterTTL,
+		[]string{k.lease, k.queue, k.waiters, k.marker},
+		req.Holder, ttlMS, req.Value, req.Waiter, waiterTTL,
 		s.quarantineMS, s.boxed.channel, req.Name, s.boxed.lockDelayMS, keepValue, s.boxed.idleMS, expectedToken,
+		ttlMS+s.lockDelayMS+s.idleMS,
 	)
 	if err != nil {
 		return store.AcquireResult{}, err
@@ -444,8 +446,9 @@ func (s *Store) Renew(ctx context.Context, name, holder string, token uint64, tt
 		return store.Lease{}, fmt.Errorf("redisstore: renew %q: ttl %s is not positive", name, ttl)
 	}
 	k := s.keys(name)
-	v, replicated, err := s.callWait(ctx, "renew", true, renewScript, []string{k.lease, k.fence},
-		holder, strconv.FormatUint(token, 10), durationMS(ttl), s.boxed.lockDelayMS, s.boxed.idleMS)
+	ttlMS := durationMS(ttl)
+	v, replicated, err := s.callWait(ctx, "renew", true, renewScript, []string{k.lease},
+		holder, strconv.FormatUint(token, 10), ttlMS, ttlMS+s.lockDelayMS+s.idleMS)
 	if err != nil {
 		return store.Lease{}, err
 	}
@@ -462,7 +465,7 @@ func (s *Store) Renew(ctx context.Context, name, holder string, token uint64, tt
 // Release implements store.Leases.
 func (s *Store) Release(ctx context.Context, name, holder string, token uint64) (bool, error) {
 	k := s.keys(name)
-	v, err := s.call(ctx, "release", releaseScript, []string{k.lease, k.queue, k.watched, k.fence},
+	v, err := s.call(ctx, "release", releaseScript, []string{k.lease},
 		holder, strconv.FormatUint(token, 10), s.boxed.channel, name, s.boxed.idleMS)
 	if err != nil {
 		return false, err
@@ -484,7 +487,7 @@ func (s *Store) Dequeue(ctx context.Context, name, waiter string) error {
 // Describe implements store.Leases.
 func (s *Store) Describe(ctx context.Context, name string) (store.Description, error) {
 	k := s.keys(name)
-	v, err := s.call(ctx, "describe", describeScript, []string{k.lease, k.fence, k.waiters})
+	v, err := s.call(ctx, "describe", describeScript, []string{k.lease, k.waiters})
 	if err != nil {
 		return store.Description{}, err
 	}
@@ -492,9 +495,11 @@ func (s *Store) Describe(ctx context.Context, name string) (store.Description, e
 }
 
 // List implements store.Leases. It SCANs the whole key space (every master of
-// a cluster) for lease keys, keeping only the limit+1 first names after
-// cursor, then reads those leases; it is meant for debugging. Each round trip
-// is bounded by the call timeout, not the whole listing.
+// a cluster) for lease keys, keeps those of each page that hold an unexpired
+// lease (one HMGET a key, pipelined: a lease key outlives its lease, keeping
+// the fencing counter), only the limit+1 first names after cursor, then reads
+// those leases; it is meant for debugging. Each round trip is bounded by the
+// call timeout, not the whole listing.
 func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) (store.ListPage, error) {
 	if limit <= 0 {
 		limit = store.DefaultListLimit
@@ -504,21 +509,60 @@ func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) (sto
 	var mu sync.Mutex
 	var names []string
 	keep := limit + 1
-	add := func(keys []string) {
+	add := func(found []string) {
 		mu.Lock()
 		defer mu.Unlock()
-		for _, key := range keys {
-			name, ok := s.leaseKeyName(key)
-			if !ok || !strings.HasPrefix(name, prefix) || (cursor != "" && name <= cursor) {
-				continue
-			}
-			names = append(names, name)
-		}
+		names = append(names, found...)
 		if len(names) > 4*keep {
 			slices.Sort(names)
 			names = slices.Compact(names)
 			names = names[:min(keep, len(names))]
 		}
+	}
+	// held keeps the names of keys whose lease had not expired by Redis'
+	// clock when the listing began; describeMany reads them again.
+	tctx, cancel := s.bound(ctx)
+	start, err := s.client.Time(tctx).Result()
+	cancel()
+	if err != nil {
+		return store.ListPage{}, s.wrapErr(ctx, "list", err)
+	}
+	held := func(ctx context.Context, c redis.Cmdable, keys []string) ([]string, error) {
+		var candidates []string
+		var ckeys []string
+		for _, key := range keys {
+			name, ok := s.leaseKeyName(key)
+			if !ok || !strings.HasPrefix(name, prefix) || (cursor != "" && name <= cursor) {
+				continue
+			}
+			candidates, ckeys = append(candidates, name), append(ckeys, key)
+		}
+		if len(candidates) == 0 {
+			return nil, nil
+		}
+		cctx, cancel := s.bound(ctx)
+		defer cancel()
+		cmds := make([]*redis.SliceCmd, len(ckeys))
+		if _, err := c.Pipelined(cctx, func(p redis.Pipeliner) error {
+			for i, key := range ckeys {
+				cmds[i] = p.HMGet(cctx, key, "holder", "expires")
+			}
+			return nil
+		}); err != nil {
+			return nil, err
+		}
+		var out []string
+		for i, cmd := range cmds {
+			v := cmd.Val()
+			if len(v) != 2 || v[0] == nil {
+				continue
+			}
+			expires, _ := v[1].(string)
+			if ms, err := strconv.ParseInt(expires, 10, 64); err == nil && ms > start.UnixMilli() {
+				out = append(out, candidates[i])
+			}
+		}
+		return out, nil
 	}
 	scan := func(ctx context.Context, c redis.Cmdable) error {
 		var cur uint64
@@ -529,14 +573,17 @@ func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) (sto
 			if err != nil {
 				return err
 			}
-			add(keys)
+			found, err := held(ctx, c, keys)
+			if err != nil {
+				return err
+			}
+			add(found)
 			if next == 0 {
 				return nil
 			}
 			cur = next
 		}
 	}
-	var err error
 	if cc, ok := s.client.(*redis.ClusterClient); ok {
 		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) })
 	} else {
@@ -575,7 +622,7 @@ func (s *Store) describeMany(ctx context.Context, names []string) ([]store.Descr
 	_, _ = s.client.Pipelined(cctx, func(p redis.Pipeliner) error {
 		for i, name := range names {
 			k := s.keys(name)
-			cmds[i] = describeScript.EvalSha(cctx, p, []string{k.lease, k.fence, k.waiters})
+			cmds[i] = describeScript.EvalSha(cctx, p, []string{k.lease, k.waiters})
 		}
 		return nil
 	})
@@ -584,7 +631,7 @@ func (s *Store) describeMany(ctx context.Context, names []string) ([]store.Descr
 		v, err := cmds[i].Result()
 		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 			k := s.keys(name)
-			v, err = describeScript.Run(cctx, s.client, []string{k.lease, k.fence, k.waiters}).Result()
+			v, err = describeScript.Run(cctx, s.client, []string{k.lease, k.waiters}).Result()
 		}
 		if err != nil {
 			return nil, s.wrapErr(ctx, "list", err)
@@ -618,7 +665,7 @@ func (s *Store) RefreshWaiters(ctx context.Context, name string, waiters []strin
 	for _, w := range waiters {
 		args = append(args, w)
 	}
-	v, err := s.call(ctx, "refresh waiters", refreshWaitersScript, []string{k.queue, k.waiters, k.watched}, args...)
+	v, err := s.call(ctx, "refresh waiters", refreshWaitersScript, []string{k.queue, k.waiters, k.lease}, args...)
 	if err != nil {
 		return err
 	}

@@ -88,11 +88,11 @@ type watchCall struct {
 
 // watchCall builds the watch.lua call for names[i], i in idx.
 func (s *Store) watchCall(names []string, idx []int, due []bool, ttl time.Duration) watchCall {
-	c := watchCall{keys: make([]string, 0, 2*len(idx)), args: make([]any, 0, 1+len(idx))}
+	c := watchCall{keys: make([]string, 0, len(idx)), args: make([]any, 0, 1+len(idx))}
 	c.args = append(c.args, durationMS(ttl))
 	for _, i := range idx {
 		k := s.keys(names[i])
-		c.keys = append(c.keys, k.lease, k.watched)
+		c.keys = append(c.keys, k.lease)
 		if due[i] {
 			c.args = append(c.args, "1")
 		} else {

@@ -1,8 +1,8 @@
 -- acquire.lua: grant a lease, renew it for its holder, or queue a waiter.
 --
--- KEYS[1] lease, KEYS[2] fence, KEYS[3] queue, KEYS[4] waiters, KEYS[5]
--- marker (the name's data-loss marker), KEYS[6] watched: the name's keys, as
--- the key layout in doc.go describes them.
+-- KEYS[1] lease, KEYS[2] queue, KEYS[3] waiters, KEYS[4] marker (the name's
+-- data-loss marker): the name's keys, as the key layout in doc.go describes
+-- them.
 -- ARGV[1] holder
 -- ARGV[2] ttl (ms, >= 1)
 -- ARGV[3] value
@@ -15,11 +15,14 @@
 --         keeps its name from being granted again
 -- ARGV[10] "1" to keep the stored value when ARGV[1] already holds the name
 --          (a lock call on an election's name), else ""
--- ARGV[11] idle retention (ms): how long the fence key outlives the lease
---          and its lock delay
+-- ARGV[11] idle retention (ms): how long the lease key outlives the lease
+--          and its lock delay, keeping the fencing counter
 -- ARGV[12] token (decimal) the caller must hold the name under, or "": with
 --          it the call only renews that grant, and is otherwise refused
 --          (status 0, no holder) without a grant or a place in the queue
+--
+-- Redis calls: an uncontended grant runs 5 (TIME, GET marker, HMGET, HSET,
+-- PEXPIRE); a renewal by the holder 5; a refusal without waiting 3.
 --
 -- Returns, with lost = 1 when this call found the marker missing (Redis lost
 -- its data), else 0, and every time in unix ms of Redis' clock:
@@ -35,11 +38,10 @@
 
 if redis.replicate_commands then redis.replicate_commands() end
 
-local lease, fence, queue, waiters, marker, watched = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local lease, queue, waiters, marker = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local holder, ttl, value, waiter = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local waiter_ttl, quarantine, channel, name = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7], ARGV[8]
-local keep = ARGV[2] + tonumber(ARGV[9]) -- the key outlives the lease by the lock delay
-local keep_value, idle, expected = ARGV[10] == '1', tonumber(ARGV[11]), ARGV[12]
+local delay, keep_value, idle, expected = tonumber(ARGV[9]), ARGV[10] == '1', tonumber(ARGV[11]), ARGV[12]
 
 -- Integers are formatted with %d: Lua's tostring would print 1.8e+15.
 local function ms(n) return string.format('%d', n) end
@@ -63,11 +65,26 @@ if now < until_ms then
   return {-1, lost, until_ms - now}
 end
 
-local cur = redis.call('HMGET', lease, 'holder', 'token', 'value', 'ttl', 'expires')
--- A lease written before 'expires' was kept ends with its key.
-local expires = tonumber(cur[5]) or (cur[1] and now + redis.call('PTTL', lease))
-if expected ~= '' and (cur[1] ~= holder or cur[2] ~= expected or expires <= now) then
+-- 'token' is the last token issued: it stays when the lease ends, as the
+-- name's fencing counter.
+local cur = redis.call('HMGET', lease, 'holder', 'token', 'value', 'ttl', 'expires', 'queued', 'watched')
+local expires = tonumber(cur[5]) or 0
+local queued, watched = cur[6] == '1', tonumber(cur[7]) or 0
+local held = cur[1] and expires > now
+-- A lease that expired without a release keeps its name for the lock delay.
+local delayed = cur[1] and not held and expires + delay > now
+if expected ~= '' and not (held and cur[1] == holder and cur[2] == expected) then
   return {0, lost, '', '', '', 0, 0, 0}
+end
+
+-- The lease key outlives the lease by the lock delay and the idle retention
+-- (ARGV[13], their sum with the ttl, in ms), and the name's observation mark.
+local function keep_key()
+  if watched > now + tonumber(ARGV[13]) then
+    redis.call('PEXPIREAT', lease, cur[7])
+  else
+    redis.call('PEXPIRE', lease, ARGV[13])
+  end
 end
 
 -- Grants the free name to ARGV[1] and returns the token, a decimal string.
@@ -75,28 +92,23 @@ end
 -- microseconds: a counter that is gone (the name was idle past its retention,
 -- or data loss) or behind (a failover to a replica that missed the last
 -- grants) still yields a token above every one issued before, as long as the
--- clock does not step back. The counter outlives the lease and its lock delay
--- by the idle retention.
+-- clock does not step back.
 local function grant()
-  local clock = time[1] .. string.format('%06d', tonumber(time[2]))
-  local token = redis.call('INCR', fence)
-  if token < tonumber(clock) then
-    token = clock
-    redis.call('SET', fence, clock, 'PX', ms(keep + idle))
+  local token = (tonumber(cur[2]) or 0) + 1
+  if token <= tonumber(time[1]) * 1000000 + tonumber(time[2]) then
+    token = time[1] .. string.format('%06d', tonumber(time[2]))
   else
     token = ms(token)
-    redis.call('PEXPIRE', fence, ms(keep + idle))
   end
   redis.call('HSET', lease, 'holder', holder, 'token', token, 'value', value, 'ttl', ARGV[2], 'expires', ms(now + ttl))
-  redis.call('PEXPIRE', lease, ms(keep))
+  keep_key()
   return token
 end
 
--- 0. Free, and nobody queues for the name or observes it (none of its queue
--- keys and no watched key): grant at once. This is 4. below with nothing to
--- prune, no head, nothing to leave and no one to tell, in fewer commands: the
--- uncontended lock.
-if not cur[1] and redis.call('EXISTS', queue, waiters, watched) == 0 then
+-- 0. Free, and nobody queues for the name or observes it: grant at once.
+-- This is 4. below with nothing to prune, no head, nothing to leave and no
+-- one to tell, in fewer commands: the uncontended lock.
+if not held and not delayed and not queued and watched <= now then
   return {1, lost, holder, grant(), value, ttl, now + ttl, 0}
 end
 
@@ -104,7 +116,7 @@ end
 -- queued waiter or an observer. Uncontended locks then cost no pub/sub
 -- traffic at all.
 local function announce()
-  if redis.call('EXISTS', queue, watched) > 0 then
+  if queued or watched > now then
     redis.call('PUBLISH', channel, name)
   end
 end
@@ -122,6 +134,8 @@ end
 
 -- Queues the waiter behind the last one (keeping its place if queued) and
 -- pushes its deadline out; the queue keys expire with their last deadline.
+-- The lease key's 'queued' flag tells the uncontended path to look, and the
+-- lease key outlives the deadline.
 local function enqueue()
   if not redis.call('ZSCORE', queue, waiter) then
     local last = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')
@@ -130,9 +144,17 @@ local function enqueue()
     redis.call('ZADD', queue, ms(order), waiter)
   end
   redis.call('ZADD', waiters, ms(now + waiter_ttl), waiter)
-  local latest = ms(tonumber(redis.call('ZRANGE', waiters, -1, -1, 'WITHSCORES')[2]))
-  redis.call('PEXPIREAT', queue, latest)
-  redis.call('PEXPIREAT', waiters, latest)
+  local latest = tonumber(redis.call('ZRANGE', waiters, -1, -1, 'WITHSCORES')[2])
+  redis.call('PEXPIREAT', queue, ms(latest))
+  redis.call('PEXPIREAT', waiters, ms(latest))
+  if not queued then
+    queued = true
+    redis.call('HSET', lease, 'queued', '1')
+  end
+  local pttl = redis.call('PTTL', lease)
+  if pttl < 0 or now + pttl < latest then
+    redis.call('PEXPIREAT', lease, ms(latest))
+  end
 end
 
 local function unqueue()
@@ -140,22 +162,19 @@ local function unqueue()
   redis.call('ZREM', waiters, waiter)
 end
 
-if cur[1] and expires <= now then
-  -- The lease expired without a release: its name stays unavailable until
-  -- the lock delay is over (the key's own expiry).
+if delayed then
   if waiter ~= '' then
     prune()
     enqueue()
   end
-  return {0, lost, '', '', '', 0, 0, now + redis.call('PTTL', lease)}
+  return {0, lost, '', '', '', 0, 0, expires + delay}
 end
-if cur[1] then
+if held then
   -- 2. Held by the caller: renew, keeping the token.
   if cur[1] == holder then
     if keep_value then value = cur[3] end
     redis.call('HSET', lease, 'value', value, 'ttl', ARGV[2], 'expires', ms(now + ttl))
-    redis.call('PEXPIRE', lease, ms(keep))
-    redis.call('PEXPIRE', fence, ms(keep + idle))
+    keep_key()
     if waiter ~= '' then unqueue() end
     if cur[3] ~= value then announce() end
     return {1, lost, holder, cur[2], value, ttl, now + ttl, 0}
@@ -179,6 +198,11 @@ while true do
   redis.call('ZREM', queue, head)
   redis.call('ZREM', waiters, head)
   pruned = pruned + 1
+end
+if not head and queued then
+  -- Nobody waits any more: the uncontended path may grant again.
+  queued = false
+  redis.call('HDEL', lease, 'queued')
 end
 if head and head ~= waiter then
   if waiter ~= '' then enqueue() end

@@ -1,7 +1,9 @@
 -- describe.lua: read a name's lease, last token and queue at one instant.
 --
--- KEYS[1] lease, KEYS[2] fence, KEYS[3] waiters: the name's keys, as the key
--- layout in doc.go describes them.
+-- KEYS[1] lease, KEYS[2] waiters: the name's keys, as the key layout in
+-- doc.go describes them.
+--
+-- Redis calls: 3 (TIME, HMGET, ZCOUNT).
 --
 -- Returns {holder, token, value, ttl_ms, expires_ms, last_token, waiters}:
 -- holder .. expires_ms are the lease ("", "", "", 0, 0 when the name is free
@@ -21,7 +23,7 @@
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local cur = redis.call('HMGET', KEYS[1], 'holder', 'token', 'value', 'ttl', 'expires')
-local last = redis.call('GET', KEYS[2])
+local last = cur[2]
 if not last then
   -- TIME's microseconds less one, without going through a Lua number (a
   -- double) on the way; the microsecond part is 0 .. 999999.
@@ -32,13 +34,9 @@ if not last then
     last = (tonumber(time[1]) - 1) .. '999999'
   end
 end
-local waiting = redis.call('ZCOUNT', KEYS[3], string.format('%d', now), '+inf')
-if not cur[1] then
-  return {'', '', '', 0, 0, last, waiting}
-end
--- A lease written before 'expires' was kept ends with its key.
-local expires = tonumber(cur[5]) or now + redis.call('PTTL', KEYS[1])
-if expires <= now then
+local waiting = redis.call('ZCOUNT', KEYS[2], string.format('%d', now), '+inf')
+local expires = tonumber(cur[5]) or 0
+if not cur[1] or expires <= now then
   return {'', '', '', 0, 0, last, waiting}
 end
 return {cur[1], cur[2], cur[3], tonumber(cur[4]) or 0, expires, last, waiting}

@@ -1,7 +1,7 @@
 -- refresh_waiters.lua: keep a coordinator's parked waiters of a name queued,
 -- in one call however many they are.
 --
--- KEYS[1] queue, KEYS[2] waiters, KEYS[3] watched: the name's keys, as the key
+-- KEYS[1] queue, KEYS[2] waiters, KEYS[3] lease: the name's keys, as the key
 -- layout in doc.go describes them.
 -- ARGV[1] waiter ttl (ms, >= 1): the listed waiters' new deadline is now + it
 -- ARGV[2] pub/sub channel
@@ -18,7 +18,7 @@
 
 if redis.replicate_commands then redis.replicate_commands() end
 
-local queue, waiters, watched = KEYS[1], KEYS[2], KEYS[3]
+local queue, waiters, lease = KEYS[1], KEYS[2], KEYS[3]
 local ttl, channel, name = tonumber(ARGV[1]), ARGV[2], ARGV[3]
 
 local function ms(n) return string.format('%d', n) end
@@ -36,7 +36,7 @@ if #gone > 0 then
     if w == head then head_gone = true end
   end
   -- The new head may not know that it is now first in line.
-  if head_gone and redis.call('EXISTS', queue, watched) > 0 then
+  if head_gone and (redis.call('EXISTS', queue) > 0 or (tonumber(redis.call('HGET', lease, 'watched')) or 0) > now) then
     redis.call('PUBLISH', channel, name)
   end
 end
