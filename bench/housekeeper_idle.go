@@ -132,20 +132,6 @@ func (s *redisServer) stop() {
 	_ = s.cmd.Wait()
 }
 
-// commands is Redis' total_commands_processed.
-func commands(ctx context.Context, rdb *redis.Client) (int64, error) {
-	info, err := rdb.Info(ctx, "stats").Result()
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "total_commands_processed:"); ok {
-			return strconv.ParseInt(v, 10, 64)
-		}
-	}
-	return 0, fmt.Errorf("no total_commands_processed in INFO stats")
-}
-
 // hkProcess is one housekeeper process.
 type hkProcess struct {
 	id      string
@@ -185,9 +171,9 @@ func (p *hkProcess) signal(sig syscall.Signal) {
 	}
 }
 
-// scrapeSum sums the samples of name on the process's /metrics; false when it
-// reports none (an older housekeeper).
-func scrapeSum(url, name string) (float64, bool) {
+// scrapeSum sums the samples of name on the process's /metrics whose labels
+// contain each of with; false when it reports none (an older housekeeper).
+func scrapeSum(url, name string, with ...string) (float64, bool) {
 	resp, err := http.Get(url) //nolint:noctx // a loopback child of ours
 	if err != nil {
 		return 0, false
@@ -200,6 +186,9 @@ func scrapeSum(url, name string) (float64, bool) {
 	for sc.Scan() {
 		line := sc.Text()
 		if !strings.HasPrefix(line, name) || (len(line) > len(name) && line[len(name)] != '{' && line[len(name)] != ' ') {
+			continue
+		}
+		if !containsAll(line, with) {
 			continue
 		}
 		if v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64); err == nil {
@@ -260,18 +249,18 @@ func measureHousekeepers(env benchEnv, cfg hkIdleConfig, bin string, deckard *re
 	meter.add("coordinator", coord.cmd.Process.Pid)
 	msgs := func() float64 { v, _ := scrapeSum(coord.metricsURL, "grpc_server_msg_received_total"); return v }
 	cpu0, msgs0 := meter.read(), msgs()
-	c0, err := commands(ctx, crdb)
+	c0, err := infoStat(ctx, crdb, "total_commands_processed")
 	if err != nil {
 		return "", err
 	}
-	d0, err := commands(ctx, rdb)
+	d0, err := infoStat(ctx, rdb, "total_commands_processed")
 	if err != nil {
 		return "", err
 	}
 	start := time.Now()
 	time.Sleep(cfg.window)
-	c1, _ := commands(ctx, crdb)
-	d1, _ := commands(ctx, rdb)
+	c1, _ := infoStat(ctx, crdb, "total_commands_processed")
+	d1, _ := infoStat(ctx, rdb, "total_commands_processed")
 	used, msgs1 := meter.since(cpu0), msgs()
 	secs := time.Since(start).Seconds()
 	var owned []float64
@@ -379,4 +368,13 @@ func dropIdleQueues(rdb *redis.Client, prefix string) error {
 			return nil
 		}
 	}
+}
+
+func containsAll(s string, parts []string) bool {
+	for _, p := range parts {
+		if !strings.Contains(s, p) {
+			return false
+		}
+	}
+	return true
 }

@@ -206,3 +206,19 @@ func commandStats(ctx context.Context, rdb redis.UniversalClient) (map[string]in
 	}
 	return out, nil
 }
+
+// infoStat is one integer field of Redis' INFO stats: total_reads_processed
+// (read events: one for a pipeline of calls that arrived together) or
+// total_commands_processed (commands run inside scripts included).
+func infoStat(ctx context.Context, rdb redis.UniversalClient, field string) (int64, error) {
+	info, err := rdb.Info(ctx, "stats").Result()
+	if err != nil {
+		return 0, fmt.Errorf("redis INFO stats: %w", err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			return strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("redis INFO stats: no %s", field)
+}

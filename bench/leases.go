@@ -80,6 +80,17 @@ type measured struct {
 	// redisCmds counts the commands Redis ran (INFO commandstats: scripts
 	// and, each on its own, the commands they ran), by command.
 	redisCmds map[string]int64
+	// redisReads counts the read events Redis processed (INFO stats
+	// total_reads_processed): a pipeline of calls arriving together is one.
+	redisReads int64
+	// sessionMsgs counts the Session stream messages the Redis-store
+	// coordinator received.
+	sessionMsgs float64
+}
+
+// scriptsPerRead is how many script calls one Redis read carried.
+func (m measured) scriptsPerRead() float64 {
+	return float64(m.redisCmds["evalsha"]+m.redisCmds["eval"]) / float64(max(m.redisReads, 1))
 }
 
 func (m measured) redisPerOp() float64 {
@@ -127,7 +138,7 @@ func leaseSuite(env benchEnv) error {
 	stamp := time.Now().UnixNano()
 
 	// The servers, each a child process but for the in-process floor.
-	viaRedis, err := env.startCoordinatorWith(coordOpts{store: "redis", profiled: env.coordProfile != ""})
+	viaRedis, err := env.startCoordinatorWith(coordOpts{store: "redis", metrics: true, profiled: env.coordProfile != ""})
 	if err != nil {
 		return err
 	}
@@ -309,12 +320,19 @@ func leaseSuite(env benchEnv) error {
 				if err := profiled(m, fmt.Sprintf("c%d", n), func() {
 					before := meter.read()
 					cmdsBefore, _ := commandStats(ctx, rdb)
+					readsBefore, _ := infoStat(ctx, rdb, "total_reads_processed")
+					msgsBefore, _ := scrapeSum(viaRedis.metricsURL, "grpc_server_msg_received_total", `grpc_method="Session"`)
 					if m.around != nil {
 						run.result, run.note = m.around(measure)
 					} else {
 						run.result = measure()
 					}
 					run.cpu = meter.since(before)
+					msgsAfter, _ := scrapeSum(viaRedis.metricsURL, "grpc_server_msg_received_total", `grpc_method="Session"`)
+					run.sessionMsgs = msgsAfter - msgsBefore
+					if readsAfter, err := infoStat(ctx, rdb, "total_reads_processed"); err == nil {
+						run.redisReads = readsAfter - readsBefore - 2 // the INFO calls of the count
+					}
 					if cmdsAfter, err := commandStats(ctx, rdb); err == nil && cmdsBefore != nil {
 						run.redisCmds = map[string]int64{}
 						for cmd, n := range cmdsAfter {
@@ -517,6 +535,36 @@ func printLeases(env benchEnv, methods []*method, byKey map[string]*method, mete
 	}
 	ct.print()
 	fmt.Println("   Redis cmds/op: INFO commandstats, which counts a script and, each on its own, the commands it ran")
+
+	// How much travels together: operations per Session message (what the
+	// Redis-store coordinator received) and script calls per Redis read.
+	fmt.Println()
+	bt := table{header: []string{"batching, by concurrency"}}
+	for _, n := range env.levels {
+		bt.header = append(bt.header, fmt.Sprintf("ops/msg c=%d", n), fmt.Sprintf("scripts/read c=%d", n))
+	}
+	for _, m := range methods {
+		if m.na != "" || !strings.HasPrefix(m.label, "coordinator redis") {
+			continue
+		}
+		row := []string{m.label}
+		for _, n := range env.levels {
+			r, ok := m.median(n)
+			if !ok || r.ops == 0 {
+				row = append(row, "-", "-")
+				continue
+			}
+			perMsg := "-"
+			if r.sessionMsgs > 0 {
+				perMsg = fmt.Sprintf("%.1f", 2*float64(r.ops)/r.sessionMsgs) // a cycle is two operations
+			}
+			row = append(row, perMsg, fmt.Sprintf("%.1f", r.scriptsPerRead()))
+		}
+		bt.add(row...)
+	}
+	bt.print()
+	fmt.Println("   ops/msg: a cycle's two operations over the Session messages the coordinator received (grpc_server_msg_received_total);")
+	fmt.Println("   scripts/read: script calls over Redis read events (INFO stats total_reads_processed): calls pipelined together share one")
 
 	// Ratios: what matters on a machine whose absolute figures wander.
 	fmt.Println()
