@@ -11,6 +11,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/coordinator-dev/coordinator/client"
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
 	"github.com/coordinator-dev/coordinator/internal/backoff"
@@ -159,10 +162,17 @@ func (m *CoordinatorMembership) memberPrefix() string {
 // returns nil. It returns an error only when the coordinator refuses its
 // names outright (the client was closed, the credential may not use them).
 func (m *CoordinatorMembership) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	var wg sync.WaitGroup
 	var leadErr error
-	wg.Go(func() { leadErr = m.lead(ctx) })
+	wg.Go(func() {
+		if leadErr = m.lead(ctx); leadErr != nil {
+			cancel() // the election is refused: membership is pointless
+		}
+	})
 	err := m.hold(ctx)
+	cancel()
 	wg.Wait()
 	return errors.Join(err, leadErr)
 }
@@ -181,7 +191,7 @@ func (m *CoordinatorMembership) hold(ctx context.Context) error {
 			if ctx.Err() != nil {
 				break
 			}
-			if errors.Is(err, client.ErrClosed) || client.ErrorReason(err) == "INVALID_FIELD" || client.ErrorReason(err) == "PERMISSION_DENIED" {
+			if refused(err) {
 				return fmt.Errorf("housekeeper: membership %q: %w", name, err)
 			}
 			m.log.Warn("cannot take the membership lease; retrying", "lease", name, "err", err)
@@ -197,17 +207,33 @@ func (m *CoordinatorMembership) hold(ctx context.Context) error {
 		m.observe(lctx)
 		m.lease.Store(nil)
 		m.setView(View{}, false)
-		if ctx.Err() != nil {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-			if err := lease.Release(rctx); err != nil && !errors.Is(err, client.ErrLost) && !errors.Is(err, client.ErrExpired) {
-				m.log.Warn("releasing the membership failed; it expires within its TTL", "lease", name, "err", err)
+		switch {
+		case ctx.Err() != nil:
+			m.release(ctx, name, lease)
+			return nil
+		case !isDone(lease):
+			// Observe ended under a live lease: the coordinator refused it,
+			// or the client is closing. Leave, and join again later.
+			m.log.Warn("observing the election ended; leaving the membership to join again", "election", m.cfg.Election)
+			m.release(ctx, name, lease)
+			if !sleepCtx(ctx, b.Next()) {
+				return nil
 			}
-			cancel()
-			break
+		default:
+			m.log.Warn("membership lost; working nothing until it is back", "lease", name, "err", lease.Err())
 		}
-		m.log.Warn("membership lost; working nothing until it is back", "lease", name, "err", lease.Err())
 	}
 	return nil
+}
+
+// release gives the membership back, within releaseTimeout even when ctx
+// has ended; a release that fails leaves the lease to expire.
+func (m *CoordinatorMembership) release(ctx context.Context, name string, lease *client.Lease) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	if err := lease.Release(rctx); err != nil && !errors.Is(err, client.ErrLost) && !errors.Is(err, client.ErrExpired) {
+		m.log.Warn("releasing the membership failed; it expires within its TTL", "lease", name, "err", err)
+	}
 }
 
 // observe takes every view the election's leader proclaims until ctx ends.
@@ -238,7 +264,7 @@ func (m *CoordinatorMembership) lead(ctx context.Context) error {
 			if ctx.Err() != nil {
 				break
 			}
-			if errors.Is(err, client.ErrClosed) || client.ErrorReason(err) == "INVALID_FIELD" || client.ErrorReason(err) == "PERMISSION_DENIED" {
+			if refused(err) {
 				return fmt.Errorf("housekeeper: election %q: %w", m.cfg.Election, err)
 			}
 			m.log.Warn("cannot campaign; retrying", "election", m.cfg.Election, "err", err)
@@ -349,6 +375,16 @@ func (m *CoordinatorMembership) members(ctx context.Context) ([]string, error) {
 	}
 	slices.Sort(ids)
 	return slices.Compact(ids), nil
+}
+
+// refused reports an error that retrying cannot mend: the client was
+// closed, or the coordinator refuses the name or the credential.
+func refused(err error) bool {
+	switch client.ErrorReason(err) {
+	case "INVALID_FIELD", "PERMISSION_DENIED":
+		return true
+	}
+	return errors.Is(err, client.ErrClosed) || status.Code(err) == codes.Unauthenticated
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {

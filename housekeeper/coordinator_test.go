@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,6 +17,7 @@ import (
 
 	"github.com/coordinator-dev/coordinator/client"
 	"github.com/coordinator-dev/coordinator/coordinatord/coordtest"
+	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
 	"github.com/coordinator-dev/coordinator/housekeeper"
 	"github.com/coordinator-dev/coordinator/housekeeper/housekeepertest"
 	"github.com/coordinator-dev/coordinator/internal/testkit/redistest"
@@ -213,5 +217,40 @@ func TestNewCoordinatorMembershipRejectsBadConfig(t *testing.T) {
 				t.Error("accepted")
 			}
 		})
+	}
+}
+
+// A credential that may not use the election's name makes Run return an
+// error, promptly, with the membership given back: an instance that can
+// never learn a view must not hang.
+func TestMembershipRefusedItsElectionReturnsAnError(t *testing.T) {
+	cfg := coordtest.Config(t, "memory")
+	access := filepath.Join(t.TempDir(), "access")
+	if err := os.WriteFile(access, []byte("s3cret  hk/housekeeper/members/ hk/housekeeper/view\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg.AccessFile = access
+	coord := coordtest.Start(t, cfg)
+	c, err := client.New(coord.Addr(), client.WithInsecureBearerToken("s3cret"), client.WithLogger(testLogger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Close() }()
+	m, err := housekeeper.NewCoordinatorMembership(c, housekeeper.MembershipConfig{ID: "hk-1", Namespace: "hk", Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- m.Run(context.Background()) }()
+	select {
+	case err := <-done:
+		if client.ErrorReason(err) != "PERMISSION_DENIED" && !strings.Contains(err.Error(), "PermissionDenied") {
+			t.Fatalf("Run returned %v, want the election's PermissionDenied", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Run did not return within 20s of the refusal")
+	}
+	if d, err := c.API().Describe(context.Background(), &coordinatorv1.DescribeRequest{Name: "hk/housekeeper/members/hk-1"}); err != nil || d.GetHeld() {
+		t.Errorf("the membership is still held after Run returned (%v, %v)", d, err)
 	}
 }
