@@ -2,6 +2,9 @@ package redisstore
 
 import (
 	"errors"
+	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -120,5 +123,45 @@ func TestDecodeWatch(t *testing.T) {
 	}
 	if n, err := decodeRefresh(int64(3)); n != 3 || err != nil {
 		t.Errorf("decodeRefresh(3) = %d, %v", n, err)
+	}
+}
+
+// TestAcquireArgsFollowTheScript: acquireArgs names acquire.lua's ARGV, and
+// argv lays them out in the order the script's header lists them, so that
+// an argument added on one side and not the other fails here, not in a
+// grant.
+func TestAcquireArgsFollowTheScript(t *testing.T) {
+	t.Parallel()
+	// One header line per argument: "-- ARGV[i] <what>", in this order.
+	want := []string{"holder", "ttl (ms", "value", "waiter id", "waiter ttl", "quarantine", "pub/sub channel", "name",
+		"lock delay", `"1" to keep`, "idle retention", "token (decimal)", "ttl + lock delay + idle retention"}
+	var got []string
+	for _, line := range strings.Split(acquireSrc, "\n") {
+		if rest, ok := strings.CutPrefix(line, "-- ARGV["); ok {
+			i, desc, _ := strings.Cut(rest, "] ")
+			if n, err := strconv.Atoi(i); err != nil || n != len(got)+1 {
+				t.Fatalf("header line %q: ARGV[%d] expected", line, len(got)+1)
+			}
+			got = append(got, desc)
+		}
+	}
+	if len(got) != len(want) {
+		t.Fatalf("the header lists %d ARGV, acquireArgs %d", len(got), len(want))
+	}
+	for i := range want {
+		if !strings.HasPrefix(got[i], want[i]) {
+			t.Errorf("ARGV[%d] is %q in the header, %q in acquireArgs", i+1, got[i], want[i])
+		}
+	}
+	a := acquireArgs{holder: "h", ttlMS: 2, value: []byte("v"), waiter: "w", waiterTTL: int64(5), quarantine: 6, channel: "c",
+		name: "n", lockDelay: int64(9), keepValue: "1", idle: int64(11), expected: "12", keyLifetime: 13}
+	vals := a.argv()
+	if len(vals) != len(want) {
+		t.Fatalf("argv has %d values, the header %d", len(vals), len(want))
+	}
+	for i, v := range []any{"h", int64(2), []byte("v"), "w", int64(5), int64(6), "c", "n", int64(9), "1", int64(11), "12", int64(13)} {
+		if fmt.Sprint(vals[i]) != fmt.Sprint(v) {
+			t.Errorf("argv[%d] = %v, want %v", i, vals[i], v)
+		}
 	}
 }

@@ -384,31 +384,51 @@ func (s *Store) checkSlotMarkers(ctx context.Context, from, to int, flag string)
 	return missing, nil
 }
 
+// acquireArgs are acquire.lua's ARGV, by name: argv lays them out in the
+// order of the script's header, which TestAcquireArgsFollowTheScript holds.
+type acquireArgs struct {
+	holder      string
+	ttlMS       int64
+	value       []byte
+	waiter      string
+	waiterTTL   any // int64 ms, boxed once for the default
+	quarantine  int64
+	channel     any
+	name        string
+	lockDelay   any
+	keepValue   string // "1" or ""
+	idle        any
+	expected    string // decimal token or ""
+	keyLifetime int64  // ttl + lock delay + idle retention, ms
+}
+
+func (a acquireArgs) argv() []any {
+	return []any{a.holder, a.ttlMS, a.value, a.waiter, a.waiterTTL, a.quarantine, a.channel, a.name,
+		a.lockDelay, a.keepValue, a.idle, a.expected, a.keyLifetime}
+}
+
 // Acquire implements store.Leases.
 func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.AcquireResult, error) {
 	if req.TTL <= 0 {
 		return store.AcquireResult{}, fmt.Errorf("redisstore: acquire %q: ttl %s is not positive", req.Name, req.TTL)
 	}
-	waiterTTL := s.boxed.waiterTTL
+	args := acquireArgs{
+		holder: req.Holder, ttlMS: durationMS(req.TTL), value: req.Value, waiter: req.Waiter, waiterTTL: s.boxed.waiterTTL,
+		quarantine: s.quarantineMS, channel: s.boxed.channel, name: req.Name, lockDelay: s.boxed.lockDelayMS, idle: s.boxed.idleMS,
+	}
 	if req.WaiterTTL > 0 {
-		waiterTTL = durationMS(req.WaiterTTL)
+		args.waiterTTL = durationMS(req.WaiterTTL)
 	}
-	keepValue := ""
 	if req.KeepValue {
-		keepValue = "1"
+		args.keepValue = "1"
 	}
-	expectedToken := ""
 	if req.Token != 0 {
-		expectedToken = strconv.FormatUint(req.Token, 10)
+		args.expected = strconv.FormatUint(req.Token, 10)
 	}
+	args.keyLifetime = args.ttlMS + s.lockDelayMS + s.idleMS
 	k := s.keys(req.Name)
-	ttlMS := durationMS(req.TTL)
 	v, replicated, err := s.callWait(ctx, "acquire", true, acquireScript,
-		[]string{k.lease, k.queue, k.waiters, k.marker},
-		req.Holder, ttlMS, req.Value, req.Waiter, waiterTTL,
-		s.quarantineMS, s.boxed.channel, req.Name, s.boxed.lockDelayMS, keepValue, s.boxed.idleMS, expectedToken,
-		ttlMS+s.lockDelayMS+s.idleMS,
-	)
+		[]string{k.lease, k.queue, k.waiters, k.marker}, args.argv()...)
 	if err != nil {
 		return store.AcquireResult{}, err
 	}

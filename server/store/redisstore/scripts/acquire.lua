@@ -20,6 +20,8 @@
 -- ARGV[12] token (decimal) the caller must hold the name under, or "": with
 --          it the call only renews that grant, and is otherwise refused
 --          (status 0, no holder) without a grant or a place in the queue
+-- ARGV[13] ttl + lock delay + idle retention (ms): how long the lease key,
+--          which keeps the fencing counter, lives after a grant or renewal
 --
 -- Redis calls: an uncontended grant runs 5 (TIME, GET marker, HMGET, HSET,
 -- PEXPIRE); a renewal by the holder 5; a refusal without waiting 3.
