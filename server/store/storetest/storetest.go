@@ -396,11 +396,14 @@ func testDeadWaiterPruned(t *testing.T, s Subject) {
 
 func testWaiterKeepsItsPlace(t *testing.T, s Subject) {
 	l := mustAcquire(t, s, "job", "owner")
-	first := store.AcquireRequest{Name: "job", Holder: "w1", Waiter: "w1", WaiterTTL: shortTTL}
+	// Tries 0.6s apart keep a 1.5s WaiterTTL alive with room for a busy
+	// machine's scheduling delays, which ate up a 0.5s TTL's 0.25s margin.
+	const waiterTTL, every = 1500 * time.Millisecond, 600 * time.Millisecond
+	first := store.AcquireRequest{Name: "job", Holder: "w1", Waiter: "w1", WaiterTTL: waiterTTL}
 	acquire(t, s, first)
 	acquire(t, s, store.AcquireRequest{Name: "job", Holder: "w2", Waiter: "w2"})
-	for range 4 { // twice w1's WaiterTTL in all
-		pass(s, shortTTL/2)
+	for range 5 { // twice w1's WaiterTTL in all
+		pass(s, every)
 		acquire(t, s, first)
 	}
 	mustRelease(t, s, l)
