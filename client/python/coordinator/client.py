@@ -16,7 +16,8 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 import grpc
 
 from ._gen import pb, pb_grpc
-from ._util import ANSWER_MARGIN, MAX_CONFIRMS, MAX_WAIT, call_backoff, drift_margin, from_duration, to_duration
+from ._rules import ANSWER_MARGIN, CLOSE_TIMEOUT, DEFAULT_TTL, MAX_CONFIRMS, MAX_IDENTITY_BYTES, MAX_WAIT
+from ._util import call_backoff, drift_margin, from_duration, to_duration
 from .election import LeaderInfo, Leadership, Observation, Value, as_bytes
 from .errors import (
     ClientClosed,
@@ -36,10 +37,6 @@ log = logging.getLogger("coordinator")
 
 #: Where ``make run`` serves.
 DEFAULT_TARGET = "127.0.0.1:7400"
-#: The lease TTL used when neither the Client nor the call says.
-DEFAULT_TTL = 15.0
-#: Identities leave room in a holder (128 bytes at most) for a suffix.
-MAX_IDENTITY_BYTES = 100
 
 _OUTCOME_UNKNOWN = frozenset(
     {
@@ -121,7 +118,8 @@ class Client:
             threads locking one name through one Client exclude each other.
         ttl: the default lease TTL in seconds.
         timeout: the deadline of one call that does not wait, in seconds.
-        close_timeout: how long close() (and release()) spend releasing.
+        close_timeout: how long close() (and release()) spend releasing, in
+            seconds (default: the proto's ClientRules, 2 s).
         options: extra gRPC channel options.
         use_session: carry acquire, renew, release, campaign and resign over
             one Session stream shared by every thread (the default); False
@@ -143,7 +141,7 @@ class Client:
         holder: Optional[str] = None,
         ttl: float = DEFAULT_TTL,
         timeout: float = 10.0,
-        close_timeout: float = 5.0,
+        close_timeout: float = CLOSE_TIMEOUT,
         options: Optional[Sequence[Tuple[str, Any]]] = None,
         use_session: bool = True,
     ) -> None:

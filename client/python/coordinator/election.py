@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Optional, Union
 import grpc
 
 from ._gen import pb
+from ._rules import LEASE_NOT_HELD
 from ._util import from_timestamp, to_duration
 from .errors import ClientClosed, CoordinatorError, LeaseNotHeld, from_rpc_error
 from .lease import _Held
@@ -117,7 +118,7 @@ class Leadership(_Held):
             try:
                 resp, sent = c._lease_call("campaign", req)
             except CoordinatorError as err:
-                if err.reason == "LEASE_NOT_HELD":
+                if err.reason == LEASE_NOT_HELD:
                     sess.end(self, err, lost=True)
                 raise
             term = int(resp.leader.term)
@@ -125,7 +126,7 @@ class Leadership(_Held):
                 lost = LeaseNotHeld(
                     f"{self._describe()}: the coordinator has another term in office",
                     code=grpc.StatusCode.FAILED_PRECONDITION,
-                    reason="LEASE_NOT_HELD",
+                    reason=LEASE_NOT_HELD,
                     metadata={"name": self._name},
                 )
                 if resp.elected:
@@ -166,7 +167,7 @@ class Leadership(_Held):
 
 
 def _ended_error(h: _Held) -> CoordinatorError:
-    return LeaseNotHeld(f"{h._describe()} has ended", reason="LEASE_NOT_HELD")
+    return LeaseNotHeld(f"{h._describe()} has ended", reason=LEASE_NOT_HELD)
 
 
 class EventKind(enum.Enum):

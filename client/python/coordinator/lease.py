@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Callable, List, Optional
 
+from ._rules import RENEWAL_JITTER, RENEWALS_PER_TTL
 from ._util import Backoff, drift_margin, from_duration, from_timestamp, jitter
 from .errors import CoordinatorError
 
@@ -67,7 +68,7 @@ class _Held:
         self._ttl = ttl
         self._confirmed = sent
         self._deadline = sent + ttl - drift_margin(ttl)
-        self._next_renew = sent + jitter(ttl / 3)
+        self._next_renew = sent + jitter(ttl / RENEWALS_PER_TTL, RENEWAL_JITTER)
         self._retry = None
         self._last_error = None
 
