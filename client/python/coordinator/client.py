@@ -224,6 +224,7 @@ class Client:
 
     @property
     def closed(self) -> bool:
+        """Whether close() was called."""
         return self._closed
 
     @property
@@ -471,7 +472,9 @@ class Client:
             obs.close()
         return obs
 
-    def _forget_observation(self, obs: Observation) -> None:
+    def forget_observation(self, obs: Observation) -> None:
+        """Part of _ObservationHost (election.py), for the Observations this
+        Client opened: drops obs from those close() closes."""
         with self._obs_lock:
             self._observations.pop(id(obs), None)
 
@@ -617,7 +620,33 @@ class Client:
                                    timeout=timeout, check_closed=False)
         return bool(resp.released)
 
-    def _release_held(self, h: _Held, resign: bool) -> bool:
+    # -- what its grants use: the _LeaseHost protocol (lease.py) --------------
+    # A Lease or Leadership of this Client talks to it through these alone.
+    # They are for the Client's own grants, not for applications.
+
+    def grant_call(self, kind: str, request: Any) -> Tuple[Any, float]:
+        """Part of _LeaseHost: the lease operation ``kind`` as this Client
+        makes them, and when it was sent."""
+        return self._lease_call(kind, request)
+
+    def end_grant(self, h: _Held, err: Optional[BaseException], lost: bool) -> Tuple[bool, Optional[BaseException]]:
+        """Part of _LeaseHost: stops renewing h and ends it, unless it ended
+        already. Returns (ended_now, prior_error)."""
+        return self._session.end(h, err, lost)
+
+    def grant_renewed(self, h: _Held, sent: float, ttl: float) -> bool:
+        """Part of _LeaseHost: records a renewal of h sent at ``sent``;
+        reports whether h is still held."""
+        return self._session.renewed(h, sent, ttl)
+
+    def watch_lost(self, h: _Held, callback: Callable[[_Held], None]) -> bool:
+        """Part of _LeaseHost: has ``callback(h)`` called when h is lost;
+        False when it is lost already."""
+        return self._session.watch_lost(h, callback)
+
+    def release_grant(self, h: _Held, resign: bool) -> bool:
+        """Part of _LeaseHost: ends h and gives it up on the coordinator
+        (Lease.release, Leadership.resign)."""
         from .errors import LeaseExpired
 
         ended_now, prior = self._session.end(h, None, lost=False)

@@ -34,7 +34,7 @@ import logging
 import queue
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
 
 import grpc
 
@@ -107,6 +107,15 @@ class KeepAliveSession:
                 return False, h._error
             self._end_locked(h, err, lost)
             return True, None
+
+    def watch_lost(self, h: "_Held", callback: Callable[["_Held"], None]) -> bool:
+        """Has ``callback(h)`` called on a background thread when h is lost;
+        False, without it, when h is lost already."""
+        with self.lock:
+            if h.lost.is_set():
+                return False
+            h._callbacks.append(callback)
+            return True
 
     def renewed(self, h: "_Held", sent: float, ttl: float) -> bool:
         """Records a renewal of h sent at ``sent`` (a proclamation); ends h
