@@ -11,19 +11,6 @@ import (
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
 )
 
-// maxWait is the longest wait the coordinator accepts in one call.
-const maxWait = 5 * time.Minute
-
-// answerMargin is how long before the caller's deadline a wait asks the
-// coordinator to answer, so that its not-acquired answer, which names the
-// holder, arrives before the deadline even on a loaded machine. The price:
-// a lock freed in the last answerMargin of a wait goes to the next waiter.
-const answerMargin = 100 * time.Millisecond
-
-// maxConfirms bounds how many times in a row an acquisition re-confirms a
-// grant that arrived too late to leave much of its validity.
-const maxConfirms = 5
-
 // TryLock acquires the lock name if it is free (and nobody is queued for
 // it), without waiting. When someone else holds it, the error is a
 // *NotAcquiredError matching ErrNotAcquired and naming the holder. Other

@@ -283,9 +283,9 @@ func (c *Client) track() bool {
 func (c *Client) isClosed() bool { return c.closing.Err() != nil }
 
 // newCallBackoff returns the delays between the retries of a call or a
-// stream: from 50ms, doubling, at most 2s.
+// stream: from retryMin (50ms), doubling, at most retryMax (2s).
 func newCallBackoff() *backoff.Backoff {
-	return backoff.New(50*time.Millisecond, 2*time.Second)
+	return backoff.NewWithJitter(retryMin, retryMax, retryJitter)
 }
 
 // retryIn is how long to wait before retrying after err: b's next delay, or

@@ -113,7 +113,7 @@ func (e *Leadership) Proclaim(ctx context.Context, value []byte) error {
 	resp, sent, err := c.campaignCall(ctx, &coordinatorv1.CampaignRequest{
 		Election: l.name, Candidate: l.holder, Value: value, Ttl: durationpb.New(ttl), Term: l.token,
 	})
-	if err != nil && ErrorReason(err) != "LEASE_NOT_HELD" {
+	if err != nil && ErrorReason(err) != coordinatorv1.ErrorReason_LEASE_NOT_HELD.String() {
 		return callError(ctx, "proclaim in "+l.describe(), err)
 	}
 	if term := resp.GetLeader().GetTerm(); err != nil || !resp.GetElected() || term != l.token {
@@ -217,7 +217,7 @@ func (c *Client) Leader(ctx context.Context, election string) (LeaderInfo, error
 // request (an invalid election name, a missing token…).
 func (c *Client) RunAsLeader(ctx context.Context, election string, value []byte, fn func(ctx context.Context) error, opts ...LockOption) error {
 	// After fn returned early: from 100ms, doubling, at most 30s.
-	b := backoff.New(100*time.Millisecond, 30*time.Second)
+	b := backoff.NewWithJitter(leaderRetryMin, leaderRetryMax, retryJitter)
 	for {
 		e, err := c.Campaign(ctx, election, value, opts...)
 		if err != nil {
@@ -245,7 +245,7 @@ func (c *Client) RunAsLeader(ctx context.Context, election string, value []byte,
 		case fnErr != nil:
 			c.log.Error("coordinator: the leader's function failed; resigned and campaigning again", "election", election, "term", e.Term(), "err", fnErr)
 		}
-		if time.Since(started) >= time.Minute {
+		if time.Since(started) >= leaderEarlyReturn {
 			b.Reset()
 			continue
 		}

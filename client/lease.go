@@ -113,29 +113,32 @@ func (l *lease) granted(sent time.Time, ttl time.Duration) {
 	l.ttl = ttl
 	l.confirmed = sent
 	l.deadline = sent.Add(ttl - driftMargin(ttl))
-	l.nextRenew = sent.Add(jitter(ttl / 3))
+	l.nextRenew = sent.Add(jitter(ttl / renewalsPerTTL))
 	l.retry, l.lastErr = nil, ""
 }
 
 // driftMargin is kept from a lease's validity for clock drift between this
-// process and the store, and for this process being scheduled late.
+// process and the store, and for this process being scheduled late:
+// ttl/10, at least 50ms, at most ttl/2 (ClientRules.validity_margin_*).
 func driftMargin(ttl time.Duration) time.Duration {
-	return min(max(ttl/10, 50*time.Millisecond), ttl/2)
+	return min(max(ttl*validityMarginPercent/100, validityMarginMin), ttl*validityMarginMaxPercent/100)
 }
 
 // renewalBackoff returns the delays before retrying a renewal that failed,
 // in proportion to the TTL so that several retries fit in the lease's
-// validity: from ttl/20, doubling, at most ttl/4.
+// validity: from ttl/20, doubling, at most ttl/4, never below 10ms
+// (ClientRules.renewal_retry_*).
 func renewalBackoff(ttl time.Duration) *backoff.Backoff {
-	return backoff.New(max(ttl/20, 10*time.Millisecond), max(ttl/4, 10*time.Millisecond))
+	return backoff.NewWithJitter(max(ttl*renewalRetryMinPercent/100, renewalRetryFloor), max(ttl*renewalRetryMaxPercent/100, renewalRetryFloor), retryJitter)
 }
 
-// jitter spreads d by ±10%.
+// jitter spreads a renewal's delay d by ±10% (ClientRules.renewal_jitter_percent).
 func jitter(d time.Duration) time.Duration {
 	if d <= 0 {
 		return d
 	}
-	return d - d/10 + rand.N(d/5+1) //nolint:gosec // spreading renewals needs no secret randomness
+	spread := d * renewalJitterPercent / 100
+	return d - spread + rand.N(2*spread+1) //nolint:gosec // spreading renewals needs no secret randomness
 }
 
 // due is when the scheduler must next look at l: its renewal, or its

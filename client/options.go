@@ -11,18 +11,6 @@ import (
 	"google.golang.org/grpc/credentials"
 )
 
-// DefaultTTL is the lease TTL used when neither New nor the call is given
-// WithTTL.
-const DefaultTTL = 15 * time.Second
-
-// DefaultCloseTimeout bounds how long Close spends releasing the leases the
-// Client still holds.
-const DefaultCloseTimeout = 2 * time.Second
-
-// maxIdentityBytes leaves room in a holder (128 bytes at most) for the
-// per-acquisition suffix.
-const maxIdentityBytes = 100
-
 // Option configures a Client. Options are given to New.
 type Option interface {
 	applyClient(*config)

@@ -510,10 +510,9 @@ func (s *renewer) sessionAnswered(l *lease, o *sessionOp, res *coordinatorv1.Ses
 		s.poke()
 	case err != nil:
 		st := status.Convert(err)
-		switch reason := ErrorReason(err); reason {
-		case "LEASE_NOT_HELD", "INVALID_FIELD", "PERMISSION_DENIED":
+		if reason := ErrorReason(err); endsLease(reason) {
 			s.endLocked(l, fmt.Errorf("%w: %s: %s: %s", ErrLost, l.describe(), reason, st.Message()))
-		default:
+		} else {
 			// STORE_UNAVAILABLE, DATA_LOSS_QUARANTINE, the stream could not
 			// be opened…: this renewal failed; the lease holds until its
 			// deadline. Try again.

@@ -101,8 +101,7 @@ func (s *Service) keepAliveOne(ctx context.Context, req *coordinatorv1.KeepAlive
 	}
 	st := status.Convert(err)
 	reason := reasonOf(st)
-	switch reason {
-	case coordinatorv1.ErrorReason_LEASE_NOT_HELD, coordinatorv1.ErrorReason_INVALID_FIELD, coordinatorv1.ErrorReason_PERMISSION_DENIED:
+	if endsLease[reason] {
 		resp.Result = &coordinatorv1.KeepAliveResponse_Lost{Lost: &coordinatorv1.LeaseLost{
 			Holder: req.GetHolder(), Token: req.GetToken(), Reason: reason, Message: st.Message(), Code: int32(st.Code()),
 		}}

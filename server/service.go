@@ -2,9 +2,7 @@ package server
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/base64"
-	"encoding/hex"
 	"errors"
 	"log/slog"
 	"sync"
@@ -21,13 +19,7 @@ import (
 	"github.com/coordinator-dev/coordinator/server/store"
 )
 
-const (
-	// deadlineMargin is kept from an RPC deadline so that a wait that runs
-	// out still answers not-acquired instead of DeadlineExceeded.
-	deadlineMargin = 20 * time.Millisecond
-
-	defaultPageSize = 100
-)
+const defaultPageSize = 100
 
 // Service implements coordinatorv1.CoordinatorServer over a store.Store.
 type Service struct {
@@ -135,63 +127,6 @@ func retryAfter(res store.AcquireResult) *durationpb.Duration {
 		return nil
 	}
 	return durationpb.New(max(time.Until(res.RetryAt), 0))
-}
-
-// acquire asks the store for the lease and, given a wait, waits in the
-// name's line (waiting.go) until granted, the wait or the RPC deadline runs
-// out, or the caller leaves.
-func (s *Service) acquire(ctx context.Context, req store.AcquireRequest, wait time.Duration) (store.AcquireResult, error) {
-	if wait == 0 {
-		res, err := s.store.Acquire(ctx, req)
-		if err == nil && !res.Acquired {
-			s.metrics.contended.Inc()
-		}
-		return s.countAcquire(req, res, err)
-	}
-
-	started := time.Now()
-	defer func() { s.metrics.waitSeconds.Observe(time.Since(started).Seconds()) }()
-	giveUpAt := started.Add(wait)
-	if d, ok := ctx.Deadline(); ok && d.Add(-deadlineMargin).Before(giveUpAt) {
-		giveUpAt = d.Add(-deadlineMargin)
-	}
-	return s.waitFor(ctx, req, giveUpAt)
-}
-
-// leaveQueue takes a waiter that gave up out of the queue at once, so the
-// next one need not wait for its place to time out. The caller's context may
-// be cancelled already, so only its values are kept.
-func (s *Service) leaveQueue(parent context.Context, name, waiter string) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), 2*time.Second)
-	defer cancel()
-	if err := s.store.Dequeue(ctx, name, waiter); err != nil {
-		s.log.Warn("could not leave a wait queue; the place times out by itself", "name", name, "err", err)
-	}
-}
-
-func (s *Service) countAcquire(req store.AcquireRequest, res store.AcquireResult, err error) (store.AcquireResult, error) {
-	switch {
-	case err == nil && res.Acquired:
-		s.metrics.acquired.Inc()
-		s.metrics.held.granted(req.Name, res.Lease.Token, res.Lease.TTL)
-		return res, nil
-	case err == nil:
-		s.metrics.notAcquired.Inc()
-		return res, nil
-	}
-	var quarantine *store.QuarantineError
-	if errors.As(err, &quarantine) {
-		s.metrics.quarantined.Inc()
-	} else {
-		s.metrics.acquireErrors.Inc()
-	}
-	return res, storeError(err)
-}
-
-func newWaiterID() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }
 
 // Renew implements coordinatorv1.CoordinatorServer.

@@ -53,134 +53,226 @@ const (
 
 // Session implements coordinatorv1.CoordinatorServer.
 func (s *Service) Session(stream coordinatorv1.Coordinator_SessionServer) error {
-	ctx := stream.Context()
-	chain := sessionops.Interceptors(ctx)
+	ss := s.newSession(stream)
+	defer ss.cancelOps()
+	go ss.out.run()
+	go ss.receive()
+	return ss.end(ss.dispatch())
+}
+
+// session is one Session stream, in three parts that hand work on through
+// channels: the receiver (receive) reads the requests; the dispatcher
+// (dispatch, on the handler's goroutine) starts each operation, on a worker
+// or, when it may wait, on a goroutine of its own; the sender (sessionSender)
+// writes the results. The dispatcher alone watches for the end of the stream
+// (await), and end is its one shutdown.
+type session struct {
+	s      *Service
+	stream coordinatorv1.Coordinator_SessionServer
+	ctx    context.Context
+	chain  []grpc.UnaryServerInterceptor
 	// opsCtx ends the operations in flight early when the stream fails.
+	opsCtx    context.Context
+	cancelOps context.CancelFunc
+
+	// From the receiver to the dispatcher.
+	requests chan *coordinatorv1.SessionRequest
+	recvErr  chan error
+
+	// ops counts the operations in flight. slots holds one token per
+	// operation without a wait in flight (at most sessionInFlight), jobs
+	// hands such operations to idle workers, and waiting is the operations
+	// that may wait, for cancel operations to find.
+	ops     sync.WaitGroup
+	slots   chan struct{}
+	jobs    chan func()
+	waiting waitingOps
+
+	out *sessionSender
+}
+
+// sessionEnd is how a stream ends: the handler's error, and whether the
+// operations in flight are abandoned (their contexts cancelled: waits are
+// given up at once) rather than left to finish.
+type sessionEnd struct {
+	err     error
+	abandon bool
+}
+
+func (s *Service) newSession(stream coordinatorv1.Coordinator_SessionServer) *session {
+	ctx := stream.Context()
 	opsCtx, cancelOps := context.WithCancel(ctx)
-	defer cancelOps()
-
-	out := newSessionSender(stream)
-	go out.run()
-	var ops sync.WaitGroup
-	// finish waits for the operations in flight, sends their results, and
-	// ends the stream with err.
-	// Operations without a wait run on the stream's workers, goroutines
-	// that outlive one operation: a fresh goroutine per operation would grow
-	// its stack through the handler and interceptors every time (about 6%
-	// of the coordinator's CPU under load). There are at most
-	// sessionInFlight of them, one per slot.
-	jobs := make(chan func())
-	runOnWorker := func(job func()) {
-		select {
-		case jobs <- job: // an idle worker takes it
-		default:
-			go func() {
-				job()
-				for job := range jobs {
-					job()
-				}
-			}()
-		}
+	return &session{
+		s:         s,
+		stream:    stream,
+		ctx:       ctx,
+		chain:     sessionops.Interceptors(ctx),
+		opsCtx:    opsCtx,
+		cancelOps: cancelOps,
+		requests:  make(chan *coordinatorv1.SessionRequest),
+		recvErr:   make(chan error, 1),
+		slots:     make(chan struct{}, sessionInFlight),
+		jobs:      make(chan func()),
+		out:       newSessionSender(stream),
 	}
-	finish := func(err error) error {
-		ops.Wait()
-		close(jobs)
-		close(out.results)
-		<-out.done
-		if err == nil && out.err != nil {
-			return out.err
-		}
-		return err
-	}
+}
 
-	// Recv blocks, so it runs on its own goroutine and the loop below can
-	// also watch for shutdown. It ends when the handler returns: gRPC then
-	// cancels the stream, which fails the pending Recv.
-	requests := make(chan *coordinatorv1.SessionRequest)
-	recvErr := make(chan error, 1)
-	go func() {
-		for {
-			req, err := stream.Recv()
-			if err != nil {
-				recvErr <- err
-				return
-			}
-			select {
-			case requests <- req:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-
-	slots := make(chan struct{}, sessionInFlight)
-	var waiting waitingOps
+// receive is the receiver: it hands each request to the dispatcher until
+// Recv fails (io.EOF once the client is done sending). Recv blocks, so it
+// runs on its own goroutine and the dispatcher can also watch for the end.
+// It ends when the handler returns: gRPC then cancels the stream, which
+// fails the pending Recv.
+func (ss *session) receive() {
 	for {
-		var req *coordinatorv1.SessionRequest
+		req, err := ss.stream.Recv()
+		if err != nil {
+			ss.recvErr <- err
+			return
+		}
 		select {
-		case req = <-requests:
-		case err := <-recvErr:
-			switch {
-			case errors.Is(err, io.EOF): // the client is done sending
-				return finish(nil)
-			case ctx.Err() != nil:
-				cancelOps()
-				return finish(status.FromContextError(ctx.Err()).Err())
-			}
-			// The codec's InvalidArgument for a message it could not decode,
-			// a message over the size limit, or the transport's failure.
-			cancelOps()
-			return finish(err)
-		case <-ctx.Done():
-			cancelOps()
-			return finish(status.FromContextError(ctx.Err()).Err())
-		case <-out.failed:
-			cancelOps()
-			return finish(nil)
-		case <-s.stopping:
-			return finish(errStopping)
+		case ss.requests <- req:
+		case <-ss.ctx.Done():
+			return
+		}
+	}
+}
+
+// dispatch is the dispatcher: it starts the operations of each request
+// until the stream must end, and says how.
+func (ss *session) dispatch() sessionEnd {
+	for {
+		req, end := ss.await(true)
+		if end != nil {
+			return *end
 		}
 		if n := len(req.GetOperations()); n > MaxSessionOperations {
-			cancelOps()
-			return finish(InvalidField("operations", fmt.Sprintf("has %d operations; at most %d are allowed in one message", n, MaxSessionOperations)))
+			return sessionEnd{err: InvalidField("operations", fmt.Sprintf("has %d operations; at most %d are allowed in one message", n, MaxSessionOperations)), abandon: true}
 		}
 		for _, op := range req.GetOperations() {
-			if c, ok := op.GetOperation().(*coordinatorv1.SessionOperation_Cancel); ok {
-				waiting.cancel(c.Cancel)
-				continue
+			if end := ss.start(op); end != nil {
+				return *end
 			}
-			waits := opWaits(op)
-			if !waits {
-				select {
-				case slots <- struct{}{}:
-				case <-ctx.Done():
-					cancelOps()
-					return finish(status.FromContextError(ctx.Err()).Err())
-				case <-out.failed:
-					cancelOps()
-					return finish(nil)
-				case <-s.stopping:
-					return finish(errStopping)
-				}
-			}
-			ops.Add(1)
-			if waits {
-				opCtx, cancel := context.WithCancel(opsCtx)
-				forget := waiting.add(op.GetId(), cancel)
-				go func() {
-					defer ops.Done()
-					defer forget()
-					out.push(s.sessionOp(opCtx, chain, op))
-				}()
-				continue
-			}
-			runOnWorker(func() {
-				defer ops.Done()
-				defer func() { <-slots }()
-				out.push(s.sessionOp(opsCtx, chain, op))
-			})
 		}
 	}
+}
+
+// start starts op: a cancel at once, an operation that may wait on a
+// goroutine of its own (the limiter's waiting-call caps bound those), any
+// other on a worker once it has a slot.
+func (ss *session) start(op *coordinatorv1.SessionOperation) *sessionEnd {
+	if c, ok := op.GetOperation().(*coordinatorv1.SessionOperation_Cancel); ok {
+		ss.waiting.cancel(c.Cancel)
+		return nil
+	}
+	if opWaits(op) {
+		ss.ops.Add(1)
+		opCtx, cancel := context.WithCancel(ss.opsCtx)
+		forget := ss.waiting.add(op.GetId(), cancel)
+		go func() {
+			defer ss.ops.Done()
+			defer forget()
+			ss.out.push(ss.s.sessionOp(opCtx, ss.chain, op))
+		}()
+		return nil
+	}
+	select {
+	case ss.slots <- struct{}{}:
+	default: // all taken: wait for one (flow control pushes back on the client), or for the end
+		if _, end := ss.await(false); end != nil {
+			return end
+		}
+	}
+	ss.ops.Add(1)
+	ss.runOnWorker(func() {
+		defer ss.ops.Done()
+		defer func() { <-ss.slots }()
+		ss.out.push(ss.s.sessionOp(ss.opsCtx, ss.chain, op))
+	})
+	return nil
+}
+
+// await blocks until the dispatcher has a request (forRequest) or a slot
+// (otherwise), or the stream must end: the one place that watches for the
+// end, which it returns.
+func (ss *session) await(forRequest bool) (*coordinatorv1.SessionRequest, *sessionEnd) {
+	var (
+		requests <-chan *coordinatorv1.SessionRequest
+		recvErr  <-chan error
+		slots    chan<- struct{}
+	)
+	if forRequest {
+		requests, recvErr = ss.requests, ss.recvErr
+	} else {
+		slots = ss.slots
+	}
+	select {
+	case req := <-requests:
+		return req, nil
+	case slots <- struct{}{}:
+		return nil, nil
+	case err := <-recvErr:
+		switch {
+		case errors.Is(err, io.EOF): // the client is done sending
+			return nil, &sessionEnd{}
+		case ss.ctx.Err() != nil:
+			return nil, ss.cancelled()
+		}
+		// The codec's InvalidArgument for a message it could not decode, a
+		// message over the size limit, or the transport's failure.
+		return nil, &sessionEnd{err: err, abandon: true}
+	case <-ss.ctx.Done():
+		return nil, ss.cancelled()
+	case <-ss.out.failed:
+		return nil, &sessionEnd{abandon: true}
+	case <-ss.s.stopping:
+		// Waits end at once with Unavailable; the results of what was in
+		// flight are sent.
+		return nil, &sessionEnd{err: errStopping}
+	}
+}
+
+// cancelled is the end of a stream the client cancelled or lost.
+func (ss *session) cancelled() *sessionEnd {
+	return &sessionEnd{err: status.FromContextError(ss.ctx.Err()).Err(), abandon: true}
+}
+
+// runOnWorker runs an operation without a wait on one of the stream's
+// workers, goroutines that outlive one operation: a fresh goroutine per
+// operation would grow its stack through the handler and interceptors every
+// time (about 6% of the coordinator's CPU under load). There are at most
+// sessionInFlight of them, one per slot.
+func (ss *session) runOnWorker(job func()) {
+	select {
+	case ss.jobs <- job: // an idle worker takes it
+	default:
+		go ss.worker(job)
+	}
+}
+
+// worker runs job, then the jobs handed to it, until the stream ends.
+func (ss *session) worker(job func()) {
+	job()
+	for job := range ss.jobs {
+		job()
+	}
+}
+
+// end is the stream's one shutdown: it gives up the operations in flight
+// when the end abandons them, waits for them, lets the sender send their
+// results, stops the workers, and returns the stream's error (the sender's
+// when a Send failed).
+func (ss *session) end(e sessionEnd) error {
+	if e.abandon {
+		ss.cancelOps()
+	}
+	ss.ops.Wait()
+	close(ss.jobs)
+	close(ss.out.results)
+	<-ss.out.done
+	if e.err == nil && ss.out.err != nil {
+		return ss.out.err
+	}
+	return e.err
 }
 
 // waitingOps are the operations of a stream that may wait, by id, so that a

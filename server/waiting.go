@@ -18,6 +18,10 @@ import (
 // others stay parked and send nothing; one RefreshWaiters call per line and
 // heartbeat keeps all their places. A handoff then costs a few store calls,
 // however long the queue.
+//
+// This file is the lines; a waiting call itself, from its arrival to its
+// grant or give-up, is a waitingAcquire (acquire.go), which uses its line's
+// join, park, refused, unpark and leave.
 
 const (
 	// waiterHeartbeat is how often a line refreshes its waiters' places, and
@@ -278,94 +282,4 @@ func (w *waiter) signal() {
 	case w.turn <- struct{}{}:
 	default:
 	}
-}
-
-// waitFor is acquire with a wait: it joins the name's line and tries again
-// whenever it is its turn, until granted, giveUpAt, or the caller leaves.
-func (s *Service) waitFor(ctx context.Context, req store.AcquireRequest, giveUpAt time.Time) (store.AcquireResult, error) {
-	req.Waiter = newWaiterID()
-	line := s.lines.join(req.Name) //nolint:contextcheck // the line outlives this call: it ends with its last waiter
-	defer s.lines.leave(line)
-	w := &waiter{id: req.Waiter, turn: make(chan struct{}, 1)}
-
-	// The first attempt, in line. When the wait runs out before our turn to
-	// enter, make it anyway: a last attempt answers with the holder.
-	entered := false
-	timer := time.NewTimer(time.Until(giveUpAt))
-	select {
-	case line.enter <- struct{}{}:
-		entered = true
-	case <-timer.C:
-	case <-ctx.Done():
-		timer.Stop()
-		return s.countAcquire(req, store.AcquireResult{}, ctx.Err())
-	case <-s.stopping:
-		timer.Stop()
-		return store.AcquireResult{}, errStopping
-	}
-	timer.Stop()
-	seq := line.seq()
-	res, err := s.attempt(ctx, req)
-	if err != nil || res.Acquired || !entered || !time.Now().Before(giveUpAt) {
-		if entered {
-			<-line.enter
-		}
-		return s.finishWait(ctx, req, res, err)
-	}
-	line.park(w, seq)
-	<-line.enter
-	defer line.unpark(w)
-	return s.waitInLine(ctx, line, w, req, giveUpAt, line.refused(w, res))
-}
-
-// waitInLine waits for w's turn and tries again, until granted, giveUpAt, or
-// the caller leaves. retryAt is when w, first in line, should try again
-// without being told to (zero: only when told).
-func (s *Service) waitInLine(ctx context.Context, line *waitLine, w *waiter, req store.AcquireRequest, giveUpAt, retryAt time.Time) (store.AcquireResult, error) {
-	for {
-		wake := giveUpAt
-		if !retryAt.IsZero() && retryAt.Before(wake) {
-			wake = retryAt
-		}
-		timer := time.NewTimer(time.Until(wake))
-		select {
-		case <-w.turn:
-		case <-timer.C:
-		case <-ctx.Done():
-			timer.Stop()
-			s.leaveQueue(ctx, req.Name, req.Waiter)
-			return s.countAcquire(req, store.AcquireResult{}, ctx.Err())
-		case <-s.stopping:
-			timer.Stop()
-			s.leaveQueue(ctx, req.Name, req.Waiter)
-			return store.AcquireResult{}, errStopping
-		}
-		timer.Stop()
-		if line.closed() {
-			return store.AcquireResult{}, errStopping
-		}
-		res, err := s.attempt(ctx, req)
-		if err != nil || res.Acquired || !time.Now().Before(giveUpAt) {
-			return s.finishWait(ctx, req, res, err)
-		}
-		retryAt = line.refused(w, res)
-	}
-}
-
-// finishWait ends a wait with the answer of its last attempt.
-func (s *Service) finishWait(ctx context.Context, req store.AcquireRequest, res store.AcquireResult, err error) (store.AcquireResult, error) {
-	if err != nil || !res.Acquired {
-		s.leaveQueue(ctx, req.Name, req.Waiter)
-	}
-	return s.countAcquire(req, res, err)
-}
-
-// attempt is one Acquire of a waiting call.
-func (s *Service) attempt(ctx context.Context, req store.AcquireRequest) (store.AcquireResult, error) {
-	req.WaiterTTL = waiterTTL
-	res, err := s.store.Acquire(ctx, req)
-	if err == nil && !res.Acquired {
-		s.metrics.contended.Inc()
-	}
-	return res, err
 }

@@ -7,7 +7,8 @@ import (
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/retry"
 )
 
-// Jitter is the fraction by which each delay is randomly moved up or down.
+// Jitter is the fraction by which each delay of New is randomly moved up or
+// down.
 const Jitter = 0.2
 
 // Backoff hands out the delays of successive attempts. It is not safe for
@@ -22,9 +23,14 @@ type Backoff struct {
 }
 
 // New returns a backoff whose first delay is about min and whose delays never
-// exceed max.
-func New(min, max time.Duration) *Backoff {
-	return &Backoff{delay: retry.BackoffExponentialWithJitterBounded(min, Jitter, max), unread: context.Background()}
+// exceed max, each moved up or down by up to Jitter.
+func New(min, max time.Duration) *Backoff { return NewWithJitter(min, max, Jitter) }
+
+// NewWithJitter is New with each delay moved up or down by up to the
+// fraction jitter instead: for callers whose spread is set elsewhere (the
+// SDK's comes from the proto's client rules).
+func NewWithJitter(min, max time.Duration, jitter float64) *Backoff {
+	return &Backoff{delay: retry.BackoffExponentialWithJitterBounded(min, jitter, max), unread: context.Background()}
 }
 
 // Next returns the delay before the next attempt.

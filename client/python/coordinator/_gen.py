@@ -24,7 +24,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import List
 
-__all__ = ["GEN_DIR", "pb", "pb_grpc", "status_pb2", "error_details_pb2"]
+__all__ = ["GEN_DIR", "pb", "pb_grpc", "rules_pb2", "status_pb2", "error_details_pb2"]
 
 
 def _find_gen_dir() -> Path:
@@ -83,14 +83,16 @@ def _import_generated() -> tuple:
         details = importlib.import_module("google.rpc.error_details_pb2")
         pbmod = importlib.import_module("coordinator.v1.coordinator_pb2")
         grpcmod = importlib.import_module("coordinator.v1.coordinator_pb2_grpc")
+        rules = importlib.import_module("coordinator.v1.rules_pb2")
     finally:
         sys.dont_write_bytecode = saved
-    return pbmod, grpcmod, status, details
+    return pbmod, grpcmod, rules, status, details
 
 
 _setup_paths()
 pb: ModuleType
 pb_grpc: ModuleType
+rules_pb2: ModuleType
 status_pb2: ModuleType
 error_details_pb2: ModuleType
-pb, pb_grpc, status_pb2, error_details_pb2 = _import_generated()
+pb, pb_grpc, rules_pb2, status_pb2, error_details_pb2 = _import_generated()

@@ -8,16 +8,18 @@ from datetime import datetime, timezone
 from typing import Any, Optional
 
 from ._gen import pb  # noqa: F401  (makes google.protobuf importable first)
+from ._rules import (
+    RENEWAL_RETRY_FLOOR,
+    RENEWAL_RETRY_MAX,
+    RENEWAL_RETRY_MIN,
+    RETRY_JITTER,
+    RETRY_MAX,
+    RETRY_MIN,
+    VALIDITY_MARGIN,
+    VALIDITY_MARGIN_MAX,
+    VALIDITY_MARGIN_MIN,
+)
 from google.protobuf import duration_pb2
-
-#: The longest wait the coordinator accepts in one call.
-MAX_WAIT = 300.0
-#: How long before the caller's deadline a wait asks the coordinator to
-#: answer, so that its not-acquired answer (naming the holder) arrives in time.
-ANSWER_MARGIN = 0.1
-#: How many times in a row an acquisition re-confirms a grant that arrived
-#: too late to leave much of its validity.
-MAX_CONFIRMS = 5
 
 
 def to_duration(seconds: float) -> duration_pb2.Duration:
@@ -44,19 +46,20 @@ def from_timestamp(ts: Any) -> Optional[datetime]:
 def drift_margin(ttl: float) -> float:
     """What is kept from a lease's validity for clock drift between this
     process and the store, and for this process being scheduled late:
-    max(ttl/10, 50ms), at most ttl/2."""
-    return min(max(ttl / 10, 0.05), ttl / 2)
+    max(ttl/10, 50ms), at most ttl/2 (ClientRules.validity_margin_*)."""
+    return min(max(ttl * VALIDITY_MARGIN, VALIDITY_MARGIN_MIN), ttl * VALIDITY_MARGIN_MAX)
 
 
-def jitter(d: float) -> float:
-    """Spreads d by ±10%."""
+def jitter(d: float, fraction: float) -> float:
+    """Spreads d by ±fraction."""
     if d <= 0:
         return d
-    return d * (0.9 + random.random() * 0.2)
+    return d * (1 - fraction + random.random() * 2 * fraction)
 
 
 class Backoff:
-    """Exponential backoff with jitter: from ``base``, doubling, at most ``cap``."""
+    """Exponential backoff with jitter: from ``base``, doubling, each delay
+    moved by up to ±RETRY_JITTER (20%) and held to at most ``cap``."""
 
     def __init__(self, base: float, cap: float) -> None:
         self.base = base
@@ -66,21 +69,23 @@ class Backoff:
     def next(self) -> float:
         d = self._next
         self._next = min(self._next * 2, self.cap)
-        return jitter(d)
+        return min(jitter(d, RETRY_JITTER), self.cap)
 
     def reset(self) -> None:
         self._next = self.base
 
 
 def call_backoff() -> Backoff:
-    """Delays between retries of a call or a stream: 50ms doubling to 2s."""
-    return Backoff(0.05, 2.0)
+    """Delays between retries of a call or a stream: 50ms doubling to 2s
+    (ClientRules.retry_*)."""
+    return Backoff(RETRY_MIN, RETRY_MAX)
 
 
 def renewal_backoff(ttl: float) -> Backoff:
     """Delays after failed renewals, so that several fit in a lease's
-    validity: from ttl/20, doubling, at most ttl/4."""
-    return Backoff(max(ttl / 20, 0.01), max(ttl / 4, 0.01))
+    validity: from ttl/20, doubling, at most ttl/4, never below 10ms
+    (ClientRules.renewal_retry_*)."""
+    return Backoff(max(ttl * RENEWAL_RETRY_MIN, RENEWAL_RETRY_FLOOR), max(ttl * RENEWAL_RETRY_MAX, RENEWAL_RETRY_FLOOR))
 
 
 def sleep(seconds: float, stop: Optional[threading.Event] = None) -> bool:

@@ -16,7 +16,8 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 import grpc
 
 from ._gen import pb, pb_grpc
-from ._util import ANSWER_MARGIN, MAX_CONFIRMS, MAX_WAIT, call_backoff, drift_margin, from_duration, to_duration
+from ._rules import ANSWER_MARGIN, CLOSE_TIMEOUT, DEFAULT_TTL, MAX_CONFIRMS, MAX_IDENTITY_BYTES, MAX_WAIT
+from ._util import call_backoff, drift_margin, from_duration, to_duration
 from .election import LeaderInfo, Leadership, Observation, Value, as_bytes
 from .errors import (
     ClientClosed,
@@ -36,10 +37,6 @@ log = logging.getLogger("coordinator")
 
 #: Where ``make run`` serves.
 DEFAULT_TARGET = "127.0.0.1:7400"
-#: The lease TTL used when neither the Client nor the call says.
-DEFAULT_TTL = 15.0
-#: Identities leave room in a holder (128 bytes at most) for a suffix.
-MAX_IDENTITY_BYTES = 100
 
 _OUTCOME_UNKNOWN = frozenset(
     {
@@ -121,7 +118,8 @@ class Client:
             threads locking one name through one Client exclude each other.
         ttl: the default lease TTL in seconds.
         timeout: the deadline of one call that does not wait, in seconds.
-        close_timeout: how long close() (and release()) spend releasing.
+        close_timeout: how long close() (and release()) spend releasing, in
+            seconds (default: the proto's ClientRules, 2 s).
         options: extra gRPC channel options.
         use_session: carry acquire, renew, release, campaign and resign over
             one Session stream shared by every thread (the default); False
@@ -143,7 +141,7 @@ class Client:
         holder: Optional[str] = None,
         ttl: float = DEFAULT_TTL,
         timeout: float = 10.0,
-        close_timeout: float = 5.0,
+        close_timeout: float = CLOSE_TIMEOUT,
         options: Optional[Sequence[Tuple[str, Any]]] = None,
         use_session: bool = True,
     ) -> None:
@@ -226,6 +224,7 @@ class Client:
 
     @property
     def closed(self) -> bool:
+        """Whether close() was called."""
         return self._closed
 
     @property
@@ -473,7 +472,9 @@ class Client:
             obs.close()
         return obs
 
-    def _forget_observation(self, obs: Observation) -> None:
+    def forget_observation(self, obs: Observation) -> None:
+        """Part of _ObservationHost (election.py), for the Observations this
+        Client opened: drops obs from those close() closes."""
         with self._obs_lock:
             self._observations.pop(id(obs), None)
 
@@ -619,7 +620,33 @@ class Client:
                                    timeout=timeout, check_closed=False)
         return bool(resp.released)
 
-    def _release_held(self, h: _Held, resign: bool) -> bool:
+    # -- what its grants use: the _LeaseHost protocol (lease.py) --------------
+    # A Lease or Leadership of this Client talks to it through these alone.
+    # They are for the Client's own grants, not for applications.
+
+    def grant_call(self, kind: str, request: Any) -> Tuple[Any, float]:
+        """Part of _LeaseHost: the lease operation ``kind`` as this Client
+        makes them, and when it was sent."""
+        return self._lease_call(kind, request)
+
+    def end_grant(self, h: _Held, err: Optional[BaseException], lost: bool) -> Tuple[bool, Optional[BaseException]]:
+        """Part of _LeaseHost: stops renewing h and ends it, unless it ended
+        already. Returns (ended_now, prior_error)."""
+        return self._session.end(h, err, lost)
+
+    def grant_renewed(self, h: _Held, sent: float, ttl: float) -> bool:
+        """Part of _LeaseHost: records a renewal of h sent at ``sent``;
+        reports whether h is still held."""
+        return self._session.renewed(h, sent, ttl)
+
+    def watch_lost(self, h: _Held, callback: Callable[[_Held], None]) -> bool:
+        """Part of _LeaseHost: has ``callback(h)`` called when h is lost;
+        False when it is lost already."""
+        return self._session.watch_lost(h, callback)
+
+    def release_grant(self, h: _Held, resign: bool) -> bool:
+        """Part of _LeaseHost: ends h and gives it up on the coordinator
+        (Lease.release, Leadership.resign)."""
         from .errors import LeaseExpired
 
         ended_now, prior = self._session.end(h, None, lost=False)

@@ -8,17 +8,15 @@ import queue
 import threading
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Iterator, Optional, Union
+from typing import Any, Iterator, Optional, Protocol, Union, runtime_checkable
 
 import grpc
 
 from ._gen import pb
+from ._rules import LEASE_NOT_HELD
 from ._util import from_timestamp, to_duration
 from .errors import ClientClosed, CoordinatorError, LeaseNotHeld, from_rpc_error
-from .lease import _Held
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .client import Client
+from .lease import _Held, _LeaseHost
 
 __all__ = ["LeaderInfo", "Leadership", "EventKind", "ObserveEvent", "Observation"]
 
@@ -73,8 +71,8 @@ class Leadership(_Held):
 
     kind = "leadership"
 
-    def __init__(self, client: "Client", election: str, candidate: str, term: int, ttl: float, sent: float, value: bytes) -> None:
-        super().__init__(client, election, candidate, term, ttl, sent)
+    def __init__(self, host: _LeaseHost, election: str, candidate: str, term: int, ttl: float, sent: float, value: bytes) -> None:
+        super().__init__(host, election, candidate, term, ttl, sent)
         self._value = value
         self._proclaim_lock = threading.Lock()
 
@@ -105,8 +103,7 @@ class Leadership(_Held):
         term is over, the leadership ends (``lost`` is set) and LeaseNotHeld
         is raised. A transient error leaves the leadership as it was."""
         data = as_bytes(value)
-        c = self._client
-        sess = c._session
+        host = self._host
         with self._proclaim_lock:
             if self.ended.is_set():
                 raise self._error or _ended_error(self)
@@ -115,29 +112,29 @@ class Leadership(_Held):
                 election=self._name, candidate=self._holder, value=data, ttl=to_duration(ttl), term=self._token
             )
             try:
-                resp, sent = c._lease_call("campaign", req)
+                resp, sent = host.grant_call("campaign", req)
             except CoordinatorError as err:
-                if err.reason == "LEASE_NOT_HELD":
-                    sess.end(self, err, lost=True)
+                if err.reason == LEASE_NOT_HELD:
+                    host.end_grant(self, err, lost=True)
                 raise
             term = int(resp.leader.term)
             if not resp.elected or term != self._token:
                 lost = LeaseNotHeld(
                     f"{self._describe()}: the coordinator has another term in office",
                     code=grpc.StatusCode.FAILED_PRECONDITION,
-                    reason="LEASE_NOT_HELD",
+                    reason=LEASE_NOT_HELD,
                     metadata={"name": self._name},
                 )
                 if resp.elected:
                     # A coordinator that ignores Campaign.term started a new
                     # term that nobody wants: resign it.
                     try:
-                        c._lease_call("resign", pb.ResignRequest(election=self._name, candidate=self._holder, term=term))
+                        host.grant_call("resign", pb.ResignRequest(election=self._name, candidate=self._holder, term=term))
                     except CoordinatorError:
                         pass
-                ended, prior = sess.end(self, lost, lost=True)
+                ended, prior = host.end_grant(self, lost, lost=True)
                 raise lost if ended or prior is None else prior
-            if not sess.renewed(self, sent, ttl):
+            if not host.grant_renewed(self, sent, ttl):
                 raise self._error or _ended_error(self)
             self._value = data
 
@@ -146,7 +143,7 @@ class Leadership(_Held):
         that the next candidate is elected at once, retrying transient
         errors for up to the Client's close timeout. Returns True when it
         stepped down, False when the term was over already."""
-        return self._client._release_held(self, resign=True)
+        return self._host.release_grant(self, resign=True)
 
     def __enter__(self) -> "Leadership":
         return self
@@ -166,7 +163,7 @@ class Leadership(_Held):
 
 
 def _ended_error(h: _Held) -> CoordinatorError:
-    return LeaseNotHeld(f"{h._describe()} has ended", reason="LEASE_NOT_HELD")
+    return LeaseNotHeld(f"{h._describe()} has ended", reason=LEASE_NOT_HELD)
 
 
 class EventKind(enum.Enum):
@@ -204,6 +201,21 @@ class ObserveEvent:
 _END = object()
 
 
+@runtime_checkable
+class _ObservationHost(Protocol):
+    """What an Observation needs of the Client that opened it, and all it
+    uses of it. Client implements it."""
+
+    @property
+    def closed(self) -> bool:
+        """Whether the Client was closed."""
+        ...
+
+    def forget_observation(self, obs: "Observation") -> None:
+        """Drops obs from the observations that closing the Client closes."""
+        ...
+
+
 class Observation:
     """An open Observe stream: an iterator of ObserveEvent.
 
@@ -214,8 +226,8 @@ class Observation:
     again.
     """
 
-    def __init__(self, client: "Client", election: str, call: Any) -> None:
-        self._client = client
+    def __init__(self, host: _ObservationHost, election: str, call: Any) -> None:
+        self._host = host
         self.election = election
         self._call = call
         self._queue: "queue.Queue[Any]" = queue.Queue()
@@ -254,7 +266,7 @@ class Observation:
             raise StopIteration
         if isinstance(item, BaseException):
             self._finished = True
-            if isinstance(item, CoordinatorError) and self._client._closed:
+            if isinstance(item, CoordinatorError) and self._host.closed:
                 raise ClientClosed("the client was closed") from item
             raise item
         return item
@@ -270,7 +282,7 @@ class Observation:
         if not self._closed.is_set():
             self._closed.set()
             self._call.cancel()
-            self._client._forget_observation(self)
+            self._host.forget_observation(self)
         if self._thread is not threading.current_thread():
             self._thread.join(timeout=5)
 

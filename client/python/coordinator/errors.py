@@ -200,11 +200,11 @@ class ClientClosed(CoordinatorError):
 
 
 _BY_REASON = {
-    "LEASE_NOT_HELD": LeaseNotHeld,
-    "INVALID_FIELD": InvalidField,
-    "PERMISSION_DENIED": PermissionDenied,
-    "STORE_UNAVAILABLE": StoreUnavailable,
-    "DATA_LOSS_QUARANTINE": DataLossQuarantine,
+    pb.ErrorReason.Name(pb.LEASE_NOT_HELD): LeaseNotHeld,
+    pb.ErrorReason.Name(pb.INVALID_FIELD): InvalidField,
+    pb.ErrorReason.Name(pb.PERMISSION_DENIED): PermissionDenied,
+    pb.ErrorReason.Name(pb.STORE_UNAVAILABLE): StoreUnavailable,
+    pb.ErrorReason.Name(pb.DATA_LOSS_QUARANTINE): DataLossQuarantine,
 }
 
 _BY_CODE = {

@@ -14,8 +14,9 @@ response to its grant by that id. A grant has at most one renewal in flight.
 A renewed grant's deadline becomes the time its renewal was sent + the
 granted TTL - a drift margin; one still unrenewed at its deadline ends with
 LeaseExpired there, whatever is in flight, before the coordinator's own
-expiry. A ``lost`` result (a LEASE_NOT_HELD, INVALID_FIELD or
-PERMISSION_DENIED error on the Session) ends it at once; a ``failed`` result
+expiry. A ``lost`` result (on the Session, an error whose reason the proto
+marks ``ends_lease``: LEASE_NOT_HELD, INVALID_FIELD, PERMISSION_DENIED) ends
+it at once; a ``failed`` result
 (any other error), or the stream breaking with the renewal in flight, is
 retried (after ``retry_after`` when
 the coordinator gives one) while the deadline allows.
@@ -33,11 +34,12 @@ import logging
 import queue
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
 
 import grpc
 
 from ._gen import pb
+from ._rules import LEASE_ENDING_REASONS
 from ._util import call_backoff, from_duration, renewal_backoff, to_duration
 from .errors import CoordinatorError, LeaseExpired, RPCError, from_reason, from_rpc_error, from_status
 from .session import Session, SessionBroken, UseUnary
@@ -105,6 +107,15 @@ class KeepAliveSession:
                 return False, h._error
             self._end_locked(h, err, lost)
             return True, None
+
+    def watch_lost(self, h: "_Held", callback: Callable[["_Held"], None]) -> bool:
+        """Has ``callback(h)`` called on a background thread when h is lost;
+        False, without it, when h is lost already."""
+        with self.lock:
+            if h.lost.is_set():
+                return False
+            h._callbacks.append(callback)
+            return True
 
     def renewed(self, h: "_Held", sent: float, ttl: float) -> bool:
         """Records a renewal of h sent at ``sent`` (a proclamation); ends h
@@ -429,7 +440,7 @@ class KeepAliveSession:
                 self.lock.notify_all()
             elif err is not None:
                 reason = getattr(err, "reason", None)
-                if reason in ("LEASE_NOT_HELD", "INVALID_FIELD", "PERMISSION_DENIED"):
+                if reason in LEASE_ENDING_REASONS:
                     self._end_locked(h, err, lost=True)
                 elif isinstance(err, CoordinatorError):
                     # STORE_UNAVAILABLE, DATA_LOSS_QUARANTINE, a stream that

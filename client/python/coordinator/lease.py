@@ -7,17 +7,49 @@ import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Callable, List, Optional
+from typing import Any, Callable, List, Optional, Protocol, Tuple, runtime_checkable
 
+from ._rules import RENEWAL_JITTER, RENEWALS_PER_TTL
 from ._util import Backoff, drift_margin, from_duration, from_timestamp, jitter
 from .errors import CoordinatorError
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .client import Client
 
 __all__ = ["Lease", "LeaseInfo", "Description"]
 
 log = logging.getLogger("coordinator")
+
+
+@runtime_checkable
+class _LeaseHost(Protocol):
+    """What a grant (a Lease or a Leadership) needs of the Client it was
+    acquired through, and all it uses of it. Client implements it; it is for
+    the Client's own grants, not for applications."""
+
+    def grant_call(self, kind: str, request: Any) -> Tuple[Any, float]:
+        """Makes the lease operation ``kind`` ("campaign", "resign"…) as the
+        Client makes them (on its Session stream, or as a unary call), and
+        returns the response and when the request was sent."""
+        ...
+
+    def end_grant(self, h: "_Held", err: Optional[BaseException], lost: bool) -> Tuple[bool, Optional[BaseException]]:
+        """Stops renewing h and ends it with err (setting ``lost`` when
+        lost), unless it ended already. Returns (ended_now, prior_error)."""
+        ...
+
+    def grant_renewed(self, h: "_Held", sent: float, ttl: float) -> bool:
+        """Records a renewal of h sent at ``sent`` (a proclamation); reports
+        whether h is still held (not when its deadline had passed)."""
+        ...
+
+    def watch_lost(self, h: "_Held", callback: Callable[["_Held"], None]) -> bool:
+        """Has ``callback(h)`` called, on a background thread, when h is
+        lost; False, without it, when h is lost already."""
+        ...
+
+    def release_grant(self, h: "_Held", resign: bool) -> bool:
+        """Ends h and gives it up on the coordinator (Release, or Resign),
+        retrying transient errors for up to the close timeout. True when the
+        coordinator gave it up now."""
+        ...
 
 
 class _Held:
@@ -32,8 +64,8 @@ class _Held:
 
     kind = "lease"
 
-    def __init__(self, client: "Client", name: str, holder: str, token: int, ttl: float, sent: float) -> None:
-        self._client = client
+    def __init__(self, host: _LeaseHost, name: str, holder: str, token: int, ttl: float, sent: float) -> None:
+        self._host = host
         self._name = name
         self._holder = holder
         self._token = int(token)
@@ -43,8 +75,8 @@ class _Held:
         self.lost = threading.Event()
         #: Set the moment the grant ends, whatever the reason (released too).
         self.ended = threading.Event()
+        # Guarded by the KeepAlive session's lock (keepalive.py).
         self._callbacks: List[Callable[["_Held"], None]] = []
-        # Guarded by the session's lock.
         self._ttl = ttl
         self._confirmed = sent
         self._deadline = sent
@@ -67,7 +99,7 @@ class _Held:
         self._ttl = ttl
         self._confirmed = sent
         self._deadline = sent + ttl - drift_margin(ttl)
-        self._next_renew = sent + jitter(ttl / 3)
+        self._next_renew = sent + jitter(ttl / RENEWALS_PER_TTL, RENEWAL_JITTER)
         self._retry = None
         self._last_error = None
 
@@ -143,11 +175,8 @@ class _Held:
     def on_lost(self, callback: Callable[["_Held"], None]) -> None:
         """Calls ``callback(self)`` once, on a background thread, when ``lost``
         is set; at once (on this thread) when it is set already."""
-        with self._client._session.lock:
-            if not self.lost.is_set():
-                self._callbacks.append(callback)
-                return
-        callback(self)
+        if not self._host.watch_lost(self, callback):
+            callback(self)
 
     def _run_callbacks(self) -> None:
         for cb in self._callbacks:
@@ -182,7 +211,7 @@ class Lease(_Held):
         held any more (expired, lost, or released before). Raises
         CoordinatorError for errors that retrying cannot fix.
         """
-        return self._client._release_held(self, resign=False)
+        return self._host.release_grant(self, resign=False)
 
     def __enter__(self) -> "Lease":
         return self

@@ -30,14 +30,20 @@ import type {
   TryAcquireResponse,
 } from "../../../gen/typescript/coordinator/v1/coordinator_pb.js";
 import { Lease, LeaseCore } from "./lease.js";
+import {
+  CLOSE_TIMEOUT,
+  DEFAULT_TTL,
+  LEADER_EARLY_RETURN,
+  LEADER_RETRY_MAX,
+  LEADER_RETRY_MIN,
+  MAX_CONFIRMS,
+  MAX_IDENTITY_BYTES,
+  MAX_WAIT,
+} from "./rules.js";
 import { Backoff, callBackoff, driftMargin, linkSignals, now, sleep, toBytes } from "./util.js";
 
-/** The lease TTL when neither the Client nor the call sets one: 15 s. */
-export const DEFAULT_TTL = 15_000;
-/** The longest wait the coordinator accepts in one call: 5 min. */
-const MAX_WAIT = 300_000;
-/** How many times in a row an acquisition re-confirms a grant that arrived too late. */
-const MAX_CONFIRMS = 5;
+/** The lease TTL when neither the Client nor the call sets one: 15 s (ClientRules.default_ttl_millis). */
+export { DEFAULT_TTL };
 
 export interface ClientOptions {
   /** The coordinator: "host:port" (plaintext unless tls is set), or "http://host:port" / "https://host:port". */
@@ -58,7 +64,7 @@ export interface ClientOptions {
   ttl?: number;
   /** Timeout of calls that do not wait, in milliseconds (default 10 s). */
   callTimeoutMs?: number;
-  /** How long close() spends releasing what is still held, in milliseconds (default 2 s; 0: not at all). */
+  /** How long close() spends releasing what is still held, in milliseconds (default 2 s, ClientRules.close_timeout_millis; 0: not at all). */
   closeTimeoutMs?: number;
   /** Where to report what cannot be returned: stream reconnects, retried acquisitions. Default: nowhere. */
   onWarn?: (message: string, err?: unknown) => void;
@@ -166,7 +172,7 @@ export class Client {
     this.ttl = opts.ttl ?? DEFAULT_TTL;
     checkTtl(this.ttl);
     this.callTimeoutMs = opts.callTimeoutMs ?? 10_000;
-    this.closeTimeoutMs = opts.closeTimeoutMs ?? 2_000;
+    this.closeTimeoutMs = opts.closeTimeoutMs ?? CLOSE_TIMEOUT;
     this.warn = opts.onWarn ?? (() => undefined);
     const tls = typeof opts.tls === "object" ? opts.tls : secure ? {} : undefined;
     this.conn = connect(`${secure ? "https" : "http"}://${address}`, tls, opts.token);
@@ -278,7 +284,7 @@ export class Client {
     opts: RunAsLeaderOptions,
     stop: AbortSignal,
   ): Promise<void> {
-    const b = new Backoff(100, 30_000);
+    const b = new Backoff(LEADER_RETRY_MIN, LEADER_RETRY_MAX);
     while (!stop.aborted) {
       let leadership: Leadership;
       try {
@@ -304,7 +310,7 @@ export class Client {
         opts.onError(failed.err);
       }
       if (stop.aborted) return;
-      if (ended || now() - started >= 60_000) {
+      if (ended || now() - started >= LEADER_EARLY_RETURN) {
         b.reset();
         continue;
       }
@@ -645,7 +651,9 @@ function defaultIdentity(): string {
 function checkIdentity(id: string): void {
   const bytes = Buffer.byteLength(id, "utf8");
   if (bytes === 0) throw new TypeError("coordinator: the holder identity is empty");
-  if (bytes > 100) throw new TypeError(`coordinator: the holder identity is ${bytes} bytes long; at most 100 are allowed`);
+  if (bytes > MAX_IDENTITY_BYTES) {
+    throw new TypeError(`coordinator: the holder identity is ${bytes} bytes long; at most ${MAX_IDENTITY_BYTES} are allowed`);
+  }
   if (/[\p{C}]/u.test(id)) throw new TypeError("coordinator: the holder identity contains an unprintable character");
 }
 

@@ -20,6 +20,7 @@ import { Code, CoordinatorError, LeaseNotHeldError, decodeError } from "./errors
 import type { LeaseEndedError } from "./errors.js";
 import type { KeepAliveSession } from "./keepalive.js";
 import { LeaseCore, releaseCore } from "./lease.js";
+import { LEASE_NOT_HELD } from "./rules.js";
 import { callBackoff, linkSignals, now, sleep, toBytes } from "./util.js";
 
 const decoder = new TextDecoder();
@@ -188,7 +189,7 @@ export class Leadership {
       }
       const err = new LeaseNotHeldError(
         `coordinator: ${l.describe()}: the coordinator has another term in office`,
-        { code: Code.FailedPrecondition, reason: "LEASE_NOT_HELD", metadata: { name: l.name } },
+        { code: Code.FailedPrecondition, reason: LEASE_NOT_HELD, metadata: { name: l.name } },
       );
       this.session.end(l, l.endError("lost", "another term is in office", err));
       throw err;

@@ -85,11 +85,11 @@ export class UnauthenticatedError extends CoordinatorError {}
 type ErrorClass = new (message: string, init: CoordinatorErrorInit) => CoordinatorError;
 
 const byReason: Record<string, ErrorClass> = {
-  LEASE_NOT_HELD: LeaseNotHeldError,
-  DATA_LOSS_QUARANTINE: DataLossQuarantineError,
-  STORE_UNAVAILABLE: StoreUnavailableError,
-  INVALID_FIELD: InvalidFieldError,
-  PERMISSION_DENIED: PermissionDeniedError,
+  [ErrorReason[ErrorReason.LEASE_NOT_HELD]]: LeaseNotHeldError,
+  [ErrorReason[ErrorReason.DATA_LOSS_QUARANTINE]]: DataLossQuarantineError,
+  [ErrorReason[ErrorReason.STORE_UNAVAILABLE]]: StoreUnavailableError,
+  [ErrorReason[ErrorReason.INVALID_FIELD]]: InvalidFieldError,
+  [ErrorReason[ErrorReason.PERMISSION_DENIED]]: PermissionDeniedError,
 };
 
 function classFor(code: Code, reason: string | undefined): ErrorClass {

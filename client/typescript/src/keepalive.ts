@@ -28,9 +28,9 @@ import {
 import { ClientClosedError, CoordinatorError, decodeError, msOf, renewalError } from "./errors.js";
 import type { LeaseEndedError } from "./errors.js";
 import type { LeaseCore, LeaseSession } from "./lease.js";
-import { AsyncQueue, Backoff, callBackoff, driftMargin, now, sleep } from "./util.js";
+import { endsLease } from "./rules.js";
+import { AsyncQueue, callBackoff, driftMargin, now, renewalBackoff, sleep } from "./util.js";
 import type { CoordinatorApi } from "./api.js";
-import { LeaseNotHeldError, InvalidFieldError, PermissionDeniedError } from "./errors.js";
 import { SessionBrokeError, UseUnaryError, statusError, type SessionTransport } from "./session.js";
 import type { SessionResult } from "../../../gen/typescript/coordinator/v1/coordinator_pb.js";
 
@@ -189,13 +189,14 @@ export class KeepAliveSession implements LeaseSession {
     if (err instanceof ClientClosedError) return; // close() ends the lease
     if (err === undefined && res?.result.case === "error") err = statusError(res.result.value);
     if (err !== undefined) {
-      if (err instanceof LeaseNotHeldError || err instanceof InvalidFieldError || err instanceof PermissionDeniedError) {
-        this.end(l, l.endError("lost", `the coordinator refused its renewal: ${err.message}`, err));
+      const e = decodeError(err);
+      if (e instanceof CoordinatorError && endsLease(e.reason)) {
+        // A reason the proto marks ends_lease: LEASE_NOT_HELD, INVALID_FIELD, PERMISSION_DENIED.
+        this.end(l, l.endError("lost", `the coordinator refused its renewal: ${e.message}`, e));
         return;
       }
       // STORE_UNAVAILABLE, DATA_LOSS_QUARANTINE, the stream refused…: this
       // renewal failed; the lease holds until its deadline. Try again.
-      const e = decodeError(err);
       this.failed(l, e.message, e instanceof CoordinatorError ? e.retryAfter : undefined);
       return;
     }
@@ -257,7 +258,7 @@ export class KeepAliveSession implements LeaseSession {
 
   /** failed schedules another try of a renewal that failed transiently. */
   private failed(l: LeaseCore, why: string, retryAfter: number | undefined): void {
-    l.retry ??= new Backoff(Math.max(l.ttl / 20, 10), Math.max(l.ttl / 4, 10));
+    l.retry ??= renewalBackoff(l.ttl);
     l.lastErr = why;
     l.nextRenew = now() + Math.max(l.retry.delay(), retryAfter ?? 0);
     this.schedule(l);

@@ -5,6 +5,7 @@ import { setMaxListeners } from "node:events";
 import { LeaseEndedError } from "./errors.js";
 import type { LeaseEndKind } from "./errors.js";
 import type { Backoff } from "./util.js";
+import { RENEWAL_JITTER, RENEWALS_PER_TTL } from "./rules.js";
 import { callBackoff, driftMargin, jitter, now, sleep } from "./util.js";
 import { isTransient } from "./errors.js";
 
@@ -52,7 +53,7 @@ export class LeaseCore {
     this.ttl = ttl;
     this.confirmedAt = sent;
     this.deadline = sent + ttl - driftMargin(ttl);
-    this.nextRenew = sent + jitter(ttl / 3);
+    this.nextRenew = sent + jitter(ttl / RENEWALS_PER_TTL, RENEWAL_JITTER);
     this.retry = undefined;
     this.lastErr = "";
   }

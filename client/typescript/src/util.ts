@@ -1,23 +1,38 @@
 // Small helpers shared by the client's modules.
 
+import {
+  RENEWAL_RETRY_FLOOR,
+  RENEWAL_RETRY_MAX,
+  RENEWAL_RETRY_MIN,
+  RETRY_JITTER,
+  RETRY_MAX,
+  RETRY_MIN,
+  VALIDITY_MARGIN,
+  VALIDITY_MARGIN_MAX,
+  VALIDITY_MARGIN_MIN,
+} from "./rules.js";
+
 /** The monotonic clock leases are measured on, in milliseconds. */
 export const now = (): number => performance.now();
 
 /**
  * driftMargin is kept from a lease's validity for clock drift between this
  * process and the store, and for this process being scheduled late:
- * max(ttl/10, 50ms), at most ttl/2.
+ * max(ttl/10, 50ms), at most ttl/2 (ClientRules.validity_margin_*).
  */
 export function driftMargin(ttl: number): number {
-  return Math.min(Math.max(ttl / 10, 50), ttl / 2);
+  return Math.min(Math.max(ttl * VALIDITY_MARGIN, VALIDITY_MARGIN_MIN), ttl * VALIDITY_MARGIN_MAX);
 }
 
-/** jitter spreads d by ±10%. */
-export function jitter(d: number): number {
-  return d <= 0 ? d : d * (0.9 + Math.random() * 0.2);
+/** jitter spreads d by ±fraction. */
+export function jitter(d: number, fraction: number): number {
+  return d <= 0 ? d : d * (1 - fraction + Math.random() * 2 * fraction);
 }
 
-/** Exponential backoff: from base, doubling, at most max, with ±10% jitter. */
+/**
+ * Exponential backoff: from base, doubling, each delay moved by up to
+ * ±RETRY_JITTER (20%) and held to at most max.
+ */
 export class Backoff {
   private next: number;
   constructor(
@@ -29,15 +44,23 @@ export class Backoff {
   delay(): number {
     const d = this.next;
     this.next = Math.min(this.next * 2, this.max);
-    return jitter(d);
+    return Math.min(jitter(d, RETRY_JITTER), this.max);
   }
   reset(): void {
     this.next = this.base;
   }
 }
 
-/** The delays between retries of a call or a stream: from 50ms, doubling, at most 2s. */
-export const callBackoff = (): Backoff => new Backoff(50, 2000);
+/** The delays between retries of a call or a stream: from 50ms, doubling, at most 2s (ClientRules.retry_*). */
+export const callBackoff = (): Backoff => new Backoff(RETRY_MIN, RETRY_MAX);
+
+/**
+ * The delays before retrying a renewal that failed, in proportion to the TTL
+ * so that several fit in the lease's validity: from ttl/20, doubling, at most
+ * ttl/4, never below 10ms (ClientRules.renewal_retry_*).
+ */
+export const renewalBackoff = (ttl: number): Backoff =>
+  new Backoff(Math.max(ttl * RENEWAL_RETRY_MIN, RENEWAL_RETRY_FLOOR), Math.max(ttl * RENEWAL_RETRY_MAX, RENEWAL_RETRY_FLOOR));
 
 /** sleep waits ms, or until signal aborts; it resolves true when ms passed. */
 export function sleep(ms: number, signal?: AbortSignal): Promise<boolean> {

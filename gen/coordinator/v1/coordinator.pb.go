@@ -26,7 +26,9 @@ const (
 
 // ErrorReason is the google.rpc.ErrorInfo reason of errors a client may act
 // on (the reason string is the value's name, e.g. "LEASE_NOT_HELD"), and the
-// reason of a KeepAlive result that lost or failed.
+// reason of a KeepAlive result that lost or failed. The reasons marked
+// (ends_lease) are those that end a lease: a renewal refused with one of
+// them is answered lost, and a client stops renewing.
 type ErrorReason int32
 
 const (
@@ -830,7 +832,7 @@ type LeaseLost struct {
 	Holder string `protobuf:"bytes,1,opt,name=holder,proto3" json:"holder,omitempty"`
 	Token  uint64 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
 	// LEASE_NOT_HELD (expired or taken), INVALID_FIELD (the request was
-	// invalid) or PERMISSION_DENIED.
+	// invalid) or PERMISSION_DENIED: the reasons marked (ends_lease).
 	Reason ErrorReason `protobuf:"varint,3,opt,name=reason,proto3,enum=coordinator.v1.ErrorReason" json:"reason,omitempty"`
 	// What a person should read.
 	Message string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
@@ -2409,14 +2411,14 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fKIND_ELECTED\x10\x01\x12\x13\n" +
 	"\x0fKIND_PROCLAIMED\x10\x02\x12\x0f\n" +
-	"\vKIND_VACANT\x10\x03*\x9a\x01\n" +
+	"\vKIND_VACANT\x10\x03*\xac\x01\n" +
 	"\vErrorReason\x12\x1c\n" +
-	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x12\n" +
-	"\x0eLEASE_NOT_HELD\x10\x01\x12\x18\n" +
+	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x0eLEASE_NOT_HELD\x10\x01\x1a\x04\xd8\xf3\x18\x01\x12\x18\n" +
 	"\x14DATA_LOSS_QUARANTINE\x10\x02\x12\x15\n" +
-	"\x11STORE_UNAVAILABLE\x10\x03\x12\x11\n" +
-	"\rINVALID_FIELD\x10\x04\x12\x15\n" +
-	"\x11PERMISSION_DENIED\x10\x052\xdb\x06\n" +
+	"\x11STORE_UNAVAILABLE\x10\x03\x12\x17\n" +
+	"\rINVALID_FIELD\x10\x04\x1a\x04\xd8\xf3\x18\x01\x12\x1b\n" +
+	"\x11PERMISSION_DENIED\x10\x05\x1a\x04\xd8\xf3\x18\x012\x92\a\n" +
 	"\vCoordinator\x12S\n" +
 	"\n" +
 	"TryAcquire\x12!.coordinator.v1.TryAcquireRequest\x1a\".coordinator.v1.TryAcquireResponse\x12D\n" +
@@ -2429,7 +2431,10 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\bCampaign\x12\x1f.coordinator.v1.CampaignRequest\x1a .coordinator.v1.CampaignResponse\x12G\n" +
 	"\x06Resign\x12\x1d.coordinator.v1.ResignRequest\x1a\x1e.coordinator.v1.ResignResponse\x12G\n" +
 	"\x06Leader\x12\x1d.coordinator.v1.LeaderRequest\x1a\x1e.coordinator.v1.LeaderResponse\x12L\n" +
-	"\aObserve\x12\x1e.coordinator.v1.ObserveRequest\x1a\x1f.coordinator.v1.ObserveResponse0\x01BIZGgithub.com/coordinator-dev/coordinator/gen/coordinator/v1;coordinatorv1b\x06proto3"
+	"\aObserve\x12\x1e.coordinator.v1.ObserveRequest\x1a\x1f.coordinator.v1.ObserveResponse0\x01\x1a5\xd2\xf3\x181\b\x98u\x10\xd0\x0f\x18\x1c d(\x05028\xd0\x0f@\x14H\x03P\n" +
+	"X\x05`\x19h\n" +
+	"p\n" +
+	"x2\x80\x012\x88\x01\xe0\xd4\x03\x90\x01d\x98\x01\xb0\xea\x01BIZGgithub.com/coordinator-dev/coordinator/gen/coordinator/v1;coordinatorv1b\x06proto3"
 
 var (
 	file_coordinator_v1_coordinator_proto_rawDescOnce sync.Once

@@ -191,6 +191,241 @@ func (x *FieldRules) GetMaxValue() uint32 {
 	return 0
 }
 
+// ClientRules are the timings and limits that the coordinator's client
+// libraries (the Go SDK, the Python and the TypeScript clients) share: what
+// the protocol leaves to a client, but on which the libraries agree so that
+// they behave alike. They are the Coordinator service's
+// (coordinator.v1.client_rules) option, which each library reads from its
+// generated descriptors when it loads; each library's tests compare the
+// values it uses with this option. Request limits are not repeated here: a
+// client reads them from the request fields' FieldRules (its longest wait
+// is TryAcquireRequest.wait's max_millis, and its identity is at most
+// TryAcquireRequest.holder's max_bytes less holder_suffix_bytes). Durations
+// are milliseconds; fractions of a TTL are percentages.
+type ClientRules struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The lease TTL when neither the client nor the call sets one.
+	DefaultTtlMillis uint32 `protobuf:"varint,1,opt,name=default_ttl_millis,json=defaultTtlMillis,proto3" json:"default_ttl_millis,omitempty"`
+	// How long closing a client spends, by default, releasing the leases and
+	// leaderships it still holds.
+	CloseTimeoutMillis uint32 `protobuf:"varint,2,opt,name=close_timeout_millis,json=closeTimeoutMillis,proto3" json:"close_timeout_millis,omitempty"`
+	// A client holds each acquisition as its identity followed by "#" and a
+	// sequence number, so that two acquisitions of one name through one
+	// client exclude each other. This many bytes of a holder are kept for that
+	// suffix: an identity is at most TryAcquireRequest.holder's max_bytes
+	// less this.
+	HolderSuffixBytes uint32 `protobuf:"varint,3,opt,name=holder_suffix_bytes,json=holderSuffixBytes,proto3" json:"holder_suffix_bytes,omitempty"`
+	// A wait bounded by the caller's deadline asks the coordinator to answer
+	// this long before it, so that a not-acquired answer (naming the holder)
+	// arrives in time.
+	AnswerMarginMillis uint32 `protobuf:"varint,4,opt,name=answer_margin_millis,json=answerMarginMillis,proto3" json:"answer_margin_millis,omitempty"`
+	// How many times in a row an acquisition asks again for a grant that
+	// arrived with less than half of its validity left (the answer was slow),
+	// before it takes what it got.
+	MaxConfirms uint32 `protobuf:"varint,5,opt,name=max_confirms,json=maxConfirms,proto3" json:"max_confirms,omitempty"`
+	// Retries of a call or of a stream wait from retry_min_millis, doubling,
+	// to at most retry_max_millis.
+	RetryMinMillis uint32 `protobuf:"varint,6,opt,name=retry_min_millis,json=retryMinMillis,proto3" json:"retry_min_millis,omitempty"`
+	RetryMaxMillis uint32 `protobuf:"varint,7,opt,name=retry_max_millis,json=retryMaxMillis,proto3" json:"retry_max_millis,omitempty"`
+	// Every retry delay (of calls, streams, renewals and campaigns) is moved
+	// up or down at random by up to this percentage, then held to its
+	// maximum, so that clients that failed together do not retry together.
+	RetryJitterPercent uint32 `protobuf:"varint,8,opt,name=retry_jitter_percent,json=retryJitterPercent,proto3" json:"retry_jitter_percent,omitempty"`
+	// A held lease is renewed its TTL divided by this after each grant or
+	// renewal was sent...
+	RenewalsPerTtl uint32 `protobuf:"varint,9,opt,name=renewals_per_ttl,json=renewalsPerTtl,proto3" json:"renewals_per_ttl,omitempty"`
+	// ...moved up or down at random by up to this percentage, so that leases
+	// granted together are not renewed together.
+	RenewalJitterPercent uint32 `protobuf:"varint,10,opt,name=renewal_jitter_percent,json=renewalJitterPercent,proto3" json:"renewal_jitter_percent,omitempty"`
+	// A renewal that failed is retried after this percentage of the TTL,
+	// doubling, to at most renewal_retry_max_percent of it, and never sooner
+	// than renewal_retry_floor_millis: several retries fit in the lease's
+	// validity.
+	RenewalRetryMinPercent  uint32 `protobuf:"varint,11,opt,name=renewal_retry_min_percent,json=renewalRetryMinPercent,proto3" json:"renewal_retry_min_percent,omitempty"`
+	RenewalRetryMaxPercent  uint32 `protobuf:"varint,12,opt,name=renewal_retry_max_percent,json=renewalRetryMaxPercent,proto3" json:"renewal_retry_max_percent,omitempty"`
+	RenewalRetryFloorMillis uint32 `protobuf:"varint,13,opt,name=renewal_retry_floor_millis,json=renewalRetryFloorMillis,proto3" json:"renewal_retry_floor_millis,omitempty"`
+	// A client counts a lease valid until its TTL from when it sent the
+	// request that granted or renewed it, less a margin for clock drift
+	// between it and the store and for its being scheduled late: this
+	// percentage of the TTL, at least validity_margin_min_millis, at most
+	// validity_margin_max_percent of the TTL.
+	ValidityMarginPercent    uint32 `protobuf:"varint,14,opt,name=validity_margin_percent,json=validityMarginPercent,proto3" json:"validity_margin_percent,omitempty"`
+	ValidityMarginMinMillis  uint32 `protobuf:"varint,15,opt,name=validity_margin_min_millis,json=validityMarginMinMillis,proto3" json:"validity_margin_min_millis,omitempty"`
+	ValidityMarginMaxPercent uint32 `protobuf:"varint,16,opt,name=validity_margin_max_percent,json=validityMarginMaxPercent,proto3" json:"validity_margin_max_percent,omitempty"`
+	// Running as leader, a client whose function returned within
+	// leader_early_return_millis of its election, while it was still leader,
+	// campaigns again after leader_retry_min_millis, doubling, to at most
+	// leader_retry_max_millis, so that a failing function does not spin.
+	LeaderEarlyReturnMillis uint32 `protobuf:"varint,17,opt,name=leader_early_return_millis,json=leaderEarlyReturnMillis,proto3" json:"leader_early_return_millis,omitempty"`
+	LeaderRetryMinMillis    uint32 `protobuf:"varint,18,opt,name=leader_retry_min_millis,json=leaderRetryMinMillis,proto3" json:"leader_retry_min_millis,omitempty"`
+	LeaderRetryMaxMillis    uint32 `protobuf:"varint,19,opt,name=leader_retry_max_millis,json=leaderRetryMaxMillis,proto3" json:"leader_retry_max_millis,omitempty"`
+	unknownFields           protoimpl.UnknownFields
+	sizeCache               protoimpl.SizeCache
+}
+
+func (x *ClientRules) Reset() {
+	*x = ClientRules{}
+	mi := &file_coordinator_v1_rules_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClientRules) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClientRules) ProtoMessage() {}
+
+func (x *ClientRules) ProtoReflect() protoreflect.Message {
+	mi := &file_coordinator_v1_rules_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClientRules.ProtoReflect.Descriptor instead.
+func (*ClientRules) Descriptor() ([]byte, []int) {
+	return file_coordinator_v1_rules_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ClientRules) GetDefaultTtlMillis() uint32 {
+	if x != nil {
+		return x.DefaultTtlMillis
+	}
+	return 0
+}
+
+func (x *ClientRules) GetCloseTimeoutMillis() uint32 {
+	if x != nil {
+		return x.CloseTimeoutMillis
+	}
+	return 0
+}
+
+func (x *ClientRules) GetHolderSuffixBytes() uint32 {
+	if x != nil {
+		return x.HolderSuffixBytes
+	}
+	return 0
+}
+
+func (x *ClientRules) GetAnswerMarginMillis() uint32 {
+	if x != nil {
+		return x.AnswerMarginMillis
+	}
+	return 0
+}
+
+func (x *ClientRules) GetMaxConfirms() uint32 {
+	if x != nil {
+		return x.MaxConfirms
+	}
+	return 0
+}
+
+func (x *ClientRules) GetRetryMinMillis() uint32 {
+	if x != nil {
+		return x.RetryMinMillis
+	}
+	return 0
+}
+
+func (x *ClientRules) GetRetryMaxMillis() uint32 {
+	if x != nil {
+		return x.RetryMaxMillis
+	}
+	return 0
+}
+
+func (x *ClientRules) GetRetryJitterPercent() uint32 {
+	if x != nil {
+		return x.RetryJitterPercent
+	}
+	return 0
+}
+
+func (x *ClientRules) GetRenewalsPerTtl() uint32 {
+	if x != nil {
+		return x.RenewalsPerTtl
+	}
+	return 0
+}
+
+func (x *ClientRules) GetRenewalJitterPercent() uint32 {
+	if x != nil {
+		return x.RenewalJitterPercent
+	}
+	return 0
+}
+
+func (x *ClientRules) GetRenewalRetryMinPercent() uint32 {
+	if x != nil {
+		return x.RenewalRetryMinPercent
+	}
+	return 0
+}
+
+func (x *ClientRules) GetRenewalRetryMaxPercent() uint32 {
+	if x != nil {
+		return x.RenewalRetryMaxPercent
+	}
+	return 0
+}
+
+func (x *ClientRules) GetRenewalRetryFloorMillis() uint32 {
+	if x != nil {
+		return x.RenewalRetryFloorMillis
+	}
+	return 0
+}
+
+func (x *ClientRules) GetValidityMarginPercent() uint32 {
+	if x != nil {
+		return x.ValidityMarginPercent
+	}
+	return 0
+}
+
+func (x *ClientRules) GetValidityMarginMinMillis() uint32 {
+	if x != nil {
+		return x.ValidityMarginMinMillis
+	}
+	return 0
+}
+
+func (x *ClientRules) GetValidityMarginMaxPercent() uint32 {
+	if x != nil {
+		return x.ValidityMarginMaxPercent
+	}
+	return 0
+}
+
+func (x *ClientRules) GetLeaderEarlyReturnMillis() uint32 {
+	if x != nil {
+		return x.LeaderEarlyReturnMillis
+	}
+	return 0
+}
+
+func (x *ClientRules) GetLeaderRetryMinMillis() uint32 {
+	if x != nil {
+		return x.LeaderRetryMinMillis
+	}
+	return 0
+}
+
+func (x *ClientRules) GetLeaderRetryMaxMillis() uint32 {
+	if x != nil {
+		return x.LeaderRetryMaxMillis
+	}
+	return 0
+}
+
 var file_coordinator_v1_rules_proto_extTypes = []protoimpl.ExtensionInfo{
 	{
 		ExtendedType:  (*descriptorpb.FieldOptions)(nil),
@@ -198,6 +433,22 @@ var file_coordinator_v1_rules_proto_extTypes = []protoimpl.ExtensionInfo{
 		Field:         51001,
 		Name:          "coordinator.v1.rules",
 		Tag:           "bytes,51001,opt,name=rules",
+		Filename:      "coordinator/v1/rules.proto",
+	},
+	{
+		ExtendedType:  (*descriptorpb.ServiceOptions)(nil),
+		ExtensionType: (*ClientRules)(nil),
+		Field:         51002,
+		Name:          "coordinator.v1.client_rules",
+		Tag:           "bytes,51002,opt,name=client_rules",
+		Filename:      "coordinator/v1/rules.proto",
+	},
+	{
+		ExtendedType:  (*descriptorpb.EnumValueOptions)(nil),
+		ExtensionType: (*bool)(nil),
+		Field:         51003,
+		Name:          "coordinator.v1.ends_lease",
+		Tag:           "varint,51003,opt,name=ends_lease",
 		Filename:      "coordinator/v1/rules.proto",
 	},
 }
@@ -208,6 +459,26 @@ var (
 	//
 	// optional coordinator.v1.FieldRules rules = 51001;
 	E_Rules = &file_coordinator_v1_rules_proto_extTypes[0]
+)
+
+// Extension fields to descriptorpb.ServiceOptions.
+var (
+	// The timings and limits the client libraries share.
+	//
+	// optional coordinator.v1.ClientRules client_rules = 51002;
+	E_ClientRules = &file_coordinator_v1_rules_proto_extTypes[1]
+)
+
+// Extension fields to descriptorpb.EnumValueOptions.
+var (
+	// On an ErrorReason: a renewal refused with this reason means the lease
+	// is gone for good (expired, taken, or the request can never succeed).
+	// KeepAlive answers it lost, and a client stops renewing the lease and
+	// reports it lost at once. A renewal that failed with any other reason,
+	// or none, may still succeed: a client retries it while the lease lasts.
+	//
+	// optional bool ends_lease = 51003;
+	E_EndsLease = &file_coordinator_v1_rules_proto_extTypes[2]
 )
 
 var File_coordinator_v1_rules_proto protoreflect.FileDescriptor
@@ -226,14 +497,38 @@ const file_coordinator_v1_rules_proto_rawDesc = "" +
 	"max_millis\x18\x05 \x01(\rR\tmaxMillis\x12\x1f\n" +
 	"\vmax_setting\x18\x06 \x01(\tR\n" +
 	"maxSetting\x12\x1b\n" +
-	"\tmax_value\x18\a \x01(\rR\bmaxValue*w\n" +
+	"\tmax_value\x18\a \x01(\rR\bmaxValue\"\xea\a\n" +
+	"\vClientRules\x12,\n" +
+	"\x12default_ttl_millis\x18\x01 \x01(\rR\x10defaultTtlMillis\x120\n" +
+	"\x14close_timeout_millis\x18\x02 \x01(\rR\x12closeTimeoutMillis\x12.\n" +
+	"\x13holder_suffix_bytes\x18\x03 \x01(\rR\x11holderSuffixBytes\x120\n" +
+	"\x14answer_margin_millis\x18\x04 \x01(\rR\x12answerMarginMillis\x12!\n" +
+	"\fmax_confirms\x18\x05 \x01(\rR\vmaxConfirms\x12(\n" +
+	"\x10retry_min_millis\x18\x06 \x01(\rR\x0eretryMinMillis\x12(\n" +
+	"\x10retry_max_millis\x18\a \x01(\rR\x0eretryMaxMillis\x120\n" +
+	"\x14retry_jitter_percent\x18\b \x01(\rR\x12retryJitterPercent\x12(\n" +
+	"\x10renewals_per_ttl\x18\t \x01(\rR\x0erenewalsPerTtl\x124\n" +
+	"\x16renewal_jitter_percent\x18\n" +
+	" \x01(\rR\x14renewalJitterPercent\x129\n" +
+	"\x19renewal_retry_min_percent\x18\v \x01(\rR\x16renewalRetryMinPercent\x129\n" +
+	"\x19renewal_retry_max_percent\x18\f \x01(\rR\x16renewalRetryMaxPercent\x12;\n" +
+	"\x1arenewal_retry_floor_millis\x18\r \x01(\rR\x17renewalRetryFloorMillis\x126\n" +
+	"\x17validity_margin_percent\x18\x0e \x01(\rR\x15validityMarginPercent\x12;\n" +
+	"\x1avalidity_margin_min_millis\x18\x0f \x01(\rR\x17validityMarginMinMillis\x12=\n" +
+	"\x1bvalidity_margin_max_percent\x18\x10 \x01(\rR\x18validityMarginMaxPercent\x12;\n" +
+	"\x1aleader_early_return_millis\x18\x11 \x01(\rR\x17leaderEarlyReturnMillis\x125\n" +
+	"\x17leader_retry_min_millis\x18\x12 \x01(\rR\x14leaderRetryMinMillis\x125\n" +
+	"\x17leader_retry_max_millis\x18\x13 \x01(\rR\x14leaderRetryMaxMillis*w\n" +
 	"\n" +
 	"TextFormat\x12\x1b\n" +
 	"\x17TEXT_FORMAT_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15TEXT_FORMAT_PRINTABLE\x10\x01\x12\x14\n" +
 	"\x10TEXT_FORMAT_NAME\x10\x02\x12\x1b\n" +
 	"\x17TEXT_FORMAT_NAME_PREFIX\x10\x03:Q\n" +
-	"\x05rules\x12\x1d.google.protobuf.FieldOptions\x18\xb9\x8e\x03 \x01(\v2\x1a.coordinator.v1.FieldRulesR\x05rulesBIZGgithub.com/coordinator-dev/coordinator/gen/coordinator/v1;coordinatorv1b\x06proto3"
+	"\x05rules\x12\x1d.google.protobuf.FieldOptions\x18\xb9\x8e\x03 \x01(\v2\x1a.coordinator.v1.FieldRulesR\x05rules:a\n" +
+	"\fclient_rules\x12\x1f.google.protobuf.ServiceOptions\x18\xba\x8e\x03 \x01(\v2\x1b.coordinator.v1.ClientRulesR\vclientRules:B\n" +
+	"\n" +
+	"ends_lease\x12!.google.protobuf.EnumValueOptions\x18\xbb\x8e\x03 \x01(\bR\tendsLeaseBIZGgithub.com/coordinator-dev/coordinator/gen/coordinator/v1;coordinatorv1b\x06proto3"
 
 var (
 	file_coordinator_v1_rules_proto_rawDescOnce sync.Once
@@ -248,20 +543,26 @@ func file_coordinator_v1_rules_proto_rawDescGZIP() []byte {
 }
 
 var file_coordinator_v1_rules_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_coordinator_v1_rules_proto_msgTypes = make([]protoimpl.MessageInfo, 1)
+var file_coordinator_v1_rules_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
 var file_coordinator_v1_rules_proto_goTypes = []any{
-	(TextFormat)(0),                   // 0: coordinator.v1.TextFormat
-	(*FieldRules)(nil),                // 1: coordinator.v1.FieldRules
-	(*descriptorpb.FieldOptions)(nil), // 2: google.protobuf.FieldOptions
+	(TextFormat)(0),                       // 0: coordinator.v1.TextFormat
+	(*FieldRules)(nil),                    // 1: coordinator.v1.FieldRules
+	(*ClientRules)(nil),                   // 2: coordinator.v1.ClientRules
+	(*descriptorpb.FieldOptions)(nil),     // 3: google.protobuf.FieldOptions
+	(*descriptorpb.ServiceOptions)(nil),   // 4: google.protobuf.ServiceOptions
+	(*descriptorpb.EnumValueOptions)(nil), // 5: google.protobuf.EnumValueOptions
 }
 var file_coordinator_v1_rules_proto_depIdxs = []int32{
 	0, // 0: coordinator.v1.FieldRules.format:type_name -> coordinator.v1.TextFormat
-	2, // 1: coordinator.v1.rules:extendee -> google.protobuf.FieldOptions
-	1, // 2: coordinator.v1.rules:type_name -> coordinator.v1.FieldRules
-	3, // [3:3] is the sub-list for method output_type
-	3, // [3:3] is the sub-list for method input_type
-	2, // [2:3] is the sub-list for extension type_name
-	1, // [1:2] is the sub-list for extension extendee
+	3, // 1: coordinator.v1.rules:extendee -> google.protobuf.FieldOptions
+	4, // 2: coordinator.v1.client_rules:extendee -> google.protobuf.ServiceOptions
+	5, // 3: coordinator.v1.ends_lease:extendee -> google.protobuf.EnumValueOptions
+	1, // 4: coordinator.v1.rules:type_name -> coordinator.v1.FieldRules
+	2, // 5: coordinator.v1.client_rules:type_name -> coordinator.v1.ClientRules
+	6, // [6:6] is the sub-list for method output_type
+	6, // [6:6] is the sub-list for method input_type
+	4, // [4:6] is the sub-list for extension type_name
+	1, // [1:4] is the sub-list for extension extendee
 	0, // [0:1] is the sub-list for field type_name
 }
 
@@ -276,8 +577,8 @@ func file_coordinator_v1_rules_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coordinator_v1_rules_proto_rawDesc), len(file_coordinator_v1_rules_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   1,
-			NumExtensions: 1,
+			NumMessages:   2,
+			NumExtensions: 3,
 			NumServices:   0,
 		},
 		GoTypes:           file_coordinator_v1_rules_proto_goTypes,

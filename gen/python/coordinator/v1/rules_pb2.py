@@ -14,17 +14,21 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import descriptor_pb2 as google_dot_protobuf_dot_descriptor__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x63oordinator/v1/rules.proto\x12\x0e\x63oordinator.v1\x1a google/protobuf/descriptor.proto\"\xf5\x01\n\nFieldRules\x12\x1a\n\x08required\x18\x01 \x01(\x08R\x08required\x12\x1b\n\tmax_bytes\x18\x02 \x01(\rR\x08maxBytes\x12\x32\n\x06\x66ormat\x18\x03 \x01(\x0e\x32\x1a.coordinator.v1.TextFormatR\x06\x66ormat\x12\x1d\n\nmin_millis\x18\x04 \x01(\rR\tminMillis\x12\x1d\n\nmax_millis\x18\x05 \x01(\rR\tmaxMillis\x12\x1f\n\x0bmax_setting\x18\x06 \x01(\tR\nmaxSetting\x12\x1b\n\tmax_value\x18\x07 \x01(\rR\x08maxValue*w\n\nTextFormat\x12\x1b\n\x17TEXT_FORMAT_UNSPECIFIED\x10\x00\x12\x19\n\x15TEXT_FORMAT_PRINTABLE\x10\x01\x12\x14\n\x10TEXT_FORMAT_NAME\x10\x02\x12\x1b\n\x17TEXT_FORMAT_NAME_PREFIX\x10\x03:Q\n\x05rules\x12\x1d.google.protobuf.FieldOptions\x18\xb9\x8e\x03 \x01(\x0b\x32\x1a.coordinator.v1.FieldRulesR\x05rulesBIZGgithub.com/coordinator-dev/coordinator/gen/coordinator/v1;coordinatorv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x63oordinator/v1/rules.proto\x12\x0e\x63oordinator.v1\x1a google/protobuf/descriptor.proto\"\xf5\x01\n\nFieldRules\x12\x1a\n\x08required\x18\x01 \x01(\x08R\x08required\x12\x1b\n\tmax_bytes\x18\x02 \x01(\rR\x08maxBytes\x12\x32\n\x06\x66ormat\x18\x03 \x01(\x0e\x32\x1a.coordinator.v1.TextFormatR\x06\x66ormat\x12\x1d\n\nmin_millis\x18\x04 \x01(\rR\tminMillis\x12\x1d\n\nmax_millis\x18\x05 \x01(\rR\tmaxMillis\x12\x1f\n\x0bmax_setting\x18\x06 \x01(\tR\nmaxSetting\x12\x1b\n\tmax_value\x18\x07 \x01(\rR\x08maxValue\"\xea\x07\n\x0b\x43lientRules\x12,\n\x12\x64\x65\x66\x61ult_ttl_millis\x18\x01 \x01(\rR\x10\x64\x65\x66\x61ultTtlMillis\x12\x30\n\x14\x63lose_timeout_millis\x18\x02 \x01(\rR\x12\x63loseTimeoutMillis\x12.\n\x13holder_suffix_bytes\x18\x03 \x01(\rR\x11holderSuffixBytes\x12\x30\n\x14\x61nswer_margin_millis\x18\x04 \x01(\rR\x12\x61nswerMarginMillis\x12!\n\x0cmax_confirms\x18\x05 \x01(\rR\x0bmaxConfirms\x12(\n\x10retry_min_millis\x18\x06 \x01(\rR\x0eretryMinMillis\x12(\n\x10retry_max_millis\x18\x07 \x01(\rR\x0eretryMaxMillis\x12\x30\n\x14retry_jitter_percent\x18\x08 \x01(\rR\x12retryJitterPercent\x12(\n\x10renewals_per_ttl\x18\t \x01(\rR\x0erenewalsPerTtl\x12\x34\n\x16renewal_jitter_percent\x18\n \x01(\rR\x14renewalJitterPercent\x12\x39\n\x19renewal_retry_min_percent\x18\x0b \x01(\rR\x16renewalRetryMinPercent\x12\x39\n\x19renewal_retry_max_percent\x18\x0c \x01(\rR\x16renewalRetryMaxPercent\x12;\n\x1arenewal_retry_floor_millis\x18\r \x01(\rR\x17renewalRetryFloorMillis\x12\x36\n\x17validity_margin_percent\x18\x0e \x01(\rR\x15validityMarginPercent\x12;\n\x1avalidity_margin_min_millis\x18\x0f \x01(\rR\x17validityMarginMinMillis\x12=\n\x1bvalidity_margin_max_percent\x18\x10 \x01(\rR\x18validityMarginMaxPercent\x12;\n\x1aleader_early_return_millis\x18\x11 \x01(\rR\x17leaderEarlyReturnMillis\x12\x35\n\x17leader_retry_min_millis\x18\x12 \x01(\rR\x14leaderRetryMinMillis\x12\x35\n\x17leader_retry_max_millis\x18\x13 \x01(\rR\x14leaderRetryMaxMillis*w\n\nTextFormat\x12\x1b\n\x17TEXT_FORMAT_UNSPECIFIED\x10\x00\x12\x19\n\x15TEXT_FORMAT_PRINTABLE\x10\x01\x12\x14\n\x10TEXT_FORMAT_NAME\x10\x02\x12\x1b\n\x17TEXT_FORMAT_NAME_PREFIX\x10\x03:Q\n\x05rules\x12\x1d.google.protobuf.FieldOptions\x18\xb9\x8e\x03 \x01(\x0b\x32\x1a.coordinator.v1.FieldRulesR\x05rules:a\n\x0c\x63lient_rules\x12\x1f.google.protobuf.ServiceOptions\x18\xba\x8e\x03 \x01(\x0b\x32\x1b.coordinator.v1.ClientRulesR\x0b\x63lientRules:B\n\nends_lease\x12!.google.protobuf.EnumValueOptions\x18\xbb\x8e\x03 \x01(\x08R\tendsLeaseBIZGgithub.com/coordinator-dev/coordinator/gen/coordinator/v1;coordinatorv1b\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'coordinator.v1.rules_pb2', globals())
 if _descriptor._USE_C_DESCRIPTORS == False:
   google_dot_protobuf_dot_descriptor__pb2.FieldOptions.RegisterExtension(rules)
+  google_dot_protobuf_dot_descriptor__pb2.ServiceOptions.RegisterExtension(client_rules)
+  google_dot_protobuf_dot_descriptor__pb2.EnumValueOptions.RegisterExtension(ends_lease)
 
   DESCRIPTOR._options = None
   DESCRIPTOR._serialized_options = b'ZGgithub.com/coordinator-dev/coordinator/gen/coordinator/v1;coordinatorv1'
-  _TEXTFORMAT._serialized_start=328
-  _TEXTFORMAT._serialized_end=447
+  _TEXTFORMAT._serialized_start=1333
+  _TEXTFORMAT._serialized_end=1452
   _FIELDRULES._serialized_start=81
   _FIELDRULES._serialized_end=326
+  _CLIENTRULES._serialized_start=329
+  _CLIENTRULES._serialized_end=1331
 # @@protoc_insertion_point(module_scope)

@@ -4,7 +4,7 @@
 
 import type { GenEnum, GenExtension, GenFile, GenMessage } from "@bufbuild/protobuf/codegenv2";
 import { enumDesc, extDesc, fileDesc, messageDesc } from "@bufbuild/protobuf/codegenv2";
-import type { FieldOptions } from "@bufbuild/protobuf/wkt";
+import type { EnumValueOptions, FieldOptions, ServiceOptions } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_descriptor } from "@bufbuild/protobuf/wkt";
 import type { Message } from "@bufbuild/protobuf";
 
@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file coordinator/v1/rules.proto.
  */
 export const file_coordinator_v1_rules: GenFile = /*@__PURE__*/
-  fileDesc("Chpjb29yZGluYXRvci92MS9ydWxlcy5wcm90bxIOY29vcmRpbmF0b3IudjEirQEKCkZpZWxkUnVsZXMSEAoIcmVxdWlyZWQYASABKAgSEQoJbWF4X2J5dGVzGAIgASgNEioKBmZvcm1hdBgDIAEoDjIaLmNvb3JkaW5hdG9yLnYxLlRleHRGb3JtYXQSEgoKbWluX21pbGxpcxgEIAEoDRISCgptYXhfbWlsbGlzGAUgASgNEhMKC21heF9zZXR0aW5nGAYgASgJEhEKCW1heF92YWx1ZRgHIAEoDSp3CgpUZXh0Rm9ybWF0EhsKF1RFWFRfRk9STUFUX1VOU1BFQ0lGSUVEEAASGQoVVEVYVF9GT1JNQVRfUFJJTlRBQkxFEAESFAoQVEVYVF9GT1JNQVRfTkFNRRACEhsKF1RFWFRfRk9STUFUX05BTUVfUFJFRklYEAM6UQoFcnVsZXMSHS5nb29nbGUucHJvdG9idWYuRmllbGRPcHRpb25zGLmOAyABKAsyGi5jb29yZGluYXRvci52MS5GaWVsZFJ1bGVzUgVydWxlc0JJWkdnaXRodWIuY29tL2Nvb3JkaW5hdG9yLWRldi9jb29yZGluYXRvci9nZW4vY29vcmRpbmF0b3IvdjE7Y29vcmRpbmF0b3J2MWIGcHJvdG8z", [file_google_protobuf_descriptor]);
+  fileDesc("Chpjb29yZGluYXRvci92MS9ydWxlcy5wcm90bxIOY29vcmRpbmF0b3IudjEirQEKCkZpZWxkUnVsZXMSEAoIcmVxdWlyZWQYASABKAgSEQoJbWF4X2J5dGVzGAIgASgNEioKBmZvcm1hdBgDIAEoDjIaLmNvb3JkaW5hdG9yLnYxLlRleHRGb3JtYXQSEgoKbWluX21pbGxpcxgEIAEoDRISCgptYXhfbWlsbGlzGAUgASgNEhMKC21heF9zZXR0aW5nGAYgASgJEhEKCW1heF92YWx1ZRgHIAEoDSLeBAoLQ2xpZW50UnVsZXMSGgoSZGVmYXVsdF90dGxfbWlsbGlzGAEgASgNEhwKFGNsb3NlX3RpbWVvdXRfbWlsbGlzGAIgASgNEhsKE2hvbGRlcl9zdWZmaXhfYnl0ZXMYAyABKA0SHAoUYW5zd2VyX21hcmdpbl9taWxsaXMYBCABKA0SFAoMbWF4X2NvbmZpcm1zGAUgASgNEhgKEHJldHJ5X21pbl9taWxsaXMYBiABKA0SGAoQcmV0cnlfbWF4X21pbGxpcxgHIAEoDRIcChRyZXRyeV9qaXR0ZXJfcGVyY2VudBgIIAEoDRIYChByZW5ld2Fsc19wZXJfdHRsGAkgASgNEh4KFnJlbmV3YWxfaml0dGVyX3BlcmNlbnQYCiABKA0SIQoZcmVuZXdhbF9yZXRyeV9taW5fcGVyY2VudBgLIAEoDRIhChlyZW5ld2FsX3JldHJ5X21heF9wZXJjZW50GAwgASgNEiIKGnJlbmV3YWxfcmV0cnlfZmxvb3JfbWlsbGlzGA0gASgNEh8KF3ZhbGlkaXR5X21hcmdpbl9wZXJjZW50GA4gASgNEiIKGnZhbGlkaXR5X21hcmdpbl9taW5fbWlsbGlzGA8gASgNEiMKG3ZhbGlkaXR5X21hcmdpbl9tYXhfcGVyY2VudBgQIAEoDRIiChpsZWFkZXJfZWFybHlfcmV0dXJuX21pbGxpcxgRIAEoDRIfChdsZWFkZXJfcmV0cnlfbWluX21pbGxpcxgSIAEoDRIfChdsZWFkZXJfcmV0cnlfbWF4X21pbGxpcxgTIAEoDSp3CgpUZXh0Rm9ybWF0EhsKF1RFWFRfRk9STUFUX1VOU1BFQ0lGSUVEEAASGQoVVEVYVF9GT1JNQVRfUFJJTlRBQkxFEAESFAoQVEVYVF9GT1JNQVRfTkFNRRACEhsKF1RFWFRfRk9STUFUX05BTUVfUFJFRklYEAM6UQoFcnVsZXMSHS5nb29nbGUucHJvdG9idWYuRmllbGRPcHRpb25zGLmOAyABKAsyGi5jb29yZGluYXRvci52MS5GaWVsZFJ1bGVzUgVydWxlczphCgxjbGllbnRfcnVsZXMSHy5nb29nbGUucHJvdG9idWYuU2VydmljZU9wdGlvbnMYuo4DIAEoCzIbLmNvb3JkaW5hdG9yLnYxLkNsaWVudFJ1bGVzUgtjbGllbnRSdWxlczpCCgplbmRzX2xlYXNlEiEuZ29vZ2xlLnByb3RvYnVmLkVudW1WYWx1ZU9wdGlvbnMYu44DIAEoCFIJZW5kc0xlYXNlQklaR2dpdGh1Yi5jb20vY29vcmRpbmF0b3ItZGV2L2Nvb3JkaW5hdG9yL2dlbi9jb29yZGluYXRvci92MTtjb29yZGluYXRvcnYxYgZwcm90bzM", [file_google_protobuf_descriptor]);
 
 /**
  * FieldRules are the limits the coordinator enforces on one request field.
@@ -87,6 +87,173 @@ export const FieldRulesSchema: GenMessage<FieldRules> = /*@__PURE__*/
   messageDesc(file_coordinator_v1_rules, 0);
 
 /**
+ * ClientRules are the timings and limits that the coordinator's client
+ * libraries (the Go SDK, the Python and the TypeScript clients) share: what
+ * the protocol leaves to a client, but on which the libraries agree so that
+ * they behave alike. They are the Coordinator service's
+ * (coordinator.v1.client_rules) option, which each library reads from its
+ * generated descriptors when it loads; each library's tests compare the
+ * values it uses with this option. Request limits are not repeated here: a
+ * client reads them from the request fields' FieldRules (its longest wait
+ * is TryAcquireRequest.wait's max_millis, and its identity is at most
+ * TryAcquireRequest.holder's max_bytes less holder_suffix_bytes). Durations
+ * are milliseconds; fractions of a TTL are percentages.
+ *
+ * @generated from message coordinator.v1.ClientRules
+ */
+export type ClientRules = Message<"coordinator.v1.ClientRules"> & {
+  /**
+   * The lease TTL when neither the client nor the call sets one.
+   *
+   * @generated from field: uint32 default_ttl_millis = 1;
+   */
+  defaultTtlMillis: number;
+
+  /**
+   * How long closing a client spends, by default, releasing the leases and
+   * leaderships it still holds.
+   *
+   * @generated from field: uint32 close_timeout_millis = 2;
+   */
+  closeTimeoutMillis: number;
+
+  /**
+   * A client holds each acquisition as its identity followed by "#" and a
+   * sequence number, so that two acquisitions of one name through one
+   * client exclude each other. This many bytes of a holder are kept for that
+   * suffix: an identity is at most TryAcquireRequest.holder's max_bytes
+   * less this.
+   *
+   * @generated from field: uint32 holder_suffix_bytes = 3;
+   */
+  holderSuffixBytes: number;
+
+  /**
+   * A wait bounded by the caller's deadline asks the coordinator to answer
+   * this long before it, so that a not-acquired answer (naming the holder)
+   * arrives in time.
+   *
+   * @generated from field: uint32 answer_margin_millis = 4;
+   */
+  answerMarginMillis: number;
+
+  /**
+   * How many times in a row an acquisition asks again for a grant that
+   * arrived with less than half of its validity left (the answer was slow),
+   * before it takes what it got.
+   *
+   * @generated from field: uint32 max_confirms = 5;
+   */
+  maxConfirms: number;
+
+  /**
+   * Retries of a call or of a stream wait from retry_min_millis, doubling,
+   * to at most retry_max_millis.
+   *
+   * @generated from field: uint32 retry_min_millis = 6;
+   */
+  retryMinMillis: number;
+
+  /**
+   * @generated from field: uint32 retry_max_millis = 7;
+   */
+  retryMaxMillis: number;
+
+  /**
+   * Every retry delay (of calls, streams, renewals and campaigns) is moved
+   * up or down at random by up to this percentage, then held to its
+   * maximum, so that clients that failed together do not retry together.
+   *
+   * @generated from field: uint32 retry_jitter_percent = 8;
+   */
+  retryJitterPercent: number;
+
+  /**
+   * A held lease is renewed its TTL divided by this after each grant or
+   * renewal was sent...
+   *
+   * @generated from field: uint32 renewals_per_ttl = 9;
+   */
+  renewalsPerTtl: number;
+
+  /**
+   * ...moved up or down at random by up to this percentage, so that leases
+   * granted together are not renewed together.
+   *
+   * @generated from field: uint32 renewal_jitter_percent = 10;
+   */
+  renewalJitterPercent: number;
+
+  /**
+   * A renewal that failed is retried after this percentage of the TTL,
+   * doubling, to at most renewal_retry_max_percent of it, and never sooner
+   * than renewal_retry_floor_millis: several retries fit in the lease's
+   * validity.
+   *
+   * @generated from field: uint32 renewal_retry_min_percent = 11;
+   */
+  renewalRetryMinPercent: number;
+
+  /**
+   * @generated from field: uint32 renewal_retry_max_percent = 12;
+   */
+  renewalRetryMaxPercent: number;
+
+  /**
+   * @generated from field: uint32 renewal_retry_floor_millis = 13;
+   */
+  renewalRetryFloorMillis: number;
+
+  /**
+   * A client counts a lease valid until its TTL from when it sent the
+   * request that granted or renewed it, less a margin for clock drift
+   * between it and the store and for its being scheduled late: this
+   * percentage of the TTL, at least validity_margin_min_millis, at most
+   * validity_margin_max_percent of the TTL.
+   *
+   * @generated from field: uint32 validity_margin_percent = 14;
+   */
+  validityMarginPercent: number;
+
+  /**
+   * @generated from field: uint32 validity_margin_min_millis = 15;
+   */
+  validityMarginMinMillis: number;
+
+  /**
+   * @generated from field: uint32 validity_margin_max_percent = 16;
+   */
+  validityMarginMaxPercent: number;
+
+  /**
+   * Running as leader, a client whose function returned within
+   * leader_early_return_millis of its election, while it was still leader,
+   * campaigns again after leader_retry_min_millis, doubling, to at most
+   * leader_retry_max_millis, so that a failing function does not spin.
+   *
+   * @generated from field: uint32 leader_early_return_millis = 17;
+   */
+  leaderEarlyReturnMillis: number;
+
+  /**
+   * @generated from field: uint32 leader_retry_min_millis = 18;
+   */
+  leaderRetryMinMillis: number;
+
+  /**
+   * @generated from field: uint32 leader_retry_max_millis = 19;
+   */
+  leaderRetryMaxMillis: number;
+};
+
+/**
+ * Describes the message coordinator.v1.ClientRules.
+ * Use `create(ClientRulesSchema)` to create a new message.
+ */
+export const ClientRulesSchema: GenMessage<ClientRules> = /*@__PURE__*/
+  messageDesc(file_coordinator_v1_rules, 1);
+
+/**
  * TextFormat is the form a string field must take.
  *
  * @generated from enum coordinator.v1.TextFormat
@@ -136,4 +303,24 @@ export const TextFormatSchema: GenEnum<TextFormat> = /*@__PURE__*/
  */
 export const rules: GenExtension<FieldOptions, FieldRules> = /*@__PURE__*/
   extDesc(file_coordinator_v1_rules, 0);
+
+/**
+ * The timings and limits the client libraries share.
+ *
+ * @generated from extension: coordinator.v1.ClientRules client_rules = 51002;
+ */
+export const client_rules: GenExtension<ServiceOptions, ClientRules> = /*@__PURE__*/
+  extDesc(file_coordinator_v1_rules, 1);
+
+/**
+ * On an ErrorReason: a renewal refused with this reason means the lease
+ * is gone for good (expired, taken, or the request can never succeed).
+ * KeepAlive answers it lost, and a client stops renewing the lease and
+ * reports it lost at once. A renewal that failed with any other reason,
+ * or none, may still succeed: a client retries it while the lease lasts.
+ *
+ * @generated from extension: bool ends_lease = 51003;
+ */
+export const ends_lease: GenExtension<EnumValueOptions, boolean> = /*@__PURE__*/
+  extDesc(file_coordinator_v1_rules, 2);
 
