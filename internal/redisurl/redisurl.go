@@ -189,11 +189,18 @@ func sentinelOptions(u *url.URL) (*redis.FailoverOptions, error) {
 }
 
 func urlErr(rawURL string, err error) error {
+	// A *url.Error quotes the URL it could not parse, password included:
+	// keep only what went wrong, after the redacted URL.
+	if ue, ok := err.(*url.Error); ok {
+		err = fmt.Errorf("%s: %w", ue.Op, ue.Err)
+	}
 	return fmt.Errorf("invalid Redis URL %s: %w", Redact(rawURL), err)
 }
 
-// Redact hides a URL's password; it copes with multi-host URLs that
-// url.Parse rejects.
+// Redact hides a URL's passwords: the userinfo's, and the value of every
+// query option whose name contains "password" (sentinel_password). It works
+// on the text as written, so it copes with what url.Parse rejects
+// (multi-host URLs, bad ports, bad escapes) and keeps the options in order.
 func Redact(rawURL string) string {
 	scheme, rest, ok := strings.Cut(rawURL, "://")
 	if !ok {
@@ -203,19 +210,30 @@ func Redact(rawURL string) string {
 	if hostEnd < 0 {
 		hostEnd = len(rest)
 	}
-	authority := rest[:hostEnd]
+	authority, tail := rest[:hostEnd], rest[hostEnd:]
 	if at := strings.LastIndex(authority, "@"); at >= 0 {
 		user, _, hasPass := strings.Cut(authority[:at], ":")
 		if hasPass {
 			authority = user + ":xxxxx" + authority[at:]
 		}
 	}
-	out := scheme + "://" + authority + rest[hostEnd:]
-	if u, err := url.Parse(out); err == nil && u.Query().Has("sentinel_password") {
-		q := u.Query()
-		q.Set("sentinel_password", "xxxxx")
-		u.RawQuery = q.Encode()
-		out = u.String()
+	tail, fragment, hasFragment := strings.Cut(tail, "#")
+	if path, query, hasQuery := strings.Cut(tail, "?"); hasQuery {
+		opts := strings.Split(query, "&")
+		for i, opt := range opts {
+			key, _, hasValue := strings.Cut(opt, "=")
+			name, err := url.QueryUnescape(key)
+			if err != nil {
+				name = key
+			}
+			if hasValue && strings.Contains(strings.ToLower(name), "password") {
+				opts[i] = key + "=xxxxx"
+			}
+		}
+		tail = path + "?" + strings.Join(opts, "&")
 	}
-	return out
+	if hasFragment {
+		tail += "#" + fragment
+	}
+	return scheme + "://" + authority + tail
 }
