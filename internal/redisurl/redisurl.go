@@ -2,6 +2,7 @@ package redisurl
 
 import (
 	"fmt"
+	"net"
 	"net/url"
 	"strings"
 
@@ -45,6 +46,9 @@ func Parse(rawURL string) (Config, error) {
 	if err != nil {
 		return c, err
 	}
+	if err := checkAddrs(c); err != nil {
+		return Config{}, urlErr(rawURL, err)
+	}
 	resp2 := !strings.Contains(rawURL, "protocol=")
 	switch {
 	case c.Standalone != nil:
@@ -64,6 +68,30 @@ func Parse(rawURL string) (Config, error) {
 		}
 	}
 	return c, nil
+}
+
+// checkAddrs refuses a node address that is not host:port (a host of "]"
+// passes url.Parse), so that a bad URL fails here rather than at the first
+// dial.
+func checkAddrs(c Config) error {
+	var addrs []string
+	switch {
+	case c.Standalone != nil:
+		if c.Standalone.Network == "unix" {
+			return nil
+		}
+		addrs = []string{c.Standalone.Addr}
+	case c.Sentinel != nil:
+		addrs = c.Sentinel.SentinelAddrs
+	case c.Cluster != nil:
+		addrs = c.Cluster.Addrs
+	}
+	for _, a := range addrs {
+		if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
+			return fmt.Errorf("node address %q is not host:port", a)
+		}
+	}
+	return nil
 }
 
 func parse(rawURL string) (Config, error) {
