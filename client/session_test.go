@@ -91,7 +91,8 @@ func queued(c *Client) int {
 // those that are queued together share a message: while one message is
 // being written, the operations of 64 goroutines queue behind it, and all
 // of them go out in the next message, for their acquires as for their
-// releases.
+// releases; and 64 goroutines taking and releasing locks in a loop send
+// exactly their operations, in fewer messages.
 func TestConcurrentOperationsShareMessages(t *testing.T) {
 	coord := coordtest.Start(t, coordtest.Config(t, "redis"))
 	ctx := testCtx(t)
@@ -140,6 +141,37 @@ func TestConcurrentOperationsShareMessages(t *testing.T) {
 		return err
 	})
 	run("releases", func(i int) error { return leases[i].Release(ctx) })
+
+	// And under load: rounds of a TryLock and a Release on every goroutine
+	// go out as exactly their operations, in fewer messages.
+	const rounds = 20
+	before := rec.sent()
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Go(func() {
+			for i := range rounds {
+				l, err := c.TryLock(ctx, fmt.Sprintf("shared/%d/%d", g, i))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if err := l.Release(ctx); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	sizes := rec.since(before)
+	ops := 0
+	for _, n := range sizes {
+		ops += n
+	}
+	t.Logf("%d operations in %d messages", ops, len(sizes))
+	if ops != 2*goroutines*rounds || len(sizes) >= ops {
+		t.Fatalf("%d operations in %d messages; want %d, in fewer messages", ops, len(sizes), 2*goroutines*rounds)
+	}
 	if got := startedStreams(t, coord, "Session"); got != 1 {
 		t.Fatalf("%d Session streams; want 1", got)
 	}
