@@ -3,6 +3,7 @@
 # make test-under-load  the suite three times with every core kept busy
 # make fault-soak the fault suite (kill -9, Redis restarts, flushes, failover), five rounds of each
 # make bench     the benchmarks, side by side in one run
+# make fuzz      every fuzz target for FUZZTIME (5m) each, one after the other
 # make lint      gofmt, golangci-lint, buf lint/format/breaking, gen/ up to date, no tracked binaries
 # make generate  regenerate gen/ (Go, Python, TypeScript) from proto/ with the pinned buf and plugins
 
@@ -10,8 +11,9 @@ GO            ?= go
 BUF           := $(GO) tool -modfile=$(CURDIR)/tools/go.mod buf
 GOLANGCI_LINT := $(GO) tool -modfile=$(CURDIR)/tools/go.mod golangci-lint
 BENCHFLAGS    ?=
+FUZZTIME      ?= 5m
 
-.PHONY: run test test-go test-python test-typescript test-under-load fault-soak bench lint generate build
+.PHONY: run test test-go test-python test-typescript test-under-load fault-soak bench fuzz lint generate build
 
 # Built, then exec'd, so that Ctrl-C reaches the coordinator alone and a
 # clean stop exits 0 (`go run` reports an interrupted child as a failure).
@@ -48,6 +50,11 @@ fault-soak:
 # the SDK); relative file flags (-json, -cpuprofile) are relative to bench/.
 bench:
 	cd bench && ../scripts/with-redis.sh $(GO) run . $(BENCHFLAGS)
+
+# The targets and the settings (FUZZPARALLEL, FUZZMINIMIZETIME) are in
+# scripts/fuzz.sh; a failing input lands in the package's testdata/fuzz/.
+fuzz:
+	FUZZTIME=$(FUZZTIME) ./scripts/fuzz.sh
 
 # Go first: buf.gen.go.yaml cleans all of gen/, then buf.gen.yaml writes
 # gen/python and gen/typescript.

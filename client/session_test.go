@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,38 +20,132 @@ import (
 	"github.com/coordinator-dev/coordinator/server/store/memstore"
 )
 
-// countSessionMessages counts the SessionRequests a Client sends.
-func countSessionMessages(n *atomic.Int64) Option {
+// sessionRecorder records the SessionRequests a Client sends, and can hold
+// one of them back, so that a test knows what is queued meanwhile.
+type sessionRecorder struct {
+	mu      sync.Mutex
+	sizes   []int         // operations per message, in order
+	hold    chan struct{} // the next message waits for it to close
+	holding chan struct{} // closed when that message waits
+}
+
+func (r *sessionRecorder) option() Option {
 	return WithDialOptions(grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 		cs, err := streamer(ctx, desc, cc, method, opts...)
 		if err != nil || method != coordinatorv1.Coordinator_Session_FullMethodName {
 			return cs, err
 		}
-		return &countedStream{ClientStream: cs, n: n}, nil
+		return &recordedStream{ClientStream: cs, r: r}, nil
 	}))
 }
 
-type countedStream struct {
-	grpc.ClientStream
-	n *atomic.Int64
+// holdNext makes the next message wait until the returned function is
+// called; holding is closed when it waits.
+func (r *sessionRecorder) holdNext() (holding <-chan struct{}, release func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.hold, r.holding = make(chan struct{}), make(chan struct{})
+	hold := r.hold
+	return r.holding, func() { close(hold) }
 }
 
-func (s *countedStream) SendMsg(m any) error {
-	s.n.Add(1)
+// since returns the sizes of the messages sent after the first n.
+func (r *sessionRecorder) since(n int) []int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.sizes[n:])
+}
+
+func (r *sessionRecorder) sent() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.sizes)
+}
+
+type recordedStream struct {
+	grpc.ClientStream
+	r *sessionRecorder
+}
+
+func (s *recordedStream) SendMsg(m any) error {
+	s.r.mu.Lock()
+	s.r.sizes = append(s.r.sizes, len(m.(*coordinatorv1.SessionRequest).GetOperations()))
+	hold, holding := s.r.hold, s.r.holding
+	s.r.hold, s.r.holding = nil, nil
+	s.r.mu.Unlock()
+	if hold != nil {
+		close(holding)
+		<-hold
+	}
 	return s.ClientStream.SendMsg(m)
 }
 
+// queued is how many operations wait in c's session queue.
+func queued(c *Client) int {
+	c.sess.mu.Lock()
+	defer c.sess.mu.Unlock()
+	return len(c.sess.queue)
+}
+
 // Many goroutines' operations through one Client go over one stream, and
-// those that are queued together share a message.
+// those that are queued together share a message: while one message is
+// being written, the operations of 64 goroutines queue behind it, and all
+// of them go out in the next message, for their acquires as for their
+// releases; and 64 goroutines taking and releasing locks in a loop send
+// exactly their operations, in fewer messages.
 func TestConcurrentOperationsShareMessages(t *testing.T) {
 	coord := coordtest.Start(t, coordtest.Config(t, "redis"))
 	ctx := testCtx(t)
-	var messages atomic.Int64
-	c := dial(t, coord, countSessionMessages(&messages))
-	const (
-		goroutines = 64
-		rounds     = 20
-	)
+	var rec sessionRecorder
+	// A TTL long enough that no renewal joins the queue.
+	c := dial(t, coord, rec.option(), WithTTL(time.Minute))
+	const goroutines = 64
+
+	// run starts do(i) on goroutines+1 goroutines while a message is held
+	// back, and checks that every operation but those in the held message
+	// goes out in the next one.
+	run := func(what string, do func(i int) error) {
+		t.Helper()
+		before := rec.sent()
+		holding, release := rec.holdNext()
+		release = sync.OnceFunc(release)
+		defer release() // also when a check fails, so that the Client can close
+		errs := make(chan error, goroutines+1)
+		go func() { errs <- do(goroutines) }() // the one whose message is held
+		select {
+		case <-holding:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s: no message sent", what)
+		}
+		for i := range goroutines {
+			go func() { errs <- do(i) }()
+		}
+		held := rec.since(before)[0]
+		eventually(t, fmt.Sprintf("%s: %d operations queued behind the held message", what, goroutines+1-held),
+			func() bool { return queued(c) == goroutines+1-held })
+		release()
+		for range goroutines + 1 {
+			if err := <-errs; err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+		}
+		if got, want := rec.since(before), []int{held, goroutines + 1 - held}; !slices.Equal(got, want) {
+			t.Fatalf("%s: messages of %v operations; want %v, the queued ones together", what, got, want)
+		}
+	}
+
+	leases := make([]*Lease, goroutines+1)
+	run("acquires", func(i int) error {
+		l, err := c.TryLock(ctx, fmt.Sprintf("shared/%d", i))
+		leases[i] = l
+		return err
+	})
+	run("releases", func(i int) error { return leases[i].Release(ctx) })
+
+	// And under load: rounds of a TryLock and a Release on every goroutine
+	// go out as exactly their operations, in fewer messages.
+	const rounds = 20
+	before := rec.sent()
 	var wg sync.WaitGroup
 	for g := range goroutines {
 		wg.Go(func() {
@@ -69,10 +163,14 @@ func TestConcurrentOperationsShareMessages(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	ops := int64(2 * goroutines * rounds)
-	t.Logf("%d operations in %d messages", ops, messages.Load())
-	if got := messages.Load(); got >= ops {
-		t.Fatalf("%d operations took %d messages; want them coalesced", ops, got)
+	sizes := rec.since(before)
+	ops := 0
+	for _, n := range sizes {
+		ops += n
+	}
+	t.Logf("%d operations in %d messages", ops, len(sizes))
+	if ops != 2*goroutines*rounds || len(sizes) >= ops {
+		t.Fatalf("%d operations in %d messages; want %d, in fewer messages", ops, len(sizes), 2*goroutines*rounds)
 	}
 	if got := startedStreams(t, coord, "Session"); got != 1 {
 		t.Fatalf("%d Session streams; want 1", got)

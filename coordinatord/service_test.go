@@ -311,7 +311,8 @@ func testWaitingAcquire(t *testing.T, via string) {
 	}
 }
 
-// waitQueued waits until n callers are queued for name.
+// waitQueued waits until exactly n callers are queued for name: one more
+// (a caller queued twice, or one that should not wait) fails it.
 func waitQueued(t *testing.T, c *coordinator, name string, n int) {
 	t.Helper()
 	testwait.Until(t, 10*time.Second, fmt.Sprintf("%d waiters queued on %s", n, name), func() bool {
@@ -319,7 +320,7 @@ func waitQueued(t *testing.T, c *coordinator, name string, n int) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return int(desc.GetWaiters()) >= n
+		return int(desc.GetWaiters()) == n
 	})
 }
 

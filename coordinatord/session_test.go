@@ -33,6 +33,7 @@ type session struct {
 	waiting  map[uint64]chan *coordinatorv1.SessionResult
 	early    map[uint64]*coordinatorv1.SessionResult // arrived before anyone waited
 	messages atomic.Int64                            // SessionResponses received
+	results  atomic.Int64                            // results received, in all of them
 	ended    chan struct{}
 	err      error // why the stream ended, once ended is closed
 }
@@ -68,6 +69,7 @@ func (s *session) recv() {
 			return
 		}
 		s.messages.Add(1)
+		s.results.Add(int64(len(resp.GetResults())))
 		s.mu.Lock()
 		for _, r := range resp.GetResults() {
 			if ch, ok := s.waiting[r.GetId()]; ok {
@@ -374,8 +376,14 @@ func TestManyOperationsInOneMessage(t *testing.T) {
 				}
 				tokens[i] = r.GetAcquire().GetLease().GetToken()
 			}
+			// Exactly one result per operation; that results ready together
+			// share a message is TestSessionSenderSendsWhatIsReadyInOneMessage's
+			// (package server), where it is exact.
 			msgs := s.messages.Load()
 			t.Logf("%d results in %d messages", n, msgs)
+			if got := s.results.Load(); got != int64(n) {
+				t.Fatalf("%d operations were answered with %d results", n, got)
+			}
 			if msgs >= int64(n) {
 				t.Errorf("%d results took %d messages: ready results are not sent together", n, msgs)
 			}
@@ -393,6 +401,16 @@ func TestManyOperationsInOneMessage(t *testing.T) {
 				}
 				if !r.GetRelease().GetReleased() {
 					t.Fatalf("release %d: %v", i, r)
+				}
+			}
+			if got := s.results.Load(); got != int64(2*n) {
+				t.Fatalf("%d operations were answered with %d results", 2*n, got)
+			}
+			// Every lease was released: none is left held.
+			for i := range n {
+				name := fmt.Sprintf("many/%04d", i)
+				if d, err := c.client.Describe(ctxTimeout(t, 10*time.Second), &coordinatorv1.DescribeRequest{Name: name}); err != nil || d.GetHeld() {
+					t.Fatalf("%s after its release: %v, %v", name, d, err)
 				}
 			}
 		})

@@ -108,7 +108,8 @@ func (c *coordinator) mustAcquire(t *testing.T, name, holder string, ttl time.Du
 	return resp.GetLease()
 }
 
-// waitQueued waits until n callers are queued for name.
+// waitQueued waits until exactly n callers are queued for name: one more
+// (a caller queued twice, or one that should not wait) fails it.
 func waitQueued(t *testing.T, c *coordinator, name string, n int) {
 	t.Helper()
 	testwait.Until(t, 10*time.Second, fmt.Sprintf("%d waiters queued on %s", n, name), func() bool {
@@ -116,6 +117,6 @@ func waitQueued(t *testing.T, c *coordinator, name string, n int) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return int(desc.GetWaiters()) >= n
+		return int(desc.GetWaiters()) == n
 	})
 }

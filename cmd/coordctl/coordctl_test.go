@@ -52,6 +52,16 @@ type result struct {
 // coordctl runs the binary against coord to its end.
 func coordctl(t *testing.T, coord *coordtest.Coordinator, env []string, args ...string) result {
 	t.Helper()
+	r, err := runCoordctl(coord, env, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// runCoordctl is coordctl for any goroutine: it returns the error of a
+// binary that could not run instead of failing the test.
+func runCoordctl(coord *coordtest.Coordinator, env []string, args ...string) (result, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binary, args...)
@@ -69,9 +79,9 @@ func coordctl(t *testing.T, coord *coordtest.Coordinator, env []string, args ...
 	case errors.As(err, &exit):
 		r.code = exit.ExitCode()
 	case err != nil:
-		t.Fatalf("coordctl %v: %v", args, err)
+		return r, fmt.Errorf("coordctl %v: %v", args, err)
 	}
-	return r
+	return r, nil
 }
 
 // background starts the binary against coord and returns it with its
@@ -132,7 +142,11 @@ func TestLockSerializesCommandsAcrossProcesses(t *testing.T) {
 			for id := range procs {
 				wg.Go(func() {
 					for range rounds {
-						r := coordctl(t, coord, []string{"ID=" + strconv.Itoa(id), "LOG=" + log}, "lock", "shared", "--", "sh", "-c", script)
+						r, err := runCoordctl(coord, []string{"ID=" + strconv.Itoa(id), "LOG=" + log}, "lock", "shared", "--", "sh", "-c", script)
+						if err != nil {
+							t.Error(err)
+							return
+						}
 						if r.code != 0 {
 							t.Errorf("process %d: exit %d: %s", id, r.code, r.stderr)
 						}
@@ -302,10 +316,15 @@ func TestLockPassesFencingToken(t *testing.T) {
 func TestLockStopsCommandWhenLost(t *testing.T) {
 	coord := coordtest.Start(t, coordtest.Config(t, "memory"))
 	c := dial(t, coord)
-	done := make(chan result, 1)
+	type outcome struct {
+		r   result
+		err error
+	}
+	done := make(chan outcome, 1)
 	go func() {
 		// CMD ignores SIGTERM: it is killed after the grace period.
-		done <- coordctl(t, coord, nil, "lock", "--ttl", "1s", "--grace", "1s", "victim", "--", "sh", "-c", `trap "" TERM; sleep 30`)
+		r, err := runCoordctl(coord, nil, "lock", "--ttl", "1s", "--grace", "1s", "victim", "--", "sh", "-c", `trap "" TERM; sleep 30`)
+		done <- outcome{r, err}
 	}()
 	var lease *coordinatorv1.Lease
 	deadline := time.Now().Add(20 * time.Second)
@@ -322,7 +341,11 @@ func TestLockStopsCommandWhenLost(t *testing.T) {
 	if _, err := c.API().Release(context.Background(), &coordinatorv1.ReleaseRequest{Name: "victim", Holder: lease.GetHolder(), Token: lease.GetToken()}); err != nil {
 		t.Fatal(err)
 	}
-	r := <-done
+	out := <-done
+	if out.err != nil {
+		t.Fatal(out.err)
+	}
+	r := out.r
 	if r.code != 1 || !strings.Contains(r.stderr, "lost") {
 		t.Fatalf("exit %d, stderr %q; want 1 and lost", r.code, r.stderr)
 	}

@@ -2,6 +2,7 @@ package redisurl
 
 import (
 	"fmt"
+	"net"
 	"net/url"
 	"strings"
 
@@ -45,6 +46,9 @@ func Parse(rawURL string) (Config, error) {
 	if err != nil {
 		return c, err
 	}
+	if err := checkAddrs(c); err != nil {
+		return Config{}, urlErr(rawURL, err)
+	}
 	resp2 := !strings.Contains(rawURL, "protocol=")
 	switch {
 	case c.Standalone != nil:
@@ -64,6 +68,30 @@ func Parse(rawURL string) (Config, error) {
 		}
 	}
 	return c, nil
+}
+
+// checkAddrs refuses a node address that is not host:port (a host of "]"
+// passes url.Parse), so that a bad URL fails here rather than at the first
+// dial.
+func checkAddrs(c Config) error {
+	var addrs []string
+	switch {
+	case c.Standalone != nil:
+		if c.Standalone.Network == "unix" {
+			return nil
+		}
+		addrs = []string{c.Standalone.Addr}
+	case c.Sentinel != nil:
+		addrs = c.Sentinel.SentinelAddrs
+	case c.Cluster != nil:
+		addrs = c.Cluster.Addrs
+	}
+	for _, a := range addrs {
+		if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
+			return fmt.Errorf("node address %q is not host:port", a)
+		}
+	}
+	return nil
 }
 
 func parse(rawURL string) (Config, error) {
@@ -189,11 +217,18 @@ func sentinelOptions(u *url.URL) (*redis.FailoverOptions, error) {
 }
 
 func urlErr(rawURL string, err error) error {
+	// A *url.Error quotes the URL it could not parse, password included:
+	// keep only what went wrong, after the redacted URL.
+	if ue, ok := err.(*url.Error); ok {
+		err = fmt.Errorf("%s: %w", ue.Op, ue.Err)
+	}
 	return fmt.Errorf("invalid Redis URL %s: %w", Redact(rawURL), err)
 }
 
-// Redact hides a URL's password; it copes with multi-host URLs that
-// url.Parse rejects.
+// Redact hides a URL's passwords: the userinfo's, and the value of every
+// query option whose name contains "password" (sentinel_password). It works
+// on the text as written, so it copes with what url.Parse rejects
+// (multi-host URLs, bad ports, bad escapes) and keeps the options in order.
 func Redact(rawURL string) string {
 	scheme, rest, ok := strings.Cut(rawURL, "://")
 	if !ok {
@@ -203,19 +238,30 @@ func Redact(rawURL string) string {
 	if hostEnd < 0 {
 		hostEnd = len(rest)
 	}
-	authority := rest[:hostEnd]
+	authority, tail := rest[:hostEnd], rest[hostEnd:]
 	if at := strings.LastIndex(authority, "@"); at >= 0 {
 		user, _, hasPass := strings.Cut(authority[:at], ":")
 		if hasPass {
 			authority = user + ":xxxxx" + authority[at:]
 		}
 	}
-	out := scheme + "://" + authority + rest[hostEnd:]
-	if u, err := url.Parse(out); err == nil && u.Query().Has("sentinel_password") {
-		q := u.Query()
-		q.Set("sentinel_password", "xxxxx")
-		u.RawQuery = q.Encode()
-		out = u.String()
+	tail, fragment, hasFragment := strings.Cut(tail, "#")
+	if path, query, hasQuery := strings.Cut(tail, "?"); hasQuery {
+		opts := strings.Split(query, "&")
+		for i, opt := range opts {
+			key, _, hasValue := strings.Cut(opt, "=")
+			name, err := url.QueryUnescape(key)
+			if err != nil {
+				name = key
+			}
+			if hasValue && strings.Contains(strings.ToLower(name), "password") {
+				opts[i] = key + "=xxxxx"
+			}
+		}
+		tail = path + "?" + strings.Join(opts, "&")
 	}
-	return out
+	if hasFragment {
+		tail += "#" + fragment
+	}
+	return scheme + "://" + authority + tail
 }

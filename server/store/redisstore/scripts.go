@@ -70,7 +70,7 @@ func decodeAcquire(name string, v any) (acquireReply, error) {
 	r := newReplyReader("acquire", v)
 	var a acquireReply
 	status := r.int(0)
-	a.lost = r.int(1) == 1
+	a.lost = r.flag(1)
 	if status == -1 {
 		a.quarantined = true
 		a.retryAfter = time.Duration(r.int(2)) * time.Millisecond
@@ -78,6 +78,9 @@ func decodeAcquire(name string, v any) (acquireReply, error) {
 	}
 	a.result.Acquired = status == 1
 	a.result.Lease = r.lease(2, name)
+	if a.result.Acquired && a.result.Lease.Holder == "" {
+		r.fail(2, "the holder of the grant")
+	}
 	if at := r.int(7); at > 0 {
 		a.result.RetryAt = time.UnixMilli(at)
 	}
@@ -88,36 +91,50 @@ func decodeAcquire(name string, v any) (acquireReply, error) {
 }
 
 // decodeRenew reads renew.lua's reply: {0} when not held, else
-// {1, holder, token, value, ttl_ms, expires_ms}.
+// {1, holder, token, value, ttl_ms, expires_ms}. Only {0} is
+// ErrLeaseNotHeld: a reply that is neither is an error, never a lost lease.
 func decodeRenew(name string, v any) (store.Lease, error) {
 	r := newReplyReader("renew", v)
-	if r.int(0) != 1 {
+	if !r.flag(0) {
 		if r.err != nil {
 			return store.Lease{}, r.err
 		}
 		return store.Lease{}, store.ErrLeaseNotHeld
 	}
 	l := r.lease(1, name)
+	if r.err == nil && l.Holder == "" {
+		r.fail(1, "the holder of the renewed lease")
+	}
 	return l, r.err
 }
 
 // decodeRelease reads release.lua's reply: 1 when released, else 0.
 func decodeRelease(v any) (bool, error) {
-	n, err := decodeInt("release", v)
-	return n == 1, err
+	return decodeFlag("release", v)
 }
 
 // decodeDequeue reads dequeue.lua's reply: 1 when the waiter was queued,
 // else 0.
 func decodeDequeue(v any) (bool, error) {
-	n, err := decodeInt("dequeue", v)
-	return n == 1, err
+	return decodeFlag("dequeue", v)
 }
 
 // decodeRefresh reads refresh_waiters.lua's reply: how many deadlines moved.
 func decodeRefresh(v any) (int, error) {
 	n, err := decodeInt("refresh waiters", v)
+	if err == nil && n < 0 {
+		return 0, replyErr("refresh waiters", 0, v, "count")
+	}
 	return int(n), err
+}
+
+// decodeFlag reads a reply that is 1 or 0.
+func decodeFlag(op string, v any) (bool, error) {
+	n, err := decodeInt(op, v)
+	if err == nil && n != 0 && n != 1 {
+		return false, replyErr(op, 0, v, "1 or 0")
+	}
+	return n == 1, err
 }
 
 // decodeInt reads an integer reply, as replyReader.int reads element 0 of
@@ -126,7 +143,11 @@ func decodeInt(op string, v any) (int64, error) {
 	if n, ok := v.(int64); ok {
 		return n, nil
 	}
-	return 0, fmt.Errorf("redisstore: %s: unexpected script reply: element %d is %T (%v), want %s", op, 0, v, v, "integer")
+	return 0, replyErr(op, 0, v, "integer")
+}
+
+func replyErr(op string, i int, got any, want string) error {
+	return fmt.Errorf("redisstore: %s: unexpected script reply: element %d is %T (%v), want %s", op, i, got, got, want)
 }
 
 // decodeWatch reads watch.lua's reply, five elements per name:
@@ -151,7 +172,9 @@ func decodeDescribe(name string, v any) (store.Description, error) {
 	d.Lease = r.lease(0, name)
 	d.Held = d.Lease.Holder != ""
 	d.LastToken = r.token(5)
-	d.Waiters = int(r.int(6))
+	if d.Waiters = int(r.int(6)); d.Waiters < 0 {
+		r.fail(6, "count")
+	}
 	return d, r.err
 }
 
@@ -181,7 +204,7 @@ func (r *replyReader) fail(i int, want string) {
 		if i < len(r.v) {
 			got = r.v[i]
 		}
-		r.err = fmt.Errorf("redisstore: %s: unexpected script reply: element %d is %T (%v), want %s", r.op, i, got, got, want)
+		r.err = replyErr(r.op, i, got, want)
 	}
 }
 
@@ -193,6 +216,15 @@ func (r *replyReader) int(i int) int64 {
 	}
 	r.fail(i, "integer")
 	return 0
+}
+
+// flag reads an integer that is 1 or 0.
+func (r *replyReader) flag(i int) bool {
+	n := r.int(i)
+	if n != 0 && n != 1 {
+		r.fail(i, "1 or 0")
+	}
+	return n == 1
 }
 
 func (r *replyReader) str(i int) string {
@@ -223,16 +255,21 @@ func (r *replyReader) token(i int) uint64 {
 }
 
 // lease reads the five fields {holder, token, value, ttl_ms, expires_ms}
-// that start at i: the zero Lease when holder is "".
+// that start at i: the zero Lease when holder is "". A lease's token is
+// never 0.
 func (r *replyReader) lease(i int, name string) store.Lease {
 	holder := r.str(i)
 	if holder == "" {
 		return store.Lease{}
 	}
+	token := r.token(i + 1)
+	if token == 0 {
+		r.fail(i+1, "token, never 0")
+	}
 	return store.Lease{
 		Name:      name,
 		Holder:    holder,
-		Token:     r.token(i + 1),
+		Token:     token,
 		Value:     r.bytes(i + 2),
 		TTL:       time.Duration(r.int(i+3)) * time.Millisecond,
 		ExpiresAt: time.UnixMilli(r.int(i + 4)),

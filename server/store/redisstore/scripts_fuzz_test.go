@@ -1,0 +1,354 @@
+package redisstore
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/coordinator-dev/coordinator/server/store"
+)
+
+// Replies are built from fuzz bytes as trees of what go-redis returns for a
+// script (RESP2): int64, string, []any and nil, plus a few values it never
+// returns there (an error, a float, a bool) that a decoder must refuse too.
+// Each node is one tag byte and its payload:
+//
+//	'i' int64 (8 bytes, big-endian)    'b' small int64 (1 byte, signed)
+//	's' string (1 length byte, bytes)  't' decimal string of a uint64 (8 bytes)
+//	'a' array (1 count byte, nodes)    'n' nil
+//	'e' error                          'f' float64 (8 bytes)
+//	'B' bool (1 byte)
+//
+// Input that runs out ends the current array; an unknown tag is nil.
+type replyDecoder struct{ b []byte }
+
+func (d *replyDecoder) byte() (byte, bool) {
+	if len(d.b) == 0 {
+		return 0, false
+	}
+	c := d.b[0]
+	d.b = d.b[1:]
+	return c, true
+}
+
+func (d *replyDecoder) uint64() uint64 {
+	var buf [8]byte
+	n := copy(buf[:], d.b)
+	d.b = d.b[n:]
+	return binary.BigEndian.Uint64(buf[:])
+}
+
+func (d *replyDecoder) node(depth int) (any, bool) {
+	tag, ok := d.byte()
+	if !ok {
+		return nil, false
+	}
+	switch tag {
+	case 'i':
+		return int64(d.uint64()), true
+	case 'b':
+		c, _ := d.byte()
+		return int64(int8(c)), true
+	case 's':
+		n, _ := d.byte()
+		s := d.b[:min(int(n), len(d.b))]
+		d.b = d.b[len(s):]
+		return string(s), true
+	case 't':
+		return strconv.FormatUint(d.uint64(), 10), true
+	case 'a':
+		n, _ := d.byte()
+		arr := []any{}
+		for range n {
+			if depth > 8 {
+				break
+			}
+			v, ok := d.node(depth + 1)
+			if !ok {
+				break
+			}
+			arr = append(arr, v)
+		}
+		return arr, true
+	case 'e':
+		return errors.New("ERR fuzzed"), true
+	case 'f':
+		return float64(d.uint64()) / 7, true
+	case 'B':
+		c, _ := d.byte()
+		return c%2 == 1, true
+	}
+	return nil, true
+}
+
+// encodeReply is the inverse of replyDecoder, for seeds.
+func encodeReply(v any) []byte {
+	switch v := v.(type) {
+	case int64:
+		if v == int64(int8(v)) {
+			return []byte{'b', byte(int8(v))}
+		}
+		return binary.BigEndian.AppendUint64([]byte{'i'}, uint64(v))
+	case string:
+		if len(v) > 255 {
+			panic("seed string too long")
+		}
+		return append([]byte{'s', byte(len(v))}, v...)
+	case []any:
+		out := []byte{'a', byte(len(v))}
+		for _, e := range v {
+			out = append(out, encodeReply(e)...)
+		}
+		return out
+	case nil:
+		return []byte{'n'}
+	}
+	panic(fmt.Sprintf("no seed encoding of %T", v))
+}
+
+// replySeeds are the replies each script documents, and malformed ones;
+// the malformed replies the decoders once read as answers are regression
+// seeds in testdata/fuzz/FuzzDecodeReplies.
+func replySeeds() []any {
+	const at = int64(1_800_000_000_000)
+	return []any{
+		// acquire
+		[]any{int64(-1), int64(1), int64(250)},
+		[]any{int64(1), int64(0), "h", "42", "v", int64(1500), at, int64(0)},
+		[]any{int64(0), int64(0), "h", "42", "", int64(1500), at, at},
+		[]any{int64(0), int64(0), "", "", "", int64(0), int64(0), int64(0)},
+		[]any{int64(2), int64(0), "", "", "", int64(0), int64(0), int64(0)},
+		[]any{int64(1), int64(0), "h"},
+		[]any{int64(1), int64(0), "h", "x", "", int64(1), at, int64(0)},
+		"OK",
+		nil,
+		// renew
+		[]any{int64(1), "h", "7", "v", int64(2000), at},
+		[]any{int64(0)},
+		[]any{int64(1), "h"},
+		// release, dequeue, refresh waiters
+		int64(1), int64(0), int64(3), "1",
+		// describe
+		[]any{"", "", "", int64(0), int64(0), "9", int64(2)},
+		[]any{"h", "9", "", int64(1000), at, "9", int64(0)},
+		[]any{"", "", "", int64(0), int64(0), int64(9), int64(0)},
+		// watch
+		[]any{"h", "7", "v", int64(1000), at, "", "", "", int64(0), int64(0)},
+		[]any{"h", "7", "v", int64(1000), at},
+		[]any{[]any{"h"}, "7", "v", int64(1000), at},
+	}
+}
+
+// FuzzDecodeReplies feeds every decoder of script replies arbitrary reply
+// shapes. None panics; each accepts exactly the replies its script
+// documents (scripts/*.lua, restated below without the decoders' code) and
+// decodes them field for field, and refuses every other with an error,
+// never reading a malformed reply as an answer (decodeRenew's
+// ErrLeaseNotHeld is an answer, not a refusal).
+func FuzzDecodeReplies(f *testing.F) {
+	for _, r := range replySeeds() {
+		for names := range uint8(3) {
+			f.Add(names, encodeReply(r))
+		}
+	}
+	f.Fuzz(func(t *testing.T, names uint8, b []byte) {
+		d := &replyDecoder{b: b}
+		v, _ := d.node(0)
+
+		a, err := decodeAcquire("job", v)
+		if want, ok := acquireSpec("job", v); ok != (err == nil) {
+			t.Fatalf("decodeAcquire(%#v) = %+v, %v; the reply is documented: %v", v, a, err, ok)
+		} else if ok && !sameAcquire(a, want) {
+			t.Fatalf("decodeAcquire(%#v) = %+v; want %+v", v, a, want)
+		}
+
+		l, err := decodeRenew("job", v)
+		want, held, ok := renewSpec("job", v)
+		switch {
+		case !ok && (err == nil || errors.Is(err, store.ErrLeaseNotHeld)):
+			t.Fatalf("decodeRenew(%#v) = %+v, %v; want a reply error", v, l, err)
+		case ok && !held && !errors.Is(err, store.ErrLeaseNotHeld):
+			t.Fatalf("decodeRenew(%#v) = %+v, %v; want ErrLeaseNotHeld", v, l, err)
+		case ok && held && (err != nil || !equalLease(l, want)):
+			t.Fatalf("decodeRenew(%#v) = %+v, %v; want %+v", v, l, err, want)
+		}
+
+		n, isInt := v.(int64)
+		for name, decode := range map[string]func(any) (bool, error){"decodeRelease": decodeRelease, "decodeDequeue": decodeDequeue} {
+			got, err := decode(v)
+			if ok := isInt && (n == 0 || n == 1); ok != (err == nil) || (ok && got != (n == 1)) {
+				t.Fatalf("%s(%#v) = %v, %v; the reply is documented (1 or 0): %v", name, v, got, err, ok)
+			}
+		}
+		if got, err := decodeRefresh(v); (isInt && n >= 0) != (err == nil) || (err == nil && int64(got) != n) {
+			t.Fatalf("decodeRefresh(%#v) = %d, %v; the reply is documented (a count): %v", v, got, err, isInt && n >= 0)
+		}
+
+		desc, err := decodeDescribe("job", v)
+		if wantDesc, ok := describeSpec("job", v); ok != (err == nil) {
+			t.Fatalf("decodeDescribe(%#v) = %+v, %v; the reply is documented: %v", v, desc, err, ok)
+		} else if ok && (desc.Held != wantDesc.Held || desc.LastToken != wantDesc.LastToken || desc.Waiters != wantDesc.Waiters || !equalLease(desc.Lease, wantDesc.Lease)) {
+			t.Fatalf("decodeDescribe(%#v) = %+v; want %+v", v, desc, wantDesc)
+		}
+
+		watched := make([]string, names%4)
+		for i := range watched {
+			watched[i] = fmt.Sprintf("n%d", i)
+		}
+		out := make([]store.Description, len(watched))
+		err = decodeWatch(watched, v, out)
+		if wantOut, ok := watchSpec(watched, v); ok != (err == nil) {
+			t.Fatalf("decodeWatch(%q, %#v) = %v; the reply is documented: %v", watched, v, err, ok)
+		} else if ok {
+			for i := range out {
+				if out[i].Held != wantOut[i].Held || !equalLease(out[i].Lease, wantOut[i].Lease) {
+					t.Fatalf("decodeWatch(%q, %#v)[%d] = %+v; want %+v", watched, v, i, out[i], wantOut[i])
+				}
+			}
+		}
+	})
+}
+
+// specLease reads the five fields {holder, token, value, ttl_ms,
+// expires_ms} at i as the scripts document them: holder "" is no lease (the
+// other four are placeholders); otherwise the token is a decimal uint64 that
+// is not 0 (no lease has token 0), the value a string, ttl_ms and
+// expires_ms integers.
+func specLease(r []any, i int, name string) (store.Lease, bool) {
+	if len(r) < i+5 {
+		return store.Lease{}, false
+	}
+	holder, ok := r[i].(string)
+	if !ok {
+		return store.Lease{}, false
+	}
+	if holder == "" {
+		return store.Lease{}, true
+	}
+	tok, ok1 := r[i+1].(string)
+	value, ok2 := r[i+2].(string)
+	ttl, ok3 := r[i+3].(int64)
+	expires, ok4 := r[i+4].(int64)
+	if !ok1 || !ok2 || !ok3 || !ok4 {
+		return store.Lease{}, false
+	}
+	token, err := strconv.ParseUint(tok, 10, 64)
+	if err != nil || token == 0 {
+		return store.Lease{}, false
+	}
+	var val []byte
+	if value != "" {
+		val = []byte(value)
+	}
+	return store.Lease{Name: name, Holder: holder, Token: token, Value: val, TTL: time.Duration(ttl) * time.Millisecond, ExpiresAt: time.UnixMilli(expires)}, true
+}
+
+// acquireSpec: {-1, lost, retry_after_ms} or {status, lost, holder, token,
+// value, ttl_ms, expires_ms, retry_at_ms} with status 1 (granted, to a
+// holder) or 0, and lost 1 or 0.
+func acquireSpec(name string, v any) (acquireReply, bool) {
+	r, ok := v.([]any)
+	if !ok || len(r) < 3 {
+		return acquireReply{}, false
+	}
+	status, ok1 := r[0].(int64)
+	lost, ok2 := r[1].(int64)
+	if !ok1 || !ok2 || (lost != 0 && lost != 1) {
+		return acquireReply{}, false
+	}
+	a := acquireReply{lost: lost == 1}
+	switch status {
+	case -1:
+		after, ok := r[2].(int64)
+		a.quarantined, a.retryAfter = true, time.Duration(after)*time.Millisecond
+		return a, ok
+	case 0, 1:
+	default:
+		return acquireReply{}, false
+	}
+	l, ok := specLease(r, 2, name)
+	if !ok || len(r) < 8 || (status == 1 && l.Holder == "") {
+		return acquireReply{}, false
+	}
+	at, ok := r[7].(int64)
+	if !ok {
+		return acquireReply{}, false
+	}
+	a.result.Acquired, a.result.Lease = status == 1, l
+	if at > 0 {
+		a.result.RetryAt = time.UnixMilli(at)
+	}
+	return a, true
+}
+
+// renewSpec: {0} (not held) or {1, holder, token, value, ttl_ms,
+// expires_ms} with a holder.
+func renewSpec(name string, v any) (l store.Lease, held, ok bool) {
+	r, isArr := v.([]any)
+	if !isArr || len(r) == 0 {
+		return store.Lease{}, false, false
+	}
+	switch status, _ := r[0].(int64); {
+	case !isInt(r[0]):
+		return store.Lease{}, false, false
+	case status == 0:
+		return store.Lease{}, false, true
+	case status == 1:
+		l, ok := specLease(r, 1, name)
+		return l, true, ok && l.Holder != ""
+	}
+	return store.Lease{}, false, false
+}
+
+// describeSpec: {holder, token, value, ttl_ms, expires_ms, last_token,
+// waiters}, last_token a decimal string, waiters a count.
+func describeSpec(name string, v any) (store.Description, bool) {
+	r, ok := v.([]any)
+	if !ok || len(r) < 7 {
+		return store.Description{}, false
+	}
+	l, ok := specLease(r, 0, name)
+	last, ok1 := r[5].(string)
+	waiters, ok2 := r[6].(int64)
+	if !ok || !ok1 || !ok2 || waiters < 0 {
+		return store.Description{}, false
+	}
+	lastToken, err := strconv.ParseUint(last, 10, 64)
+	if err != nil {
+		return store.Description{}, false
+	}
+	return store.Description{Held: l.Holder != "", Lease: l, LastToken: lastToken, Waiters: int(waiters)}, true
+}
+
+// watchSpec: five elements per name, the lease fields.
+func watchSpec(names []string, v any) ([]store.Description, bool) {
+	r, ok := v.([]any)
+	if !ok || len(r) != 5*len(names) {
+		return nil, false
+	}
+	out := make([]store.Description, len(names))
+	for i, name := range names {
+		l, ok := specLease(r, 5*i, name)
+		if !ok {
+			return nil, false
+		}
+		out[i] = store.Description{Held: l.Holder != "", Lease: l}
+	}
+	return out, true
+}
+
+func isInt(v any) bool { _, ok := v.(int64); return ok }
+
+func equalLease(a, b store.Lease) bool {
+	return a.Name == b.Name && a.Holder == b.Holder && a.Token == b.Token && bytes.Equal(a.Value, b.Value) &&
+		a.TTL == b.TTL && a.ExpiresAt.Equal(b.ExpiresAt)
+}
+
+func sameAcquire(a, b acquireReply) bool {
+	return a.lost == b.lost && a.quarantined == b.quarantined && a.retryAfter == b.retryAfter &&
+		a.result.Acquired == b.result.Acquired && a.result.RetryAt.Equal(b.result.RetryAt) && equalLease(a.result.Lease, b.result.Lease)
+}
