@@ -59,14 +59,15 @@ func (ks keyspace) pattern(suffix string) string {
 // parse reads a key found by SCAN. The queue name is the hash tag (queue
 // names never contain braces but may contain ':' and look like suffixes,
 // e.g. "a::b:tmp"), and what follows the closing brace must be exactly one
-// of the six suffixes. Anything else is not a queue key.
+// of the six suffixes. Anything else, a tag with a '{' in it included, is
+// not a queue key: no batch could work it.
 func (ks keyspace) parse(key string) (queue string, k kind, ok bool) {
 	rest, found := strings.CutPrefix(key, ks.prefix+":queue:{")
 	if !found {
 		return "", 0, false
 	}
 	queue, suffix, found := strings.Cut(rest, "}")
-	if !found || queue == "" {
+	if !found || checkQueue(queue) != nil { // a queue name holds no brace
 		return "", 0, false
 	}
 	for k, s := range kindSuffixes {

@@ -12,6 +12,7 @@ func TestParseReadsTheQueueFromTheHashTag(t *testing.T) {
 	}{
 		{"deckard_v1:queue:{orders}", "orders", kindActive, true},
 		{"deckard_v1:queue:{orders}:tmp", "orders", kindTmp, true},
+		{"deckard_v1:queue:{a{b}:tmp", "", 0, false}, // a brace in the tag: no queue's key
 		{"deckard_v1:queue:{orders}:lock_ack", "orders", kindLockAck, true},
 		{"deckard_v1:queue:{orders}:lock_nack", "orders", kindLockNack, true},
 		{"deckard_v1:queue:{orders}:lock_ack:score", "orders", kindLockAckScore, true},
