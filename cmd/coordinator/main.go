@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
 	"os"
 
 	"github.com/coordinator-dev/coordinator/coordinatord"
@@ -14,6 +15,10 @@ func main() {
 	cfg, err := coordinatord.ParseConfig(fs, os.Args[1:], os.LookupEnv)
 	if err != nil {
 		os.Exit(app.ParseError(os.Stderr, "coordinator", err))
+	}
+	if cfg.PrintVersion {
+		fmt.Print(app.BuildVersion().Text("coordinator"))
+		return
 	}
 	log := cfg.Log.Logger(os.Stderr)
 
