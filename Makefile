@@ -5,23 +5,31 @@
 # make bench     the benchmarks, side by side in one run
 # make lint      gofmt, golangci-lint, buf lint/format/breaking, gen/ up to date, no tracked binaries
 # make generate  regenerate gen/ (Go, Python, TypeScript) from proto/ with the pinned buf and plugins
+# make image     the container image (IMAGE=coordinator:VERSION), from binaries built here, with podman
 
 GO            ?= go
 BUF           := $(GO) tool -modfile=$(CURDIR)/tools/go.mod buf
 GOLANGCI_LINT := $(GO) tool -modfile=$(CURDIR)/tools/go.mod golangci-lint
 BENCHFLAGS    ?=
+VERSION       := $(shell cat VERSION)
+IMAGE         ?= coordinator:$(VERSION)
 
-.PHONY: run test test-go test-python test-typescript test-under-load fault-soak bench lint generate build
+.PHONY: run test test-go test-python test-typescript test-under-load fault-soak bench lint generate build image
 
 # Built, then exec'd, so that Ctrl-C reaches the coordinator alone and a
 # clean stop exits 0 (`go run` reports an interrupted child as a failure).
 run:
 	@mkdir -p bin
-	$(GO) build -o bin/coordinator ./cmd/coordinator
+	$(GO) build -ldflags "-X github.com/coordinator-dev/coordinator/internal/app.release=$(VERSION)" -o bin/coordinator ./cmd/coordinator
 	@exec ./bin/coordinator
 
 build:
 	$(GO) build ./...
+
+# The Dockerfile's final stage, from static binaries built here
+# (scripts/image.sh; PODMAN=podman to use your podman's usual storage).
+image:
+	./scripts/image.sh $(IMAGE)
 
 test: test-go test-python test-typescript
 
