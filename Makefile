@@ -3,16 +3,19 @@
 # make test-under-load  the suite three times with every core kept busy
 # make fault-soak the fault suite (kill -9, Redis restarts, flushes, failover), five rounds of each
 # make bench     the benchmarks, side by side in one run
-# make lint      gofmt, golangci-lint, buf lint/format/breaking, gen/ up to date, no tracked binaries
+# make lint      gofmt, golangci-lint, buf lint/format/breaking, gen/ up to date, no tracked binaries,
+#                helm lint/template and the chart test (deploy/helm/charttest)
 # make generate  regenerate gen/ (Go, Python, TypeScript) from proto/ with the pinned buf and plugins
 # make image     the container image (IMAGE=coordinator:VERSION), from binaries built here, with podman
 
 GO            ?= go
 BUF           := $(GO) tool -modfile=$(CURDIR)/tools/go.mod buf
 GOLANGCI_LINT := $(GO) tool -modfile=$(CURDIR)/tools/go.mod golangci-lint
+HELM          := $(GO) tool -modfile=$(CURDIR)/tools/go.mod helm
 BENCHFLAGS    ?=
 VERSION       := $(shell cat VERSION)
 IMAGE         ?= coordinator:$(VERSION)
+CHART         := deploy/helm/coordinator
 
 .PHONY: run test test-go test-python test-typescript test-under-load fault-soak bench lint generate build image
 
@@ -77,3 +80,8 @@ lint:
 	./scripts/generators.sh
 	@tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; \
 	$(BUF) generate --template buf.gen.go.yaml -o $$tmp && $(BUF) generate -o $$tmp && diff -r gen $$tmp/gen || { echo "gen/ is stale: run 'make generate' and commit it"; exit 1; }
+	$(HELM) lint --strict $(CHART)
+	@for f in deploy/helm/charttest/testdata/*.yaml; do echo "helm lint --strict -f $$f"; $(HELM) lint --strict --quiet $(CHART) -f $$f || exit 1; done
+	$(HELM) template coordinator $(CHART) >/dev/null
+	cd deploy/helm/charttest && $(GO) vet ./... && $(GOLANGCI_LINT) run --config ../../../.golangci.yml ./...
+	cd deploy/helm/charttest && $(GO) test -count=1 ./...
