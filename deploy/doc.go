@@ -5,14 +5,19 @@
 //     Prometheus rules) and files/grafana-dashboard.json (the dashboard);
 //     helm/charttest, a module of its own that make lint runs, renders it
 //     and decodes every manifest strictly into the Kubernetes API types.
+//   - alerts_test.yaml: promtool's unit tests of the rules.
 //   - image: the image's user and group files (the Dockerfile is at the
 //     repository root).
 //
 // The tests here, in make test: the version in the VERSION file, Chart.yaml
-// and the Dockerfile agree; and, when podman is installed, make image's
-// image is built and checked by its content: its configuration, its files,
-// and its binaries started from the exported filesystem against a Redis. A
-// missing podman skips that test, except in CI (CI set), where it fails.
+// and the Dockerfile agree; every metric and label the dashboard's queries
+// and the alert rules name is exported by a real coordinator and a real
+// housekeeper, scraped live; promtool checks and unit-tests the rules, and
+// parses every dashboard query (when promtool is installed); and, when
+// podman or buildah is installed, make image's image is built and checked
+// by its content: its configuration, its files, and its coordinator started
+// from the exported filesystem against a Redis, serving. CI installs
+// promtool and podman, and there a missing tool fails instead of skipping.
 //
 // It imports nothing of this module but in tests, which may use the test
 // kits (see layering_test.go).
