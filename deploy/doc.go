@@ -13,11 +13,12 @@
 // and the Dockerfile agree; every metric and label the dashboard's queries
 // and the alert rules name is exported by a real coordinator and a real
 // housekeeper, scraped live; promtool checks and unit-tests the rules, and
-// parses every dashboard query (when promtool is installed); and, when
-// podman or buildah is installed, make image's image is built and checked
-// by its content: its configuration, its files, and its coordinator started
-// from the exported filesystem against a Redis, serving. CI installs
-// promtool and podman, and there a missing tool fails instead of skipping.
+// parses every dashboard query (when promtool is installed). make
+// test-image, which make test runs after the other tests, builds make
+// image's image (with podman) and checks it by its content: its
+// configuration, its files, and its coordinator started from the exported
+// filesystem against a Redis, serving. CI installs promtool and podman, and
+// there a missing tool fails instead of skipping.
 //
 // It imports nothing of this module but in tests, which may use the test
 // kits (see layering_test.go).
