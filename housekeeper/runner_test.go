@@ -478,7 +478,8 @@ func TestQuietSetsAreReadLessOftenButWithinTheQuietInterval(t *testing.T) {
 		t.Errorf("%.1f reads a set in %v, want at most %.1f", reads, elapsed, most)
 	}
 	// Now a message due at once goes in ahead of q0's head.
-	d.Seed(t, rdb, func(p redis.Pipeliner) { d.Put(ctx, p, "q0", hkt.Tmp, "early", float64(hkt.NowMs(t, rdb)-1)) })
+	now = hkt.NowMs(t, rdb)
+	d.Seed(t, rdb, func(p redis.Pipeliner) { d.Put(ctx, p, "q0", hkt.Tmp, "early", float64(now-1)) })
 	testwait.Until(t, 10*time.Second, "the early message moved", func() bool { return r.moved(t) == 1 })
 }
 
