@@ -842,7 +842,13 @@ func (h *countScans) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // learn of the sets from the index: a queue created while they run is
 // found and worked by its owner, whoever scanned.
 func TestInstancesTakeTurnsToScanAndShareWhatTheyFind(t *testing.T) {
-	rdb := redistest.Client(t)
+	// A Redis of its own: a discovery is one SCAN call only while the whole
+	// keyspace holds fewer keys than its COUNT, which the shared test Redis,
+	// filled by the tests of other packages running beside this one, often
+	// does not.
+	srv := redistest.Start(t, false)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
 	d := newDeckard(t, rdb)
 	scans := &countScans{}
 	rdb.AddHook(scans)
