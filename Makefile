@@ -1,35 +1,52 @@
 # make run       the coordinator on the embedded memory store (no Redis needed)
-# make test      go vet and every test (Go with -race, Python, TypeScript), against a throwaway Redis
+# make test      go vet and every test (Go with -race, the image's, Python, TypeScript), against a throwaway Redis
 # make test-under-load  the suite three times with every core kept busy
 # make fault-soak the fault suite (kill -9, Redis restarts, flushes, failover), five rounds of each
 # make bench     the benchmarks, side by side in one run
 # make fuzz      every fuzz target for FUZZTIME (5m) each, one after the other
-# make lint      gofmt, golangci-lint, buf lint/format/breaking, gen/ up to date, no tracked binaries
+# make lint      gofmt, golangci-lint, buf lint/format/breaking, gen/ up to date, no tracked binaries,
+#                helm lint/template and the chart test (deploy/helm/charttest)
 # make generate  regenerate gen/ (Go, Python, TypeScript) from proto/ with the pinned buf and plugins
+# make image     the container image (IMAGE=coordinator:VERSION), from binaries built here, with podman
 
 GO            ?= go
 BUF           := $(GO) tool -modfile=$(CURDIR)/tools/go.mod buf
 GOLANGCI_LINT := $(GO) tool -modfile=$(CURDIR)/tools/go.mod golangci-lint
+HELM          := $(GO) tool -modfile=$(CURDIR)/tools/go.mod helm
 BENCHFLAGS    ?=
 FUZZTIME      ?= 5m
+VERSION       := $(shell cat VERSION)
+IMAGE         ?= coordinator:$(VERSION)
+CHART         := deploy/helm/coordinator
 
-.PHONY: run test test-go test-python test-typescript test-under-load fault-soak bench fuzz lint generate build
+.PHONY: run test test-go test-image test-python test-typescript test-under-load fault-soak bench fuzz lint generate build image
 
 # Built, then exec'd, so that Ctrl-C reaches the coordinator alone and a
 # clean stop exits 0 (`go run` reports an interrupted child as a failure).
 run:
 	@mkdir -p bin
-	$(GO) build -o bin/coordinator ./cmd/coordinator
+	$(GO) build -ldflags "-X github.com/coordinator-dev/coordinator/internal/app.release=$(VERSION)" -o bin/coordinator ./cmd/coordinator
 	@exec ./bin/coordinator
 
 build:
 	$(GO) build ./...
 
-test: test-go test-python test-typescript
+# The Dockerfile's final stage, from static binaries built here
+# (scripts/image.sh; PODMAN=podman to use your podman's usual storage).
+image:
+	./scripts/image.sh $(IMAGE)
+
+test: test-go test-image test-python test-typescript
 
 test-go:
 	$(GO) vet ./...
 	./scripts/with-redis.sh $(GO) test -race -count=1 ./...
+
+# The image test (deploy/image_test.go) on its own, after the others: it
+# builds the image, which would load the machine under timing-sensitive
+# tests. It skips without podman, except in CI.
+test-image:
+	COORDINATOR_TEST_IMAGE=1 ./scripts/with-redis.sh $(GO) test -count=1 -run '^TestImage$$' ./deploy/
 
 test-python:
 	./scripts/with-redis.sh ./scripts/test-python.sh
@@ -76,3 +93,8 @@ lint:
 	./scripts/generators.sh
 	@tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; \
 	$(BUF) generate --template buf.gen.go.yaml -o $$tmp && $(BUF) generate -o $$tmp && diff -r gen $$tmp/gen || { echo "gen/ is stale: run 'make generate' and commit it"; exit 1; }
+	$(HELM) lint --strict $(CHART)
+	@for f in deploy/helm/charttest/testdata/*.yaml; do echo "helm lint --strict -f $$f"; $(HELM) lint --strict --quiet $(CHART) -f $$f || exit 1; done
+	$(HELM) template coordinator $(CHART) >/dev/null
+	cd deploy/helm/charttest && $(GO) vet ./... && $(GOLANGCI_LINT) run --config ../../../.golangci.yml ./...
+	cd deploy/helm/charttest && $(GO) test -count=1 ./...

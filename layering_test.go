@@ -111,6 +111,14 @@ var layers = []layer{
 		name: "test kits",
 		pkgs: []string{"internal/testkit/..."},
 	},
+
+	// The deployment artifacts' checks: a package of tests (its one file of
+	// code, doc.go, imports nothing), which run the binaries and may use
+	// the test kits.
+	{
+		name: "deployment checks",
+		pkgs: []string{"deploy"},
+	},
 }
 
 // aboveTheService is what the tests of the service, its middleware and its

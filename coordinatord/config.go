@@ -56,6 +56,9 @@ type Config struct {
 	// CPUProfile, when set, is the file that a CPU profile of the whole
 	// run is written to at a clean shutdown.
 	CPUProfile string
+	// PrintVersion (-version) asks for the version instead of a run; the
+	// rest of the configuration is then not checked.
+	PrintVersion bool
 }
 
 // DefaultStateDir is where `make run` keeps the memory store's state: under
@@ -105,7 +108,12 @@ func ParseConfig(fs *flag.FlagSet, args []string, lookupEnv func(string) (string
 	limitFlag(v, &c.Limits.LeasesPerHolder, limits.LeasesPerHolder, limits.DefaultLeasesPerHolder, "most leases one holder may hold through this coordinator")
 	c.Log.Flags(v, "COORDINATOR")
 	v.String(&c.CPUProfile, "cpu-profile", "COORDINATOR_CPU_PROFILE", "", "write a CPU profile of the whole run to this `file` at a clean shutdown, for go tool pprof (diagnosis; empty: off)")
-	if err := v.Parse(args); err != nil {
+	fs.BoolVar(&c.PrintVersion, "version", false, "print the version and VCS revision, and exit")
+	err := v.Parse(args)
+	switch {
+	case c.PrintVersion:
+		return c, nil // -version works whatever else the environment holds
+	case err != nil:
 		return c, err
 	}
 

@@ -60,7 +60,7 @@ func startInstance(t *testing.T, addr string, rdb redis.UniversalClient, d house
 	ctx, cancel := context.WithCancel(context.Background())
 	in.cancel = cancel
 	in.wg.Go(func() {
-		if err := in.m.Run(ctx); err != nil && !(in.killed.Load() && errors.Is(err, client.ErrClosed)) {
+		if err := in.m.Run(ctx); err != nil && (!in.killed.Load() || !errors.Is(err, client.ErrClosed)) {
 			t.Errorf("%s: membership: %v", id, err)
 		}
 	})

@@ -23,12 +23,6 @@ const (
 
 var kindSuffixes = [numKinds]string{"", ":tmp", ":lock_ack", ":lock_nack", ":lock_ack:score", ":lock_nack:score"}
 
-// kinds is a set of kinds.
-type kinds uint8
-
-func (s kinds) has(k kind) bool { return s&(1<<k) != 0 }
-func (s *kinds) add(k kind)     { *s |= 1 << k }
-
 // keyspace names the keys of one Deckard prefix.
 type keyspace struct{ prefix string }
 

@@ -478,7 +478,8 @@ func TestQuietSetsAreReadLessOftenButWithinTheQuietInterval(t *testing.T) {
 		t.Errorf("%.1f reads a set in %v, want at most %.1f", reads, elapsed, most)
 	}
 	// Now a message due at once goes in ahead of q0's head.
-	d.Seed(t, rdb, func(p redis.Pipeliner) { d.Put(ctx, p, "q0", hkt.Tmp, "early", float64(hkt.NowMs(t, rdb)-1)) })
+	now = hkt.NowMs(t, rdb)
+	d.Seed(t, rdb, func(p redis.Pipeliner) { d.Put(ctx, p, "q0", hkt.Tmp, "early", float64(now-1)) })
 	testwait.Until(t, 10*time.Second, "the early message moved", func() bool { return r.moved(t) == 1 })
 }
 
@@ -841,7 +842,13 @@ func (h *countScans) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // learn of the sets from the index: a queue created while they run is
 // found and worked by its owner, whoever scanned.
 func TestInstancesTakeTurnsToScanAndShareWhatTheyFind(t *testing.T) {
-	rdb := redistest.Client(t)
+	// A Redis of its own: a discovery is one SCAN call only while the whole
+	// keyspace holds fewer keys than its COUNT, which the shared test Redis,
+	// filled by the tests of other packages running beside this one, often
+	// does not.
+	srv := redistest.Start(t, false)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { _ = rdb.Close() })
 	d := newDeckard(t, rdb)
 	scans := &countScans{}
 	rdb.AddHook(scans)

@@ -61,6 +61,7 @@ type cli struct {
 	insecureToken  bool
 	tlsOn          bool
 	tlsFiles       app.TLSFiles
+	version        bool
 
 	tls *tls.Config // from the TLS flags, by check; nil: plaintext
 }
@@ -90,6 +91,7 @@ func (a *cli) flagSet(name string) *flag.FlagSet {
 	fs.StringVar(&a.tlsFiles.Key, "tls-key", "", "PEM private key file of -tls-cert")
 	fs.StringVar(&a.tlsFiles.ServerName, "tls-server-name", "", "server name to verify instead of the address's host")
 	fs.BoolVar(&a.tlsFiles.InsecureSkipVerify, "insecure-skip-verify", false, "with TLS, do not verify the coordinator's certificate (testing only)")
+	fs.BoolVar(&a.version, "version", false, "print the version and VCS revision, and exit")
 	fs.Usage = func() {
 		var b strings.Builder
 		b.WriteString("Usage: coordctl [flags] COMMAND ARGS…  (flags may also follow COMMAND)\n\nCommands:\n")

@@ -228,6 +228,14 @@ func TestExitCodes(t *testing.T) {
 	}
 }
 
+func TestVersionPrintsTheModuleAndTheRevision(t *testing.T) {
+	r := coordctl(t, nil, nil, "-version")
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "coordctl ") || !strings.Contains(r.stdout, "\nmodule   github.com/coordinator-dev/coordinator ") ||
+		!strings.Contains(r.stdout, "\nrevision ") {
+		t.Fatalf("coordctl -version: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+}
+
 // lock, elect and observe wait for the coordinator up to -connect-timeout,
 // then say that they cannot reach it, instead of waiting in silence for
 // ever as if for the lease.

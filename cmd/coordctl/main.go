@@ -20,6 +20,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return a.usageError(err)
 	}
+	if a.version {
+		a.printf("%s", app.BuildVersion().Text("coordctl"))
+		return app.ExitOK
+	}
 	if len(pos) == 0 {
 		fs.Usage()
 		return app.ExitUsage

@@ -276,6 +276,16 @@ func TestAPlaintextHealthPortServesProbesBesideATLSPort(t *testing.T) {
 	}
 }
 
+func TestVersionPrintsTheModuleAndTheRevisionWhateverTheEnvironment(t *testing.T) {
+	cmd := exec.Command(buildBinary(t), "-version")
+	cmd.Env = []string{"COORDINATOR_MAX_TTL=soon", "COORDINATOR_STORE=etcd"}
+	out, err := cmd.Output()
+	if err != nil || !strings.HasPrefix(string(out), "coordinator ") ||
+		!strings.Contains(string(out), "\nmodule   github.com/coordinator-dev/coordinator ") || !strings.Contains(string(out), "\nrevision ") {
+		t.Fatalf("coordinator -version: %v\n%s", err, out)
+	}
+}
+
 func TestBadConfigurationExitsWithUsageStatus(t *testing.T) {
 	bin := buildBinary(t)
 	for _, args := range [][]string{{"-store", "etcd"}, {"-max-ttl", "soon"}, {"stray"}, {"-idle-name-ttl", "1m"}, {"-max-streams", "-1"}} {

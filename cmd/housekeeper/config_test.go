@@ -78,6 +78,9 @@ func TestParseConfig(t *testing.T) {
 		{"bad redis url from env", nil, map[string]string{"HOUSEKEEPER_REDIS_URL": "http://x"}, nil, "redis-url"},
 		{"bad log format", []string{"-log-format", "xml"}, nil, nil, "log-format"},
 		{"bad log level", nil, map[string]string{"HOUSEKEEPER_LOG_LEVEL": "loud"}, nil, "log-level"},
+		{"-version, whatever the environment holds", []string{"-version"}, map[string]string{"HOUSEKEEPER_LEASE_TTL": "soon"}, func(c config) bool {
+			return c.printVersion
+		}, ""},
 		{"malformed env", nil, map[string]string{"HOUSEKEEPER_PARALLELISM": "lots"}, nil, "HOUSEKEEPER_PARALLELISM"},
 	}
 	for _, tc := range tests {

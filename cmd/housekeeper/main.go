@@ -41,6 +41,8 @@ type config struct {
 	log            app.LogConfig
 	membership     housekeeper.MembershipConfig
 	runner         housekeeper.Config
+	// printVersion (-version) asks for the version instead of a run.
+	printVersion bool
 }
 
 const (
@@ -84,7 +86,12 @@ func parseConfig(fs *flag.FlagSet, args []string, lookupEnv func(string) (string
 	v.String(&c.membership.Namespace, "lease-namespace", "HOUSEKEEPER_LEASE_NAMESPACE", "", "prefix of the coordinator names (membership, election, view), for several Deckards on one coordinator")
 	v.String(&c.membership.Election, "election", "HOUSEKEEPER_ELECTION", housekeeper.DefaultElection, "election (behind -lease-namespace) whose leader publishes the membership and reports the queue gauges")
 	c.log.Flags(v, "HOUSEKEEPER")
-	if err := v.Parse(args); err != nil {
+	fs.BoolVar(&c.printVersion, "version", false, "print the version and VCS revision, and exit")
+	err := v.Parse(args)
+	switch {
+	case c.printVersion:
+		return c, nil // -version works whatever else the environment holds
+	case err != nil:
 		return c, err
 	}
 	var errs []error
@@ -134,6 +141,10 @@ func main() {
 	cfg, err := parseConfig(fs, os.Args[1:], os.LookupEnv)
 	if err != nil {
 		os.Exit(app.ParseError(os.Stderr, "housekeeper", err))
+	}
+	if cfg.printVersion {
+		fmt.Print(app.BuildVersion().Text("housekeeper"))
+		return
 	}
 	log := cfg.log.Logger(os.Stderr).With("instance", cfg.instanceID)
 

@@ -18,19 +18,10 @@ import (
 
 // TestCluster runs the store against a Redis Cluster: the one
 // COORDINATOR_TEST_REDIS_CLUSTER_URL names (redis+cluster://host:port,...), or
-// a private one of three masters.
+// a private one of three masters (see clusterClient).
 func TestCluster(t *testing.T) {
 	t.Parallel()
-	raw := os.Getenv("COORDINATOR_TEST_REDIS_CLUSTER_URL")
-	if raw == "" {
-		raw = redistest.StartCluster(t, 3).URL()
-	}
-	c, err := redisurl.Parse(raw)
-	if err != nil || c.Cluster == nil {
-		t.Fatalf("COORDINATOR_TEST_REDIS_CLUSTER_URL=%q is not a cluster URL: %v", raw, err)
-	}
-	client := redis.NewClusterClient(c.Cluster)
-	t.Cleanup(func() { _ = client.Close() })
+	client := clusterClient(t)
 	const quarantine = time.Second
 	var losses atomic.Int32
 	s := newStore(t, client, Options{Quarantine: quarantine, OnDataLoss: func(time.Duration) { losses.Add(1) }})
@@ -41,7 +32,7 @@ func TestCluster(t *testing.T) {
 
 	// One marker per slot.
 	var markers atomic.Int64
-	err = client.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+	err := client.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
 		iter := n.Scan(ctx, 0, globEscape(s.prefix)+":{*}:marker", 1000).Iterator()
 		for iter.Next(ctx) {
 			markers.Add(1)
@@ -187,4 +178,22 @@ func TestSentinel(t *testing.T) {
 	}
 	mustRelease(t, s, l)
 	waitChange(t, job, "release")
+}
+
+// clusterClient connects to the Redis Cluster that
+// COORDINATOR_TEST_REDIS_CLUSTER_URL names (redis+cluster://host:port,...), or
+// to a private one of three masters; it is closed at cleanup.
+func clusterClient(t *testing.T) *redis.ClusterClient {
+	t.Helper()
+	raw := os.Getenv("COORDINATOR_TEST_REDIS_CLUSTER_URL")
+	if raw == "" {
+		raw = redistest.StartCluster(t, 3).URL()
+	}
+	c, err := redisurl.Parse(raw)
+	if err != nil || c.Cluster == nil {
+		t.Fatalf("COORDINATOR_TEST_REDIS_CLUSTER_URL=%q is not a cluster URL: %v", raw, err)
+	}
+	client := redis.NewClusterClient(c.Cluster)
+	t.Cleanup(func() { _ = client.Close() })
+	return client
 }

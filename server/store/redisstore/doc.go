@@ -97,10 +97,13 @@
 // once by that New). On a Cluster only the slots whose markers are missing
 // (a shard that failed over to an empty replica) are quarantined. Redis
 // cannot tell a new deployment from one that lost everything, so a first
-// start waits one quarantine unless Options.NewStore says the store is new:
-// missing markers are then written without quarantine. NewStore matters only
-// when markers are missing; it is meant for a deployment's first start, and
-// left set it lets a loss while every coordinator was down go unnoticed.
+// start waits one quarantine unless the store was initialised: Init, run
+// once on a brand-new Redis (coordinator init-store), writes the markers
+// without quarantine through the same script, and refuses a Redis that has
+// markers or other keys of the prefix. Options.NewStore does the same at
+// every start, for throwaway stores (tests, benchmarks, a developer's
+// Redis): it matters only when markers are missing, and left set on a real
+// deployment it lets a loss while every coordinator was down go unnoticed.
 //
 // # Replicas and failover
 //

@@ -52,11 +52,12 @@ type Options struct {
 	// that New finds missing are written without a quarantine. Without it, a
 	// missing marker at start means Redis lost its data while no coordinator
 	// ran, and grants wait for Quarantine as after any data loss (a
-	// deployment's very first start waits once). It is meant for the first
-	// start; left set, it changes nothing while the markers exist, but a
-	// data loss while every coordinator was down then goes unnoticed, as
-	// before markers were checked at start. Data lost while a coordinator
-	// runs is detected either way.
+	// deployment's very first start waits once, unless Init prepared the
+	// Redis). It is meant for throwaway stores (tests, benchmarks, a
+	// developer's Redis); left set on a real deployment, it changes nothing
+	// while the markers exist, but a data loss while every coordinator was
+	// down then goes unnoticed, as before markers were checked at start.
+	// Data lost while a coordinator runs is detected either way.
 	NewStore bool
 	// MinReplicas, when above 0, makes every grant and renewal wait (Redis
 	// WAIT, on the connection that ran the script) until that many replicas
@@ -113,6 +114,44 @@ var _ store.Store = (*Store)(nil)
 // keys, writes the data-loss markers and loads the scripts. The caller keeps
 // ownership of client: Close does not close it.
 func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Store, error) {
+	s, err := build(client, opts)
+	if err != nil {
+		return nil, err
+	}
+	s.events.init(s)
+
+	if c, ok := client.(*redis.Client); ok {
+		// Before the first connection, so that it records the primary.
+		s.watchPrimary(c)
+	}
+	if !honoursDeadlines(client) {
+		s.log.Warn("the Redis client does not honour context deadlines (go-redis ContextTimeoutEnabled): " +
+			"a Redis that hangs holds calls for the client's read timeout rather than the store's call timeout")
+	}
+	if err := s.Ping(ctx); err != nil {
+		return nil, err
+	}
+	s.checkEvictionPolicy(ctx)
+	if err := s.checkMarkers(ctx, opts.NewStore); err != nil {
+		return nil, err
+	}
+	for _, sc := range allScripts {
+		cctx, cancel := s.bound(ctx)
+		err := sc.Load(cctx, client).Err()
+		cancel()
+		if err != nil {
+			return nil, s.wrapErr(ctx, "load scripts", err)
+		}
+	}
+	if !opts.NoPipelining {
+		s.pipeline = newPipeliner(ctx, client, s.callTimeout, s.replicas)
+	}
+	return s, nil
+}
+
+// build checks opts and makes a Store on client, without a call to
+// Redis yet.
+func build(client redis.UniversalClient, opts Options) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("redisstore: nil client")
 	}
@@ -160,34 +199,6 @@ func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Stor
 	s.boxed.idleMS, s.boxed.waiterTTL = s.idleMS, durationMS(store.DefaultWaiterTTL)
 	if err := s.setReplicas(opts); err != nil {
 		return nil, err
-	}
-	s.events.init(s)
-
-	if c, ok := client.(*redis.Client); ok {
-		// Before the first connection, so that it records the primary.
-		s.watchPrimary(c)
-	}
-	if !honoursDeadlines(client) {
-		s.log.Warn("the Redis client does not honour context deadlines (go-redis ContextTimeoutEnabled): " +
-			"a Redis that hangs holds calls for the client's read timeout rather than the store's call timeout")
-	}
-	if err := s.Ping(ctx); err != nil {
-		return nil, err
-	}
-	s.checkEvictionPolicy(ctx)
-	if err := s.checkMarkers(ctx, opts.NewStore); err != nil {
-		return nil, err
-	}
-	for _, sc := range allScripts {
-		cctx, cancel := s.bound(ctx)
-		err := sc.Load(cctx, client).Err()
-		cancel()
-		if err != nil {
-			return nil, s.wrapErr(ctx, "load scripts", err)
-		}
-	}
-	if !opts.NoPipelining {
-		s.pipeline = newPipeliner(ctx, client, s.callTimeout, s.replicas)
 	}
 	return s, nil
 }
@@ -310,35 +321,9 @@ func (s *Store) checkEvictionPolicy(ctx context.Context) {
 // coordinator ran. On a Cluster each slot has its marker, so a shard that
 // failed over to an empty replica quarantines its slots only.
 func (s *Store) checkMarkers(ctx context.Context, newStore bool) error {
-	flag := ""
-	if newStore {
-		flag = "1"
-	}
-	var missing int64
-	if !s.cluster {
-		cctx, cancel := s.bound(ctx)
-		defer cancel()
-		n, err := startScript.Run(cctx, s.client, []string{s.prefix + markerSuffix}, s.quarantineMS, flag).Int64()
-		if err != nil {
-			return s.wrapErr(ctx, "check data-loss marker", err)
-		}
-		missing = n
-	} else {
-		// 16384 calls: send the script's digest, not its source, each time.
-		cctx, cancel := s.bound(ctx)
-		err := startScript.Load(cctx, s.client).Err()
-		cancel()
-		if err != nil {
-			return s.wrapErr(ctx, "load scripts", err)
-		}
-		const batch = 1024
-		for start := 0; start < numSlots; start += batch {
-			n, err := s.checkSlotMarkers(ctx, start, min(start+batch, numSlots), flag)
-			if err != nil {
-				return err
-			}
-			missing += n
-		}
+	missing, err := s.writeMarkers(ctx, newStore)
+	if err != nil {
+		return err
 	}
 	switch {
 	case missing == 0:
@@ -347,7 +332,7 @@ func (s *Store) checkMarkers(ctx context.Context, newStore bool) error {
 	default:
 		s.log.Error("Redis lost its data while no coordinator ran (data-loss markers missing at start): "+
 			"leases, queues and fencing counters may be gone; grants wait for the quarantine "+
-			"(set the new-store option only for a deployment's first start)",
+			"(a brand-new Redis is initialised once with coordinator init-store)",
 			"markers", missing, "quarantine", s.quarantine)
 		s.marks.forget()
 		if s.onDataLoss != nil {
@@ -356,6 +341,43 @@ func (s *Store) checkMarkers(ctx context.Context, newStore bool) error {
 	}
 	return nil
 }
+
+// writeMarkers runs start.lua on every data-loss marker: the missing ones
+// are written, with a quarantine unless newStore, and their number returned.
+func (s *Store) writeMarkers(ctx context.Context, newStore bool) (int64, error) {
+	flag := ""
+	if newStore {
+		flag = "1"
+	}
+	if !s.cluster {
+		cctx, cancel := s.bound(ctx)
+		defer cancel()
+		n, err := startScript.Run(cctx, s.client, []string{s.marker}, s.quarantineMS, flag).Int64()
+		if err != nil {
+			return 0, s.wrapErr(ctx, "check data-loss marker", err)
+		}
+		return n, nil
+	}
+	// 16384 calls: send the script's digest, not its source, each time.
+	cctx, cancel := s.bound(ctx)
+	err := startScript.Load(cctx, s.client).Err()
+	cancel()
+	if err != nil {
+		return 0, s.wrapErr(ctx, "load scripts", err)
+	}
+	var missing int64
+	for start := 0; start < numSlots; start += markerBatch {
+		n, err := s.checkSlotMarkers(ctx, start, min(start+markerBatch, numSlots), flag)
+		if err != nil {
+			return 0, err
+		}
+		missing += n
+	}
+	return missing, nil
+}
+
+// markerBatch is how many slot markers one pipeline checks.
+const markerBatch = 1024
 
 // checkSlotMarkers runs start.lua for the markers of slots [from, to), one
 // call a slot, in one pipeline, and returns how many were missing.
