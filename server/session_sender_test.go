@@ -109,7 +109,7 @@ func TestSessionSenderBoundsAMessage(t *testing.T) {
 	}
 	got := sendWhileHeld(t, results)
 	p := uint64(perMessage)
-	want := [][]uint64{{1}, ids(2, 1+p), ids(2+p, 1+2*p), {uint64(2 + 2*p)}}
+	want := [][]uint64{{1}, ids(2, 1+p), ids(2+p, 1+2*p), {2 + 2*p}}
 	if !slices.EqualFunc(got, want, slices.Equal) {
 		t.Fatalf("messages of %d-byte results %v; want %v", size, got, want)
 	}

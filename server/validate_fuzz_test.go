@@ -168,10 +168,11 @@ func fuzzSend(ctx context.Context, svc *server.Service, req proto.Message) error
 		// A caller that already left: what is valid ends Canceled.
 		ctx, cancel := context.WithCancel(ctx)
 		cancel()
-		err = svc.Observe(req, &fakeObserveStream{ctx: ctx})
+		err = svc.Observe(req, &fakeObserveStream{ctx: ctx}) //nolint:contextcheck // a stream carries its context, as gRPC's do
+
 	case *coordinatorv1.KeepAliveRequest:
 		stream := &fakeKeepAliveStream{ctx: ctx, reqs: []*coordinatorv1.KeepAliveRequest{req}}
-		if err = svc.KeepAlive(stream); err != nil {
+		if err = svc.KeepAlive(stream); err != nil { //nolint:contextcheck // a stream carries its context, as gRPC's do
 			return err
 		}
 		if len(stream.resps) != 1 {

@@ -79,7 +79,7 @@ func runCoordctl(coord *coordtest.Coordinator, env []string, args ...string) (re
 	case errors.As(err, &exit):
 		r.code = exit.ExitCode()
 	case err != nil:
-		return r, fmt.Errorf("coordctl %v: %v", args, err)
+		return r, fmt.Errorf("coordctl %v: %w", args, err)
 	}
 	return r, nil
 }

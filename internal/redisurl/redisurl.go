@@ -1,6 +1,7 @@
 package redisurl
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -219,7 +220,7 @@ func sentinelOptions(u *url.URL) (*redis.FailoverOptions, error) {
 func urlErr(rawURL string, err error) error {
 	// A *url.Error quotes the URL it could not parse, password included:
 	// keep only what went wrong, after the redacted URL.
-	if ue, ok := err.(*url.Error); ok {
+	if ue := (*url.Error)(nil); errors.As(err, &ue) {
 		err = fmt.Errorf("%s: %w", ue.Op, ue.Err)
 	}
 	return fmt.Errorf("invalid Redis URL %s: %w", Redact(rawURL), err)
