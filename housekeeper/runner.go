@@ -286,16 +286,24 @@ func earliest(a, b time.Time) time.Time {
 // reassign takes view: each set is owned by the member Owner names.
 func (s *schedule) reassign(view View) {
 	s.view = view
-	id := s.r.member.ID()
-	owned := map[task]int{}
 	for w, st := range s.sets {
 		s.own(w, st)
+	}
+	owned := s.report()
+	s.r.log.Debug("view", "token", view.Token, "members", len(view.Members), "member", view.Has(s.r.member.ID()), "owned", owned)
+}
+
+// report sets the view and ownership gauges, and returns the sets owned by
+// task.
+func (s *schedule) report() map[task]int {
+	owned := map[task]int{}
+	for w, st := range s.sets {
 		if st.owned {
 			owned[w.task()]++
 		}
 	}
-	s.r.m.view(view, owned)
-	s.r.log.Debug("view", "token", view.Token, "members", len(view.Members), "member", view.Has(id), "owned", owned)
+	s.r.m.view(s.view, owned)
+	return owned
 }
 
 // own updates st's ownership under the current view; a set this instance
@@ -389,13 +397,7 @@ func (s *schedule) discovered(found map[workSet]struct{}, complete bool) {
 		}
 	}
 	if changed {
-		owned := map[task]int{}
-		for w, st := range s.sets {
-			if st.owned {
-				owned[w.task()]++
-			}
-		}
-		s.r.m.view(s.view, owned)
+		s.report()
 	}
 }
 
