@@ -130,6 +130,9 @@ type Server struct {
 	extra []string
 	// sentinelConf, when set, runs the process as a Sentinel with this file.
 	sentinelConf string
+	// started: the first start succeeded, so the port is the server's.
+	started     bool
+	portRetries int
 }
 
 // Start runs a private redis-server on a free loopback port until t ends.
@@ -206,10 +209,55 @@ func (s *Server) start() {
 		s.t.Fatalf("start redis-server: %v", err)
 	}
 	if waitPing(s.Addr(), 10*time.Second) == nil {
-		return
+		if s.answersItself() {
+			s.started = true
+			return
+		}
+		// Another test's server took the port between freePort and this
+		// start, and answered the PING: on a first start, move to another
+		// port; a restart must keep its port.
+		_ = s.cmd.Process.Kill()
+		_ = s.cmd.Wait()
+		if !s.started && s.portRetries < 5 {
+			s.portRetries++
+			s.movePort(freePort(s.t))
+			s.start()
+			return
+		}
+		s.t.Fatalf("port %d answers for another redis-server than the one started there", s.port)
 	}
 	log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
 	s.t.Fatalf("redis-server on port %d did not answer; its log:\n%s", s.port, log)
+}
+
+// answersItself reports whether the server answering on s's port is the
+// process s started (INFO server's process_id).
+func (s *Server) answersItself() bool {
+	c := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	defer c.Close()
+	info, err := c.Info(context.Background(), "server").Result()
+	if err != nil {
+		return false
+	}
+	return strings.Contains(info, fmt.Sprintf("process_id:%d\r", s.cmd.Process.Pid)) ||
+		strings.Contains(info, fmt.Sprintf("process_id:%d\n", s.cmd.Process.Pid))
+}
+
+// movePort gives s another port, in its Sentinel configuration too.
+func (s *Server) movePort(port int) {
+	old := s.port
+	s.port = port
+	if s.sentinelConf == "" {
+		return
+	}
+	conf, err := os.ReadFile(s.sentinelConf)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	body := strings.Replace(string(conf), fmt.Sprintf("port %d\n", old), fmt.Sprintf("port %d\n", port), 1)
+	if err := os.WriteFile(s.sentinelConf, []byte(body), 0o600); err != nil {
+		s.t.Fatal(err)
+	}
 }
 
 // Addr is the server's host:port.
