@@ -31,6 +31,7 @@ ARG TARGETARCH
 RUN GOFLAGS=-buildvcs=false GOARCH=${TARGETARCH} VERSION=${VERSION} REVISION=${REVISION} ./scripts/image-rootfs.sh /out
 
 FROM scratch AS context
+LABEL dev.coordinator.stage=context
 COPY . /out/
 
 FROM ${BINARIES} AS binaries

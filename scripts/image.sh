@@ -30,9 +30,11 @@ fi
 
 VERSION=$version REVISION=$revision ./scripts/image-rootfs.sh "$stage"
 # The context is the stage alone: the Dockerfile's "context" stage copies it,
-# and its Go build stage is skipped. --layers=false keeps no image of the
-# intermediate stage (each would be left behind, untagged, at every build).
-$PODMAN build --quiet --layers=false --file Dockerfile --build-arg BINARIES=context \
+# and its Go build stage is skipped.
+$PODMAN build --quiet --file Dockerfile --build-arg BINARIES=context \
   --build-arg TARGETARCH="$(go env GOARCH)" --build-arg VERSION="$version" --build-arg REVISION="$revision" \
   --tag "$image" "$stage" >/dev/null
+# The intermediate stage's image, untagged, would be left behind at every
+# build: it carries a label of its own, by which it goes.
+$PODMAN image prune --force --filter label=dev.coordinator.stage=context >/dev/null
 echo "image: built $image (version $version, revision ${revision:-unknown})"
