@@ -163,24 +163,34 @@ func TestStreamsOverTheTotalCapAreRefusedOnAnyConnection(t *testing.T) {
 	wantRefusal(t, err, "COORDINATOR_MAX_STREAMS")
 }
 
-func TestWaitingCallsOverTheirCapAreRefusedButNotCallsThatDoNotWait(t *testing.T) {
-	tests := []struct {
-		name    string
-		perConn bool
-		env     string
-	}{
-		{"per connection", true, "COORDINATOR_MAX_WAITS_PER_CONN"},
-		{"in total", false, "COORDINATOR_MAX_WAITS"},
+// waitCaps are the two caps on waiting calls, each set to 2: per
+// connection and in total, with the setting a refusal names.
+type waitCap struct {
+	name    string
+	perConn bool
+	env     string
+}
+
+var waitCaps = []waitCap{
+	{"per connection", true, "COORDINATOR_MAX_WAITS_PER_CONN"},
+	{"in total", false, "COORDINATOR_MAX_WAITS"},
+}
+
+// start runs a coordinator on the memory store with this cap at 2.
+func (tc waitCap) start(t *testing.T) *coordinator {
+	cfg := testConfig(t, "memory")
+	if tc.perConn {
+		cfg.Limits.WaitsPerConn = 2
+	} else {
+		cfg.Limits.Waits = 2
 	}
-	for _, tc := range tests {
+	return start(t, cfg)
+}
+
+func TestWaitingCallsOverTheirCapAreRefusedButNotCallsThatDoNotWait(t *testing.T) {
+	for _, tc := range waitCaps {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := testConfig(t, "memory")
-			if tc.perConn {
-				cfg.Limits.WaitsPerConn = 2
-			} else {
-				cfg.Limits.Waits = 2
-			}
-			c := start(t, cfg)
+			c := tc.start(t)
 			ctx := ctxTimeout(t, time.Minute)
 			held := c.acquire(t, "busy", "holder", time.Minute, 0)
 			waitReq := func(holder string) *coordinatorv1.TryAcquireRequest {

@@ -156,23 +156,9 @@ func TestSessionOperationsAreCheckedOneByOne(t *testing.T) {
 }
 
 func TestSessionWaitsAreCappedLikeWaitingCalls(t *testing.T) {
-	tests := []struct {
-		name    string
-		perConn bool
-		env     string
-	}{
-		{"per connection", true, "COORDINATOR_MAX_WAITS_PER_CONN"},
-		{"in total", false, "COORDINATOR_MAX_WAITS"},
-	}
-	for _, tc := range tests {
+	for _, tc := range waitCaps {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := testConfig(t, "memory")
-			if tc.perConn {
-				cfg.Limits.WaitsPerConn = 2
-			} else {
-				cfg.Limits.Waits = 2
-			}
-			c := start(t, cfg)
+			c := tc.start(t)
 			ctx := ctxTimeout(t, time.Minute)
 			held := c.acquire(t, "busy", "holder", time.Minute, 0)
 			s := openSessionStream(t, ctx, c)
