@@ -430,7 +430,11 @@ func TestLeaseSurvivesACoordinatorCrashOnRedis(t *testing.T) {
 		coord := coordtest.Start(t, coordtest.Config(t, "redis"))
 		c := dial(t, coord, mode)
 		ctx := testCtx(t)
-		const ttl = 2 * time.Second
+		// The renewal after the restart must land before the TTL runs out:
+		// a TTL of 5s leaves over 3s for kill -9, exec and the first Redis
+		// round trip of the new process, which a loaded machine needs (2s
+		// once failed there). Waiting past one TTL shows renewals went on.
+		const ttl = 5 * time.Second
 		lease, err := c.TryLock(ctx, "crash-survivor", WithTTL(ttl))
 		if err != nil {
 			t.Fatal(err)
@@ -439,7 +443,7 @@ func TestLeaseSurvivesACoordinatorCrashOnRedis(t *testing.T) {
 		select {
 		case <-lease.Done():
 			t.Fatalf("the lease ended across a coordinator restart on Redis: %v", lease.Err())
-		case <-time.After(2 * ttl):
+		case <-time.After(ttl + time.Second):
 		}
 		d, err := c.API().Describe(ctx, &coordinatorv1.DescribeRequest{Name: "crash-survivor"})
 		if err != nil || !d.GetHeld() || d.GetLease().GetToken() != lease.Token() {
