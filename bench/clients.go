@@ -106,7 +106,7 @@ func buildTypeScriptBench(root string) (string, error) {
 			return "", fmt.Errorf("prepare the TypeScript client (%s): %w\n%s", strings.Join(args, " "), err, out)
 		}
 	}
-	return filepath.Join(dir, "dist", "client", "typescript", "bench", "bench.js"), nil
+	return filepath.Join(dir, "build", "bench", "bench.js"), nil
 }
 
 // clientBenchLine is a line of the Python and TypeScript benchmarks:

@@ -4,7 +4,7 @@
 // the operations on the Session stream (the default) and once as unary
 // calls (useSession: false), each mode on a Client of its own.
 //
-//   node dist/client/typescript/bench/bench.js ADDRESS [SECONDS] [MODES]
+//   node build/bench/bench.js ADDRESS [SECONDS] [MODES]
 //
 // prints "typescript-session c=1 N cycles/s", "typescript-session c=16 …",
 // "typescript-unary c=1 …" and "typescript-unary c=16 …". MODES is
@@ -16,7 +16,7 @@ import { Client } from "../src/index.js";
 
 const [address, secondsArg, modesArg] = process.argv.slice(2);
 if (!address) {
-  console.error("usage: node dist/client/typescript/bench/bench.js ADDRESS [SECONDS] [session,unary]");
+  console.error("usage: node build/bench/bench.js ADDRESS [SECONDS] [session,unary]");
   process.exit(2);
 }
 const modes = (modesArg ?? "session,unary").split(",").filter((m) => m !== "");

@@ -5,15 +5,17 @@
 // root), from client/typescript:
 //
 //   npm ci && npm run build
-//   node dist/client/typescript/examples/lock-example.js      (or: npm run example)
+//   node build/examples/lock-example.js      (or: npm run example)
 //
 // COORDINATOR_ADDRESS and COORDINATOR_TOKEN override the address and add a
 // bearer token (sent over plaintext: loopback only).
 //
-// In your own code, import from "@coordinator-dev/coordinator" instead of
-// "../src/index.js".
+// It imports the package by its name, as your code does: in this
+// repository that is the package's own dist/ (npm run build makes it), and
+// test/package.test.ts runs this file in a project that installed the
+// packed tarball.
 
-import { Client, NotAcquiredError } from "../src/index.js";
+import { Client, NotAcquiredError } from "@coordinator-dev/coordinator";
 
 const address = process.env["COORDINATOR_ADDRESS"] ?? "127.0.0.1:7400";
 const token = process.env["COORDINATOR_TOKEN"];

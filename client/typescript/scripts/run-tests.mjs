@@ -11,7 +11,7 @@ import { fileURLToPath } from "node:url";
 
 const pkg = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const repo = resolve(pkg, "..", "..");
-const testDir = join(pkg, "dist", "client", "typescript", "test");
+const testDir = join(pkg, "build", "test");
 
 let tmp;
 const env = { ...process.env };

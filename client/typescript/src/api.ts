@@ -4,7 +4,7 @@
 import { createClient, type Client as ConnectClient, type Interceptor, type Transport } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import type * as http2 from "node:http2";
-import { Coordinator } from "../../../gen/typescript/coordinator/v1/coordinator_pb.js";
+import { Coordinator } from "./gen/coordinator/v1/coordinator_pb.js";
 import { decodeError } from "./errors.js";
 
 /** The Coordinator service's generated Connect client (unary calls return promises, streams async iterables). */

@@ -28,7 +28,7 @@ import type {
   ResignResponse,
   SessionResult,
   TryAcquireResponse,
-} from "../../../gen/typescript/coordinator/v1/coordinator_pb.js";
+} from "./gen/coordinator/v1/coordinator_pb.js";
 import { Lease, LeaseCore } from "./lease.js";
 import {
   CLOSE_TIMEOUT,

@@ -7,7 +7,7 @@ import {
   LeaderEvent_Kind,
   type Leader,
   type LeaderEvent as PbLeaderEvent,
-} from "../../../gen/typescript/coordinator/v1/coordinator_pb.js";
+} from "./gen/coordinator/v1/coordinator_pb.js";
 import type { CoordinatorApi } from "./api.js";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type {
@@ -15,7 +15,7 @@ import type {
   CampaignResponse,
   ResignRequestSchema,
   ResignResponse,
-} from "../../../gen/typescript/coordinator/v1/coordinator_pb.js";
+} from "./gen/coordinator/v1/coordinator_pb.js";
 import { Code, CoordinatorError, LeaseNotHeldError, decodeError } from "./errors.js";
 import type { LeaseEndedError } from "./errors.js";
 import type { KeepAliveSession } from "./keepalive.js";

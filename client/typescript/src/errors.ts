@@ -12,8 +12,8 @@ import {
   BadRequestSchema,
   ErrorInfoSchema,
   RetryInfoSchema,
-} from "../../../gen/typescript/google/rpc/error_details_pb.js";
-import { ErrorReason } from "../../../gen/typescript/coordinator/v1/coordinator_pb.js";
+} from "./gen/google/rpc/error_details_pb.js";
+import { ErrorReason } from "./gen/coordinator/v1/coordinator_pb.js";
 
 /** The google.rpc.ErrorInfo domain of the coordinator's errors. */
 export const ERROR_DOMAIN = "coordinator.v1";

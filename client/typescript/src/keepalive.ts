@@ -24,7 +24,7 @@ import {
   KeepAliveRequestSchema,
   type KeepAliveRequest,
   type KeepAliveResponse,
-} from "../../../gen/typescript/coordinator/v1/coordinator_pb.js";
+} from "./gen/coordinator/v1/coordinator_pb.js";
 import { ClientClosedError, CoordinatorError, decodeError, msOf, renewalError } from "./errors.js";
 import type { LeaseEndedError } from "./errors.js";
 import type { LeaseCore, LeaseSession } from "./lease.js";
@@ -32,7 +32,7 @@ import { endsLease } from "./rules.js";
 import { AsyncQueue, callBackoff, driftMargin, now, renewalBackoff, sleep } from "./util.js";
 import type { CoordinatorApi } from "./api.js";
 import { SessionBrokeError, UseUnaryError, statusError, type SessionTransport } from "./session.js";
-import type { SessionResult } from "../../../gen/typescript/coordinator/v1/coordinator_pb.js";
+import type { SessionResult } from "./gen/coordinator/v1/coordinator_pb.js";
 
 interface Conn {
   queue: AsyncQueue<KeepAliveRequest>;

@@ -12,14 +12,14 @@ import {
   ErrorReason,
   ErrorReasonSchema,
   TryAcquireRequestSchema,
-} from "../../../gen/typescript/coordinator/v1/coordinator_pb.js";
+} from "./gen/coordinator/v1/coordinator_pb.js";
 import {
   client_rules,
   ends_lease,
   rules,
   type ClientRules,
   type FieldRules,
-} from "../../../gen/typescript/coordinator/v1/rules_pb.js";
+} from "./gen/coordinator/v1/rules_pb.js";
 
 function readClientRules(): ClientRules {
   if (!hasOption(Coordinator, client_rules)) {

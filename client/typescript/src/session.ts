@@ -28,8 +28,8 @@ import {
   type SessionOperation,
   type SessionRequest,
   type SessionResult,
-} from "../../../gen/typescript/coordinator/v1/coordinator_pb.js";
-import type { Status } from "../../../gen/typescript/google/rpc/status_pb.js";
+} from "./gen/coordinator/v1/coordinator_pb.js";
+import type { Status } from "./gen/google/rpc/status_pb.js";
 import type { CoordinatorApi } from "./api.js";
 import { ClientClosedError, CoordinatorError, decodeError, isTransient } from "./errors.js";
 import { callBackoff, sleep } from "./util.js";

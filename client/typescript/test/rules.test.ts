@@ -9,8 +9,8 @@ import {
   Coordinator,
   ErrorReasonSchema,
   TryAcquireRequestSchema,
-} from "../../../gen/typescript/coordinator/v1/coordinator_pb.js";
-import { ClientRulesSchema, client_rules, ends_lease, rules } from "../../../gen/typescript/coordinator/v1/rules_pb.js";
+} from "../src/gen/coordinator/v1/coordinator_pb.js";
+import { ClientRulesSchema, client_rules, ends_lease, rules } from "../src/gen/coordinator/v1/rules_pb.js";
 import { Client, DEFAULT_TTL } from "../src/index.js";
 import { LeaseCore } from "../src/lease.js";
 import { LEASE_ENDING_REASONS, MAX_CONFIRMS, MAX_WAIT, endsLease } from "../src/rules.js";

@@ -11,9 +11,9 @@ import {
   TryAcquireResponseSchema,
   type SessionRequest,
   type SessionResponse,
-} from "../../../gen/typescript/coordinator/v1/coordinator_pb.js";
-import { StatusSchema } from "../../../gen/typescript/google/rpc/status_pb.js";
-import { BadRequestSchema, ErrorInfoSchema, RetryInfoSchema } from "../../../gen/typescript/google/rpc/error_details_pb.js";
+} from "../src/gen/coordinator/v1/coordinator_pb.js";
+import { StatusSchema } from "../src/gen/google/rpc/status_pb.js";
+import { BadRequestSchema, ErrorInfoSchema, RetryInfoSchema } from "../src/gen/google/rpc/error_details_pb.js";
 import type { CoordinatorApi } from "../src/api.js";
 import { Code, CoordinatorError, DataLossQuarantineError, InvalidFieldError, LeaseNotHeldError, isTransient } from "../src/errors.js";
 import { SessionBrokeError, SessionTransport, UseUnaryError, resultOf, statusError } from "../src/session.js";
