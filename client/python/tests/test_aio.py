@@ -137,9 +137,9 @@ async def test_cancelling_a_waiting_lock_leaves_the_queue(server: Server, name: 
 
 async def test_renewal_keeps_the_lease_past_several_ttls(server: Server, name: str) -> None:
     async with aio_client(server.address) as c:
-        lease = await c.lock(name, ttl=1, wait=0)
+        lease = await c.lock(name, ttl=2, wait=0)
         first = lease.last_renewed
-        await asyncio.sleep(3.5)
+        await asyncio.sleep(6.5)  # more than three TTLs: only renewals keep it
         assert lease.valid() and not lease.lost.is_set(), lease.error
         assert lease.last_renewed > first
         d = await c.describe(name)
@@ -199,12 +199,18 @@ async def test_close_ends_and_releases(server: Server, name: str) -> None:
     async with aio_client(server.address) as other:
         c = coordinator.aio.Client(server.address)
         lease = await c.lock(name, ttl=30, wait=0)
-        waiting = asyncio.ensure_future(c.lock(name + "/2", ttl=5, wait=0))
-        await waiting
+        lead = await c.campaign(name + "/leader", ttl=30, wait=0)
+        # Another task of the same client waits for the lock: closing must
+        # not hand it what close() releases.
+        waiting = asyncio.ensure_future(c.lock(name, ttl=30, wait=60))
+        await eventually(lambda: waiters(other, name), what="the waiter to queue")
         await c.close()
-        assert lease.lost.is_set() and isinstance(lease.error, coordinator.ClientClosed)
+        for h in (lease, lead):
+            assert h.lost.is_set() and isinstance(h.error, coordinator.ClientClosed)
+        with pytest.raises(coordinator.ClientClosed):
+            await waiting
         assert not (await other.describe(name)).held
-        assert not (await other.describe(name + "/2")).held
+        assert await other.leader(name + "/leader") is None
         with pytest.raises(coordinator.ClientClosed):
             await c.lock(name, wait=0)
 

@@ -91,6 +91,8 @@ class Client:
         #: Every held grant and the task that renews it.
         self._renewals: Dict[_AsyncHeld, "asyncio.Task[None]"] = {}
         self._observations: Set[Observation] = set()
+        #: The unary calls in flight, which close() cancels.
+        self._calls: Set[Any] = set()
         #: Best-effort give-ups started by cancelled acquisitions.
         self._background: Set["asyncio.Future[Any]"] = set()
 
@@ -121,9 +123,11 @@ class Client:
                      check_closed: bool = True) -> Any:
         if check_closed and self._closed:
             raise ClientClosed("the client was closed")
-        fn = getattr(self._stub, method)
+        call = getattr(self._stub, method)(request, timeout=self.timeout if timeout is None else timeout,
+                                            metadata=self._metadata)
+        self._calls.add(call)
         try:
-            return await fn(request, timeout=self.timeout if timeout is None else timeout, metadata=self._metadata)
+            return await call
         except grpc.RpcError as e:
             if self._closed and check_closed:
                 raise ClientClosed("the client was closed") from e
@@ -136,6 +140,8 @@ class Client:
             if self._closed and not _being_cancelled():
                 raise ClientClosed("the client was closed") from None
             raise
+        finally:
+            self._calls.discard(call)
 
     async def _pause(self, seconds: float) -> bool:
         """Sleeps ``seconds``, or until close(); True when closed."""
@@ -504,8 +510,9 @@ class Client:
 
     async def close(self) -> None:
         """Ends every lease and leadership (``lost`` is set, ``error`` is
-        ClientClosed), releases them best-effort for up to close_timeout,
-        ends open Observe streams and waits, and closes the channel.
+        ClientClosed), cancels the calls in flight (waiting ones raise
+        ClientClosed), ends open Observe streams, releases what was held
+        best-effort for up to close_timeout, and closes the channel.
         Idempotent."""
         if self._closed:
             return
@@ -514,6 +521,10 @@ class Client:
         held = list(self._renewals)
         for h in held:
             self.end_grant(h, ClientClosed("the client was closed"), lost=True)
+        # Waiting calls first: none of them may be granted what is released
+        # below (the coordinator forgets a cancelled wait at once).
+        for call in list(self._calls):
+            call.cancel()
         for obs in list(self._observations):
             await obs.close()
         if held and self.close_timeout > 0:
