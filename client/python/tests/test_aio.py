@@ -299,3 +299,25 @@ async def test_bad_settings_are_refused_before_connecting() -> None:
     async with aio_client("127.0.0.1:1") as c:
         with pytest.raises(ValueError):
             await c.lock("x", ttl=-1)
+
+
+async def test_a_waiting_lock_retries_transient_errors_as_the_same_holder(start_server, redis_server, name: str) -> None:
+    # A fresh key prefix without COORDINATOR_REDIS_NEW_STORE looks like a
+    # Redis that lost its data: grants stop for the quarantine (3s here).
+    import conftest
+
+    url = conftest.REDIS_URL or redis_server().url
+    srv = start_server("redis", env={"COORDINATOR_REDIS_URL": url, "COORDINATOR_REDIS_NEW_STORE": None,
+                                     "COORDINATOR_DATA_LOSS_QUARANTINE": "3s"})
+    async with aio_client(srv.address) as c:
+        with pytest.raises(coordinator.DataLossQuarantine) as ei:
+            await c.lock(name, ttl=5, wait=0)
+        assert ei.value.transient and ei.value.retry_after is not None and ei.value.retry_after > 0
+        with pytest.raises(coordinator.NotAcquired) as ei2:  # the wait ends first, with the last error
+            await c.lock(name, ttl=5, wait=0.3)
+        assert isinstance(ei2.value.last_error, coordinator.DataLossQuarantine)
+        # Waiting long enough: retried (after retry_after) until the
+        # quarantine is over, always as the acquisition's one holder.
+        lease = await c.lock(name, ttl=5, wait=60)
+        assert lease.holder == f"{c.identity}#3"
+        assert (await c.describe(name)).lease.holder == lease.holder
