@@ -123,10 +123,11 @@ class Client:
                      check_closed: bool = True) -> Any:
         if check_closed and self._closed:
             raise ClientClosed("the client was closed")
-        call = getattr(self._stub, method)(request, timeout=self.timeout if timeout is None else timeout,
-                                            metadata=self._metadata)
-        self._calls.add(call)
+        call: Any = None
         try:
+            call = getattr(self._stub, method)(request, timeout=self.timeout if timeout is None else timeout,
+                                                metadata=self._metadata)
+            self._calls.add(call)
             return await call
         except grpc.RpcError as e:
             if self._closed and check_closed:
@@ -141,7 +142,8 @@ class Client:
                 raise ClientClosed("the client was closed") from None
             raise
         finally:
-            self._calls.discard(call)
+            if call is not None:
+                self._calls.discard(call)
 
     async def _pause(self, seconds: float) -> bool:
         """Sleeps ``seconds``, or until close(); True when closed."""
