@@ -4,9 +4,11 @@
 # make fault-soak the fault suite (kill -9, Redis restarts, flushes, failover), five rounds of each
 # make bench     the benchmarks, side by side in one run
 # make fuzz      every fuzz target for FUZZTIME (5m) each, one after the other
-# make lint      gofmt, golangci-lint, buf lint/format/breaking, gen/ up to date, no tracked binaries,
+# make lint      gofmt, golangci-lint, buf lint/format/breaking, gen/ (and the Python package's
+#                generated code) up to date, no tracked binaries,
 #                helm lint/template and the chart test (deploy/helm/charttest)
-# make generate  regenerate gen/ (Go, Python, TypeScript) from proto/ with the pinned buf and plugins
+# make generate  regenerate gen/ (Go, TypeScript) and the Python package's generated code from proto/
+#                with the pinned buf and plugins
 # make image     the container image (IMAGE=coordinator:VERSION), from binaries built here, with podman
 
 GO            ?= go
@@ -18,6 +20,8 @@ FUZZTIME      ?= 5m
 VERSION       := $(shell cat VERSION)
 IMAGE         ?= coordinator:$(VERSION)
 CHART         := deploy/helm/coordinator
+# The Python package's generated code (buf.gen.yaml writes it there).
+PYGEN         := client/python/coordinator/_generated
 
 .PHONY: run test test-go test-image test-python test-typescript test-under-load fault-soak bench fuzz lint generate build image
 
@@ -74,7 +78,7 @@ fuzz:
 	FUZZTIME=$(FUZZTIME) ./scripts/fuzz.sh
 
 # Go first: buf.gen.go.yaml cleans all of gen/, then buf.gen.yaml writes
-# gen/python and gen/typescript.
+# gen/typescript and the Python package's client/python/coordinator/_generated.
 generate:
 	./scripts/generators.sh
 	$(BUF) generate --template buf.gen.go.yaml
@@ -92,7 +96,7 @@ lint:
 	./scripts/buf-breaking.sh
 	./scripts/generators.sh
 	@tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; \
-	$(BUF) generate --template buf.gen.go.yaml -o $$tmp && $(BUF) generate -o $$tmp && diff -r gen $$tmp/gen || { echo "gen/ is stale: run 'make generate' and commit it"; exit 1; }
+	$(BUF) generate --template buf.gen.go.yaml -o $$tmp && $(BUF) generate -o $$tmp && diff -r gen $$tmp/gen && diff -r $(PYGEN) $$tmp/$(PYGEN) || { echo "gen/ or $(PYGEN) is stale: run 'make generate' and commit it"; exit 1; }
 	$(HELM) lint --strict $(CHART)
 	@for f in deploy/helm/charttest/testdata/*.yaml; do echo "helm lint --strict -f $$f"; $(HELM) lint --strict --quiet $(CHART) -f $$f || exit 1; done
 	$(HELM) template coordinator $(CHART) >/dev/null

@@ -17,7 +17,8 @@ before the coordinator could grant the name to anyone else. A renewal the
 coordinator refuses sets it at once.
 
 The generated protobuf modules are available as ``coordinator.pb`` (messages)
-and ``coordinator.pb_grpc`` (the stub).
+and ``coordinator.pb_grpc`` (the stub). For asyncio programs,
+``coordinator.aio`` has the same client on ``grpc.aio``.
 """
 
 from ._gen import pb, pb_grpc  # first: makes the generated code importable

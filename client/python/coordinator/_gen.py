@@ -1,61 +1,45 @@
 """Makes the generated protobuf and gRPC code importable.
 
-The generated modules live in the repository's ``gen/python`` directory and
-import each other as ``coordinator.v1...`` and ``google.rpc...``. This module
-finds that directory (``COORDINATOR_GEN_PYTHON`` overrides it), then:
+The generated modules are part of this package, in ``_generated/`` (buf
+writes them there: buf.gen.yaml), and import each other by their proto paths,
+as ``coordinator.v1...`` and ``google.rpc...``. This module:
 
-* adds its ``coordinator`` directory to this package's ``__path__``, so that
+* adds ``_generated/coordinator`` to this package's ``__path__``, so that
   ``coordinator.v1`` (the generated code) resolves under this very package
   (which has no ``v1`` of its own);
-* adds the directory to ``sys.path`` and, when ``google`` was already imported
-  (as a namespace package or, on some installs, a regular one), to
-  ``google.__path__``, so that ``google.rpc`` and ``google.protobuf`` both
-  import.
+* appends ``_generated`` to ``sys.path`` and, once ``google`` is imported
+  (protobuf's namespace package or, on some installs, a regular one), to
+  ``google.__path__``, so that ``google.rpc`` imports. Appended: an installed
+  ``googleapis-common-protos`` (the full ``google.rpc``) and protobuf's own
+  ``google.protobuf`` always win, and nothing named ``google`` is installed
+  by this package at the top level of site-packages.
 
-The generated modules are imported without writing ``__pycache__`` into
-``gen/`` (a generated tree must stay exactly what the generator wrote).
+The generated modules are imported without writing ``__pycache__`` beside
+them (in a checkout, ``_generated`` must stay exactly what buf wrote).
 """
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from types import ModuleType
-from typing import List
 
 __all__ = ["GEN_DIR", "pb", "pb_grpc", "rules_pb2", "status_pb2", "error_details_pb2"]
 
-
-def _find_gen_dir() -> Path:
-    override = os.environ.get("COORDINATOR_GEN_PYTHON")
-    candidates: List[Path] = []
-    if override:
-        candidates.append(Path(override))
-    here = Path(__file__).resolve().parent  # client/python/coordinator
-    candidates.append(here.parent.parent.parent / "gen" / "python")  # repository root
-    candidates.append(here / "_generated")  # a vendored copy, if someone ships one
-    for c in candidates:
-        if (c / "coordinator" / "v1" / "coordinator_pb2.py").is_file():
-            return c
-    raise ImportError(
-        "coordinator: cannot find the generated Python code (coordinator/v1/coordinator_pb2.py); "
-        "looked in " + ", ".join(str(c) for c in candidates) + ". Set COORDINATOR_GEN_PYTHON to the gen/python directory."
-    )
-
-
-GEN_DIR: Path = _find_gen_dir()
+GEN_DIR: Path = Path(__file__).resolve().parent / "_generated"
+if not (GEN_DIR / "coordinator" / "v1" / "coordinator_pb2.py").is_file():
+    raise ImportError(f"coordinator: the generated code is missing from {GEN_DIR} (run make generate)")
 
 
 def _setup_paths() -> None:
     gen = str(GEN_DIR)
-    # coordinator.v1 -> gen/python/coordinator/v1, beside this package's modules.
+    # coordinator.v1 -> _generated/coordinator/v1, beside this package's modules.
     pkg = sys.modules[__name__.rpartition(".")[0]]
     coord_dir = str(GEN_DIR / "coordinator")
     if coord_dir not in list(pkg.__path__):
         pkg.__path__.append(coord_dir)  # type: ignore[attr-defined]
-    # google.rpc -> gen/python/google/rpc; appended, so that an installed
-    # google.protobuf always wins.
+    # google.rpc -> _generated/google/rpc; appended, so that an installed
+    # google.protobuf (and google.rpc) always wins.
     if gen not in sys.path:
         sys.path.append(gen)
     google = sys.modules.get("google")

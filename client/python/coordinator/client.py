@@ -4,19 +4,16 @@ from __future__ import annotations
 
 import itertools
 import logging
-import os
-import secrets
-import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar, Union
+from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple, TypeVar
 
 import grpc
 
+from ._connect import PEM, channel_options, check_settings, plaintext_metadata, tls_credentials
 from ._gen import pb, pb_grpc
-from ._rules import ANSWER_MARGIN, CLOSE_TIMEOUT, DEFAULT_TTL, MAX_CONFIRMS, MAX_IDENTITY_BYTES, MAX_WAIT
+from ._rules import ANSWER_MARGIN, CLOSE_TIMEOUT, DEFAULT_TTL, MAX_CONFIRMS, MAX_WAIT
 from ._util import call_backoff, drift_margin, from_duration, to_duration
 from .election import LeaderInfo, Leadership, Observation, Value, as_bytes
 from .errors import (
@@ -49,24 +46,6 @@ _OUTCOME_UNKNOWN = frozenset(
 )
 
 T = TypeVar("T")
-PEM = Union[bytes, str, "os.PathLike[str]"]
-
-
-def _read_pem(v: Optional[PEM]) -> Optional[bytes]:
-    if v is None:
-        return None
-    if isinstance(v, bytes):
-        return v
-    s = os.fspath(v)
-    if s.lstrip().startswith("-----BEGIN"):
-        return s.encode()
-    return Path(s).read_bytes()
-
-
-def default_identity() -> str:
-    """The host name, the process id and a random suffix."""
-    host = (socket.gethostname() or "unknown")[:64]
-    return f"{host}-{os.getpid()}-{secrets.token_hex(4)}"
 
 
 #: The unary call of each Session operation.
@@ -145,57 +124,21 @@ class Client:
         options: Optional[Sequence[Tuple[str, Any]]] = None,
         use_session: bool = True,
     ) -> None:
-        identity = holder if holder is not None else default_identity()
-        if not identity or len(identity.encode("utf-8")) > MAX_IDENTITY_BYTES:
-            raise ValueError(f"coordinator: holder must be 1 to {MAX_IDENTITY_BYTES} bytes")
-        if not identity.isprintable():
-            raise ValueError("coordinator: holder contains unprintable characters")
-        if ttl <= 0:
-            raise ValueError(f"coordinator: ttl {ttl} is not positive")
-        if token is not None and token == "":
-            raise ValueError("coordinator: the bearer token is empty")
         use_tls = tls or root_certificates is not None or certificate_chain is not None
-        if token and not use_tls and not insecure_token:
-            raise ValueError(
-                "coordinator: a bearer token is not sent over a plaintext connection, where anyone on the path "
-                "can read it: connect with tls=True, or pass insecure_token=True on loopback and in tests"
-            )
+        identity = check_settings(holder, ttl, token, use_tls, insecure_token)
         self.target = target
         self.identity = identity
         self.ttl = float(ttl)
         self.timeout = float(timeout)
         self.close_timeout = float(close_timeout)
 
-        opts: List[Tuple[str, Any]] = [
-            # A lease client must reconnect soon after the coordinator is
-            # back: gRPC's default backoff grows to two minutes.
-            ("grpc.initial_reconnect_backoff_ms", 100),
-            ("grpc.max_reconnect_backoff_ms", 3000),
-            # gRPC core's name for the minimum connect timeout (as the Go
-            # SDK's MinConnectTimeout): a handshake on a loaded machine may
-            # take a while.
-            ("grpc.min_reconnect_backoff_ms", 5000),
-            # Notice a dead connection (the coordinator allows pings every 5s).
-            ("grpc.keepalive_time_ms", 10000),
-            ("grpc.keepalive_timeout_ms", 5000),
-        ]
-        if server_name:
-            opts.append(("grpc.ssl_target_name_override", server_name))
-        opts.extend(options or [])
-
+        opts = channel_options(server_name, options)
         self._metadata: Optional[Tuple[Tuple[str, str], ...]] = None
         if use_tls:
-            creds = grpc.ssl_channel_credentials(
-                root_certificates=_read_pem(root_certificates),
-                private_key=_read_pem(private_key),
-                certificate_chain=_read_pem(certificate_chain),
-            )
-            if token:
-                creds = grpc.composite_channel_credentials(creds, grpc.access_token_call_credentials(token))
+            creds = tls_credentials(root_certificates, private_key, certificate_chain, token)
             self._channel = grpc.secure_channel(target, creds, options=opts)
         else:
-            if token:
-                self._metadata = (("authorization", f"Bearer {token}"),)
+            self._metadata = plaintext_metadata(token)
             self._channel = grpc.insecure_channel(target, options=opts)
         self._stub = pb_grpc.CoordinatorStub(self._channel)
         self._transport: Optional[Session] = Session(self._stub, self._metadata) if use_session else None
@@ -482,14 +425,7 @@ class Client:
 
     def describe(self, name: str) -> Description:
         """The current lease of ``name``, if any, and its last token."""
-        resp = self._unary("Describe", pb.DescribeRequest(name=name))
-        return Description(
-            name=name,
-            held=bool(resp.held),
-            lease=LeaseInfo._from_pb(resp.lease) if resp.held and resp.HasField("lease") else None,
-            last_token=int(resp.last_token),
-            waiters=int(resp.waiters),
-        )
+        return Description._from_pb(name, self._unary("Describe", pb.DescribeRequest(name=name)))
 
     def list_leases(self, prefix: str = "", page_size: int = 0) -> Iterator[LeaseInfo]:
         """Every lease held now under ``prefix``, in name order."""

@@ -117,19 +117,14 @@ class Leadership(_Held):
                 if err.reason == LEASE_NOT_HELD:
                     host.end_grant(self, err, lost=True)
                 raise
-            term = int(resp.leader.term)
-            if not resp.elected or term != self._token:
-                lost = LeaseNotHeld(
-                    f"{self._describe()}: the coordinator has another term in office",
-                    code=grpc.StatusCode.FAILED_PRECONDITION,
-                    reason=LEASE_NOT_HELD,
-                    metadata={"name": self._name},
-                )
+            lost = proclaim_refused(self, resp)
+            if lost is not None:
                 if resp.elected:
                     # A coordinator that ignores Campaign.term started a new
                     # term that nobody wants: resign it.
                     try:
-                        host.grant_call("resign", pb.ResignRequest(election=self._name, candidate=self._holder, term=term))
+                        host.grant_call("resign", pb.ResignRequest(election=self._name, candidate=self._holder,
+                                                                   term=int(resp.leader.term)))
                     except CoordinatorError:
                         pass
                 ended, prior = host.end_grant(self, lost, lost=True)
@@ -160,6 +155,20 @@ class Leadership(_Held):
     def __repr__(self) -> str:
         state = "leading" if not self.ended.is_set() else ("lost" if self.lost.is_set() else "resigned")
         return f"<Leadership {self._name!r} candidate={self._holder!r} term={self._token} {state}>"
+
+
+def proclaim_refused(h: _Held, resp: Any) -> Optional[LeaseNotHeld]:
+    """The LeaseNotHeld that ends h when ``resp``, the answer to a Campaign
+    with h's term (a proclamation), is not h's term in office; None when it
+    is."""
+    if resp.elected and int(resp.leader.term) == h.token:
+        return None
+    return LeaseNotHeld(
+        f"{h._describe()}: the coordinator has another term in office",
+        code=grpc.StatusCode.FAILED_PRECONDITION,
+        reason=LEASE_NOT_HELD,
+        metadata={"name": h.name},
+    )
 
 
 def _ended_error(h: _Held) -> CoordinatorError:
@@ -196,6 +205,13 @@ class ObserveEvent:
     #: True on the first event only: the election's state when the stream
     #: opened, not a change that just happened.
     initial: bool
+
+
+def event_of(resp: Any) -> ObserveEvent:
+    """The ObserveEvent of an ObserveResponse."""
+    ev = resp.event
+    leader = LeaderInfo._from_pb(ev.leader) if ev.HasField("leader") else None
+    return ObserveEvent(_KINDS.get(ev.kind, EventKind.UNKNOWN), leader, bool(resp.initial))
 
 
 _END = object()
@@ -239,9 +255,7 @@ class Observation:
     def _read(self) -> None:
         try:
             for resp in self._call:
-                ev = resp.event
-                leader = LeaderInfo._from_pb(ev.leader) if ev.HasField("leader") else None
-                self._queue.put(ObserveEvent(_KINDS.get(ev.kind, EventKind.UNKNOWN), leader, bool(resp.initial)))
+                self._queue.put(event_of(resp))
             self._queue.put(_END)
         except grpc.RpcError as e:
             if self._closed.is_set():

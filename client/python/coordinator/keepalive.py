@@ -40,7 +40,7 @@ import grpc
 
 from ._gen import pb
 from ._rules import LEASE_ENDING_REASONS
-from ._util import call_backoff, from_duration, renewal_backoff, to_duration
+from ._util import call_backoff, from_duration, to_duration
 from .errors import CoordinatorError, LeaseExpired, RPCError, from_reason, from_rpc_error, from_status
 from .session import Session, SessionBroken, UseUnary
 
@@ -153,31 +153,18 @@ class KeepAliveSession:
         heapq.heappush(self._heap, (h._due(), next(self._seq), h._version, h))
 
     def _end_locked(self, h: "_Held", err: Optional[BaseException], lost: bool) -> None:
-        if h._done:
+        if not h._end(err, lost):
             return
-        h._done = True
-        h._error = err
-        h._version += 1  # its heap entries are stale now
         self._held.discard(h)
         if h._inflight_id is not None:
             self._inflight.pop(h._inflight_id, None)
             h._inflight_id = None
-        if lost:
-            h._lost_at = time.monotonic()
-            h.lost.set()
-        h.ended.set()
         if lost and h._callbacks:
             threading.Thread(target=h._run_callbacks, name="coordinator-on-lost", daemon=True).start()
         self.lock.notify_all()
 
     def _expired(self, h: "_Held") -> LeaseExpired:
-        why = "no renewal was answered"
-        if h._last_error is not None:
-            why = f"the last renewal failed: {h._last_error}"
-        err = LeaseExpired(f"{h._describe()} expired on this client before it could be renewed: {why}")
-        if h._last_error is not None:
-            err.__cause__ = h._last_error
-        return err
+        return h._expired()
 
     def _renewed_locked(self, h: "_Held", sent: float, ttl: float) -> bool:
         if h._done:
@@ -191,13 +178,7 @@ class KeepAliveSession:
         return True
 
     def _failed_locked(self, h: "_Held", err: CoordinatorError) -> None:
-        if h._retry is None:
-            h._retry = renewal_backoff(h._ttl)
-        h._last_error = err
-        delay = h._retry.next()
-        if err.retry_after is not None:
-            delay = max(delay, err.retry_after)
-        h._next_renew = time.monotonic() + delay
+        h._renewal_failed(err)
         self._push(h)
         self.lock.notify_all()
 

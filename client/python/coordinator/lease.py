@@ -10,8 +10,8 @@ from datetime import datetime
 from typing import Any, Callable, List, Optional, Protocol, Tuple, runtime_checkable
 
 from ._rules import RENEWAL_JITTER, RENEWALS_PER_TTL
-from ._util import Backoff, drift_margin, from_duration, from_timestamp, jitter
-from .errors import CoordinatorError
+from ._util import Backoff, drift_margin, from_duration, from_timestamp, jitter, renewal_backoff
+from .errors import CoordinatorError, LeaseExpired
 
 __all__ = ["Lease", "LeaseInfo", "Description"]
 
@@ -102,6 +102,42 @@ class _Held:
         self._next_renew = sent + jitter(ttl / RENEWALS_PER_TTL, RENEWAL_JITTER)
         self._retry = None
         self._last_error = None
+
+    def _end(self, err: Optional[BaseException], lost: bool) -> bool:
+        """Marks the grant ended with err (``lost`` set when lost); False
+        when it had ended already."""
+        if self._done:
+            return False
+        self._done = True
+        self._error = err
+        self._version += 1  # its renewal schedule is stale now
+        if lost:
+            self._lost_at = time.monotonic()
+            self.lost.set()
+        self.ended.set()
+        return True
+
+    def _renewal_failed(self, err: CoordinatorError) -> None:
+        """Schedules the next try after a failed renewal: a backoff from
+        ttl/20 (renewal_backoff), or the coordinator's retry_after."""
+        if self._retry is None:
+            self._retry = renewal_backoff(self._ttl)
+        self._last_error = err
+        delay = self._retry.next()
+        if err.retry_after is not None:
+            delay = max(delay, err.retry_after)
+        self._next_renew = time.monotonic() + delay
+
+    def _expired(self) -> LeaseExpired:
+        """The error of a grant whose deadline passed before a renewal
+        succeeded."""
+        why = "no renewal was answered"
+        if self._last_error is not None:
+            why = f"the last renewal failed: {self._last_error}"
+        err = LeaseExpired(f"{self._describe()} expired on this client before it could be renewed: {why}")
+        if self._last_error is not None:
+            err.__cause__ = self._last_error
+        return err
 
     def _due(self) -> float:
         if self._want_send or self._inflight_id is not None or self._next_renew >= self._deadline:
@@ -269,3 +305,14 @@ class Description:
     last_token: int
     #: How many callers are queued waiting for the name.
     waiters: int
+
+    @classmethod
+    def _from_pb(cls, name: str, resp: Any) -> "Description":
+        """The Description of a DescribeResponse."""
+        return cls(
+            name=name,
+            held=bool(resp.held),
+            lease=LeaseInfo._from_pb(resp.lease) if resp.held and resp.HasField("lease") else None,
+            last_token=int(resp.last_token),
+            waiters=int(resp.waiters),
+        )

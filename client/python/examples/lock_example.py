@@ -9,9 +9,11 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # client/python
-
-import coordinator  # noqa: E402
+try:
+    import coordinator
+except ImportError:  # run from a clone without pip install: the checkout's package
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # client/python
+    import coordinator
 
 target = sys.argv[1] if len(sys.argv) > 1 else "127.0.0.1:7400"
 

@@ -22,7 +22,11 @@ import pytest
 
 sys.dont_write_bytecode = True
 REPO = Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(REPO / "client" / "python"))
+#: Set by scripts/test-python.sh, which runs these tests against the package
+#: installed in a virtualenv; otherwise the checkout's package is imported.
+INSTALLED = os.environ.get("COORDINATOR_TEST_INSTALLED") == "1"
+if not INSTALLED:
+    sys.path.insert(0, str(REPO / "client" / "python"))
 
 import coordinator  # noqa: E402
 import grpc  # noqa: E402

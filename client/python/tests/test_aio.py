@@ -1,0 +1,323 @@
+"""coordinator.aio against real coordinators (every available store): the
+sync client's guarantees on the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+import uuid
+from contextlib import asynccontextmanager
+from typing import AsyncIterator, Callable, List
+
+import pytest
+
+import coordinator
+import coordinator.aio
+from coordinator import pb
+from conftest import STORES, Server
+
+pytestmark = pytest.mark.asyncio
+
+
+@asynccontextmanager
+async def aio_client(target: str, **kwargs: object) -> AsyncIterator[coordinator.aio.Client]:
+    kwargs.setdefault("timeout", 15.0)
+    c = coordinator.aio.Client(target, **kwargs)  # type: ignore[arg-type]
+    try:
+        yield c
+    finally:
+        await c.close()
+
+
+async def eventually(cond: Callable[[], object], timeout: float = 20.0, what: str = "condition") -> None:
+    """Awaits cond() (a coroutine function or a plain one) until truthy."""
+    end = time.monotonic() + timeout
+    while True:
+        v = cond()
+        if asyncio.iscoroutine(v):
+            v = await v
+        if v:
+            return
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+async def waiters(c: coordinator.aio.Client, name: str) -> int:
+    return (await c.describe(name)).waiters
+
+
+async def test_lock_and_release(server: Server, name: str) -> None:
+    async with aio_client(server.address) as c:
+        lease = await c.lock(name, ttl=5, wait=0)
+        assert isinstance(lease, coordinator.aio.Lease)
+        assert lease.token > 0 and lease.holder.startswith(c.identity + "#")
+        assert lease.valid() and 0 < lease.remaining() <= 5
+        assert isinstance(lease.lost, asyncio.Event) and not lease.lost.is_set()
+        d = await c.describe(name)
+        assert d.held and d.lease is not None and (d.lease.holder, d.lease.token) == (lease.holder, lease.token)
+        assert await lease.release() is True
+        assert lease.ended.is_set() and not lease.lost.is_set() and not lease.valid()
+        assert not (await c.describe(name)).held
+        assert await lease.release() is False  # idempotent
+
+
+async def test_async_with_releases_and_tokens_increase(server: Server, name: str) -> None:
+    async with aio_client(server.address) as c:
+        tokens = []
+        for _ in range(3):
+            async with c.lock(name, ttl=5, wait=0) as lease:
+                assert (await c.describe(name)).held
+                tokens.append(lease.token)
+            assert lease.ended.is_set()
+        assert tokens == sorted(tokens) and len(set(tokens)) == 3
+        assert not (await c.describe(name)).held
+        with pytest.raises(ZeroDivisionError):  # the body's error is not hidden
+            async with c.lock(name, ttl=5, wait=0):
+                1 / 0
+        assert not (await c.describe(name)).held
+
+
+async def test_try_lock_and_refusal_names_the_holder(server: Server, name: str) -> None:
+    async with aio_client(server.address) as a, aio_client(server.address) as b:
+        lease = await a.lock(name, ttl=10, wait=0)
+        assert await b.try_lock(name, ttl=10) is None
+        with pytest.raises(coordinator.NotAcquired) as ei:
+            await b.lock(name, ttl=10, wait=0)
+        assert ei.value.holder == lease.holder
+        assert ei.value.retry_after is not None and 0 < ei.value.retry_after <= 10.5
+        with pytest.raises(coordinator.NotAcquired):  # a short wait ends first
+            await b.lock(name, ttl=10, wait=0.5)
+
+
+async def test_waiters_get_the_lock_in_arrival_order(server: Server, name: str) -> None:
+    async with aio_client(server.address) as a, aio_client(server.address) as b, aio_client(server.address) as c:
+        first = await a.lock(name, ttl=10, wait=0)
+        order: List[str] = []
+
+        async def wait_for_it(client: coordinator.aio.Client, who: str) -> coordinator.aio.Lease:
+            lease = await client.lock(name, ttl=10, wait=60)
+            order.append(who)
+            await asyncio.sleep(0.2)  # hold it a moment: the next waiter must wait for the release
+            await lease.release()
+            return lease
+
+        tb = asyncio.ensure_future(wait_for_it(b, "b"))
+        await eventually(lambda: waiters(a, name), what="b to queue")
+        tc = asyncio.ensure_future(wait_for_it(c, "c"))
+        await eventually(lambda: _equals(waiters(a, name), 2), what="c to queue behind b")
+        assert await first.release()
+        lb, lc = await asyncio.wait_for(asyncio.gather(tb, tc), 60)
+        assert order == ["b", "c"]
+        assert first.token < lb.token < lc.token
+
+
+async def _equals(aw: "asyncio.Future[int]", want: int) -> bool:
+    return (await aw) == want
+
+
+async def test_cancelling_a_waiting_lock_leaves_the_queue(server: Server, name: str) -> None:
+    async with aio_client(server.address) as a, aio_client(server.address) as b, aio_client(server.address) as c:
+        held = await a.lock(name, ttl=30, wait=0)
+        waiting = asyncio.ensure_future(b.lock(name, ttl=10, wait=120))
+        await eventually(lambda: waiters(a, name), what="the waiter to queue")
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        # The coordinator forgot the waiter at once (not after its wait)...
+        await eventually(lambda: _equals(waiters(a, name), 0), timeout=10, what="the cancelled waiter to leave")
+        # ...so the next one is granted the moment the holder releases.
+        third = asyncio.ensure_future(c.lock(name, ttl=10, wait=60))
+        await eventually(lambda: waiters(a, name), what="the next waiter to queue")
+        await held.release()
+        lease = await asyncio.wait_for(third, 30)
+        assert (await a.describe(name)).lease.holder == lease.holder
+
+
+async def test_renewal_keeps_the_lease_past_several_ttls(server: Server, name: str) -> None:
+    async with aio_client(server.address) as c:
+        lease = await c.lock(name, ttl=2, wait=0)
+        first = lease.last_renewed
+        await asyncio.sleep(6.5)  # more than three TTLs: only renewals keep it
+        assert lease.valid() and not lease.lost.is_set(), lease.error
+        assert lease.last_renewed > first
+        d = await c.describe(name)
+        assert d.held and d.lease.token == lease.token
+        assert await lease.release()
+
+
+async def test_lost_when_the_coordinator_refuses_the_renewal(server: Server, name: str) -> None:
+    async with aio_client(server.address) as c, aio_client(server.address) as thief:
+        lease = await c.lock(name, ttl=1, wait=0)
+        called = asyncio.Event()
+        lease.on_lost(lambda l: called.set())
+        # An operator releases it behind the holder's back; someone else takes it.
+        resp = await c.call("Release", pb.ReleaseRequest(name=name, holder=lease.holder, token=lease.token))
+        assert resp.released
+        stolen = await thief.lock(name, ttl=10, wait=0)
+        await asyncio.wait_for(lease.lost.wait(), 10)
+        assert isinstance(lease.error, coordinator.LeaseNotHeld), lease.error
+        assert lease.error.reason == "LEASE_NOT_HELD"
+        await asyncio.wait_for(called.wait(), 5)
+        assert not lease.valid()
+        assert await lease.release() is False
+        assert (await thief.describe(name)).lease.holder == stolen.holder
+
+
+async def test_lost_at_the_local_deadline_after_the_lease_was_stolen(server: Server, name: str) -> None:
+    async with aio_client(server.address) as c:
+        lease = await c.lock(name, ttl=1, wait=0)
+        # The event loop stalls (a blocking call): no renewal runs; the
+        # lease expires on the coordinator and someone else takes it.
+        with coordinator.Client(server.address) as other:
+            time.sleep(1.5)
+            stolen = other.lock(name, ttl=10, wait=10)
+            await asyncio.wait_for(lease.lost.wait(), 5)
+            assert isinstance(lease.error, coordinator.LeaseExpired), lease.error
+            assert lease.lost_at is not None and not lease.valid()
+            assert other.describe(name).lease.holder == stolen.holder
+            stolen.release()
+
+
+@pytest.mark.parametrize("store", STORES)
+async def test_lost_when_the_coordinator_is_killed(start_server, name: str, store: str) -> None:
+    srv = start_server(store)
+    async with aio_client(srv.address) as c:
+        lease = await c.lock(name, ttl=3, wait=0)
+        first = lease.last_renewed
+        await eventually(lambda: lease.last_renewed > first, timeout=10, what="a renewal")
+        srv.kill(signal.SIGKILL)
+        await asyncio.wait_for(lease.lost.wait(), 15)
+        assert isinstance(lease.error, coordinator.LeaseExpired), lease.error
+        # Never after the coordinator could have granted the name to anyone else.
+        assert lease.lost_at is not None and lease.lost_at <= lease.last_renewed + lease.ttl
+        assert not lease.valid()
+
+
+async def test_close_ends_and_releases(server: Server, name: str) -> None:
+    async with aio_client(server.address) as other:
+        c = coordinator.aio.Client(server.address)
+        lease = await c.lock(name, ttl=30, wait=0)
+        lead = await c.campaign(name + "/leader", ttl=30, wait=0)
+        # Another task of the same client waits for the lock: closing must
+        # not hand it what close() releases.
+        waiting = asyncio.ensure_future(c.lock(name, ttl=30, wait=60))
+        await eventually(lambda: waiters(other, name), what="the waiter to queue")
+        await c.close()
+        for h in (lease, lead):
+            assert h.lost.is_set() and isinstance(h.error, coordinator.ClientClosed)
+        with pytest.raises(coordinator.ClientClosed):
+            await waiting
+        assert not (await other.describe(name)).held
+        assert await other.leader(name + "/leader") is None
+        with pytest.raises(coordinator.ClientClosed):
+            await c.lock(name, wait=0)
+
+
+async def test_close_ends_a_waiting_lock(server: Server, name: str) -> None:
+    async with aio_client(server.address) as a:
+        b = coordinator.aio.Client(server.address)
+        await a.lock(name, ttl=30, wait=0)
+        waiting = asyncio.ensure_future(b.lock(name, ttl=5, wait=60))
+        await eventually(lambda: waiters(a, name), what="the waiter to queue")
+        await b.close()
+        with pytest.raises(coordinator.ClientClosed):
+            await asyncio.wait_for(waiting, 20)
+
+
+async def test_election_proclaim_observe_and_handover(server: Server, name: str) -> None:
+    async with aio_client(server.address) as a, aio_client(server.address) as b:
+        async with a.observe(name) as events:
+            first = await events.get(timeout=10)
+            assert first.initial and first.kind == coordinator.EventKind.VACANT
+            lead = await a.campaign(name, value="10.0.0.1:8080", ttl=5, wait=0)
+            assert isinstance(lead, coordinator.aio.Leadership) and lead.term > 0
+            assert lead.value == b"10.0.0.1:8080"
+            await lead.proclaim("10.0.0.2:8080")
+            info = await b.leader(name)
+            assert info is not None and (info.candidate, info.term, info.value) == (lead.candidate, lead.term, b"10.0.0.2:8080")
+            # b queues behind a; a resigns; b is elected at once.
+            follower = asyncio.ensure_future(b.campaign(name, value="b", ttl=5, wait=60))
+            await eventually(lambda: waiters(a, name), what="b to queue as a candidate")
+            assert await lead.resign()
+            second = await asyncio.wait_for(follower, 30)
+            assert second.term > lead.term
+            with pytest.raises(coordinator.LeaseNotHeld):
+                await lead.proclaim("too late")
+            kinds = []
+            async for ev in events:
+                kinds.append(ev.kind)
+                if ev.kind == coordinator.EventKind.ELECTED and ev.leader and ev.leader.candidate == second.candidate:
+                    break
+            assert kinds[:2] == [coordinator.EventKind.ELECTED, coordinator.EventKind.PROCLAIMED], kinds
+            async with second:
+                pass
+            assert await b.leader(name) is None
+        # Iteration of a closed observation stops.
+        assert [ev async for ev in events] == []
+
+
+async def test_run_as_leader_resigns_after(server: Server, name: str) -> None:
+    async with aio_client(server.address) as c:
+        async def lead(l: coordinator.aio.Leadership) -> int:
+            assert l.valid() and (await c.leader(name)).candidate == l.candidate
+            return l.term
+
+        term = await c.run_as_leader(name, lead, value="me", ttl=5, wait=10)
+        assert term > 0 and await c.leader(name) is None
+
+
+async def test_list_leases(server: Server, name: str) -> None:
+    async with aio_client(server.address) as c:
+        held = [await c.lock(f"{name}/{i}", ttl=10, wait=0) for i in range(3)]
+        listed = [l async for l in c.list_leases(prefix=name + "/", page_size=2)]
+        assert [(l.name, l.token) for l in listed] == [(h.name, h.token) for h in held]
+
+
+@pytest.mark.parametrize(
+    "call, field",
+    [
+        (lambda c: c.lock("", ttl=5, wait=0), "name"),
+        (lambda c: c.lock("x/" + "n" * 300, ttl=5, wait=0), "name"),
+        (lambda c: c.lock(f"ok/{uuid.uuid4().hex}", ttl=0.01, wait=0), "ttl"),
+        (lambda c: c.campaign("", ttl=5, wait=0), "election"),
+    ],
+)
+async def test_bad_input_is_invalid_field(server: Server, call, field: str) -> None:
+    async with aio_client(server.address) as c:
+        with pytest.raises(coordinator.InvalidField) as ei:
+            await call(c)
+        assert ei.value.field == field, ei.value
+        assert isinstance(ei.value, ValueError)
+
+
+async def test_bad_settings_are_refused_before_connecting() -> None:
+    for kwargs in ({"ttl": 0}, {"holder": ""}, {"holder": "x" * 200}, {"token": "t"}):
+        with pytest.raises(ValueError):
+            coordinator.aio.Client("127.0.0.1:1", **kwargs)  # type: ignore[arg-type]
+    async with aio_client("127.0.0.1:1") as c:
+        with pytest.raises(ValueError):
+            await c.lock("x", ttl=-1)
+
+
+async def test_a_waiting_lock_retries_transient_errors_as_the_same_holder(start_server, redis_server, name: str) -> None:
+    # A fresh key prefix without COORDINATOR_REDIS_NEW_STORE looks like a
+    # Redis that lost its data: grants stop for the quarantine (3s here).
+    import conftest
+
+    url = conftest.REDIS_URL or redis_server().url
+    srv = start_server("redis", env={"COORDINATOR_REDIS_URL": url, "COORDINATOR_REDIS_NEW_STORE": None,
+                                     "COORDINATOR_DATA_LOSS_QUARANTINE": "3s"})
+    async with aio_client(srv.address) as c:
+        with pytest.raises(coordinator.DataLossQuarantine) as ei:
+            await c.lock(name, ttl=5, wait=0)
+        assert ei.value.transient and ei.value.retry_after is not None and ei.value.retry_after > 0
+        with pytest.raises(coordinator.NotAcquired) as ei2:  # the wait ends first, with the last error
+            await c.lock(name, ttl=5, wait=0.3)
+        assert isinstance(ei2.value.last_error, coordinator.DataLossQuarantine)
+        # Waiting long enough: retried (after retry_after) until the
+        # quarantine is over, always as the acquisition's one holder.
+        lease = await c.lock(name, ttl=5, wait=60)
+        assert lease.holder == f"{c.identity}#3"
+        assert (await c.describe(name)).lease.holder == lease.holder
