@@ -110,14 +110,14 @@ func TestATracedCallIsOneTraceFromTheCallerToTheStore(t *testing.T) {
 				"coordinator.store.kind":    kind,
 				"coordinator.lease.name":    "traced/lock",
 			} {
-				if got := attr(st, key).Emit(); got != want {
+				if got := attr(st, key).String(); got != want {
 					t.Errorf("store span %s = %q, want %q", key, got, want)
 				}
 			}
 			if got := attr(st, "coordinator.store.attempt").AsInt64(); got != 1 {
 				t.Errorf("store span attempt %d, want 1", got)
 			}
-			if got := attr(st, "coordinator.lease.token").AsInt64(); uint64(got) != lease.Token() { //nolint:gosec // a token fits
+			if got := attr(st, "coordinator.lease.token").AsInt64(); uint64(got) != lease.Token() {
 				t.Errorf("store span token %d, want the lease's %d", got, lease.Token())
 			}
 			release := server.find(t, 1, "the release's server span", named("coordinator.v1.Coordinator/Release", trace.SpanKindServer))[0]
