@@ -485,6 +485,8 @@ func TestFullValues(t *testing.T) {
 	if env(h, "HOUSEKEEPER_COORDINATOR_INSECURE_TOKEN") != nil {
 		t.Error("the housekeeper sends its token over plaintext although TLS is on")
 	}
+	envValue(t, h, "OTEL_EXPORTER_OTLP_ENDPOINT", "http://otel-collector.observability.svc:4317")
+	envValue(t, h, "OTEL_RESOURCE_ATTRIBUTES", "k8s.pod.name=$(K8S_POD_NAME),k8s.namespace.name="+ns+",k8s.deployment.name=rel-coordinator-housekeeper,deployment.environment.name=test")
 	if e := env(h, "HOUSEKEEPER_INSTANCE_ID"); e == nil || e.ValueFrom == nil || e.ValueFrom.FieldRef == nil || e.ValueFrom.FieldRef.FieldPath != "metadata.name" {
 		t.Errorf("HOUSEKEEPER_INSTANCE_ID = %+v, want the pod's name", e)
 	}

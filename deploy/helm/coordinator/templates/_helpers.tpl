@@ -153,12 +153,15 @@ podAntiAffinity:
 
 {{/*
 The OTEL_* variables of tracing.* (README: Tracing), for the coordinator's
-container: the exporter, the sampler, the headers from a Secret, and the
-pod, namespace and Deployment in the spans' resource (k8s.* attributes;
-K8S_POD_NAME comes first so that Kubernetes expands it).
+and the housekeeper's containers: the exporter, the sampler, the headers
+from a Secret, and the pod, namespace and Deployment in the spans' resource
+(k8s.* attributes; K8S_POD_NAME comes first so that Kubernetes expands it).
+Arguments: (list . deploymentName).
 */}}
 {{- define "coordinator.tracingEnv" -}}
-{{- with .Values.tracing -}}
+{{- $ := index . 0 -}}
+{{- $deployment := index . 1 -}}
+{{- with $.Values.tracing -}}
 {{- if .enabled }}
 - name: OTEL_TRACES_EXPORTER
   value: otlp
@@ -183,7 +186,7 @@ K8S_POD_NAME comes first so that Kubernetes expands it).
   valueFrom:
     fieldRef:
       fieldPath: metadata.name
-{{- $attrs := list "k8s.pod.name=$(K8S_POD_NAME)" (printf "k8s.namespace.name=%s" $.Release.Namespace) (printf "k8s.deployment.name=%s" (include "coordinator.fullname" $)) }}
+{{- $attrs := list "k8s.pod.name=$(K8S_POD_NAME)" (printf "k8s.namespace.name=%s" $.Release.Namespace) (printf "k8s.deployment.name=%s" $deployment) }}
 {{- range $k, $v := .resourceAttributes }}
 {{- $attrs = append $attrs (printf "%s=%s" $k (toString $v)) }}
 {{- end }}
