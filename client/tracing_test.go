@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -217,6 +218,41 @@ func TestSessionOperationsAreTracesOfTheirOwnLinkedToTheStream(t *testing.T) {
 	server.find(t, 1, "the release operation's span", func(s tracetest.SpanStub) bool {
 		return s.Name == "coordinator.v1.Coordinator/Release" && attr(s, "coordinator.session.operation").AsBool()
 	})
+}
+
+// TestKeepAliveRenewalsAreTracesOfTheirOwnLinkedToTheStream: the renewals
+// of a Client WithUnaryCalls go over its KeepAlive stream, and the store
+// call of each is the root of a trace of its own, linked to the stream's
+// span, rather than one more child of a stream that lives for hours.
+func TestKeepAliveRenewalsAreTracesOfTheirOwnLinkedToTheStream(t *testing.T) {
+	coord, server := tracedCoordinator(t, "memory")
+	clientSide := newRecorded(t)
+	c, err := New(coord.Addr(), WithTracerProvider(clientSide.tp), WithUnaryCalls())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t)
+	lease, err := c.TryLock(ctx, "traced/renewed", WithTTL(time.Second)) // renewed about every 333ms
+	if err != nil {
+		t.Fatal(err)
+	}
+	renewal := server.find(t, 1, "a renewal's store span", named("store renew", trace.SpanKindClient))[0]
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil { // ends the KeepAlive stream, and its span
+		t.Fatal(err)
+	}
+	stream := clientSide.find(t, 1, "the KeepAlive stream's client span", named("coordinator.v1.Coordinator/KeepAlive", trace.SpanKindClient))[0]
+	if renewal.Parent.IsValid() {
+		t.Error("the renewal's store span has a parent: it should start a trace")
+	}
+	if len(renewal.Links) != 1 || renewal.Links[0].SpanContext.TraceID() != stream.SpanContext.TraceID() {
+		t.Errorf("the renewal's links %v do not reach the stream's trace %s", renewal.Links, stream.SpanContext.TraceID())
+	}
+	if got := attr(renewal, "coordinator.store.outcome").AsString(); got != "renewed" {
+		t.Errorf("outcome %q, want renewed", got)
+	}
 }
 
 // TestWithoutTracingNothingIsRecorded: a coordinator and a Client that were

@@ -150,7 +150,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	if tr != nil {
 		// Before the interceptors that add theirs to each Session
 		// operation, so that an operation's span covers their checks too.
-		stream = append(stream, tr.sessionStreams)
+		stream = append(stream, tr.streams)
 	}
 	if authz != nil {
 		unary = append(unary,

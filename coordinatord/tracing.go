@@ -109,13 +109,27 @@ func (t *tracing) countAttempts(ctx context.Context, req any, _ *grpc.UnaryServe
 	return handler(ctx, req)
 }
 
-// sessionStreams gives each operation of a Session stream its span.
-func (t *tracing) sessionStreams(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	if info.FullMethod == coordinatorv1.Coordinator_Session_FullMethodName {
+// streams gives each operation of a Session stream its span, and each
+// store call of a KeepAlive stream (a renewal) a trace of its own, linked to
+// the stream's: a stream lives as long as its client, for hours, and its
+// span would otherwise parent all of them.
+func (t *tracing) streams(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	switch info.FullMethod {
+	case coordinatorv1.Coordinator_Session_FullMethodName:
 		ss = sessionops.Intercept(ss, t.sessionOp)
+	case coordinatorv1.Coordinator_KeepAlive_FullMethodName:
+		ss = &detachedStream{ServerStream: ss, ctx: storetrace.Detached(ss.Context())}
 	}
 	return handler(srv, ss)
 }
+
+// detachedStream is a stream whose context detaches its store spans.
+type detachedStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *detachedStream) Context() context.Context { return s.ctx }
 
 // sessionOp is the span of one Session operation, named as its unary call.
 // A Session stream lives as long as its client is busy, for hours at a
