@@ -77,8 +77,9 @@ type Config struct {
 
 // FromEnv reads the tracing configuration from the environment (lookupEnv
 // is os.LookupEnv). A value it cannot honour is an error that names its
-// variable; other OTEL_* variables are left to the exporter and the SDK,
-// which read them when Start builds those.
+// variable, when tracing is on (or OTEL_TRACES_EXPORTER names an exporter
+// it does not have); other OTEL_* variables are left to the exporter and
+// the SDK, which read them when Start builds those.
 func FromEnv(lookupEnv func(string) (string, bool)) (Config, error) {
 	get := func(name string) string {
 		v, _ := lookupEnv(name)
@@ -111,6 +112,12 @@ func FromEnv(lookupEnv func(string) (string, bool)) (Config, error) {
 		if slices.Contains(strings.Split(strings.ToLower(exporters), ","), "none") {
 			c.Enabled = false // none wins, as the spec has it
 		}
+	}
+	if len(errs) > 0 || !c.Enabled {
+		// The rest matters only to tracing: variables set for other
+		// programs (http/json, say) do not stop a process that does not
+		// trace.
+		return Config{Warnings: c.Warnings}, errors.Join(errs...)
 	}
 
 	protocolVar, protocol := EnvTracesProtocol, get(EnvTracesProtocol)

@@ -115,6 +115,19 @@ func TestFromEnvRefusesWhatItCannotHonourNamingTheVariable(t *testing.T) {
 	}
 }
 
+func TestFromEnvIgnoresTheSettingsOfTracingWhenItIsOff(t *testing.T) {
+	for _, vars := range []map[string]string{
+		{EnvProtocol: "http/json", EnvSampler: "xray", EnvPropagators: "b3"},
+		{EnvTracesExporter: "none", EnvEndpoint: "http://c:4318", EnvProtocol: "http/json"},
+		{EnvSDKDisabled: "true", EnvTracesExporter: "zipkin"},
+	} {
+		c, err := FromEnv(env(vars))
+		if err != nil || c.Enabled {
+			t.Errorf("FromEnv(%v) = %+v, %v; want tracing off, and no error for settings it does not use", vars, c, err)
+		}
+	}
+}
+
 func TestFromEnvWarnsOfASDKDisabledThatIsNoBool(t *testing.T) {
 	c, err := FromEnv(env(map[string]string{EnvSDKDisabled: "1"}))
 	if err != nil {
