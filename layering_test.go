@@ -58,7 +58,7 @@ var layers = []layer{
 	},
 	{
 		name:       "store implementations",
-		pkgs:       []string{"server/store/memstore", "server/store/redisstore"},
+		pkgs:       []string{"server/store/memstore", "server/store/redisstore", "server/store/storetrace"},
 		may:        []string{"store interface", "leaves"},
 		testsNever: aboveTheService,
 	},
@@ -86,7 +86,7 @@ var layers = []layer{
 	},
 	{
 		name: "leaves",
-		pkgs: []string{"internal/app", "internal/backoff", "internal/envflag", "internal/fanout", "internal/redisurl", "internal/statefile"},
+		pkgs: []string{"internal/app", "internal/backoff", "internal/envflag", "internal/fanout", "internal/redisurl", "internal/statefile", "internal/telemetry"},
 	},
 
 	// Test kits: code for tests, imported only by tests and by other kits

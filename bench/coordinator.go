@@ -250,9 +250,10 @@ func (e benchEnv) startCoordinatorWith(o coordOpts) (*coordinator, error) {
 	env = append(env, o.env...)
 	c.cmd = exec.Command(bin)
 	// The environment without any COORDINATOR_* setting of the caller's
-	// (a token, an access file…): only what is set here.
+	// (a token, an access file…) nor OTEL_* (tracing): only what is set
+	// here.
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "COORDINATOR_") {
+		if !strings.HasPrefix(kv, "COORDINATOR_") && !strings.HasPrefix(kv, "OTEL_") {
 			c.cmd.Env = append(c.cmd.Env, kv)
 		}
 	}

@@ -158,6 +158,16 @@ func leaseSuite(env benchEnv) error {
 		return err
 	}
 	defer viaDurable.stop()
+	sink, err := startTraceSink()
+	if err != nil {
+		return err
+	}
+	defer sink.stop()
+	viaTraced, err := env.startCoordinatorWith(coordOpts{store: "redis", env: sink.tracedEnv()})
+	if err != nil {
+		return err
+	}
+	defer viaTraced.stop()
 	echo, echoAddr, err := startEcho()
 	if err != nil {
 		return err
@@ -180,6 +190,19 @@ func leaseSuite(env benchEnv) error {
 		return err
 	}
 	defer func() { _ = sdkUnary.Close() }()
+	tp := clientTracing()
+	defer func() { _ = tp.Shutdown(ctx) }()
+	sdkTraced, err := client.New(viaTraced.addr, client.WithTTL(benchTTL), client.WithIdentity("bench-sdk-traced"), client.WithTracerProvider(tp))
+	if err != nil {
+		return err
+	}
+	defer func() { _ = sdkTraced.Close() }()
+	sdkTracedUnary, err := client.New(viaTraced.addr, client.WithTTL(benchTTL), client.WithIdentity("bench-sdk-traced-unary"),
+		client.WithTracerProvider(tp), client.WithUnaryCalls())
+	if err != nil {
+		return err
+	}
+	defer func() { _ = sdkTracedUnary.Close() }()
 	// Each client its own connection: the SDK's, the raw unary calls' (the
 	// coordinator's own), the Session stream's, the echo's.
 	sessionConn, err := dial(viaRedis.addr)
@@ -232,6 +255,7 @@ func leaseSuite(env benchEnv) error {
 	meter := &cpuMeter{}
 	meter.add("bench", os.Getpid())
 	meter.add("coordinator-redis", viaRedis.cmd.Process.Pid)
+	meter.add("coordinator-redis-traced", viaTraced.cmd.Process.Pid)
 	meter.add("coordinator-memory", viaMemory.cmd.Process.Pid)
 	meter.add("coordinator-memory-statedir", viaDurable.cmd.Process.Pid)
 	meter.add("echo", echo.cmd.Process.Pid)
@@ -243,6 +267,12 @@ func leaseSuite(env benchEnv) error {
 			cycle: sdkCycle(sdk, names("bench/sdk/", maxWorkers)), try: sdkTry(sdk, hot("bench/hot-sdk/"))},
 		{key: "coordinator-redis-sdk-unary", label: "coordinator redis: Go SDK, WithUnaryCalls",
 			cycle: sdkCycle(sdkUnary, names("bench/sdk-unary/", maxWorkers)), try: sdkTry(sdkUnary, hot("bench/hot-sdk-unary/"))},
+		{key: "coordinator-redis-sdk-traced", label: "coordinator redis: Go SDK, Session stream, traced (every call sampled)",
+			cycle: sdkCycle(sdkTraced, names("bench/sdk-traced/", maxWorkers)), try: sdkTry(sdkTraced, hot("bench/hot-sdk-traced/")),
+			noteLabel: "spans exported/s", around: sink.counted},
+		{key: "coordinator-redis-sdk-traced-unary", label: "coordinator redis: Go SDK, WithUnaryCalls, traced (every call sampled)",
+			cycle: sdkCycle(sdkTracedUnary, names("bench/sdk-traced-unary/", maxWorkers)), try: sdkTry(sdkTracedUnary, hot("bench/hot-sdk-traced-unary/")),
+			noteLabel: "spans exported/s", around: sink.counted},
 		{key: "coordinator-redis-unary", label: "coordinator redis: raw gRPC unary",
 			cycle: grpcCycle(viaRedis.client, names("bench/unary/", maxWorkers)), try: grpcTry(viaRedis.client, hot("bench/hot-unary/"))},
 		{key: "coordinator-redis-session", label: "coordinator redis: raw gRPC Session stream",

@@ -98,6 +98,9 @@ func New(target string, opts ...Option) (*Client, error) {
 		}
 		dialOpts = append(dialOpts, grpc.WithPerRPCCredentials(cfg.token))
 	}
+	if cfg.tracer != nil {
+		dialOpts = append(dialOpts, tracingDialOption(cfg.tracer))
+	}
 	conn, err := grpc.NewClient(target, append(dialOpts, cfg.dialOpts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("coordinator: connect to %s: %w", target, err)

@@ -83,4 +83,7 @@
 // The SDK imports, of this module, only the generated API (gen) and leaves of
 // internal/ (backoff): never the server side (server and below it,
 // coordinatord) or Redis. The housekeeper and coordctl are built on it.
+// Outside it, it adds gRPC, protobuf, clockwork and, for WithTracerProvider,
+// OpenTelemetry's API and otelgrpc (never its SDK or exporters, which are
+// the program's choice).
 package client

@@ -7,6 +7,11 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 )
@@ -33,6 +38,8 @@ type config struct {
 	clock        clockwork.Clock
 	unary        bool
 	sessionIdle  time.Duration
+	// tracer is WithTracerProvider's; nil: no tracing.
+	tracer trace.TracerProvider
 }
 
 type lockConfig struct {
@@ -124,11 +131,46 @@ func WithTransportCredentials(creds credentials.TransportCredentials) Option {
 }
 
 // WithDialOptions adds gRPC dial options, after the Client's own: for what
-// no other Option covers, such as interceptors and stats handlers (tracing).
+// no other Option covers, such as interceptors and stats handlers (for
+// tracing, see WithTracerProvider).
 // Give transport credentials with WithTLS or WithTransportCredentials
 // instead, which WithBearerToken checks.
 func WithDialOptions(opts ...grpc.DialOption) Option {
 	return optionFunc(func(c *config) { c.dialOpts = append(c.dialOpts, opts...) })
+}
+
+// WithTracerProvider traces the Client's calls with OpenTelemetry through
+// tp (nil: the global provider, otel.GetTracerProvider()): otelgrpc's client
+// stats handler makes a client span of every RPC, a child of the span in the
+// call's context, and sends its W3C trace context and baggage to the
+// coordinator, whose server span and store spans then join the trace. By
+// default nothing is installed, and calls pay nothing for tracing.
+//
+// The lease calls of a Client go over its Session stream unless
+// WithUnaryCalls is given: the stream, open while the Client is busy, is
+// then the one RPC, and its span is not part of any caller's trace (the
+// coordinator gives each operation on it a trace of its own, linked to the
+// stream's). For a client span of each TryLock, Lock, Campaign and Release
+// in its caller's trace, add WithUnaryCalls(); renewals then go over a
+// KeepAlive stream, with one span for the stream. Describe, Leader, List
+// and Observe are RPCs of their own either way.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return optionFunc(func(c *config) {
+		if tp == nil {
+			tp = otel.GetTracerProvider()
+		}
+		c.tracer = tp
+	})
+}
+
+// tracingDialOption is otelgrpc's client stats handler, tracing through tp
+// (its metrics off: this option is for tracing).
+func tracingDialOption(tp trace.TracerProvider) grpc.DialOption {
+	return grpc.WithStatsHandler(otelgrpc.NewClientHandler(
+		otelgrpc.WithTracerProvider(tp),
+		otelgrpc.WithPropagators(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})),
+		otelgrpc.WithMeterProvider(noop.NewMeterProvider()),
+	))
 }
 
 // WithCloseTimeout sets how long Close spends releasing the leases and

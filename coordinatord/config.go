@@ -7,8 +7,11 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/coordinator-dev/coordinator/internal/app"
 	"github.com/coordinator-dev/coordinator/internal/envflag"
+	"github.com/coordinator-dev/coordinator/internal/telemetry"
 	"github.com/coordinator-dev/coordinator/server"
 	"github.com/coordinator-dev/coordinator/server/limits"
 	"github.com/coordinator-dev/coordinator/server/store"
@@ -59,6 +62,14 @@ type Config struct {
 	// PrintVersion (-version) asks for the version instead of a run; the
 	// rest of the configuration is then not checked.
 	PrintVersion bool
+	// Tracing is what the OTEL_* variables ask of tracing (package
+	// telemetry): off unless they turn it on. It has no flags: the
+	// variables are OpenTelemetry's, the same for every program.
+	Tracing telemetry.Config
+	// TracerProvider, when set, traces the coordinator with it instead of
+	// what Tracing asks for (tests, and programs that embed a coordinator);
+	// its giver shuts it down.
+	TracerProvider trace.TracerProvider
 }
 
 // DefaultStateDir is where `make run` keeps the memory store's state: under
@@ -118,6 +129,9 @@ func ParseConfig(fs *flag.FlagSet, args []string, lookupEnv func(string) (string
 	}
 
 	var errs []error
+	if c.Tracing, err = telemetry.FromEnv(lookupEnv); err != nil {
+		errs = append(errs, err)
+	}
 	if !quarantineSet {
 		c.DataLossQuarantine = c.MaxTTL
 	}

@@ -47,6 +47,7 @@ type Server struct {
 	cfg      Config
 	log      *slog.Logger
 	store    store.Store
+	tracing  *tracing // nil when off
 	service  *server.Service
 	grpc     *grpc.Server
 	health   *health.Server
@@ -105,6 +106,14 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		_ = st.Close()
 		return nil, err
 	}
+	tr, err := newTracing(ctx, cfg, log)
+	if err != nil {
+		_ = st.Close()
+		return nil, err
+	}
+	if tr != nil {
+		st = tr.wrapStore(st, cfg.Store)
+	}
 	limiter := limits.New(cfg.Limits, registry, log)
 	codec := protocodec.New(server.InvalidField)
 
@@ -138,6 +147,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		logging.StreamServerInterceptor(callLog, logOpts...),
 		codec.StreamServerInterceptor(),
 	}
+	if tr != nil {
+		// Before the interceptors that add theirs to each Session
+		// operation, so that an operation's span covers their checks too.
+		stream = append(stream, tr.streams)
+	}
 	if authz != nil {
 		unary = append(unary,
 			forService(needsAuth, auth.UnaryServerInterceptor(authz.Authenticate)),
@@ -152,6 +166,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	}
 	unary = append(unary, recovery.UnaryServerInterceptor(panicked))
 	stream = append(stream, recovery.StreamServerInterceptor(panicked))
+	if tr != nil {
+		unary = append(unary, tr.countAttempts)
+	}
 
 	opts := []grpc.ServerOption{
 		grpc.Creds(creds),
@@ -170,6 +187,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 	}
+	if tr != nil {
+		opts = append(opts, tr.serverOption())
+	}
 	if l := cfg.Limits; l.StreamsPerConn > 0 && l.WaitsPerConn > 0 {
 		// A client past this waits for a free stream instead of being
 		// refused; the caps above refuse first.
@@ -187,6 +207,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		cfg:      cfg,
 		log:      log,
 		store:    st,
+		tracing:  tr,
 		service:  svc,
 		grpc:     grpcServer,
 		health:   healthServer,
@@ -360,6 +381,7 @@ func (s *Server) Shutdown(ctx context.Context) {
 	if err := s.store.Close(); err != nil {
 		s.log.Warn("closing the store", "err", err)
 	}
+	s.tracing.shutdown(ctx, s.log)
 }
 
 // Run serves on the configured addresses until ctx ends, then shuts down

@@ -141,6 +141,12 @@ func TestParseConfig(t *testing.T) {
 		{"access file", nil, map[string]string{"COORDINATOR_ACCESS_FILE": "/etc/coordinator/access"}, func(c coordinatord.Config) bool {
 			return c.AccessFile == "/etc/coordinator/access"
 		}, ""},
+		{"tracing off by default", nil, nil, func(c coordinatord.Config) bool { return !c.Tracing.Enabled }, ""},
+		{"tracing on with an OTLP endpoint", nil, map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, func(c coordinatord.Config) bool {
+			return c.Tracing.Enabled && c.Tracing.Protocol == "grpc"
+		}, ""},
+		{"tracing: a bad protocol fails the start", nil, map[string]string{"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "grcp"}, nil, "OTEL_EXPORTER_OTLP_PROTOCOL"},
+		{"tracing: an unsupported exporter fails the start", nil, map[string]string{"OTEL_TRACES_EXPORTER": "jaeger"}, nil, "OTEL_TRACES_EXPORTER"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

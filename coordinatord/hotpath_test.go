@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/coordinator-dev/coordinator/coordinatord"
@@ -17,7 +19,9 @@ import (
 
 // BenchmarkCycle measures the unary hot path in one process: uncontended
 // TryAcquire + Release cycles, each worker its own name, over one client
-// connection, with the default caps and with none. Client and server share
+// connection, with the default caps, with none, and with the default caps
+// and tracing on (every call sampled, spans batched into an exporter that
+// drops them: the cost of making them). Client and server share
 // the process, so allocs/op counts both sides; the cross-process figures
 // come from the bench (bench/ -suite leases). The Redis store needs
 // COORDINATOR_TEST_REDIS_URL (scripts/with-redis.sh), e.g.
@@ -25,11 +29,18 @@ import (
 //	./scripts/with-redis.sh go test -run '^$' -bench Cycle -benchmem ./coordinatord
 func BenchmarkCycle(b *testing.B) {
 	for _, kind := range []string{coordinatord.StoreMemory, coordinatord.StoreRedis} {
-		for _, caps := range []bool{true, false} {
-			b.Run(fmt.Sprintf("%s/caps=%t", kind, caps), func(b *testing.B) {
+		for _, v := range []struct {
+			caps, traced bool
+		}{{true, false}, {false, false}, {true, true}} {
+			b.Run(fmt.Sprintf("%s/caps=%t/traced=%t", kind, v.caps, v.traced), func(b *testing.B) {
 				cfg := coordtest.Config(b, kind)
-				if !caps {
+				if !v.caps {
 					cfg.Limits = limits.Config{}
+				}
+				if v.traced {
+					tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()), sdktrace.WithBatcher(tracetest.NewNoopExporter()))
+					b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+					cfg.TracerProvider = tp
 				}
 				c := coordtest.Start(b, cfg)
 				client := coordinatorv1.NewCoordinatorClient(c.Dial(b))

@@ -82,6 +82,11 @@ func TestParseConfig(t *testing.T) {
 			return c.printVersion
 		}, ""},
 		{"malformed env", nil, map[string]string{"HOUSEKEEPER_PARALLELISM": "lots"}, nil, "HOUSEKEEPER_PARALLELISM"},
+		{"tracing off by default", nil, nil, func(c config) bool { return !c.tracing.Enabled }, ""},
+		{"tracing on with an OTLP endpoint", nil, map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://collector:4318/v1/traces"}, func(c config) bool {
+			return c.tracing.Enabled && c.tracing.Protocol == "http/protobuf"
+		}, ""},
+		{"tracing: a bad protocol", nil, map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grcp"}, nil, "OTEL_EXPORTER_OTLP_PROTOCOL"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

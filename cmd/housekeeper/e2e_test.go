@@ -46,8 +46,8 @@ func buildBinaries(t *testing.T) (housekeeper, coordinator string) {
 }
 
 // startCoordinator runs the coordinator binary on Redis, requiring token,
-// and returns its address.
-func startCoordinator(t *testing.T, bin, redisURL, token string) string {
+// with env added to its environment, and returns its address.
+func startCoordinator(t *testing.T, bin, redisURL, token string, env ...string) string {
 	t.Helper()
 	addr := freeAddr(t)
 	cmd := exec.Command(bin)
@@ -55,6 +55,7 @@ func startCoordinator(t *testing.T, bin, redisURL, token string) string {
 		"COORDINATOR_LISTEN="+addr, "COORDINATOR_METRICS_LISTEN=", "COORDINATOR_STORE=redis",
 		"COORDINATOR_REDIS_URL="+redisURL, "COORDINATOR_REDIS_NEW_STORE=true", "COORDINATOR_AUTH_TOKEN="+token,
 		fmt.Sprintf("COORDINATOR_REDIS_KEY_PREFIX=hk-e2e-coord-%d", time.Now().UnixNano()), "COORDINATOR_LOG_LEVEL=warn")
+	cmd.Env = append(cmd.Env, env...)
 	cmd.Stderr = &prefixWriter{t: t, prefix: "coordinator: "}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -23,6 +24,7 @@ import (
 	"github.com/coordinator-dev/coordinator/internal/app"
 	"github.com/coordinator-dev/coordinator/internal/envflag"
 	"github.com/coordinator-dev/coordinator/internal/redisurl"
+	"github.com/coordinator-dev/coordinator/internal/telemetry"
 )
 
 // config is the housekeeper's configuration.
@@ -43,6 +45,9 @@ type config struct {
 	runner         housekeeper.Config
 	// printVersion (-version) asks for the version instead of a run.
 	printVersion bool
+	// tracing is what the OTEL_* variables ask of tracing: when on, the
+	// coordinator client's calls are traced and carry their trace context.
+	tracing telemetry.Config
 }
 
 const (
@@ -96,6 +101,9 @@ func parseConfig(fs *flag.FlagSet, args []string, lookupEnv func(string) (string
 	}
 	var errs []error
 	if err := c.log.Check(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.tracing, err = telemetry.FromEnv(lookupEnv); err != nil {
 		errs = append(errs, err)
 	}
 	for _, d := range []struct {
@@ -191,6 +199,27 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	opts, err := clientOptions(cfg, log)
 	if err != nil {
 		return err
+	}
+	for _, w := range cfg.tracing.Warnings {
+		log.Warn("tracing: " + w)
+	}
+	if cfg.tracing.Enabled {
+		v := app.BuildVersion()
+		tr, err := telemetry.Start(ctx, cfg.tracing, telemetry.Service{Name: "housekeeper", Version: cmp.Or(v.Release, v.ModuleVersion)}, log)
+		if err != nil {
+			return err
+		}
+		// After the client's Close (deferred below, so run first): its
+		// last calls are flushed too.
+		defer func() {
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			if err := tr.Shutdown(fctx); err != nil {
+				log.Warn("tracing: spans may be lost", "err", err)
+			}
+		}()
+		opts = append(opts, client.WithTracerProvider(tr.Provider))
+		log.Info("tracing on: exporting spans over OTLP", "protocol", cfg.tracing.Protocol, "sampler", cfg.tracing.Sampler)
 	}
 	coord, err := client.New(cfg.coordinatorAddr, opts...)
 	if err != nil {

@@ -346,6 +346,11 @@ func TestDefaultValues(t *testing.T) {
 	if env(c, "COORDINATOR_REDIS_NEW_STORE") != nil {
 		t.Error("the Deployment sets COORDINATOR_REDIS_NEW_STORE: the init-store hook prepares a new Redis instead")
 	}
+	for _, e := range c.Env {
+		if strings.HasPrefix(e.Name, "OTEL_") {
+			t.Errorf("tracing is off by default, yet the coordinator gets %s", e.Name)
+		}
+	}
 	if a := spec.Affinity; a == nil || a.PodAntiAffinity == nil || len(a.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution) != 1 ||
 		!labels.SelectorFromSet(a.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution[0].PodAffinityTerm.LabelSelector.MatchLabels).Matches(labels.Set(d.Spec.Template.Labels)) {
 		t.Errorf("affinity %+v, want a preferred anti-affinity of the coordinators to each other", spec.Affinity)
@@ -417,6 +422,20 @@ func TestFullValues(t *testing.T) {
 	if e := env(c, "GOMAXPROCS"); e == nil || e.ValueFrom == nil || e.ValueFrom.ResourceFieldRef == nil {
 		t.Errorf("extraEnv GOMAXPROCS = %+v", e)
 	}
+	// Tracing: the standard variables, the resource naming the pod, which
+	// Kubernetes expands only from a variable defined before it.
+	envValue(t, c, "OTEL_TRACES_EXPORTER", "otlp")
+	envValue(t, c, "OTEL_EXPORTER_OTLP_ENDPOINT", "http://otel-collector.observability.svc:4317")
+	envValue(t, c, "OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+	envValue(t, c, "OTEL_TRACES_SAMPLER", "parentbased_traceidratio")
+	envValue(t, c, "OTEL_TRACES_SAMPLER_ARG", "0.25")
+	envSecret(t, c, "OTEL_EXPORTER_OTLP_HEADERS", "otlp-headers", "headers")
+	envValue(t, c, "OTEL_RESOURCE_ATTRIBUTES", "k8s.pod.name=$(K8S_POD_NAME),k8s.namespace.name="+ns+",k8s.deployment.name=rel-coordinator,deployment.environment.name=test")
+	pod := slices.IndexFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "K8S_POD_NAME" })
+	if pod < 0 || c.Env[pod].ValueFrom == nil || c.Env[pod].ValueFrom.FieldRef == nil || c.Env[pod].ValueFrom.FieldRef.FieldPath != "metadata.name" ||
+		pod > slices.IndexFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "OTEL_RESOURCE_ATTRIBUTES" }) {
+		t.Errorf("K8S_POD_NAME: want the pod's name, defined before OTEL_RESOURCE_ATTRIBUTES; env %+v", c.Env)
+	}
 	for vol, secret := range map[string]string{"tls": "coordinator-tls", "client-ca": "coordinator-client-ca", "access": "rel-coordinator-access"} {
 		if v := volume(spec, vol); v == nil || v.Secret == nil || v.Secret.SecretName != secret {
 			t.Errorf("volume %s = %+v, want Secret %s", vol, v, secret)
@@ -466,6 +485,8 @@ func TestFullValues(t *testing.T) {
 	if env(h, "HOUSEKEEPER_COORDINATOR_INSECURE_TOKEN") != nil {
 		t.Error("the housekeeper sends its token over plaintext although TLS is on")
 	}
+	envValue(t, h, "OTEL_EXPORTER_OTLP_ENDPOINT", "http://otel-collector.observability.svc:4317")
+	envValue(t, h, "OTEL_RESOURCE_ATTRIBUTES", "k8s.pod.name=$(K8S_POD_NAME),k8s.namespace.name="+ns+",k8s.deployment.name=rel-coordinator-housekeeper,deployment.environment.name=test")
 	if e := env(h, "HOUSEKEEPER_INSTANCE_ID"); e == nil || e.ValueFrom == nil || e.ValueFrom.FieldRef == nil || e.ValueFrom.FieldRef.FieldPath != "metadata.name" {
 		t.Errorf("HOUSEKEEPER_INSTANCE_ID = %+v, want the pod's name", e)
 	}
@@ -611,6 +632,8 @@ func TestBadValuesAreRefused(t *testing.T) {
 		{[]string{"--set", "auth.accessFile.rules=x,auth.accessFile.existingSecret=y"}, "not both"},
 		{[]string{"--set", "housekeeper.enabled=true,housekeeper.coordinatorToken.existingSecret=t"}, "sent over TLS only"},
 		{[]string{"--set", "podAntiAffinity=always"}, "podAntiAffinity"},
+		{[]string{"--set", "tracing.enabled=true"}, "tracing.endpoint"},
+		{[]string{"--set", "tracing.enabled=true,tracing.endpoint=http://c:4317,tracing.protocol=http/json"}, "tracing.protocol"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			if _, err := template(t, tc.args...); err == nil || !strings.Contains(err.Error(), tc.says) {

@@ -104,6 +104,14 @@ app.kubernetes.io/component: housekeeper
 {{- if not (has .Values.podAntiAffinity (list "soft" "hard" "none")) -}}
 {{- fail (printf "podAntiAffinity: %q is none of soft, hard, none" .Values.podAntiAffinity) -}}
 {{- end -}}
+{{- if .Values.tracing.enabled -}}
+{{- if not .Values.tracing.endpoint -}}
+{{- fail "tracing.endpoint: name the collector's OTLP endpoint (http://HOST:4317 for grpc, http://HOST:4318 for http/protobuf)" -}}
+{{- end -}}
+{{- if not (has .Values.tracing.protocol (list "grpc" "http/protobuf")) -}}
+{{- fail (printf "tracing.protocol: %q is neither grpc nor http/protobuf" .Values.tracing.protocol) -}}
+{{- end -}}
+{{- end -}}
 {{- if .Values.housekeeper.enabled -}}
 {{- if not .Values.housekeeper.redis.existingSecret -}}
 {{- fail "housekeeper.redis.existingSecret: name the Secret holding Deckard's Redis URL" -}}
@@ -140,5 +148,50 @@ podAntiAffinity:
       labelSelector:
         matchLabels:
           {{- $labels | nindent 10 }}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The OTEL_* variables of tracing.* (README: Tracing), for the coordinator's
+and the housekeeper's containers: the exporter, the sampler, the headers
+from a Secret, and the pod, namespace and Deployment in the spans' resource
+(k8s.* attributes; K8S_POD_NAME comes first so that Kubernetes expands it).
+Arguments: (list . deploymentName).
+*/}}
+{{- define "coordinator.tracingEnv" -}}
+{{- $ := index . 0 -}}
+{{- $deployment := index . 1 -}}
+{{- with $.Values.tracing -}}
+{{- if .enabled }}
+- name: OTEL_TRACES_EXPORTER
+  value: otlp
+- name: OTEL_EXPORTER_OTLP_ENDPOINT
+  value: {{ .endpoint | quote }}
+- name: OTEL_EXPORTER_OTLP_PROTOCOL
+  value: {{ .protocol | quote }}
+- name: OTEL_TRACES_SAMPLER
+  value: {{ .sampler | quote }}
+{{- if .samplerArg }}
+- name: OTEL_TRACES_SAMPLER_ARG
+  value: {{ .samplerArg | toString | quote }}
+{{- end }}
+{{- if .headers.existingSecret }}
+- name: OTEL_EXPORTER_OTLP_HEADERS
+  valueFrom:
+    secretKeyRef:
+      name: {{ .headers.existingSecret }}
+      key: {{ .headers.secretKey }}
+{{- end }}
+- name: K8S_POD_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+{{- $attrs := list "k8s.pod.name=$(K8S_POD_NAME)" (printf "k8s.namespace.name=%s" $.Release.Namespace) (printf "k8s.deployment.name=%s" $deployment) }}
+{{- range $k, $v := .resourceAttributes }}
+{{- $attrs = append $attrs (printf "%s=%s" $k (toString $v)) }}
+{{- end }}
+- name: OTEL_RESOURCE_ATTRIBUTES
+  value: {{ join "," $attrs | quote }}
+{{- end -}}
 {{- end -}}
 {{- end -}}

@@ -1,0 +1,291 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/coordinator-dev/coordinator/coordinatord/coordtest"
+	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
+)
+
+// recorded is a tracer provider that keeps the spans it ends in memory.
+type recorded struct {
+	tp  *sdktrace.TracerProvider
+	mem *tracetest.InMemoryExporter
+}
+
+func newRecorded(t *testing.T) recorded {
+	mem := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(mem))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	return recorded{tp: tp, mem: mem}
+}
+
+// find returns the ended spans that match, waiting (generously) until there
+// are at least n: a server span ends after its answer is on its way.
+func (r recorded) find(t *testing.T, n int, what string, match func(tracetest.SpanStub) bool) []tracetest.SpanStub {
+	t.Helper()
+	var found []tracetest.SpanStub
+	eventually(t, what, func() bool {
+		found = found[:0]
+		for _, s := range r.mem.GetSpans() {
+			if match(s) {
+				found = append(found, s)
+			}
+		}
+		return len(found) >= n
+	})
+	return found
+}
+
+func attr(s tracetest.SpanStub, key string) attribute.Value {
+	for _, kv := range s.Attributes {
+		if string(kv.Key) == key {
+			return kv.Value
+		}
+	}
+	return attribute.Value{}
+}
+
+func named(name string, kind trace.SpanKind) func(tracetest.SpanStub) bool {
+	return func(s tracetest.SpanStub) bool { return s.Name == name && s.SpanKind == kind }
+}
+
+func childOf(parent tracetest.SpanStub, name string) func(tracetest.SpanStub) bool {
+	return func(s tracetest.SpanStub) bool {
+		return s.Name == name && s.Parent.SpanID() == parent.SpanContext.SpanID() && s.SpanContext.TraceID() == parent.SpanContext.TraceID()
+	}
+}
+
+// tracedCoordinator starts a coordinator of kind that traces into its own
+// recorder.
+func tracedCoordinator(t *testing.T, kind string) (*coordtest.Coordinator, recorded) {
+	server := newRecorded(t)
+	cfg := coordtest.Config(t, kind)
+	cfg.TracerProvider = server.tp
+	return coordtest.Start(t, cfg), server
+}
+
+// TestATracedCallIsOneTraceFromTheCallerToTheStore follows a TryLock made
+// as a unary call under the caller's span: the SDK's client span is its
+// child, the coordinator's server span the client span's, and the store
+// call the server span's, with its script, attempt and outcome.
+func TestATracedCallIsOneTraceFromTheCallerToTheStore(t *testing.T) {
+	for _, kind := range stores {
+		t.Run(kind, func(t *testing.T) {
+			coord, server := tracedCoordinator(t, kind)
+			clientSide := newRecorded(t)
+			c := dial(t, coord, WithTracerProvider(clientSide.tp), WithUnaryCalls())
+			ctx, work := clientSide.tp.Tracer("test").Start(testCtx(t), "work")
+			lease, err := c.TryLock(ctx, "traced/lock")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := lease.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			work.End()
+
+			const method = "coordinator.v1.Coordinator/TryAcquire"
+			call := clientSide.find(t, 1, "the SDK's client span", named(method, trace.SpanKindClient))[0]
+			if call.Parent.SpanID() != work.SpanContext().SpanID() || call.SpanContext.TraceID() != work.SpanContext().TraceID() {
+				t.Fatalf("the client span is not a child of the caller's")
+			}
+			served := server.find(t, 1, "the coordinator's server span", childOf(call, method))[0]
+			if served.SpanKind != trace.SpanKindServer {
+				t.Errorf("the coordinator's span is of kind %s, want server", served.SpanKind)
+			}
+			st := server.find(t, 1, "the store span", childOf(served, "store acquire"))[0]
+			for key, want := range map[string]string{
+				"coordinator.store.script":  "acquire",
+				"coordinator.store.outcome": "acquired",
+				"coordinator.store.kind":    kind,
+				"coordinator.lease.name":    "traced/lock",
+			} {
+				if got := attr(st, key).String(); got != want {
+					t.Errorf("store span %s = %q, want %q", key, got, want)
+				}
+			}
+			if got := attr(st, "coordinator.store.attempt").AsInt64(); got != 1 {
+				t.Errorf("store span attempt %d, want 1", got)
+			}
+			if got := attr(st, "coordinator.lease.token").AsInt64(); uint64(got) != lease.Token() {
+				t.Errorf("store span token %d, want the lease's %d", got, lease.Token())
+			}
+			release := server.find(t, 1, "the release's server span", named("coordinator.v1.Coordinator/Release", trace.SpanKindServer))[0]
+			if release.SpanContext.TraceID() != work.SpanContext().TraceID() {
+				t.Error("the release is not in the caller's trace")
+			}
+			server.find(t, 1, "the release's store span", childOf(release, "store release"))
+		})
+	}
+}
+
+// TestAWaitingCallCountsItsStoreAttempts: a Lock that waits in line tries
+// the store again when its turn comes, and its store spans say which
+// attempt each was, the last one granted.
+func TestAWaitingCallCountsItsStoreAttempts(t *testing.T) {
+	coord, server := tracedCoordinator(t, "memory")
+	clientSide := newRecorded(t)
+	holder := dial(t, coord)
+	waiter := dial(t, coord, WithTracerProvider(clientSide.tp), WithUnaryCalls())
+	ctx := testCtx(t)
+	held, err := holder.TryLock(ctx, "traced/queue")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		l, err := waiter.Lock(ctx, "traced/queue")
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	eventually(t, "waiter queued", func() bool {
+		d, err := holder.API().Describe(ctx, &coordinatorv1.DescribeRequest{Name: "traced/queue"})
+		return err == nil && d.GetWaiters() == 1
+	})
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+
+	const method = "coordinator.v1.Coordinator/TryAcquire"
+	call := clientSide.find(t, 1, "the waiter's client span", named(method, trace.SpanKindClient))[0]
+	served := server.find(t, 1, "the waiter's server span", childOf(call, method))[0]
+	attempts := server.find(t, 2, "two store attempts", childOf(served, "store acquire"))
+	slices.SortFunc(attempts, func(a, b tracetest.SpanStub) int {
+		return int(attr(a, "coordinator.store.attempt").AsInt64() - attr(b, "coordinator.store.attempt").AsInt64())
+	})
+	var seen []string
+	for _, a := range attempts {
+		seen = append(seen, fmt.Sprintf("%d:%s", attr(a, "coordinator.store.attempt").AsInt64(), attr(a, "coordinator.store.outcome").AsString()))
+	}
+	if first, last := seen[0], seen[len(seen)-1]; first != "1:not_acquired" || last != fmt.Sprintf("%d:acquired", len(seen)) {
+		t.Fatalf("attempts %v: want 1:not_acquired first, then consecutive attempts, the last acquired", seen)
+	}
+}
+
+// TestSessionOperationsAreTracesOfTheirOwnLinkedToTheStream: over the
+// Session stream (the default), each operation is a server span of its
+// own, the root of its trace, linked to the stream's span, with its store
+// calls as children.
+func TestSessionOperationsAreTracesOfTheirOwnLinkedToTheStream(t *testing.T) {
+	coord, server := tracedCoordinator(t, "redis")
+	clientSide := newRecorded(t)
+	c, err := New(coord.Addr(), WithTracerProvider(clientSide.tp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t)
+	lease, err := c.TryLock(ctx, "traced/session")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil { // ends the stream, and its span
+		t.Fatal(err)
+	}
+
+	stream := clientSide.find(t, 1, "the Session stream's client span", named("coordinator.v1.Coordinator/Session", trace.SpanKindClient))[0]
+	op := server.find(t, 1, "the acquire operation's span", func(s tracetest.SpanStub) bool {
+		return s.Name == "coordinator.v1.Coordinator/TryAcquire" && attr(s, "coordinator.session.operation").AsBool()
+	})[0]
+	if op.Parent.IsValid() {
+		t.Error("the operation's span has a parent: it should start a trace")
+	}
+	if len(op.Links) != 1 || op.Links[0].SpanContext.TraceID() != stream.SpanContext.TraceID() {
+		t.Errorf("the operation's links %v do not reach the stream's trace %s", op.Links, stream.SpanContext.TraceID())
+	}
+	st := server.find(t, 1, "the operation's store span", childOf(op, "store acquire"))[0]
+	if got := attr(st, "coordinator.store.attempt").AsInt64(); got != 1 {
+		t.Errorf("attempt %d, want 1", got)
+	}
+	server.find(t, 1, "the release operation's span", func(s tracetest.SpanStub) bool {
+		return s.Name == "coordinator.v1.Coordinator/Release" && attr(s, "coordinator.session.operation").AsBool()
+	})
+}
+
+// TestKeepAliveRenewalsAreTracesOfTheirOwnLinkedToTheStream: the renewals
+// of a Client WithUnaryCalls go over its KeepAlive stream, and the store
+// call of each is the root of a trace of its own, linked to the stream's
+// span, rather than one more child of a stream that lives for hours.
+func TestKeepAliveRenewalsAreTracesOfTheirOwnLinkedToTheStream(t *testing.T) {
+	coord, server := tracedCoordinator(t, "memory")
+	clientSide := newRecorded(t)
+	c, err := New(coord.Addr(), WithTracerProvider(clientSide.tp), WithUnaryCalls())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t)
+	lease, err := c.TryLock(ctx, "traced/renewed", WithTTL(time.Second)) // renewed about every 333ms
+	if err != nil {
+		t.Fatal(err)
+	}
+	renewal := server.find(t, 1, "a renewal's store span", named("store renew", trace.SpanKindClient))[0]
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil { // ends the KeepAlive stream, and its span
+		t.Fatal(err)
+	}
+	stream := clientSide.find(t, 1, "the KeepAlive stream's client span", named("coordinator.v1.Coordinator/KeepAlive", trace.SpanKindClient))[0]
+	if renewal.Parent.IsValid() {
+		t.Error("the renewal's store span has a parent: it should start a trace")
+	}
+	if len(renewal.Links) != 1 || renewal.Links[0].SpanContext.TraceID() != stream.SpanContext.TraceID() {
+		t.Errorf("the renewal's links %v do not reach the stream's trace %s", renewal.Links, stream.SpanContext.TraceID())
+	}
+	if got := attr(renewal, "coordinator.store.outcome").AsString(); got != "renewed" {
+		t.Errorf("outcome %q, want renewed", got)
+	}
+}
+
+// TestWithoutTracingNothingIsRecorded: a coordinator and a Client that were
+// not asked to trace make no span, not even through the global provider
+// (set here to one that records; no other test uses it).
+func TestWithoutTracingNothingIsRecorded(t *testing.T) {
+	global := newRecorded(t)
+	otel.SetTracerProvider(global.tp)
+	for _, kind := range stores {
+		t.Run(kind, func(t *testing.T) {
+			coord := coordtest.Start(t, coordtest.Config(t, kind))
+			for _, mode := range []Option{WithUnaryCalls(), WithTTL(DefaultTTL)} {
+				c := dial(t, coord, mode)
+				ctx, work := global.tp.Tracer("test").Start(testCtx(t), "work")
+				lease, err := c.TryLock(ctx, "untraced/lock")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := c.API().Describe(ctx, &coordinatorv1.DescribeRequest{Name: "untraced/lock"}); err != nil {
+					t.Fatal(err)
+				}
+				if err := lease.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+				work.End()
+				if err := c.Close(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if spans := global.mem.GetSpans(); len(spans) != 2 {
+				t.Fatalf("spans %v: want only the test's own two", spans.Snapshots())
+			}
+			global.mem.Reset()
+		})
+	}
+}

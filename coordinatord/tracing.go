@@ -1,0 +1,188 @@
+package coordinatord
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc/filters"
+	"go.opentelemetry.io/otel/attribute"
+	otelcodes "go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric/noop"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
+	"github.com/coordinator-dev/coordinator/internal/app"
+	"github.com/coordinator-dev/coordinator/internal/telemetry"
+	"github.com/coordinator-dev/coordinator/server/sessionops"
+	"github.com/coordinator-dev/coordinator/server/store"
+	"github.com/coordinator-dev/coordinator/server/store/storetrace"
+)
+
+// Tracing, when the environment turns it on (package telemetry): otelgrpc's
+// stats handler makes a span of every call but health checks, joined to the
+// caller's trace when the call carries one; each operation of a Session
+// stream is a span of its own (sessionOp); each store call of a traced
+// request is a child span (storetrace). When it is off, none of it is
+// installed: no stats handler, no interceptor, no store wrapper.
+
+// sessionOpScope is the instrumentation scope of the Session operations'
+// spans.
+const sessionOpScope = "github.com/coordinator-dev/coordinator/coordinatord"
+
+// tracingFlushTimeout bounds the export of the spans still buffered at
+// shutdown, after the calls have ended.
+const tracingFlushTimeout = 5 * time.Second
+
+// attrSessionOp marks the span of a Session operation.
+const attrSessionOp = attribute.Key("coordinator.session.operation")
+
+// tracing is the process's tracing; nil when it is off.
+type tracing struct {
+	provider   trace.TracerProvider
+	propagator propagation.TextMapPropagator
+	tracer     trace.Tracer
+	// owned was built from the environment, and Shutdown flushes it; nil
+	// for Config.TracerProvider, which is its giver's to shut down.
+	owned *telemetry.Tracing
+}
+
+// newTracing starts what cfg asks for: Config.TracerProvider when set, else
+// the OTEL_* environment's setup when it turns tracing on, else nothing.
+func newTracing(ctx context.Context, cfg Config, log *slog.Logger) (*tracing, error) {
+	for _, w := range cfg.Tracing.Warnings {
+		log.Warn("tracing: " + w)
+	}
+	if cfg.TracerProvider != nil {
+		return newTracingWith(cfg.TracerProvider, propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})), nil
+	}
+	if !cfg.Tracing.Enabled {
+		return nil, nil
+	}
+	v := app.BuildVersion()
+	t, err := telemetry.Start(ctx, cfg.Tracing, telemetry.Service{Name: "coordinator", Version: cmp.Or(v.Release, v.ModuleVersion)}, log)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("tracing on: exporting spans over OTLP", "protocol", cfg.Tracing.Protocol, "sampler", cfg.Tracing.Sampler,
+		"propagators", strings.Join(cfg.Tracing.Propagators, ","))
+	tr := newTracingWith(t.Provider, t.Propagator)
+	tr.owned = t
+	return tr, nil
+}
+
+func newTracingWith(tp trace.TracerProvider, prop propagation.TextMapPropagator) *tracing {
+	return &tracing{provider: tp, propagator: prop, tracer: tp.Tracer(sessionOpScope)}
+}
+
+// serverOption is otelgrpc's stats handler. Health checks are left out: a
+// probe every few seconds would otherwise be most of the traces. Its
+// metrics are off (a no-op meter): the process has its own, in Prometheus.
+func (t *tracing) serverOption() grpc.ServerOption {
+	return grpc.StatsHandler(otelgrpc.NewServerHandler(
+		otelgrpc.WithTracerProvider(t.provider),
+		otelgrpc.WithPropagators(t.propagator),
+		otelgrpc.WithMeterProvider(noop.NewMeterProvider()),
+		otelgrpc.WithFilter(filters.Not(filters.HealthCheck())),
+	))
+}
+
+// wrapStore traces the store calls of traced requests.
+func (t *tracing) wrapStore(st store.Store, kind string) store.Store {
+	return storetrace.Wrap(st, t.provider, kind)
+}
+
+// countAttempts numbers the store calls of a traced unary call
+// (coordinator.store.attempt).
+func (t *tracing) countAttempts(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if trace.SpanFromContext(ctx).IsRecording() {
+		ctx = storetrace.CountAttempts(ctx)
+	}
+	return handler(ctx, req)
+}
+
+// streams gives each operation of a Session stream its span, and each
+// store call of a KeepAlive stream (a renewal) a trace of its own, linked to
+// the stream's: a stream lives as long as its client, for hours, and its
+// span would otherwise parent all of them.
+func (t *tracing) streams(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	switch info.FullMethod {
+	case coordinatorv1.Coordinator_Session_FullMethodName:
+		ss = sessionops.Intercept(ss, t.sessionOp)
+	case coordinatorv1.Coordinator_KeepAlive_FullMethodName:
+		ss = &detachedStream{ServerStream: ss, ctx: storetrace.Detached(ss.Context())}
+	}
+	return handler(srv, ss)
+}
+
+// detachedStream is a stream whose context detaches its store spans.
+type detachedStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *detachedStream) Context() context.Context { return s.ctx }
+
+// sessionOp is the span of one Session operation, named as its unary call.
+// A Session stream lives as long as its client is busy, for hours at a
+// time, so its operations are not children of the stream's span, which
+// would make one trace of them all, exported only when the stream ends:
+// each starts a trace of its own (sampled as a new root), linked to the
+// stream's span, with its store calls as children.
+func (t *tracing) sessionOp(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	service, method := splitMethod(info.FullMethod)
+	ctx, span := t.tracer.Start(ctx, strings.TrimPrefix(info.FullMethod, "/"),
+		trace.WithNewRoot(),
+		trace.WithLinks(trace.LinkFromContext(ctx)),
+		trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(
+			attribute.String("rpc.system", "grpc"),
+			attribute.String("rpc.service", service),
+			attribute.String("rpc.method", method),
+			attrSessionOp.Bool(true),
+		))
+	if !span.IsRecording() {
+		span.End()
+		return handler(ctx, req)
+	}
+	ctx = storetrace.CountAttempts(ctx)
+	resp, err := handler(ctx, req)
+	code := status.Code(err)
+	span.SetAttributes(attribute.Int("rpc.grpc.status_code", int(code)))
+	if serverFault(code) {
+		span.SetStatus(otelcodes.Error, status.Convert(err).Message())
+	}
+	span.End()
+	return resp, err
+}
+
+// serverFault reports whether a call that ended with code failed on the
+// server's side, as OTel's gRPC conventions count it for a server span.
+func serverFault(code codes.Code) bool {
+	switch code {
+	case codes.Unknown, codes.DeadlineExceeded, codes.Unimplemented, codes.Internal, codes.Unavailable, codes.DataLoss:
+		return true
+	}
+	return false
+}
+
+// shutdown exports the spans still buffered, when the provider is the
+// process's own.
+func (t *tracing) shutdown(ctx context.Context, log *slog.Logger) {
+	if t == nil || t.owned == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), tracingFlushTimeout)
+	defer cancel()
+	if err := t.owned.Shutdown(ctx); err != nil {
+		log.Warn("tracing: spans may be lost", "err", fmt.Errorf("coordinator: %w", err))
+	}
+}

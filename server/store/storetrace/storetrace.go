@@ -1,0 +1,262 @@
+package storetrace
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/coordinator-dev/coordinator/server/store"
+)
+
+// The attributes of a store span.
+const (
+	AttrScript  = attribute.Key("coordinator.store.script")
+	AttrAttempt = attribute.Key("coordinator.store.attempt")
+	AttrOutcome = attribute.Key("coordinator.store.outcome")
+	AttrKind    = attribute.Key("coordinator.store.kind")
+	AttrName    = attribute.Key("coordinator.lease.name")
+	AttrToken   = attribute.Key("coordinator.lease.token")
+)
+
+// ScopeName is the instrumentation scope of the store spans.
+const ScopeName = "github.com/coordinator-dev/coordinator/server/store/storetrace"
+
+// script is one of the store's operations, an index into attempts.
+type script int
+
+const (
+	scriptAcquire script = iota
+	scriptRenew
+	scriptRelease
+	scriptDequeue
+	scriptRefreshWaiters
+	scriptDescribe
+	scriptList
+	scriptWatch
+	scriptPing
+	numScripts
+)
+
+var scriptNames = [numScripts]string{
+	"acquire", "renew", "release", "dequeue", "refresh_waiters", "describe", "list", "watch", "ping",
+}
+
+// spanNames are "store " + the script, made once.
+var spanNames = func() (out [numScripts]string) {
+	for i, n := range scriptNames {
+		out[i] = "store " + n
+	}
+	return out
+}()
+
+// attempts counts one request's calls of each script.
+type attempts [numScripts]atomic.Int64
+
+type attemptsKey struct{}
+
+// CountAttempts returns ctx with a counter of the store calls made under
+// it, so that each store span of the request says which attempt it is.
+// Call it once a request (a unary call, a Session operation), where its
+// span starts.
+func CountAttempts(ctx context.Context) context.Context {
+	return context.WithValue(ctx, attemptsKey{}, new(attempts))
+}
+
+type detachedKey struct{}
+
+// Detached returns ctx whose traced store calls start traces of their own,
+// linked to ctx's span, instead of being its children: for the calls of a
+// long-lived stream (KeepAlive), whose span would otherwise be the parent of
+// every renewal for hours, in one trace exported only when the stream ends.
+func Detached(ctx context.Context) context.Context {
+	return context.WithValue(ctx, detachedKey{}, true)
+}
+
+// Store is a store.Store whose calls are traced.
+type Store struct {
+	store.Store
+	tracer trace.Tracer
+	kind   attribute.KeyValue
+}
+
+// Wrap returns st with its calls traced through tp; kind names the store in
+// coordinator.store.kind ("redis", "memory").
+func Wrap(st store.Store, tp trace.TracerProvider, kind string) *Store {
+	return &Store{Store: st, tracer: tp.Tracer(ScopeName), kind: AttrKind.String(kind)}
+}
+
+// traced reports whether a call under ctx is part of a traced request.
+func traced(ctx context.Context) bool { return trace.SpanFromContext(ctx).IsRecording() }
+
+// start starts the span of a call of sc on name (empty: none).
+func (s *Store) start(ctx context.Context, sc script, name string) (context.Context, trace.Span) {
+	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient)}
+	if ctx.Value(detachedKey{}) != nil {
+		opts = append(opts, trace.WithNewRoot(), trace.WithLinks(trace.LinkFromContext(ctx)))
+	}
+	ctx, span := s.tracer.Start(ctx, spanNames[sc], opts...)
+	attrs := make([]attribute.KeyValue, 0, 4)
+	attrs = append(attrs, AttrScript.String(scriptNames[sc]), s.kind)
+	if a, ok := ctx.Value(attemptsKey{}).(*attempts); ok {
+		attrs = append(attrs, AttrAttempt.Int64(a[sc].Add(1)))
+	}
+	if name != "" {
+		attrs = append(attrs, AttrName.String(name))
+	}
+	span.SetAttributes(attrs...)
+	return ctx, span
+}
+
+// end ends span with outcome, or with the outcome of err when it is not nil.
+func end(span trace.Span, outcome string, err error) {
+	if err != nil {
+		outcome = failure(err)
+		switch outcome {
+		case "quarantined", "unavailable", "error":
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		}
+	}
+	span.SetAttributes(AttrOutcome.String(outcome))
+	span.End()
+}
+
+// failure names the outcome of a call that failed.
+func failure(err error) string {
+	var quarantine *store.QuarantineError
+	switch {
+	case errors.As(err, &quarantine):
+		return "quarantined"
+	case errors.Is(err, store.ErrLeaseNotHeld):
+		return "not_held"
+	case errors.Is(err, store.ErrUnavailable):
+		return "unavailable"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "deadline_exceeded"
+	}
+	return "error"
+}
+
+// token records a lease's token. OTel has no unsigned attributes; a token
+// stays below 2^63 for millennia, starting from the clock in microseconds.
+func token(span trace.Span, l store.Lease) {
+	span.SetAttributes(AttrToken.Int64(int64(l.Token)))
+}
+
+// Acquire implements store.Leases.
+func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.AcquireResult, error) {
+	if !traced(ctx) {
+		return s.Store.Acquire(ctx, req)
+	}
+	ctx, span := s.start(ctx, scriptAcquire, req.Name)
+	res, err := s.Store.Acquire(ctx, req)
+	outcome := "not_acquired"
+	if err == nil && res.Acquired {
+		outcome = "acquired"
+		token(span, res.Lease)
+	}
+	end(span, outcome, err)
+	return res, err
+}
+
+// Renew implements store.Leases.
+func (s *Store) Renew(ctx context.Context, name, holder string, tok uint64, ttl time.Duration) (store.Lease, error) {
+	if !traced(ctx) {
+		return s.Store.Renew(ctx, name, holder, tok, ttl)
+	}
+	ctx, span := s.start(ctx, scriptRenew, name)
+	l, err := s.Store.Renew(ctx, name, holder, tok, ttl)
+	if err == nil {
+		token(span, l)
+	}
+	end(span, "renewed", err)
+	return l, err
+}
+
+// Release implements store.Leases.
+func (s *Store) Release(ctx context.Context, name, holder string, tok uint64) (bool, error) {
+	if !traced(ctx) {
+		return s.Store.Release(ctx, name, holder, tok)
+	}
+	ctx, span := s.start(ctx, scriptRelease, name)
+	released, err := s.Store.Release(ctx, name, holder, tok)
+	outcome := "not_held"
+	if released {
+		outcome = "released"
+	}
+	end(span, outcome, err)
+	return released, err
+}
+
+// Dequeue implements store.Leases.
+func (s *Store) Dequeue(ctx context.Context, name, waiter string) error {
+	if !traced(ctx) {
+		return s.Store.Dequeue(ctx, name, waiter)
+	}
+	ctx, span := s.start(ctx, scriptDequeue, name)
+	err := s.Store.Dequeue(ctx, name, waiter)
+	end(span, "ok", err)
+	return err
+}
+
+// RefreshWaiters implements store.Leases.
+func (s *Store) RefreshWaiters(ctx context.Context, name string, waiters []string, ttl time.Duration) error {
+	if !traced(ctx) {
+		return s.Store.RefreshWaiters(ctx, name, waiters, ttl)
+	}
+	ctx, span := s.start(ctx, scriptRefreshWaiters, name)
+	err := s.Store.RefreshWaiters(ctx, name, waiters, ttl)
+	end(span, "ok", err)
+	return err
+}
+
+// Describe implements store.Leases.
+func (s *Store) Describe(ctx context.Context, name string) (store.Description, error) {
+	if !traced(ctx) {
+		return s.Store.Describe(ctx, name)
+	}
+	ctx, span := s.start(ctx, scriptDescribe, name)
+	d, err := s.Store.Describe(ctx, name)
+	end(span, "ok", err)
+	return d, err
+}
+
+// List implements store.Leases.
+func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) (store.ListPage, error) {
+	if !traced(ctx) {
+		return s.Store.List(ctx, prefix, cursor, limit)
+	}
+	ctx, span := s.start(ctx, scriptList, "")
+	page, err := s.Store.List(ctx, prefix, cursor, limit)
+	end(span, "ok", err)
+	return page, err
+}
+
+// Watch implements store.Notifier.
+func (s *Store) Watch(ctx context.Context, names []string, ttl time.Duration) ([]store.Description, error) {
+	if !traced(ctx) {
+		return s.Store.Watch(ctx, names, ttl)
+	}
+	ctx, span := s.start(ctx, scriptWatch, "")
+	ds, err := s.Store.Watch(ctx, names, ttl)
+	end(span, "ok", err)
+	return ds, err
+}
+
+// Ping implements store.Leases.
+func (s *Store) Ping(ctx context.Context) error {
+	if !traced(ctx) {
+		return s.Store.Ping(ctx)
+	}
+	ctx, span := s.start(ctx, scriptPing, "")
+	err := s.Store.Ping(ctx)
+	end(span, "ok", err)
+	return err
+}
