@@ -41,3 +41,61 @@ func (r *Resource) Leave(holder string) {
 		r.holder = ""
 	}
 }
+
+// WeightedResource stands for what a semaphore protects: holders share it,
+// each with the weight it was granted. It checks what such a resource can:
+// the weights of the holders inside with valid leases never sum past the
+// capacity, and no holder enters with a token below that of the last
+// exclusive holder (weight = capacity) to enter, since an exclusive grant's
+// token is above every token granted before it.
+type WeightedResource struct {
+	Capacity int64
+
+	mu sync.Mutex
+	// exclusive is the highest token an exclusive holder entered with, and
+	// exclusiveOwner that holder.
+	exclusive      uint64
+	exclusiveOwner string
+	inside         map[string]weightedEntry
+}
+
+type weightedEntry struct {
+	token      uint64
+	weight     int64
+	validUntil time.Time
+}
+
+// Enter records that holder acts with token and weight, believing its lease
+// valid until validUntil by the caller's clock.
+func (r *WeightedResource) Enter(holder string, token uint64, weight int64, validUntil time.Time) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if token < r.exclusive || (token == r.exclusive && holder != r.exclusiveOwner) {
+		return fmt.Errorf("%s entered with token %d, but exclusive holder %s had %d already", holder, token, r.exclusiveOwner, r.exclusive)
+	}
+	if r.inside == nil {
+		r.inside = map[string]weightedEntry{}
+	}
+	now := time.Now()
+	sum := weight
+	for h, e := range r.inside {
+		if h != holder && now.Before(e.validUntil) {
+			sum += e.weight
+		}
+	}
+	if sum > r.Capacity {
+		return fmt.Errorf("%s entered with token %d and weight %d: %d of capacity %d held by valid leases", holder, token, weight, sum, r.Capacity)
+	}
+	r.inside[holder] = weightedEntry{token: token, weight: weight, validUntil: validUntil}
+	if weight == r.Capacity {
+		r.exclusive, r.exclusiveOwner = token, holder
+	}
+	return nil
+}
+
+// Leave records that holder stopped acting.
+func (r *WeightedResource) Leave(holder string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.inside, holder)
+}
