@@ -57,6 +57,15 @@ type WeightedResource struct {
 	exclusive      uint64
 	exclusiveOwner string
 	inside         map[string]weightedEntry
+	mostHolders    int
+}
+
+// MostHolders is the most holders inside with valid leases at once: above
+// 1, it shows that holders did share the resource.
+func (r *WeightedResource) MostHolders() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.mostHolders
 }
 
 type weightedEntry struct {
@@ -77,16 +86,18 @@ func (r *WeightedResource) Enter(holder string, token uint64, weight int64, vali
 		r.inside = map[string]weightedEntry{}
 	}
 	now := time.Now()
-	sum := weight
+	sum, holders := weight, 1
 	for h, e := range r.inside {
 		if h != holder && now.Before(e.validUntil) {
 			sum += e.weight
+			holders++
 		}
 	}
 	if sum > r.Capacity {
 		return fmt.Errorf("%s entered with token %d and weight %d: %d of capacity %d held by valid leases", holder, token, weight, sum, r.Capacity)
 	}
 	r.inside[holder] = weightedEntry{token: token, weight: weight, validUntil: validUntil}
+	r.mostHolders = max(r.mostHolders, holders)
 	if weight == r.Capacity {
 		r.exclusive, r.exclusiveOwner = token, holder
 	}

@@ -344,6 +344,11 @@ func testSemaphoreNeverOverGrants(t *testing.T, s Subject) {
 	if grants.Load() < int64(workers) {
 		t.Fatalf("only %d grants: the test did not contend", grants.Load())
 	}
+	for name, r := range resources {
+		if r.MostHolders() < 2 {
+			t.Errorf("%s: at most %d holders at once; they never shared it", name, r.MostHolders())
+		}
+	}
 	t.Logf("%d grants weighing %d in all", grants.Load(), weight.Load())
 }
 
