@@ -28,14 +28,6 @@ func (q *queue) len() int {
 	return q.order.Len()
 }
 
-// head is the first waiter's id, "" when none is queued.
-func (q *queue) head() string {
-	if q.len() == 0 {
-		return ""
-	}
-	return q.order.Front().Value.(*waiter).id
-}
-
 // enqueue adds the waiter at the back, or refreshes its deadline in place
 // (keeping the weight it arrived with).
 func (q *queue) enqueue(id string, weight int64, deadline time.Time) {
