@@ -158,3 +158,43 @@ func TestRWMutexReadersShareAWriterWaitsItsTurn(t *testing.T) {
 		}
 	})
 }
+
+func TestObserveReportsASemaphoresHolders(t *testing.T) {
+	forEachStore(t, func(t *testing.T, coord *coordtest.Coordinator) {
+		c := dial(t, coord)
+		ctx := testCtx(t)
+		sem := c.Semaphore("observed-pool", 4)
+		a, err := sem.TryAcquire(ctx, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		events := c.Observe(ctx, "observed-pool")
+		next := func(want int) LeaderEvent {
+			t.Helper()
+			select {
+			case ev := <-events:
+				if ev.Kind != Holders || len(ev.Holders) != want || ev.Capacity != 4 {
+					t.Fatalf("event %+v; want Holders with %d of capacity 4", ev, want)
+				}
+				return ev
+			case <-time.After(20 * time.Second):
+				t.Fatal("no event")
+				return LeaderEvent{}
+			}
+		}
+		if ev := next(1); ev.Holders[0].Token != a.Token() || ev.Holders[0].Weight != 3 {
+			t.Fatalf("initial %+v; want a of weight 3", ev)
+		}
+		b, err := sem.TryAcquire(ctx, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		next(2)
+		if err := a.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if ev := next(1); ev.Holders[0].Token != b.Token() {
+			t.Fatalf("after a's release %+v; want b alone", ev)
+		}
+	})
+}

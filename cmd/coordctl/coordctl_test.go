@@ -505,6 +505,16 @@ func TestLockSlotsAndReadWriteLocks(t *testing.T) {
 		}
 		_ = reader.Process.Signal(os.Interrupt)
 	})
+	t.Run("observe prints a semaphore's holders", func(t *testing.T) {
+		_, holder := background(t, coord, "lock", "-n", "3", "observed-slots")
+		if line := nextLine(t, holder); !strings.HasPrefix(line, "slot of 3 of observed-slots held by") {
+			t.Fatalf("holder said %q", line)
+		}
+		_, lines := background(t, coord, "observe", "observed-slots")
+		if line := nextLine(t, lines); !strings.HasPrefix(line, "HOLDERS observed-slots: 1 of 3 held by 1: ") {
+			t.Fatalf("observe said %q", line)
+		}
+	})
 	t.Run("bad flags", func(t *testing.T) {
 		for _, args := range [][]string{{"lock", "-n", "0", "x"}, {"lock", "-shared", "-write", "x"}, {"lock", "-n", "3", "-shared", "x"}} {
 			if r := coordctl(t, coord, nil, args...); r.code != 2 {
