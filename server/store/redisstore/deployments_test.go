@@ -184,6 +184,7 @@ func TestSentinel(t *testing.T) {
 	}
 	mustRelease(t, s, l)
 	waitChange(t, job, "release")
+	semaphoreRound(t, s, "pool")
 }
 
 // clusterClient connects to the Redis Cluster that

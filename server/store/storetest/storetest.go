@@ -87,6 +87,7 @@ func Run(t *testing.T, newStore Factory) {
 		{"HoldersPerNameAreCapped", testHolderCap, Options{}},
 		{"SemaphoreReacquireKeepsTokenAndWeight", testSemaphoreReacquireKeepsTokenAndWeight, Options{}},
 		{"DeadHoldersGiveTheirWeightBackAfterTheLockDelay", testDeadHoldersGiveTheirWeightBack, Options{LockDelay: lockDelay}},
+		{"IdleSemaphoresAreForgottenAndHeldOnesKept", testIdleSemaphoresForgotten, Options{IdleNameTTL: retention, LockDelay: lockDelay}},
 		{"SemaphoreNeverOverGrantsUnderConcurrency", testSemaphoreNeverOverGrants, Options{RealTime: true}},
 	}
 	for _, tc := range tests {
