@@ -132,9 +132,12 @@ type CoordinatorClient interface {
 	// operations go on. Ending the stream (or losing the connection) gives up
 	// the waits; it does not release leases, which expire unless renewed.
 	Session(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SessionRequest, SessionResponse], error)
-	// Describe reports a name's current lease and the last token issued for it.
+	// Describe reports a name's current lease (every holder of a semaphore,
+	// with its weight), its capacity, its waiters and the last token issued
+	// for it.
 	Describe(ctx context.Context, in *DescribeRequest, opts ...grpc.CallOption) (*DescribeResponse, error)
-	// List pages through the leases currently held, optionally under a prefix.
+	// List pages through the leases currently held, optionally under a prefix:
+	// one per holder.
 	List(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListResponse, error)
 	// Campaign asks for leadership of an election. With term = 0 it waits
 	// (like TryAcquire) for the leadership; the sitting leader calling it
@@ -391,9 +394,12 @@ type CoordinatorServer interface {
 	// operations go on. Ending the stream (or losing the connection) gives up
 	// the waits; it does not release leases, which expire unless renewed.
 	Session(grpc.BidiStreamingServer[SessionRequest, SessionResponse]) error
-	// Describe reports a name's current lease and the last token issued for it.
+	// Describe reports a name's current lease (every holder of a semaphore,
+	// with its weight), its capacity, its waiters and the last token issued
+	// for it.
 	Describe(context.Context, *DescribeRequest) (*DescribeResponse, error)
-	// List pages through the leases currently held, optionally under a prefix.
+	// List pages through the leases currently held, optionally under a prefix:
+	// one per holder.
 	List(context.Context, *ListRequest) (*ListResponse, error)
 	// Campaign asks for leadership of an election. With term = 0 it waits
 	// (like TryAcquire) for the leadership; the sitting leader calling it

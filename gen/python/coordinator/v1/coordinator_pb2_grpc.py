@@ -253,14 +253,17 @@ class CoordinatorServicer(object):
         raise NotImplementedError('Method not implemented!')
 
     def Describe(self, request, context):
-        """Describe reports a name's current lease and the last token issued for it.
+        """Describe reports a name's current lease (every holder of a semaphore,
+        with its weight), its capacity, its waiters and the last token issued
+        for it.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def List(self, request, context):
-        """List pages through the leases currently held, optionally under a prefix.
+        """List pages through the leases currently held, optionally under a prefix:
+        one per holder.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

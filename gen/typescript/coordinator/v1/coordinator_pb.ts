@@ -1451,7 +1451,9 @@ export const Coordinator: GenService<{
     output: typeof SessionResponseSchema;
   },
   /**
-   * Describe reports a name's current lease and the last token issued for it.
+   * Describe reports a name's current lease (every holder of a semaphore,
+   * with its weight), its capacity, its waiters and the last token issued
+   * for it.
    *
    * @generated from rpc coordinator.v1.Coordinator.Describe
    */
@@ -1461,7 +1463,8 @@ export const Coordinator: GenService<{
     output: typeof DescribeResponseSchema;
   },
   /**
-   * List pages through the leases currently held, optionally under a prefix.
+   * List pages through the leases currently held, optionally under a prefix:
+   * one per holder.
    *
    * @generated from rpc coordinator.v1.Coordinator.List
    */
