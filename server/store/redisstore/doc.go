@@ -64,7 +64,7 @@
 //
 // One key holds what an uncontended grant and release need, so that a cycle
 // costs Redis 9 commands in its two scripts (acquire 5: TIME, GET marker,
-// HMGET, HSET, PEXPIREAT; release 4: HMGET, TIME, HDEL, PEXPIRE) where it cost
+// HMGET, HSET, PEXPIRE; release 4: HMGET, TIME, HDEL, PEXPIRE) where it cost
 // 13 when the counter and the observation mark were keys of their own. The
 // summary fields keep it so for semaphores too: a grant beside others costs
 // the same while none of them ran out, a release beside others one HSET

@@ -145,7 +145,7 @@ func TestAcquireArgsFollowTheScript(t *testing.T) {
 	t.Parallel()
 	// One header line per argument: "-- ARGV[i] <what>", in this order.
 	want := []string{"holder", "ttl (ms", "value", "waiter id", "waiter ttl", "quarantine", "pub/sub channel", "name",
-		"lock delay", `"1" to keep`, "idle retention", "token (decimal)", "capacity", "weight", "max holders"}
+		"lock delay", `"1" to keep`, "idle retention", "token (decimal)", "capacity", "weight", "max holders", "ttl + lock delay + idle retention"}
 	var got []string
 	for _, line := range strings.Split(acquireSrc, "\n") {
 		if rest, ok := strings.CutPrefix(line, "-- ARGV["); ok {
@@ -165,12 +165,12 @@ func TestAcquireArgsFollowTheScript(t *testing.T) {
 		}
 	}
 	a := acquireArgs{holder: "h", ttlMS: 2, value: []byte("v"), waiter: "w", waiterTTL: int64(5), quarantine: 6, channel: "c",
-		name: "n", lockDelay: int64(9), keepValue: "1", idle: int64(11), expected: "12", capacity: 13, weight: 14, maxHolders: 15}
+		name: "n", lockDelay: int64(9), keepValue: "1", idle: int64(11), expected: "12", capacity: 13, weight: 14, maxHolders: 15, keyLifetime: 16}
 	vals := a.argv()
 	if len(vals) != len(want) {
 		t.Fatalf("argv has %d values, the header %d", len(vals), len(want))
 	}
-	for i, v := range []any{"h", int64(2), []byte("v"), "w", int64(5), int64(6), "c", "n", int64(9), "1", int64(11), "12", int64(13), int64(14), 15} {
+	for i, v := range []any{"h", int64(2), []byte("v"), "w", int64(5), int64(6), "c", "n", int64(9), "1", int64(11), "12", int64(13), int64(14), 15, int64(16)} {
 		if fmt.Sprint(vals[i]) != fmt.Sprint(v) {
 			t.Errorf("argv[%d] = %v, want %v", i, vals[i], v)
 		}

@@ -424,11 +424,13 @@ type acquireArgs struct {
 	capacity   int64
 	weight     int64
 	maxHolders int
+	// keyLifetime is ttl + lock delay + idle retention, ms.
+	keyLifetime int64
 }
 
 func (a acquireArgs) argv() []any {
 	return []any{a.holder, a.ttlMS, a.value, a.waiter, a.waiterTTL, a.quarantine, a.channel, a.name,
-		a.lockDelay, a.keepValue, a.idle, a.expected, a.capacity, a.weight, a.maxHolders}
+		a.lockDelay, a.keepValue, a.idle, a.expected, a.capacity, a.weight, a.maxHolders, a.keyLifetime}
 }
 
 // Acquire implements store.Leases.
@@ -455,6 +457,7 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 	if req.Token != 0 {
 		args.expected = strconv.FormatUint(req.Token, 10)
 	}
+	args.keyLifetime = args.ttlMS + s.lockDelayMS + s.idleMS
 	k := s.keys(req.Name)
 	v, replicated, err := s.callWait(ctx, "acquire", true, acquireScript,
 		[]string{k.lease, k.queue, k.waiters, k.marker}, args.argv()...)

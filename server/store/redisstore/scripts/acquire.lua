@@ -27,6 +27,10 @@
 -- ARGV[14] weight (1 .. capacity) to hold
 -- ARGV[15] max holders: the most grants (lock delays included) the name may
 --          carry at once
+-- ARGV[16] ttl + lock delay + idle retention (ms): how long the lease key
+--          lives after an uncontended grant (ARGV[13] and ARGV[14] are
+--          decimal strings too: the uncontended grant stores them as they
+--          came, formatting no numbers but the token and the expiry)
 --
 -- A grant needs used + (the weights of the live waiters queued ahead of the
 -- caller) + weight <= capacity: a waiter passes the ones ahead only when
@@ -36,7 +40,7 @@
 -- refusal must name a holder.
 --
 -- Redis calls: an uncontended grant runs 5 (TIME, GET marker, HMGET, HSET,
--- PEXPIREAT); a renewal by the holder 5; a refusal without waiting of an
+-- PEXPIRE); a renewal by the holder 5 (PEXPIREAT last); a refusal without waiting of an
 -- exclusive lock 4 (TIME, GET, HMGET, HGETALL to name the holder).
 --
 -- Returns, with lost = 1 when this call found the marker missing (Redis lost
@@ -104,27 +108,30 @@ local function keep_key()
   redis.call('PEXPIREAT', lease, ms(last))
 end
 
--- Grants weight to ARGV[1] and returns the token, a decimal string. The
--- token is the counter plus one, but never below the clock in
+-- The next token: the counter plus one, but never below the clock in
 -- microseconds: a counter that is gone (the name was idle past its
 -- retention, or data loss) or behind (a failover to a replica that missed
 -- the last grants) still yields a token above every one issued before, as
--- long as the clock does not step back.
-local function grant()
+-- long as the clock does not step back. A decimal string.
+local function next_token()
   local token = (tonumber(cur[1]) or 0) + 1
   if token <= tonumber(time[1]) * 1000000 + tonumber(time[2]) then
-    token = time[1] .. string.format('%06d', tonumber(time[2]))
-  else
-    token = ms(token)
+    return time[1] .. string.format('%06d', tonumber(time[2]))
   end
+  return ms(token)
+end
+
+-- Grants weight to ARGV[1] beside the other grants and returns the token.
+local function grant()
+  local token = next_token()
   local expires = now + ttl
   used, n = used + weight, n + 1
   if not low or expires < low then low = expires end
   if expires > high then high = expires end
   local fields = {field, pack_grant(token, weight, ttl, expires, value), 'token', token,
     'used', ms(used), 'n', ms(n), 'low', ms(low), 'high', ms(high)}
-  if (cur[2] or '1') ~= ms(capacity) then
-    fields[#fields + 1], fields[#fields + 2] = 'cap', ms(capacity)
+  if (cur[2] or '1') ~= ARGV[13] then
+    fields[#fields + 1], fields[#fields + 2] = 'cap', ARGV[13]
   end
   redis.call('HSET', lease, unpack(fields))
   keep_key()
@@ -134,9 +141,19 @@ end
 -- 0. Nobody holds (not even in a lock delay), queues for the name or
 -- observes it: grant at once, taking the request's capacity. This is 5.
 -- below with nothing to sweep, prune or count and no one to tell, in fewer
--- commands: the uncontended lock.
+-- commands and with the fields written as they came: the uncontended lock.
 if n == 0 and not queued and watched <= now then
-  return {1, lost, holder, grant(), value, ttl, now + ttl, 0, weight}
+  local token = next_token()
+  local expires = ms(now + ttl)
+  local record = pack_grant(token, ARGV[14], ARGV[2], expires, value)
+  if (cur[2] or '1') == ARGV[13] then
+    redis.call('HSET', lease, field, record, 'token', token, 'used', ARGV[14], 'n', '1', 'low', expires, 'high', expires)
+  else
+    redis.call('HSET', lease, field, record, 'token', token, 'used', ARGV[14], 'n', '1', 'low', expires, 'high', expires,
+      'cap', ARGV[13])
+  end
+  redis.call('PEXPIRE', lease, ARGV[16])
+  return {1, lost, holder, token, value, ttl, now + ttl, 0, weight}
 end
 
 -- Announces a change of the name on the channel, when anyone listens: a
