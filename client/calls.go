@@ -6,6 +6,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
@@ -28,9 +30,14 @@ func viaSession[R proto.Message](ctx context.Context, c *Client, name string, op
 	if c.unary || !utf8.ValidString(name) {
 		return resp, sent, false, nil
 	}
+	end := c.opTracer.start(ctx, kind, op)
+	defer func() { end(err) }()
 	res, sent, err := c.sess.call(ctx, op, late)
 	switch {
 	case errors.Is(err, errUseUnary):
+		// The unary call that follows has a client span of its own.
+		end(status.Error(codes.Unimplemented, "sent as a unary call instead"))
+		end = func(error) {}
 		return resp, sent, false, nil
 	case err != nil:
 		return resp, sent, true, err

@@ -57,6 +57,9 @@ type Client struct {
 	// unary makes the lease calls unary and renews over KeepAlive
 	// (WithUnaryCalls) instead of over the Session stream.
 	unary bool
+	// opTracer traces the lease calls made as Session operations; nil
+	// without WithTracerProvider.
+	opTracer *operationTracer
 	// sess carries the lease calls (session.go); renewals renews the
 	// leases held (renewer.go).
 	sess     session
@@ -152,6 +155,7 @@ func newClient(conn *grpc.ClientConn, cfg config) *Client {
 		closing:      closing,
 		cancelClose:  cancel,
 		unary:        cfg.unary,
+		opTracer:     newOperationTracer(cfg.tracer),
 	}
 	c.sess.init(c, cfg.sessionIdle)
 	c.renewals.init(c)

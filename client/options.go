@@ -147,13 +147,14 @@ func WithDialOptions(opts ...grpc.DialOption) Option {
 // default nothing is installed, and calls pay nothing for tracing.
 //
 // The lease calls of a Client go over its Session stream unless
-// WithUnaryCalls is given: the stream, open while the Client is busy, is
-// then the one RPC, and its span is not part of any caller's trace (the
-// coordinator gives each operation on it a trace of its own, linked to the
-// stream's). For a client span of each TryLock, Lock, Campaign and Release
-// in its caller's trace, add WithUnaryCalls(); renewals then go over a
-// KeepAlive stream, with one span for the stream. Describe, Leader, List
-// and Observe are RPCs of their own either way.
+// WithUnaryCalls is given. The stream, open while the Client is busy, is one
+// RPC whose span is part of no caller's trace, so each TryLock, Lock,
+// Campaign, Release and Resign made on it gets a client span of its own,
+// named as its unary method, a child of the caller's span, and sends its
+// trace context in the operation (trace_parent, trace_state): the
+// coordinator's span of the operation joins the caller's trace, as it does
+// for a unary call. Renewals, which no caller waits for, are not traced
+// here. Describe, Leader, List and Observe are RPCs of their own either way.
 func WithTracerProvider(tp trace.TracerProvider) Option {
 	return optionFunc(func(c *config) {
 		if tp == nil {

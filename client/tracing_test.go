@@ -178,19 +178,72 @@ func TestAWaitingCallCountsItsStoreAttempts(t *testing.T) {
 	}
 }
 
-// TestSessionOperationsAreTracesOfTheirOwnLinkedToTheStream: over the
-// Session stream (the default), each operation is a server span of its
-// own, the root of its trace, linked to the stream's span, with its store
-// calls as children.
-func TestSessionOperationsAreTracesOfTheirOwnLinkedToTheStream(t *testing.T) {
-	coord, server := tracedCoordinator(t, "redis")
-	clientSide := newRecorded(t)
-	c, err := New(coord.Addr(), WithTracerProvider(clientSide.tp))
-	if err != nil {
-		t.Fatal(err)
+// TestASessionOperationJoinsTheCallersTrace: over the Session stream (the
+// default), a traced Client gives each lease call the client span a unary
+// call gets, a child of the caller's, and sends its trace context in the
+// operation: the coordinator's span of the operation is the client span's
+// child, linked to the stream's span, with its store calls as children.
+func TestASessionOperationJoinsTheCallersTrace(t *testing.T) {
+	for _, kind := range stores {
+		t.Run(kind, func(t *testing.T) {
+			coord, server := tracedCoordinator(t, kind)
+			clientSide := newRecorded(t)
+			c, err := New(coord.Addr(), WithTracerProvider(clientSide.tp))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, work := clientSide.tp.Tracer("test").Start(testCtx(t), "work")
+			lease, err := c.TryLock(ctx, "traced/session")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := lease.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			work.End()
+			if err := c.Close(); err != nil { // ends the stream, and its span
+				t.Fatal(err)
+			}
+
+			stream := clientSide.find(t, 1, "the Session stream's client span", named("coordinator.v1.Coordinator/Session", trace.SpanKindClient))[0]
+			for _, method := range []string{"TryAcquire", "Release"} {
+				name := "coordinator.v1.Coordinator/" + method
+				call := clientSide.find(t, 1, "the SDK's span of the "+method, named(name, trace.SpanKindClient))[0]
+				if call.Parent.SpanID() != work.SpanContext().SpanID() || call.SpanContext.TraceID() != work.SpanContext().TraceID() {
+					t.Fatalf("the SDK's span of the %s is not a child of the caller's", method)
+				}
+				if !attr(call, "coordinator.session.operation").AsBool() {
+					t.Errorf("the SDK's span of the %s does not say it is a Session operation", method)
+				}
+				op := server.find(t, 1, "the coordinator's span of the "+method, childOf(call, name))[0]
+				if op.SpanKind != trace.SpanKindServer || !attr(op, "coordinator.session.operation").AsBool() {
+					t.Errorf("the coordinator's span of the %s: kind %s, attributes %v", method, op.SpanKind, op.Attributes)
+				}
+				if len(op.Links) != 1 || op.Links[0].SpanContext.TraceID() != stream.SpanContext.TraceID() {
+					t.Errorf("the %s's links %v do not reach the stream's trace %s", method, op.Links, stream.SpanContext.TraceID())
+				}
+			}
+			acquire := server.find(t, 1, "the acquire", func(s tracetest.SpanStub) bool {
+				return s.Name == "coordinator.v1.Coordinator/TryAcquire" && s.SpanKind == trace.SpanKindServer
+			})[0]
+			st := server.find(t, 1, "the operation's store span", childOf(acquire, "store acquire"))[0]
+			if got := attr(st, "coordinator.store.attempt").AsInt64(); got != 1 {
+				t.Errorf("attempt %d, want 1", got)
+			}
+		})
 	}
+}
+
+// TestUntracedSessionOperationsAreTracesOfTheirOwnLinkedToTheStream: an
+// operation that carries no trace context (its client does not trace)
+// starts a trace of its own on the coordinator, linked to the stream's
+// span, rather than joining the stream's trace, which would gather hours of
+// operations in one.
+func TestUntracedSessionOperationsAreTracesOfTheirOwnLinkedToTheStream(t *testing.T) {
+	coord, server := tracedCoordinator(t, "memory")
+	c := dial(t, coord)
 	ctx := testCtx(t)
-	lease, err := c.TryLock(ctx, "traced/session")
+	lease, err := c.TryLock(ctx, "traced/untraced")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,24 +253,17 @@ func TestSessionOperationsAreTracesOfTheirOwnLinkedToTheStream(t *testing.T) {
 	if err := c.Close(); err != nil { // ends the stream, and its span
 		t.Fatal(err)
 	}
-
-	stream := clientSide.find(t, 1, "the Session stream's client span", named("coordinator.v1.Coordinator/Session", trace.SpanKindClient))[0]
+	stream := server.find(t, 1, "the Session stream's server span", named("coordinator.v1.Coordinator/Session", trace.SpanKindServer))[0]
 	op := server.find(t, 1, "the acquire operation's span", func(s tracetest.SpanStub) bool {
 		return s.Name == "coordinator.v1.Coordinator/TryAcquire" && attr(s, "coordinator.session.operation").AsBool()
 	})[0]
 	if op.Parent.IsValid() {
 		t.Error("the operation's span has a parent: it should start a trace")
 	}
-	if len(op.Links) != 1 || op.Links[0].SpanContext.TraceID() != stream.SpanContext.TraceID() {
-		t.Errorf("the operation's links %v do not reach the stream's trace %s", op.Links, stream.SpanContext.TraceID())
+	if len(op.Links) != 1 || op.Links[0].SpanContext.SpanID() != stream.SpanContext.SpanID() {
+		t.Errorf("the operation's links %v do not reach the stream's span %s", op.Links, stream.SpanContext.SpanID())
 	}
-	st := server.find(t, 1, "the operation's store span", childOf(op, "store acquire"))[0]
-	if got := attr(st, "coordinator.store.attempt").AsInt64(); got != 1 {
-		t.Errorf("attempt %d, want 1", got)
-	}
-	server.find(t, 1, "the release operation's span", func(s tracetest.SpanStub) bool {
-		return s.Name == "coordinator.v1.Coordinator/Release" && attr(s, "coordinator.session.operation").AsBool()
-	})
+	server.find(t, 1, "the operation's store span", childOf(op, "store acquire"))
 }
 
 // TestKeepAliveRenewalsAreTracesOfTheirOwnLinkedToTheStream: the renewals

@@ -104,6 +104,10 @@ func TestValidationFollowsTheProtoRules(t *testing.T) {
 				return err
 			},
 		},
+		"coordinator.v1.SessionOperation": {
+			func() proto.Message { return sessionAcquire(1, fresh(), "h", 0) },
+			func(m proto.Message) error { return sessionOnce(t, ctx, c, m.(*coordinatorv1.SessionOperation)) },
+		},
 		"coordinator.v1.ObserveRequest": {
 			func() proto.Message { return &coordinatorv1.ObserveRequest{Election: fresh()} },
 			func(m proto.Message) error { return observeOnce(ctx, c, m.(*coordinatorv1.ObserveRequest)) },
@@ -279,4 +283,15 @@ func observeOnce(ctx context.Context, c *coordinator, req *coordinatorv1.Observe
 	}
 	_, err = stream.Recv()
 	return err
+}
+
+// sessionOnce runs op alone on a Session stream of its own and returns its
+// result's error.
+func sessionOnce(t *testing.T, ctx context.Context, c *coordinator, op *coordinatorv1.SessionOperation) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s := openSessionStream(t, ctx, c)
+	s.send(op)
+	s.await(op.GetId())
+	return resultError(s.got[op.GetId()])
 }

@@ -135,20 +135,31 @@ func (s *detachedStream) Context() context.Context { return s.ctx }
 // A Session stream lives as long as its client is busy, for hours at a
 // time, so its operations are not children of the stream's span, which
 // would make one trace of them all, exported only when the stream ends:
-// each starts a trace of its own (sampled as a new root), linked to the
-// stream's span, with its store calls as children.
+// each is a child of the caller's span when the operation carries the
+// caller's trace context (trace_parent, as a traced SDK sends), and
+// otherwise starts a trace of its own (sampled as a new root); either way
+// it is linked to the stream's span, with its store calls as children.
 func (t *tracing) sessionOp(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	service, method := splitMethod(info.FullMethod)
+	opts := []trace.SpanStartOption{trace.WithLinks(trace.LinkFromContext(ctx))}
+	caller := ctx
+	if tc, ok := sessionops.TraceContextOf(ctx); ok {
+		caller = t.propagator.Extract(ctx, propagation.MapCarrier{"traceparent": tc.Parent, "tracestate": tc.State})
+	}
+	if sc := trace.SpanContextFromContext(caller); sc.IsValid() && sc.IsRemote() {
+		ctx = caller
+	} else {
+		opts = append(opts, trace.WithNewRoot())
+	}
 	ctx, span := t.tracer.Start(ctx, strings.TrimPrefix(info.FullMethod, "/"),
-		trace.WithNewRoot(),
-		trace.WithLinks(trace.LinkFromContext(ctx)),
-		trace.WithSpanKind(trace.SpanKindServer),
-		trace.WithAttributes(
-			attribute.String("rpc.system", "grpc"),
-			attribute.String("rpc.service", service),
-			attribute.String("rpc.method", method),
-			attrSessionOp.Bool(true),
-		))
+		append(opts,
+			trace.WithSpanKind(trace.SpanKindServer),
+			trace.WithAttributes(
+				attribute.String("rpc.system", "grpc"),
+				attribute.String("rpc.service", service),
+				attribute.String("rpc.method", method),
+				attrSessionOp.Bool(true),
+			))...)
 	if !span.IsRecording() {
 		span.End()
 		return handler(ctx, req)

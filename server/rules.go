@@ -28,6 +28,10 @@ var (
 	MaxPageSize = int(fieldRules(&coordinatorv1.ListRequest{}, "page_size").GetMaxValue())
 	// MaxSessionOperations is the most operations one Session message may carry.
 	MaxSessionOperations = int(fieldRules(&coordinatorv1.SessionRequest{}, "operations").GetMaxValue())
+	// MaxTraceParentBytes and MaxTraceStateBytes bound the trace context a
+	// Session operation may carry.
+	MaxTraceParentBytes = int(fieldRules(&coordinatorv1.SessionOperation{}, "trace_parent").GetMaxBytes())
+	MaxTraceStateBytes  = int(fieldRules(&coordinatorv1.SessionOperation{}, "trace_state").GetMaxBytes())
 )
 
 // endsLease holds the ErrorReasons marked (coordinator.v1.ends_lease): a

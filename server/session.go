@@ -344,6 +344,16 @@ func (s *Service) sessionOp(ctx context.Context, chain []grpc.UnaryServerInterce
 		res.Result = sessionError(InvalidField("operation", "is required: one of acquire, renew, release, campaign or resign"))
 		return res
 	}
+	if tp, ts := op.GetTraceParent(), op.GetTraceState(); tp != "" || ts != "" {
+		var v validator
+		v.optionalText("trace_parent", tp, MaxTraceParentBytes)
+		v.optionalText("trace_state", ts, MaxTraceStateBytes)
+		if err := v.Err(); err != nil {
+			res.Result = sessionError(err)
+			return res
+		}
+		ctx = sessionops.WithTraceContext(ctx, sessionops.TraceContext{Parent: tp, State: ts})
+	}
 	resp, err := sessionops.Run(ctx, chain, &grpc.UnaryServerInfo{Server: s, FullMethod: method}, req, handler)
 	if err != nil {
 		res.Result = sessionError(err)

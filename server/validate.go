@@ -63,9 +63,17 @@ func (v *validator) Err() error {
 }
 
 func (v *validator) text(field, value string, maxBytes int) {
-	switch {
-	case value == "":
+	if value == "" {
 		v.fail(field, "is required")
+		return
+	}
+	v.optionalText(field, value, maxBytes)
+}
+
+// optionalText checks a string that may be empty as text does one that
+// must not.
+func (v *validator) optionalText(field, value string, maxBytes int) {
+	switch {
 	case len(value) > maxBytes:
 		v.fail(field, "is %d bytes long; at most %d are allowed", len(value), maxBytes)
 	case !utf8.ValidString(value):

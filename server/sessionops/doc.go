@@ -11,6 +11,10 @@
 // first added outermost, with the unary method's name in its
 // grpc.UnaryServerInfo (e.g. Coordinator_TryAcquire_FullMethodName).
 //
+// An operation's trace context (the W3C headers a unary call carries in its
+// metadata) rides in the operation's context (WithTraceContext,
+// TraceContextOf), for the tracing interceptor.
+//
 // An interceptor that refuses an operation returns its error as it would
 // for the call: the operation's result carries it, and the stream stays up.
 //

@@ -42,3 +42,25 @@ func Run(ctx context.Context, chain []grpc.UnaryServerInterceptor, info *grpc.Un
 	}
 	return chain[0](ctx, req, info, next)
 }
+
+// TraceContext is the W3C trace context an operation carries (its
+// SessionOperation's trace_parent and trace_state): what a unary call
+// carries in its traceparent and tracestate metadata.
+type TraceContext struct {
+	Parent, State string
+}
+
+type traceKey struct{}
+
+// WithTraceContext returns ctx carrying the operation's trace context, for
+// the interceptors that Run runs it through.
+func WithTraceContext(ctx context.Context, tc TraceContext) context.Context {
+	return context.WithValue(ctx, traceKey{}, tc)
+}
+
+// TraceContextOf returns the trace context of the operation of ctx; ok is
+// false when it carries none.
+func TraceContextOf(ctx context.Context) (tc TraceContext, ok bool) {
+	tc, ok = ctx.Value(traceKey{}).(TraceContext)
+	return tc, ok && tc.Parent != ""
+}

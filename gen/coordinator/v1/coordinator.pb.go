@@ -1157,7 +1157,15 @@ type SessionOperation struct {
 	//	*SessionOperation_Campaign
 	//	*SessionOperation_Resign
 	//	*SessionOperation_Cancel
-	Operation     isSessionOperation_Operation `protobuf_oneof:"operation"`
+	Operation isSessionOperation_Operation `protobuf_oneof:"operation"`
+	// The caller's W3C trace context (the traceparent and tracestate
+	// headers), when its client traces: the operation's span on the
+	// coordinator then joins the caller's trace, as a unary call's does
+	// through its metadata. Without it each operation starts a trace of its
+	// own, linked to the stream's span. An invalid trace_parent is ignored,
+	// as W3C asks; one over the limits is refused.
+	TraceParent   string `protobuf:"bytes,8,opt,name=trace_parent,json=traceParent,proto3" json:"trace_parent,omitempty"`
+	TraceState    string `protobuf:"bytes,9,opt,name=trace_state,json=traceState,proto3" json:"trace_state,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1258,6 +1266,20 @@ func (x *SessionOperation) GetCancel() uint64 {
 		}
 	}
 	return 0
+}
+
+func (x *SessionOperation) GetTraceParent() string {
+	if x != nil {
+		return x.TraceParent
+	}
+	return ""
+}
+
+func (x *SessionOperation) GetTraceState() string {
+	if x != nil {
+		return x.TraceState
+	}
+	return ""
 }
 
 type isSessionOperation_Operation interface {
@@ -2476,7 +2498,7 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\x0eSessionRequest\x12I\n" +
 	"\n" +
 	"operations\x18\x01 \x03(\v2 .coordinator.v1.SessionOperationB\a\xca\xf3\x18\x038\xe8\aR\n" +
-	"operations\"\xf2\x02\n" +
+	"operations\"\xcc\x03\n" +
 	"\x10SessionOperation\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12=\n" +
 	"\aacquire\x18\x02 \x01(\v2!.coordinator.v1.TryAcquireRequestH\x00R\aacquire\x124\n" +
@@ -2484,7 +2506,10 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\arelease\x18\x04 \x01(\v2\x1e.coordinator.v1.ReleaseRequestH\x00R\arelease\x12=\n" +
 	"\bcampaign\x18\x05 \x01(\v2\x1f.coordinator.v1.CampaignRequestH\x00R\bcampaign\x127\n" +
 	"\x06resign\x18\x06 \x01(\v2\x1d.coordinator.v1.ResignRequestH\x00R\x06resign\x12\x18\n" +
-	"\x06cancel\x18\a \x01(\x04H\x00R\x06cancelB\v\n" +
+	"\x06cancel\x18\a \x01(\x04H\x00R\x06cancel\x12,\n" +
+	"\ftrace_parent\x18\b \x01(\tB\t\xca\xf3\x18\x05\x10\x80\x02\x18\x01R\vtraceParent\x12*\n" +
+	"\vtrace_state\x18\t \x01(\tB\t\xca\xf3\x18\x05\x10\x80\x04\x18\x01R\n" +
+	"traceStateB\v\n" +
 	"\toperation\"J\n" +
 	"\x0fSessionResponse\x127\n" +
 	"\aresults\x18\x01 \x03(\v2\x1d.coordinator.v1.SessionResultR\aresults\"\x83\x03\n" +
