@@ -5,16 +5,16 @@
 // root), from client/typescript:
 //
 //   npm ci && npm run build
-//   node dist/client/typescript/examples/semaphore-example.js
+//   node build/examples/semaphore-example.js
 //
 // COORDINATOR_ADDRESS overrides the address. README.md's "Semaphores and
 // read-write locks" shows the part between the markers below, which
 // test/examples.test.ts checks is the same.
 //
-// In your own code, import from "@coordinator-dev/coordinator" instead of
-// "../src/index.js".
+// It imports the package by its name, as your code does: in this
+// repository that is the package's own dist/ (npm run build makes it).
 
-import { Client } from "../src/index.js";
+import { Client } from "@coordinator-dev/coordinator";
 
 const address = process.env["COORDINATOR_ADDRESS"] ?? "127.0.0.1:7400";
 const client = new Client({ address });
