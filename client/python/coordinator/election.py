@@ -8,7 +8,7 @@ import queue
 import threading
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Iterator, Optional, Protocol, Union, runtime_checkable
+from typing import Any, Iterator, Optional, Protocol, Tuple, Union, runtime_checkable
 
 import grpc
 
@@ -16,7 +16,7 @@ from ._gen import pb
 from ._rules import LEASE_NOT_HELD
 from ._util import from_timestamp, to_duration
 from .errors import ClientClosed, CoordinatorError, LeaseNotHeld, from_rpc_error
-from .lease import _Held, _LeaseHost
+from .lease import LeaseInfo, _Held, _LeaseHost
 
 __all__ = ["LeaderInfo", "Leadership", "EventKind", "ObserveEvent", "Observation"]
 
@@ -184,6 +184,10 @@ class EventKind(enum.Enum):
     PROCLAIMED = "PROCLAIMED"
     #: The election has no leader: it resigned or its term expired.
     VACANT = "VACANT"
+    #: The name has a capacity above 1 (a semaphore or read-write lock):
+    #: the event carries its whole set of grants (``holders``) and its
+    #: ``capacity``, at first and after each change of the set.
+    HOLDERS = "HOLDERS"
     #: A kind this client does not know.
     UNKNOWN = "UNKNOWN"
 
@@ -192,6 +196,7 @@ _KINDS = {
     pb.LeaderEvent.KIND_ELECTED: EventKind.ELECTED,
     pb.LeaderEvent.KIND_PROCLAIMED: EventKind.PROCLAIMED,
     pb.LeaderEvent.KIND_VACANT: EventKind.VACANT,
+    pb.LeaderEvent.KIND_HOLDERS: EventKind.HOLDERS,
 }
 
 
@@ -200,18 +205,27 @@ class ObserveEvent:
     """One message of an Observe stream."""
 
     kind: EventKind
-    #: The leader after the change; None when vacant.
+    #: The leader after the change; None when vacant (and for HOLDERS).
     leader: Optional[LeaderInfo]
     #: True on the first event only: the election's state when the stream
     #: opened, not a change that just happened.
     initial: bool
+    #: HOLDERS: the live grants, in token order, as Describe reports them
+    #: (none when the name fell free); empty for the other kinds.
+    holders: Tuple[LeaseInfo, ...] = ()
+    #: HOLDERS: the name's capacity; 0 for the other kinds.
+    capacity: int = 0
 
 
 def event_of(resp: Any) -> ObserveEvent:
     """The ObserveEvent of an ObserveResponse."""
     ev = resp.event
+    kind = _KINDS.get(ev.kind, EventKind.UNKNOWN)
+    if kind is EventKind.HOLDERS:
+        holders = tuple(LeaseInfo._from_pb(m) for m in ev.holders)
+        return ObserveEvent(kind, None, bool(resp.initial), holders, max(int(ev.capacity), 1))
     leader = LeaderInfo._from_pb(ev.leader) if ev.HasField("leader") else None
-    return ObserveEvent(_KINDS.get(ev.kind, EventKind.UNKNOWN), leader, bool(resp.initial))
+    return ObserveEvent(kind, leader, bool(resp.initial))
 
 
 _END = object()
