@@ -86,12 +86,17 @@ class _AsyncHeld(_Held):
 
 
 class Lease(_AsyncHeld):
-    """A lock held through a ``coordinator.aio.Client``, renewed on the event
+    """A lock, or a share of a semaphore or read-write lock, held through a ``coordinator.aio.Client``, renewed on the event
     loop until released or lost. Check ``valid()`` (or ``lost``) while acting
     on what it protects and hand ``token`` to the protected resource. Used
     with ``async with``, it is released when the block exits."""
 
-    kind = "lock"
+    def __init__(self, host: _AsyncLeaseHost, name: str, holder: str, token: int, ttl: float, sent: float,
+                 weight: int = 1, kind: str = "lock") -> None:
+        super().__init__(host, name, holder, token, ttl, sent)
+        self.kind, self._weight = kind, int(weight)  # "semaphore", "read lock"… for a share
+
+    weight = _SyncLease.weight
 
     async def release(self) -> bool:
         """Stops renewing the lease and gives it up on the coordinator,
