@@ -29,6 +29,9 @@ OUTCOME_UNKNOWN = frozenset(
     }
 )
 
+#: The unary call of each lease operation (a Session operation's kind).
+UNARY = {"acquire": "TryAcquire", "renew": "Renew", "release": "Release", "campaign": "Campaign", "resign": "Resign"}
+
 #: The largest capacity of a name (TryAcquireRequest.capacity's rules).
 MAX_CAPACITY = int(field_rules(pb.TryAcquireRequest, "capacity").max_value)
 

@@ -13,7 +13,7 @@ import grpc
 
 from ._connect import PEM, channel_options, check_settings, plaintext_metadata, tls_credentials
 from ._gen import pb, pb_grpc
-from ._acquire import MAX_CAPACITY, OUTCOME_UNKNOWN, RW_CAPACITY, AcquireSteps, Grant, ReleaseSteps, RWLockBase
+from ._acquire import MAX_CAPACITY, OUTCOME_UNKNOWN, RW_CAPACITY, UNARY, AcquireSteps, Grant, ReleaseSteps, RWLockBase
 from ._acquire import SemaphoreBase, abandoned_token, acquire_grant, acquire_request, campaign_grant, campaign_request
 from ._rules import CLOSE_TIMEOUT, DEFAULT_TTL
 from .election import LeaderInfo, Leadership, Observation, Value, as_bytes
@@ -39,8 +39,6 @@ DEFAULT_TARGET = "127.0.0.1:7400"
 T = TypeVar("T")
 
 
-#: The unary call of each Session operation.
-_UNARY = {"acquire": "TryAcquire", "renew": "Renew", "release": "Release", "campaign": "Campaign", "resign": "Resign"}
 
 
 class _Attempt:
@@ -201,7 +199,7 @@ class Client:
                     raise RPCError(f"a {kind} operation was answered with {which}", code=grpc.StatusCode.INTERNAL)
                 return getattr(res, kind), (sent if sent is not None else time.monotonic())
         sent = time.monotonic()
-        return self._unary(_UNARY[kind], request, timeout=timeout, check_closed=check_closed), sent
+        return self._unary(UNARY[kind], request, timeout=timeout, check_closed=check_closed), sent
 
     def _late(self, attempt: _Attempt, name: str, holder: str,
               give_up: Callable[[Any], Optional[Any]]) -> Callable[[Any, Optional[BaseException]], None]:
@@ -243,7 +241,7 @@ class Client:
 
         def unary() -> None:
             try:
-                self._unary(_UNARY[kind], req, timeout=2.0)
+                self._unary(UNARY[kind], req, timeout=2.0)
             except CoordinatorError as e:
                 done(None, None, e)
 

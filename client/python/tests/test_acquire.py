@@ -1,19 +1,21 @@
-"""The acquisition and release rules that the sync and asyncio clients share
-(coordinator._acquire): decisions only, so they are tested as such, with the
+"""The acquisition, release and proclamation rules that the sync and asyncio
+clients share (coordinator._acquire, election.proclaim_calls): decisions only, so they are tested as such, with the
 answers and errors a coordinator gives. The clients' loops around them are
 tested against real coordinators (test_locks, test_aio, test_semaphores)."""
 
 from __future__ import annotations
 
 import time
-from typing import Optional
+from typing import List, Optional, Tuple
 
 import grpc
 import pytest
 
 import coordinator
+from coordinator import pb
 from coordinator._acquire import AcquireSteps, Grant, ReleaseSteps, Step
 from coordinator._rules import MAX_CONFIRMS
+from coordinator.election import next_call, proclaim_calls
 from coordinator.errors import ClientClosed, CoordinatorError, LeaseExpired, LeaseNotHeld, NotAcquired
 
 UNAVAILABLE = CoordinatorError("down", code=grpc.StatusCode.UNAVAILABLE, retry_after=0.2)
@@ -154,3 +156,61 @@ def test_semaphore_bounds_are_checked_before_any_call() -> None:
             c.semaphore("n", 3).acquire(0)
     finally:
         c.close()
+
+
+class _Host:
+    """What proclaim_calls uses of a Client: it records the grant's ends
+    and renewals (the sync and asyncio Clients' bookkeeping, no I/O)."""
+
+    def __init__(self) -> None:
+        self.ended: List[Tuple[BaseException, bool]] = []
+        self.renewed: List[float] = []
+
+    def end_grant(self, h, err, lost):
+        first = not h.ended.is_set()
+        h._end(err, lost)
+        self.ended.append((err, lost))
+        return first, None
+
+    def grant_renewed(self, h, sent, ttl):
+        self.renewed.append(sent)
+        return True
+
+
+def _leader(term: int = 7) -> Tuple[coordinator.Leadership, _Host]:
+    host = _Host()
+    return coordinator.Leadership(host, "e", "me#1", term, 10.0, time.monotonic(), b"old"), host  # type: ignore[arg-type]
+
+
+def _elected(term: int) -> object:
+    return pb.CampaignResponse(elected=True, leader=pb.Leader(election="e", candidate="me#1", term=term))
+
+
+def test_a_proclamation_renews_the_term() -> None:
+    lead, host = _leader()
+    calls = proclaim_calls(lead, host, b"new")
+    kind, req = next_call(calls)
+    assert kind == "campaign" and (req.term, req.value, req.candidate) == (7, b"new", "me#1")
+    assert next_call(calls, (_elected(7), 123.0)) is None
+    assert lead.value == b"new" and host.renewed == [123.0] and not host.ended
+
+
+def test_a_proclamation_answered_with_another_term_resigns_it_and_ends_the_leadership() -> None:
+    lead, host = _leader()
+    calls = proclaim_calls(lead, host, b"new")
+    next_call(calls)
+    kind, req = next_call(calls, (_elected(9), 1.0))  # a coordinator that ignored the term
+    assert kind == "resign" and req.term == 9
+    with pytest.raises(LeaseNotHeld):
+        next_call(calls, err=UNAVAILABLE)  # the resign's failure does not matter
+    assert lead.lost.is_set() and lead.value == b"old" and not host.renewed
+
+
+@pytest.mark.parametrize("err, ends", [(LeaseNotHeld("over", reason="LEASE_NOT_HELD"), True), (UNAVAILABLE, False)])
+def test_a_failed_proclamation(err: CoordinatorError, ends: bool) -> None:
+    lead, host = _leader()
+    calls = proclaim_calls(lead, host, b"new")
+    next_call(calls)
+    with pytest.raises(CoordinatorError) as ei:
+        next_call(calls, err=err)
+    assert ei.value is err and lead.lost.is_set() is ends and lead.value == b"old"
