@@ -15,8 +15,6 @@ from ._rules import ANSWER_MARGIN, MAX_CONFIRMS, MAX_WAIT, field_rules
 from ._util import call_backoff, drift_margin, from_duration, to_duration
 from .errors import ClientClosed, CoordinatorError, LeaseExpired, NotAcquired
 
-__all__ = ["MAX_CAPACITY", "RW_CAPACITY"]
-
 #: The outcomes after which a grant may have been made without its caller
 #: hearing of it.
 OUTCOME_UNKNOWN = frozenset(

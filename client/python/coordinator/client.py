@@ -39,8 +39,6 @@ DEFAULT_TARGET = "127.0.0.1:7400"
 T = TypeVar("T")
 
 
-
-
 class _Attempt:
     """One acquisition, for a grant that arrives after its caller stopped
     waiting for that answer: kept when the acquisition goes on (asking again
