@@ -5,7 +5,7 @@
 // root), from client/typescript:
 //
 //   npm ci && npm run build
-//   node dist/client/typescript/examples/semaphore-example.js
+//   node build/examples/semaphore-example.js
 //
 // COORDINATOR_ADDRESS overrides the address. README.md's "Semaphores and
 // read-write locks" shows the part between the markers below, which

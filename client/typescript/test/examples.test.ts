@@ -40,7 +40,7 @@ describe("the semaphore example", { timeout: 60_000 }, () => {
 
   it("runs as written", async () => {
     const coord = await startCoordinator({ store: "memory" });
-    const example = join(repoRoot(), "client/typescript/dist/client/typescript/examples/semaphore-example.js");
+    const example = join(repoRoot(), "client/typescript/build/examples/semaphore-example.js");
     const r = spawnSync(process.execPath, [example], { env: { ...process.env, COORDINATOR_ADDRESS: coord.address }, encoding: "utf8", timeout: 50_000 });
     assert.equal(r.status, 0, r.stderr);
     assert.deepEqual(r.stdout.trim().split("\n"), [
