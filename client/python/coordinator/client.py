@@ -13,8 +13,9 @@ import grpc
 
 from ._connect import PEM, channel_options, check_settings, plaintext_metadata, tls_credentials
 from ._gen import pb, pb_grpc
-from ._rules import ANSWER_MARGIN, CLOSE_TIMEOUT, DEFAULT_TTL, MAX_CONFIRMS, MAX_WAIT, field_rules
-from ._util import call_backoff, drift_margin, from_duration, to_duration
+from ._acquire import MAX_CAPACITY, OUTCOME_UNKNOWN, RW_CAPACITY, UNARY, AcquireSteps, Grant, ReleaseSteps, RWLockBase
+from ._acquire import SemaphoreBase, abandoned_token, acquire_grant, acquire_request, campaign_grant, campaign_request
+from ._rules import CLOSE_TIMEOUT, DEFAULT_TTL
 from .election import LeaderInfo, Leadership, Observation, Value, as_bytes
 from .errors import (
     ClientClosed,
@@ -28,38 +29,14 @@ from .keepalive import KeepAliveSession
 from .lease import Description, Lease, LeaseInfo, _Held
 from .session import Session, UseUnary
 
-__all__ = ["Client", "DEFAULT_TARGET", "DEFAULT_TTL"]
+__all__ = ["Client", "DEFAULT_TARGET", "DEFAULT_TTL", "Semaphore", "RWLock", "MAX_CAPACITY", "RW_CAPACITY"]
 
 log = logging.getLogger("coordinator")
 
 #: Where ``make run`` serves.
 DEFAULT_TARGET = "127.0.0.1:7400"
 
-_OUTCOME_UNKNOWN = frozenset(
-    {
-        grpc.StatusCode.CANCELLED,
-        grpc.StatusCode.DEADLINE_EXCEEDED,
-        grpc.StatusCode.UNAVAILABLE,
-        grpc.StatusCode.UNKNOWN,
-        grpc.StatusCode.INTERNAL,
-    }
-)
-
 T = TypeVar("T")
-
-
-#: The unary call of each Session operation.
-_UNARY = {"acquire": "TryAcquire", "renew": "Renew", "release": "Release", "campaign": "Campaign", "resign": "Resign"}
-
-
-class _Grant:
-    __slots__ = ("acquired", "token", "ttl", "value", "holder", "retry_after", "sent", "weight")
-
-    def __init__(self, acquired: bool, token: int = 0, ttl: float = 0.0, value: bytes = b"",
-                 holder: Optional[str] = None, retry_after: Optional[float] = None,
-                 sent: Optional[float] = None, weight: int = 1) -> None:
-        self.acquired, self.token, self.ttl, self.value = acquired, token, ttl, value
-        self.holder, self.retry_after, self.sent, self.weight = holder, retry_after, sent, weight
 
 
 class _Attempt:
@@ -220,7 +197,7 @@ class Client:
                     raise RPCError(f"a {kind} operation was answered with {which}", code=grpc.StatusCode.INTERNAL)
                 return getattr(res, kind), (sent if sent is not None else time.monotonic())
         sent = time.monotonic()
-        return self._unary(_UNARY[kind], request, timeout=timeout, check_closed=check_closed), sent
+        return self._unary(UNARY[kind], request, timeout=timeout, check_closed=check_closed), sent
 
     def _late(self, attempt: _Attempt, name: str, holder: str,
               give_up: Callable[[Any], Optional[Any]]) -> Callable[[Any, Optional[BaseException]], None]:
@@ -237,7 +214,7 @@ class Client:
                         attempt.late = op  # the acquisition goes on: it gives it up if it fails
                         return
                 self._give_up_late(name, op)
-            elif isinstance(err, CoordinatorError) and err.code in _OUTCOME_UNKNOWN:
+            elif isinstance(err, CoordinatorError) and err.code in OUTCOME_UNKNOWN:
                 with attempt.lock:
                     if not attempt.over:
                         return
@@ -262,7 +239,7 @@ class Client:
 
         def unary() -> None:
             try:
-                self._unary(_UNARY[kind], req, timeout=2.0)
+                self._unary(UNARY[kind], req, timeout=2.0)
             except CoordinatorError as e:
                 done(None, None, e)
 
@@ -337,17 +314,10 @@ class Client:
                 return pb.SessionOperation(release=pb.ReleaseRequest(name=l.name, holder=l.holder, token=l.token))
             return None
 
-        def call(holder: str, wait_for: float, timeout: float) -> _Grant:
-            req = pb.TryAcquireRequest(name=name, holder=holder, ttl=to_duration(t), capacity=capacity, weight=weight)
-            if wait_for > 0:
-                req.wait.CopyFrom(to_duration(wait_for))
-            resp, sent = self._lease_call("acquire", req, timeout=timeout,
-                                          late=self._late(attempt, name, holder, give_up))
-            if not resp.acquired:
-                return _Grant(False, holder=resp.holder or None,
-                              retry_after=from_duration(resp.retry_after) if resp.HasField("retry_after") else None)
-            return _Grant(True, token=int(resp.lease.token), ttl=from_duration(resp.lease.ttl, t) or t,
-                          value=bytes(resp.lease.value), sent=sent, weight=max(int(resp.lease.weight), 1))
+        def call(holder: str, wait_for: float, timeout: float) -> Grant:
+            resp, sent = self._lease_call("acquire", acquire_request(name, holder, t, wait_for, capacity, weight),
+                                          timeout=timeout, late=self._late(attempt, name, holder, give_up))
+            return acquire_grant(resp, t, sent)
 
         holder, grant, sent = self._acquire(kind, name, t, wait, call, attempt)
         lease = Lease(self, name, holder, grant.token, grant.ttl, sent, weight=grant.weight, kind=kind)
@@ -381,16 +351,10 @@ class Client:
                 return pb.SessionOperation(resign=pb.ResignRequest(election=l.election, candidate=l.candidate, term=l.term))
             return None
 
-        def call(candidate: str, wait_for: float, timeout: float) -> _Grant:
-            req = pb.CampaignRequest(election=election, candidate=candidate, value=data, ttl=to_duration(t))
-            if wait_for > 0:
-                req.wait.CopyFrom(to_duration(wait_for))
-            resp, sent = self._lease_call("campaign", req, timeout=timeout,
-                                          late=self._late(attempt, election, candidate, give_up))
-            if not resp.elected:
-                return _Grant(False, holder=resp.leader.candidate or None,
-                              retry_after=from_duration(resp.retry_after) if resp.HasField("retry_after") else None)
-            return _Grant(True, token=int(resp.leader.term), ttl=t, value=bytes(resp.leader.value), sent=sent)
+        def call(candidate: str, wait_for: float, timeout: float) -> Grant:
+            resp, sent = self._lease_call("campaign", campaign_request(election, candidate, data, t, wait_for),
+                                          timeout=timeout, late=self._late(attempt, election, candidate, give_up))
+            return campaign_grant(resp, t, sent)
 
         candidate, grant, sent = self._acquire("leadership", election, t, wait, call, attempt)
         leadership = Leadership(self, election, candidate, grant.token, grant.ttl, sent, grant.value)
@@ -457,8 +421,8 @@ class Client:
     # -- acquisition ----------------------------------------------------------
 
     def _acquire(self, kind: str, name: str, ttl: float, wait: Optional[float],
-                 call: Callable[[str, float, float], _Grant],
-                 attempt: Optional[_Attempt] = None) -> Tuple[str, _Grant, float]:
+                 call: Callable[[str, float, float], Grant],
+                 attempt: Optional[_Attempt] = None) -> Tuple[str, Grant, float]:
         try:
             return self._acquire_loop(kind, name, ttl, wait, call)
         except BaseException:
@@ -471,79 +435,28 @@ class Client:
             raise
 
     def _acquire_loop(self, kind: str, name: str, ttl: float, wait: Optional[float],
-                      call: Callable[[str, float, float], _Grant]) -> Tuple[str, _Grant, float]:
-        """Runs an acquisition as a new holder: once (wait 0) or until granted
-        or ``wait`` passed. Returns (holder, grant, sent): ``sent`` is when
-        the granting request was sent, on time.monotonic().
-
-        A grant's validity is counted from when its request was sent; one
-        that arrived after a long wait has little of it left, so it is
-        confirmed by asking again as the holder, which the coordinator
-        answers at once with the same token and a fresh TTL.
-        """
-        waiting = wait is None or wait > 0
-        end = None if wait is None else time.monotonic() + max(wait, 0.0)
-        holder = self._new_holder()
-        usable = ttl - drift_margin(ttl)
-        b = call_backoff()
-        confirms = 0
-        last_err: Optional[CoordinatorError] = None
-        last_holder: Optional[str] = None
+                      call: Callable[[str, float, float], Grant]) -> Tuple[str, Grant, float]:
+        """Runs an acquisition as a new holder by the rules of AcquireSteps
+        (_acquire.py). Returns (holder, grant, sent): ``sent`` is when the
+        granting request was sent, on time.monotonic()."""
+        holder, steps = self._new_holder(), AcquireSteps(kind, name, ttl, wait)
         while True:
-            wait_for = 0.0
-            if waiting and confirms == 0:
-                wait_for = MAX_WAIT
-                if end is not None:
-                    wait_for = max(min(wait_for, end - time.monotonic() - ANSWER_MARGIN), 0.0)
-            sent = time.monotonic()
+            wait_for = steps.begin()
             try:
-                g = call(holder, wait_for, wait_for + self.timeout)
+                step = steps.answered(call(holder, wait_for, wait_for + self.timeout))
             except CoordinatorError as err:
-                if isinstance(err, ClientClosed):
-                    raise
-                left = None if end is None else end - time.monotonic()
-                if waiting and err.transient and (left is None or left > 0):
-                    last_err = err
-                    log.warning("coordinator: %s %r: acquisition failed; retrying: %s", kind, name, err)
-                    delay = max(b.next(), err.retry_after or 0.0)
-                    if left is not None:
-                        delay = min(delay, left)
-                    self._closing.wait(delay)
-                    if self._closed:
-                        raise ClientClosed("the client was closed") from err
-                    if end is None or time.monotonic() < end:
-                        continue  # as the same holder: a lost grant is found again
-                if err.code in _OUTCOME_UNKNOWN:
-                    self._abandon(name, holder)
-                if waiting and last_err is not None and end is not None and time.monotonic() >= end:
-                    raise NotAcquired(name, last_holder, None, last_err) from err
-                raise
-            if not g.acquired:
-                confirms = 0
-                last_holder = g.holder
-                if not waiting:
-                    raise NotAcquired(name, g.holder, g.retry_after)
-                if end is not None and time.monotonic() >= end - ANSWER_MARGIN:
-                    raise NotAcquired(name, g.holder, g.retry_after)
-                if time.monotonic() - sent < wait_for / 2:
-                    # Answered long before the wait was over (a coordinator
-                    # shutting down?): do not spin.
-                    if self._closing.wait(b.next()):
-                        raise ClientClosed("the client was closed")
-                continue  # the coordinator's longest wait passed: ask again
-            b.reset()
-            if g.sent is not None:
-                sent = g.sent  # when the message carrying it went out
-            if sent + usable - time.monotonic() < usable / 2 and confirms < MAX_CONFIRMS:
-                confirms += 1
-                continue
-            if time.monotonic() >= sent + g.ttl - drift_margin(g.ttl):
+                step = steps.failed(err)
+            if step.warning:
+                log.warning(step.warning)
+            if step.pause is not None and (self._closing.wait(step.pause) or self._closed):
+                raise ClientClosed("the client was closed") from step.retrying
+            step = steps.resumed(step)
+            if step.abandon:
                 self._abandon(name, holder)
-                raise CoordinatorError(
-                    f"{kind} {name!r}: every grant arrived after its validity ended "
-                    f"(the coordinator answers slower than the TTL {ttl}s allows)"
-                )
-            return holder, g, sent
+            if step.error is not None:
+                raise step.error
+            if step.grant is not None:
+                return holder, step.grant, steps.sent
 
     def _register(self, h: _Held) -> None:
         if not self._session.add(h):  # closed meanwhile
@@ -556,12 +469,9 @@ class Client:
         if self._closed:
             return
         try:
-            d = self._unary("Describe", pb.DescribeRequest(name=name), timeout=2.0)
-            # A semaphore's holder may be any of its grants.
-            for l in list(d.holders) + ([d.lease] if d.held else []):
-                if l.holder == holder:
-                    self._unary("Release", pb.ReleaseRequest(name=name, holder=holder, token=l.token), timeout=2.0)
-                    break
+            token = abandoned_token(self._unary("Describe", pb.DescribeRequest(name=name), timeout=2.0), holder)
+            if token is not None:
+                self._unary("Release", pb.ReleaseRequest(name=name, holder=holder, token=token), timeout=2.0)
         except CoordinatorError as e:
             log.warning("coordinator: could not give up an abandoned grant of %r; it expires after its TTL: %s", name, e)
 
@@ -602,29 +512,14 @@ class Client:
     def release_grant(self, h: _Held, resign: bool) -> bool:
         """Part of _LeaseHost: ends h and gives it up on the coordinator
         (Lease.release, Leadership.resign)."""
-        from .errors import LeaseExpired
-
         ended_now, prior = self._session.end(h, None, lost=False)
-        if not ended_now:
-            if isinstance(prior, LeaseExpired) and not self._closed:
-                # The coordinator may hold it yet: give it up there too.
-                try:
-                    self._give_up(h, timeout=min(self.timeout, self.close_timeout))
-                except CoordinatorError:
-                    pass
-            return False
-        end = time.monotonic() + self.close_timeout
-        b = call_backoff()
-        while True:
+        steps = ReleaseSteps(self.timeout, self.close_timeout, ended_now, prior, self._closed)
+        while steps.calling():
             try:
-                return self._give_up(h, timeout=max(min(self.timeout, end - time.monotonic()), 0.1))
+                return steps.released(self._give_up(h, timeout=steps.call_timeout()))
             except CoordinatorError as err:
-                if self._closed:
-                    return False
-                if err.transient and time.monotonic() + 0.05 < end:
-                    time.sleep(min(max(b.next(), err.retry_after or 0.0), max(end - time.monotonic(), 0.0)))
-                    continue
-                raise
+                time.sleep(steps.failed(err, self._closed))
+        return False
 
     # -- closing --------------------------------------------------------------
 
@@ -667,16 +562,7 @@ class Client:
         return f"<coordinator.Client {self.target!r} identity={self.identity!r}>"
 
 
-#: The largest capacity of a name (TryAcquireRequest.capacity's rules).
-MAX_CAPACITY = int(field_rules(pb.TryAcquireRequest, "capacity").max_value)
-
-#: The capacity of a read-write lock: readers hold 1 of it, writers all of
-#: it. Every client library uses the proto's RW_CAPACITY, so that their
-#: readers and writers share a name.
-RW_CAPACITY = int(pb.RW_CAPACITY)
-
-
-class Semaphore:
+class Semaphore(SemaphoreBase[Lease]):
     """A name of a fixed capacity whose shares ``acquire`` and
     ``try_acquire`` take: at most ``capacity`` weight held at once, across
     processes. Each share is a Lease of its own, with its own token, renewal,
@@ -684,21 +570,6 @@ class Semaphore:
     request holding back later small ones, so that nobody starves. While the
     name is held or awaited, a request with another capacity raises
     CapacityMismatch. A Semaphore holds nothing itself."""
-
-    kind = "semaphore"
-
-    def __init__(self, client: Client, name: str, capacity: int) -> None:
-        if not 1 <= int(capacity) <= MAX_CAPACITY:
-            raise ValueError(f"coordinator: {self.kind} {name!r}: capacity {capacity} is not within 1 to {MAX_CAPACITY}")
-        self._client, self.name, self.capacity = client, name, int(capacity)
-
-    def acquire(self, n: int = 1, ttl: Optional[float] = None, wait: Optional[float] = None) -> Lease:
-        """Takes ``n`` of the capacity, waiting up to ``wait`` seconds (None:
-        for ever; 0: not at all) in arrival order. Raises NotAcquired when
-        the wait ends first."""
-        if not 1 <= int(n) <= self.capacity:
-            raise ValueError(f"coordinator: {self.kind} {self.name!r}: weight {n} is not within 1 to the capacity, {self.capacity}")
-        return self._client._share(self.kind, self.name, ttl, wait, self.capacity, int(n))
 
     def try_acquire(self, n: int = 1, ttl: Optional[float] = None) -> Optional[Lease]:
         """Takes ``n`` of the capacity if it is free now and nobody waits;
@@ -708,28 +579,14 @@ class Semaphore:
         except NotAcquired:
             return None
 
-    def __repr__(self) -> str:
-        return f"<Semaphore {self.name!r} capacity={self.capacity}>"
 
-
-class RWLock:
+class RWLock(RWLockBase[Lease]):
     """A read-write lock on a name: many readers at once, or one writer. It
     is a semaphore of capacity RW_CAPACITY whose readers take 1 and writers
     all of it, so it is fair: a writer waiting behind readers is granted
     before the readers that came after it. A writer's token is above every
     token granted before it: a resource that remembers the last writer's
     token refuses every lower one."""
-
-    def __init__(self, client: Client, name: str) -> None:
-        self._client, self.name = client, name
-
-    def read_lock(self, ttl: Optional[float] = None, wait: Optional[float] = None) -> Lease:
-        """Takes a read share, waiting up to ``wait`` seconds (None: for ever)."""
-        return self._client._share("read lock", self.name, ttl, wait, RW_CAPACITY, 1)
-
-    def write_lock(self, ttl: Optional[float] = None, wait: Optional[float] = None) -> Lease:
-        """Takes the lock for writing, waiting up to ``wait`` seconds."""
-        return self._client._share("write lock", self.name, ttl, wait, RW_CAPACITY, RW_CAPACITY)
 
     def try_read_lock(self, ttl: Optional[float] = None) -> Optional[Lease]:
         """A read share if no writer holds or waits; None otherwise."""
@@ -744,6 +601,3 @@ class RWLock:
             return self.write_lock(ttl=ttl, wait=0)
         except NotAcquired:
             return None
-
-    def __repr__(self) -> str:
-        return f"<RWLock {self.name!r}>"

@@ -8,7 +8,7 @@ import queue
 import threading
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Iterator, Optional, Protocol, Union, runtime_checkable
+from typing import Any, Generator, Iterator, Optional, Protocol, Tuple, Union, runtime_checkable
 
 import grpc
 
@@ -16,7 +16,7 @@ from ._gen import pb
 from ._rules import LEASE_NOT_HELD
 from ._util import from_timestamp, to_duration
 from .errors import ClientClosed, CoordinatorError, LeaseNotHeld, from_rpc_error
-from .lease import _Held, _LeaseHost
+from .lease import LeaseInfo, _Held, _LeaseHost
 
 __all__ = ["LeaderInfo", "Leadership", "EventKind", "ObserveEvent", "Observation"]
 
@@ -102,36 +102,15 @@ class Leadership(_Held):
         term, so the coordinator never starts a new term for it: when the
         term is over, the leadership ends (``lost`` is set) and LeaseNotHeld
         is raised. A transient error leaves the leadership as it was."""
-        data = as_bytes(value)
-        host = self._host
         with self._proclaim_lock:
-            if self.ended.is_set():
-                raise self._error or _ended_error(self)
-            ttl = self._ttl
-            req = pb.CampaignRequest(
-                election=self._name, candidate=self._holder, value=data, ttl=to_duration(ttl), term=self._token
-            )
-            try:
-                resp, sent = host.grant_call("campaign", req)
-            except CoordinatorError as err:
-                if err.reason == LEASE_NOT_HELD:
-                    host.end_grant(self, err, lost=True)
-                raise
-            lost = proclaim_refused(self, resp)
-            if lost is not None:
-                if resp.elected:
-                    # A coordinator that ignores Campaign.term started a new
-                    # term that nobody wants: resign it.
-                    try:
-                        host.grant_call("resign", pb.ResignRequest(election=self._name, candidate=self._holder,
-                                                                   term=int(resp.leader.term)))
-                    except CoordinatorError:
-                        pass
-                ended, prior = host.end_grant(self, lost, lost=True)
-                raise lost if ended or prior is None else prior
-            if not host.grant_renewed(self, sent, ttl):
-                raise self._error or _ended_error(self)
-            self._value = data
+            calls = proclaim_calls(self, self._host, as_bytes(value))
+            op = next_call(calls)
+            while op is not None:
+                try:
+                    answer, err = self._host.grant_call(*op), None
+                except CoordinatorError as e:
+                    answer, err = None, e
+                op = next_call(calls, answer, err)
 
     def resign(self) -> bool:
         """Stops renewing the leadership and steps down on the coordinator so
@@ -155,6 +134,54 @@ class Leadership(_Held):
     def __repr__(self) -> str:
         state = "leading" if not self.ended.is_set() else ("lost" if self.lost.is_set() else "resigned")
         return f"<Leadership {self._name!r} candidate={self._holder!r} term={self._token} {state}>"
+
+
+#: A proclamation's calls: it yields each lease operation to make, as
+#: (kind, request) ("campaign", "resign"), and is sent its answer
+#: (response, sent) or thrown its CoordinatorError.
+ProclaimCalls = Generator[Tuple[str, Any], Tuple[Any, float], None]
+
+
+def next_call(calls: ProclaimCalls, answer: Optional[Tuple[Any, float]] = None,
+              err: Optional[CoordinatorError] = None) -> Optional[Tuple[str, Any]]:
+    """The next call of ``calls`` once the last was answered (or failed with
+    err); None when they are over. Raises what the calls raise."""
+    try:
+        return calls.throw(err) if err is not None else calls.send(answer)  # type: ignore[arg-type]
+    except StopIteration:
+        return None
+
+
+def proclaim_calls(h: _Held, host: Any, data: bytes) -> ProclaimCalls:
+    """The calls of h's proclamation of data, without their I/O, for the
+    sync and asyncio Leaderships alike: a Campaign with h's term, which
+    never starts a new term; when the term is over, h ends (lost) and
+    LeaseNotHeld is raised; a transient error leaves h as it was. ``host``
+    is h's Client (end_grant, grant_renewed)."""
+    if h.ended.is_set():
+        raise h._error or _ended_error(h)
+    ttl = h._ttl
+    req = pb.CampaignRequest(election=h._name, candidate=h._holder, value=data, ttl=to_duration(ttl), term=h._token)
+    try:
+        resp, sent = yield "campaign", req
+    except CoordinatorError as err:
+        if err.reason == LEASE_NOT_HELD:
+            host.end_grant(h, err, lost=True)
+        raise
+    lost = proclaim_refused(h, resp)
+    if lost is not None:
+        if resp.elected:
+            # A coordinator that ignores Campaign.term started a new term
+            # that nobody wants: resign it.
+            try:
+                yield "resign", pb.ResignRequest(election=h._name, candidate=h._holder, term=int(resp.leader.term))
+            except CoordinatorError:
+                pass
+        ended, prior = host.end_grant(h, lost, lost=True)
+        raise lost if ended or prior is None else prior
+    if not host.grant_renewed(h, sent, ttl):
+        raise h._error or _ended_error(h)
+    h._value = data  # type: ignore[attr-defined]
 
 
 def proclaim_refused(h: _Held, resp: Any) -> Optional[LeaseNotHeld]:
@@ -184,6 +211,10 @@ class EventKind(enum.Enum):
     PROCLAIMED = "PROCLAIMED"
     #: The election has no leader: it resigned or its term expired.
     VACANT = "VACANT"
+    #: The name has a capacity above 1 (a semaphore or read-write lock):
+    #: the event carries its whole set of grants (``holders``) and its
+    #: ``capacity``, at first and after each change of the set.
+    HOLDERS = "HOLDERS"
     #: A kind this client does not know.
     UNKNOWN = "UNKNOWN"
 
@@ -192,6 +223,7 @@ _KINDS = {
     pb.LeaderEvent.KIND_ELECTED: EventKind.ELECTED,
     pb.LeaderEvent.KIND_PROCLAIMED: EventKind.PROCLAIMED,
     pb.LeaderEvent.KIND_VACANT: EventKind.VACANT,
+    pb.LeaderEvent.KIND_HOLDERS: EventKind.HOLDERS,
 }
 
 
@@ -200,21 +232,44 @@ class ObserveEvent:
     """One message of an Observe stream."""
 
     kind: EventKind
-    #: The leader after the change; None when vacant.
+    #: The leader after the change; None when vacant (and for HOLDERS).
     leader: Optional[LeaderInfo]
     #: True on the first event only: the election's state when the stream
     #: opened, not a change that just happened.
     initial: bool
+    #: HOLDERS: the live grants, in token order, as Describe reports them
+    #: (none when the name fell free); empty for the other kinds.
+    holders: Tuple[LeaseInfo, ...] = ()
+    #: HOLDERS: the name's capacity; 0 for the other kinds.
+    capacity: int = 0
 
 
 def event_of(resp: Any) -> ObserveEvent:
     """The ObserveEvent of an ObserveResponse."""
     ev = resp.event
+    kind = _KINDS.get(ev.kind, EventKind.UNKNOWN)
+    if kind is EventKind.HOLDERS:
+        holders = tuple(LeaseInfo._from_pb(m) for m in ev.holders)
+        return ObserveEvent(kind, None, bool(resp.initial), holders, max(int(ev.capacity), 1))
     leader = LeaderInfo._from_pb(ev.leader) if ev.HasField("leader") else None
-    return ObserveEvent(_KINDS.get(ev.kind, EventKind.UNKNOWN), leader, bool(resp.initial))
+    return ObserveEvent(kind, leader, bool(resp.initial))
 
 
-_END = object()
+#: What an Observation's reader queues when the stream ended without error.
+END = object()
+
+
+def queued_event(item: Any, closed: bool, stop: type) -> ObserveEvent:
+    """The event of ``item``, taken from an Observation's queue: raises
+    ``stop`` (StopIteration, StopAsyncIteration) at the END of the stream
+    and the stream's error (ClientClosed when the Client was ``closed``)."""
+    if item is END:
+        raise stop
+    if isinstance(item, BaseException):
+        if isinstance(item, CoordinatorError) and closed:
+            raise ClientClosed("the client was closed") from item
+        raise item
+    return item
 
 
 @runtime_checkable
@@ -256,10 +311,10 @@ class Observation:
         try:
             for resp in self._call:
                 self._queue.put(event_of(resp))
-            self._queue.put(_END)
+            self._queue.put(END)
         except grpc.RpcError as e:
             if self._closed.is_set():
-                self._queue.put(_END)
+                self._queue.put(END)
             else:
                 self._queue.put(from_rpc_error(e))
         except Exception as e:  # pragma: no cover - defensive
@@ -275,15 +330,8 @@ class Observation:
             item = self._queue.get(timeout=timeout)
         except queue.Empty:
             raise TimeoutError(f"no Observe event for {self.election!r} within {timeout}s") from None
-        if item is _END:
-            self._finished = True
-            raise StopIteration
-        if isinstance(item, BaseException):
-            self._finished = True
-            if isinstance(item, CoordinatorError) and self._host.closed:
-                raise ClientClosed("the client was closed") from item
-            raise item
-        return item
+        self._finished = item is END or isinstance(item, BaseException)
+        return queued_event(item, self._host.closed, StopIteration)
 
     def __iter__(self) -> Iterator[ObserveEvent]:
         return self

@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager
 from typing import AsyncIterator, Callable, List
 
 import pytest
+from google.protobuf.duration_pb2 import Duration
 
 import coordinator
 import coordinator.aio
@@ -321,3 +322,156 @@ async def test_a_waiting_lock_retries_transient_errors_as_the_same_holder(start_
         lease = await c.lock(name, ttl=5, wait=60)
         assert lease.holder == f"{c.identity}#3"
         assert (await c.describe(name)).lease.holder == lease.holder
+
+
+# -- semaphores and read-write locks --------------------------------------------
+
+
+async def test_semaphore_shares_respect_the_capacity(server: Server, name: str) -> None:
+    async with aio_client(server.address) as c:
+        sem = c.semaphore(name, 3)
+        assert isinstance(sem, coordinator.aio.Semaphore) and sem.capacity == 3
+        a = await sem.acquire(2, ttl=5, wait=0)
+        b = await sem.try_acquire(1, ttl=5)
+        assert isinstance(a, coordinator.aio.Lease) and b is not None
+        assert (a.weight, b.weight) == (2, 1) and b.token > a.token and a.holder != b.holder
+        assert await sem.try_acquire(1) is None  # full
+        with pytest.raises(coordinator.NotAcquired):
+            await sem.acquire(1, wait=0)
+        d = await c.describe(name)
+        assert d.capacity == 3 and [(h.token, h.weight) for h in d.holders] == [(a.token, 2), (b.token, 1)]
+        # A waiter for 2 is granted when a's 2 come back, not before.
+        waiting = asyncio.ensure_future(sem.acquire(2, ttl=5, wait=30))
+        await eventually(lambda: waiters(c, name), what="the share to wait")
+        assert not waiting.done()
+        assert await a.release() is True
+        c2 = await asyncio.wait_for(waiting, 30)
+        assert c2.weight == 2 and c2.token > b.token
+        assert await c2.release() is True
+        async with sem.acquire(2, ttl=5, wait=10) as share:
+            assert share.weight == 2 and share.valid()
+            assert sum(h.weight for h in (await c.describe(name)).holders) == 3
+        assert share.ended.is_set() and not share.lost.is_set()
+        assert await b.release() is True
+        assert not (await c.describe(name)).holders
+
+
+async def test_semaphore_waiters_never_hold_past_the_capacity(server: Server, name: str) -> None:
+    capacity = 4
+    async with aio_client(server.address) as c:
+        sem = c.semaphore(name, capacity)
+        held, most = [0], [0]
+
+        async def worker(n: int) -> None:
+            async with sem.acquire(n, ttl=5, wait=30) as share:
+                assert share.weight == n
+                held[0] += n
+                most[0] = max(most[0], held[0])
+                assert held[0] <= capacity
+                await asyncio.sleep(0.05)
+                held[0] -= n
+
+        await asyncio.wait_for(asyncio.gather(*(worker(1 + i % capacity) for i in range(10))), 60)
+        assert 2 <= most[0] <= capacity
+
+
+async def test_semaphore_capacity_must_agree(server: Server, name: str) -> None:
+    async with aio_client(server.address) as c:
+        async with c.semaphore(name, 5).acquire(1, ttl=5, wait=0):
+            with pytest.raises(coordinator.CapacityMismatch) as e:
+                await c.semaphore(name, 3).acquire(1, wait=0)
+            assert (e.value.metadata["capacity"], e.value.metadata["requested"]) == ("5", "3")
+            with pytest.raises(coordinator.CapacityMismatch):
+                await c.lock(name, wait=0)
+        with pytest.raises(ValueError):
+            c.semaphore(name, 5).acquire(6)
+        with pytest.raises(ValueError):
+            c.semaphore(name, 0)
+        with pytest.raises(ValueError):
+            c.semaphore(name, coordinator.MAX_CAPACITY + 1)
+
+
+async def test_rwlock_a_waiting_writer_comes_before_later_readers(server: Server, name: str) -> None:
+    async with aio_client(server.address) as c:
+        rw = c.rwlock(name)
+        assert isinstance(rw, coordinator.aio.RWLock)
+        r1 = await rw.read_lock(ttl=5, wait=0)
+        r2 = await rw.try_read_lock(ttl=5)
+        assert r2 is not None and (r1.weight, r2.weight) == (1, 1)
+        assert await rw.try_write_lock() is None
+        writer = asyncio.ensure_future(rw.write_lock(ttl=5, wait=30))
+        await eventually(lambda: waiters(c, name), what="the writer to wait")
+        assert await rw.try_read_lock() is None  # a later reader waits behind the writer
+        late_reader = asyncio.ensure_future(rw.read_lock(ttl=5, wait=30))
+        await eventually(async_eq(lambda: waiters(c, name), 2), what="the late reader to wait")
+        await r1.release()
+        await r2.release()
+        w = await asyncio.wait_for(writer, 30)
+        assert w.weight == coordinator.RW_CAPACITY and w.token > r2.token
+        assert not late_reader.done()
+        async with w:
+            pass
+        r3 = await asyncio.wait_for(late_reader, 30)
+        assert r3.weight == 1 and r3.token > w.token
+        async with rw.read_lock(ttl=5, wait=5) as r4:
+            assert r4.token > r3.token
+        await r3.release()
+
+
+def async_eq(get: Callable[[], object], want: object) -> Callable[[], object]:
+    """A condition for eventually(): the coroutine function get's value is want."""
+    async def cond() -> bool:
+        return (await get()) == want  # type: ignore[misc]
+    return cond
+
+
+async def test_a_waiting_share_is_retried_as_the_same_holder_and_keeps_its_weight(start_server, redis_server,
+                                                                                     name: str) -> None:
+    # As test_a_waiting_lock_retries_transient_errors_as_the_same_holder: a
+    # quarantined store refuses grants for 3s; the share asked again and
+    # again as its one holder is granted its weight in the end.
+    import conftest
+
+    url = conftest.REDIS_URL or redis_server().url
+    srv = start_server("redis", env={"COORDINATOR_REDIS_URL": url, "COORDINATOR_REDIS_NEW_STORE": None,
+                                     "COORDINATOR_DATA_LOSS_QUARANTINE": "3s"})
+    async with aio_client(srv.address) as c:
+        sem = c.semaphore(name, 4)
+        with pytest.raises(coordinator.DataLossQuarantine):
+            await sem.acquire(3, ttl=5, wait=0)
+        share = await sem.acquire(3, ttl=5, wait=60)
+        assert share.holder == f"{c.identity}#2" and share.weight == 3
+        d = await c.describe(name)
+        assert [(h.holder, h.token, h.weight) for h in d.holders] == [(share.holder, share.token, 3)]
+        # Asked again as its holder, the coordinator answers with the same
+        # grant: token and weight.
+        again = await c.call("TryAcquire", pb.TryAcquireRequest(name=name, holder=share.holder, ttl=Duration(seconds=5),
+                                                                 capacity=4, weight=3))
+        assert again.acquired and (again.lease.token, again.lease.weight) == (share.token, 3)
+        await share.release()
+
+
+
+async def test_observe_reports_a_semaphores_holders(server: Server, name: str) -> None:
+    async with aio_client(server.address) as c:
+        rw = c.rwlock(name)
+        r = await rw.read_lock(ttl=5, wait=0)
+        async with c.observe(name) as events:
+            first = await events.get(timeout=20)
+            assert first.initial and first.kind == coordinator.EventKind.HOLDERS and first.leader is None
+            assert first.capacity == coordinator.RW_CAPACITY
+            assert [(h.holder, h.token, h.weight) for h in first.holders] == [(r.holder, r.token, 1)]
+            writer = asyncio.ensure_future(rw.write_lock(ttl=5, wait=30))
+            await eventually(lambda: waiters(c, name), what="the writer to wait")
+            await r.release()
+            ev = await events.get(timeout=20)
+            # The reader left and the writer came: one change of the set or two.
+            if not ev.holders:
+                ev = await events.get(timeout=20)
+            w = await asyncio.wait_for(writer, 30)
+            assert ev.kind == coordinator.EventKind.HOLDERS and not ev.initial
+            assert [(h.holder, h.token, h.weight) for h in ev.holders] == [(w.holder, w.token, coordinator.RW_CAPACITY)]
+            assert ev.holders[0].expires_at is not None
+            await w.release()
+            ev = await events.get(timeout=20)
+            assert ev.kind == coordinator.EventKind.HOLDERS and ev.holders == ()

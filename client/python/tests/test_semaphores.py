@@ -100,3 +100,25 @@ def test_rwlock_readers_share_and_a_waiting_writer_comes_first(client: coordinat
     w.release()
     with rw.read_lock(ttl=5, wait=5) as r:
         assert r.token > w.token
+
+
+def test_observe_reports_the_holders_as_they_come_and_go(client: coordinator.Client, name: str) -> None:
+    sem = client.semaphore(name, 3)
+    a = sem.acquire(2, ttl=5, wait=0)
+    with client.observe(name) as events:
+        first = events.get(timeout=20)
+        assert first.initial and first.kind == coordinator.EventKind.HOLDERS and first.leader is None
+        assert first.capacity == 3
+        assert [(h.name, h.holder, h.token, h.weight) for h in first.holders] == [(name, a.holder, a.token, 2)]
+        assert first.holders[0].expires_at is not None
+        b = sem.acquire(1, ttl=5, wait=0)
+        ev = events.get(timeout=20)
+        assert not ev.initial and ev.kind == coordinator.EventKind.HOLDERS and ev.capacity == 3
+        assert [(h.holder, h.token, h.weight) for h in ev.holders] == [(a.holder, a.token, 2), (b.holder, b.token, 1)]
+        a.release()
+        ev = events.get(timeout=20)
+        assert ev.kind == coordinator.EventKind.HOLDERS
+        assert [(h.holder, h.token, h.weight) for h in ev.holders] == [(b.holder, b.token, 1)]
+        b.release()
+        ev = events.get(timeout=20)
+        assert ev.kind == coordinator.EventKind.HOLDERS and ev.holders == ()

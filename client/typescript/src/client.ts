@@ -364,8 +364,10 @@ export class Client {
 
   /**
    * observe yields the state of election's leadership (initial: true), then
-   * every change in order, reconnecting when the stream breaks. It ends
-   * when opts.signal aborts, the loop breaks, or the Client closes.
+   * every change in order, reconnecting when the stream breaks. On a
+   * semaphore or read-write lock every event is "holders": its whole set
+   * of grants and its capacity. It ends when opts.signal aborts, the loop
+   * breaks, or the Client closes.
    */
   observe(election: string, opts: { signal?: AbortSignal } = {}): AsyncIterable<LeaderEvent> {
     return observe(this.api, election, [opts.signal, this.closing.signal], this.warn);

@@ -7,6 +7,7 @@ import {
   LeaderEvent_Kind,
   type Leader,
   type LeaderEvent as PbLeaderEvent,
+  type Lease as PbLease,
 } from "./gen/coordinator/v1/coordinator_pb.js";
 import type { CoordinatorApi } from "./api.js";
 import type { MessageInitShape } from "@bufbuild/protobuf";
@@ -52,14 +53,42 @@ export function leaderInfo(l: Leader): LeaderInfo {
   };
 }
 
-/** What happened in an election. */
-export type LeaderEventKind = "elected" | "proclaimed" | "vacant";
+/** One grant of a semaphore or read-write lock, as observe() reports it. */
+export interface HolderInfo {
+  /** Who holds it. */
+  holder: string;
+  /** The grant's fencing token. */
+  token: bigint;
+  /** How much of the name's capacity it holds. */
+  weight: number;
+  /** When it expires unless renewed, by the coordinator's store clock. */
+  expiresAt: Date | undefined;
+}
+
+function holderInfo(l: PbLease): HolderInfo {
+  return {
+    holder: l.holder,
+    token: l.token,
+    weight: Math.max(l.weight, 1),
+    expiresAt: l.expiresAt ? timestampDate(l.expiresAt) : undefined,
+  };
+}
+
+/**
+ * What happened in an election; "holders": the name has a capacity above 1
+ * (a semaphore or read-write lock) and its set of grants changed.
+ */
+export type LeaderEventKind = "elected" | "proclaimed" | "vacant" | "holders";
 
 /** A change of an election's leadership, as observe() yields it. */
 export interface LeaderEvent {
   kind: LeaderEventKind;
-  /** The leader after the change; undefined when vacant. */
+  /** The leader after the change; undefined when vacant (and for holders). */
   leader?: LeaderInfo;
+  /** For holders: the live grants in token order (none when the name fell free). */
+  holders?: HolderInfo[];
+  /** For holders: the name's capacity. */
+  capacity?: number;
   /** True for the first event only: the state when observing started, not a change. */
   initial: boolean;
 }
@@ -235,7 +264,7 @@ function permanent(err: unknown): boolean {
   }
 }
 
-type State = { kind: LeaderEventKind; leader?: LeaderInfo };
+type State = { kind: LeaderEventKind; leader?: LeaderInfo; holders?: HolderInfo[]; capacity?: number };
 
 function sameBytes(a: Uint8Array, b: Uint8Array): boolean {
   return a.length === b.length && a.every((x, i) => x === b[i]);
@@ -246,6 +275,11 @@ function sameBytes(a: Uint8Array, b: Uint8Array): boolean {
  * (undefined: nothing yet) to the state ev reports.
  */
 function transition(last: State | undefined, ev: PbLeaderEvent | undefined): State[] {
+  if (ev?.kind === LeaderEvent_Kind.HOLDERS) {
+    const cur: State = { kind: "holders", holders: ev.holders.map(holderInfo), capacity: Math.max(ev.capacity, 1) };
+    return last?.kind === "holders" && sameHolders(last, cur) ? [] : [cur];
+  }
+  if (last?.kind === "holders") last = undefined; // a semaphore turned back into a lock: start over
   if (!ev || ev.kind === LeaderEvent_Kind.VACANT || !ev.leader) {
     return last?.kind === "vacant" ? [] : [{ kind: "vacant" }];
   }
@@ -256,11 +290,25 @@ function transition(last: State | undefined, ev: PbLeaderEvent | undefined): Sta
   return [];
 }
 
+/** Whether a and b (both holders states) have the same grants and capacity. */
+function sameHolders(a: State, b: State): boolean {
+  const x = a.holders ?? [];
+  const y = b.holders ?? [];
+  return a.capacity === b.capacity && x.length === y.length && x.every((h, i) => h.token === y[i]!.token && h.holder === y[i]!.holder);
+}
+
+/** The LeaderEvent of state st. */
+function eventOf(st: State, initial: boolean): LeaderEvent {
+  if (st.kind === "holders") return { kind: st.kind, holders: st.holders ?? [], capacity: st.capacity ?? 1, initial };
+  return st.leader ? { kind: st.kind, leader: st.leader, initial } : { kind: st.kind, initial };
+}
+
 /**
  * observe yields the election's state, then every change. It reconnects
  * with backoff when the stream breaks and bridges the gap: it delivers only
  * what changed (a proclamation, or vacant then elected when the term
- * changed), so that events never arrive out of order. It ends when signal
+ * changed; the whole set of grants when a semaphore's changed), so that
+ * events never arrive out of order. It ends when signal
  * aborts (or the client closes), and throws when the coordinator refuses the
  * request (invalid name, credentials).
  */
@@ -297,7 +345,7 @@ async function* observeUntil(
         for (const st of transition(last, resp.event)) {
           const initial = last === undefined;
           last = st;
-          yield st.leader ? { kind: st.kind, leader: st.leader, initial } : { kind: st.kind, initial };
+          yield eventOf(st, initial);
           if (signal.aborted) return;
         }
       }

@@ -8,7 +8,7 @@ export type { ClientOptions, LockOptions, RunAsLeaderOptions, NameState, HolderS
 export type { TlsOptions, CoordinatorApi } from "./api.js";
 export { Lease } from "./lease.js";
 export { Leadership } from "./election.js";
-export type { LeaderEvent, LeaderEventKind, LeaderInfo } from "./election.js";
+export type { HolderInfo, LeaderEvent, LeaderEventKind, LeaderInfo } from "./election.js";
 export {
   Code,
   CapacityMismatchError,

@@ -3,7 +3,7 @@
 
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
-import { CapacityMismatchError, Client, MAX_CAPACITY, NotAcquiredError, RW_CAPACITY, type Lease } from "../src/index.js";
+import { CapacityMismatchError, Client, MAX_CAPACITY, NotAcquiredError, RW_CAPACITY, type LeaderEvent, type Lease } from "../src/index.js";
 import { modeOpts, modes, newClient, shutdown, sleep, startCoordinator, stores, uniq, waitFor, type Coordinator } from "./helpers.js";
 
 after(shutdown);
@@ -76,6 +76,38 @@ for (const store of stores()) for (const mode of modes) {
       const r = await rw.readLock({ ttl: 5000, wait: 5000 });
       assert.ok(r.token > w.token);
       await r.release();
+    });
+
+    it("observe reports the holders, with weights and expiry, as they come and go", async () => {
+      const name = uniq("sem/observe");
+      const sem = a.semaphore(name, 3);
+      const big = await sem.acquire(2, { ttl: 5000, wait: 0 });
+      const ac = new AbortController();
+      const events: LeaderEvent[] = [];
+      const reading = (async () => {
+        for await (const ev of b.observe(name, { signal: ac.signal })) events.push(ev);
+      })();
+      const holders = (i: number): [string, bigint, number][] => (events[i]!.holders ?? []).map((h) => [h.holder, h.token, h.weight]);
+      await waitFor("the initial event", () => events.length === 1);
+      assert.equal(events[0]!.kind, "holders");
+      assert.equal(events[0]!.initial, true);
+      assert.equal(events[0]!.capacity, 3);
+      assert.equal(events[0]!.leader, undefined);
+      assert.deepEqual(holders(0), [[big.holder, big.token, 2]]);
+      assert.ok(events[0]!.holders![0]!.expiresAt instanceof Date);
+
+      const small = await b.semaphore(name, 3).acquire(1, { ttl: 5000, wait: 0 });
+      await waitFor("the second holder", () => events.length === 2);
+      assert.deepEqual(holders(1), [[big.holder, big.token, 2], [small.holder, small.token, 1]]);
+      await big.release();
+      await waitFor("the first holder leaving", () => events.length === 3);
+      assert.deepEqual(holders(2), [[small.holder, small.token, 1]]);
+      await small.release();
+      await waitFor("the name falling free", () => events.length === 4);
+      ac.abort();
+      await reading;
+      assert.deepEqual(holders(3), []);
+      assert.deepEqual(events.map((e) => [e.kind, e.initial]), [["holders", true], ["holders", false], ["holders", false], ["holders", false]]);
     });
   });
 }

@@ -16,10 +16,12 @@ local deadline, before the coordinator could grant the name to anyone else,
 and at once when the coordinator refuses a renewal; ``error`` says why.
 Cancelling a task that waits in ``lock()`` or ``campaign()`` takes it out of
 the coordinator's queue. ``close()`` ends and releases what is held.
+``semaphore(name, capacity)`` and ``rwlock(name)`` are the sync Client's
+too, their acquisitions awaitable or used with ``async with``.
 """
 
-from ._client import DEFAULT_TARGET, Client
+from ._client import DEFAULT_TARGET, Client, RWLock, Semaphore
 from ._grants import Acquisition, Lease, Leadership
 from ._observe import Observation
 
-__all__ = ["Client", "DEFAULT_TARGET", "Lease", "Leadership", "Acquisition", "Observation"]
+__all__ = ["Client", "DEFAULT_TARGET", "Lease", "Leadership", "Acquisition", "Observation", "Semaphore", "RWLock"]

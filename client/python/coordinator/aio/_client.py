@@ -13,16 +13,18 @@ import grpc
 
 from .._connect import PEM, channel_options, check_settings, plaintext_metadata, tls_credentials
 from .._gen import pb, pb_grpc
-from .._rules import ANSWER_MARGIN, CLOSE_TIMEOUT, DEFAULT_TTL, LEASE_ENDING_REASONS, MAX_CONFIRMS, MAX_WAIT
-from .._util import call_backoff, drift_margin, from_duration, to_duration
-from ..client import _OUTCOME_UNKNOWN, DEFAULT_TARGET, _Grant
+from .._acquire import AcquireSteps, Grant, ReleaseSteps, RWLockBase, SemaphoreBase, abandoned_token
+from .._acquire import acquire_grant, acquire_request, campaign_grant, campaign_request
+from .._rules import CLOSE_TIMEOUT, DEFAULT_TTL, LEASE_ENDING_REASONS
+from .._util import from_duration, to_duration
+from ..client import DEFAULT_TARGET
 from ..election import LeaderInfo, Value, as_bytes
 from ..errors import ClientClosed, CoordinatorError, NotAcquired, RPCError, from_rpc_error
 from ..lease import Description, LeaseInfo
 from ._grants import Acquisition, Lease, Leadership, _AsyncHeld
 from ._observe import Observation
 
-__all__ = ["Client"]
+__all__ = ["Client", "Semaphore", "RWLock"]
 
 log = logging.getLogger("coordinator")
 
@@ -190,28 +192,41 @@ class Client:
         Raises NotAcquired (naming the holder) when the wait ends first.
         Cancelling the task that waits gives up its place in the queue (and a
         grant that came meanwhile)."""
-        return Acquisition(self._lock(name, ttl, wait))
+        return self._share("lock", name, ttl, wait, 0, 0)
 
-    async def _lock(self, name: str, ttl: Optional[float], wait: Optional[float]) -> Lease:
+    def _share(self, kind: str, name: str, ttl: Optional[float], wait: Optional[float],
+               capacity: int, weight: int) -> "Acquisition[Lease]":
+        """The acquisition of weight of name of capacity (0 and 0: an
+        exclusive lock)."""
+        return Acquisition(self._shared(kind, name, ttl, wait, capacity, weight))
+
+    async def _shared(self, kind: str, name: str, ttl: Optional[float], wait: Optional[float],
+                      capacity: int, weight: int) -> Lease:
         t = self._ttl(ttl)
 
-        async def call(holder: str, wait_for: float, timeout: float) -> _Grant:
-            req = pb.TryAcquireRequest(name=name, holder=holder, ttl=to_duration(t))
-            if wait_for > 0:
-                req.wait.CopyFrom(to_duration(wait_for))
-            resp = await self._unary("TryAcquire", req, timeout=timeout)
-            if not resp.acquired:
-                return _Grant(False, holder=resp.holder or None,
-                              retry_after=from_duration(resp.retry_after) if resp.HasField("retry_after") else None)
-            return _Grant(True, token=int(resp.lease.token), ttl=from_duration(resp.lease.ttl, t) or t,
-                          value=bytes(resp.lease.value))
+        async def call(holder: str, wait_for: float, timeout: float) -> Grant:
+            req = acquire_request(name, holder, t, wait_for, capacity, weight)
+            return acquire_grant(await self._unary("TryAcquire", req, timeout=timeout), t)
 
-        holder, grant, sent = await self._acquire("lock", name, t, wait, call)
-        return self._register(Lease(self, name, holder, grant.token, grant.ttl, sent))
+        holder, grant, sent = await self._acquire(kind, name, t, wait, call)
+        return self._register(Lease(self, name, holder, grant.token, grant.ttl, sent, weight=grant.weight, kind=kind))
 
     async def release(self, lease: Lease) -> bool:
         """Releases ``lease`` (see Lease.release)."""
         return await lease.release()
+
+    # -- semaphores and read-write locks --------------------------------------
+
+    def semaphore(self, name: str, capacity: int) -> "Semaphore":
+        """The semaphore ``name`` of ``capacity`` (1 to MAX_CAPACITY), as the
+        sync Client's: ``await sem.acquire(n)`` or ``async with
+        sem.acquire(n) as share`` takes n of it, a Lease of its own."""
+        return Semaphore(self, name, capacity)
+
+    def rwlock(self, name: str) -> "RWLock":
+        """The read-write lock ``name``, as the sync Client's: ``async with
+        rw.read_lock()`` (or ``write_lock()``)."""
+        return RWLock(self, name)
 
     # -- elections ------------------------------------------------------------
 
@@ -228,15 +243,9 @@ class Client:
         t = self._ttl(ttl)
         data = as_bytes(value)
 
-        async def call(candidate: str, wait_for: float, timeout: float) -> _Grant:
-            req = pb.CampaignRequest(election=election, candidate=candidate, value=data, ttl=to_duration(t))
-            if wait_for > 0:
-                req.wait.CopyFrom(to_duration(wait_for))
-            resp = await self._unary("Campaign", req, timeout=timeout)
-            if not resp.elected:
-                return _Grant(False, holder=resp.leader.candidate or None,
-                              retry_after=from_duration(resp.retry_after) if resp.HasField("retry_after") else None)
-            return _Grant(True, token=int(resp.leader.term), ttl=t, value=bytes(resp.leader.value))
+        async def call(candidate: str, wait_for: float, timeout: float) -> Grant:
+            req = campaign_request(election, candidate, data, t, wait_for)
+            return campaign_grant(await self._unary("Campaign", req, timeout=timeout), t)
 
         candidate, grant, sent = await self._acquire("leadership", election, t, wait, call)
         return self._register(Leadership(self, election, candidate, grant.token, grant.ttl, sent, grant.value))
@@ -295,70 +304,29 @@ class Client:
     # -- acquisition ----------------------------------------------------------
 
     async def _acquire(self, kind: str, name: str, ttl: float, wait: Optional[float],
-                       call: Callable[[str, float, float], Awaitable[_Grant]]) -> Tuple[str, _Grant, float]:
-        """Runs an acquisition as a new holder, as the sync Client's
-        _acquire_loop does: once (wait 0) or until granted or ``wait``
-        passed, retrying transient errors as the same holder (which finds a
-        lost grant again), confirming a grant that arrived with little of
-        its validity left. Returns (holder, grant, sent)."""
-        waiting = wait is None or wait > 0
-        end = None if wait is None else time.monotonic() + max(wait, 0.0)
-        holder = self._new_holder()
-        usable = ttl - drift_margin(ttl)
-        b = call_backoff()
-        confirms = 0
-        last_err: Optional[CoordinatorError] = None
-        last_holder: Optional[str] = None
+                       call: Callable[[str, float, float], Awaitable[Grant]]) -> Tuple[str, Grant, float]:
+        """Runs an acquisition as a new holder by the rules of AcquireSteps
+        (_acquire.py), as the sync Client does. Returns (holder, grant,
+        sent)."""
+        holder, steps = self._new_holder(), AcquireSteps(kind, name, ttl, wait)
         try:
             while True:
-                wait_for = 0.0
-                if waiting and confirms == 0:
-                    wait_for = MAX_WAIT
-                    if end is not None:
-                        wait_for = max(min(wait_for, end - time.monotonic() - ANSWER_MARGIN), 0.0)
-                sent = time.monotonic()
+                wait_for = steps.begin()
                 try:
-                    g = await call(holder, wait_for, wait_for + self.timeout)
+                    step = steps.answered(await call(holder, wait_for, wait_for + self.timeout))
                 except CoordinatorError as err:
-                    if isinstance(err, ClientClosed):
-                        raise
-                    left = None if end is None else end - time.monotonic()
-                    if waiting and err.transient and (left is None or left > 0):
-                        last_err = err
-                        log.warning("coordinator: %s %r: acquisition failed; retrying: %s", kind, name, err)
-                        delay = max(b.next(), err.retry_after or 0.0)
-                        if left is not None:
-                            delay = min(delay, left)
-                        if await self._pause(delay):
-                            raise ClientClosed("the client was closed") from err
-                        if end is None or time.monotonic() < end:
-                            continue
-                    if err.code in _OUTCOME_UNKNOWN:
-                        self._spawn(self._abandon(name, holder))
-                    if waiting and last_err is not None and end is not None and time.monotonic() >= end:
-                        raise NotAcquired(name, last_holder, None, last_err) from err
-                    raise
-                if not g.acquired:
-                    confirms = 0
-                    last_holder = g.holder
-                    if not waiting or (end is not None and time.monotonic() >= end - ANSWER_MARGIN):
-                        raise NotAcquired(name, g.holder, g.retry_after)
-                    if time.monotonic() - sent < wait_for / 2 and await self._pause(b.next()):
-                        # Answered long before the wait was over (a
-                        # coordinator shutting down?): do not spin.
-                        raise ClientClosed("the client was closed")
-                    continue
-                b.reset()
-                if sent + usable - time.monotonic() < usable / 2 and confirms < MAX_CONFIRMS:
-                    confirms += 1
-                    continue
-                if time.monotonic() >= sent + g.ttl - drift_margin(g.ttl):
+                    step = steps.failed(err)
+                if step.warning:
+                    log.warning(step.warning)
+                if step.pause is not None and await self._pause(step.pause):
+                    raise ClientClosed("the client was closed") from step.retrying
+                step = steps.resumed(step)
+                if step.abandon:
                     self._spawn(self._abandon(name, holder))
-                    raise CoordinatorError(
-                        f"{kind} {name!r}: every grant arrived after its validity ended "
-                        f"(the coordinator answers slower than the TTL {ttl}s allows)"
-                    )
-                return holder, g, sent
+                if step.error is not None:
+                    raise step.error
+                if step.grant is not None:
+                    return holder, step.grant, steps.sent
         except asyncio.CancelledError:
             # The cancelled call took this waiter out of the coordinator's
             # queue; a grant that came before the cancel is given up.
@@ -379,9 +347,9 @@ class Client:
             return
         try:
             d = await self._unary("Describe", pb.DescribeRequest(name=name), timeout=2.0)
-            if d.held and d.lease.holder == holder:
-                await self._unary("Release", pb.ReleaseRequest(name=name, holder=holder, token=d.lease.token),
-                                  timeout=2.0)
+            token = abandoned_token(d, holder)
+            if token is not None:
+                await self._unary("Release", pb.ReleaseRequest(name=name, holder=holder, token=token), timeout=2.0)
         except CoordinatorError as e:
             log.warning("coordinator: could not give up an abandoned grant of %r; it expires after its TTL: %s", name, e)
 
@@ -484,29 +452,14 @@ class Client:
     async def release_grant(self, h: _AsyncHeld, resign: bool) -> bool:
         """Part of _AsyncLeaseHost: ends h and gives it up on the coordinator,
         retrying transient errors for up to the close timeout."""
-        from ..errors import LeaseExpired
-
         ended_now, prior = self.end_grant(h, None, lost=False)
-        if not ended_now:
-            if isinstance(prior, LeaseExpired) and not self._closed:
-                # The coordinator may hold it yet: give it up there too.
-                try:
-                    await self._give_up(h, timeout=min(self.timeout, self.close_timeout))
-                except CoordinatorError:
-                    pass
-            return False
-        end = time.monotonic() + self.close_timeout
-        b = call_backoff()
-        while True:
+        steps = ReleaseSteps(self.timeout, self.close_timeout, ended_now, prior, self._closed)
+        while steps.calling():
             try:
-                return await self._give_up(h, timeout=max(min(self.timeout, end - time.monotonic()), 0.1))
+                return steps.released(await self._give_up(h, timeout=steps.call_timeout()))
             except CoordinatorError as err:
-                if self._closed:
-                    return False
-                if err.transient and time.monotonic() + 0.05 < end:
-                    await asyncio.sleep(min(max(b.next(), err.retry_after or 0.0), max(end - time.monotonic(), 0.0)))
-                    continue
-                raise
+                await asyncio.sleep(steps.failed(err, self._closed))
+        return False
 
     # -- closing --------------------------------------------------------------
 
@@ -544,3 +497,40 @@ class Client:
     def __repr__(self) -> str:
         return f"<coordinator.aio.Client {self.target!r} identity={self.identity!r}>"
 
+
+
+class Semaphore(SemaphoreBase["Acquisition[Lease]"]):
+    """The sync Semaphore on asyncio: a name of a fixed capacity whose shares
+    ``acquire`` (awaited, or with ``async with``) and ``try_acquire`` take,
+    at most ``capacity`` weight held at once, served in arrival order. Each
+    share is a Lease of its own. While the name is held or awaited, a
+    request with another capacity raises CapacityMismatch."""
+
+    async def try_acquire(self, n: int = 1, ttl: Optional[float] = None) -> Optional[Lease]:
+        """Takes ``n`` of the capacity if it is free now and nobody waits;
+        None otherwise."""
+        try:
+            return await self.acquire(n, ttl=ttl, wait=0)
+        except NotAcquired:
+            return None
+
+
+class RWLock(RWLockBase["Acquisition[Lease]"]):
+    """The sync RWLock on asyncio: many readers at once, or one writer, a
+    writer waiting behind readers granted before the readers that came
+    after it. ``read_lock`` and ``write_lock`` are awaited, or used with
+    ``async with``."""
+
+    async def try_read_lock(self, ttl: Optional[float] = None) -> Optional[Lease]:
+        """A read share if no writer holds or waits; None otherwise."""
+        try:
+            return await self.read_lock(ttl=ttl, wait=0)
+        except NotAcquired:
+            return None
+
+    async def try_write_lock(self, ttl: Optional[float] = None) -> Optional[Lease]:
+        """The write lock if nobody holds or waits for it; None otherwise."""
+        try:
+            return await self.write_lock(ttl=ttl, wait=0)
+        except NotAcquired:
+            return None

@@ -8,12 +8,10 @@ import asyncio
 import logging
 from typing import Any, Awaitable, Generator, Generic, Optional, Protocol, Tuple, TypeVar
 
-from .._gen import pb
-from .._rules import LEASE_NOT_HELD
-from .._util import to_duration
+from .._acquire import UNARY
 from ..election import Leadership as _SyncLeadership
-from ..election import Value, as_bytes, proclaim_refused
-from ..errors import CoordinatorError, LeaseNotHeld
+from ..election import Value, as_bytes, next_call, proclaim_calls
+from ..errors import CoordinatorError
 from ..lease import Lease as _SyncLease
 from ..lease import _Held
 
@@ -29,7 +27,8 @@ class _AsyncLeaseHost(Protocol):
     through, and all it uses of it."""
 
     async def grant_call(self, method: str, request: Any) -> Tuple[Any, float]:
-        """The unary call ``method``; the response and when it was sent."""
+        """The unary call ``method`` ("Campaign"…); the response and when it
+        was sent."""
         ...
 
     def end_grant(self, h: "_AsyncHeld", err: Optional[BaseException], lost: bool) -> Tuple[bool, Optional[BaseException]]:
@@ -86,12 +85,17 @@ class _AsyncHeld(_Held):
 
 
 class Lease(_AsyncHeld):
-    """A lock held through a ``coordinator.aio.Client``, renewed on the event
+    """A lock, or a share of a semaphore or read-write lock, held through a ``coordinator.aio.Client``, renewed on the event
     loop until released or lost. Check ``valid()`` (or ``lost``) while acting
     on what it protects and hand ``token`` to the protected resource. Used
     with ``async with``, it is released when the block exits."""
 
-    kind = "lock"
+    def __init__(self, host: _AsyncLeaseHost, name: str, holder: str, token: int, ttl: float, sent: float,
+                 weight: int = 1, kind: str = "lock") -> None:
+        super().__init__(host, name, holder, token, ttl, sent)
+        self.kind, self._weight = kind, int(weight)  # "semaphore", "read lock"… for a share
+
+    weight = _SyncLease.weight
 
     async def release(self) -> bool:
         """Stops renewing the lease and gives it up on the coordinator,
@@ -128,45 +132,23 @@ class Leadership(_AsyncHeld):
         too), as the sync Leadership.proclaim: never a new term; LeaseNotHeld
         (and ``lost``) when the term is over; a transient error leaves the
         leadership as it was."""
-        data = as_bytes(value)
         host: _AsyncLeaseHost = self._host  # type: ignore[assignment]
         async with self._proclaim_lock:
-            if self.ended.is_set():
-                raise self._error or _ended(self)
-            ttl = self._ttl
-            req = pb.CampaignRequest(election=self._name, candidate=self._holder, value=data,
-                                     ttl=to_duration(ttl), term=self._token)
-            try:
-                resp, sent = await host.grant_call("Campaign", req)
-            except CoordinatorError as err:
-                if err.reason == LEASE_NOT_HELD:
-                    host.end_grant(self, err, lost=True)
-                raise
-            lost = proclaim_refused(self, resp)
-            if lost is not None:
-                if resp.elected:
-                    # A coordinator that ignores Campaign.term started a new
-                    # term that nobody wants: resign it.
-                    try:
-                        await host.grant_call("Resign", pb.ResignRequest(election=self._name, candidate=self._holder,
-                                                                         term=int(resp.leader.term)))
-                    except CoordinatorError:
-                        pass
-                ended, prior = host.end_grant(self, lost, lost=True)
-                raise lost if ended or prior is None else prior
-            if not host.grant_renewed(self, sent, ttl):
-                raise self._error or _ended(self)
-            self._value = data
+            calls = proclaim_calls(self, host, as_bytes(value))
+            op = next_call(calls)
+            while op is not None:
+                kind, req = op
+                try:
+                    answer, err = await host.grant_call(UNARY[kind], req), None
+                except CoordinatorError as e:
+                    answer, err = None, e
+                op = next_call(calls, answer, err)
 
     async def resign(self) -> bool:
         """Stops renewing and steps down so that the next candidate is
         elected at once. True when it stepped down, False when the term was
         over already."""
         return await self._give_up()
-
-
-def _ended(h: _Held) -> CoordinatorError:
-    return LeaseNotHeld(f"{h._describe()} has ended", reason=LEASE_NOT_HELD)
 
 
 class Acquisition(Generic[G]):

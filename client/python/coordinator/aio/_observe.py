@@ -7,12 +7,11 @@ from typing import Any, Optional, Protocol
 
 import grpc
 
-from ..election import ObserveEvent, event_of
-from ..errors import ClientClosed, CoordinatorError, from_rpc_error
+from ..election import END, ObserveEvent, event_of, queued_event
+from ..errors import from_rpc_error
 
 __all__ = ["Observation"]
 
-_END = object()
 
 
 class _ObservationHost(Protocol):
@@ -47,14 +46,14 @@ class Observation:
         try:
             async for resp in self._call:
                 self._queue.put_nowait(event_of(resp))
-            self._queue.put_nowait(_END)
+            self._queue.put_nowait(END)
         except asyncio.CancelledError:
             # grpc.aio ends the iteration of a call cancelled by close() so.
-            self._queue.put_nowait(_END)
+            self._queue.put_nowait(END)
             if not self._closed:
                 raise
         except grpc.RpcError as e:
-            self._queue.put_nowait(_END if self._closed else from_rpc_error(e))
+            self._queue.put_nowait(END if self._closed else from_rpc_error(e))
         except Exception as e:  # pragma: no cover - defensive
             self._queue.put_nowait(e)
 
@@ -68,15 +67,8 @@ class Observation:
             item = await asyncio.wait_for(self._queue.get(), timeout)
         except asyncio.TimeoutError:
             raise TimeoutError(f"no Observe event for {self.election!r} within {timeout}s") from None
-        if item is _END:
-            self._finished = True
-            raise StopAsyncIteration
-        if isinstance(item, BaseException):
-            self._finished = True
-            if isinstance(item, CoordinatorError) and self._host.closed:
-                raise ClientClosed("the client was closed") from item
-            raise item
-        return item
+        self._finished = item is END or isinstance(item, BaseException)
+        return queued_event(item, self._host.closed, StopAsyncIteration)
 
     def __aiter__(self) -> "Observation":
         return self
