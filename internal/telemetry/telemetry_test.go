@@ -2,20 +2,13 @@ package telemetry
 
 import (
 	"context"
-	"io"
 	"log/slog"
-	"net"
-	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
-	"google.golang.org/grpc"
-	"google.golang.org/protobuf/proto"
+	"github.com/coordinator-dev/coordinator/internal/testkit/otlptest"
 )
 
 func env(vars map[string]string) func(string) (string, bool) {
@@ -138,79 +131,19 @@ func TestFromEnvWarnsOfASDKDisabledThatIsNoBool(t *testing.T) {
 	}
 }
 
-// traceSink is an OTLP trace receiver: it keeps the names of the spans
-// exported to it.
-type traceSink struct {
-	collectortrace.UnimplementedTraceServiceServer
-	mu    sync.Mutex
-	spans []string
-}
-
-func (s *traceSink) Export(_ context.Context, req *collectortrace.ExportTraceServiceRequest) (*collectortrace.ExportTraceServiceResponse, error) {
-	s.add(req)
-	return &collectortrace.ExportTraceServiceResponse{}, nil
-}
-
-func (s *traceSink) add(req *collectortrace.ExportTraceServiceRequest) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, rs := range req.GetResourceSpans() {
-		var service string
-		for _, a := range rs.GetResource().GetAttributes() {
-			if a.GetKey() == "service.name" {
-				service = a.GetValue().GetStringValue()
-			}
-		}
-		for _, ss := range rs.GetScopeSpans() {
-			for _, sp := range ss.GetSpans() {
-				s.spans = append(s.spans, service+"/"+sp.GetName())
-			}
-		}
-	}
-}
-
-func (s *traceSink) names() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Clone(s.spans)
-}
-
 // TestShutdownFlushesSpansOverEitherProtocol ends a span and shuts down at
 // once, well before the batch processor's own delay (5 s): the span must
 // reach the collector, over gRPC and over HTTP, with the service name of
 // OTEL_SERVICE_NAME.
 func TestShutdownFlushesSpansOverEitherProtocol(t *testing.T) {
-	sink := &traceSink{}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	collectortrace.RegisterTraceServiceServer(srv, sink)
-	go func() { _ = srv.Serve(lis) }()
-	defer srv.Stop()
-	web := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(r.Body)
-		req := &collectortrace.ExportTraceServiceRequest{}
-		if err == nil {
-			err = proto.Unmarshal(body, req)
-		}
-		if r.URL.Path != "/v1/traces" || err != nil {
-			http.Error(w, "bad export", http.StatusBadRequest)
-			return
-		}
-		sink.add(req)
-		w.Header().Set("Content-Type", "application/x-protobuf")
-		out, _ := proto.Marshal(&collectortrace.ExportTraceServiceResponse{})
-		_, _ = w.Write(out)
-	}))
-	defer web.Close()
+	sink, addr := otlptest.Start(t)
+	web := sink.ServeHTTP(t)
 
 	for _, tc := range []struct {
 		protocol, endpoint string
 	}{
-		{ProtocolGRPC, "http://" + lis.Addr().String()},
-		{ProtocolHTTP, web.URL},
+		{ProtocolGRPC, "http://" + addr},
+		{ProtocolHTTP, web},
 	} {
 		t.Run(tc.protocol, func(t *testing.T) {
 			vars := map[string]string{EnvEndpoint: tc.endpoint, EnvProtocol: tc.protocol, "OTEL_SERVICE_NAME": "svc-" + tc.protocol}
@@ -233,8 +166,8 @@ func TestShutdownFlushesSpansOverEitherProtocol(t *testing.T) {
 				t.Fatal(err)
 			}
 			want := "svc-" + tc.protocol + "/flushed-" + tc.protocol
-			if !slices.Contains(sink.names(), want) {
-				t.Fatalf("the collector got %q, want %q among them", sink.names(), want)
+			if !slices.Contains(sink.Names(), want) {
+				t.Fatalf("the collector got %q, want %q among them", sink.Names(), want)
 			}
 		})
 	}
