@@ -49,6 +49,21 @@ func names(prefix string, n int) []string {
 	return out
 }
 
+// semaphoreCapacity is the capacity of the semaphore row's names, each
+// shared by that many workers: every acquire fits, so the row measures the
+// semaphore's grant beside other holders against the exclusive lock's.
+const semaphoreCapacity = 16
+
+// shared returns the names of n workers that share names of
+// semaphoreCapacity, semaphoreCapacity workers a name.
+func shared(prefix string, n int) []string {
+	out := make([]string, n)
+	for w := range out {
+		out[w] = fmt.Sprintf("%s%d", prefix, w/semaphoreCapacity)
+	}
+	return out
+}
+
 // hot returns the contended names of hotWorkers workers: worker w uses name
 // w % hotNames.
 func hot(prefix string) []string {
@@ -275,6 +290,9 @@ func leaseSuite(env benchEnv) error {
 			noteLabel: "spans exported/s", around: sink.counted},
 		{key: "coordinator-redis-unary", label: "coordinator redis: raw gRPC unary",
 			cycle: grpcCycle(viaRedis.client, names("bench/unary/", maxWorkers)), try: grpcTry(viaRedis.client, hot("bench/hot-unary/"))},
+		{key: "coordinator-redis-semaphore", label: fmt.Sprintf("coordinator redis: semaphore cap %d (%d workers a name), raw gRPC unary", semaphoreCapacity, semaphoreCapacity),
+			cycle: semaphoreCycle(viaRedis.client, shared("bench/semaphore/", maxWorkers)),
+			try:   semaphoreTry(viaRedis.client, slices.Repeat([]string{"bench/hot-semaphore"}, hotWorkers))},
 		{key: "coordinator-redis-session", label: "coordinator redis: raw gRPC Session stream",
 			cycle: sessionCycle(session, names("bench/session/", maxWorkers)), try: sessionTry(session, hot("bench/hot-session/"))},
 		{key: "coordinator-memory-unary", label: "coordinator memory: raw gRPC unary",
@@ -414,6 +432,9 @@ func leaseSuite(env benchEnv) error {
 		}
 	}
 	rt.add("coordinator redis: raw gRPC unary ÷ redislock", ratio(grants["coordinator-redis-unary"], grants["redislock"]))
+	if grants["coordinator-redis-semaphore"] > 0 {
+		rt.add(byKey["coordinator-redis-semaphore"].label+" (all on one name) ÷ raw gRPC unary", ratio(grants["coordinator-redis-semaphore"], grants["coordinator-redis-unary"]))
+	}
 	fmt.Println()
 	rt.print()
 	if env.coordProfile != "" {
@@ -618,6 +639,10 @@ func printLeases(env benchEnv, methods []*method, byKey map[string]*method, mete
 		row(m.label+" ÷ redislock", m.rate, redislockRate)
 	}
 	rt.rule()
+	if m := byKey["coordinator-redis-semaphore"]; m.na == "" && byKey["coordinator-redis-unary"].na == "" {
+		row(m.label+" ÷ the exclusive lock (raw gRPC unary)", m.rate, byKey["coordinator-redis-unary"].rate)
+		rt.rule()
+	}
 	coordinatorRedis := []string{"coordinator-redis-sdk", "coordinator-redis-sdk-unary", "coordinator-redis-unary", "coordinator-redis-session"}
 	for _, k := range coordinatorRedis {
 		if m := byKey[k]; m.na == "" {
@@ -683,6 +708,37 @@ func grpcTry(c coordinatorv1.CoordinatorClient, names []string) func(ctx context
 			return false, err
 		}
 		return true, grpcRelease(ctx, c, names[worker], holderName(worker), token)
+	}
+}
+
+// semaphoreCycle is grpcCycle on names of semaphoreCapacity: a share of
+// weight 1, then its release.
+func semaphoreCycle(c coordinatorv1.CoordinatorClient, names []string) func(ctx context.Context, worker, i int) error {
+	return func(ctx context.Context, worker, _ int) error {
+		name, holder := names[worker], holderName(worker)
+		resp, err := c.TryAcquire(ctx, &coordinatorv1.TryAcquireRequest{Name: name, Holder: holder, Ttl: benchTTLpb, Capacity: semaphoreCapacity})
+		if err != nil {
+			return err
+		}
+		if !resp.GetAcquired() {
+			return errNotAcquired
+		}
+		return grpcRelease(ctx, c, name, holder, resp.GetLease().GetToken())
+	}
+}
+
+// semaphoreTry is one contended attempt of semaphoreCycle: refused is not
+// an error.
+func semaphoreTry(c coordinatorv1.CoordinatorClient, names []string) func(ctx context.Context, worker int) (bool, error) {
+	cycle := semaphoreCycle(c, names)
+	return func(ctx context.Context, worker int) (bool, error) {
+		switch err := cycle(ctx, worker, 0); {
+		case errors.Is(err, errNotAcquired):
+			return false, nil
+		case err != nil:
+			return false, err
+		}
+		return true, nil
 	}
 }
 

@@ -19,7 +19,7 @@ import (
 //
 // The lease is renewed in the background until Release, loss or Close.
 func (c *Client) TryLock(ctx context.Context, name string, opts ...LockOption) (*Lease, error) {
-	l, err := c.acquire(ctx, c.lockConfig(opts), false, "lock", name, c.tryAcquire(name))
+	l, err := c.acquire(ctx, c.lockConfig(opts), false, "lock", name, c.tryAcquire(name, 0, 0))
 	if err != nil {
 		return nil, err
 	}
@@ -34,7 +34,7 @@ func (c *Client) TryLock(ctx context.Context, name string, opts ...LockOption) (
 //
 // The lease is renewed in the background until Release, loss or Close.
 func (c *Client) Lock(ctx context.Context, name string, opts ...LockOption) (*Lease, error) {
-	l, err := c.acquire(ctx, c.lockConfig(opts), true, "lock", name, c.tryAcquire(name))
+	l, err := c.acquire(ctx, c.lockConfig(opts), true, "lock", name, c.tryAcquire(name, 0, 0))
 	if err != nil {
 		return nil, err
 	}
@@ -55,6 +55,7 @@ type grant struct {
 	token    uint64
 	ttl      time.Duration
 	value    []byte
+	weight   int64
 	holder   string    // the current holder, when not acquired
 	sent     time.Time // when the request was sent, on the Client's clock
 }
@@ -62,9 +63,11 @@ type grant struct {
 // acquireCall asks the coordinator for a lease as holder, waiting up to wait.
 type acquireCall func(ctx context.Context, holder string, ttl, wait time.Duration) (grant, error)
 
-func (c *Client) tryAcquire(name string) acquireCall {
+// tryAcquire asks for weight of name, of capacity capacity (0 and 0: an
+// exclusive lock).
+func (c *Client) tryAcquire(name string, capacity, weight uint32) acquireCall {
 	return func(ctx context.Context, holder string, ttl, wait time.Duration) (grant, error) {
-		req := &coordinatorv1.TryAcquireRequest{Name: name, Holder: holder, Ttl: durationpb.New(ttl)}
+		req := &coordinatorv1.TryAcquireRequest{Name: name, Holder: holder, Ttl: durationpb.New(ttl), Capacity: capacity, Weight: weight}
 		if wait > 0 {
 			req.Wait = durationpb.New(wait)
 		}
@@ -80,6 +83,7 @@ func (c *Client) tryAcquire(name string) acquireCall {
 			token:    resp.GetLease().GetToken(),
 			ttl:      durationOr(resp.GetLease().GetTtl(), ttl),
 			value:    resp.GetLease().GetValue(),
+			weight:   max(int64(resp.GetLease().GetWeight()), 1),
 			sent:     sent,
 		}, nil
 	}
@@ -167,6 +171,7 @@ func (c *Client) acquire(ctx context.Context, cfg lockConfig, wait bool, kind, n
 			continue
 		}
 		l := c.newLease(kind, name, holder, g.token, g.ttl, sent)
+		l.weight = max(g.weight, 1)
 		if !c.clock.Now().Before(l.deadline) {
 			c.abandon(ctx, name, holder)
 			return nil, fmt.Errorf("coordinator: %s %q: every grant arrived after its validity ended (the coordinator answers slower than the TTL %s allows)", kind, name, cfg.ttl)
@@ -206,10 +211,20 @@ func (c *Client) abandon(ctx context.Context, name, holder string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
 	d, err := c.api.Describe(ctx, &coordinatorv1.DescribeRequest{Name: name})
-	if err != nil || !d.GetHeld() || d.GetLease().GetHolder() != holder {
+	if err != nil || !d.GetHeld() {
 		return
 	}
-	if _, err := c.api.Release(ctx, &coordinatorv1.ReleaseRequest{Name: name, Holder: holder, Token: d.GetLease().GetToken()}); err != nil {
+	// A semaphore's holder may be any of its grants.
+	var token uint64
+	for _, l := range append(d.GetHolders(), d.GetLease()) {
+		if l.GetHolder() == holder {
+			token = l.GetToken()
+		}
+	}
+	if token == 0 {
+		return
+	}
+	if _, err := c.api.Release(ctx, &coordinatorv1.ReleaseRequest{Name: name, Holder: holder, Token: token}); err != nil {
 		c.log.Warn("coordinator: could not give up a lease granted to an abandoned acquisition; it expires after its TTL",
 			"name", name, "holder", holder, "err", err)
 	}

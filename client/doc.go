@@ -2,7 +2,9 @@
 // elections as leases that renew themselves.
 //
 // A Client connects to one coordinator. TryLock and Lock return a *Lease on
-// a name; Campaign and RunAsLeader make this process the leader of an
+// a name; Semaphore(name, n) shares a name among holders of weights that sum
+// to at most n (Acquire, TryAcquire), and RWMutex(name) among readers or one
+// writer (RLock, Lock), each share a *Lease of its own; Campaign and RunAsLeader make this process the leader of an
 // election (a *Leadership); Leader and Observe tell who leads. Every blocking
 // call takes a context.
 //
@@ -52,10 +54,14 @@
 //
 // # Guarantees and limits
 //
-// The coordinator grants a name to at most one holder at a time, and every
-// grant carries a fencing token (Lease.Token, Leadership.Term) larger than
-// every earlier grant's for that name, across releases, expiries, restarts
-// and store data loss. Waiters (Lock, Campaign) are served in arrival order.
+// The coordinator grants a lock to at most one holder at a time (the shares
+// of a semaphore never weigh more than its capacity), and every grant
+// carries a fencing token (Lease.Token, Leadership.Term) larger than every
+// earlier grant's for that name, across releases, expiries, restarts and
+// store data loss. Waiters (Lock, Acquire, RLock, Campaign) are served in
+// arrival order. Of a semaphore's shares, the tokens order the grants, not
+// the holders' actions: a resource can refuse every token below the last
+// writer's (a share of the whole capacity), not order two readers.
 //
 // A lease does not stop its holder from acting after it ended. A process
 // that is paused (a long GC, a stopped VM, a swapped-out page) or whose

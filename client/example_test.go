@@ -47,6 +47,70 @@ func ExampleClient_TryLock() {
 	// coordinator: released
 }
 
+func ExampleSemaphore() {
+	addr, stop := startCoordinator()
+	defer stop()
+	ctx := context.Background()
+
+	c, err := client.New(addr)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer func() { _ = c.Close() }()
+
+	// At most 5 migrations at once, across every process that uses the name
+	// with the same capacity. Each share is a lease of its own.
+	sem := c.Semaphore("db/migrations", 5)
+	big, err := sem.Acquire(ctx, 3) // waits in arrival order when full
+	if err != nil {
+		log.Fatal(err)
+	}
+	small, err := sem.TryAcquire(ctx, 2)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("held:", big.Weight()+small.Weight(), "tokens increase:", small.Token() > big.Token())
+	_, err = sem.TryAcquire(ctx, 1)
+	fmt.Println("full:", errors.Is(err, client.ErrNotAcquired))
+	_ = small.Release(ctx)
+	_ = big.Release(ctx)
+	// Output:
+	// held: 5 tokens increase: true
+	// full: true
+}
+
+func ExampleRWMutex() {
+	addr, stop := startCoordinator()
+	defer stop()
+	ctx := context.Background()
+
+	c, err := client.New(addr)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer func() { _ = c.Close() }()
+
+	rw := c.RWMutex("config/routes")
+	reader, err := rw.RLock(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	_, err = rw.TryLock(ctx)
+	fmt.Println("writer refused beside a reader:", errors.Is(err, client.ErrNotAcquired))
+	_ = reader.Release(ctx)
+
+	writer, err := rw.Lock(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	// A resource refuses tokens below the last writer's.
+	fmt.Println("writer's token above the reader's:", writer.Token() > reader.Token())
+	_ = writer.Release(ctx)
+	// Output:
+	// writer refused beside a reader: true
+	// writer's token above the reader's: true
+}
+
 func ExampleClient_Lock() {
 	addr, stop := startCoordinator()
 	defer stop()

@@ -11,8 +11,9 @@ import (
 	"github.com/coordinator-dev/coordinator/internal/backoff"
 )
 
-// Lease is a lock held through a Client: an exclusive, time-bounded grant of
-// a name, renewed in the background until it is released or lost.
+// Lease is a lock, or a share of a semaphore or read-write lock, held
+// through a Client: a time-bounded grant of a name, renewed in the
+// background until it is released or lost.
 //
 // Check Done (or use Context) before and while acting on what the lock
 // protects, and hand Token to the protected resource so that it can refuse
@@ -31,6 +32,10 @@ func (l *Lease) Holder() string { return l.l.holder }
 // Token is the fencing token: it is larger than that of every earlier grant
 // of the name, and stays the same across renewals.
 func (l *Lease) Token() uint64 { return l.l.token }
+
+// Weight is how much of the name's capacity the lease holds: 1 for a lock
+// or a reader, the whole capacity for a writer.
+func (l *Lease) Weight() int64 { return l.l.weight }
 
 // TTL is the lease's time to live, as last granted.
 func (l *Lease) TTL() time.Duration { return l.l.currentTTL() }
@@ -70,6 +75,9 @@ func (l *Lease) Release(ctx context.Context) error {
 
 // String describes the lease for logs.
 func (l *Lease) String() string {
+	if l.l.kind != "lock" {
+		return fmt.Sprintf("%s %q held by %s with weight %d and token %d", l.l.kind, l.l.name, l.l.holder, l.l.weight, l.l.token)
+	}
 	return fmt.Sprintf("lock %q held by %s with token %d", l.l.name, l.l.holder, l.l.token)
 }
 
@@ -77,10 +85,11 @@ func (l *Lease) String() string {
 // Client's renewer renews.
 type lease struct {
 	c      *Client
-	kind   string // "lock" or "leadership", for messages
+	kind   string // "lock", "semaphore", "read lock", "write lock" or "leadership", for messages
 	name   string
 	holder string
 	token  uint64
+	weight int64 // of the name's capacity; 1 for a lock or leadership
 
 	// ended is cancelled, with the reason as its cause, when the lease ends.
 	ended  context.Context
@@ -102,7 +111,7 @@ type lease struct {
 
 func (c *Client) newLease(kind, name, holder string, token uint64, ttl time.Duration, sent time.Time) *lease {
 	ended, finish := context.WithCancelCause(context.Background())
-	l := &lease{c: c, kind: kind, name: name, holder: holder, token: token, ended: ended, finish: finish, index: -1}
+	l := &lease{c: c, kind: kind, name: name, holder: holder, token: token, weight: 1, ended: ended, finish: finish, index: -1}
 	l.granted(sent, ttl)
 	return l
 }

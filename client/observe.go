@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -24,6 +25,9 @@ const (
 	Proclaimed
 	// Vacant: the election has no leader (it resigned or its term expired).
 	Vacant
+	// Holders: the name has a capacity above 1 (a semaphore or read-write
+	// lock) and its grants changed; LeaderEvent.Holders is the whole set.
+	Holders
 )
 
 // String is the kind's name: ELECTED, PROCLAIMED or VACANT.
@@ -35,6 +39,8 @@ func (k EventKind) String() string {
 		return "PROCLAIMED"
 	case Vacant:
 		return "VACANT"
+	case Holders:
+		return "HOLDERS"
 	}
 	return "UNKNOWN"
 }
@@ -42,13 +48,27 @@ func (k EventKind) String() string {
 // LeaderEvent is a change of an election's leadership.
 type LeaderEvent struct {
 	Kind EventKind
-	// Leader is the leader after the change; zero when Kind is Vacant.
+	// Leader is the leader after the change; zero when Kind is Vacant or
+	// Holders.
 	Leader LeaderInfo
+	// Holders, when Kind is Holders, are the semaphore's live grants in
+	// token order (none when it fell free), and Capacity its capacity.
+	Holders  []HolderInfo
+	Capacity int64
+}
+
+// HolderInfo is one grant of a semaphore, as Observe reports it.
+type HolderInfo struct {
+	Holder    string
+	Token     uint64
+	Weight    int64
+	ExpiresAt time.Time // by the coordinator's clock
 }
 
 // Observe streams the changes of election's leadership. The first event is
 // the current state (Elected with the sitting leader, or Vacant), then
-// every change in order. A term always ends (Vacant) before the next begins
+// every change in order. On a name of capacity above 1 (a semaphore or
+// read-write lock) every event is Holders, with the whole set of grants. A term always ends (Vacant) before the next begins
 // (Elected), and the same state is never delivered twice in a row.
 //
 // Observe reconnects with backoff when the stream breaks (the coordinator
@@ -141,6 +161,20 @@ func permanent(err error) bool {
 // transition returns the events that take a consumer who last saw last
 // (nil: nothing yet) to the state ev reports.
 func transition(last *LeaderEvent, ev *coordinatorv1.LeaderEvent) []LeaderEvent {
+	if ev.GetKind() == coordinatorv1.LeaderEvent_KIND_HOLDERS {
+		cur := LeaderEvent{Kind: Holders, Capacity: int64(max(ev.GetCapacity(), 1))}
+		for _, l := range ev.GetHolders() {
+			cur.Holders = append(cur.Holders, HolderInfo{Holder: l.GetHolder(), Token: l.GetToken(),
+				Weight: int64(max(l.GetWeight(), 1)), ExpiresAt: l.GetExpiresAt().AsTime()})
+		}
+		if last != nil && last.Kind == Holders && sameHolders(last, &cur) {
+			return nil
+		}
+		return []LeaderEvent{cur}
+	}
+	if last != nil && last.Kind == Holders {
+		last = nil // a semaphore turned back into a lock: start over
+	}
 	if ev.GetKind() == coordinatorv1.LeaderEvent_KIND_VACANT || ev.GetLeader() == nil {
 		if last != nil && last.Kind == Vacant {
 			return nil
@@ -157,4 +191,16 @@ func transition(last *LeaderEvent, ev *coordinatorv1.LeaderEvent) []LeaderEvent 
 		return []LeaderEvent{{Kind: Proclaimed, Leader: cur}}
 	}
 	return nil // what was delivered last
+}
+
+func sameHolders(a, b *LeaderEvent) bool {
+	if a.Capacity != b.Capacity || len(a.Holders) != len(b.Holders) {
+		return false
+	}
+	for i := range a.Holders {
+		if a.Holders[i].Token != b.Holders[i].Token || a.Holders[i].Holder != b.Holders[i].Holder {
+			return false
+		}
+	}
+	return true
 }

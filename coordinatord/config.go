@@ -117,6 +117,7 @@ func ParseConfig(fs *flag.FlagSet, args []string, lookupEnv func(string) (string
 	limitFlag(v, &c.Limits.WaitsPerConn, limits.WaitsPerConn, limits.DefaultWaitsPerConn, "most TryAcquire/Campaign calls with a wait one client connection may have in progress")
 	limitFlag(v, &c.Limits.Waits, limits.Waits, limits.DefaultWaits, "most TryAcquire/Campaign calls with a wait in progress on this coordinator")
 	limitFlag(v, &c.Limits.LeasesPerHolder, limits.LeasesPerHolder, limits.DefaultLeasesPerHolder, "most leases one holder may hold through this coordinator")
+	limitFlag(v, &c.Limits.HoldersPerName, limits.HoldersPerName, limits.DefaultHoldersPerName, "most grants one name (a semaphore) may carry at once, lock delays included")
 	c.Log.Flags(v, "COORDINATOR")
 	v.String(&c.CPUProfile, "cpu-profile", "COORDINATOR_CPU_PROFILE", "", "write a CPU profile of the whole run to this `file` at a clean shutdown, for go tool pprof (diagnosis; empty: off)")
 	fs.BoolVar(&c.PrintVersion, "version", false, "print the version and VCS revision, and exit")
@@ -154,6 +155,7 @@ func ParseConfig(fs *flag.FlagSet, args []string, lookupEnv func(string) (string
 		{c.Limits.WaitsPerConn, limits.WaitsPerConn},
 		{c.Limits.Waits, limits.Waits},
 		{c.Limits.LeasesPerHolder, limits.LeasesPerHolder},
+		{c.Limits.HoldersPerName, limits.HoldersPerName},
 	} {
 		if l.n < 0 {
 			errs = append(errs, fmt.Errorf("%s: must not be negative (0: no limit)", l.cap.Flag))

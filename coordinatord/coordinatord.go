@@ -196,7 +196,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		opts = append(opts, grpc.MaxConcurrentStreams(uint32(min(l.StreamsPerConn+l.WaitsPerConn+unaryHeadroom, 1<<30))))
 	}
 	grpcServer := grpc.NewServer(opts...)
-	svc := server.NewService(st, server.ServiceOptions{MaxTTL: cfg.MaxTTL, Reconcile: cfg.ObserveReconcile, Metrics: metrics, Log: log})
+	svc := server.NewService(st, server.ServiceOptions{MaxTTL: cfg.MaxTTL, Reconcile: cfg.ObserveReconcile, Metrics: metrics, Log: log,
+		MaxHoldersPerName: cfg.Limits.HoldersPerName, RefuseHolders: limiter.RefuseHolders})
 	coordinatorv1.RegisterCoordinatorServer(grpcServer, svc)
 	healthServer := health.NewServer()
 	healthpb.RegisterHealthServer(grpcServer, healthServer)

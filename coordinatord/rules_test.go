@@ -38,7 +38,10 @@ func TestValidationFollowsTheProtoRules(t *testing.T) {
 	}{
 		"coordinator.v1.TryAcquireRequest": {
 			func() proto.Message {
-				return &coordinatorv1.TryAcquireRequest{Name: fresh(), Holder: "h", Ttl: ttl}
+				// The largest capacity, so that every weight up to its
+				// max_value fits (a weight above the capacity is refused
+				// naming "weight" too).
+				return &coordinatorv1.TryAcquireRequest{Name: fresh(), Holder: "h", Ttl: ttl, Capacity: uint32(server.MaxCapacity)}
 			},
 			func(m proto.Message) error {
 				_, err := c.client.TryAcquire(ctx, m.(*coordinatorv1.TryAcquireRequest))
@@ -202,6 +205,12 @@ func fieldCases(fd protoreflect.FieldDescriptor, rules *coordinatorv1.FieldRules
 	case protoreflect.Uint64Kind:
 		if rules.GetRequired() {
 			add("zero", protoreflect.ValueOfUint64(0), true)
+		}
+	case protoreflect.Uint32Kind:
+		if n := rules.GetMaxValue(); n > 0 {
+			add("zero (the default)", protoreflect.ValueOfUint32(0), false)
+			add("at max_value", protoreflect.ValueOfUint32(n), false)
+			add("past max_value", protoreflect.ValueOfUint32(n+1), true)
 		}
 	case protoreflect.Int32Kind:
 		if n := int32(rules.GetMaxValue()); n > 0 {

@@ -50,9 +50,14 @@ func (s *Service) countAcquire(req store.AcquireRequest, res store.AcquireResult
 		return res, nil
 	}
 	var quarantine *store.QuarantineError
-	if errors.As(err, &quarantine) {
+	var holders *store.HolderLimitError
+	switch {
+	case errors.As(err, &holders):
+		s.metrics.notAcquired.Inc()
+		return res, s.refuseHolders(holders.Limit, holders.Name)
+	case errors.As(err, &quarantine):
 		s.metrics.quarantined.Inc()
-	} else {
+	default:
 		s.metrics.acquireErrors.Inc()
 	}
 	return res, storeError(err)

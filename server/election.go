@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 
 	"google.golang.org/grpc/status"
@@ -126,8 +127,28 @@ func (s *Service) Observe(req *coordinatorv1.ObserveRequest, stream coordinatorv
 	}
 }
 
-// observedState is what observers last saw of an election.
+// observedState is what observers last saw of an election, or of a name of
+// capacity above 1 (a semaphore): its capacity and grants.
 type observedState struct {
-	held  bool
-	lease store.Lease
+	held     bool
+	lease    store.Lease
+	capacity int64
+	holders  []store.Lease
+}
+
+// shared reports whether the name is a semaphore, observed by its holders.
+func (o *observedState) shared() bool { return o.capacity > 1 }
+
+// sameHolders reports whether a and b hold the same grants with the same
+// values.
+func sameHolders(a, b []store.Lease) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Token != b[i].Token || a[i].Holder != b[i].Holder || !bytes.Equal(a[i].Value, b[i].Value) {
+			return false
+		}
+	}
+	return true
 }

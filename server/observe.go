@@ -403,7 +403,7 @@ func (o *observers) read(batch []*hub) {
 	}
 
 	for i, h := range batch {
-		o.apply(h, &observedState{held: ds[i].Held, lease: ds[i].Lease})
+		o.apply(h, &observedState{held: ds[i].Held, lease: ds[i].Lease, capacity: ds[i].Capacity, holders: ds[i].Holders})
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -438,7 +438,14 @@ func (o *observers) scheduleLocked(h *hub, d store.Description) {
 	}
 	h.termEnds = time.Time{}
 	if d.Held {
-		until := time.Until(d.Lease.ExpiresAt) + time.Millisecond
+		// The first grant to end (of a semaphore's, the earliest).
+		ends := d.Lease.ExpiresAt
+		for _, l := range d.Holders {
+			if l.ExpiresAt.Before(ends) {
+				ends = l.ExpiresAt
+			}
+		}
+		until := time.Until(ends) + time.Millisecond
 		if until > 0 {
 			h.recheck = 0
 		} else {
@@ -469,6 +476,15 @@ func (o *observers) apply(h *hub, cur *observedState) {
 		o.events.Publish(h.name, snapshotEvent(cur))
 		return
 	}
+	if cur.shared() || prev.shared() {
+		// A semaphore's observers get its whole set of grants after each
+		// change; a name that turns back into a lock reports its holders
+		// once more, empty or its one holder, then leaders.
+		if cur.capacity != prev.capacity || !sameHolders(cur.holders, prev.holders) {
+			o.events.Publish(h.name, holdersEvent(cur))
+		}
+		return
+	}
 	newTerm := cur.held && (!prev.held || cur.lease.Token != prev.lease.Token)
 	if prev.held && (!cur.held || newTerm) {
 		// A term always ends before the next begins, even when both
@@ -491,6 +507,11 @@ func spread(d time.Duration) time.Duration {
 // snapshotEvent is an observer's first message: the election's state, marked
 // initial so that a sitting leader does not look like one just elected.
 func snapshotEvent(s *observedState) *coordinatorv1.ObserveResponse {
+	if s.shared() {
+		resp := holdersEvent(s)
+		resp.Initial = true
+		return resp
+	}
 	resp := change(coordinatorv1.LeaderEvent_KIND_VACANT, nil)
 	if s.held {
 		resp = change(coordinatorv1.LeaderEvent_KIND_ELECTED, leaderToProto(s.lease))
@@ -501,4 +522,11 @@ func snapshotEvent(s *observedState) *coordinatorv1.ObserveResponse {
 
 func change(kind coordinatorv1.LeaderEvent_Kind, leader *coordinatorv1.Leader) *coordinatorv1.ObserveResponse {
 	return &coordinatorv1.ObserveResponse{Event: &coordinatorv1.LeaderEvent{Kind: kind, Leader: leader}}
+}
+
+// holdersEvent reports a semaphore's grants.
+func holdersEvent(s *observedState) *coordinatorv1.ObserveResponse {
+	return &coordinatorv1.ObserveResponse{Event: &coordinatorv1.LeaderEvent{
+		Kind: coordinatorv1.LeaderEvent_KIND_HOLDERS, Holders: leasesToProto(s.holders), Capacity: uint32(max(s.capacity, 1)),
+	}}
 }

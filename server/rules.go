@@ -20,6 +20,8 @@ var (
 	MaxHolderBytes = int(fieldRules(&coordinatorv1.TryAcquireRequest{}, "holder").GetMaxBytes())
 	MinTTL         = millis(fieldRules(&coordinatorv1.TryAcquireRequest{}, "ttl").GetMinMillis())
 	MaxWait        = millis(fieldRules(&coordinatorv1.TryAcquireRequest{}, "wait").GetMaxMillis())
+	// MaxCapacity is the largest capacity of a name, and of a weight.
+	MaxCapacity = int64(fieldRules(&coordinatorv1.TryAcquireRequest{}, "capacity").GetMaxValue())
 	// MaxValueBytes bounds a proclaimed value: it is sent to every observer.
 	MaxValueBytes = int(fieldRules(&coordinatorv1.CampaignRequest{}, "value").GetMaxBytes())
 	// MaxPageSize is the largest List page; larger page sizes are lowered.

@@ -25,10 +25,13 @@ const defaultPageSize = 100
 type Service struct {
 	coordinatorv1.UnimplementedCoordinatorServer
 
-	store   store.Store
-	maxTTL  time.Duration
-	metrics *Metrics
-	log     *slog.Logger
+	store      store.Store
+	maxTTL     time.Duration
+	maxHolders int
+	// refuseHolders makes the error of a grant refused at the holder cap.
+	refuseHolders func(limit int, name string) error
+	metrics       *Metrics
+	log           *slog.Logger
 
 	observers *observers
 	lines     *waitLines
@@ -50,6 +53,13 @@ type ServiceOptions struct {
 	// can leave observers of a vacant election stale. Each observed election
 	// costs the store about one read per interval.
 	Reconcile time.Duration
+	// MaxHoldersPerName caps the grants one name carries at once (lock
+	// delays included); 0 means no cap but the capacity.
+	MaxHoldersPerName int
+	// RefuseHolders, when set, makes the error of a grant refused at that
+	// cap (the middleware's, which counts it with the other caps); without,
+	// it is a plain ResourceExhausted.
+	RefuseHolders func(limit int, name string) error
 	// Metrics receives the lease metrics (default: kept, not exported).
 	Metrics *Metrics
 	// Log receives the service's own log lines (default: discarded).
@@ -78,14 +88,26 @@ func NewService(st store.Store, opts ServiceOptions) *Service {
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
+	maxHolders := opts.MaxHoldersPerName
+	if maxHolders <= 0 {
+		maxHolders = store.MaxCapacity // no cap: each grant weighs at least 1
+	}
+	refuseHolders := opts.RefuseHolders
+	if refuseHolders == nil {
+		refuseHolders = func(limit int, name string) error {
+			return status.Errorf(codes.ResourceExhausted, "too many holders of %q: the limit is %d", name, limit)
+		}
+	}
 	return &Service{
-		store:     st,
-		maxTTL:    opts.MaxTTL,
-		metrics:   opts.Metrics,
-		log:       opts.Log,
-		observers: newObservers(st, opts.Reconcile, opts.Log),
-		lines:     newWaitLines(st, opts.Log),
-		stopping:  make(chan struct{}),
+		store:         st,
+		maxTTL:        opts.MaxTTL,
+		maxHolders:    maxHolders,
+		refuseHolders: refuseHolders,
+		metrics:       opts.Metrics,
+		log:           opts.Log,
+		observers:     newObservers(st, opts.Reconcile, opts.Log),
+		lines:         newWaitLines(st, opts.Log),
+		stopping:      make(chan struct{}),
 	}
 }
 
@@ -104,12 +126,16 @@ func (s *Service) TryAcquire(ctx context.Context, req *coordinatorv1.TryAcquireR
 	v.holder("holder", req.GetHolder())
 	ttl := v.ttl("ttl", req.GetTtl(), s.maxTTL)
 	wait := v.wait("wait", req.GetWait())
+	capacity, weight := v.share(req.GetCapacity(), req.GetWeight())
 	if err := v.Err(); err != nil {
 		return nil, err
 	}
 	// KeepValue: a lock call by an election's leader on its own name renews
 	// the lease and must not erase the leader's proclaimed value.
-	res, err := s.acquire(ctx, store.AcquireRequest{Name: req.GetName(), Holder: req.GetHolder(), TTL: ttl, KeepValue: true}, wait)
+	res, err := s.acquire(ctx, store.AcquireRequest{
+		Name: req.GetName(), Holder: req.GetHolder(), TTL: ttl, KeepValue: true,
+		Capacity: capacity, Weight: weight, MaxHolders: s.maxHolders,
+	}, wait)
 	if err != nil {
 		return nil, err
 	}
@@ -204,7 +230,8 @@ func (s *Service) Describe(ctx context.Context, req *coordinatorv1.DescribeReque
 	if err != nil {
 		return nil, storeError(err)
 	}
-	resp := &coordinatorv1.DescribeResponse{Held: d.Held, LastToken: d.LastToken, Waiters: uint32(d.Waiters)}
+	resp := &coordinatorv1.DescribeResponse{Held: d.Held, LastToken: d.LastToken, Waiters: uint32(d.Waiters),
+		Capacity: uint32(max(d.Capacity, 1)), WaitingWeight: uint64(d.WaitingWeight), Holders: leasesToProto(d.Holders)}
 	if d.Held {
 		resp.Lease = leaseToProto(d.Lease)
 	}
@@ -250,5 +277,17 @@ func leaseToProto(l store.Lease) *coordinatorv1.Lease {
 		Ttl:       durationpb.New(l.TTL),
 		ExpiresAt: timestamppb.New(l.ExpiresAt),
 		Value:     l.Value,
+		Weight:    uint32(max(l.Weight, 1)),
 	}
+}
+
+func leasesToProto(ls []store.Lease) []*coordinatorv1.Lease {
+	if len(ls) == 0 {
+		return nil
+	}
+	out := make([]*coordinatorv1.Lease, len(ls))
+	for i, l := range ls {
+		out[i] = leaseToProto(l)
+	}
+	return out
 }

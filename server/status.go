@@ -38,7 +38,15 @@ func errLeaseNotHeld(name string) error {
 // does not recognise becomes Internal: never a wrong answer.
 func storeError(err error) error {
 	var quarantine *store.QuarantineError
+	var capacity *store.CapacityError
 	switch {
+	case errors.As(err, &capacity):
+		return statusWithDetails(codes.FailedPrecondition, capacity.Error(),
+			errorInfo(coordinatorv1.ErrorReason_CAPACITY_MISMATCH, map[string]string{
+				"name":      capacity.Name,
+				"capacity":  strconv.FormatInt(capacity.Have, 10),
+				"requested": strconv.FormatInt(capacity.Asked, 10),
+			}))
 	case errors.As(err, &quarantine):
 		return statusWithDetails(codes.Unavailable, err.Error(),
 			errorInfo(coordinatorv1.ErrorReason_DATA_LOSS_QUARANTINE, map[string]string{

@@ -55,6 +55,11 @@ func FuzzValidation(f *testing.F) {
 	for _, holder := range []string{strings.Repeat("h", 128), strings.Repeat("h", 129), "h\x7f", "h\tx", "\xc3"} {
 		f.Add(uint8(0), "n", holder, []byte(nil), uint64(0), int64(30), int32(0), int64(0), int32(0), uint8(2))
 	}
+	// capacity | weight<<32: a semaphore's share, a weight past the
+	// capacity, past the largest capacity.
+	for _, n := range []uint64{5 | 2<<32, 5 | 6<<32, 0 | 2<<32, 1_000_000 | 1_000_000<<32, 1_000_001 | 1<<32, 1_000_000 | 1_000_001<<32} {
+		f.Add(uint8(0), "team-a/pool", "h", []byte(nil), n, int64(30), int32(0), int64(0), int32(0), uint8(2))
+	}
 	f.Add(uint8(1), "team-a/job", "h", []byte(nil), uint64(7), int64(30), int32(0), int64(0), int32(0), uint8(2)) // renew
 	f.Add(uint8(1), "team-a/job", "h", []byte(nil), uint64(0), int64(30), int32(0), int64(0), int32(0), uint8(2))
 	f.Add(uint8(2), "team-a/job", "h", []byte(nil), uint64(7), int64(0), int32(0), int64(0), int32(0), uint8(3)) // release
@@ -121,7 +126,7 @@ func FuzzValidation(f *testing.F) {
 func fuzzRequest(which uint8, a, b string, value []byte, n uint64, ttl, wait *durationpb.Duration) proto.Message {
 	switch which % 10 {
 	case 0:
-		return &coordinatorv1.TryAcquireRequest{Name: a, Holder: b, Ttl: ttl, Wait: wait}
+		return &coordinatorv1.TryAcquireRequest{Name: a, Holder: b, Ttl: ttl, Wait: wait, Capacity: uint32(n), Weight: uint32(n >> 32)}
 	case 1:
 		return &coordinatorv1.RenewRequest{Name: a, Holder: b, Token: n, Ttl: ttl}
 	case 2:
@@ -235,6 +240,14 @@ func brokenFields(m protoreflect.Message, maxTTL time.Duration) map[string]bool 
 	for i := range fields.Len() {
 		fd := fields.Get(i)
 		name := string(fd.Name())
+		if m.Descriptor().FullName() == "coordinator.v1.TryAcquireRequest" && name == "weight" {
+			// At most max_value, and at most the capacity (0 meaning 1).
+			capacity := max(m.Get(fields.ByName("capacity")).Uint(), 1)
+			if w := m.Get(fd).Uint(); w > uint64(server.FieldRules(fd).GetMaxValue()) || w > capacity {
+				out[name] = true
+			}
+			continue
+		}
 		if m.Descriptor().FullName() == "coordinator.v1.ListRequest" && name == "page_token" {
 			if _, err := base64.RawURLEncoding.DecodeString(m.Get(fd).String()); err != nil {
 				out[name] = true
@@ -277,6 +290,8 @@ func breaks(fd protoreflect.FieldDescriptor, rules *coordinatorv1.FieldRules, m 
 		return rules.GetMaxBytes() > 0 && len(v.Bytes()) > int(rules.GetMaxBytes())
 	case protoreflect.Uint64Kind:
 		return rules.GetRequired() && v.Uint() == 0
+	case protoreflect.Uint32Kind:
+		return rules.GetMaxValue() > 0 && v.Uint() > uint64(rules.GetMaxValue())
 	case protoreflect.Int32Kind:
 		return v.Int() < 0 // page_size: larger values than max_value are lowered
 	case protoreflect.MessageKind:

@@ -20,7 +20,17 @@ type heldJSON struct {
 	Token     uint64    `json:"token"`
 	TTL       string    `json:"ttl"`
 	ExpiresAt time.Time `json:"expires_at"`
+	Weight    uint32    `json:"weight"`
 	valueJSON
+}
+
+// heldWeight sums the weights of a name's grants.
+func heldWeight(ls []*coordinatorv1.Lease) uint64 {
+	var sum uint64
+	for _, l := range ls {
+		sum += uint64(max(l.GetWeight(), 1))
+	}
+	return sum
 }
 
 // valueJSON is a lease's value in JSON output: as text when it is UTF-8,
@@ -44,7 +54,7 @@ func newValueJSON(v []byte) valueJSON {
 
 func newHeldJSON(l *coordinatorv1.Lease) heldJSON {
 	j := heldJSON{Name: l.GetName(), Holder: l.GetHolder(), Token: l.GetToken(),
-		TTL: l.GetTtl().AsDuration().String(), ExpiresAt: l.GetExpiresAt().AsTime()}
+		TTL: l.GetTtl().AsDuration().String(), ExpiresAt: l.GetExpiresAt().AsTime(), Weight: max(l.GetWeight(), 1)}
 	j.valueJSON = newValueJSON(l.GetValue())
 	return j
 }
@@ -59,17 +69,34 @@ func runDescribe(a *cli, args, _ []string) int {
 		}
 		if a.output == "json" {
 			j := struct {
-				Name      string    `json:"name"`
-				Held      bool      `json:"held"`
-				Lease     *heldJSON `json:"lease,omitempty"`
-				LastToken uint64    `json:"last_token"`
-				Waiters   uint32    `json:"waiters"`
-			}{Name: name, Held: d.GetHeld(), LastToken: d.GetLastToken(), Waiters: d.GetWaiters()}
+				Name          string     `json:"name"`
+				Held          bool       `json:"held"`
+				Lease         *heldJSON  `json:"lease,omitempty"`
+				Holders       []heldJSON `json:"holders,omitempty"`
+				Capacity      uint32     `json:"capacity"`
+				LastToken     uint64     `json:"last_token"`
+				Waiters       uint32     `json:"waiters"`
+				WaitingWeight uint64     `json:"waiting_weight"`
+			}{Name: name, Held: d.GetHeld(), Capacity: max(d.GetCapacity(), 1), LastToken: d.GetLastToken(),
+				Waiters: d.GetWaiters(), WaitingWeight: d.GetWaitingWeight()}
 			if d.GetHeld() {
 				l := newHeldJSON(d.GetLease())
 				j.Lease = &l
 			}
+			for _, h := range d.GetHolders() {
+				j.Holders = append(j.Holders, newHeldJSON(h))
+			}
 			a.printJSON(j)
+			return app.ExitOK
+		}
+		if d.GetCapacity() > 1 {
+			// A semaphore or read-write lock: every share on a line.
+			a.printf("%s: capacity %d, %d held by %d holders\n", name, d.GetCapacity(), heldWeight(d.GetHolders()), len(d.GetHolders()))
+			for _, l := range d.GetHolders() {
+				a.printf("  weight %d held by %s with token %d, ttl %s, expires %s\n", max(l.GetWeight(), 1),
+					l.GetHolder(), l.GetToken(), l.GetTtl().AsDuration(), l.GetExpiresAt().AsTime().Local().Format(time.RFC3339Nano))
+			}
+			a.printf("last token %d, %d waiting for %d\n", d.GetLastToken(), d.GetWaiters(), d.GetWaitingWeight())
 			return app.ExitOK
 		}
 		if d.GetHeld() {

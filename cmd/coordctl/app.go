@@ -35,7 +35,7 @@ var commands map[string]command
 
 func init() {
 	commands = map[string]command{
-		"lock":     {"NAME [-- CMD ARGS…]", "wait for the lock NAME, then run CMD under it (or hold it until interrupted)", 1, 1, true, runLock},
+		"lock":     {"NAME [-- CMD ARGS…]", "wait for the lock NAME (with -n, one of its N slots; with -shared or -write, a read or write lock), then run CMD under it (or hold it until interrupted)", 1, 1, true, runLock},
 		"elect":    {"ELECTION VALUE [-- CMD ARGS…]", "campaign until elected, then run CMD as the leader (or lead until interrupted)", 2, 2, true, runElect},
 		"leader":   {"ELECTION", "show the sitting leader (exit 1 when there is none)", 1, 1, false, runLeader},
 		"observe":  {"ELECTION", "print every change of leadership, one line each, until interrupted", 1, 1, false, runObserve},
@@ -62,6 +62,8 @@ type cli struct {
 	tlsOn          bool
 	tlsFiles       app.TLSFiles
 	version        bool
+	slots          int64 // lock -n: the semaphore's capacity
+	shared, write  bool  // lock -shared, -write: a reader or writer of a read-write lock
 
 	tls *tls.Config // from the TLS flags, by check; nil: plaintext
 }
@@ -80,6 +82,9 @@ func (a *cli) flagSet(name string) *flag.FlagSet {
 	fs.DurationVar(&a.timeout, "timeout", 0, "lock, elect: how long to wait for the lock or leadership, connecting included (0: no limit);\n"+
 		"leader, describe, list, release: how long the call may take (0: 10s); observe: not used")
 	fs.DurationVar(&a.connectTimeout, "connect-timeout", 10*time.Second, "lock, elect, observe: how long to try to reach the coordinator before failing (0: no limit)")
+	fs.Int64Var(&a.slots, "n", 1, "lock: hold one of the N slots of the semaphore NAME (every user of NAME must give the same N)")
+	fs.BoolVar(&a.shared, "shared", false, "lock: hold NAME as a reader of a read-write lock, beside other readers")
+	fs.BoolVar(&a.write, "write", false, "lock: hold NAME as the writer of a read-write lock (a plain lock on such a name is refused: its capacity differs)")
 	fs.DurationVar(&a.grace, "grace", 10*time.Second, "after SIGTERM, how long CMD may take to exit before SIGKILL")
 	fs.StringVar(&a.output, "o", "text", "output format: text or json")
 	fs.StringVar(&a.output, "output", "text", "output format: text or json (same as -o)")
@@ -102,6 +107,9 @@ func (a *cli) flagSet(name string) *flag.FlagSet {
 		b.WriteString(`
 lock and elect pass CMD the environment COORDINATOR_FENCING_TOKEN (the
 fencing token, or the term) and COORDINATOR_LOCK_NAME or COORDINATOR_ELECTION;
+lock -n N, -shared and -write hold a share of NAME: one of N slots, a read
+or the write lock of a read-write lock (a writer's token is above every
+token granted before it);
 CMD runs in its own process group, which gets SIGTERM (SIGKILL after -grace)
 when the lease is lost, and the signals coordctl gets.
 
@@ -150,6 +158,12 @@ func (a *cli) check() error {
 		return fmt.Errorf("-timeout %s: must not be negative", a.timeout)
 	case a.connectTimeout < 0:
 		return fmt.Errorf("-connect-timeout %s: must not be negative", a.connectTimeout)
+	case a.slots < 1 || a.slots > client.MaxCapacity:
+		return fmt.Errorf("-n %d: must be from 1 to %d", a.slots, client.MaxCapacity)
+	case a.shared && a.write:
+		return errors.New("-shared and -write: a read-write lock is held for reading or for writing")
+	case (a.shared || a.write) && a.slots != 1:
+		return errors.New("-n and -shared or -write: a semaphore's slots or a read-write lock, not both")
 	case (a.tlsFiles.Cert == "") != (a.tlsFiles.Key == ""):
 		return errors.New("-tls-cert and -tls-key go together")
 	}

@@ -424,3 +424,102 @@ func TestJSONOutputAndSignals(t *testing.T) {
 		t.Fatalf("leader after resigning: exit %d, %q", r.code, r.stdout)
 	}
 }
+
+// concurrency replays a log of "start ID" and "end ID" lines and returns the
+// most IDs inside at once, and the ones inside with a "w" ID among them.
+func concurrency(t *testing.T, log string) (most int, writerBeside bool) {
+	t.Helper()
+	data, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inside := map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		what, id, _ := strings.Cut(line, " ")
+		switch what {
+		case "start":
+			inside[id] = true
+		case "end":
+			delete(inside, id)
+		}
+		most = max(most, len(inside))
+		for in := range inside {
+			if strings.HasPrefix(in, "w") && len(inside) > 1 {
+				writerBeside = true
+			}
+		}
+	}
+	return most, writerBeside
+}
+
+func TestLockSlotsAndReadWriteLocks(t *testing.T) {
+	coord := coordtest.Start(t, coordtest.Config(t, "memory"))
+	script := `echo "start $ID" >> "$LOG"; sleep 0.3; echo "end $ID" >> "$LOG"`
+	run := func(log string, procs []string, args func(id string) []string) {
+		var wg sync.WaitGroup
+		for _, id := range procs {
+			wg.Go(func() {
+				r, err := runCoordctl(coord, []string{"ID=" + id, "LOG=" + log}, append(args(id), "--", "sh", "-c", script)...)
+				if err != nil {
+					t.Error(err)
+				} else if r.code != 0 {
+					t.Errorf("%s: exit %d: %s", id, r.code, r.stderr)
+				}
+			})
+		}
+		wg.Wait()
+	}
+
+	t.Run("lock -n 2 runs two commands at once, never three", func(t *testing.T) {
+		log := filepath.Join(t.TempDir(), "log")
+		run(log, []string{"a", "b", "c", "d"}, func(string) []string { return []string{"lock", "-n", "2", "slots"} })
+		if most, _ := concurrency(t, log); most != 2 {
+			t.Fatalf("%d commands ran at once; want 2", most)
+		}
+	})
+	t.Run("-shared readers run together, -write alone", func(t *testing.T) {
+		log := filepath.Join(t.TempDir(), "log")
+		run(log, []string{"r1", "r2", "r3", "w1"}, func(id string) []string {
+			if strings.HasPrefix(id, "w") {
+				return []string{"lock", "-write", "rw"}
+			}
+			return []string{"lock", "--shared", "rw"}
+		})
+		most, writerBeside := concurrency(t, log)
+		if most < 2 || writerBeside {
+			t.Fatalf("at most %d at once, a writer beside others: %v; want readers together and the writer alone", most, writerBeside)
+		}
+	})
+	t.Run("a plain lock on a read-write lock's name is refused while it is held", func(t *testing.T) {
+		reader, lines := background(t, coord, "lock", "-shared", "held-rw")
+		if line := nextLine(t, lines); !strings.HasPrefix(line, "read lock held-rw held by") {
+			t.Fatalf("reader said %q", line)
+		}
+		r := coordctl(t, coord, nil, "lock", "held-rw", "--", "true")
+		if r.code != 1 || !strings.Contains(r.stderr, "has capacity 1000000, request asked for 1") {
+			t.Fatalf("plain lock: exit %d, %q; want 1 naming both capacities", r.code, r.stderr)
+		}
+		d := coordctl(t, coord, nil, "describe", "held-rw")
+		if !strings.Contains(d.stdout, "capacity 1000000, 1 held by 1 holders") || !strings.Contains(d.stdout, "weight 1 held by") {
+			t.Fatalf("describe: %q", d.stdout)
+		}
+		_ = reader.Process.Signal(os.Interrupt)
+	})
+	t.Run("observe prints a semaphore's holders", func(t *testing.T) {
+		_, holder := background(t, coord, "lock", "-n", "3", "observed-slots")
+		if line := nextLine(t, holder); !strings.HasPrefix(line, "slot of 3 of observed-slots held by") {
+			t.Fatalf("holder said %q", line)
+		}
+		_, lines := background(t, coord, "observe", "observed-slots")
+		if line := nextLine(t, lines); !strings.HasPrefix(line, "HOLDERS observed-slots: 1 of 3 held by 1: ") {
+			t.Fatalf("observe said %q", line)
+		}
+	})
+	t.Run("bad flags", func(t *testing.T) {
+		for _, args := range [][]string{{"lock", "-n", "0", "x"}, {"lock", "-shared", "-write", "x"}, {"lock", "-n", "3", "-shared", "x"}} {
+			if r := coordctl(t, coord, nil, args...); r.code != 2 {
+				t.Errorf("%v: exit %d; want 2 (usage)", args, r.code)
+			}
+		}
+	})
+}

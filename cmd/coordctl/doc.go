@@ -1,13 +1,19 @@
 // Command coordctl is the coordinator's command-line client: it takes locks
 // and leaderships around commands, and shows and manages leases.
 //
-//	coordctl [flags] lock NAME [-- CMD ARGS…]
+//	coordctl [flags] lock [-n N | -shared | -write] NAME [-- CMD ARGS…]
 //	coordctl [flags] elect ELECTION VALUE [-- CMD ARGS…]
 //	coordctl [flags] leader ELECTION
 //	coordctl [flags] observe ELECTION
 //	coordctl [flags] describe NAME
 //	coordctl [flags] list [PREFIX]
 //	coordctl [flags] release NAME HOLDER TOKEN
+//
+// lock -n N holds one of the N slots of the semaphore NAME (Consul's
+// "consul lock -n"); every user of NAME must give the same N. -shared holds
+// NAME as a reader of a read-write lock, beside other readers; -write as
+// its writer. A plain lock (no flag) on a read-write lock's name is refused
+// with FailedPrecondition (its capacity differs): writers say -write.
 //
 // Exit status: 0 success; 1 not acquired, lost, not found, unreachable or
 // failed; 2 bad usage; with CMD, CMD's own status when it ran to its end.

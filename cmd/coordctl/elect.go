@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/coordinator-dev/coordinator/client"
@@ -101,6 +102,10 @@ func runObserve(a *cli, args, _ []string) int {
 		return a.fail(err)
 	}
 	for ev := range c.Observe(ctx, election) {
+		if ev.Kind == client.Holders {
+			a.printHolders(election, ev)
+			continue
+		}
 		if a.output == "json" {
 			j := struct {
 				Kind string `json:"kind"`
@@ -126,4 +131,35 @@ func runObserve(a *cli, args, _ []string) int {
 	}
 	// The coordinator refused (the client logs nothing by default).
 	return a.fail(fmt.Errorf("observing %q ended: the coordinator refused the request", election))
+}
+
+// printHolders prints a semaphore's holders event: one line, or one JSON
+// object with every holder.
+func (a *cli) printHolders(name string, ev client.LeaderEvent) {
+	if a.output == "json" {
+		type holderJSON struct {
+			Holder    string    `json:"holder"`
+			Token     uint64    `json:"token"`
+			Weight    int64     `json:"weight"`
+			ExpiresAt time.Time `json:"expires_at"`
+		}
+		j := struct {
+			Kind     string       `json:"kind"`
+			Name     string       `json:"name"`
+			Capacity int64        `json:"capacity"`
+			Holders  []holderJSON `json:"holders"`
+		}{Kind: ev.Kind.String(), Name: name, Capacity: ev.Capacity, Holders: []holderJSON{}}
+		for _, h := range ev.Holders {
+			j.Holders = append(j.Holders, holderJSON{h.Holder, h.Token, h.Weight, h.ExpiresAt})
+		}
+		a.printJSON(j)
+		return
+	}
+	var held int64
+	parts := make([]string, len(ev.Holders))
+	for i, h := range ev.Holders {
+		held += h.Weight
+		parts[i] = fmt.Sprintf("%s (weight %d, token %d)", h.Holder, h.Weight, h.Token)
+	}
+	a.printf("%s %s: %d of %d held by %d: %s\n", ev.Kind, name, held, ev.Capacity, len(ev.Holders), strings.Join(parts, ", "))
 }

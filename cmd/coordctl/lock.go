@@ -14,13 +14,15 @@ type leaseJSON struct {
 	Holder string `json:"holder"`
 	Token  uint64 `json:"token"`
 	TTL    string `json:"ttl"`
+	Weight int64  `json:"weight"`
 }
 
-// runLock: coordctl lock NAME [-- CMD ARGS…].
+// runLock: coordctl lock [-n N | -shared | -write] NAME [-- CMD ARGS…].
 func runLock(a *cli, args, cmdline []string) int {
 	name := args[0]
-	return a.holdWhile("lock", "lock "+strconv.Quote(name), cmdline, describeProbe(name), func(ctx context.Context, c *client.Client) (held, error) {
-		lease, err := c.Lock(ctx, name)
+	kind, take := a.lockKind(name)
+	return a.holdWhile("lock", kind+" "+strconv.Quote(name), cmdline, describeProbe(name), func(ctx context.Context, c *client.Client) (held, error) {
+		lease, err := take(ctx, c)
 		if err != nil {
 			return held{}, err
 		}
@@ -28,10 +30,10 @@ func runLock(a *cli, args, cmdline []string) int {
 			holding: lease,
 			announce: func() {
 				if a.output == "json" {
-					a.printJSON(leaseJSON{Name: lease.Name(), Holder: lease.Holder(), Token: lease.Token(), TTL: lease.TTL().String()})
+					a.printJSON(leaseJSON{Name: lease.Name(), Holder: lease.Holder(), Token: lease.Token(), TTL: lease.TTL().String(), Weight: lease.Weight()})
 				} else {
-					a.printf("lock %s held by %s with fencing token %d (ttl %s); interrupt to release\n",
-						lease.Name(), lease.Holder(), lease.Token(), lease.TTL())
+					a.printf("%s %s held by %s with fencing token %d (ttl %s); interrupt to release\n",
+						kind, lease.Name(), lease.Holder(), lease.Token(), lease.TTL())
 				}
 			},
 			env: []string{
@@ -42,6 +44,22 @@ func runLock(a *cli, args, cmdline []string) int {
 			giveUpAs: "release",
 		}, nil
 	})
+}
+
+// lockKind says what lock's flags ask for on name, and how to take it.
+func (a *cli) lockKind(name string) (string, func(ctx context.Context, c *client.Client) (*client.Lease, error)) {
+	switch {
+	case a.shared:
+		return "read lock", func(ctx context.Context, c *client.Client) (*client.Lease, error) { return c.RWMutex(name).RLock(ctx) }
+	case a.write:
+		return "write lock", func(ctx context.Context, c *client.Client) (*client.Lease, error) { return c.RWMutex(name).Lock(ctx) }
+	case a.slots > 1:
+		kind := fmt.Sprintf("slot of %d of", a.slots)
+		return kind, func(ctx context.Context, c *client.Client) (*client.Lease, error) {
+			return c.Semaphore(name, a.slots).Acquire(ctx, 1)
+		}
+	}
+	return "lock", func(ctx context.Context, c *client.Client) (*client.Lease, error) { return c.Lock(ctx, name) }
 }
 
 // waitFailed reports a lock or campaign that ended without the lease.

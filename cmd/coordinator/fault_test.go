@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -100,8 +101,12 @@ func freeLoopbackAddr(t *testing.T) string {
 // contention runs workers that take the names in turn and act on a fenced
 // resource while they believe their lease valid, until stop.
 type contention struct {
-	client    coordinatorv1.CoordinatorClient
+	client coordinatorv1.CoordinatorClient
+	// capacity, above 1, makes the names semaphores: each worker asks for a
+	// weight of its own, and acts on weighted instead of resources.
+	capacity  int64
 	resources [faultNames]storetest.Resource
+	weighted  [faultNames]storetest.WeightedResource
 	highest   [faultNames]atomic.Uint64
 	grants    atomic.Int64
 	lastGrant atomic.Int64 // unix nanoseconds
@@ -117,6 +122,15 @@ func (c *contention) fail(err error) {
 
 func (c *contention) run(ctx context.Context, worker int) {
 	holder := fmt.Sprintf("worker-%d", worker)
+	// A semaphore's workers ask for 1 or 2, and one in six for all of it:
+	// shared and exclusive grants mixed.
+	weight := int64(1)
+	if c.capacity > 1 {
+		weight = 1 + int64(worker)%2
+		if worker%6 == 5 {
+			weight = c.capacity
+		}
+	}
 	for i := worker; ctx.Err() == nil; i++ {
 		n := i % faultNames
 		name := fmt.Sprintf("fault/%d", n)
@@ -124,6 +138,7 @@ func (c *contention) run(ctx context.Context, worker int) {
 		callCtx, cancel := context.WithTimeout(ctx, 2*faultTTL)
 		resp, err := c.client.TryAcquire(callCtx, &coordinatorv1.TryAcquireRequest{
 			Name: name, Holder: holder, Ttl: durationpb.New(faultTTL), Wait: durationpb.New(faultTTL),
+			Capacity: uint32(max(c.capacity, 1)), Weight: uint32(weight),
 		})
 		cancel()
 		if err != nil || !resp.GetAcquired() {
@@ -145,11 +160,16 @@ func (c *contention) run(ctx context.Context, worker int) {
 		// own clock from when the request was sent: a crash strands holders
 		// inside it.
 		validUntil := sent.Add(faultTTL)
-		if err := c.resources[n].Enter(holder, token, validUntil); err != nil {
+		if c.capacity > 1 {
+			if err := c.weighted[n].Enter(holder, token, int64(resp.GetLease().GetWeight()), validUntil); err != nil {
+				c.fail(err)
+			}
+		} else if err := c.resources[n].Enter(holder, token, validUntil); err != nil {
 			c.fail(err)
 		}
 		sleepCtx(ctx, time.Until(validUntil)-faultTTL/4)
 		c.resources[n].Leave(holder)
+		c.weighted[n].Leave(holder)
 		relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		_, _ = c.client.Release(relCtx, &coordinatorv1.ReleaseRequest{Name: name, Holder: holder, Token: token})
 		cancel()
@@ -193,15 +213,24 @@ func (c *contention) checkFloors(t *testing.T) {
 // the recovery time after each fault healed.
 func underContention(t *testing.T, addr string, recoveryBound time.Duration, fault func(round int) (healed time.Time)) {
 	t.Helper()
+	contend(t, addr, 1, faultWorkers, recoveryBound, fault)
+}
+
+// contend is underContention on names of capacity, with workers.
+func contend(t *testing.T, addr string, capacity int64, workers int, recoveryBound time.Duration, fault func(round int) (healed time.Time)) {
+	t.Helper()
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = conn.Close() }()
-	c := &contention{client: coordinatorv1.NewCoordinatorClient(conn)}
+	c := &contention{client: coordinatorv1.NewCoordinatorClient(conn), capacity: capacity}
+	for n := range c.weighted {
+		c.weighted[n].Capacity = capacity
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	for w := range faultWorkers {
+	for w := range workers {
 		wg.Go(func() { c.run(ctx, w) })
 	}
 	defer func() { cancel(); wg.Wait() }()
@@ -228,6 +257,16 @@ func underContention(t *testing.T, addr string, recoveryBound time.Duration, fau
 		t.Error(err)
 	}
 	c.mu.Unlock()
+	if capacity > 1 {
+		most := make([]int, faultNames)
+		for n := range c.weighted {
+			most[n] = c.weighted[n].MostHolders()
+		}
+		t.Logf("most holders at once, by name: %v", most)
+		if slices.Max(most) < 2 {
+			t.Errorf("at most %v holders at once: the workers never shared a semaphore", most)
+		}
+	}
 	c.checkFloors(t)
 }
 
@@ -289,6 +328,31 @@ func TestFaults(t *testing.T) {
 			// Started as usual, not as a new store: it must notice the loss.
 			p.env = store
 			p.start()
+			return time.Now()
+		})
+	})
+}
+
+// TestFaultsOnASemaphore: the same faults on names of capacity 4 shared by
+// workers of mixed weights (a sixth of them exclusive): the weight held
+// by valid leases, at the resource, never passes the capacity, and no token
+// goes below an exclusive holder's.
+func TestFaultsOnASemaphore(t *testing.T) {
+	const capacity, workers = 4, 12
+	bound := faultTTL + time.Second + faultTTL/2
+	t.Run("coordinator killed on the memory store", func(t *testing.T) {
+		p := startCoordinatorProcess(t, "COORDINATOR_STATE_DIR="+t.TempDir())
+		contend(t, p.addr, capacity, workers, bound, func(int) time.Time {
+			p.kill()
+			p.start()
+			return time.Now()
+		})
+	})
+	t.Run("Redis restarted without its data", func(t *testing.T) {
+		rs := redistest.Start(t, false)
+		p := startCoordinatorProcess(t, "COORDINATOR_STORE=redis", "COORDINATOR_REDIS_URL="+rs.URL(), "COORDINATOR_REDIS_NEW_STORE=true")
+		contend(t, p.addr, capacity, workers, bound, func(int) time.Time {
+			rs.Restart()
 			return time.Now()
 		})
 	})

@@ -23,6 +23,9 @@ type Config struct {
 	WaitsPerConn    int
 	Waits           int
 	LeasesPerHolder int
+	// HoldersPerName is enforced by the store, atomically with each grant;
+	// the limiter only counts and reports its refusals (RefuseHolders).
+	HoldersPerName int
 }
 
 // Defaults fit a coordinator of 2 cores and 1 GiB. An open stream costs
@@ -39,6 +42,10 @@ const (
 	DefaultWaitsPerConn    = 2000
 	DefaultWaits           = 5000
 	DefaultLeasesPerHolder = 10000
+	// DefaultHoldersPerName bounds a semaphore's grants (so the readers of
+	// a read-write lock): every one of them is read when one ran out, and
+	// sent to each observer of the name.
+	DefaultHoldersPerName = 1024
 )
 
 // Label values of coordinator_limit_refusals_total, and the settings that
@@ -50,6 +57,7 @@ var (
 	WaitsPerConn    = Cap{"waits_per_connection", "waiting calls on this connection", "max-waits-per-conn", "COORDINATOR_MAX_WAITS_PER_CONN"}
 	Waits           = Cap{"waits", "waiting calls on this coordinator", "max-waits", "COORDINATOR_MAX_WAITS"}
 	LeasesPerHolder = Cap{"leases_per_holder", "leases held by this holder through this coordinator", "max-leases-per-holder", "COORDINATOR_MAX_LEASES_PER_HOLDER"}
+	HoldersPerName  = Cap{"holders_per_name", "holders of this name (grants, lock delays included)", "max-holders-per-name", "COORDINATOR_MAX_HOLDERS_PER_NAME"}
 )
 
 // Cap names one cap: its metric label, what it counts, and its setting.
@@ -132,7 +140,7 @@ func New(cfg Config, reg prometheus.Registerer, log *slog.Logger) *Limiter {
 			Help: "TryAcquire and Campaign calls with a wait in progress.",
 		}, func() float64 { return float64(l.waits.Load()) }),
 	)
-	for _, c := range []Cap{StreamsPerConn, Streams, WaitsPerConn, Waits, LeasesPerHolder} {
+	for _, c := range []Cap{StreamsPerConn, Streams, WaitsPerConn, Waits, LeasesPerHolder, HoldersPerName} {
 		l.refusals.WithLabelValues(c.Label)
 	}
 	return l
@@ -240,4 +248,10 @@ func (l *Limiter) takeStream(ss grpc.ServerStream) (func(), error) {
 func (l *Limiter) takeWait(ctx context.Context) (func(), error) {
 	id, known := connOf(ctx)
 	return l.take(id, known, waitsOf, &l.waits, l.cfg.WaitsPerConn, l.cfg.Waits, WaitsPerConn, Waits)
+}
+
+// RefuseHolders is the error of a grant the store refused because name
+// carries limit holders: counted and logged as the other caps' refusals.
+func (l *Limiter) RefuseHolders(limit int, name string) error {
+	return l.refused(HoldersPerName, limit, "name:"+name)
 }

@@ -15,7 +15,24 @@ type Lease struct {
 	Value     []byte
 	TTL       time.Duration
 	ExpiresAt time.Time
+	// Weight is how much of the name's capacity the grant holds: 1 for an
+	// exclusive lock; never 0 in a lease a store returns.
+	Weight int64
 }
+
+// MaxCapacity is the largest capacity a name may have. It keeps weights
+// small enough for the Redis scripts to pack with a waiter's arrival order
+// into one ZSET score (a double) without loss; see redisstore's doc.go.
+const MaxCapacity = 1_000_000
+
+// RWCapacity is the capacity of a read-write lock: a reader takes weight 1,
+// a writer all of it. The holder cap (DefaultMaxHolders) bounds how many
+// readers hold at once, well below it.
+const RWCapacity = MaxCapacity
+
+// DefaultMaxHolders is how many grants (live, or in their lock delay) a
+// name may carry at once when the request sets no MaxHolders.
+const DefaultMaxHolders = 1024
 
 // AcquireRequest asks for the lease on Name.
 type AcquireRequest struct {
@@ -46,6 +63,36 @@ type AcquireRequest struct {
 	// a waiter whose caller vanished is dropped after it. Zero (or less)
 	// means DefaultWaiterTTL.
 	WaiterTTL time.Duration
+	// Capacity is the name's capacity the caller expects: zero (or less)
+	// means 1, an exclusive lock; at most MaxCapacity. While anyone holds
+	// the name (a lock delay included) or waits for it, a request with
+	// another capacity fails with *CapacityError; otherwise the name takes
+	// the request's capacity.
+	Capacity int64
+	// Weight is how much of the capacity to hold: zero (or less) means 1;
+	// at most Capacity. A grant needs the weights held plus those of the
+	// live waiters queued ahead plus its own to fit in the capacity. A
+	// holder that asks again renews its grant with the weight it holds.
+	Weight int64
+	// MaxHolders caps the grants a name carries at once (lock delays
+	// included); zero (or less) means DefaultMaxHolders. A request that
+	// would fit but finds the cap reached fails with *HolderLimitError.
+	MaxHolders int
+}
+
+// CapacityOrDefault is the request's capacity, 1 when unset.
+func (r AcquireRequest) CapacityOrDefault() int64 { return max(r.Capacity, 1) }
+
+// WeightOrDefault is the request's weight, 1 when unset.
+func (r AcquireRequest) WeightOrDefault() int64 { return max(r.Weight, 1) }
+
+// MaxHoldersOrDefault is the request's holder cap, DefaultMaxHolders when
+// unset.
+func (r AcquireRequest) MaxHoldersOrDefault() int {
+	if r.MaxHolders <= 0 {
+		return DefaultMaxHolders
+	}
+	return r.MaxHolders
 }
 
 // DefaultWaiterTTL is how long a waiter stays queued when its request leaves
@@ -89,14 +136,24 @@ type AcquireResult struct {
 
 // Description is a name's state, for debugging and observers.
 type Description struct {
-	Held      bool
-	Lease     Lease
+	// Held is true while at least one grant is live (unexpired).
+	Held bool
+	// Lease is the first of Holders: the holder of an exclusive lock.
+	Lease Lease
+	// Holders are the live grants, in token order.
+	Holders []Lease
+	// Capacity is the name's capacity (1 for a lock or a name nobody
+	// holds or waits for).
+	Capacity  int64
 	LastToken uint64
-	// Waiters counts the live waiters queued for the name.
-	Waiters int
+	// Waiters counts the live waiters queued for the name, and
+	// WaitingWeight sums their weights.
+	Waiters       int
+	WaitingWeight int64
 }
 
-// ListPage is one page of held leases, in name order.
+// ListPage is one page of held leases, in name order, and in token order
+// within a name (one lease per live grant).
 type ListPage struct {
 	Leases []Lease
 	// Next is the cursor of the following page; empty on the last page.
@@ -107,8 +164,8 @@ type ListPage struct {
 // state change or read.
 type Leases interface {
 	// Acquire grants the lease, renews it when Holder already holds it
-	// (keeping the token, replacing TTL, and replacing Value unless
-	// KeepValue), or reports the holder.
+	// (keeping the token and weight, replacing TTL, and replacing Value
+	// unless KeepValue), or reports a holder.
 	Acquire(ctx context.Context, req AcquireRequest) (AcquireResult, error)
 	// Renew sets a held lease's expiry to ttl (positive) from now. It fails
 	// with ErrLeaseNotHeld unless (holder, token) holds the name.
@@ -209,4 +266,27 @@ type QuarantineError struct {
 
 func (e *QuarantineError) Error() string {
 	return fmt.Sprintf("store lost its data: grants resume in %s", e.RetryAfter)
+}
+
+// CapacityError refuses a request whose capacity differs from the one the
+// name has while anyone holds it or waits for it.
+type CapacityError struct {
+	Name  string
+	Have  int64 // the name's capacity
+	Asked int64 // the request's
+}
+
+func (e *CapacityError) Error() string {
+	return fmt.Sprintf("name %q has capacity %d, request asked for %d", e.Name, e.Have, e.Asked)
+}
+
+// HolderLimitError refuses a grant that would take a name past its cap on
+// holders (AcquireRequest.MaxHolders).
+type HolderLimitError struct {
+	Name  string
+	Limit int
+}
+
+func (e *HolderLimitError) Error() string {
+	return fmt.Sprintf("name %q has %d holders, its limit", e.Name, e.Limit)
 }

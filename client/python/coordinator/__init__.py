@@ -1,11 +1,15 @@
-"""Python client of the coordinator: locks and leader elections as leases
-that renew themselves.
+"""Python client of the coordinator: locks, semaphores, read-write locks and
+leader elections as leases that renew themselves.
 
     import coordinator
 
     with coordinator.Client("127.0.0.1:7400") as client:
         with client.lock("reports/nightly", ttl=10, wait=30) as lease:
             work(lease.token)          # check lease.valid() / lease.lost while working
+        with client.semaphore("db/migrations", 5).acquire(2, wait=30) as share:
+            migrate(share.token)       # at most 5 weight held at once
+        with client.rwlock("config").read_lock(wait=30) as reader:
+            read(reader.token)         # writers: .write_lock()
 
 A held Lease or Leadership renews itself in the background about every
 ttl/3, as renew operations on the Client's one Session stream (or, with
@@ -22,9 +26,10 @@ and ``coordinator.pb_grpc`` (the stub). For asyncio programs,
 """
 
 from ._gen import pb, pb_grpc  # first: makes the generated code importable
-from .client import DEFAULT_TARGET, DEFAULT_TTL, Client
+from .client import DEFAULT_TARGET, DEFAULT_TTL, MAX_CAPACITY, RW_CAPACITY, Client, RWLock, Semaphore
 from .election import EventKind, LeaderInfo, Leadership, ObserveEvent, Observation
 from .errors import (
+    CapacityMismatch,
     ClientClosed,
     CoordinatorError,
     DataLossQuarantine,
@@ -46,6 +51,10 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Client",
+    "Semaphore",
+    "RWLock",
+    "MAX_CAPACITY",
+    "RW_CAPACITY",
     "DEFAULT_TARGET",
     "DEFAULT_TTL",
     "Lease",
@@ -58,6 +67,7 @@ __all__ = [
     "Observation",
     "CoordinatorError",
     "LeaseNotHeld",
+    "CapacityMismatch",
     "InvalidField",
     "PermissionDenied",
     "Unauthenticated",

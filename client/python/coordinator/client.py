@@ -13,7 +13,7 @@ import grpc
 
 from ._connect import PEM, channel_options, check_settings, plaintext_metadata, tls_credentials
 from ._gen import pb, pb_grpc
-from ._rules import ANSWER_MARGIN, CLOSE_TIMEOUT, DEFAULT_TTL, MAX_CONFIRMS, MAX_WAIT
+from ._rules import ANSWER_MARGIN, CLOSE_TIMEOUT, DEFAULT_TTL, MAX_CONFIRMS, MAX_WAIT, field_rules
 from ._util import call_backoff, drift_margin, from_duration, to_duration
 from .election import LeaderInfo, Leadership, Observation, Value, as_bytes
 from .errors import (
@@ -53,13 +53,13 @@ _UNARY = {"acquire": "TryAcquire", "renew": "Renew", "release": "Release", "camp
 
 
 class _Grant:
-    __slots__ = ("acquired", "token", "ttl", "value", "holder", "retry_after", "sent")
+    __slots__ = ("acquired", "token", "ttl", "value", "holder", "retry_after", "sent", "weight")
 
     def __init__(self, acquired: bool, token: int = 0, ttl: float = 0.0, value: bytes = b"",
                  holder: Optional[str] = None, retry_after: Optional[float] = None,
-                 sent: Optional[float] = None) -> None:
+                 sent: Optional[float] = None, weight: int = 1) -> None:
         self.acquired, self.token, self.ttl, self.value = acquired, token, ttl, value
-        self.holder, self.retry_after, self.sent = holder, retry_after, sent
+        self.holder, self.retry_after, self.sent, self.weight = holder, retry_after, sent, weight
 
 
 class _Attempt:
@@ -312,6 +312,22 @@ class Client:
         when the wait ends first, and CoordinatorError for errors that waiting
         cannot fix.
         """
+        return self._share("lock", name, ttl, wait, 0, 0)
+
+    def semaphore(self, name: str, capacity: int) -> "Semaphore":
+        """The semaphore ``name`` of ``capacity`` (1 to MAX_CAPACITY): shares
+        of it whose weights sum to at most the capacity, each a Lease of its
+        own (see Semaphore). Every user of the name must agree on capacity."""
+        return Semaphore(self, name, capacity)
+
+    def rwlock(self, name: str) -> "RWLock":
+        """The read-write lock ``name``: many readers at once, or one writer
+        (see RWLock)."""
+        return RWLock(self, name)
+
+    def _share(self, kind: str, name: str, ttl: Optional[float], wait: Optional[float],
+               capacity: int, weight: int) -> Lease:
+        """Acquires weight of name of capacity (0 and 0: an exclusive lock)."""
         t = self._ttl(ttl)
         attempt = _Attempt()
 
@@ -322,7 +338,7 @@ class Client:
             return None
 
         def call(holder: str, wait_for: float, timeout: float) -> _Grant:
-            req = pb.TryAcquireRequest(name=name, holder=holder, ttl=to_duration(t))
+            req = pb.TryAcquireRequest(name=name, holder=holder, ttl=to_duration(t), capacity=capacity, weight=weight)
             if wait_for > 0:
                 req.wait.CopyFrom(to_duration(wait_for))
             resp, sent = self._lease_call("acquire", req, timeout=timeout,
@@ -331,10 +347,10 @@ class Client:
                 return _Grant(False, holder=resp.holder or None,
                               retry_after=from_duration(resp.retry_after) if resp.HasField("retry_after") else None)
             return _Grant(True, token=int(resp.lease.token), ttl=from_duration(resp.lease.ttl, t) or t,
-                          value=bytes(resp.lease.value), sent=sent)
+                          value=bytes(resp.lease.value), sent=sent, weight=max(int(resp.lease.weight), 1))
 
-        holder, grant, sent = self._acquire("lock", name, t, wait, call, attempt)
-        lease = Lease(self, name, holder, grant.token, grant.ttl, sent)
+        holder, grant, sent = self._acquire(kind, name, t, wait, call, attempt)
+        lease = Lease(self, name, holder, grant.token, grant.ttl, sent, weight=grant.weight, kind=kind)
         self._register(lease)
         return lease
 
@@ -541,8 +557,11 @@ class Client:
             return
         try:
             d = self._unary("Describe", pb.DescribeRequest(name=name), timeout=2.0)
-            if d.held and d.lease.holder == holder:
-                self._unary("Release", pb.ReleaseRequest(name=name, holder=holder, token=d.lease.token), timeout=2.0)
+            # A semaphore's holder may be any of its grants.
+            for l in list(d.holders) + ([d.lease] if d.held else []):
+                if l.holder == holder:
+                    self._unary("Release", pb.ReleaseRequest(name=name, holder=holder, token=l.token), timeout=2.0)
+                    break
         except CoordinatorError as e:
             log.warning("coordinator: could not give up an abandoned grant of %r; it expires after its TTL: %s", name, e)
 
@@ -646,3 +665,85 @@ class Client:
 
     def __repr__(self) -> str:
         return f"<coordinator.Client {self.target!r} identity={self.identity!r}>"
+
+
+#: The largest capacity of a name (TryAcquireRequest.capacity's rules).
+MAX_CAPACITY = int(field_rules(pb.TryAcquireRequest, "capacity").max_value)
+
+#: The capacity of a read-write lock: readers hold 1 of it, writers all of
+#: it. Every client library uses the proto's RW_CAPACITY, so that their
+#: readers and writers share a name.
+RW_CAPACITY = int(pb.RW_CAPACITY)
+
+
+class Semaphore:
+    """A name of a fixed capacity whose shares ``acquire`` and
+    ``try_acquire`` take: at most ``capacity`` weight held at once, across
+    processes. Each share is a Lease of its own, with its own token, renewal,
+    ``lost`` signal and release. Waiters are served in arrival order, a large
+    request holding back later small ones, so that nobody starves. While the
+    name is held or awaited, a request with another capacity raises
+    CapacityMismatch. A Semaphore holds nothing itself."""
+
+    kind = "semaphore"
+
+    def __init__(self, client: Client, name: str, capacity: int) -> None:
+        if not 1 <= int(capacity) <= MAX_CAPACITY:
+            raise ValueError(f"coordinator: {self.kind} {name!r}: capacity {capacity} is not within 1 to {MAX_CAPACITY}")
+        self._client, self.name, self.capacity = client, name, int(capacity)
+
+    def acquire(self, n: int = 1, ttl: Optional[float] = None, wait: Optional[float] = None) -> Lease:
+        """Takes ``n`` of the capacity, waiting up to ``wait`` seconds (None:
+        for ever; 0: not at all) in arrival order. Raises NotAcquired when
+        the wait ends first."""
+        if not 1 <= int(n) <= self.capacity:
+            raise ValueError(f"coordinator: {self.kind} {self.name!r}: weight {n} is not within 1 to the capacity, {self.capacity}")
+        return self._client._share(self.kind, self.name, ttl, wait, self.capacity, int(n))
+
+    def try_acquire(self, n: int = 1, ttl: Optional[float] = None) -> Optional[Lease]:
+        """Takes ``n`` of the capacity if it is free now and nobody waits;
+        None otherwise."""
+        try:
+            return self.acquire(n, ttl=ttl, wait=0)
+        except NotAcquired:
+            return None
+
+    def __repr__(self) -> str:
+        return f"<Semaphore {self.name!r} capacity={self.capacity}>"
+
+
+class RWLock:
+    """A read-write lock on a name: many readers at once, or one writer. It
+    is a semaphore of capacity RW_CAPACITY whose readers take 1 and writers
+    all of it, so it is fair: a writer waiting behind readers is granted
+    before the readers that came after it. A writer's token is above every
+    token granted before it: a resource that remembers the last writer's
+    token refuses every lower one."""
+
+    def __init__(self, client: Client, name: str) -> None:
+        self._client, self.name = client, name
+
+    def read_lock(self, ttl: Optional[float] = None, wait: Optional[float] = None) -> Lease:
+        """Takes a read share, waiting up to ``wait`` seconds (None: for ever)."""
+        return self._client._share("read lock", self.name, ttl, wait, RW_CAPACITY, 1)
+
+    def write_lock(self, ttl: Optional[float] = None, wait: Optional[float] = None) -> Lease:
+        """Takes the lock for writing, waiting up to ``wait`` seconds."""
+        return self._client._share("write lock", self.name, ttl, wait, RW_CAPACITY, RW_CAPACITY)
+
+    def try_read_lock(self, ttl: Optional[float] = None) -> Optional[Lease]:
+        """A read share if no writer holds or waits; None otherwise."""
+        try:
+            return self.read_lock(ttl=ttl, wait=0)
+        except NotAcquired:
+            return None
+
+    def try_write_lock(self, ttl: Optional[float] = None) -> Optional[Lease]:
+        """The write lock if nobody holds or waits for it; None otherwise."""
+        try:
+            return self.write_lock(ttl=ttl, wait=0)
+        except NotAcquired:
+            return None
+
+    def __repr__(self) -> str:
+        return f"<RWLock {self.name!r}>"

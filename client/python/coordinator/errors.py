@@ -8,6 +8,7 @@ hierarchy below::
 
     CoordinatorError
     ├── LeaseNotHeld          FAILED_PRECONDITION / LEASE_NOT_HELD
+    ├── CapacityMismatch      FAILED_PRECONDITION / CAPACITY_MISMATCH (.metadata)
     ├── InvalidField          INVALID_ARGUMENT / INVALID_FIELD (.field)
     ├── PermissionDenied      PERMISSION_DENIED (/ PERMISSION_DENIED)
     ├── Unauthenticated       UNAUTHENTICATED
@@ -32,6 +33,7 @@ from ._gen import error_details_pb2, pb, status_pb2
 __all__ = [
     "CoordinatorError",
     "LeaseNotHeld",
+    "CapacityMismatch",
     "InvalidField",
     "PermissionDenied",
     "Unauthenticated",
@@ -125,6 +127,12 @@ class LeaseNotHeld(CoordinatorError):
     """The lease expired or is held under another holder or token."""
 
 
+class CapacityMismatch(CoordinatorError):
+    """The request's capacity differs from the one the name has while it is
+    held or awaited; ``metadata["capacity"]`` is the name's and
+    ``metadata["requested"]`` the request's."""
+
+
 class InvalidField(CoordinatorError, ValueError):
     """A request field breaks its rules; ``field`` names it."""
 
@@ -201,6 +209,7 @@ class ClientClosed(CoordinatorError):
 
 _BY_REASON = {
     pb.ErrorReason.Name(pb.LEASE_NOT_HELD): LeaseNotHeld,
+    pb.ErrorReason.Name(pb.CAPACITY_MISMATCH): CapacityMismatch,
     pb.ErrorReason.Name(pb.INVALID_FIELD): InvalidField,
     pb.ErrorReason.Name(pb.PERMISSION_DENIED): PermissionDenied,
     pb.ErrorReason.Name(pb.STORE_UNAVAILABLE): StoreUnavailable,

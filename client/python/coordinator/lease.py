@@ -227,8 +227,9 @@ class _Held:
 
 
 class Lease(_Held):
-    """A lock held through a Client: an exclusive, time-bounded grant of a
-    name, renewed in the background until it is released or lost.
+    """A lock, or a share of a semaphore or read-write lock, held through a
+    Client: a time-bounded grant of a name, renewed in the background until
+    it is released or lost.
 
     Check ``valid()`` (or the ``lost`` Event) before and while acting on what
     the lock protects, and hand ``token`` to the protected resource so that
@@ -238,6 +239,18 @@ class Lease(_Held):
     """
 
     kind = "lock"
+
+    def __init__(self, host: _LeaseHost, name: str, holder: str, token: int, ttl: float, sent: float,
+                 weight: int = 1, kind: str = "lock") -> None:
+        super().__init__(host, name, holder, token, ttl, sent)
+        self._weight = int(weight)
+        self.kind = kind
+
+    @property
+    def weight(self) -> int:
+        """How much of the name's capacity the lease holds: 1 for a lock or
+        a reader, the whole capacity for a writer."""
+        return self._weight
 
     def release(self) -> bool:
         """Stops renewing the lease and gives it up on the coordinator,
@@ -263,7 +276,8 @@ class Lease(_Held):
 
     def __repr__(self) -> str:
         state = "held" if not self.ended.is_set() else ("lost" if self.lost.is_set() else "released")
-        return f"<Lease {self._name!r} holder={self._holder!r} token={self._token} {state}>"
+        weight = f" weight={self._weight}" if self.kind != "lock" else ""
+        return f"<Lease {self._name!r} holder={self._holder!r} token={self._token}{weight} {state}>"
 
 
 @dataclass(frozen=True)
@@ -279,6 +293,8 @@ class LeaseInfo:
     expires_at: Optional[datetime]
     #: The value an election leader proclaimed; empty for plain locks.
     value: bytes
+    #: How much of the name's capacity the grant holds.
+    weight: int = 1
 
     @classmethod
     def _from_pb(cls, m: Any) -> "LeaseInfo":
@@ -289,6 +305,7 @@ class LeaseInfo:
             ttl=from_duration(m.ttl) if m.HasField("ttl") else None,
             expires_at=from_timestamp(m.expires_at) if m.HasField("expires_at") else None,
             value=bytes(m.value),
+            weight=max(int(m.weight), 1),
         )
 
 
@@ -305,6 +322,12 @@ class Description:
     last_token: int
     #: How many callers are queued waiting for the name.
     waiters: int
+    #: Every live grant, in token order (a semaphore's shares).
+    holders: Tuple[LeaseInfo, ...] = ()
+    #: The name's capacity: 1 for a lock.
+    capacity: int = 1
+    #: The sum of the waiters' weights.
+    waiting_weight: int = 0
 
     @classmethod
     def _from_pb(cls, name: str, resp: Any) -> "Description":
@@ -315,4 +338,7 @@ class Description:
             lease=LeaseInfo._from_pb(resp.lease) if resp.held and resp.HasField("lease") else None,
             last_token=int(resp.last_token),
             waiters=int(resp.waiters),
+            holders=tuple(LeaseInfo._from_pb(m) for m in resp.holders),
+            capacity=max(int(resp.capacity), 1),
+            waiting_weight=int(resp.waiting_weight),
         )

@@ -29,7 +29,8 @@ import type {
   SessionResult,
   TryAcquireResponse,
 } from "./gen/coordinator/v1/coordinator_pb.js";
-import { Lease, LeaseCore } from "./lease.js";
+import { RWCapacity, TryAcquireRequestSchema } from "./gen/coordinator/v1/coordinator_pb.js";
+import { Lease, LeaseCore, type LeaseKind } from "./lease.js";
 import {
   CLOSE_TIMEOUT,
   DEFAULT_TTL,
@@ -39,6 +40,7 @@ import {
   MAX_CONFIRMS,
   MAX_IDENTITY_BYTES,
   MAX_WAIT,
+  fieldRules,
 } from "./rules.js";
 import { Backoff, callBackoff, driftMargin, linkSignals, now, sleep, toBytes } from "./util.js";
 
@@ -106,9 +108,19 @@ interface Grant {
   retryAfter: number | undefined;
   /** When the granting request was sent, when known (sent on the Session stream). */
   sent?: number | undefined;
+  /** The granted weight (1 for a lock). */
+  weight?: number;
 }
 
 type AcquireCall = (holder: string, ttl: number, wait: number, signal: AbortSignal, timeoutMs: number) => Promise<Grant>;
+
+/** One grant of a name, as Describe reports it. */
+export interface HolderState {
+  holder: string;
+  token: bigint;
+  weight: number;
+  value: Uint8Array;
+}
 
 /** What Describe says about a name. */
 export interface NameState {
@@ -119,6 +131,12 @@ export interface NameState {
   /** A floor of the fencing tokens issued for the name. */
   lastToken: bigint;
   waiters: number;
+  /** Every live grant, in token order (a semaphore's shares). */
+  holders: HolderState[];
+  /** The name's capacity: 1 for a lock. */
+  capacity: number;
+  /** The sum of the waiters' weights. */
+  waitingWeight: number;
 }
 
 /**
@@ -211,7 +229,27 @@ export class Client {
    * holder and when to retry.
    */
   async lock(name: string, opts: LockOptions = {}): Promise<Lease> {
-    const core = await this.acquire("lock", name, opts, this.tryAcquireCall(name));
+    const core = await this.acquire("lock", name, opts, this.tryAcquireCall(name, 0, 0));
+    return this.leaseOf(core);
+  }
+
+  /**
+   * semaphore returns the semaphore name of capacity (1 to MAX_CAPACITY):
+   * shares whose weights sum to at most the capacity, each a Lease of its
+   * own (see Semaphore). Every user of the name must agree on capacity.
+   */
+  semaphore(name: string, capacity: number): Semaphore {
+    return new Semaphore(this, name, capacity);
+  }
+
+  /** rwlock returns the read-write lock name: many readers at once, or one writer (see RWLock). */
+  rwlock(name: string): RWLock {
+    return new RWLock(this, name);
+  }
+
+  /** @internal share acquires weight of name of capacity, as lock does. */
+  async share(kind: LeaseKind, name: string, capacity: number, weight: number, opts: LockOptions): Promise<Lease> {
+    const core = await this.acquire(kind, name, opts, this.tryAcquireCall(name, capacity, weight));
     return this.leaseOf(core);
   }
 
@@ -343,6 +381,9 @@ export class Client {
       value: r.lease?.value,
       lastToken: r.lastToken,
       waiters: r.waiters,
+      holders: r.holders.map((l) => ({ holder: l.holder, token: l.token, weight: Math.max(l.weight, 1), value: l.value })),
+      capacity: Math.max(r.capacity, 1),
+      waitingWeight: Number(r.waitingWeight),
     };
   }
 
@@ -475,9 +516,9 @@ export class Client {
     );
   }
 
-  private tryAcquireCall(name: string): AcquireCall {
+  private tryAcquireCall(name: string, capacity: number, weight: number): AcquireCall {
     return async (holder, ttl, wait, signal, timeoutMs) => {
-      const req = { name, holder, ttl: durationFromMs(ttl), wait: wait > 0 ? durationFromMs(wait) : undefined };
+      const req = { name, holder, ttl: durationFromMs(ttl), wait: wait > 0 ? durationFromMs(wait) : undefined, capacity, weight };
       let resp: TryAcquireResponse;
       let sent: number | undefined;
       const s = await this.viaSession({ case: "acquire", value: req }, signal, timeoutMs, this.lateOutcome(name, holder));
@@ -496,6 +537,7 @@ export class Client {
         holder: resp.holder,
         retryAfter: msOf(resp.retryAfter),
         sent,
+        weight: Math.max(resp.lease?.weight ?? 1, 1),
       };
     };
   }
@@ -529,7 +571,7 @@ export class Client {
    * confirmed by asking again as the holder, which the coordinator answers
    * at once with the same token and a fresh TTL.
    */
-  private async acquire(kind: "lock" | "leadership", name: string, opts: LockOptions, call: AcquireCall): Promise<LeaseCore> {
+  private async acquire(kind: LeaseKind, name: string, opts: LockOptions, call: AcquireCall): Promise<LeaseCore> {
     if (this.closed) throw new ClientClosedError();
     const ttl = Math.round(opts.ttl ?? this.ttl);
     checkTtl(ttl);
@@ -544,7 +586,7 @@ export class Client {
   }
 
   private async acquireUntil(
-    kind: "lock" | "leadership",
+    kind: LeaseKind,
     name: string,
     ttl: number,
     wait: number,
@@ -601,6 +643,7 @@ export class Client {
         continue;
       }
       const core = new LeaseCore(kind, name, holder, g.token, g.ttl, sent);
+      core.weight = g.weight ?? 1;
       if (now() >= core.deadline) {
         this.abandon(name, holder);
         throw new CoordinatorError(
@@ -631,8 +674,10 @@ export class Client {
     void (async () => {
       const signal = AbortSignal.timeout(2000);
       const d = await this.api.describe({ name }, { signal });
-      if (!d.held || d.lease?.holder !== holder) return;
-      await this.api.release({ name, holder, token: d.lease.token }, { signal });
+      // A semaphore's holder may be any of its grants.
+      const mine = [...d.holders, ...(d.lease ? [d.lease] : [])].find((l) => l.holder === holder);
+      if (!d.held || mine === undefined) return;
+      await this.api.release({ name, holder, token: mine.token }, { signal });
     })().catch(() => undefined);
   }
 }
@@ -659,4 +704,98 @@ function checkIdentity(id: string): void {
 
 function checkTtl(ttl: number): void {
   if (!(ttl > 0) || !Number.isFinite(ttl)) throw new TypeError(`coordinator: TTL ${ttl}ms is not a positive number of milliseconds`);
+}
+
+/** The largest capacity of a name (TryAcquireRequest.capacity's rules). */
+export const MAX_CAPACITY = fieldRules(TryAcquireRequestSchema.field.capacity).maxValue;
+
+/**
+ * The capacity of a read-write lock: readers hold 1 of it, writers all of
+ * it. Every client library uses the proto's RW_CAPACITY, so that their
+ * readers and writers share a name.
+ */
+export const RW_CAPACITY: number = RWCapacity.RW_CAPACITY;
+
+/**
+ * Semaphore is a name of a fixed capacity whose shares acquire and
+ * tryAcquire take: at most capacity weight held at once, across processes.
+ * Each share is a Lease of its own, with its own token, renewal, signal and
+ * release. Waiters are served in arrival order, a large request holding
+ * back later small ones, so that nobody starves. While the name is held or
+ * awaited, a request with another capacity fails with
+ * CapacityMismatchError. A Semaphore holds nothing itself.
+ */
+export class Semaphore {
+  /** @internal */
+  constructor(
+    private readonly client: Client,
+    readonly name: string,
+    readonly capacity: number,
+  ) {
+    if (!Number.isInteger(capacity) || capacity < 1 || capacity > MAX_CAPACITY) {
+      throw new TypeError(`coordinator: semaphore ${JSON.stringify(name)}: capacity ${capacity} is not within 1 to ${MAX_CAPACITY}`);
+    }
+  }
+
+  /**
+   * acquire takes n of the capacity, waiting up to opts.wait (default:
+   * without end) in arrival order. Not granted in time: NotAcquiredError.
+   */
+  acquire(n: number, opts: LockOptions = {}): Promise<Lease> {
+    if (!Number.isInteger(n) || n < 1 || n > this.capacity) {
+      throw new TypeError(`coordinator: semaphore ${JSON.stringify(this.name)}: weight ${n} is not within 1 to the capacity, ${this.capacity}`);
+    }
+    return this.client.share("semaphore", this.name, this.capacity, n, opts);
+  }
+
+  /** tryAcquire takes n of the capacity if it is free now and nobody waits; undefined otherwise. */
+  async tryAcquire(n: number, opts: { ttl?: number; signal?: AbortSignal } = {}): Promise<Lease | undefined> {
+    return orUndefined(this.acquire(n, { ...opts, wait: 0 }));
+  }
+}
+
+/**
+ * RWLock is a read-write lock on a name: many readers at once, or one
+ * writer. It is a semaphore of capacity RW_CAPACITY whose readers take 1 and
+ * writers all of it, so it is fair: a writer waiting behind readers is
+ * granted before the readers that came after it. A writer's token is above
+ * every token granted before it: a resource that remembers the last
+ * writer's token refuses every lower one.
+ */
+export class RWLock {
+  /** @internal */
+  constructor(
+    private readonly client: Client,
+    readonly name: string,
+  ) {}
+
+  /** readLock takes a read share, waiting up to opts.wait (default: without end). */
+  readLock(opts: LockOptions = {}): Promise<Lease> {
+    return this.client.share("read lock", this.name, RW_CAPACITY, 1, opts);
+  }
+
+  /** writeLock takes the lock for writing, waiting up to opts.wait. */
+  writeLock(opts: LockOptions = {}): Promise<Lease> {
+    return this.client.share("write lock", this.name, RW_CAPACITY, RW_CAPACITY, opts);
+  }
+
+  /** tryReadLock takes a read share if no writer holds or waits; undefined otherwise. */
+  tryReadLock(opts: { ttl?: number; signal?: AbortSignal } = {}): Promise<Lease | undefined> {
+    return orUndefined(this.readLock({ ...opts, wait: 0 }));
+  }
+
+  /** tryWriteLock takes the lock for writing if nobody holds or waits for it; undefined otherwise. */
+  tryWriteLock(opts: { ttl?: number; signal?: AbortSignal } = {}): Promise<Lease | undefined> {
+    return orUndefined(this.writeLock({ ...opts, wait: 0 }));
+  }
+}
+
+/** orUndefined is p, or undefined when p fails only because the name is held. */
+async function orUndefined(p: Promise<Lease>): Promise<Lease | undefined> {
+  try {
+    return await p;
+  } catch (e) {
+    if (e instanceof NotAcquiredError && e.cause === undefined) return undefined;
+    throw e;
+  }
 }

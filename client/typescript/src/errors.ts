@@ -24,7 +24,8 @@ export type ErrorReasonName =
   | "DATA_LOSS_QUARANTINE"
   | "STORE_UNAVAILABLE"
   | "INVALID_FIELD"
-  | "PERMISSION_DENIED";
+  | "PERMISSION_DENIED"
+  | "CAPACITY_MISMATCH";
 
 export { Code };
 
@@ -71,6 +72,12 @@ export class CoordinatorError extends Error {
 
 /** FailedPrecondition LEASE_NOT_HELD: the lease expired or is held under another holder or token. */
 export class LeaseNotHeldError extends CoordinatorError {}
+/**
+ * FailedPrecondition CAPACITY_MISMATCH: the request's capacity differs from
+ * the one the name has while held or awaited; metadata.capacity is the
+ * name's, metadata.requested the request's.
+ */
+export class CapacityMismatchError extends CoordinatorError {}
 /** Unavailable DATA_LOSS_QUARANTINE: the store lost its data; grants resume after retryAfter. */
 export class DataLossQuarantineError extends CoordinatorError {}
 /** Unavailable STORE_UNAVAILABLE: the store could not be reached or did not answer in time. */
@@ -86,6 +93,7 @@ type ErrorClass = new (message: string, init: CoordinatorErrorInit) => Coordinat
 
 const byReason: Record<string, ErrorClass> = {
   [ErrorReason[ErrorReason.LEASE_NOT_HELD]]: LeaseNotHeldError,
+  [ErrorReason[ErrorReason.CAPACITY_MISMATCH]]: CapacityMismatchError,
   [ErrorReason[ErrorReason.DATA_LOSS_QUARANTINE]]: DataLossQuarantineError,
   [ErrorReason[ErrorReason.STORE_UNAVAILABLE]]: StoreUnavailableError,
   [ErrorReason[ErrorReason.INVALID_FIELD]]: InvalidFieldError,

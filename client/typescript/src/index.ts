@@ -3,14 +3,15 @@
 
 import { Client, type ClientOptions } from "./client.js";
 
-export { Client, DEFAULT_TTL } from "./client.js";
-export type { ClientOptions, LockOptions, RunAsLeaderOptions, NameState } from "./client.js";
+export { Client, DEFAULT_TTL, MAX_CAPACITY, RW_CAPACITY, Semaphore, RWLock } from "./client.js";
+export type { ClientOptions, LockOptions, RunAsLeaderOptions, NameState, HolderState } from "./client.js";
 export type { TlsOptions, CoordinatorApi } from "./api.js";
 export { Lease } from "./lease.js";
 export { Leadership } from "./election.js";
 export type { LeaderEvent, LeaderEventKind, LeaderInfo } from "./election.js";
 export {
   Code,
+  CapacityMismatchError,
   ClientClosedError,
   CoordinatorError,
   DataLossQuarantineError,

@@ -14,6 +14,9 @@ import { isTransient } from "./errors.js";
  * the Client's KeepAlive session renews. Times are performance.now()
  * milliseconds.
  */
+/** What a grant is, for messages. */
+export type LeaseKind = "lock" | "semaphore" | "read lock" | "write lock" | "leadership";
+
 export class LeaseCore {
   /** Local validity: the send time of the last successful grant or renewal + ttl − drift margin. */
   deadline = 0;
@@ -36,8 +39,11 @@ export class LeaseCore {
   /** Tells the deadline check of the current schedule from older ones. */
   deadlineGen = 0;
 
+  /** How much of the name's capacity the grant holds: 1 for a lock or leadership. */
+  weight = 1;
+
   constructor(
-    readonly kind: "lock" | "leadership",
+    readonly kind: LeaseKind,
     readonly name: string,
     readonly holder: string,
     readonly token: bigint,
@@ -136,6 +142,10 @@ export class Lease {
   get token(): bigint {
     return this.core.token;
   }
+  /** How much of the name's capacity the lease holds: 1 for a lock or a reader, all of it for a writer. */
+  get weight(): number {
+    return this.core.weight;
+  }
   /** The time to live last granted, in milliseconds. */
   get ttl(): number {
     return this.core.ttl;
@@ -176,6 +186,9 @@ export class Lease {
   }
 
   toString(): string {
+    if (this.core.kind !== "lock") {
+      return `${this.core.kind} ${JSON.stringify(this.name)} held by ${this.holder} with weight ${this.weight} and token ${this.token}`;
+    }
     return `lock ${JSON.stringify(this.name)} held by ${this.holder} with token ${this.token}`;
   }
 }

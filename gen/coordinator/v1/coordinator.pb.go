@@ -49,6 +49,11 @@ const (
 	// PermissionDenied: the name is outside the prefixes the caller's
 	// credential may use. ErrorInfo metadata "name" names it.
 	ErrorReason_PERMISSION_DENIED ErrorReason = 5
+	// FailedPrecondition: the request's capacity differs from the capacity of
+	// the name, which is held or awaited (or, for Campaign, the name is not
+	// exclusive). ErrorInfo metadata "name", "capacity" (the name's) and
+	// "requested" (the request's) say which.
+	ErrorReason_CAPACITY_MISMATCH ErrorReason = 6
 )
 
 // Enum value maps for ErrorReason.
@@ -60,6 +65,7 @@ var (
 		3: "STORE_UNAVAILABLE",
 		4: "INVALID_FIELD",
 		5: "PERMISSION_DENIED",
+		6: "CAPACITY_MISMATCH",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED": 0,
@@ -68,6 +74,7 @@ var (
 		"STORE_UNAVAILABLE":        3,
 		"INVALID_FIELD":            4,
 		"PERMISSION_DENIED":        5,
+		"CAPACITY_MISMATCH":        6,
 	}
 )
 
@@ -98,6 +105,54 @@ func (ErrorReason) EnumDescriptor() ([]byte, []int) {
 	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{0}
 }
 
+// RWCapacity is the capacity of a read-write lock: readers ask for weight
+// 1, writers for all of it. It is the largest capacity a name may have.
+type RWCapacity int32
+
+const (
+	RWCapacity_RW_CAPACITY_UNSPECIFIED RWCapacity = 0
+	RWCapacity_RW_CAPACITY             RWCapacity = 1000000
+)
+
+// Enum value maps for RWCapacity.
+var (
+	RWCapacity_name = map[int32]string{
+		0:       "RW_CAPACITY_UNSPECIFIED",
+		1000000: "RW_CAPACITY",
+	}
+	RWCapacity_value = map[string]int32{
+		"RW_CAPACITY_UNSPECIFIED": 0,
+		"RW_CAPACITY":             1000000,
+	}
+)
+
+func (x RWCapacity) Enum() *RWCapacity {
+	p := new(RWCapacity)
+	*p = x
+	return p
+}
+
+func (x RWCapacity) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (RWCapacity) Descriptor() protoreflect.EnumDescriptor {
+	return file_coordinator_v1_coordinator_proto_enumTypes[1].Descriptor()
+}
+
+func (RWCapacity) Type() protoreflect.EnumType {
+	return &file_coordinator_v1_coordinator_proto_enumTypes[1]
+}
+
+func (x RWCapacity) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use RWCapacity.Descriptor instead.
+func (RWCapacity) EnumDescriptor() ([]byte, []int) {
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{1}
+}
+
 type LeaderEvent_Kind int32
 
 const (
@@ -108,6 +163,10 @@ const (
 	LeaderEvent_KIND_PROCLAIMED LeaderEvent_Kind = 2
 	// The election has no leader: it resigned or its term expired.
 	LeaderEvent_KIND_VACANT LeaderEvent_Kind = 3
+	// The name has a capacity above 1 (a semaphore or read-write lock) and
+	// its grants changed: holders is the whole set after the change. The
+	// initial message of such a name is of this kind too.
+	LeaderEvent_KIND_HOLDERS LeaderEvent_Kind = 4
 )
 
 // Enum value maps for LeaderEvent_Kind.
@@ -117,12 +176,14 @@ var (
 		1: "KIND_ELECTED",
 		2: "KIND_PROCLAIMED",
 		3: "KIND_VACANT",
+		4: "KIND_HOLDERS",
 	}
 	LeaderEvent_Kind_value = map[string]int32{
 		"KIND_UNSPECIFIED": 0,
 		"KIND_ELECTED":     1,
 		"KIND_PROCLAIMED":  2,
 		"KIND_VACANT":      3,
+		"KIND_HOLDERS":     4,
 	}
 )
 
@@ -137,11 +198,11 @@ func (x LeaderEvent_Kind) String() string {
 }
 
 func (LeaderEvent_Kind) Descriptor() protoreflect.EnumDescriptor {
-	return file_coordinator_v1_coordinator_proto_enumTypes[1].Descriptor()
+	return file_coordinator_v1_coordinator_proto_enumTypes[2].Descriptor()
 }
 
 func (LeaderEvent_Kind) Type() protoreflect.EnumType {
-	return &file_coordinator_v1_coordinator_proto_enumTypes[1]
+	return &file_coordinator_v1_coordinator_proto_enumTypes[2]
 }
 
 func (x LeaderEvent_Kind) Number() protoreflect.EnumNumber {
@@ -168,7 +229,10 @@ type Lease struct {
 	// When the lease expires, by the store's clock.
 	ExpiresAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
 	// The value an election leader proclaimed; empty for plain locks.
-	Value         []byte `protobuf:"bytes,6,opt,name=value,proto3" json:"value,omitempty"`
+	Value []byte `protobuf:"bytes,6,opt,name=value,proto3" json:"value,omitempty"`
+	// How much of the name's capacity the grant holds: 1 for a lock or a
+	// leadership, at most the capacity.
+	Weight        uint32 `protobuf:"varint,7,opt,name=weight,proto3" json:"weight,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -245,6 +309,13 @@ func (x *Lease) GetValue() []byte {
 	return nil
 }
 
+func (x *Lease) GetWeight() uint32 {
+	if x != nil {
+		return x.Weight
+	}
+	return 0
+}
+
 type TryAcquireRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The name to lease: 1 to 256 bytes; "/" separates namespaces.
@@ -258,7 +329,16 @@ type TryAcquireRequest struct {
 	// How long to wait for the lease, queued in arrival order: at most 5
 	// minutes. Unset or 0 answers at once. The RPC deadline also ends the
 	// wait (a little before it, so that the answer arrives in time).
-	Wait          *durationpb.Duration `protobuf:"bytes,4,opt,name=wait,proto3" json:"wait,omitempty"`
+	Wait *durationpb.Duration `protobuf:"bytes,4,opt,name=wait,proto3" json:"wait,omitempty"`
+	// The name's capacity (see "Capacity and weight" above): 0 means 1, an
+	// exclusive lock; at most 1,000,000 (RW_CAPACITY). It must be the
+	// capacity the name has while anyone holds or waits for it, else the call
+	// fails with FailedPrecondition, reason CAPACITY_MISMATCH.
+	Capacity uint32 `protobuf:"varint,5,opt,name=capacity,proto3" json:"capacity,omitempty"`
+	// How much of the capacity to hold: 0 means 1; at most capacity (a
+	// larger weight is INVALID_FIELD "weight"). Acquiring again as the holder
+	// renews the grant with the weight it holds.
+	Weight        uint32 `protobuf:"varint,6,opt,name=weight,proto3" json:"weight,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -319,6 +399,20 @@ func (x *TryAcquireRequest) GetWait() *durationpb.Duration {
 		return x.Wait
 	}
 	return nil
+}
+
+func (x *TryAcquireRequest) GetCapacity() uint32 {
+	if x != nil {
+		return x.Capacity
+	}
+	return 0
+}
+
+func (x *TryAcquireRequest) GetWeight() uint32 {
+	if x != nil {
+		return x.Weight
+	}
+	return 0
 }
 
 type TryAcquireResponse struct {
@@ -1463,10 +1557,18 @@ func (x *DescribeRequest) GetName() string {
 
 type DescribeResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Whether the name is leased now.
+	// Whether the name is leased now (at least one live grant).
 	Held bool `protobuf:"varint,1,opt,name=held,proto3" json:"held,omitempty"`
-	// The current lease, when held.
+	// The current lease, when held: the first of holders.
 	Lease *Lease `protobuf:"bytes,2,opt,name=lease,proto3" json:"lease,omitempty"`
+	// Every live grant of the name, in token order, each with its weight and
+	// expiry: one for a lock, up to the holder cap for a semaphore.
+	Holders []*Lease `protobuf:"bytes,5,rep,name=holders,proto3" json:"holders,omitempty"`
+	// The name's capacity: 1 for a lock, or for a name nobody holds or waits
+	// for.
+	Capacity uint32 `protobuf:"varint,6,opt,name=capacity,proto3" json:"capacity,omitempty"`
+	// The sum of the queued waiters' weights.
+	WaitingWeight uint64 `protobuf:"varint,7,opt,name=waiting_weight,json=waitingWeight,proto3" json:"waiting_weight,omitempty"`
 	// A floor of the fencing tokens issued for the name: at least every token
 	// issued before this call, and below every token issued after it. While
 	// the store remembers the name it is the last token issued; for a name it
@@ -1524,6 +1626,27 @@ func (x *DescribeResponse) GetLease() *Lease {
 		return x.Lease
 	}
 	return nil
+}
+
+func (x *DescribeResponse) GetHolders() []*Lease {
+	if x != nil {
+		return x.Holders
+	}
+	return nil
+}
+
+func (x *DescribeResponse) GetCapacity() uint32 {
+	if x != nil {
+		return x.Capacity
+	}
+	return 0
+}
+
+func (x *DescribeResponse) GetWaitingWeight() uint64 {
+	if x != nil {
+		return x.WaitingWeight
+	}
+	return 0
 }
 
 func (x *DescribeResponse) GetLastToken() uint64 {
@@ -1608,7 +1731,8 @@ func (x *ListRequest) GetPageToken() string {
 
 type ListResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Held leases in name order.
+	// Held leases in name order, one per live grant (a semaphore's in token
+	// order). A page holds page_size names, with all their grants.
 	Leases []*Lease `protobuf:"bytes,1,rep,name=leases,proto3" json:"leases,omitempty"`
 	// Empty on the last page.
 	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
@@ -2214,8 +2338,12 @@ type LeaderEvent struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// What happened.
 	Kind LeaderEvent_Kind `protobuf:"varint,1,opt,name=kind,proto3,enum=coordinator.v1.LeaderEvent_Kind" json:"kind,omitempty"`
-	// The leader after the change; unset when vacant.
-	Leader        *Leader `protobuf:"bytes,2,opt,name=leader,proto3" json:"leader,omitempty"`
+	// The leader after the change; unset when vacant or holders.
+	Leader *Leader `protobuf:"bytes,2,opt,name=leader,proto3" json:"leader,omitempty"`
+	// KIND_HOLDERS: the live grants, in token order (none when it fell free).
+	Holders []*Lease `protobuf:"bytes,3,rep,name=holders,proto3" json:"holders,omitempty"`
+	// KIND_HOLDERS: the name's capacity.
+	Capacity      uint32 `protobuf:"varint,4,opt,name=capacity,proto3" json:"capacity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2264,11 +2392,25 @@ func (x *LeaderEvent) GetLeader() *Leader {
 	return nil
 }
 
+func (x *LeaderEvent) GetHolders() []*Lease {
+	if x != nil {
+		return x.Holders
+	}
+	return nil
+}
+
+func (x *LeaderEvent) GetCapacity() uint32 {
+	if x != nil {
+		return x.Capacity
+	}
+	return 0
+}
+
 var File_coordinator_v1_coordinator_proto protoreflect.FileDescriptor
 
 const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\n" +
-	" coordinator/v1/coordinator.proto\x12\x0ecoordinator.v1\x1a\x1acoordinator/v1/rules.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17google/rpc/status.proto\"\xc7\x01\n" +
+	" coordinator/v1/coordinator.proto\x12\x0ecoordinator.v1\x1a\x1acoordinator/v1/rules.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17google/rpc/status.proto\"\xdf\x01\n" +
 	"\x05Lease\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x14\n" +
@@ -2276,12 +2418,15 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\x03ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x129\n" +
 	"\n" +
 	"expires_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x14\n" +
-	"\x05value\x18\x06 \x01(\fR\x05value\"\xde\x01\n" +
+	"\x05value\x18\x06 \x01(\fR\x05value\x12\x16\n" +
+	"\x06weight\x18\a \x01(\rR\x06weight\"\xa6\x02\n" +
 	"\x11TryAcquireRequest\x12\x1f\n" +
 	"\x04name\x18\x01 \x01(\tB\v\xca\xf3\x18\a\b\x01\x10\x80\x02\x18\x02R\x04name\x12#\n" +
 	"\x06holder\x18\x02 \x01(\tB\v\xca\xf3\x18\a\b\x01\x10\x80\x01\x18\x01R\x06holder\x12J\n" +
 	"\x03ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationB\x1d\xca\xf3\x18\x19\b\x01 d2\x13COORDINATOR_MAX_TTLR\x03ttl\x127\n" +
-	"\x04wait\x18\x04 \x01(\v2\x19.google.protobuf.DurationB\b\xca\xf3\x18\x04(\xe0\xa7\x12R\x04wait\"\xb1\x01\n" +
+	"\x04wait\x18\x04 \x01(\v2\x19.google.protobuf.DurationB\b\xca\xf3\x18\x04(\xe0\xa7\x12R\x04wait\x12$\n" +
+	"\bcapacity\x18\x05 \x01(\rB\b\xca\xf3\x18\x048\xc0\x84=R\bcapacity\x12 \n" +
+	"\x06weight\x18\x06 \x01(\rB\b\xca\xf3\x18\x048\xc0\x84=R\x06weight\"\xb1\x01\n" +
 	"\x12TryAcquireResponse\x12\x1a\n" +
 	"\bacquired\x18\x01 \x01(\bR\bacquired\x12+\n" +
 	"\x05lease\x18\x02 \x01(\v2\x15.coordinator.v1.LeaseR\x05lease\x12\x16\n" +
@@ -2353,10 +2498,13 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\x05error\x18\a \x01(\v2\x12.google.rpc.StatusH\x00R\x05errorB\b\n" +
 	"\x06result\"2\n" +
 	"\x0fDescribeRequest\x12\x1f\n" +
-	"\x04name\x18\x01 \x01(\tB\v\xca\xf3\x18\a\b\x01\x10\x80\x02\x18\x02R\x04name\"\x8c\x01\n" +
+	"\x04name\x18\x01 \x01(\tB\v\xca\xf3\x18\a\b\x01\x10\x80\x02\x18\x02R\x04name\"\x80\x02\n" +
 	"\x10DescribeResponse\x12\x12\n" +
 	"\x04held\x18\x01 \x01(\bR\x04held\x12+\n" +
-	"\x05lease\x18\x02 \x01(\v2\x15.coordinator.v1.LeaseR\x05lease\x12\x1d\n" +
+	"\x05lease\x18\x02 \x01(\v2\x15.coordinator.v1.LeaseR\x05lease\x12/\n" +
+	"\aholders\x18\x05 \x03(\v2\x15.coordinator.v1.LeaseR\aholders\x12\x1a\n" +
+	"\bcapacity\x18\x06 \x01(\rR\bcapacity\x12%\n" +
+	"\x0ewaiting_weight\x18\a \x01(\x04R\rwaitingWeight\x12\x1d\n" +
 	"\n" +
 	"last_token\x18\x03 \x01(\x04R\tlastToken\x12\x18\n" +
 	"\awaiters\x18\x04 \x01(\rR\awaiters\"u\n" +
@@ -2403,22 +2551,30 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\belection\x18\x01 \x01(\tB\v\xca\xf3\x18\a\b\x01\x10\x80\x02\x18\x02R\belection\"^\n" +
 	"\x0fObserveResponse\x121\n" +
 	"\x05event\x18\x01 \x01(\v2\x1b.coordinator.v1.LeaderEventR\x05event\x12\x18\n" +
-	"\ainitial\x18\x02 \x01(\bR\ainitial\"\xc9\x01\n" +
+	"\ainitial\x18\x02 \x01(\bR\ainitial\"\xa8\x02\n" +
 	"\vLeaderEvent\x124\n" +
 	"\x04kind\x18\x01 \x01(\x0e2 .coordinator.v1.LeaderEvent.KindR\x04kind\x12.\n" +
-	"\x06leader\x18\x02 \x01(\v2\x16.coordinator.v1.LeaderR\x06leader\"T\n" +
+	"\x06leader\x18\x02 \x01(\v2\x16.coordinator.v1.LeaderR\x06leader\x12/\n" +
+	"\aholders\x18\x03 \x03(\v2\x15.coordinator.v1.LeaseR\aholders\x12\x1a\n" +
+	"\bcapacity\x18\x04 \x01(\rR\bcapacity\"f\n" +
 	"\x04Kind\x12\x14\n" +
 	"\x10KIND_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fKIND_ELECTED\x10\x01\x12\x13\n" +
 	"\x0fKIND_PROCLAIMED\x10\x02\x12\x0f\n" +
-	"\vKIND_VACANT\x10\x03*\xac\x01\n" +
+	"\vKIND_VACANT\x10\x03\x12\x10\n" +
+	"\fKIND_HOLDERS\x10\x04*\xc3\x01\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x0eLEASE_NOT_HELD\x10\x01\x1a\x04\xd8\xf3\x18\x01\x12\x18\n" +
 	"\x14DATA_LOSS_QUARANTINE\x10\x02\x12\x15\n" +
 	"\x11STORE_UNAVAILABLE\x10\x03\x12\x17\n" +
 	"\rINVALID_FIELD\x10\x04\x1a\x04\xd8\xf3\x18\x01\x12\x1b\n" +
-	"\x11PERMISSION_DENIED\x10\x05\x1a\x04\xd8\xf3\x18\x012\x92\a\n" +
+	"\x11PERMISSION_DENIED\x10\x05\x1a\x04\xd8\xf3\x18\x01\x12\x15\n" +
+	"\x11CAPACITY_MISMATCH\x10\x06*<\n" +
+	"\n" +
+	"RWCapacity\x12\x1b\n" +
+	"\x17RW_CAPACITY_UNSPECIFIED\x10\x00\x12\x11\n" +
+	"\vRW_CAPACITY\x10\xc0\x84=2\x92\a\n" +
 	"\vCoordinator\x12S\n" +
 	"\n" +
 	"TryAcquire\x12!.coordinator.v1.TryAcquireRequest\x1a\".coordinator.v1.TryAcquireResponse\x12D\n" +
@@ -2448,111 +2604,114 @@ func file_coordinator_v1_coordinator_proto_rawDescGZIP() []byte {
 	return file_coordinator_v1_coordinator_proto_rawDescData
 }
 
-var file_coordinator_v1_coordinator_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_coordinator_v1_coordinator_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
 var file_coordinator_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_coordinator_v1_coordinator_proto_goTypes = []any{
 	(ErrorReason)(0),              // 0: coordinator.v1.ErrorReason
-	(LeaderEvent_Kind)(0),         // 1: coordinator.v1.LeaderEvent.Kind
-	(*Lease)(nil),                 // 2: coordinator.v1.Lease
-	(*TryAcquireRequest)(nil),     // 3: coordinator.v1.TryAcquireRequest
-	(*TryAcquireResponse)(nil),    // 4: coordinator.v1.TryAcquireResponse
-	(*RenewRequest)(nil),          // 5: coordinator.v1.RenewRequest
-	(*RenewResponse)(nil),         // 6: coordinator.v1.RenewResponse
-	(*ReleaseRequest)(nil),        // 7: coordinator.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),       // 8: coordinator.v1.ReleaseResponse
-	(*KeepAliveRequest)(nil),      // 9: coordinator.v1.KeepAliveRequest
-	(*KeepAliveResponse)(nil),     // 10: coordinator.v1.KeepAliveResponse
-	(*LeaseLost)(nil),             // 11: coordinator.v1.LeaseLost
-	(*RenewalFailed)(nil),         // 12: coordinator.v1.RenewalFailed
-	(*SessionRequest)(nil),        // 13: coordinator.v1.SessionRequest
-	(*SessionOperation)(nil),      // 14: coordinator.v1.SessionOperation
-	(*SessionResponse)(nil),       // 15: coordinator.v1.SessionResponse
-	(*SessionResult)(nil),         // 16: coordinator.v1.SessionResult
-	(*DescribeRequest)(nil),       // 17: coordinator.v1.DescribeRequest
-	(*DescribeResponse)(nil),      // 18: coordinator.v1.DescribeResponse
-	(*ListRequest)(nil),           // 19: coordinator.v1.ListRequest
-	(*ListResponse)(nil),          // 20: coordinator.v1.ListResponse
-	(*Leader)(nil),                // 21: coordinator.v1.Leader
-	(*CampaignRequest)(nil),       // 22: coordinator.v1.CampaignRequest
-	(*CampaignResponse)(nil),      // 23: coordinator.v1.CampaignResponse
-	(*ResignRequest)(nil),         // 24: coordinator.v1.ResignRequest
-	(*ResignResponse)(nil),        // 25: coordinator.v1.ResignResponse
-	(*LeaderRequest)(nil),         // 26: coordinator.v1.LeaderRequest
-	(*LeaderResponse)(nil),        // 27: coordinator.v1.LeaderResponse
-	(*ObserveRequest)(nil),        // 28: coordinator.v1.ObserveRequest
-	(*ObserveResponse)(nil),       // 29: coordinator.v1.ObserveResponse
-	(*LeaderEvent)(nil),           // 30: coordinator.v1.LeaderEvent
-	(*durationpb.Duration)(nil),   // 31: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 32: google.protobuf.Timestamp
-	(*status.Status)(nil),         // 33: google.rpc.Status
+	(RWCapacity)(0),               // 1: coordinator.v1.RWCapacity
+	(LeaderEvent_Kind)(0),         // 2: coordinator.v1.LeaderEvent.Kind
+	(*Lease)(nil),                 // 3: coordinator.v1.Lease
+	(*TryAcquireRequest)(nil),     // 4: coordinator.v1.TryAcquireRequest
+	(*TryAcquireResponse)(nil),    // 5: coordinator.v1.TryAcquireResponse
+	(*RenewRequest)(nil),          // 6: coordinator.v1.RenewRequest
+	(*RenewResponse)(nil),         // 7: coordinator.v1.RenewResponse
+	(*ReleaseRequest)(nil),        // 8: coordinator.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),       // 9: coordinator.v1.ReleaseResponse
+	(*KeepAliveRequest)(nil),      // 10: coordinator.v1.KeepAliveRequest
+	(*KeepAliveResponse)(nil),     // 11: coordinator.v1.KeepAliveResponse
+	(*LeaseLost)(nil),             // 12: coordinator.v1.LeaseLost
+	(*RenewalFailed)(nil),         // 13: coordinator.v1.RenewalFailed
+	(*SessionRequest)(nil),        // 14: coordinator.v1.SessionRequest
+	(*SessionOperation)(nil),      // 15: coordinator.v1.SessionOperation
+	(*SessionResponse)(nil),       // 16: coordinator.v1.SessionResponse
+	(*SessionResult)(nil),         // 17: coordinator.v1.SessionResult
+	(*DescribeRequest)(nil),       // 18: coordinator.v1.DescribeRequest
+	(*DescribeResponse)(nil),      // 19: coordinator.v1.DescribeResponse
+	(*ListRequest)(nil),           // 20: coordinator.v1.ListRequest
+	(*ListResponse)(nil),          // 21: coordinator.v1.ListResponse
+	(*Leader)(nil),                // 22: coordinator.v1.Leader
+	(*CampaignRequest)(nil),       // 23: coordinator.v1.CampaignRequest
+	(*CampaignResponse)(nil),      // 24: coordinator.v1.CampaignResponse
+	(*ResignRequest)(nil),         // 25: coordinator.v1.ResignRequest
+	(*ResignResponse)(nil),        // 26: coordinator.v1.ResignResponse
+	(*LeaderRequest)(nil),         // 27: coordinator.v1.LeaderRequest
+	(*LeaderResponse)(nil),        // 28: coordinator.v1.LeaderResponse
+	(*ObserveRequest)(nil),        // 29: coordinator.v1.ObserveRequest
+	(*ObserveResponse)(nil),       // 30: coordinator.v1.ObserveResponse
+	(*LeaderEvent)(nil),           // 31: coordinator.v1.LeaderEvent
+	(*durationpb.Duration)(nil),   // 32: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 33: google.protobuf.Timestamp
+	(*status.Status)(nil),         // 34: google.rpc.Status
 }
 var file_coordinator_v1_coordinator_proto_depIdxs = []int32{
-	31, // 0: coordinator.v1.Lease.ttl:type_name -> google.protobuf.Duration
-	32, // 1: coordinator.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
-	31, // 2: coordinator.v1.TryAcquireRequest.ttl:type_name -> google.protobuf.Duration
-	31, // 3: coordinator.v1.TryAcquireRequest.wait:type_name -> google.protobuf.Duration
-	2,  // 4: coordinator.v1.TryAcquireResponse.lease:type_name -> coordinator.v1.Lease
-	31, // 5: coordinator.v1.TryAcquireResponse.retry_after:type_name -> google.protobuf.Duration
-	31, // 6: coordinator.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
-	2,  // 7: coordinator.v1.RenewResponse.lease:type_name -> coordinator.v1.Lease
-	31, // 8: coordinator.v1.KeepAliveRequest.ttl:type_name -> google.protobuf.Duration
-	2,  // 9: coordinator.v1.KeepAliveResponse.lease:type_name -> coordinator.v1.Lease
-	11, // 10: coordinator.v1.KeepAliveResponse.lost:type_name -> coordinator.v1.LeaseLost
-	12, // 11: coordinator.v1.KeepAliveResponse.failed:type_name -> coordinator.v1.RenewalFailed
+	32, // 0: coordinator.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	33, // 1: coordinator.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
+	32, // 2: coordinator.v1.TryAcquireRequest.ttl:type_name -> google.protobuf.Duration
+	32, // 3: coordinator.v1.TryAcquireRequest.wait:type_name -> google.protobuf.Duration
+	3,  // 4: coordinator.v1.TryAcquireResponse.lease:type_name -> coordinator.v1.Lease
+	32, // 5: coordinator.v1.TryAcquireResponse.retry_after:type_name -> google.protobuf.Duration
+	32, // 6: coordinator.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
+	3,  // 7: coordinator.v1.RenewResponse.lease:type_name -> coordinator.v1.Lease
+	32, // 8: coordinator.v1.KeepAliveRequest.ttl:type_name -> google.protobuf.Duration
+	3,  // 9: coordinator.v1.KeepAliveResponse.lease:type_name -> coordinator.v1.Lease
+	12, // 10: coordinator.v1.KeepAliveResponse.lost:type_name -> coordinator.v1.LeaseLost
+	13, // 11: coordinator.v1.KeepAliveResponse.failed:type_name -> coordinator.v1.RenewalFailed
 	0,  // 12: coordinator.v1.LeaseLost.reason:type_name -> coordinator.v1.ErrorReason
 	0,  // 13: coordinator.v1.RenewalFailed.reason:type_name -> coordinator.v1.ErrorReason
-	31, // 14: coordinator.v1.RenewalFailed.retry_after:type_name -> google.protobuf.Duration
-	14, // 15: coordinator.v1.SessionRequest.operations:type_name -> coordinator.v1.SessionOperation
-	3,  // 16: coordinator.v1.SessionOperation.acquire:type_name -> coordinator.v1.TryAcquireRequest
-	5,  // 17: coordinator.v1.SessionOperation.renew:type_name -> coordinator.v1.RenewRequest
-	7,  // 18: coordinator.v1.SessionOperation.release:type_name -> coordinator.v1.ReleaseRequest
-	22, // 19: coordinator.v1.SessionOperation.campaign:type_name -> coordinator.v1.CampaignRequest
-	24, // 20: coordinator.v1.SessionOperation.resign:type_name -> coordinator.v1.ResignRequest
-	16, // 21: coordinator.v1.SessionResponse.results:type_name -> coordinator.v1.SessionResult
-	4,  // 22: coordinator.v1.SessionResult.acquire:type_name -> coordinator.v1.TryAcquireResponse
-	6,  // 23: coordinator.v1.SessionResult.renew:type_name -> coordinator.v1.RenewResponse
-	8,  // 24: coordinator.v1.SessionResult.release:type_name -> coordinator.v1.ReleaseResponse
-	23, // 25: coordinator.v1.SessionResult.campaign:type_name -> coordinator.v1.CampaignResponse
-	25, // 26: coordinator.v1.SessionResult.resign:type_name -> coordinator.v1.ResignResponse
-	33, // 27: coordinator.v1.SessionResult.error:type_name -> google.rpc.Status
-	2,  // 28: coordinator.v1.DescribeResponse.lease:type_name -> coordinator.v1.Lease
-	2,  // 29: coordinator.v1.ListResponse.leases:type_name -> coordinator.v1.Lease
-	32, // 30: coordinator.v1.Leader.expires_at:type_name -> google.protobuf.Timestamp
-	31, // 31: coordinator.v1.CampaignRequest.ttl:type_name -> google.protobuf.Duration
-	31, // 32: coordinator.v1.CampaignRequest.wait:type_name -> google.protobuf.Duration
-	21, // 33: coordinator.v1.CampaignResponse.leader:type_name -> coordinator.v1.Leader
-	31, // 34: coordinator.v1.CampaignResponse.retry_after:type_name -> google.protobuf.Duration
-	21, // 35: coordinator.v1.LeaderResponse.leader:type_name -> coordinator.v1.Leader
-	30, // 36: coordinator.v1.ObserveResponse.event:type_name -> coordinator.v1.LeaderEvent
-	1,  // 37: coordinator.v1.LeaderEvent.kind:type_name -> coordinator.v1.LeaderEvent.Kind
-	21, // 38: coordinator.v1.LeaderEvent.leader:type_name -> coordinator.v1.Leader
-	3,  // 39: coordinator.v1.Coordinator.TryAcquire:input_type -> coordinator.v1.TryAcquireRequest
-	5,  // 40: coordinator.v1.Coordinator.Renew:input_type -> coordinator.v1.RenewRequest
-	7,  // 41: coordinator.v1.Coordinator.Release:input_type -> coordinator.v1.ReleaseRequest
-	9,  // 42: coordinator.v1.Coordinator.KeepAlive:input_type -> coordinator.v1.KeepAliveRequest
-	13, // 43: coordinator.v1.Coordinator.Session:input_type -> coordinator.v1.SessionRequest
-	17, // 44: coordinator.v1.Coordinator.Describe:input_type -> coordinator.v1.DescribeRequest
-	19, // 45: coordinator.v1.Coordinator.List:input_type -> coordinator.v1.ListRequest
-	22, // 46: coordinator.v1.Coordinator.Campaign:input_type -> coordinator.v1.CampaignRequest
-	24, // 47: coordinator.v1.Coordinator.Resign:input_type -> coordinator.v1.ResignRequest
-	26, // 48: coordinator.v1.Coordinator.Leader:input_type -> coordinator.v1.LeaderRequest
-	28, // 49: coordinator.v1.Coordinator.Observe:input_type -> coordinator.v1.ObserveRequest
-	4,  // 50: coordinator.v1.Coordinator.TryAcquire:output_type -> coordinator.v1.TryAcquireResponse
-	6,  // 51: coordinator.v1.Coordinator.Renew:output_type -> coordinator.v1.RenewResponse
-	8,  // 52: coordinator.v1.Coordinator.Release:output_type -> coordinator.v1.ReleaseResponse
-	10, // 53: coordinator.v1.Coordinator.KeepAlive:output_type -> coordinator.v1.KeepAliveResponse
-	15, // 54: coordinator.v1.Coordinator.Session:output_type -> coordinator.v1.SessionResponse
-	18, // 55: coordinator.v1.Coordinator.Describe:output_type -> coordinator.v1.DescribeResponse
-	20, // 56: coordinator.v1.Coordinator.List:output_type -> coordinator.v1.ListResponse
-	23, // 57: coordinator.v1.Coordinator.Campaign:output_type -> coordinator.v1.CampaignResponse
-	25, // 58: coordinator.v1.Coordinator.Resign:output_type -> coordinator.v1.ResignResponse
-	27, // 59: coordinator.v1.Coordinator.Leader:output_type -> coordinator.v1.LeaderResponse
-	29, // 60: coordinator.v1.Coordinator.Observe:output_type -> coordinator.v1.ObserveResponse
-	50, // [50:61] is the sub-list for method output_type
-	39, // [39:50] is the sub-list for method input_type
-	39, // [39:39] is the sub-list for extension type_name
-	39, // [39:39] is the sub-list for extension extendee
-	0,  // [0:39] is the sub-list for field type_name
+	32, // 14: coordinator.v1.RenewalFailed.retry_after:type_name -> google.protobuf.Duration
+	15, // 15: coordinator.v1.SessionRequest.operations:type_name -> coordinator.v1.SessionOperation
+	4,  // 16: coordinator.v1.SessionOperation.acquire:type_name -> coordinator.v1.TryAcquireRequest
+	6,  // 17: coordinator.v1.SessionOperation.renew:type_name -> coordinator.v1.RenewRequest
+	8,  // 18: coordinator.v1.SessionOperation.release:type_name -> coordinator.v1.ReleaseRequest
+	23, // 19: coordinator.v1.SessionOperation.campaign:type_name -> coordinator.v1.CampaignRequest
+	25, // 20: coordinator.v1.SessionOperation.resign:type_name -> coordinator.v1.ResignRequest
+	17, // 21: coordinator.v1.SessionResponse.results:type_name -> coordinator.v1.SessionResult
+	5,  // 22: coordinator.v1.SessionResult.acquire:type_name -> coordinator.v1.TryAcquireResponse
+	7,  // 23: coordinator.v1.SessionResult.renew:type_name -> coordinator.v1.RenewResponse
+	9,  // 24: coordinator.v1.SessionResult.release:type_name -> coordinator.v1.ReleaseResponse
+	24, // 25: coordinator.v1.SessionResult.campaign:type_name -> coordinator.v1.CampaignResponse
+	26, // 26: coordinator.v1.SessionResult.resign:type_name -> coordinator.v1.ResignResponse
+	34, // 27: coordinator.v1.SessionResult.error:type_name -> google.rpc.Status
+	3,  // 28: coordinator.v1.DescribeResponse.lease:type_name -> coordinator.v1.Lease
+	3,  // 29: coordinator.v1.DescribeResponse.holders:type_name -> coordinator.v1.Lease
+	3,  // 30: coordinator.v1.ListResponse.leases:type_name -> coordinator.v1.Lease
+	33, // 31: coordinator.v1.Leader.expires_at:type_name -> google.protobuf.Timestamp
+	32, // 32: coordinator.v1.CampaignRequest.ttl:type_name -> google.protobuf.Duration
+	32, // 33: coordinator.v1.CampaignRequest.wait:type_name -> google.protobuf.Duration
+	22, // 34: coordinator.v1.CampaignResponse.leader:type_name -> coordinator.v1.Leader
+	32, // 35: coordinator.v1.CampaignResponse.retry_after:type_name -> google.protobuf.Duration
+	22, // 36: coordinator.v1.LeaderResponse.leader:type_name -> coordinator.v1.Leader
+	31, // 37: coordinator.v1.ObserveResponse.event:type_name -> coordinator.v1.LeaderEvent
+	2,  // 38: coordinator.v1.LeaderEvent.kind:type_name -> coordinator.v1.LeaderEvent.Kind
+	22, // 39: coordinator.v1.LeaderEvent.leader:type_name -> coordinator.v1.Leader
+	3,  // 40: coordinator.v1.LeaderEvent.holders:type_name -> coordinator.v1.Lease
+	4,  // 41: coordinator.v1.Coordinator.TryAcquire:input_type -> coordinator.v1.TryAcquireRequest
+	6,  // 42: coordinator.v1.Coordinator.Renew:input_type -> coordinator.v1.RenewRequest
+	8,  // 43: coordinator.v1.Coordinator.Release:input_type -> coordinator.v1.ReleaseRequest
+	10, // 44: coordinator.v1.Coordinator.KeepAlive:input_type -> coordinator.v1.KeepAliveRequest
+	14, // 45: coordinator.v1.Coordinator.Session:input_type -> coordinator.v1.SessionRequest
+	18, // 46: coordinator.v1.Coordinator.Describe:input_type -> coordinator.v1.DescribeRequest
+	20, // 47: coordinator.v1.Coordinator.List:input_type -> coordinator.v1.ListRequest
+	23, // 48: coordinator.v1.Coordinator.Campaign:input_type -> coordinator.v1.CampaignRequest
+	25, // 49: coordinator.v1.Coordinator.Resign:input_type -> coordinator.v1.ResignRequest
+	27, // 50: coordinator.v1.Coordinator.Leader:input_type -> coordinator.v1.LeaderRequest
+	29, // 51: coordinator.v1.Coordinator.Observe:input_type -> coordinator.v1.ObserveRequest
+	5,  // 52: coordinator.v1.Coordinator.TryAcquire:output_type -> coordinator.v1.TryAcquireResponse
+	7,  // 53: coordinator.v1.Coordinator.Renew:output_type -> coordinator.v1.RenewResponse
+	9,  // 54: coordinator.v1.Coordinator.Release:output_type -> coordinator.v1.ReleaseResponse
+	11, // 55: coordinator.v1.Coordinator.KeepAlive:output_type -> coordinator.v1.KeepAliveResponse
+	16, // 56: coordinator.v1.Coordinator.Session:output_type -> coordinator.v1.SessionResponse
+	19, // 57: coordinator.v1.Coordinator.Describe:output_type -> coordinator.v1.DescribeResponse
+	21, // 58: coordinator.v1.Coordinator.List:output_type -> coordinator.v1.ListResponse
+	24, // 59: coordinator.v1.Coordinator.Campaign:output_type -> coordinator.v1.CampaignResponse
+	26, // 60: coordinator.v1.Coordinator.Resign:output_type -> coordinator.v1.ResignResponse
+	28, // 61: coordinator.v1.Coordinator.Leader:output_type -> coordinator.v1.LeaderResponse
+	30, // 62: coordinator.v1.Coordinator.Observe:output_type -> coordinator.v1.ObserveResponse
+	52, // [52:63] is the sub-list for method output_type
+	41, // [41:52] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_coordinator_v1_coordinator_proto_init() }
@@ -2587,7 +2746,7 @@ func file_coordinator_v1_coordinator_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coordinator_v1_coordinator_proto_rawDesc), len(file_coordinator_v1_coordinator_proto_rawDesc)),
-			NumEnums:      2,
+			NumEnums:      3,
 			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,

@@ -36,7 +36,8 @@ const (
 //
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
-// Coordinator hands out exclusive, time-bounded leases on names.
+// Coordinator hands out time-bounded leases on names: exclusive locks,
+// counting semaphores and read-write locks, and elections.
 //
 // A lock is a lease on a name. A leadership is a lease on an election's name
 // that also carries a value; Renew, Release and KeepAlive work on both, with
@@ -50,6 +51,26 @@ const (
 // each independent owner its own holder, e.g. host, process id and a random
 // suffix.
 //
+// Capacity and weight. A name has a capacity (1 unless a request sets
+// another, at most 1,000,000) that its grants share: each grant holds a
+// weight of it (1 unless the request sets another, at most the capacity) and
+// is a lease of its own, with its own holder, token, ttl, renewals and
+// release. An exclusive lock is capacity 1 and weight 1 (the defaults); a
+// counting semaphore of N slots is capacity N; a read-write lock is capacity
+// 1,000,000 (RW_CAPACITY, the same in every client library) with readers
+// asking for weight 1 and writers for the whole capacity. A request is
+// granted when the weights held, those of the waiters queued ahead of it and
+// its own fit in the capacity: waiters are served in arrival order, a later
+// one passing an earlier one only when the earlier would fit beside it, so
+// that a writer waiting behind readers is granted before the readers that
+// came after it. A grant that expires without a release keeps its weight for
+// the coordinator's lock delay, then gives it back. A request whose capacity
+// differs from the name's while anyone holds or waits for it fails with
+// FailedPrecondition, reason CAPACITY_MISMATCH; the holders a name carries at
+// once are capped (COORDINATOR_MAX_HOLDERS_PER_NAME, 1024 by default; past
+// it a grant fails with ResourceExhausted). Elections are exclusive: Campaign
+// on a name of another capacity fails with CAPACITY_MISMATCH.
+//
 // Fencing tokens. Every grant carries a fencing token that strictly
 // increases per name, for ever: across expiries, releases, coordinator
 // restarts and store data loss. A token is a uint64: the larger of the
@@ -58,7 +79,11 @@ const (
 // needs BigInt for it, and the JSON mapping (grpcurl, grpc-gateway) writes it
 // as a decimal string. Hand the token to the resource you protect and let it
 // refuse lower tokens; a lease alone cannot stop a paused holder from acting
-// after it expired.
+// after it expired. The tokens of a name increase across all its holders: a
+// grant of the whole capacity (a writer) has a token above every token
+// granted before it, so a resource that remembers the last such token
+// refuses every lower one, whoever holds it; shared holders' tokens order
+// their grants, not their actions.
 //
 // Time. Expiry is measured by the store's clock. A client should count a
 // lease's ttl from when it sent the request that granted or renewed it, on
@@ -107,9 +132,12 @@ type CoordinatorClient interface {
 	// operations go on. Ending the stream (or losing the connection) gives up
 	// the waits; it does not release leases, which expire unless renewed.
 	Session(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SessionRequest, SessionResponse], error)
-	// Describe reports a name's current lease and the last token issued for it.
+	// Describe reports a name's current lease (every holder of a semaphore,
+	// with its weight), its capacity, its waiters and the last token issued
+	// for it.
 	Describe(ctx context.Context, in *DescribeRequest, opts ...grpc.CallOption) (*DescribeResponse, error)
-	// List pages through the leases currently held, optionally under a prefix.
+	// List pages through the leases currently held, optionally under a prefix:
+	// one per holder.
 	List(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListResponse, error)
 	// Campaign asks for leadership of an election. With term = 0 it waits
 	// (like TryAcquire) for the leadership; the sitting leader calling it
@@ -125,8 +153,11 @@ type CoordinatorClient interface {
 	Leader(ctx context.Context, in *LeaderRequest, opts ...grpc.CallOption) (*LeaderResponse, error)
 	// Observe streams the election's state when the stream opens (marked
 	// initial), then every change in order: a new leader, a new value, and
-	// the election falling vacant. A slow reader is disconnected with
-	// ResourceExhausted rather than sent a gap: reconnect and start over.
+	// the election falling vacant. On a name of capacity above 1 (a semaphore
+	// or read-write lock) every message is KIND_HOLDERS with the whole set of
+	// live grants: at first, then after each change of the set. A slow reader
+	// is disconnected with ResourceExhausted rather than sent a gap: reconnect
+	// and start over.
 	Observe(ctx context.Context, in *ObserveRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ObserveResponse], error)
 }
 
@@ -267,7 +298,8 @@ type Coordinator_ObserveClient = grpc.ServerStreamingClient[ObserveResponse]
 // All implementations must embed UnimplementedCoordinatorServer
 // for forward compatibility.
 //
-// Coordinator hands out exclusive, time-bounded leases on names.
+// Coordinator hands out time-bounded leases on names: exclusive locks,
+// counting semaphores and read-write locks, and elections.
 //
 // A lock is a lease on a name. A leadership is a lease on an election's name
 // that also carries a value; Renew, Release and KeepAlive work on both, with
@@ -281,6 +313,26 @@ type Coordinator_ObserveClient = grpc.ServerStreamingClient[ObserveResponse]
 // each independent owner its own holder, e.g. host, process id and a random
 // suffix.
 //
+// Capacity and weight. A name has a capacity (1 unless a request sets
+// another, at most 1,000,000) that its grants share: each grant holds a
+// weight of it (1 unless the request sets another, at most the capacity) and
+// is a lease of its own, with its own holder, token, ttl, renewals and
+// release. An exclusive lock is capacity 1 and weight 1 (the defaults); a
+// counting semaphore of N slots is capacity N; a read-write lock is capacity
+// 1,000,000 (RW_CAPACITY, the same in every client library) with readers
+// asking for weight 1 and writers for the whole capacity. A request is
+// granted when the weights held, those of the waiters queued ahead of it and
+// its own fit in the capacity: waiters are served in arrival order, a later
+// one passing an earlier one only when the earlier would fit beside it, so
+// that a writer waiting behind readers is granted before the readers that
+// came after it. A grant that expires without a release keeps its weight for
+// the coordinator's lock delay, then gives it back. A request whose capacity
+// differs from the name's while anyone holds or waits for it fails with
+// FailedPrecondition, reason CAPACITY_MISMATCH; the holders a name carries at
+// once are capped (COORDINATOR_MAX_HOLDERS_PER_NAME, 1024 by default; past
+// it a grant fails with ResourceExhausted). Elections are exclusive: Campaign
+// on a name of another capacity fails with CAPACITY_MISMATCH.
+//
 // Fencing tokens. Every grant carries a fencing token that strictly
 // increases per name, for ever: across expiries, releases, coordinator
 // restarts and store data loss. A token is a uint64: the larger of the
@@ -289,7 +341,11 @@ type Coordinator_ObserveClient = grpc.ServerStreamingClient[ObserveResponse]
 // needs BigInt for it, and the JSON mapping (grpcurl, grpc-gateway) writes it
 // as a decimal string. Hand the token to the resource you protect and let it
 // refuse lower tokens; a lease alone cannot stop a paused holder from acting
-// after it expired.
+// after it expired. The tokens of a name increase across all its holders: a
+// grant of the whole capacity (a writer) has a token above every token
+// granted before it, so a resource that remembers the last such token
+// refuses every lower one, whoever holds it; shared holders' tokens order
+// their grants, not their actions.
 //
 // Time. Expiry is measured by the store's clock. A client should count a
 // lease's ttl from when it sent the request that granted or renewed it, on
@@ -338,9 +394,12 @@ type CoordinatorServer interface {
 	// operations go on. Ending the stream (or losing the connection) gives up
 	// the waits; it does not release leases, which expire unless renewed.
 	Session(grpc.BidiStreamingServer[SessionRequest, SessionResponse]) error
-	// Describe reports a name's current lease and the last token issued for it.
+	// Describe reports a name's current lease (every holder of a semaphore,
+	// with its weight), its capacity, its waiters and the last token issued
+	// for it.
 	Describe(context.Context, *DescribeRequest) (*DescribeResponse, error)
-	// List pages through the leases currently held, optionally under a prefix.
+	// List pages through the leases currently held, optionally under a prefix:
+	// one per holder.
 	List(context.Context, *ListRequest) (*ListResponse, error)
 	// Campaign asks for leadership of an election. With term = 0 it waits
 	// (like TryAcquire) for the leadership; the sitting leader calling it
@@ -356,8 +415,11 @@ type CoordinatorServer interface {
 	Leader(context.Context, *LeaderRequest) (*LeaderResponse, error)
 	// Observe streams the election's state when the stream opens (marked
 	// initial), then every change in order: a new leader, a new value, and
-	// the election falling vacant. A slow reader is disconnected with
-	// ResourceExhausted rather than sent a gap: reconnect and start over.
+	// the election falling vacant. On a name of capacity above 1 (a semaphore
+	// or read-write lock) every message is KIND_HOLDERS with the whole set of
+	// live grants: at first, then after each change of the set. A slow reader
+	// is disconnected with ResourceExhausted rather than sent a gap: reconnect
+	// and start over.
 	Observe(*ObserveRequest, grpc.ServerStreamingServer[ObserveResponse]) error
 	mustEmbedUnimplementedCoordinatorServer()
 }

@@ -105,8 +105,9 @@ type FieldRules struct {
 	// Durations and numbers: the server setting (an environment variable of
 	// the coordinator) that bounds the field, when the bound is configurable.
 	MaxSetting string `protobuf:"bytes,6,opt,name=max_setting,json=maxSetting,proto3" json:"max_setting,omitempty"`
-	// Numbers: at most this value (ListRequest.page_size: larger values are
-	// lowered to it). Repeated fields: at most this many entries.
+	// Numbers: at most this value; a larger one is invalid, except
+	// ListRequest.page_size's, which is lowered to it. Repeated fields: at
+	// most this many entries.
 	MaxValue      uint32 `protobuf:"varint,7,opt,name=max_value,json=maxValue,proto3" json:"max_value,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

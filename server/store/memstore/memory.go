@@ -39,19 +39,46 @@ type Store struct {
 }
 
 type entry struct {
-	holder  string // empty when not held
-	token   uint64
-	value   []byte
-	ttl     time.Duration
-	expires time.Time // carries a monotonic reading
+	// capacity is the name's capacity; 0 stands for 1.
+	capacity int64
+	// grants are the name's grants by holder, live or in their lock delay:
+	// one that expired keeps its weight until its expiry plus the lock
+	// delay (sweep drops it then); used sums their weights.
+	grants map[string]*grant
+	used   int64
 
 	lastToken uint64
 	queue     queue
-	// delayedUntil is the end of the lock delay after a lease expired.
+	// delayedUntil keeps the whole name from being granted until then:
+	// the leases it had when a persistent store was closed (see Open).
 	delayedUntil time.Time
 	// usedUntil is when the name's last use ends: its release, or the end
-	// of its lease and lock delay. It is forgotten idleTTL later.
+	// of its leases and lock delay. It is forgotten idleTTL later.
 	usedUntil time.Time
+}
+
+// grant is one holder's share of a name.
+type grant struct {
+	holder  string
+	token   uint64
+	weight  int64
+	value   []byte
+	ttl     time.Duration
+	expires time.Time // carries a monotonic reading
+}
+
+func (g *grant) live(now time.Time) bool { return now.Before(g.expires) }
+
+func (g *grant) lease(name string) store.Lease {
+	return store.Lease{
+		Name:      name,
+		Holder:    g.holder,
+		Token:     g.token,
+		Value:     bytes.Clone(g.value),
+		TTL:       g.ttl,
+		ExpiresAt: g.expires.Round(0),
+		Weight:    g.weight,
+	}
 }
 
 // sweepsPerRetention is how many sweeps for idle names run per idle
@@ -71,7 +98,7 @@ func (s *Store) sweepIfDue(now time.Time) {
 		if e.queue.pruneAll(now) {
 			s.changes.Publish(name, struct{}{})
 		}
-		if e.queue.len() == 0 && !e.held(now, s.lockDelay) && now.Sub(e.usedUntil) >= s.idleTTL {
+		if e.queue.len() == 0 && !e.occupied(now, s.lockDelay) && now.Sub(e.usedUntil) >= s.idleTTL {
 			delete(s.names, name)
 		}
 	}
@@ -117,26 +144,98 @@ func New(opts ...Option) *Store {
 
 var _ store.Store = (*Store)(nil)
 
-// held reports whether e has an unexpired holder at now, clearing it if it
-// expired (starting the lock delay) so that later checks need not repeat
-// the comparison.
-func (e *entry) held(now time.Time, lockDelay time.Duration) bool {
-	if e.holder != "" && !now.Before(e.expires) {
-		e.holder, e.token, e.value = "", 0, nil
-		e.delayedUntil = e.expires.Add(lockDelay)
+// sweep drops the grants whose lock delay ended, returning their weight.
+func (e *entry) sweep(now time.Time, lockDelay time.Duration) {
+	for h, g := range e.grants {
+		if !now.Before(g.expires.Add(lockDelay)) {
+			delete(e.grants, h)
+			e.used -= g.weight
+		}
 	}
-	return e.holder != ""
 }
 
-func (e *entry) lease(name string) store.Lease {
-	return store.Lease{
-		Name:      name,
-		Holder:    e.holder,
-		Token:     e.token,
-		Value:     bytes.Clone(e.value),
-		TTL:       e.ttl,
-		ExpiresAt: e.expires.Round(0),
+// held reports whether e has a live grant at now, dropping the grants whose
+// lock delay ended.
+func (e *entry) held(now time.Time, lockDelay time.Duration) bool {
+	e.sweep(now, lockDelay)
+	for _, g := range e.grants {
+		if g.live(now) {
+			return true
+		}
 	}
+	return false
+}
+
+// occupied reports whether e has any grant, live or in its lock delay.
+func (e *entry) occupied(now time.Time, lockDelay time.Duration) bool {
+	e.sweep(now, lockDelay)
+	return len(e.grants) > 0 || now.Before(e.delayedUntil)
+}
+
+func (e *entry) cap() int64 { return max(e.capacity, 1) }
+
+// live returns the live grants in token order.
+func (e *entry) live(now time.Time) []*grant {
+	var out []*grant
+	for _, g := range e.grants {
+		if g.live(now) {
+			out = append(out, g)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].token < out[j].token })
+	return out
+}
+
+// leases returns the live grants as leases, in token order.
+func (e *entry) leases(name string, now time.Time) []store.Lease {
+	gs := e.live(now)
+	if len(gs) == 0 {
+		return nil
+	}
+	out := make([]store.Lease, len(gs))
+	for i, g := range gs {
+		out[i] = g.lease(name)
+	}
+	return out
+}
+
+// freeAt is when the next weight may come free: the earliest end of a live
+// grant, or of a lock delay when that comes first.
+func (e *entry) freeAt(now time.Time, lockDelay time.Duration) time.Time {
+	var at time.Time
+	for _, g := range e.grants {
+		end := g.expires
+		if !g.live(now) {
+			end = end.Add(lockDelay)
+		}
+		if at.IsZero() || end.Before(at) {
+			at = end
+		}
+	}
+	return at
+}
+
+// lastEnd is when the last grant's lock delay ends.
+func (e *entry) lastEnd(lockDelay time.Duration) time.Time {
+	var at time.Time
+	for _, g := range e.grants {
+		at = later(at, g.expires.Add(lockDelay))
+	}
+	return at
+}
+
+// first is the live grant that ends first: the one a refusal names.
+func (e *entry) first(name string, now time.Time) store.Lease {
+	var f *grant
+	for _, g := range e.grants {
+		if g.live(now) && (f == nil || g.expires.Before(f.expires)) {
+			f = g
+		}
+	}
+	if f == nil {
+		return store.Lease{}
+	}
+	return f.lease(name)
 }
 
 func (s *Store) entry(name string) *entry {
@@ -193,40 +292,60 @@ func (s *Store) acquire(req store.AcquireRequest) (store.AcquireResult, <-chan s
 	s.sweepIfDue(now)
 	e := s.entry(req.Name)
 
-	if req.Token != 0 && (!e.held(now, s.lockDelay) || e.holder != req.Holder || e.token != req.Token) {
+	capacity, weight := req.CapacityOrDefault(), req.WeightOrDefault()
+	if capacity > store.MaxCapacity || weight > capacity {
+		return store.AcquireResult{}, nil, fmt.Errorf("memstore: acquire %q: weight %d, capacity %d: want 1 <= weight <= capacity <= %d",
+			req.Name, weight, capacity, store.MaxCapacity)
+	}
+	e.sweep(now, s.lockDelay)
+	mine := e.grants[req.Holder]
+	if req.Token != 0 && (mine == nil || !mine.live(now) || mine.token != req.Token) {
 		return store.AcquireResult{}, nil, nil
 	}
-	if e.held(now, s.lockDelay) {
-		if e.holder != req.Holder {
-			e.queue.enqueue(req.Waiter, now.Add(waiterTTL))
-			return store.AcquireResult{Lease: e.lease(req.Name), RetryAt: e.expires.Round(0)}, nil, nil
+	if capacity != e.cap() {
+		if e.queue.pruneAll(now) {
+			s.changes.Publish(req.Name, struct{}{})
 		}
+		if len(e.grants) > 0 || e.queue.len() > 0 {
+			return store.AcquireResult{}, nil, &store.CapacityError{Name: req.Name, Have: e.cap(), Asked: capacity}
+		}
+		e.capacity = capacity
+	}
+	if mine != nil && mine.live(now) {
 		if written, err := s.reserve(now, req.TTL+s.lockDelay, 0); written != nil || err != nil {
 			return store.AcquireResult{}, written, err
 		}
-		revalued := !req.KeepValue && !bytes.Equal(e.value, req.Value)
+		revalued := !req.KeepValue && !bytes.Equal(mine.value, req.Value)
 		if revalued {
-			e.value = bytes.Clone(req.Value)
+			mine.value = bytes.Clone(req.Value)
 		}
-		e.ttl, e.expires = req.TTL, now.Add(req.TTL)
-		e.usedUntil = e.expires.Add(s.lockDelay)
+		mine.ttl, mine.expires = req.TTL, now.Add(req.TTL)
+		e.usedUntil = e.lastEnd(s.lockDelay)
 		e.queue.dequeue(req.Waiter)
 		if revalued {
 			s.changes.Publish(req.Name, struct{}{})
 		}
-		return store.AcquireResult{Acquired: true, Lease: e.lease(req.Name)}, nil, nil
+		return store.AcquireResult{Acquired: true, Lease: mine.lease(req.Name)}, nil, nil
 	}
 
 	if e.queue.pruneHead(now) {
 		s.changes.Publish(req.Name, struct{}{})
 	}
-	if now.Before(e.delayedUntil) || (e.queue.len() > 0 && e.queue.head() != req.Waiter) {
-		e.queue.enqueue(req.Waiter, now.Add(waiterTTL))
-		var res store.AcquireResult
-		if now.Before(e.delayedUntil) {
-			res.RetryAt = e.delayedUntil.Round(0)
-		}
-		return res, nil, nil
+	refuse := func(retryAt time.Time, lease store.Lease) (store.AcquireResult, <-chan struct{}, error) {
+		e.queue.enqueue(req.Waiter, weight, now.Add(waiterTTL))
+		return store.AcquireResult{Lease: lease, RetryAt: retryAt.Round(0)}, nil, nil
+	}
+	switch {
+	case mine != nil: // in its lock delay: it keeps its weight, and the holder waits as anyone would
+		return refuse(mine.expires.Add(s.lockDelay), store.Lease{})
+	case now.Before(e.delayedUntil):
+		return refuse(e.delayedUntil, store.Lease{})
+	case e.used+weight > e.cap():
+		return refuse(e.freeAt(now, s.lockDelay), e.first(req.Name, now))
+	case !e.queue.fits(req.Waiter, now, e.cap()-e.used-weight):
+		return refuse(time.Time{}, store.Lease{})
+	case len(e.grants) >= req.MaxHoldersOrDefault():
+		return store.AcquireResult{}, nil, &store.HolderLimitError{Name: req.Name, Limit: req.MaxHoldersOrDefault()}
 	}
 	// Above every token issued before, so that tokens keep increasing after
 	// the name was forgotten and across a restart (s.highest starts at the
@@ -238,11 +357,15 @@ func (s *Store) acquire(req store.AcquireRequest) (store.AcquireResult, <-chan s
 	}
 	e.queue.dequeue(req.Waiter)
 	s.highest, e.lastToken = token, token
-	e.holder, e.token, e.value = req.Holder, e.lastToken, bytes.Clone(req.Value)
-	e.ttl, e.expires = req.TTL, now.Add(req.TTL)
-	e.usedUntil = e.expires.Add(s.lockDelay)
+	g := &grant{holder: req.Holder, token: token, weight: weight, value: bytes.Clone(req.Value), ttl: req.TTL, expires: now.Add(req.TTL)}
+	if e.grants == nil {
+		e.grants = map[string]*grant{}
+	}
+	e.grants[req.Holder] = g
+	e.used += weight
+	e.usedUntil = e.lastEnd(s.lockDelay)
 	s.changes.Publish(req.Name, struct{}{})
-	return store.AcquireResult{Acquired: true, Lease: e.lease(req.Name)}, nil, nil
+	return store.AcquireResult{Acquired: true, Lease: g.lease(req.Name)}, nil, nil
 }
 
 // Renew implements store.Leases.
@@ -269,15 +392,19 @@ func (s *Store) renew(name, holder string, token uint64, ttl time.Duration) (sto
 	defer s.mu.Unlock()
 	now := s.clock.Now()
 	e, ok := s.names[name]
-	if !ok || !e.held(now, s.lockDelay) || e.holder != holder || e.token != token {
+	if !ok {
+		return store.Lease{}, nil, store.ErrLeaseNotHeld
+	}
+	g := e.grants[holder]
+	if g == nil || !g.live(now) || g.token != token {
 		return store.Lease{}, nil, store.ErrLeaseNotHeld
 	}
 	if written, err := s.reserve(now, ttl+s.lockDelay, 0); written != nil || err != nil {
 		return store.Lease{}, written, err
 	}
-	e.ttl, e.expires = ttl, now.Add(ttl)
-	e.usedUntil = e.expires.Add(s.lockDelay)
-	return e.lease(name), nil, nil
+	g.ttl, g.expires = ttl, now.Add(ttl)
+	e.usedUntil = e.lastEnd(s.lockDelay)
+	return g.lease(name), nil, nil
 }
 
 // Release implements store.Leases.
@@ -289,10 +416,16 @@ func (s *Store) Release(ctx context.Context, name, holder string, token uint64) 
 	defer s.mu.Unlock()
 	now := s.clock.Now()
 	e, ok := s.names[name]
-	if !ok || !e.held(now, s.lockDelay) || e.holder != holder || e.token != token {
+	if !ok {
 		return false, nil
 	}
-	e.holder, e.token, e.value, e.usedUntil = "", 0, nil, now
+	g := e.grants[holder]
+	if g == nil || !g.live(now) || g.token != token {
+		return false, nil
+	}
+	delete(e.grants, holder)
+	e.used -= g.weight
+	e.usedUntil = later(now, e.lastEnd(s.lockDelay))
 	s.changes.Publish(name, struct{}{})
 	return true, nil
 }
@@ -308,6 +441,14 @@ func (s *Store) Dequeue(ctx context.Context, name, waiter string) error {
 		s.changes.Publish(name, struct{}{})
 	}
 	return nil
+}
+
+// describeHolders fills d's Held, Lease and Holders from the live grants.
+func describeHolders(d *store.Description, holders []store.Lease) {
+	d.Holders = holders
+	if len(holders) > 0 {
+		d.Held, d.Lease = true, holders[0]
+	}
 }
 
 // clockToken is the least token a grant at now may issue.
@@ -338,18 +479,17 @@ func (s *Store) Describe(ctx context.Context, name string) (store.Description, e
 	now := s.clock.Now()
 	e, ok := s.names[name]
 	if !ok {
-		return store.Description{LastToken: s.tokenFloor(now)}, nil
+		return store.Description{LastToken: s.tokenFloor(now), Capacity: 1}, nil
 	}
 	if e.queue.pruneAll(now) {
 		s.changes.Publish(name, struct{}{})
 	}
-	d := store.Description{LastToken: e.lastToken, Waiters: e.queue.len()}
+	d := store.Description{LastToken: e.lastToken, Capacity: e.cap(), Waiters: e.queue.len(), WaitingWeight: e.queue.weight()}
 	if d.LastToken == 0 {
 		d.LastToken = s.tokenFloor(now)
 	}
-	if e.held(now, s.lockDelay) {
-		d.Held, d.Lease = true, e.lease(name)
-	}
+	e.sweep(now, s.lockDelay)
+	describeHolders(&d, e.leases(name, now))
 	return d, nil
 }
 
@@ -377,7 +517,7 @@ func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) (sto
 		page.Next = names[limit-1]
 	}
 	for _, name := range names {
-		page.Leases = append(page.Leases, s.names[name].lease(name))
+		page.Leases = append(page.Leases, s.names[name].leases(name, now)...)
 	}
 	return page, nil
 }
@@ -403,8 +543,11 @@ func (s *Store) Watch(ctx context.Context, names []string, ttl time.Duration) ([
 	defer s.mu.Unlock()
 	now := s.clock.Now()
 	for i, name := range names {
-		if e, ok := s.names[name]; ok && e.held(now, s.lockDelay) {
-			out[i] = store.Description{Held: true, Lease: e.lease(name)}
+		out[i].Capacity = 1
+		if e, ok := s.names[name]; ok {
+			e.sweep(now, s.lockDelay)
+			out[i].Capacity = e.cap()
+			describeHolders(&out[i], e.leases(name, now))
 		}
 	}
 	return out, nil

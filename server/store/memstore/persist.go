@@ -268,10 +268,8 @@ func (s *Store) closeBounds() error {
 	now := s.clock.Now()
 	st := state{TokensAtMost: max(b.durableK, s.highest)}
 	for name, e := range s.names {
-		until := e.delayedUntil
-		if e.held(now, s.lockDelay) {
-			until = e.expires.Add(s.lockDelay)
-		}
+		e.sweep(now, s.lockDelay)
+		until := later(e.delayedUntil, e.lastEnd(s.lockDelay))
 		if until.After(now) {
 			if st.HeldUntil == nil {
 				st.HeldUntil = map[string]int64{}

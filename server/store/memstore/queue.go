@@ -17,6 +17,7 @@ type queue struct {
 
 type waiter struct {
 	id       string
+	weight   int64
 	deadline time.Time
 }
 
@@ -27,16 +28,9 @@ func (q *queue) len() int {
 	return q.order.Len()
 }
 
-// head is the first waiter's id, "" when none is queued.
-func (q *queue) head() string {
-	if q.len() == 0 {
-		return ""
-	}
-	return q.order.Front().Value.(*waiter).id
-}
-
-// enqueue adds the waiter at the back, or refreshes its deadline in place.
-func (q *queue) enqueue(id string, deadline time.Time) {
+// enqueue adds the waiter at the back, or refreshes its deadline in place
+// (keeping the weight it arrived with).
+func (q *queue) enqueue(id string, weight int64, deadline time.Time) {
 	if id == "" {
 		return
 	}
@@ -47,7 +41,7 @@ func (q *queue) enqueue(id string, deadline time.Time) {
 	if q.order == nil {
 		q.order, q.byID = list.New(), map[string]*list.Element{}
 	}
-	q.byID[id] = q.order.PushBack(&waiter{id: id, deadline: deadline})
+	q.byID[id] = q.order.PushBack(&waiter{id: id, weight: weight, deadline: deadline})
 }
 
 // refresh sets the deadline of a queued waiter, and reports whether it was
@@ -104,4 +98,42 @@ func (q *queue) front() *list.Element {
 		return nil
 	}
 	return q.order.Front()
+}
+
+// fits reports whether the live waiters queued ahead of id (all of them when
+// id is "" or not queued) weigh at most room in all: a waiter is granted
+// before the waiters ahead of it only when they would fit too, so that it
+// never delays them. A caller that does not wait (id "") fits only when
+// nobody waits. Dead waiters on the way are skipped, not dropped (the head
+// was pruned).
+func (q *queue) fits(id string, now time.Time, room int64) bool {
+	if room < 0 {
+		return false
+	}
+	if id == "" {
+		return q.len() == 0
+	}
+	var ahead int64
+	for el := q.front(); el != nil; el = el.Next() {
+		w := el.Value.(*waiter)
+		if w.id == id {
+			break
+		}
+		if !now.Before(w.deadline) {
+			continue
+		}
+		if ahead += w.weight; ahead > room {
+			return false
+		}
+	}
+	return true
+}
+
+// weight sums the weights of the queued waiters.
+func (q *queue) weight() int64 {
+	var sum int64
+	for el := q.front(); el != nil; el = el.Next() {
+		sum += el.Value.(*waiter).weight
+	}
+	return sum
 }

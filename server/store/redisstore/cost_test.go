@@ -116,3 +116,56 @@ func TestIdleObservingIsCheap(t *testing.T) {
 		t.Errorf("RefreshWaiters of %d waiters cost %d commands, want at most %d", waiters, refreshTotal, max)
 	}
 }
+
+// TestExclusiveCycleCost: the uncontended exclusive lock, the fast path
+// that semaphores share a state machine with, costs Redis 5 commands to
+// acquire and 4 to release (the scripts' own EVALSHA left out), as it did
+// before names had capacities. A semaphore's grant beside others costs the
+// same while none of them ran out.
+func TestExclusiveCycleCost(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, false) // of its own: other tests' commands would count
+	ctx := context.Background()
+	s, err := NewFromURL(ctx, srv.URL(), Options{LockDelay: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	stats := commands{redis.NewClient(&redis.Options{Addr: srv.Addr()})}
+	t.Cleanup(func() { _ = stats.c.Close() })
+	inScripts := func() (map[string]int, int) {
+		byName, total := stats.since(t)
+		for _, script := range []string{"evalsha", "eval"} {
+			total -= byName[script]
+			delete(byName, script)
+		}
+		return byName, total
+	}
+
+	mustGrant(t, s, req("warm-up", "a", time.Minute, "")) // connects
+	var lock, sem store.Lease
+	tests := []struct {
+		name string
+		run  func(t *testing.T)
+		want int
+	}{
+		{"exclusive acquire", func(t *testing.T) { lock = mustGrant(t, s, req("lock", "a", time.Minute, "")) }, 5},
+		{"exclusive release", func(t *testing.T) { mustRelease(t, s, lock) }, 4},
+		{"first grant of a semaphore", func(t *testing.T) {
+			mustGrant(t, s, store.AcquireRequest{Name: "sem", Holder: "a", TTL: time.Minute, Capacity: 16})
+		}, 5},
+		{"a grant beside another", func(t *testing.T) {
+			sem = mustGrant(t, s, store.AcquireRequest{Name: "sem", Holder: "b", TTL: time.Minute, Capacity: 16})
+		}, 5},
+		{"a release beside another", func(t *testing.T) { mustRelease(t, s, sem) }, 5},
+	}
+	stats.reset(t)
+	for _, tc := range tests {
+		tc.run(t)
+		byName, got := inScripts()
+		t.Logf("%s: %d commands %v", tc.name, got, byName)
+		if got != tc.want {
+			t.Errorf("%s cost %d commands %v, want %d", tc.name, got, byName, tc.want)
+		}
+	}
+}

@@ -94,6 +94,12 @@ func TestCluster(t *testing.T) {
 		}
 	}
 
+	// Semaphores: every script of a name, its grants and queue included,
+	// stays in the name's slot.
+	for _, name := range oddNames {
+		semaphoreRound(t, s, name+"/sem")
+	}
+
 	// Losing one slot's marker quarantines that slot only.
 	lost, other := "{braces}", "plain"
 	if slotOf(encodeName(lost)) == slotOf(encodeName(other)) {
@@ -178,6 +184,7 @@ func TestSentinel(t *testing.T) {
 	}
 	mustRelease(t, s, l)
 	waitChange(t, job, "release")
+	semaphoreRound(t, s, "pool")
 }
 
 // clusterClient connects to the Redis Cluster that
@@ -196,4 +203,29 @@ func clusterClient(t *testing.T) *redis.ClusterClient {
 	client := redis.NewClusterClient(c.Cluster)
 	t.Cleanup(func() { _ = client.Close() })
 	return client
+}
+
+// semaphoreRound takes a name of capacity 2 through two grants, a queued
+// writer, a release and the writer's grant, checking the holders on the way.
+func semaphoreRound(t *testing.T, s *Store, name string) {
+	t.Helper()
+	ctx := testCtx(t)
+	share := func(holder string, weight int64, waiter string) store.AcquireRequest {
+		return store.AcquireRequest{Name: name, Holder: holder, TTL: time.Minute, Capacity: 2, Weight: weight, Waiter: waiter, WaiterTTL: 10 * time.Second}
+	}
+	a := mustGrant(t, s, share("a", 1, ""))
+	b := mustGrant(t, s, share("b", 1, ""))
+	mustRefuse(t, s, share("w", 2, "w"))
+	d, err := s.Describe(ctx, name)
+	if err != nil || len(d.Holders) != 2 || d.Capacity != 2 || d.Waiters != 1 || d.WaitingWeight != 2 {
+		t.Errorf("Describe(%q) = %+v, %v; want 2 holders of capacity 2, a waiter weighing 2", name, d, err)
+	}
+	mustRelease(t, s, a)
+	mustRefuse(t, s, share("w", 2, "w"))
+	mustRelease(t, s, b)
+	if w := mustGrant(t, s, share("w", 2, "w")); w.Weight != 2 || w.Token <= b.Token {
+		t.Errorf("the writer of %q: %+v, want weight 2 and a token above %d", name, w, b.Token)
+	} else {
+		mustRelease(t, s, w)
+	}
 }

@@ -24,19 +24,32 @@
 // left. Forgetting a name is safe: its next token is seeded from the clock, as
 // after data loss (see Fencing and data loss).
 //
-//	<prefix>:{<enc>}:lease    HASH holder, value, ttl (ms), expires: the lease,
-//	                          while held or in its lock delay (until expires +
-//	                          lock delay); token (decimal): the last issued token,
-//	                          kept after the lease ends as the name's fencing
-//	                          counter; queued: "1" while waiters may be queued;
-//	                          watched: the time until which some coordinator
-//	                          observes the name. The key
-//	                          expires the idle retention after the lease and its
-//	                          lock delay would end (set at each grant and
-//	                          renewal), the retention after a release, never
-//	                          before the observation mark nor the latest
-//	                          waiter's deadline at its arrival
-//	<prefix>:{<enc>}:queue    ZSET waiter -> arrival order
+//	<prefix>:{<enc>}:lease    HASH of the name's grants and their summary:
+//	                          h:<holder>: one grant, live or in its lock delay
+//	                          (until expires + lock delay), its value packing
+//	                          token:weight:ttl_ms:expires:value (holders.lua
+//	                          encodes and decodes it, alone); used: the sum of
+//	                          the grants' weights; n: their number; low: at
+//	                          most the earliest of their expiries (set at each
+//	                          grant to the minimum, exact after a sweep), so
+//	                          that a script reads the grants (HGETALL) only
+//	                          when now >= low + lock delay, when one may have
+//	                          run out; high: at least the latest expiry; cap:
+//	                          the capacity (absent: 1); token (decimal): the
+//	                          last issued token, kept after the grants end as
+//	                          the name's fencing counter; queued: "1" while
+//	                          waiters may be queued; watched: the time until
+//	                          which some coordinator observes the name. The
+//	                          key expires the idle retention after the last
+//	                          grant and its lock delay would end (set at each
+//	                          grant and renewal), the retention after the last
+//	                          release, never before the observation mark nor
+//	                          the latest waiter's deadline at its arrival
+//	<prefix>:{<enc>}:queue    ZSET waiter -> arrival order * 2^20 + weight: the
+//	                          order first, the weight the waiter asked for in
+//	                          the low 20 bits (holders.lua), exact in a double
+//	                          while a queue that never empties has seen fewer
+//	                          than 2^33 arrivals
 //	<prefix>:{<enc>}:waiters  ZSET waiter -> deadline; both queue keys expire at
 //	                          the latest deadline (acquire and RefreshWaiters
 //	                          push deadlines out)
@@ -52,11 +65,14 @@
 // One key holds what an uncontended grant and release need, so that a cycle
 // costs Redis 9 commands in its two scripts (acquire 5: TIME, GET marker,
 // HMGET, HSET, PEXPIRE; release 4: HMGET, TIME, HDEL, PEXPIRE) where it cost
-// 13 when the counter and the observation mark were keys of their own.
+// 13 when the counter and the observation mark were keys of their own. The
+// summary fields keep it so for semaphores too: a grant beside others costs
+// the same while none of them ran out, a release beside others one HSET
+// more.
 //
 // Observing costs little while nothing changes: Watch reads many names in one
 // script call per 200 names (per slot on a Cluster), all in one pipeline,
-// with one HMGET a name, and marks a name again (HSET, PTTL, PEXPIREAT) only
+// with one HGETALL a name, and marks a name again (HSET, PTTL, PEXPIREAT) only
 // when due.
 // RefreshWaiters keeps any number of waiters of a name queued with one call
 // of about ten commands.

@@ -55,7 +55,7 @@ func TestPipelinerCallsRacingCloseAllReturn(t *testing.T) {
 			<-start
 			k := s.keys("job" + string(rune('a'+i%26)))
 			for range 20 {
-				cmd, _ := p.run(context.Background(), &scriptCall{script: describeScript, keys: []string{k.lease, k.waiters}})
+				cmd, _ := p.run(context.Background(), &scriptCall{script: describeScript, keys: []string{k.lease, k.queue, k.waiters}})
 				err := cmd.Err()
 				if err != nil && !errors.Is(err, redis.ErrClosed) {
 					errs <- err

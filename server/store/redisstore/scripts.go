@@ -35,13 +35,17 @@ var (
 	startSrc string
 	//go:embed scripts/quarantine.lua
 	quarantineSrc string
+	// holdersSrc goes in front of every script that reads grant records or
+	// queue weights: their encoding lives in it alone.
+	//go:embed scripts/holders.lua
+	holdersSrc string
 
-	acquireScript        = redis.NewScript(acquireSrc)
-	renewScript          = redis.NewScript(renewSrc)
-	releaseScript        = redis.NewScript(releaseSrc)
+	acquireScript        = redis.NewScript(holdersSrc + acquireSrc)
+	renewScript          = redis.NewScript(holdersSrc + renewSrc)
+	releaseScript        = redis.NewScript(holdersSrc + releaseSrc)
 	dequeueScript        = redis.NewScript(dequeueSrc)
-	describeScript       = redis.NewScript(describeSrc)
-	watchScript          = redis.NewScript(watchSrc)
+	describeScript       = redis.NewScript(holdersSrc + describeSrc)
+	watchScript          = redis.NewScript(holdersSrc + watchSrc)
 	refreshWaitersScript = redis.NewScript(refreshWaitersSrc)
 	startScript          = redis.NewScript(startSrc)
 	quarantineScript     = redis.NewScript(quarantineSrc)
@@ -59,25 +63,44 @@ type acquireReply struct {
 	// quarantined refuses the call for retryAfter.
 	quarantined bool
 	retryAfter  time.Duration
+	// capacity, when not 0, refuses the call: the name has this capacity.
+	capacity int64
+	// holderLimit, when not 0, refuses the call: the name carries this
+	// many grants, its cap.
+	holderLimit int
 	result      store.AcquireResult
 }
 
 // decodeAcquire reads acquire.lua's reply:
 //
 //	{-1, lost, retry_after_ms}
-//	{status, lost, holder, token, value, ttl_ms, expires_ms, retry_at_ms}
+//	{-2, lost, capacity}
+//	{-3, lost, max_holders}
+//	{status, lost, holder, token, value, ttl_ms, expires_ms, retry_at_ms, weight}
 func decodeAcquire(name string, v any) (acquireReply, error) {
 	r := newReplyReader("acquire", v)
 	var a acquireReply
 	status := r.int(0)
 	a.lost = r.flag(1)
-	if status == -1 {
+	switch status {
+	case -1:
 		a.quarantined = true
 		a.retryAfter = time.Duration(r.int(2)) * time.Millisecond
+		return a, r.err
+	case -2:
+		if a.capacity = r.int(2); a.capacity < 1 {
+			r.fail(2, "capacity")
+		}
+		return a, r.err
+	case -3:
+		if a.holderLimit = int(r.int(2)); a.holderLimit < 1 {
+			r.fail(2, "holder limit")
+		}
 		return a, r.err
 	}
 	a.result.Acquired = status == 1
 	a.result.Lease = r.lease(2, name)
+	a.result.Lease.Weight = r.weight(8, a.result.Lease.Holder != "")
 	if a.result.Acquired && a.result.Lease.Holder == "" {
 		r.fail(2, "the holder of the grant")
 	}
@@ -91,7 +114,7 @@ func decodeAcquire(name string, v any) (acquireReply, error) {
 }
 
 // decodeRenew reads renew.lua's reply: {0} when not held, else
-// {1, holder, token, value, ttl_ms, expires_ms}. Only {0} is
+// {1, holder, token, value, ttl_ms, expires_ms, weight}. Only {0} is
 // ErrLeaseNotHeld: a reply that is neither is an error, never a lost lease.
 func decodeRenew(name string, v any) (store.Lease, error) {
 	r := newReplyReader("renew", v)
@@ -105,6 +128,7 @@ func decodeRenew(name string, v any) (store.Lease, error) {
 	if r.err == nil && l.Holder == "" {
 		r.fail(1, "the holder of the renewed lease")
 	}
+	l.Weight = r.weight(6, true)
 	return l, r.err
 }
 
@@ -150,30 +174,38 @@ func replyErr(op string, i int, got any, want string) error {
 	return fmt.Errorf("redisstore: %s: unexpected script reply: element %d is %T (%v), want %s", op, i, got, got, want)
 }
 
-// decodeWatch reads watch.lua's reply, five elements per name:
-// {holder, token, value, ttl_ms, expires_ms}. It fills out[i] for names[i].
+// decodeWatch reads watch.lua's reply, per name {capacity, count, then six
+// elements per grant}. It fills out[i] for names[i].
 func decodeWatch(names []string, v any, out []store.Description) error {
 	r := newReplyReader("watch", v)
-	if r.err == nil && len(r.v) != 5*len(names) {
-		return fmt.Errorf("redisstore: watch: unexpected script reply: %d elements for %d names", len(r.v), len(names))
-	}
+	at := 0
 	for i, name := range names {
-		l := r.lease(5*i, name)
-		out[i] = store.Description{Held: l.Holder != "", Lease: l}
+		if r.err != nil {
+			break
+		}
+		out[i] = store.Description{Capacity: r.capacity(at)}
+		at = r.holders(at+1, name, &out[i])
+	}
+	if r.err == nil && at != len(r.v) {
+		return fmt.Errorf("redisstore: watch: unexpected script reply: %d elements for %d names, %d read", len(r.v), len(names), at)
 	}
 	return r.err
 }
 
-// decodeDescribe reads describe.lua's reply:
-// {holder, token, value, ttl_ms, expires_ms, last_token, waiters}.
+// decodeDescribe reads describe.lua's reply: {capacity, last_token,
+// waiters, waiting_weight, count, then six elements per grant}.
 func decodeDescribe(name string, v any) (store.Description, error) {
 	r := newReplyReader("describe", v)
-	var d store.Description
-	d.Lease = r.lease(0, name)
-	d.Held = d.Lease.Holder != ""
-	d.LastToken = r.token(5)
-	if d.Waiters = int(r.int(6)); d.Waiters < 0 {
-		r.fail(6, "count")
+	d := store.Description{Capacity: r.capacity(0)}
+	d.LastToken = r.token(1)
+	if d.Waiters = int(r.int(2)); d.Waiters < 0 {
+		r.fail(2, "count")
+	}
+	if d.WaitingWeight = r.int(3); d.WaitingWeight < 0 {
+		r.fail(3, "weight")
+	}
+	if at := r.holders(4, name, &d); r.err == nil && at != len(r.v) {
+		r.fail(at, "the end of the reply")
 	}
 	return d, r.err
 }
@@ -274,4 +306,47 @@ func (r *replyReader) lease(i int, name string) store.Lease {
 		TTL:       time.Duration(r.int(i+3)) * time.Millisecond,
 		ExpiresAt: time.UnixMilli(r.int(i + 4)),
 	}
+}
+
+// capacity reads a name's capacity, 1 .. store.MaxCapacity.
+func (r *replyReader) capacity(i int) int64 {
+	c := r.int(i)
+	if c < 1 || c > store.MaxCapacity {
+		r.fail(i, "capacity")
+	}
+	return c
+}
+
+// weight reads a grant's weight: at least 1 when held, else 0.
+func (r *replyReader) weight(i int, held bool) int64 {
+	w := r.int(i)
+	if (held && w < 1) || (!held && w != 0) || w > store.MaxCapacity {
+		r.fail(i, "weight")
+	}
+	return w
+}
+
+// holders reads a count at i and that many grants of six elements
+// {holder, token, value, ttl_ms, expires_ms, weight} after it into d's
+// Holders (and Held and Lease), and returns the index after them.
+func (r *replyReader) holders(i int, name string, d *store.Description) int {
+	n := r.int(i)
+	if n < 0 || n > int64(len(r.v)-i-1)/6 {
+		r.fail(i, "count of grants")
+		return len(r.v)
+	}
+	i++
+	for range n {
+		l := r.lease(i, name)
+		if r.err == nil && l.Holder == "" {
+			r.fail(i, "the holder of a grant")
+		}
+		l.Weight = r.weight(i+5, true)
+		d.Holders = append(d.Holders, l)
+		i += 6
+	}
+	if len(d.Holders) > 0 {
+		d.Held, d.Lease = true, d.Holders[0]
+	}
+	return i
 }

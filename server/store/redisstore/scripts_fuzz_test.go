@@ -118,27 +118,36 @@ func replySeeds() []any {
 	return []any{
 		// acquire
 		[]any{int64(-1), int64(1), int64(250)},
-		[]any{int64(1), int64(0), "h", "42", "v", int64(1500), at, int64(0)},
-		[]any{int64(0), int64(0), "h", "42", "", int64(1500), at, at},
-		[]any{int64(0), int64(0), "", "", "", int64(0), int64(0), int64(0)},
-		[]any{int64(2), int64(0), "", "", "", int64(0), int64(0), int64(0)},
+		[]any{int64(-2), int64(0), int64(5)},
+		[]any{int64(-3), int64(1), int64(1024)},
+		[]any{int64(-2), int64(0), int64(0)},
+		[]any{int64(1), int64(0), "h", "42", "v", int64(1500), at, int64(0), int64(1)},
+		[]any{int64(1), int64(0), "h", "42", "v", int64(1500), at, int64(0), int64(0)},
+		[]any{int64(0), int64(0), "h", "42", "", int64(1500), at, at, int64(3)},
+		[]any{int64(0), int64(0), "", "", "", int64(0), int64(0), int64(0), int64(0)},
+		[]any{int64(0), int64(0), "", "", "", int64(0), int64(0), int64(0), int64(1)},
+		[]any{int64(2), int64(0), "", "", "", int64(0), int64(0), int64(0), int64(0)},
 		[]any{int64(1), int64(0), "h"},
-		[]any{int64(1), int64(0), "h", "x", "", int64(1), at, int64(0)},
+		[]any{int64(1), int64(0), "h", "x", "", int64(1), at, int64(0), int64(1)},
 		"OK",
 		nil,
 		// renew
+		[]any{int64(1), "h", "7", "v", int64(2000), at, int64(2)},
 		[]any{int64(1), "h", "7", "v", int64(2000), at},
 		[]any{int64(0)},
 		[]any{int64(1), "h"},
 		// release, dequeue, refresh waiters
 		int64(1), int64(0), int64(3), "1",
 		// describe
-		[]any{"", "", "", int64(0), int64(0), "9", int64(2)},
-		[]any{"h", "9", "", int64(1000), at, "9", int64(0)},
-		[]any{"", "", "", int64(0), int64(0), int64(9), int64(0)},
+		[]any{int64(1), "9", int64(2), int64(2), int64(0)},
+		[]any{int64(5), "9", int64(0), int64(0), int64(1), "h", "9", "", int64(1000), at, int64(2)},
+		[]any{int64(5), "9", int64(0), int64(0), int64(2), "h", "9", "", int64(1000), at, int64(2)},
+		[]any{int64(1), int64(9), int64(0), int64(0), int64(0)},
+		[]any{int64(1), "9", int64(0), int64(0), int64(1), "", "", "", int64(0), int64(0), int64(0)},
 		// watch
-		[]any{"h", "7", "v", int64(1000), at, "", "", "", int64(0), int64(0)},
-		[]any{"h", "7", "v", int64(1000), at},
+		[]any{int64(1), int64(1), "h", "7", "v", int64(1000), at, int64(1), int64(1), int64(0)},
+		[]any{int64(1), int64(1), "h", "7", "v", int64(1000), at, int64(1)},
+		[]any{int64(3), int64(2), "h", "7", "v", int64(1000), at, int64(1), "i", "8", "", int64(1000), at, int64(2)},
 		[]any{[]any{"h"}, "7", "v", int64(1000), at},
 	}
 }
@@ -191,7 +200,9 @@ func FuzzDecodeReplies(f *testing.F) {
 		desc, err := decodeDescribe("job", v)
 		if wantDesc, ok := describeSpec("job", v); ok != (err == nil) {
 			t.Fatalf("decodeDescribe(%#v) = %+v, %v; the reply is documented: %v", v, desc, err, ok)
-		} else if ok && (desc.Held != wantDesc.Held || desc.LastToken != wantDesc.LastToken || desc.Waiters != wantDesc.Waiters || !equalLease(desc.Lease, wantDesc.Lease)) {
+		} else if ok && (desc.Held != wantDesc.Held || desc.LastToken != wantDesc.LastToken || desc.Waiters != wantDesc.Waiters ||
+			desc.WaitingWeight != wantDesc.WaitingWeight || desc.Capacity != wantDesc.Capacity ||
+			!equalLease(desc.Lease, wantDesc.Lease) || !equalLeases(desc.Holders, wantDesc.Holders)) {
 			t.Fatalf("decodeDescribe(%#v) = %+v; want %+v", v, desc, wantDesc)
 		}
 
@@ -205,7 +216,8 @@ func FuzzDecodeReplies(f *testing.F) {
 			t.Fatalf("decodeWatch(%q, %#v) = %v; the reply is documented: %v", watched, v, err, ok)
 		} else if ok {
 			for i := range out {
-				if out[i].Held != wantOut[i].Held || !equalLease(out[i].Lease, wantOut[i].Lease) {
+				if out[i].Held != wantOut[i].Held || out[i].Capacity != wantOut[i].Capacity ||
+					!equalLease(out[i].Lease, wantOut[i].Lease) || !equalLeases(out[i].Holders, wantOut[i].Holders) {
 					t.Fatalf("decodeWatch(%q, %#v)[%d] = %+v; want %+v", watched, v, i, out[i], wantOut[i])
 				}
 			}
@@ -247,9 +259,58 @@ func specLease(r []any, i int, name string) (store.Lease, bool) {
 	return store.Lease{Name: name, Holder: holder, Token: token, Value: val, TTL: time.Duration(ttl) * time.Millisecond, ExpiresAt: time.UnixMilli(expires)}, true
 }
 
-// acquireSpec: {-1, lost, retry_after_ms} or {status, lost, holder, token,
-// value, ttl_ms, expires_ms, retry_at_ms} with status 1 (granted, to a
-// holder) or 0, and lost 1 or 0.
+// specWeight reads a weight at i: 1 .. store.MaxCapacity for a grant
+// (held), 0 otherwise.
+func specWeight(r []any, i int, held bool) (int64, bool) {
+	if len(r) <= i {
+		return 0, false
+	}
+	w, ok := r[i].(int64)
+	if !ok || w > store.MaxCapacity || (held && w < 1) || (!held && w != 0) {
+		return 0, false
+	}
+	return w, true
+}
+
+// specCapacity reads a capacity at i: 1 .. store.MaxCapacity.
+func specCapacity(r []any, i int) (int64, bool) {
+	if len(r) <= i {
+		return 0, false
+	}
+	c, ok := r[i].(int64)
+	return c, ok && c >= 1 && c <= store.MaxCapacity
+}
+
+// specGrants reads a count at i and that many grants of six elements
+// {holder, token, value, ttl_ms, expires_ms, weight}, each with a holder;
+// it returns them and the index after them.
+func specGrants(r []any, i int, name string) ([]store.Lease, int, bool) {
+	if len(r) <= i {
+		return nil, 0, false
+	}
+	n, ok := r[i].(int64)
+	if !ok || n < 0 || n > int64(len(r)-i-1)/6 {
+		return nil, 0, false
+	}
+	var out []store.Lease
+	for k := range int(n) {
+		at := i + 1 + 6*k
+		l, ok := specLease(r, at, name)
+		if !ok || l.Holder == "" {
+			return nil, 0, false
+		}
+		if l.Weight, ok = specWeight(r, at+5, true); !ok {
+			return nil, 0, false
+		}
+		out = append(out, l)
+	}
+	return out, i + 1 + 6*int(n), true
+}
+
+// acquireSpec: {-1, lost, retry_after_ms}, {-2, lost, capacity}, {-3, lost,
+// max_holders} or {status, lost, holder, token, value, ttl_ms, expires_ms,
+// retry_at_ms, weight} with status 1 (granted, to a holder) or 0, lost 1
+// or 0, and a weight for a holder (0 without).
 func acquireSpec(name string, v any) (acquireReply, bool) {
 	r, ok := v.([]any)
 	if !ok || len(r) < 3 {
@@ -266,16 +327,26 @@ func acquireSpec(name string, v any) (acquireReply, bool) {
 		after, ok := r[2].(int64)
 		a.quarantined, a.retryAfter = true, time.Duration(after)*time.Millisecond
 		return a, ok
+	case -2:
+		a.capacity, ok = specCapacity(r, 2)
+		return a, ok
+	case -3:
+		limit, ok := r[2].(int64)
+		a.holderLimit = int(limit)
+		return a, ok && limit >= 1
 	case 0, 1:
 	default:
 		return acquireReply{}, false
 	}
 	l, ok := specLease(r, 2, name)
-	if !ok || len(r) < 8 || (status == 1 && l.Holder == "") {
+	if !ok || len(r) < 9 || (status == 1 && l.Holder == "") {
 		return acquireReply{}, false
 	}
 	at, ok := r[7].(int64)
 	if !ok {
+		return acquireReply{}, false
+	}
+	if l.Weight, ok = specWeight(r, 8, l.Holder != ""); !ok {
 		return acquireReply{}, false
 	}
 	a.result.Acquired, a.result.Lease = status == 1, l
@@ -286,7 +357,7 @@ func acquireSpec(name string, v any) (acquireReply, bool) {
 }
 
 // renewSpec: {0} (not held) or {1, holder, token, value, ttl_ms,
-// expires_ms} with a holder.
+// expires_ms, weight} with a holder.
 func renewSpec(name string, v any) (l store.Lease, held, ok bool) {
 	r, isArr := v.([]any)
 	if !isArr || len(r) == 0 {
@@ -299,56 +370,93 @@ func renewSpec(name string, v any) (l store.Lease, held, ok bool) {
 		return store.Lease{}, false, true
 	case status == 1:
 		l, ok := specLease(r, 1, name)
-		return l, true, ok && l.Holder != ""
+		if !ok || l.Holder == "" {
+			return store.Lease{}, false, false
+		}
+		l.Weight, ok = specWeight(r, 6, true)
+		return l, true, ok
 	}
 	return store.Lease{}, false, false
 }
 
-// describeSpec: {holder, token, value, ttl_ms, expires_ms, last_token,
-// waiters}, last_token a decimal string, waiters a count.
+// describeSpec: {capacity, last_token, waiters, waiting_weight, count,
+// then six elements per grant}, last_token a decimal string, waiters and
+// waiting_weight counts, nothing after the grants.
 func describeSpec(name string, v any) (store.Description, bool) {
 	r, ok := v.([]any)
-	if !ok || len(r) < 7 {
+	if !ok || len(r) < 5 {
 		return store.Description{}, false
 	}
-	l, ok := specLease(r, 0, name)
-	last, ok1 := r[5].(string)
-	waiters, ok2 := r[6].(int64)
-	if !ok || !ok1 || !ok2 || waiters < 0 {
+	capacity, ok := specCapacity(r, 0)
+	last, ok1 := r[1].(string)
+	waiters, ok2 := r[2].(int64)
+	weight, ok3 := r[3].(int64)
+	if !ok || !ok1 || !ok2 || !ok3 || waiters < 0 || weight < 0 {
 		return store.Description{}, false
 	}
 	lastToken, err := strconv.ParseUint(last, 10, 64)
 	if err != nil {
 		return store.Description{}, false
 	}
-	return store.Description{Held: l.Holder != "", Lease: l, LastToken: lastToken, Waiters: int(waiters)}, true
+	holders, end, ok := specGrants(r, 4, name)
+	if !ok || end != len(r) {
+		return store.Description{}, false
+	}
+	d := store.Description{Capacity: capacity, LastToken: lastToken, Waiters: int(waiters), WaitingWeight: weight, Holders: holders}
+	if len(holders) > 0 {
+		d.Held, d.Lease = true, holders[0]
+	}
+	return d, true
 }
 
-// watchSpec: five elements per name, the lease fields.
+// watchSpec: per name {capacity, count, then six elements per grant},
+// nothing after the last name.
 func watchSpec(names []string, v any) ([]store.Description, bool) {
 	r, ok := v.([]any)
-	if !ok || len(r) != 5*len(names) {
+	if !ok {
 		return nil, false
 	}
 	out := make([]store.Description, len(names))
+	at := 0
 	for i, name := range names {
-		l, ok := specLease(r, 5*i, name)
+		capacity, ok := specCapacity(r, at)
 		if !ok {
 			return nil, false
 		}
-		out[i] = store.Description{Held: l.Holder != "", Lease: l}
+		holders, end, ok := specGrants(r, at+1, name)
+		if !ok {
+			return nil, false
+		}
+		out[i] = store.Description{Capacity: capacity, Holders: holders}
+		if len(holders) > 0 {
+			out[i].Held, out[i].Lease = true, holders[0]
+		}
+		at = end
 	}
-	return out, true
+	return out, at == len(r)
 }
 
 func isInt(v any) bool { _, ok := v.(int64); return ok }
 
 func equalLease(a, b store.Lease) bool {
 	return a.Name == b.Name && a.Holder == b.Holder && a.Token == b.Token && bytes.Equal(a.Value, b.Value) &&
-		a.TTL == b.TTL && a.ExpiresAt.Equal(b.ExpiresAt)
+		a.TTL == b.TTL && a.ExpiresAt.Equal(b.ExpiresAt) && a.Weight == b.Weight
+}
+
+func equalLeases(a, b []store.Lease) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if !equalLease(a[i], b[i]) {
+			return false
+		}
+	}
+	return true
 }
 
 func sameAcquire(a, b acquireReply) bool {
 	return a.lost == b.lost && a.quarantined == b.quarantined && a.retryAfter == b.retryAfter &&
+		a.capacity == b.capacity && a.holderLimit == b.holderLimit &&
 		a.result.Acquired == b.result.Acquired && a.result.RetryAt.Equal(b.result.RetryAt) && equalLease(a.result.Lease, b.result.Lease)
 }

@@ -22,20 +22,24 @@ func TestDecodeAcquire(t *testing.T) {
 	}{
 		{"quarantined after a loss", []any{int64(-1), int64(1), int64(250)},
 			acquireReply{lost: true, quarantined: true, retryAfter: 250 * time.Millisecond}, false},
-		{"granted", []any{int64(1), int64(0), "h", "42", "v", int64(1500), int64(at), int64(0)},
+		{"another capacity", []any{int64(-2), int64(0), int64(5)}, acquireReply{capacity: 5}, false},
+		{"the holder cap", []any{int64(-3), int64(0), int64(1024)}, acquireReply{holderLimit: 1024}, false},
+		{"granted", []any{int64(1), int64(0), "h", "42", "v", int64(1500), int64(at), int64(0), int64(3)},
 			acquireReply{result: store.AcquireResult{Acquired: true, Lease: store.Lease{
-				Name: "job", Holder: "h", Token: 42, Value: []byte("v"), TTL: 1500 * time.Millisecond, ExpiresAt: time.UnixMilli(at),
+				Name: "job", Holder: "h", Token: 42, Value: []byte("v"), TTL: 1500 * time.Millisecond, ExpiresAt: time.UnixMilli(at), Weight: 3,
 			}}}, false},
-		{"refused for a holder", []any{int64(0), int64(0), "h", "42", "", int64(1500), int64(at), int64(at)},
+		{"refused for a holder", []any{int64(0), int64(0), "h", "42", "", int64(1500), int64(at), int64(at), int64(1)},
 			acquireReply{result: store.AcquireResult{RetryAt: time.UnixMilli(at), Lease: store.Lease{
-				Name: "job", Holder: "h", Token: 42, TTL: 1500 * time.Millisecond, ExpiresAt: time.UnixMilli(at),
+				Name: "job", Holder: "h", Token: 42, TTL: 1500 * time.Millisecond, ExpiresAt: time.UnixMilli(at), Weight: 1,
 			}}}, false},
-		{"refused for older waiters", []any{int64(0), int64(0), "", "", "", int64(0), int64(0), int64(0)},
+		{"refused for older waiters", []any{int64(0), int64(0), "", "", "", int64(0), int64(0), int64(0), int64(0)},
 			acquireReply{}, false},
 		{"not an array", "OK", acquireReply{}, true},
 		{"too short", []any{int64(1), int64(0), "h"}, acquireReply{}, true},
-		{"a token that is not a number", []any{int64(1), int64(0), "h", "x", "", int64(1), int64(at), int64(0)}, acquireReply{}, true},
-		{"an unknown status", []any{int64(2), int64(0), "", "", "", int64(0), int64(0), int64(0)}, acquireReply{}, true},
+		{"a grant without a weight", []any{int64(1), int64(0), "h", "42", "v", int64(1500), int64(at), int64(0), int64(0)}, acquireReply{}, true},
+		{"a capacity of 0", []any{int64(-2), int64(0), int64(0)}, acquireReply{}, true},
+		{"a token that is not a number", []any{int64(1), int64(0), "h", "x", "", int64(1), int64(at), int64(0), int64(1)}, acquireReply{}, true},
+		{"an unknown status", []any{int64(2), int64(0), "", "", "", int64(0), int64(0), int64(0), int64(0)}, acquireReply{}, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -47,6 +51,7 @@ func TestDecodeAcquire(t *testing.T) {
 				return
 			}
 			if got.lost != tc.want.lost || got.quarantined != tc.want.quarantined || got.retryAfter != tc.want.retryAfter ||
+				got.capacity != tc.want.capacity || got.holderLimit != tc.want.holderLimit ||
 				got.result.Acquired != tc.want.result.Acquired || !got.result.RetryAt.Equal(tc.want.result.RetryAt) {
 				t.Errorf("decoded %+v, want %+v", got, tc.want)
 			}
@@ -57,8 +62,8 @@ func TestDecodeAcquire(t *testing.T) {
 
 func TestDecodeRenew(t *testing.T) {
 	t.Parallel()
-	l, err := decodeRenew("job", []any{int64(1), "h", "7", "v", int64(2000), int64(1_800_000_000_000)})
-	want := store.Lease{Name: "job", Holder: "h", Token: 7, Value: []byte("v"), TTL: 2 * time.Second, ExpiresAt: time.UnixMilli(1_800_000_000_000)}
+	l, err := decodeRenew("job", []any{int64(1), "h", "7", "v", int64(2000), int64(1_800_000_000_000), int64(2)})
+	want := store.Lease{Name: "job", Holder: "h", Token: 7, Value: []byte("v"), TTL: 2 * time.Second, ExpiresAt: time.UnixMilli(1_800_000_000_000), Weight: 2}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,16 +78,22 @@ func TestDecodeRenew(t *testing.T) {
 
 func TestDecodeDescribe(t *testing.T) {
 	t.Parallel()
-	d, err := decodeDescribe("job", []any{"", "", "", int64(0), int64(0), "9", int64(2)})
-	if err != nil || d.Held || d.LastToken != 9 || d.Waiters != 2 || d.Lease.Holder != "" {
+	d, err := decodeDescribe("job", []any{int64(1), "9", int64(2), int64(2), int64(0)})
+	if err != nil || d.Held || d.LastToken != 9 || d.Waiters != 2 || d.WaitingWeight != 2 || d.Lease.Holder != "" || d.Capacity != 1 {
 		t.Errorf("free name: %+v, %v", d, err)
 	}
-	d, err = decodeDescribe("job", []any{"h", "9", "", int64(1000), int64(1_800_000_000_000), "9", int64(0)})
-	if err != nil || !d.Held || d.Lease.Token != 9 || d.Lease.Name != "job" || d.Lease.Value != nil {
+	d, err = decodeDescribe("job", []any{int64(5), "10", int64(0), int64(0), int64(2),
+		"a", "9", "", int64(1000), int64(1_800_000_000_000), int64(2),
+		"b", "10", "", int64(1000), int64(1_800_000_000_000), int64(3)})
+	if err != nil || !d.Held || d.Lease.Token != 9 || d.Lease.Name != "job" || d.Lease.Value != nil || len(d.Holders) != 2 ||
+		d.Holders[1].Holder != "b" || d.Holders[1].Weight != 3 || d.Capacity != 5 {
 		t.Errorf("held name: %+v, %v", d, err)
 	}
-	if _, err := decodeDescribe("job", []any{"", "", "", int64(0), int64(0), int64(9), int64(0)}); err == nil {
+	if _, err := decodeDescribe("job", []any{int64(1), int64(9), int64(0), int64(0), int64(0)}); err == nil {
 		t.Error("a last token that is not a decimal string: no error")
+	}
+	if _, err := decodeDescribe("job", []any{int64(1), "9", int64(0), int64(0), int64(2), "a", "9", "", int64(1000), int64(1), int64(1)}); err == nil {
+		t.Error("fewer grants than counted: no error")
 	}
 }
 
@@ -106,16 +117,16 @@ func TestDecodeWatch(t *testing.T) {
 	const at = 1_800_000_000_000
 	names := []string{"held", "free"}
 	out := make([]store.Description, 2)
-	err := decodeWatch(names, []any{"h", "7", "v", int64(1000), int64(at), "", "", "", int64(0), int64(0)}, out)
+	err := decodeWatch(names, []any{int64(1), int64(1), "h", "7", "v", int64(1000), int64(at), int64(1), int64(1), int64(0)}, out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := store.Lease{Name: "held", Holder: "h", Token: 7, Value: []byte("v"), TTL: time.Second, ExpiresAt: time.UnixMilli(at)}
-	if !out[0].Held || out[1].Held || out[1].Lease.Holder != "" {
+	want := store.Lease{Name: "held", Holder: "h", Token: 7, Value: []byte("v"), TTL: time.Second, ExpiresAt: time.UnixMilli(at), Weight: 1}
+	if !out[0].Held || out[1].Held || out[1].Lease.Holder != "" || len(out[0].Holders) != 1 {
 		t.Errorf("decoded %+v", out)
 	}
 	sameLease(t, out[0].Lease, want)
-	if err := decodeWatch(names, []any{"h", "7", "v", int64(1000), int64(at)}, out); err == nil {
+	if err := decodeWatch(names, []any{int64(1), int64(1), "h", "7", "v", int64(1000), int64(at), int64(1)}, out); err == nil {
 		t.Error("a reply for one name of two: no error")
 	}
 	if err := decodeWatch(names, "OK", out); err == nil {
@@ -134,7 +145,7 @@ func TestAcquireArgsFollowTheScript(t *testing.T) {
 	t.Parallel()
 	// One header line per argument: "-- ARGV[i] <what>", in this order.
 	want := []string{"holder", "ttl (ms", "value", "waiter id", "waiter ttl", "quarantine", "pub/sub channel", "name",
-		"lock delay", `"1" to keep`, "idle retention", "token (decimal)", "ttl + lock delay + idle retention"}
+		"lock delay", `"1" to keep`, "idle retention", "token (decimal)", "capacity", "weight", "max holders", "ttl + lock delay + idle retention"}
 	var got []string
 	for _, line := range strings.Split(acquireSrc, "\n") {
 		if rest, ok := strings.CutPrefix(line, "-- ARGV["); ok {
@@ -154,12 +165,12 @@ func TestAcquireArgsFollowTheScript(t *testing.T) {
 		}
 	}
 	a := acquireArgs{holder: "h", ttlMS: 2, value: []byte("v"), waiter: "w", waiterTTL: int64(5), quarantine: 6, channel: "c",
-		name: "n", lockDelay: int64(9), keepValue: "1", idle: int64(11), expected: "12", keyLifetime: 13}
+		name: "n", lockDelay: int64(9), keepValue: "1", idle: int64(11), expected: "12", capacity: 13, weight: 14, maxHolders: 15, keyLifetime: 16}
 	vals := a.argv()
 	if len(vals) != len(want) {
 		t.Fatalf("argv has %d values, the header %d", len(vals), len(want))
 	}
-	for i, v := range []any{"h", int64(2), []byte("v"), "w", int64(5), int64(6), "c", "n", int64(9), "1", int64(11), "12", int64(13)} {
+	for i, v := range []any{"h", int64(2), []byte("v"), "w", int64(5), int64(6), "c", "n", int64(9), "1", int64(11), "12", int64(13), int64(14), 15, int64(16)} {
 		if fmt.Sprint(vals[i]) != fmt.Sprint(v) {
 			t.Errorf("argv[%d] = %v, want %v", i, vals[i], v)
 		}

@@ -409,24 +409,28 @@ func (s *Store) checkSlotMarkers(ctx context.Context, from, to int, flag string)
 // acquireArgs are acquire.lua's ARGV, by name: argv lays them out in the
 // order of the script's header, which TestAcquireArgsFollowTheScript holds.
 type acquireArgs struct {
-	holder      string
-	ttlMS       int64
-	value       []byte
-	waiter      string
-	waiterTTL   any // int64 ms, boxed once for the default
-	quarantine  int64
-	channel     any
-	name        string
-	lockDelay   any
-	keepValue   string // "1" or ""
-	idle        any
-	expected    string // decimal token or ""
-	keyLifetime int64  // ttl + lock delay + idle retention, ms
+	holder     string
+	ttlMS      int64
+	value      []byte
+	waiter     string
+	waiterTTL  any // int64 ms, boxed once for the default
+	quarantine int64
+	channel    any
+	name       string
+	lockDelay  any
+	keepValue  string // "1" or ""
+	idle       any
+	expected   string // decimal token or ""
+	capacity   int64
+	weight     int64
+	maxHolders int
+	// keyLifetime is ttl + lock delay + idle retention, ms.
+	keyLifetime int64
 }
 
 func (a acquireArgs) argv() []any {
 	return []any{a.holder, a.ttlMS, a.value, a.waiter, a.waiterTTL, a.quarantine, a.channel, a.name,
-		a.lockDelay, a.keepValue, a.idle, a.expected, a.keyLifetime}
+		a.lockDelay, a.keepValue, a.idle, a.expected, a.capacity, a.weight, a.maxHolders, a.keyLifetime}
 }
 
 // Acquire implements store.Leases.
@@ -434,7 +438,13 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 	if req.TTL <= 0 {
 		return store.AcquireResult{}, fmt.Errorf("redisstore: acquire %q: ttl %s is not positive", req.Name, req.TTL)
 	}
+	capacity, weight := req.CapacityOrDefault(), req.WeightOrDefault()
+	if capacity > store.MaxCapacity || weight > capacity {
+		return store.AcquireResult{}, fmt.Errorf("redisstore: acquire %q: weight %d, capacity %d: want 1 <= weight <= capacity <= %d",
+			req.Name, weight, capacity, store.MaxCapacity)
+	}
 	args := acquireArgs{
+		capacity: capacity, weight: weight, maxHolders: req.MaxHoldersOrDefault(),
 		holder: req.Holder, ttlMS: durationMS(req.TTL), value: req.Value, waiter: req.Waiter, waiterTTL: s.boxed.waiterTTL,
 		quarantine: s.quarantineMS, channel: s.boxed.channel, name: req.Name, lockDelay: s.boxed.lockDelayMS, idle: s.boxed.idleMS,
 	}
@@ -461,8 +471,13 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 	if reply.lost {
 		s.dataLost()
 	}
-	if reply.quarantined {
+	switch {
+	case reply.quarantined:
 		return store.AcquireResult{}, &store.QuarantineError{RetryAfter: reply.retryAfter}
+	case reply.capacity != 0:
+		return store.AcquireResult{}, &store.CapacityError{Name: req.Name, Have: reply.capacity, Asked: capacity}
+	case reply.holderLimit != 0:
+		return store.AcquireResult{}, &store.HolderLimitError{Name: req.Name, Limit: reply.holderLimit}
 	}
 	if reply.result.Acquired {
 		if err := replicated(); err != nil {
@@ -490,7 +505,7 @@ func (s *Store) Renew(ctx context.Context, name, holder string, token uint64, tt
 	k := s.keys(name)
 	ttlMS := durationMS(ttl)
 	v, replicated, err := s.callWait(ctx, "renew", true, renewScript, []string{k.lease},
-		holder, strconv.FormatUint(token, 10), ttlMS, ttlMS+s.lockDelayMS+s.idleMS)
+		holder, strconv.FormatUint(token, 10), ttlMS, s.lockDelayMS+s.idleMS)
 	if err != nil {
 		return store.Lease{}, err
 	}
@@ -508,7 +523,7 @@ func (s *Store) Renew(ctx context.Context, name, holder string, token uint64, tt
 func (s *Store) Release(ctx context.Context, name, holder string, token uint64) (bool, error) {
 	k := s.keys(name)
 	v, err := s.call(ctx, "release", releaseScript, []string{k.lease},
-		holder, strconv.FormatUint(token, 10), s.boxed.channel, name, s.boxed.idleMS)
+		holder, strconv.FormatUint(token, 10), s.boxed.channel, name, s.boxed.idleMS, s.boxed.lockDelayMS)
 	if err != nil {
 		return false, err
 	}
@@ -529,7 +544,7 @@ func (s *Store) Dequeue(ctx context.Context, name, waiter string) error {
 // Describe implements store.Leases.
 func (s *Store) Describe(ctx context.Context, name string) (store.Description, error) {
 	k := s.keys(name)
-	v, err := s.call(ctx, "describe", describeScript, []string{k.lease, k.waiters})
+	v, err := s.call(ctx, "describe", describeScript, []string{k.lease, k.queue, k.waiters})
 	if err != nil {
 		return store.Description{}, err
 	}
@@ -587,7 +602,7 @@ func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) (sto
 		cmds := make([]*redis.SliceCmd, len(ckeys))
 		if _, err := c.Pipelined(cctx, func(p redis.Pipeliner) error {
 			for i, key := range ckeys {
-				cmds[i] = p.HMGet(cctx, key, "holder", "expires")
+				cmds[i] = p.HMGet(cctx, key, "used", "high")
 			}
 			return nil
 		}); err != nil {
@@ -596,6 +611,7 @@ func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) (sto
 		var out []string
 		for i, cmd := range cmds {
 			v := cmd.Val()
+			// 'high' is at least the latest expiry of the grants.
 			if len(v) != 2 || v[0] == nil {
 				continue
 			}
@@ -646,9 +662,8 @@ func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) (sto
 		return store.ListPage{}, err
 	}
 	for _, d := range descs {
-		if d.Held { // a lease may have expired since the scan
-			page.Leases = append(page.Leases, d.Lease)
-		}
+		// Only the live grants: one may have expired since the scan.
+		page.Leases = append(page.Leases, d.Holders...)
 	}
 	return page, nil
 }
@@ -664,7 +679,7 @@ func (s *Store) describeMany(ctx context.Context, names []string) ([]store.Descr
 	_, _ = s.client.Pipelined(cctx, func(p redis.Pipeliner) error {
 		for i, name := range names {
 			k := s.keys(name)
-			cmds[i] = describeScript.EvalSha(cctx, p, []string{k.lease, k.waiters})
+			cmds[i] = describeScript.EvalSha(cctx, p, []string{k.lease, k.queue, k.waiters})
 		}
 		return nil
 	})
@@ -673,7 +688,7 @@ func (s *Store) describeMany(ctx context.Context, names []string) ([]store.Descr
 		v, err := cmds[i].Result()
 		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 			k := s.keys(name)
-			v, err = describeScript.Run(cctx, s.client, []string{k.lease, k.waiters}).Result()
+			v, err = describeScript.Run(cctx, s.client, []string{k.lease, k.queue, k.waiters}).Result()
 		}
 		if err != nil {
 			return nil, s.wrapErr(ctx, "list", err)

@@ -82,7 +82,8 @@ func expiresWithin(t testing.TB, l store.Lease, ttl time.Duration, before, after
 func sameLease(t testing.TB, got, want store.Lease) {
 	t.Helper()
 	if got.Name != want.Name || got.Holder != want.Holder || got.Token != want.Token ||
-		!bytes.Equal(got.Value, want.Value) || got.TTL != want.TTL || !got.ExpiresAt.Equal(want.ExpiresAt) {
+		!bytes.Equal(got.Value, want.Value) || got.TTL != want.TTL || !got.ExpiresAt.Equal(want.ExpiresAt) ||
+		(want.Weight != 0 && got.Weight != want.Weight) {
 		t.Errorf("lease = %+v, want %+v", got, want)
 	}
 }

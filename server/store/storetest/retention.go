@@ -98,3 +98,49 @@ func testLastTokenFloor(t *testing.T, s Subject) {
 		t.Fatalf("Describe after a grant = %+v, %v; want last token %d", after, err, l.Token)
 	}
 }
+
+// testIdleSemaphoresForgotten: a semaphore's name is forgotten once its
+// last grant ended, and remembered while any grant lives, whatever the
+// others did: a renewal that shortened one, or a release beside others,
+// must not cut the name's life below the longest grant's.
+func testIdleSemaphoresForgotten(t *testing.T, s Subject) {
+	ctx := context.Background()
+	share := func(name, holder string, ttl time.Duration) store.Lease {
+		t.Helper()
+		res := acquire(t, s, store.AcquireRequest{Name: name, Holder: holder, TTL: ttl, Capacity: 3})
+		if !res.Acquired {
+			t.Fatalf("%s could not take a share of %q", holder, name)
+		}
+		return res.Lease
+	}
+	for _, h := range []string{"a", "b"} {
+		mustRelease(t, s, share("sem-released", h, longTTL))
+		share("sem-expired", h, shortTTL)
+	}
+	held := share("sem-held", "a", longTTL)
+	b := share("sem-held", "b", longTTL)
+	if _, err := s.Renew(ctx, "sem-held", "b", b.Token, shortTTL); err != nil {
+		t.Fatal(err)
+	}
+	mustRelease(t, s, share("sem-held", "c", shortTTL))
+
+	pass(s, shortTTL+lockDelay+2*retention+margin)
+	mustAcquire(t, s, "other", "a") // a store may forget names on its next use
+
+	if s.Remembers != nil {
+		for name, want := range map[string]bool{"sem-released": false, "sem-expired": false, "sem-held": true} {
+			if got := s.Remembers(name); got != want {
+				t.Errorf("the store remembers %q: %v, want %v", name, got, want)
+			}
+		}
+	}
+	d, err := s.Describe(ctx, "sem-held")
+	if err != nil || len(d.Holders) != 1 || d.Holders[0].Token != held.Token || d.Capacity != 3 {
+		t.Fatalf("Describe of a semaphore held all along = %+v, %v; want a alone, capacity 3", d, err)
+	}
+	for _, name := range []string{"sem-released", "sem-expired"} {
+		if again := share(name, "z", longTTL); again.Token <= held.Token {
+			t.Errorf("%q: token %d after the name was forgotten, below %d issued before", name, again.Token, held.Token)
+		}
+	}
+}

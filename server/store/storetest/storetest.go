@@ -79,6 +79,16 @@ func Run(t *testing.T, newStore Factory) {
 		{"RefreshWaitersKeepsOnlyQueuedWaitersQueued", testRefreshWaiters, Options{}},
 		{"WatchDescribesManyNamesInOrder", testWatchMany, Options{}},
 		{"PingAnswers", testPing, Options{}},
+		{"SemaphoreGrantsUpToItsCapacity", testSemaphoreGrantsUpToItsCapacity, Options{}},
+		{"SemaphoreWeightsAddUp", testSemaphoreWeightsAddUp, Options{}},
+		{"WriterWaitingBehindReadersComesBeforeLaterReaders", testWriterBehindReadersComesFirst, Options{}},
+		{"WaiterPassesThoseAheadOnlyWhenTheyFit", testWaiterPassesOnlyWhenThoseAheadFit, Options{}},
+		{"CapacityMustAgreeWhileHeldOrAwaited", testCapacityMustAgree, Options{}},
+		{"HoldersPerNameAreCapped", testHolderCap, Options{}},
+		{"SemaphoreReacquireKeepsTokenAndWeight", testSemaphoreReacquireKeepsTokenAndWeight, Options{}},
+		{"DeadHoldersGiveTheirWeightBackAfterTheLockDelay", testDeadHoldersGiveTheirWeightBack, Options{LockDelay: lockDelay}},
+		{"IdleSemaphoresAreForgottenAndHeldOnesKept", testIdleSemaphoresForgotten, Options{IdleNameTTL: retention, LockDelay: lockDelay}},
+		{"SemaphoreNeverOverGrantsUnderConcurrency", testSemaphoreNeverOverGrants, Options{RealTime: true}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -15,7 +15,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file coordinator/v1/coordinator.proto.
  */
 export const file_coordinator_v1_coordinator: GenFile = /*@__PURE__*/
-  fileDesc("CiBjb29yZGluYXRvci92MS9jb29yZGluYXRvci5wcm90bxIOY29vcmRpbmF0b3IudjEimwEKBUxlYXNlEgwKBG5hbWUYASABKAkSDgoGaG9sZGVyGAIgASgJEg0KBXRva2VuGAMgASgEEiYKA3R0bBgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIuCgpleHBpcmVzX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBINCgV2YWx1ZRgGIAEoDCLFAQoRVHJ5QWNxdWlyZVJlcXVlc3QSGQoEbmFtZRgBIAEoCUILyvMYBwgBEIACGAISGwoGaG9sZGVyGAIgASgJQgvK8xgHCAEQgAEYARJFCgN0dGwYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb25CHcrzGBkIASBkMhNDT09SRElOQVRPUl9NQVhfVFRMEjEKBHdhaXQYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb25CCMrzGAQo4KcSIowBChJUcnlBY3F1aXJlUmVzcG9uc2USEAoIYWNxdWlyZWQYASABKAgSJAoFbGVhc2UYAiABKAsyFS5jb29yZGluYXRvci52MS5MZWFzZRIOCgZob2xkZXIYAyABKAkSLgoLcmV0cnlfYWZ0ZXIYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24ipAEKDFJlbmV3UmVxdWVzdBIZCgRuYW1lGAEgASgJQgvK8xgHCAEQgAIYAhIbCgZob2xkZXIYAiABKAlCC8rzGAcIARCAARgBEhUKBXRva2VuGAMgASgEQgbK8xgCCAESRQoDdHRsGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uQh3K8xgZCAEgZDITQ09PUkRJTkFUT1JfTUFYX1RUTCI1Cg1SZW5ld1Jlc3BvbnNlEiQKBWxlYXNlGAEgASgLMhUuY29vcmRpbmF0b3IudjEuTGVhc2UiXwoOUmVsZWFzZVJlcXVlc3QSGQoEbmFtZRgBIAEoCUILyvMYBwgBEIACGAISGwoGaG9sZGVyGAIgASgJQgvK8xgHCAEQgAEYARIVCgV0b2tlbhgDIAEoBEIGyvMYAggBIiMKD1JlbGVhc2VSZXNwb25zZRIQCghyZWxlYXNlZBgBIAEoCCK0AQoQS2VlcEFsaXZlUmVxdWVzdBIKCgJpZBgFIAEoBBIZCgRuYW1lGAEgASgJQgvK8xgHCAEQgAIYAhIbCgZob2xkZXIYAiABKAlCC8rzGAcIARCAARgBEhUKBXRva2VuGAMgASgEQgbK8xgCCAESRQoDdHRsGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uQh3K8xgZCAEgZDITQ09PUkRJTkFUT1JfTUFYX1RUTCK7AQoRS2VlcEFsaXZlUmVzcG9uc2USCgoCaWQYBSABKAQSDAoEbmFtZRgBIAEoCRImCgVsZWFzZRgCIAEoCzIVLmNvb3JkaW5hdG9yLnYxLkxlYXNlSAASKQoEbG9zdBgDIAEoCzIZLmNvb3JkaW5hdG9yLnYxLkxlYXNlTG9zdEgAEi8KBmZhaWxlZBgEIAEoCzIdLmNvb3JkaW5hdG9yLnYxLlJlbmV3YWxGYWlsZWRIAEIICgZyZXN1bHQidgoJTGVhc2VMb3N0Eg4KBmhvbGRlchgBIAEoCRINCgV0b2tlbhgCIAEoBBIrCgZyZWFzb24YAyABKA4yGy5jb29yZGluYXRvci52MS5FcnJvclJlYXNvbhIPCgdtZXNzYWdlGAQgASgJEgwKBGNvZGUYBSABKAUiqgEKDVJlbmV3YWxGYWlsZWQSDgoGaG9sZGVyGAEgASgJEg0KBXRva2VuGAIgASgEEisKBnJlYXNvbhgDIAEoDjIbLmNvb3JkaW5hdG9yLnYxLkVycm9yUmVhc29uEg8KB21lc3NhZ2UYBCABKAkSLgoLcmV0cnlfYWZ0ZXIYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SDAoEY29kZRgGIAEoBSJPCg5TZXNzaW9uUmVxdWVzdBI9CgpvcGVyYXRpb25zGAEgAygLMiAuY29vcmRpbmF0b3IudjEuU2Vzc2lvbk9wZXJhdGlvbkIHyvMYAzjoByK7AgoQU2Vzc2lvbk9wZXJhdGlvbhIKCgJpZBgBIAEoBBI0CgdhY3F1aXJlGAIgASgLMiEuY29vcmRpbmF0b3IudjEuVHJ5QWNxdWlyZVJlcXVlc3RIABItCgVyZW5ldxgDIAEoCzIcLmNvb3JkaW5hdG9yLnYxLlJlbmV3UmVxdWVzdEgAEjEKB3JlbGVhc2UYBCABKAsyHi5jb29yZGluYXRvci52MS5SZWxlYXNlUmVxdWVzdEgAEjMKCGNhbXBhaWduGAUgASgLMh8uY29vcmRpbmF0b3IudjEuQ2FtcGFpZ25SZXF1ZXN0SAASLwoGcmVzaWduGAYgASgLMh0uY29vcmRpbmF0b3IudjEuUmVzaWduUmVxdWVzdEgAEhAKBmNhbmNlbBgHIAEoBEgAQgsKCW9wZXJhdGlvbiJBCg9TZXNzaW9uUmVzcG9uc2USLgoHcmVzdWx0cxgBIAMoCzIdLmNvb3JkaW5hdG9yLnYxLlNlc3Npb25SZXN1bHQizQIKDVNlc3Npb25SZXN1bHQSCgoCaWQYASABKAQSNQoHYWNxdWlyZRgCIAEoCzIiLmNvb3JkaW5hdG9yLnYxLlRyeUFjcXVpcmVSZXNwb25zZUgAEi4KBXJlbmV3GAMgASgLMh0uY29vcmRpbmF0b3IudjEuUmVuZXdSZXNwb25zZUgAEjIKB3JlbGVhc2UYBCABKAsyHy5jb29yZGluYXRvci52MS5SZWxlYXNlUmVzcG9uc2VIABI0CghjYW1wYWlnbhgFIAEoCzIgLmNvb3JkaW5hdG9yLnYxLkNhbXBhaWduUmVzcG9uc2VIABIwCgZyZXNpZ24YBiABKAsyHi5jb29yZGluYXRvci52MS5SZXNpZ25SZXNwb25zZUgAEiMKBWVycm9yGAcgASgLMhIuZ29vZ2xlLnJwYy5TdGF0dXNIAEIICgZyZXN1bHQiLAoPRGVzY3JpYmVSZXF1ZXN0EhkKBG5hbWUYASABKAlCC8rzGAcIARCAAhgCImsKEERlc2NyaWJlUmVzcG9uc2USDAoEaGVsZBgBIAEoCBIkCgVsZWFzZRgCIAEoCzIVLmNvb3JkaW5hdG9yLnYxLkxlYXNlEhIKCmxhc3RfdG9rZW4YAyABKAQSDwoHd2FpdGVycxgEIAEoDSJYCgtMaXN0UmVxdWVzdBIZCgZwcmVmaXgYASABKAlCCcrzGAUQgAIYAxIaCglwYWdlX3NpemUYAiABKAVCB8rzGAM46AcSEgoKcGFnZV90b2tlbhgDIAEoCSJOCgxMaXN0UmVzcG9uc2USJQoGbGVhc2VzGAEgAygLMhUuY29vcmRpbmF0b3IudjEuTGVhc2USFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJInoKBkxlYWRlchIQCghlbGVjdGlvbhgBIAEoCRIRCgljYW5kaWRhdGUYAiABKAkSDQoFdmFsdWUYAyABKAwSDAoEdGVybRgEIAEoBBIuCgpleHBpcmVzX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCLxAQoPQ2FtcGFpZ25SZXF1ZXN0Eh0KCGVsZWN0aW9uGAEgASgJQgvK8xgHCAEQgAIYAhIeCgljYW5kaWRhdGUYAiABKAlCC8rzGAcIARCAARgBEhcKBXZhbHVlGAMgASgMQgjK8xgEEICABBJFCgN0dGwYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb25CHcrzGBkIASBkMhNDT09SRElOQVRPUl9NQVhfVFRMEjEKBHdhaXQYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb25CCMrzGAQo4KcSEgwKBHRlcm0YBiABKAQiewoQQ2FtcGFpZ25SZXNwb25zZRIPCgdlbGVjdGVkGAEgASgIEiYKBmxlYWRlchgCIAEoCzIWLmNvb3JkaW5hdG9yLnYxLkxlYWRlchIuCgtyZXRyeV9hZnRlchgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJkCg1SZXNpZ25SZXF1ZXN0Eh0KCGVsZWN0aW9uGAEgASgJQgvK8xgHCAEQgAIYAhIeCgljYW5kaWRhdGUYAiABKAlCC8rzGAcIARCAARgBEhQKBHRlcm0YAyABKARCBsrzGAIIASIiCg5SZXNpZ25SZXNwb25zZRIQCghyZXNpZ25lZBgBIAEoCCIuCg1MZWFkZXJSZXF1ZXN0Eh0KCGVsZWN0aW9uGAEgASgJQgvK8xgHCAEQgAIYAiJMCg5MZWFkZXJSZXNwb25zZRISCgpoYXNfbGVhZGVyGAEgASgIEiYKBmxlYWRlchgCIAEoCzIWLmNvb3JkaW5hdG9yLnYxLkxlYWRlciIvCg5PYnNlcnZlUmVxdWVzdBIdCghlbGVjdGlvbhgBIAEoCUILyvMYBwgBEIACGAIiTgoPT2JzZXJ2ZVJlc3BvbnNlEioKBWV2ZW50GAEgASgLMhsuY29vcmRpbmF0b3IudjEuTGVhZGVyRXZlbnQSDwoHaW5pdGlhbBgCIAEoCCK7AQoLTGVhZGVyRXZlbnQSLgoEa2luZBgBIAEoDjIgLmNvb3JkaW5hdG9yLnYxLkxlYWRlckV2ZW50LktpbmQSJgoGbGVhZGVyGAIgASgLMhYuY29vcmRpbmF0b3IudjEuTGVhZGVyIlQKBEtpbmQSFAoQS0lORF9VTlNQRUNJRklFRBAAEhAKDEtJTkRfRUxFQ1RFRBABEhMKD0tJTkRfUFJPQ0xBSU1FRBACEg8KC0tJTkRfVkFDQU5UEAMqrAEKC0Vycm9yUmVhc29uEhwKGEVSUk9SX1JFQVNPTl9VTlNQRUNJRklFRBAAEhgKDkxFQVNFX05PVF9IRUxEEAEaBNjzGAESGAoUREFUQV9MT1NTX1FVQVJBTlRJTkUQAhIVChFTVE9SRV9VTkFWQUlMQUJMRRADEhcKDUlOVkFMSURfRklFTEQQBBoE2PMYARIbChFQRVJNSVNTSU9OX0RFTklFRBAFGgTY8xgBMpIHCgtDb29yZGluYXRvchJTCgpUcnlBY3F1aXJlEiEuY29vcmRpbmF0b3IudjEuVHJ5QWNxdWlyZVJlcXVlc3QaIi5jb29yZGluYXRvci52MS5UcnlBY3F1aXJlUmVzcG9uc2USRAoFUmVuZXcSHC5jb29yZGluYXRvci52MS5SZW5ld1JlcXVlc3QaHS5jb29yZGluYXRvci52MS5SZW5ld1Jlc3BvbnNlEkoKB1JlbGVhc2USHi5jb29yZGluYXRvci52MS5SZWxlYXNlUmVxdWVzdBofLmNvb3JkaW5hdG9yLnYxLlJlbGVhc2VSZXNwb25zZRJUCglLZWVwQWxpdmUSIC5jb29yZGluYXRvci52MS5LZWVwQWxpdmVSZXF1ZXN0GiEuY29vcmRpbmF0b3IudjEuS2VlcEFsaXZlUmVzcG9uc2UoATABEk4KB1Nlc3Npb24SHi5jb29yZGluYXRvci52MS5TZXNzaW9uUmVxdWVzdBofLmNvb3JkaW5hdG9yLnYxLlNlc3Npb25SZXNwb25zZSgBMAESTQoIRGVzY3JpYmUSHy5jb29yZGluYXRvci52MS5EZXNjcmliZVJlcXVlc3QaIC5jb29yZGluYXRvci52MS5EZXNjcmliZVJlc3BvbnNlEkEKBExpc3QSGy5jb29yZGluYXRvci52MS5MaXN0UmVxdWVzdBocLmNvb3JkaW5hdG9yLnYxLkxpc3RSZXNwb25zZRJNCghDYW1wYWlnbhIfLmNvb3JkaW5hdG9yLnYxLkNhbXBhaWduUmVxdWVzdBogLmNvb3JkaW5hdG9yLnYxLkNhbXBhaWduUmVzcG9uc2USRwoGUmVzaWduEh0uY29vcmRpbmF0b3IudjEuUmVzaWduUmVxdWVzdBoeLmNvb3JkaW5hdG9yLnYxLlJlc2lnblJlc3BvbnNlEkcKBkxlYWRlchIdLmNvb3JkaW5hdG9yLnYxLkxlYWRlclJlcXVlc3QaHi5jb29yZGluYXRvci52MS5MZWFkZXJSZXNwb25zZRJMCgdPYnNlcnZlEh4uY29vcmRpbmF0b3IudjEuT2JzZXJ2ZVJlcXVlc3QaHy5jb29yZGluYXRvci52MS5PYnNlcnZlUmVzcG9uc2UwARo10vMYMQiYdRDQDxgcIGQoBTAyONAPQBRIA1AKWAVgGWgKcAp4MoABMogB4NQDkAFkmAGw6gFCSVpHZ2l0aHViLmNvbS9jb29yZGluYXRvci1kZXYvY29vcmRpbmF0b3IvZ2VuL2Nvb3JkaW5hdG9yL3YxO2Nvb3JkaW5hdG9ydjFiBnByb3RvMw", [file_coordinator_v1_rules, file_google_protobuf_duration, file_google_protobuf_timestamp, file_google_rpc_status]);
+  fileDesc("CiBjb29yZGluYXRvci92MS9jb29yZGluYXRvci5wcm90bxIOY29vcmRpbmF0b3IudjEiqwEKBUxlYXNlEgwKBG5hbWUYASABKAkSDgoGaG9sZGVyGAIgASgJEg0KBXRva2VuGAMgASgEEiYKA3R0bBgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIuCgpleHBpcmVzX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBINCgV2YWx1ZRgGIAEoDBIOCgZ3ZWlnaHQYByABKA0i+wEKEVRyeUFjcXVpcmVSZXF1ZXN0EhkKBG5hbWUYASABKAlCC8rzGAcIARCAAhgCEhsKBmhvbGRlchgCIAEoCUILyvMYBwgBEIABGAESRQoDdHRsGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uQh3K8xgZCAEgZDITQ09PUkRJTkFUT1JfTUFYX1RUTBIxCgR3YWl0GAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uQgjK8xgEKOCnEhIaCghjYXBhY2l0eRgFIAEoDUIIyvMYBDjAhD0SGAoGd2VpZ2h0GAYgASgNQgjK8xgEOMCEPSKMAQoSVHJ5QWNxdWlyZVJlc3BvbnNlEhAKCGFjcXVpcmVkGAEgASgIEiQKBWxlYXNlGAIgASgLMhUuY29vcmRpbmF0b3IudjEuTGVhc2USDgoGaG9sZGVyGAMgASgJEi4KC3JldHJ5X2FmdGVyGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIqQBCgxSZW5ld1JlcXVlc3QSGQoEbmFtZRgBIAEoCUILyvMYBwgBEIACGAISGwoGaG9sZGVyGAIgASgJQgvK8xgHCAEQgAEYARIVCgV0b2tlbhgDIAEoBEIGyvMYAggBEkUKA3R0bBgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbkIdyvMYGQgBIGQyE0NPT1JESU5BVE9SX01BWF9UVEwiNQoNUmVuZXdSZXNwb25zZRIkCgVsZWFzZRgBIAEoCzIVLmNvb3JkaW5hdG9yLnYxLkxlYXNlIl8KDlJlbGVhc2VSZXF1ZXN0EhkKBG5hbWUYASABKAlCC8rzGAcIARCAAhgCEhsKBmhvbGRlchgCIAEoCUILyvMYBwgBEIABGAESFQoFdG9rZW4YAyABKARCBsrzGAIIASIjCg9SZWxlYXNlUmVzcG9uc2USEAoIcmVsZWFzZWQYASABKAgitAEKEEtlZXBBbGl2ZVJlcXVlc3QSCgoCaWQYBSABKAQSGQoEbmFtZRgBIAEoCUILyvMYBwgBEIACGAISGwoGaG9sZGVyGAIgASgJQgvK8xgHCAEQgAEYARIVCgV0b2tlbhgDIAEoBEIGyvMYAggBEkUKA3R0bBgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbkIdyvMYGQgBIGQyE0NPT1JESU5BVE9SX01BWF9UVEwiuwEKEUtlZXBBbGl2ZVJlc3BvbnNlEgoKAmlkGAUgASgEEgwKBG5hbWUYASABKAkSJgoFbGVhc2UYAiABKAsyFS5jb29yZGluYXRvci52MS5MZWFzZUgAEikKBGxvc3QYAyABKAsyGS5jb29yZGluYXRvci52MS5MZWFzZUxvc3RIABIvCgZmYWlsZWQYBCABKAsyHS5jb29yZGluYXRvci52MS5SZW5ld2FsRmFpbGVkSABCCAoGcmVzdWx0InYKCUxlYXNlTG9zdBIOCgZob2xkZXIYASABKAkSDQoFdG9rZW4YAiABKAQSKwoGcmVhc29uGAMgASgOMhsuY29vcmRpbmF0b3IudjEuRXJyb3JSZWFzb24SDwoHbWVzc2FnZRgEIAEoCRIMCgRjb2RlGAUgASgFIqoBCg1SZW5ld2FsRmFpbGVkEg4KBmhvbGRlchgBIAEoCRINCgV0b2tlbhgCIAEoBBIrCgZyZWFzb24YAyABKA4yGy5jb29yZGluYXRvci52MS5FcnJvclJlYXNvbhIPCgdtZXNzYWdlGAQgASgJEi4KC3JldHJ5X2FmdGVyGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEgwKBGNvZGUYBiABKAUiTwoOU2Vzc2lvblJlcXVlc3QSPQoKb3BlcmF0aW9ucxgBIAMoCzIgLmNvb3JkaW5hdG9yLnYxLlNlc3Npb25PcGVyYXRpb25CB8rzGAM46AciuwIKEFNlc3Npb25PcGVyYXRpb24SCgoCaWQYASABKAQSNAoHYWNxdWlyZRgCIAEoCzIhLmNvb3JkaW5hdG9yLnYxLlRyeUFjcXVpcmVSZXF1ZXN0SAASLQoFcmVuZXcYAyABKAsyHC5jb29yZGluYXRvci52MS5SZW5ld1JlcXVlc3RIABIxCgdyZWxlYXNlGAQgASgLMh4uY29vcmRpbmF0b3IudjEuUmVsZWFzZVJlcXVlc3RIABIzCghjYW1wYWlnbhgFIAEoCzIfLmNvb3JkaW5hdG9yLnYxLkNhbXBhaWduUmVxdWVzdEgAEi8KBnJlc2lnbhgGIAEoCzIdLmNvb3JkaW5hdG9yLnYxLlJlc2lnblJlcXVlc3RIABIQCgZjYW5jZWwYByABKARIAEILCglvcGVyYXRpb24iQQoPU2Vzc2lvblJlc3BvbnNlEi4KB3Jlc3VsdHMYASADKAsyHS5jb29yZGluYXRvci52MS5TZXNzaW9uUmVzdWx0Is0CCg1TZXNzaW9uUmVzdWx0EgoKAmlkGAEgASgEEjUKB2FjcXVpcmUYAiABKAsyIi5jb29yZGluYXRvci52MS5UcnlBY3F1aXJlUmVzcG9uc2VIABIuCgVyZW5ldxgDIAEoCzIdLmNvb3JkaW5hdG9yLnYxLlJlbmV3UmVzcG9uc2VIABIyCgdyZWxlYXNlGAQgASgLMh8uY29vcmRpbmF0b3IudjEuUmVsZWFzZVJlc3BvbnNlSAASNAoIY2FtcGFpZ24YBSABKAsyIC5jb29yZGluYXRvci52MS5DYW1wYWlnblJlc3BvbnNlSAASMAoGcmVzaWduGAYgASgLMh4uY29vcmRpbmF0b3IudjEuUmVzaWduUmVzcG9uc2VIABIjCgVlcnJvchgHIAEoCzISLmdvb2dsZS5ycGMuU3RhdHVzSABCCAoGcmVzdWx0IiwKD0Rlc2NyaWJlUmVxdWVzdBIZCgRuYW1lGAEgASgJQgvK8xgHCAEQgAIYAiK9AQoQRGVzY3JpYmVSZXNwb25zZRIMCgRoZWxkGAEgASgIEiQKBWxlYXNlGAIgASgLMhUuY29vcmRpbmF0b3IudjEuTGVhc2USJgoHaG9sZGVycxgFIAMoCzIVLmNvb3JkaW5hdG9yLnYxLkxlYXNlEhAKCGNhcGFjaXR5GAYgASgNEhYKDndhaXRpbmdfd2VpZ2h0GAcgASgEEhIKCmxhc3RfdG9rZW4YAyABKAQSDwoHd2FpdGVycxgEIAEoDSJYCgtMaXN0UmVxdWVzdBIZCgZwcmVmaXgYASABKAlCCcrzGAUQgAIYAxIaCglwYWdlX3NpemUYAiABKAVCB8rzGAM46AcSEgoKcGFnZV90b2tlbhgDIAEoCSJOCgxMaXN0UmVzcG9uc2USJQoGbGVhc2VzGAEgAygLMhUuY29vcmRpbmF0b3IudjEuTGVhc2USFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJInoKBkxlYWRlchIQCghlbGVjdGlvbhgBIAEoCRIRCgljYW5kaWRhdGUYAiABKAkSDQoFdmFsdWUYAyABKAwSDAoEdGVybRgEIAEoBBIuCgpleHBpcmVzX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCLxAQoPQ2FtcGFpZ25SZXF1ZXN0Eh0KCGVsZWN0aW9uGAEgASgJQgvK8xgHCAEQgAIYAhIeCgljYW5kaWRhdGUYAiABKAlCC8rzGAcIARCAARgBEhcKBXZhbHVlGAMgASgMQgjK8xgEEICABBJFCgN0dGwYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb25CHcrzGBkIASBkMhNDT09SRElOQVRPUl9NQVhfVFRMEjEKBHdhaXQYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb25CCMrzGAQo4KcSEgwKBHRlcm0YBiABKAQiewoQQ2FtcGFpZ25SZXNwb25zZRIPCgdlbGVjdGVkGAEgASgIEiYKBmxlYWRlchgCIAEoCzIWLmNvb3JkaW5hdG9yLnYxLkxlYWRlchIuCgtyZXRyeV9hZnRlchgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJkCg1SZXNpZ25SZXF1ZXN0Eh0KCGVsZWN0aW9uGAEgASgJQgvK8xgHCAEQgAIYAhIeCgljYW5kaWRhdGUYAiABKAlCC8rzGAcIARCAARgBEhQKBHRlcm0YAyABKARCBsrzGAIIASIiCg5SZXNpZ25SZXNwb25zZRIQCghyZXNpZ25lZBgBIAEoCCIuCg1MZWFkZXJSZXF1ZXN0Eh0KCGVsZWN0aW9uGAEgASgJQgvK8xgHCAEQgAIYAiJMCg5MZWFkZXJSZXNwb25zZRISCgpoYXNfbGVhZGVyGAEgASgIEiYKBmxlYWRlchgCIAEoCzIWLmNvb3JkaW5hdG9yLnYxLkxlYWRlciIvCg5PYnNlcnZlUmVxdWVzdBIdCghlbGVjdGlvbhgBIAEoCUILyvMYBwgBEIACGAIiTgoPT2JzZXJ2ZVJlc3BvbnNlEioKBWV2ZW50GAEgASgLMhsuY29vcmRpbmF0b3IudjEuTGVhZGVyRXZlbnQSDwoHaW5pdGlhbBgCIAEoCCKHAgoLTGVhZGVyRXZlbnQSLgoEa2luZBgBIAEoDjIgLmNvb3JkaW5hdG9yLnYxLkxlYWRlckV2ZW50LktpbmQSJgoGbGVhZGVyGAIgASgLMhYuY29vcmRpbmF0b3IudjEuTGVhZGVyEiYKB2hvbGRlcnMYAyADKAsyFS5jb29yZGluYXRvci52MS5MZWFzZRIQCghjYXBhY2l0eRgEIAEoDSJmCgRLaW5kEhQKEEtJTkRfVU5TUEVDSUZJRUQQABIQCgxLSU5EX0VMRUNURUQQARITCg9LSU5EX1BST0NMQUlNRUQQAhIPCgtLSU5EX1ZBQ0FOVBADEhAKDEtJTkRfSE9MREVSUxAEKsMBCgtFcnJvclJlYXNvbhIcChhFUlJPUl9SRUFTT05fVU5TUEVDSUZJRUQQABIYCg5MRUFTRV9OT1RfSEVMRBABGgTY8xgBEhgKFERBVEFfTE9TU19RVUFSQU5USU5FEAISFQoRU1RPUkVfVU5BVkFJTEFCTEUQAxIXCg1JTlZBTElEX0ZJRUxEEAQaBNjzGAESGwoRUEVSTUlTU0lPTl9ERU5JRUQQBRoE2PMYARIVChFDQVBBQ0lUWV9NSVNNQVRDSBAGKjwKClJXQ2FwYWNpdHkSGwoXUldfQ0FQQUNJVFlfVU5TUEVDSUZJRUQQABIRCgtSV19DQVBBQ0lUWRDAhD0ykgcKC0Nvb3JkaW5hdG9yElMKClRyeUFjcXVpcmUSIS5jb29yZGluYXRvci52MS5UcnlBY3F1aXJlUmVxdWVzdBoiLmNvb3JkaW5hdG9yLnYxLlRyeUFjcXVpcmVSZXNwb25zZRJECgVSZW5ldxIcLmNvb3JkaW5hdG9yLnYxLlJlbmV3UmVxdWVzdBodLmNvb3JkaW5hdG9yLnYxLlJlbmV3UmVzcG9uc2USSgoHUmVsZWFzZRIeLmNvb3JkaW5hdG9yLnYxLlJlbGVhc2VSZXF1ZXN0Gh8uY29vcmRpbmF0b3IudjEuUmVsZWFzZVJlc3BvbnNlElQKCUtlZXBBbGl2ZRIgLmNvb3JkaW5hdG9yLnYxLktlZXBBbGl2ZVJlcXVlc3QaIS5jb29yZGluYXRvci52MS5LZWVwQWxpdmVSZXNwb25zZSgBMAESTgoHU2Vzc2lvbhIeLmNvb3JkaW5hdG9yLnYxLlNlc3Npb25SZXF1ZXN0Gh8uY29vcmRpbmF0b3IudjEuU2Vzc2lvblJlc3BvbnNlKAEwARJNCghEZXNjcmliZRIfLmNvb3JkaW5hdG9yLnYxLkRlc2NyaWJlUmVxdWVzdBogLmNvb3JkaW5hdG9yLnYxLkRlc2NyaWJlUmVzcG9uc2USQQoETGlzdBIbLmNvb3JkaW5hdG9yLnYxLkxpc3RSZXF1ZXN0GhwuY29vcmRpbmF0b3IudjEuTGlzdFJlc3BvbnNlEk0KCENhbXBhaWduEh8uY29vcmRpbmF0b3IudjEuQ2FtcGFpZ25SZXF1ZXN0GiAuY29vcmRpbmF0b3IudjEuQ2FtcGFpZ25SZXNwb25zZRJHCgZSZXNpZ24SHS5jb29yZGluYXRvci52MS5SZXNpZ25SZXF1ZXN0Gh4uY29vcmRpbmF0b3IudjEuUmVzaWduUmVzcG9uc2USRwoGTGVhZGVyEh0uY29vcmRpbmF0b3IudjEuTGVhZGVyUmVxdWVzdBoeLmNvb3JkaW5hdG9yLnYxLkxlYWRlclJlc3BvbnNlEkwKB09ic2VydmUSHi5jb29yZGluYXRvci52MS5PYnNlcnZlUmVxdWVzdBofLmNvb3JkaW5hdG9yLnYxLk9ic2VydmVSZXNwb25zZTABGjXS8xgxCJh1ENAPGBwgZCgFMDI40A9AFEgDUApYBWAZaApwCngygAEyiAHg1AOQAWSYAbDqAUJJWkdnaXRodWIuY29tL2Nvb3JkaW5hdG9yLWRldi9jb29yZGluYXRvci9nZW4vY29vcmRpbmF0b3IvdjE7Y29vcmRpbmF0b3J2MWIGcHJvdG8z", [file_coordinator_v1_rules, file_google_protobuf_duration, file_google_protobuf_timestamp, file_google_rpc_status]);
 
 /**
  * Lease is a grant of a name to one holder until expires_at.
@@ -65,6 +65,14 @@ export type Lease = Message<"coordinator.v1.Lease"> & {
    * @generated from field: bytes value = 6;
    */
   value: Uint8Array;
+
+  /**
+   * How much of the name's capacity the grant holds: 1 for a lock or a
+   * leadership, at most the capacity.
+   *
+   * @generated from field: uint32 weight = 7;
+   */
+  weight: number;
 };
 
 /**
@@ -109,6 +117,25 @@ export type TryAcquireRequest = Message<"coordinator.v1.TryAcquireRequest"> & {
    * @generated from field: google.protobuf.Duration wait = 4;
    */
   wait?: Duration | undefined;
+
+  /**
+   * The name's capacity (see "Capacity and weight" above): 0 means 1, an
+   * exclusive lock; at most 1,000,000 (RW_CAPACITY). It must be the
+   * capacity the name has while anyone holds or waits for it, else the call
+   * fails with FailedPrecondition, reason CAPACITY_MISMATCH.
+   *
+   * @generated from field: uint32 capacity = 5;
+   */
+  capacity: number;
+
+  /**
+   * How much of the capacity to hold: 0 means 1; at most capacity (a
+   * larger weight is INVALID_FIELD "weight"). Acquiring again as the holder
+   * renews the grant with the weight it holds.
+   *
+   * @generated from field: uint32 weight = 6;
+   */
+  weight: number;
 };
 
 /**
@@ -684,18 +711,41 @@ export const DescribeRequestSchema: GenMessage<DescribeRequest> = /*@__PURE__*/
  */
 export type DescribeResponse = Message<"coordinator.v1.DescribeResponse"> & {
   /**
-   * Whether the name is leased now.
+   * Whether the name is leased now (at least one live grant).
    *
    * @generated from field: bool held = 1;
    */
   held: boolean;
 
   /**
-   * The current lease, when held.
+   * The current lease, when held: the first of holders.
    *
    * @generated from field: coordinator.v1.Lease lease = 2;
    */
   lease?: Lease | undefined;
+
+  /**
+   * Every live grant of the name, in token order, each with its weight and
+   * expiry: one for a lock, up to the holder cap for a semaphore.
+   *
+   * @generated from field: repeated coordinator.v1.Lease holders = 5;
+   */
+  holders: Lease[];
+
+  /**
+   * The name's capacity: 1 for a lock, or for a name nobody holds or waits
+   * for.
+   *
+   * @generated from field: uint32 capacity = 6;
+   */
+  capacity: number;
+
+  /**
+   * The sum of the queued waiters' weights.
+   *
+   * @generated from field: uint64 waiting_weight = 7;
+   */
+  waitingWeight: bigint;
 
   /**
    * A floor of the fencing tokens issued for the name: at least every token
@@ -767,7 +817,8 @@ export const ListRequestSchema: GenMessage<ListRequest> = /*@__PURE__*/
  */
 export type ListResponse = Message<"coordinator.v1.ListResponse"> & {
   /**
-   * Held leases in name order.
+   * Held leases in name order, one per live grant (a semaphore's in token
+   * order). A page holds page_size names, with all their grants.
    *
    * @generated from field: repeated coordinator.v1.Lease leases = 1;
    */
@@ -1088,11 +1139,25 @@ export type LeaderEvent = Message<"coordinator.v1.LeaderEvent"> & {
   kind: LeaderEvent_Kind;
 
   /**
-   * The leader after the change; unset when vacant.
+   * The leader after the change; unset when vacant or holders.
    *
    * @generated from field: coordinator.v1.Leader leader = 2;
    */
   leader?: Leader | undefined;
+
+  /**
+   * KIND_HOLDERS: the live grants, in token order (none when it fell free).
+   *
+   * @generated from field: repeated coordinator.v1.Lease holders = 3;
+   */
+  holders: Lease[];
+
+  /**
+   * KIND_HOLDERS: the name's capacity.
+   *
+   * @generated from field: uint32 capacity = 4;
+   */
+  capacity: number;
 };
 
 /**
@@ -1131,6 +1196,15 @@ export enum LeaderEvent_Kind {
    * @generated from enum value: KIND_VACANT = 3;
    */
   VACANT = 3,
+
+  /**
+   * The name has a capacity above 1 (a semaphore or read-write lock) and
+   * its grants changed: holders is the whole set after the change. The
+   * initial message of such a name is of this kind too.
+   *
+   * @generated from enum value: KIND_HOLDERS = 4;
+   */
+  HOLDERS = 4,
 }
 
 /**
@@ -1194,6 +1268,16 @@ export enum ErrorReason {
    * @generated from enum value: PERMISSION_DENIED = 5;
    */
   PERMISSION_DENIED = 5,
+
+  /**
+   * FailedPrecondition: the request's capacity differs from the capacity of
+   * the name, which is held or awaited (or, for Campaign, the name is not
+   * exclusive). ErrorInfo metadata "name", "capacity" (the name's) and
+   * "requested" (the request's) say which.
+   *
+   * @generated from enum value: CAPACITY_MISMATCH = 6;
+   */
+  CAPACITY_MISMATCH = 6,
 }
 
 /**
@@ -1203,7 +1287,32 @@ export const ErrorReasonSchema: GenEnum<ErrorReason> = /*@__PURE__*/
   enumDesc(file_coordinator_v1_coordinator, 0);
 
 /**
- * Coordinator hands out exclusive, time-bounded leases on names.
+ * RWCapacity is the capacity of a read-write lock: readers ask for weight
+ * 1, writers for all of it. It is the largest capacity a name may have.
+ *
+ * @generated from enum coordinator.v1.RWCapacity
+ */
+export enum RWCapacity {
+  /**
+   * @generated from enum value: RW_CAPACITY_UNSPECIFIED = 0;
+   */
+  RW_CAPACITY_UNSPECIFIED = 0,
+
+  /**
+   * @generated from enum value: RW_CAPACITY = 1000000;
+   */
+  RW_CAPACITY = 1000000,
+}
+
+/**
+ * Describes the enum coordinator.v1.RWCapacity.
+ */
+export const RWCapacitySchema: GenEnum<RWCapacity> = /*@__PURE__*/
+  enumDesc(file_coordinator_v1_coordinator, 1);
+
+/**
+ * Coordinator hands out time-bounded leases on names: exclusive locks,
+ * counting semaphores and read-write locks, and elections.
  *
  * A lock is a lease on a name. A leadership is a lease on an election's name
  * that also carries a value; Renew, Release and KeepAlive work on both, with
@@ -1217,6 +1326,26 @@ export const ErrorReasonSchema: GenEnum<ErrorReason> = /*@__PURE__*/
  * each independent owner its own holder, e.g. host, process id and a random
  * suffix.
  *
+ * Capacity and weight. A name has a capacity (1 unless a request sets
+ * another, at most 1,000,000) that its grants share: each grant holds a
+ * weight of it (1 unless the request sets another, at most the capacity) and
+ * is a lease of its own, with its own holder, token, ttl, renewals and
+ * release. An exclusive lock is capacity 1 and weight 1 (the defaults); a
+ * counting semaphore of N slots is capacity N; a read-write lock is capacity
+ * 1,000,000 (RW_CAPACITY, the same in every client library) with readers
+ * asking for weight 1 and writers for the whole capacity. A request is
+ * granted when the weights held, those of the waiters queued ahead of it and
+ * its own fit in the capacity: waiters are served in arrival order, a later
+ * one passing an earlier one only when the earlier would fit beside it, so
+ * that a writer waiting behind readers is granted before the readers that
+ * came after it. A grant that expires without a release keeps its weight for
+ * the coordinator's lock delay, then gives it back. A request whose capacity
+ * differs from the name's while anyone holds or waits for it fails with
+ * FailedPrecondition, reason CAPACITY_MISMATCH; the holders a name carries at
+ * once are capped (COORDINATOR_MAX_HOLDERS_PER_NAME, 1024 by default; past
+ * it a grant fails with ResourceExhausted). Elections are exclusive: Campaign
+ * on a name of another capacity fails with CAPACITY_MISMATCH.
+ *
  * Fencing tokens. Every grant carries a fencing token that strictly
  * increases per name, for ever: across expiries, releases, coordinator
  * restarts and store data loss. A token is a uint64: the larger of the
@@ -1225,7 +1354,11 @@ export const ErrorReasonSchema: GenEnum<ErrorReason> = /*@__PURE__*/
  * needs BigInt for it, and the JSON mapping (grpcurl, grpc-gateway) writes it
  * as a decimal string. Hand the token to the resource you protect and let it
  * refuse lower tokens; a lease alone cannot stop a paused holder from acting
- * after it expired.
+ * after it expired. The tokens of a name increase across all its holders: a
+ * grant of the whole capacity (a writer) has a token above every token
+ * granted before it, so a resource that remembers the last such token
+ * refuses every lower one, whoever holds it; shared holders' tokens order
+ * their grants, not their actions.
  *
  * Time. Expiry is measured by the store's clock. A client should count a
  * lease's ttl from when it sent the request that granted or renewed it, on
@@ -1318,7 +1451,9 @@ export const Coordinator: GenService<{
     output: typeof SessionResponseSchema;
   },
   /**
-   * Describe reports a name's current lease and the last token issued for it.
+   * Describe reports a name's current lease (every holder of a semaphore,
+   * with its weight), its capacity, its waiters and the last token issued
+   * for it.
    *
    * @generated from rpc coordinator.v1.Coordinator.Describe
    */
@@ -1328,7 +1463,8 @@ export const Coordinator: GenService<{
     output: typeof DescribeResponseSchema;
   },
   /**
-   * List pages through the leases currently held, optionally under a prefix.
+   * List pages through the leases currently held, optionally under a prefix:
+   * one per holder.
    *
    * @generated from rpc coordinator.v1.Coordinator.List
    */
@@ -1376,8 +1512,11 @@ export const Coordinator: GenService<{
   /**
    * Observe streams the election's state when the stream opens (marked
    * initial), then every change in order: a new leader, a new value, and
-   * the election falling vacant. A slow reader is disconnected with
-   * ResourceExhausted rather than sent a gap: reconnect and start over.
+   * the election falling vacant. On a name of capacity above 1 (a semaphore
+   * or read-write lock) every message is KIND_HOLDERS with the whole set of
+   * live grants: at first, then after each change of the set. A slow reader
+   * is disconnected with ResourceExhausted rather than sent a gap: reconnect
+   * and start over.
    *
    * @generated from rpc coordinator.v1.Coordinator.Observe
    */

@@ -71,8 +71,9 @@ export type FieldRules = Message<"coordinator.v1.FieldRules"> & {
   maxSetting: string;
 
   /**
-   * Numbers: at most this value (ListRequest.page_size: larger values are
-   * lowered to it). Repeated fields: at most this many entries.
+   * Numbers: at most this value; a larger one is invalid, except
+   * ListRequest.page_size's, which is lowered to it. Repeated fields: at
+   * most this many entries.
    *
    * @generated from field: uint32 max_value = 7;
    */

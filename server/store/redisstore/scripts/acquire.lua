@@ -1,8 +1,10 @@
--- acquire.lua: grant a lease, renew it for its holder, or queue a waiter.
+-- acquire.lua: grant a share of a name (a lease of its own), renew it for
+-- its holder, or queue a waiter.
 --
 -- KEYS[1] lease, KEYS[2] queue, KEYS[3] waiters, KEYS[4] marker (the name's
 -- data-loss marker): the name's keys, as the key layout in doc.go describes
--- them.
+-- them. holders.lua comes first (scripts.go): the grant records and the
+-- weights in queue scores.
 -- ARGV[1] holder
 -- ARGV[2] ttl (ms, >= 1)
 -- ARGV[3] value
@@ -11,32 +13,49 @@
 -- ARGV[6] quarantine (ms, 0 disables)
 -- ARGV[7] pub/sub channel
 -- ARGV[8] name (published on the channel)
--- ARGV[9] lock delay (ms): how long a lease that expired (was not released)
---         keeps its name from being granted again
+-- ARGV[9] lock delay (ms): how long a grant that expired (was not released)
+--         keeps its weight from being granted again
 -- ARGV[10] "1" to keep the stored value when ARGV[1] already holds the name
 --          (a lock call on an election's name), else ""
--- ARGV[11] idle retention (ms): how long the lease key outlives the lease
---          and its lock delay, keeping the fencing counter
+-- ARGV[11] idle retention (ms): how long the lease key outlives the grants
+--          and their lock delay, keeping the fencing counter
 -- ARGV[12] token (decimal) the caller must hold the name under, or "": with
 --          it the call only renews that grant, and is otherwise refused
 --          (status 0, no holder) without a grant or a place in the queue
--- ARGV[13] ttl + lock delay + idle retention (ms): how long the lease key,
---          which keeps the fencing counter, lives after a grant or renewal
+-- ARGV[13] capacity (1 .. store.MaxCapacity) the caller expects the name to
+--          have
+-- ARGV[14] weight (1 .. capacity) to hold
+-- ARGV[15] max holders: the most grants (lock delays included) the name may
+--          carry at once
+-- ARGV[16] ttl + lock delay + idle retention (ms): how long the lease key
+--          lives after an uncontended grant (ARGV[13] and ARGV[14] are
+--          decimal strings too: the uncontended grant stores them as they
+--          came, formatting no numbers but the token and the expiry)
+--
+-- A grant needs used + (the weights of the live waiters queued ahead of the
+-- caller) + weight <= capacity: a waiter passes the ones ahead only when
+-- they would fit too, and a caller that does not wait is refused while any
+-- live waiter waits. The grants' records are read (HGETALL) only when the
+-- summary fields say one may have run out (now >= low + lock delay) or a
+-- refusal must name a holder.
 --
 -- Redis calls: an uncontended grant runs 5 (TIME, GET marker, HMGET, HSET,
--- PEXPIRE); a renewal by the holder 5; a refusal without waiting 3.
+-- PEXPIRE); a renewal by the holder 5 (PEXPIREAT last); a refusal without waiting of an
+-- exclusive lock 4 (TIME, GET, HMGET, HGETALL to name the holder).
 --
 -- Returns, with lost = 1 when this call found the marker missing (Redis lost
 -- its data), else 0, and every time in unix ms of Redis' clock:
 --   {-1, lost, retry_after_ms}                                       quarantined
---   {status, lost, holder, token, value, ttl_ms, expires_ms, retry_at_ms}
+--   {-2, lost, capacity}       the name has another capacity, held or awaited
+--   {-3, lost, max_holders}    the grant would take the name past ARGV[15]
+--   {status, lost, holder, token, value, ttl_ms, expires_ms, retry_at_ms, weight}
 -- status 1: granted or renewed for ARGV[1]; 0: refused. holder .. expires_ms
--- are the granted lease, or the current holder's ("", "", "", 0, 0 when the
--- name is free: older waiters come first, or it is in its lock delay); token
--- is a decimal string. retry_at_ms, when refused, is the earliest the name may
--- be granted: the end of the holder's lease or of the lock delay; 0 when that
--- depends on older waiters instead, and when granted. decodeAcquire in
--- scripts.go is the one reader of this reply.
+-- and weight are the grant, or, refused, the live grant that ends first
+-- ("", "", "", 0, 0 and 0 when there is none: the weight is in lock delays,
+-- or older waiters come first); token is a decimal string. retry_at_ms, when
+-- refused, is the earliest some weight may come free: the end of a grant or
+-- of a lock delay; 0 when the grant waits for older waiters instead, and
+-- when granted. decodeAcquire in scripts.go is the one reader of this reply.
 
 if redis.replicate_commands then redis.replicate_commands() end
 
@@ -44,9 +63,8 @@ local lease, queue, waiters, marker = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local holder, ttl, value, waiter = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local waiter_ttl, quarantine, channel, name = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7], ARGV[8]
 local delay, keep_value, idle, expected = tonumber(ARGV[9]), ARGV[10] == '1', tonumber(ARGV[11]), ARGV[12]
-
--- Integers are formatted with %d: Lua's tostring would print 1.8e+15.
-local function ms(n) return string.format('%d', n) end
+local capacity, weight, max_holders = tonumber(ARGV[13]), tonumber(ARGV[14]), tonumber(ARGV[15])
+local field = HOLDER .. holder
 
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
@@ -67,51 +85,75 @@ if now < until_ms then
   return {-1, lost, until_ms - now}
 end
 
--- 'token' is the last token issued: it stays when the lease ends, as the
--- name's fencing counter.
-local cur = redis.call('HMGET', lease, 'holder', 'token', 'value', 'ttl', 'expires', 'queued', 'watched')
-local expires = tonumber(cur[5]) or 0
-local queued, watched = cur[6] == '1', tonumber(cur[7]) or 0
-local held = cur[1] and expires > now
--- A lease that expired without a release keeps its name for the lock delay.
-local delayed = cur[1] and not held and expires + delay > now
-if expected ~= '' and not (held and cur[1] == holder and cur[2] == expected) then
-  return {0, lost, '', '', '', 0, 0, 0}
+-- 'token' is the last token issued: it stays when the grants end, as the
+-- name's fencing counter. 'used' sums the weights of the grant records,
+-- live or in their lock delay, 'n' counts them; 'low' is at most the
+-- earliest expiry among them, 'high' at least the latest.
+local cur = redis.call('HMGET', lease, 'token', 'cap', 'used', 'low', 'queued', 'watched', field, 'n', 'high')
+local cap_now = tonumber(cur[2]) or 1
+local used, low = tonumber(cur[3]) or 0, tonumber(cur[4])
+local queued, watched = cur[5] == '1', tonumber(cur[6]) or 0
+local mine = unpack_grant(holder, cur[7])
+local n, high = tonumber(cur[8]) or 0, tonumber(cur[9]) or 0
+local mine_live = mine and mine.expires > now
+if expected ~= '' and not (mine_live and mine.token == expected) then
+  return {0, lost, '', '', '', 0, 0, 0, 0}
 end
 
--- The lease key outlives the lease by the lock delay and the idle retention
--- (ARGV[13], their sum with the ttl, in ms), and the name's observation mark.
+-- The lease key outlives the last grant by the lock delay and the idle
+-- retention, and the name's observation mark.
 local function keep_key()
-  if watched > now + tonumber(ARGV[13]) then
-    redis.call('PEXPIREAT', lease, cur[7])
-  else
-    redis.call('PEXPIRE', lease, ARGV[13])
-  end
+  local last = high + delay + idle
+  if watched > last then last = watched end
+  redis.call('PEXPIREAT', lease, ms(last))
 end
 
--- Grants the free name to ARGV[1] and returns the token, a decimal string.
--- The token is the counter plus one, but never below the clock in
--- microseconds: a counter that is gone (the name was idle past its retention,
--- or data loss) or behind (a failover to a replica that missed the last
--- grants) still yields a token above every one issued before, as long as the
--- clock does not step back.
-local function grant()
-  local token = (tonumber(cur[2]) or 0) + 1
+-- The next token: the counter plus one, but never below the clock in
+-- microseconds: a counter that is gone (the name was idle past its
+-- retention, or data loss) or behind (a failover to a replica that missed
+-- the last grants) still yields a token above every one issued before, as
+-- long as the clock does not step back. A decimal string.
+local function next_token()
+  local token = (tonumber(cur[1]) or 0) + 1
   if token <= tonumber(time[1]) * 1000000 + tonumber(time[2]) then
-    token = time[1] .. string.format('%06d', tonumber(time[2]))
-  else
-    token = ms(token)
+    return time[1] .. string.format('%06d', tonumber(time[2]))
   end
-  redis.call('HSET', lease, 'holder', holder, 'token', token, 'value', value, 'ttl', ARGV[2], 'expires', ms(now + ttl))
+  return ms(token)
+end
+
+-- Grants weight to ARGV[1] beside the other grants and returns the token.
+local function grant()
+  local token = next_token()
+  local expires = now + ttl
+  used, n = used + weight, n + 1
+  if not low or expires < low then low = expires end
+  if expires > high then high = expires end
+  local fields = {field, pack_grant(token, weight, ttl, expires, value), 'token', token,
+    'used', ms(used), 'n', ms(n), 'low', ms(low), 'high', ms(high)}
+  if (cur[2] or '1') ~= ARGV[13] then
+    fields[#fields + 1], fields[#fields + 2] = 'cap', ARGV[13]
+  end
+  redis.call('HSET', lease, unpack(fields))
   keep_key()
   return token
 end
 
--- 0. Free, and nobody queues for the name or observes it: grant at once.
--- This is 4. below with nothing to prune, no head, nothing to leave and no
--- one to tell, in fewer commands: the uncontended lock.
-if not held and not delayed and not queued and watched <= now then
-  return {1, lost, holder, grant(), value, ttl, now + ttl, 0}
+-- 0. Nobody holds (not even in a lock delay), queues for the name or
+-- observes it: grant at once, taking the request's capacity. This is 5.
+-- below with nothing to sweep, prune or count and no one to tell, in fewer
+-- commands and with the fields written as they came: the uncontended lock.
+if n == 0 and not queued and watched <= now then
+  local token = next_token()
+  local expires = ms(now + ttl)
+  local record = pack_grant(token, ARGV[14], ARGV[2], expires, value)
+  if (cur[2] or '1') == ARGV[13] then
+    redis.call('HSET', lease, field, record, 'token', token, 'used', ARGV[14], 'n', '1', 'low', expires, 'high', expires)
+  else
+    redis.call('HSET', lease, field, record, 'token', token, 'used', ARGV[14], 'n', '1', 'low', expires, 'high', expires,
+      'cap', ARGV[13])
+  end
+  redis.call('PEXPIRE', lease, ARGV[16])
+  return {1, lost, holder, token, value, ttl, now + ttl, 0, weight}
 end
 
 -- Announces a change of the name on the channel, when anyone listens: a
@@ -123,8 +165,57 @@ local function announce()
   end
 end
 
+local function unqueue()
+  redis.call('ZREM', queue, waiter)
+  redis.call('ZREM', waiters, waiter)
+end
+
+if mine_live then
+  -- 2. Held by the caller: renew, keeping the token and the weight.
+  if capacity ~= cap_now then return {-2, lost, cap_now} end
+  if keep_value then value = mine.value end
+  local expires = now + ttl
+  if n <= 1 or expires > high then high = expires end
+  local fields = {field, pack_grant(mine.token, mine.weight, ttl, expires, value), 'high', ms(high)}
+  if not low or expires < low then
+    fields[#fields + 1], fields[#fields + 2] = 'low', ms(expires)
+  end
+  redis.call('HSET', lease, unpack(fields))
+  keep_key()
+  if waiter ~= '' then unqueue() end
+  if mine.value ~= value then announce() end
+  return {1, lost, holder, mine.token, value, ttl, expires, 0, mine.weight}
+end
+
+-- 3. Sweep: some grant may have run out past its lock delay. Drop those,
+-- giving their weight back, and set the summary fields exactly.
+local all
+if low and now >= low + delay then
+  all = redis.call('HGETALL', lease)
+  local gone = {}
+  used, n, low, high = 0, 0, nil, 0
+  each_grant(all, function(g)
+    if g.expires + delay <= now then
+      gone[#gone + 1] = HOLDER .. g.holder
+    else
+      used, n = used + g.weight, n + 1
+      if not low or g.expires < low then low = g.expires end
+      if g.expires > high then high = g.expires end
+    end
+  end)
+  for i = 1, #gone, 500 do
+    redis.call('HDEL', lease, unpack(gone, i, math.min(i + 499, #gone)))
+  end
+  if n == 0 then
+    redis.call('HDEL', lease, 'used', 'n', 'low', 'high')
+  else
+    redis.call('HSET', lease, 'used', ms(used), 'n', ms(n), 'low', ms(low), 'high', ms(high))
+  end
+  if mine and mine.expires + delay <= now then mine = nil end
+end
+
 -- Drops waiters whose deadline passed (a bounded batch; the head is checked
--- again before a grant); returns how many.
+-- again below); returns how many.
 local function prune()
   local gone = redis.call('ZRANGEBYSCORE', waiters, '-inf', '(' .. ms(now), 'LIMIT', 0, 100)
   if #gone > 0 then
@@ -134,16 +225,44 @@ local function prune()
   return #gone
 end
 
--- Queues the waiter behind the last one (keeping its place if queued) and
--- pushes its deadline out; the queue keys expire with their last deadline.
--- The lease key's 'queued' flag tells the uncontended path to look, and the
--- lease key outlives the deadline.
+-- 4. Waiters: drop the dead ones at the head, so that a live one leads.
+local pruned, head = 0, nil
+if queued then
+  pruned = prune()
+  while true do
+    head = redis.call('ZRANGE', queue, 0, 0)[1]
+    if not head then break end
+    local deadline = redis.call('ZSCORE', waiters, head)
+    if deadline and tonumber(deadline) >= now then break end
+    redis.call('ZREM', queue, head)
+    redis.call('ZREM', waiters, head)
+    pruned = pruned + 1
+  end
+  if not head then
+    -- Nobody waits any more: the uncontended path may grant again.
+    queued = false
+    redis.call('HDEL', lease, 'queued')
+  end
+end
+
+if capacity ~= cap_now then
+  if n > 0 or head then
+    if pruned > 0 then announce() end
+    return {-2, lost, cap_now}
+  end
+  cap_now = capacity
+end
+
+-- Queues the waiter behind the last one (keeping its place, and the weight
+-- it arrived with, if queued) and pushes its deadline out; the queue keys
+-- expire with their last deadline. The lease key's 'queued' flag tells the
+-- uncontended path to look, and the lease key outlives the deadline.
 local function enqueue()
   if not redis.call('ZSCORE', queue, waiter) then
     local last = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')
     local order = 1
-    if last[2] then order = tonumber(last[2]) + 1 end
-    redis.call('ZADD', queue, ms(order), waiter)
+    if last[2] then order = math.floor(tonumber(last[2]) / WEIGHT_SPAN) + 1 end
+    redis.call('ZADD', queue, ms(order * WEIGHT_SPAN + weight), waiter)
   end
   redis.call('ZADD', waiters, ms(now + waiter_ttl), waiter)
   local latest = tonumber(redis.call('ZRANGE', waiters, -1, -1, 'WITHSCORES')[2])
@@ -159,61 +278,73 @@ local function enqueue()
   end
 end
 
-local function unqueue()
-  redis.call('ZREM', queue, waiter)
-  redis.call('ZREM', waiters, waiter)
-end
-
-if delayed then
-  if waiter ~= '' then
-    prune()
-    enqueue()
-  end
-  return {0, lost, '', '', '', 0, 0, expires + delay}
-end
-if held then
-  -- 2. Held by the caller: renew, keeping the token.
-  if cur[1] == holder then
-    if keep_value then value = cur[3] end
-    redis.call('HSET', lease, 'value', value, 'ttl', ARGV[2], 'expires', ms(now + ttl))
-    keep_key()
-    if waiter ~= '' then unqueue() end
-    if cur[3] ~= value then announce() end
-    return {1, lost, holder, cur[2], value, ttl, now + ttl, 0}
-  end
-  -- 3. Held by another holder.
-  if waiter ~= '' then
-    prune()
-    enqueue()
-  end
-  return {0, lost, cur[1], cur[2], cur[3], tonumber(cur[4]) or 0, expires, expires}
-end
-
--- 4. Free: the oldest live waiter comes first.
-local pruned = prune()
-local head
-while true do
-  head = redis.call('ZRANGE', queue, 0, 0)[1]
-  if not head then break end
-  local deadline = redis.call('ZSCORE', waiters, head)
-  if deadline and tonumber(deadline) >= now then break end
-  redis.call('ZREM', queue, head)
-  redis.call('ZREM', waiters, head)
-  pruned = pruned + 1
-end
-if not head and queued then
-  -- Nobody waits any more: the uncontended path may grant again.
-  queued = false
-  redis.call('HDEL', lease, 'queued')
-end
-if head and head ~= waiter then
+-- Refuses the caller, queueing it when it waits. With show, the reply names
+-- the live grant that ends first.
+local function refuse(retry_at, show)
   if waiter ~= '' then enqueue() end
   -- The head may not know that it is now first in line.
   if pruned > 0 then announce() end
-  return {0, lost, '', '', '', 0, 0, 0}
+  if show then
+    if not all then all = redis.call('HGETALL', lease) end
+    local f
+    each_grant(all, function(g)
+      if g.expires > now and (not f or g.expires < f.expires) then f = g end
+    end)
+    if f then return {0, lost, f.holder, f.token, f.value, f.ttl, f.expires, retry_at, f.weight} end
+  end
+  return {0, lost, '', '', '', 0, 0, retry_at, 0}
+end
+
+-- 5. The caller's own grant in its lock delay keeps its weight: it waits
+-- as anyone would.
+if mine then
+  return refuse(mine.expires + delay, false)
+end
+if used + weight > cap_now then
+  -- The next weight comes free at the earliest end of a live grant, or of
+  -- a lock delay.
+  if not all then all = redis.call('HGETALL', lease) end
+  local at
+  each_grant(all, function(g)
+    local e = g.expires
+    if e <= now then e = e + delay end
+    if e > now and (not at or e < at) then at = e end
+  end)
+  return refuse(at or 0, true)
+end
+if head then
+  -- 6. Live waiters: the caller passes those ahead of it only when they
+  -- would all fit beside it; one that does not wait passes none.
+  local room = cap_now - used - weight
+  local fits = waiter ~= ''
+  local ahead, from, done = 0, 0, false
+  while fits and not done do
+    local batch = redis.call('ZRANGE', queue, from, from + 99, 'WITHSCORES')
+    if #batch == 0 then break end
+    for i = 1, #batch, 2 do
+      if batch[i] == waiter then
+        done = true
+        break
+      end
+      local deadline = redis.call('ZSCORE', waiters, batch[i])
+      if deadline and tonumber(deadline) >= now then
+        ahead = ahead + queue_weight(batch[i + 1])
+        if ahead > room then
+          fits = false
+          break
+        end
+      end
+    end
+    from = from + 100
+  end
+  if not fits then return refuse(0, false) end
+end
+if n >= max_holders then
+  if pruned > 0 then announce() end
+  return {-3, lost, max_holders}
 end
 
 local token = grant()
 if waiter ~= '' then unqueue() end
 announce()
-return {1, lost, holder, token, value, ttl, now + ttl, 0}
+return {1, lost, holder, token, value, ttl, now + ttl, 0, weight}

@@ -1,16 +1,19 @@
--- describe.lua: read a name's lease, last token and queue at one instant.
+-- describe.lua: read a name's grants, capacity, last token and queue at one
+-- instant.
 --
--- KEYS[1] lease, KEYS[2] waiters: the name's keys, as the key layout in
--- doc.go describes them.
+-- KEYS[1] lease, KEYS[2] queue, KEYS[3] waiters: the name's keys, as the key
+-- layout in doc.go describes them. holders.lua comes first (scripts.go):
+-- the grant records and the weights in queue scores.
 --
--- Redis calls: 3 (TIME, HMGET, ZCOUNT).
+-- Redis calls: 4 (TIME, HGETALL, ZRANGEBYSCORE, ZRANGE) and one ZSCORE a
+-- queued waiter while any waits.
 --
--- Returns {holder, token, value, ttl_ms, expires_ms, last_token, waiters}:
--- holder .. expires_ms are the lease ("", "", "", 0, 0 when the name is free
--- or in its lock delay), expires_ms in unix ms of Redis' clock; token and
+-- Returns {capacity, last_token, waiters, waiting_weight, count, then six
+-- elements per live grant, in token order: holder, token, value, ttl_ms,
+-- expires_ms, weight}: expires_ms in unix ms of Redis' clock; token and
 -- last_token are decimal strings; waiters counts the queued waiters whose
--- deadline has not passed. Read-only. decodeDescribe in scripts.go is the one
--- reader of this reply.
+-- deadline has not passed and waiting_weight sums their weights. Read-only.
+-- decodeDescribe in scripts.go is the one reader of this reply.
 --
 -- last_token is the counter, or, when the counter is gone (never granted,
 -- idle past its retention, data loss), Redis' clock in microseconds less one.
@@ -22,8 +25,11 @@
 
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-local cur = redis.call('HMGET', KEYS[1], 'holder', 'token', 'value', 'ttl', 'expires')
-local last = cur[2]
+local all = redis.call('HGETALL', KEYS[1])
+local last
+for i = 1, #all, 2 do
+  if all[i] == 'token' then last = all[i + 1] end
+end
 if not last then
   -- TIME's microseconds less one, without going through a Lua number (a
   -- double) on the way; the microsecond part is 0 .. 999999.
@@ -34,9 +40,21 @@ if not last then
     last = (tonumber(time[1]) - 1) .. '999999'
   end
 end
-local waiting = redis.call('ZCOUNT', KEYS[2], string.format('%d', now), '+inf')
-local expires = tonumber(cur[5]) or 0
-if not cur[1] or expires <= now then
-  return {'', '', '', 0, 0, last, waiting}
+local live = {}
+for _, w in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], ms(now), '+inf')) do live[w] = true end
+local waiting, waiting_weight = 0, 0
+if next(live) then
+  local q = redis.call('ZRANGE', KEYS[2], 0, -1, 'WITHSCORES')
+  for i = 1, #q, 2 do
+    if live[q[i]] then
+      waiting, waiting_weight = waiting + 1, waiting_weight + queue_weight(q[i + 1])
+    end
+  end
 end
-return {cur[1], cur[2], cur[3], tonumber(cur[4]) or 0, expires, last, waiting}
+local grants, cap = live_grants(all, now)
+local out = {cap, last, waiting, waiting_weight, #grants}
+for _, g in ipairs(grants) do
+  local k = #out
+  out[k + 1], out[k + 2], out[k + 3], out[k + 4], out[k + 5], out[k + 6] = g.holder, g.token, g.value, g.ttl, g.expires, g.weight
+end
+return out

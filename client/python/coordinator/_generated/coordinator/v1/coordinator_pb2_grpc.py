@@ -6,7 +6,8 @@ from coordinator.v1 import coordinator_pb2 as coordinator_dot_v1_dot_coordinator
 
 
 class CoordinatorStub(object):
-    """Coordinator hands out exclusive, time-bounded leases on names.
+    """Coordinator hands out time-bounded leases on names: exclusive locks,
+    counting semaphores and read-write locks, and elections.
 
     A lock is a lease on a name. A leadership is a lease on an election's name
     that also carries a value; Renew, Release and KeepAlive work on both, with
@@ -20,6 +21,26 @@ class CoordinatorStub(object):
     each independent owner its own holder, e.g. host, process id and a random
     suffix.
 
+    Capacity and weight. A name has a capacity (1 unless a request sets
+    another, at most 1,000,000) that its grants share: each grant holds a
+    weight of it (1 unless the request sets another, at most the capacity) and
+    is a lease of its own, with its own holder, token, ttl, renewals and
+    release. An exclusive lock is capacity 1 and weight 1 (the defaults); a
+    counting semaphore of N slots is capacity N; a read-write lock is capacity
+    1,000,000 (RW_CAPACITY, the same in every client library) with readers
+    asking for weight 1 and writers for the whole capacity. A request is
+    granted when the weights held, those of the waiters queued ahead of it and
+    its own fit in the capacity: waiters are served in arrival order, a later
+    one passing an earlier one only when the earlier would fit beside it, so
+    that a writer waiting behind readers is granted before the readers that
+    came after it. A grant that expires without a release keeps its weight for
+    the coordinator's lock delay, then gives it back. A request whose capacity
+    differs from the name's while anyone holds or waits for it fails with
+    FailedPrecondition, reason CAPACITY_MISMATCH; the holders a name carries at
+    once are capped (COORDINATOR_MAX_HOLDERS_PER_NAME, 1024 by default; past
+    it a grant fails with ResourceExhausted). Elections are exclusive: Campaign
+    on a name of another capacity fails with CAPACITY_MISMATCH.
+
     Fencing tokens. Every grant carries a fencing token that strictly
     increases per name, for ever: across expiries, releases, coordinator
     restarts and store data loss. A token is a uint64: the larger of the
@@ -28,7 +49,11 @@ class CoordinatorStub(object):
     needs BigInt for it, and the JSON mapping (grpcurl, grpc-gateway) writes it
     as a decimal string. Hand the token to the resource you protect and let it
     refuse lower tokens; a lease alone cannot stop a paused holder from acting
-    after it expired.
+    after it expired. The tokens of a name increase across all its holders: a
+    grant of the whole capacity (a writer) has a token above every token
+    granted before it, so a resource that remembers the last such token
+    refuses every lower one, whoever holds it; shared holders' tokens order
+    their grants, not their actions.
 
     Time. Expiry is measured by the store's clock. A client should count a
     lease's ttl from when it sent the request that granted or renewed it, on
@@ -105,7 +130,8 @@ class CoordinatorStub(object):
 
 
 class CoordinatorServicer(object):
-    """Coordinator hands out exclusive, time-bounded leases on names.
+    """Coordinator hands out time-bounded leases on names: exclusive locks,
+    counting semaphores and read-write locks, and elections.
 
     A lock is a lease on a name. A leadership is a lease on an election's name
     that also carries a value; Renew, Release and KeepAlive work on both, with
@@ -119,6 +145,26 @@ class CoordinatorServicer(object):
     each independent owner its own holder, e.g. host, process id and a random
     suffix.
 
+    Capacity and weight. A name has a capacity (1 unless a request sets
+    another, at most 1,000,000) that its grants share: each grant holds a
+    weight of it (1 unless the request sets another, at most the capacity) and
+    is a lease of its own, with its own holder, token, ttl, renewals and
+    release. An exclusive lock is capacity 1 and weight 1 (the defaults); a
+    counting semaphore of N slots is capacity N; a read-write lock is capacity
+    1,000,000 (RW_CAPACITY, the same in every client library) with readers
+    asking for weight 1 and writers for the whole capacity. A request is
+    granted when the weights held, those of the waiters queued ahead of it and
+    its own fit in the capacity: waiters are served in arrival order, a later
+    one passing an earlier one only when the earlier would fit beside it, so
+    that a writer waiting behind readers is granted before the readers that
+    came after it. A grant that expires without a release keeps its weight for
+    the coordinator's lock delay, then gives it back. A request whose capacity
+    differs from the name's while anyone holds or waits for it fails with
+    FailedPrecondition, reason CAPACITY_MISMATCH; the holders a name carries at
+    once are capped (COORDINATOR_MAX_HOLDERS_PER_NAME, 1024 by default; past
+    it a grant fails with ResourceExhausted). Elections are exclusive: Campaign
+    on a name of another capacity fails with CAPACITY_MISMATCH.
+
     Fencing tokens. Every grant carries a fencing token that strictly
     increases per name, for ever: across expiries, releases, coordinator
     restarts and store data loss. A token is a uint64: the larger of the
@@ -127,7 +173,11 @@ class CoordinatorServicer(object):
     needs BigInt for it, and the JSON mapping (grpcurl, grpc-gateway) writes it
     as a decimal string. Hand the token to the resource you protect and let it
     refuse lower tokens; a lease alone cannot stop a paused holder from acting
-    after it expired.
+    after it expired. The tokens of a name increase across all its holders: a
+    grant of the whole capacity (a writer) has a token above every token
+    granted before it, so a resource that remembers the last such token
+    refuses every lower one, whoever holds it; shared holders' tokens order
+    their grants, not their actions.
 
     Time. Expiry is measured by the store's clock. A client should count a
     lease's ttl from when it sent the request that granted or renewed it, on
@@ -203,14 +253,17 @@ class CoordinatorServicer(object):
         raise NotImplementedError('Method not implemented!')
 
     def Describe(self, request, context):
-        """Describe reports a name's current lease and the last token issued for it.
+        """Describe reports a name's current lease (every holder of a semaphore,
+        with its weight), its capacity, its waiters and the last token issued
+        for it.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def List(self, request, context):
-        """List pages through the leases currently held, optionally under a prefix.
+        """List pages through the leases currently held, optionally under a prefix:
+        one per holder.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -246,8 +299,11 @@ class CoordinatorServicer(object):
     def Observe(self, request, context):
         """Observe streams the election's state when the stream opens (marked
         initial), then every change in order: a new leader, a new value, and
-        the election falling vacant. A slow reader is disconnected with
-        ResourceExhausted rather than sent a gap: reconnect and start over.
+        the election falling vacant. On a name of capacity above 1 (a semaphore
+        or read-write lock) every message is KIND_HOLDERS with the whole set of
+        live grants: at first, then after each change of the set. A slow reader
+        is disconnected with ResourceExhausted rather than sent a gap: reconnect
+        and start over.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -319,7 +375,8 @@ def add_CoordinatorServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class Coordinator(object):
-    """Coordinator hands out exclusive, time-bounded leases on names.
+    """Coordinator hands out time-bounded leases on names: exclusive locks,
+    counting semaphores and read-write locks, and elections.
 
     A lock is a lease on a name. A leadership is a lease on an election's name
     that also carries a value; Renew, Release and KeepAlive work on both, with
@@ -333,6 +390,26 @@ class Coordinator(object):
     each independent owner its own holder, e.g. host, process id and a random
     suffix.
 
+    Capacity and weight. A name has a capacity (1 unless a request sets
+    another, at most 1,000,000) that its grants share: each grant holds a
+    weight of it (1 unless the request sets another, at most the capacity) and
+    is a lease of its own, with its own holder, token, ttl, renewals and
+    release. An exclusive lock is capacity 1 and weight 1 (the defaults); a
+    counting semaphore of N slots is capacity N; a read-write lock is capacity
+    1,000,000 (RW_CAPACITY, the same in every client library) with readers
+    asking for weight 1 and writers for the whole capacity. A request is
+    granted when the weights held, those of the waiters queued ahead of it and
+    its own fit in the capacity: waiters are served in arrival order, a later
+    one passing an earlier one only when the earlier would fit beside it, so
+    that a writer waiting behind readers is granted before the readers that
+    came after it. A grant that expires without a release keeps its weight for
+    the coordinator's lock delay, then gives it back. A request whose capacity
+    differs from the name's while anyone holds or waits for it fails with
+    FailedPrecondition, reason CAPACITY_MISMATCH; the holders a name carries at
+    once are capped (COORDINATOR_MAX_HOLDERS_PER_NAME, 1024 by default; past
+    it a grant fails with ResourceExhausted). Elections are exclusive: Campaign
+    on a name of another capacity fails with CAPACITY_MISMATCH.
+
     Fencing tokens. Every grant carries a fencing token that strictly
     increases per name, for ever: across expiries, releases, coordinator
     restarts and store data loss. A token is a uint64: the larger of the
@@ -341,7 +418,11 @@ class Coordinator(object):
     needs BigInt for it, and the JSON mapping (grpcurl, grpc-gateway) writes it
     as a decimal string. Hand the token to the resource you protect and let it
     refuse lower tokens; a lease alone cannot stop a paused holder from acting
-    after it expired.
+    after it expired. The tokens of a name increase across all its holders: a
+    grant of the whole capacity (a writer) has a token above every token
+    granted before it, so a resource that remembers the last such token
+    refuses every lower one, whoever holds it; shared holders' tokens order
+    their grants, not their actions.
 
     Time. Expiry is measured by the store's clock. A client should count a
     lease's ttl from when it sent the request that granted or renewed it, on

@@ -1,0 +1,42 @@
+// semaphore-example: share a semaphore of 5 between two holders, then take a
+// read-write lock for reading and for writing.
+//
+// Against a coordinator on 127.0.0.1:7400 (`make run` at the repository
+// root), from client/typescript:
+//
+//   npm ci && npm run build
+//   node dist/client/typescript/examples/semaphore-example.js
+//
+// COORDINATOR_ADDRESS overrides the address. README.md's "Semaphores and
+// read-write locks" shows the part between the markers below, which
+// test/examples.test.ts checks is the same.
+//
+// In your own code, import from "@coordinator-dev/coordinator" instead of
+// "../src/index.js".
+
+import { Client } from "../src/index.js";
+
+const address = process.env["COORDINATOR_ADDRESS"] ?? "127.0.0.1:7400";
+const client = new Client({ address });
+
+try {
+  // README begin
+  const migrations = client.semaphore("db/migrations", 5);
+  const big = await migrations.acquire(3, { ttl: 10_000, wait: 30_000 });
+  const small = await migrations.acquire(2, { ttl: 10_000, wait: 30_000 });
+  console.log("held:", big.weight + small.weight, "tokens increase:", small.token > big.token);
+  console.log("full:", (await migrations.tryAcquire(1)) === undefined);
+  await small.release();
+  await big.release();
+
+  const routes = client.rwlock("config/routes");
+  const reader = await routes.readLock({ ttl: 10_000, wait: 30_000 });
+  console.log("writer refused beside a reader:", (await routes.tryWriteLock()) === undefined);
+  await reader.release();
+  const writer = await routes.writeLock({ ttl: 10_000, wait: 30_000 });
+  console.log("writer's token above the reader's:", writer.token > reader.token);
+  await writer.release();
+  // README end
+} finally {
+  await client.close();
+}

@@ -1,0 +1,138 @@
+package coordinatord_test
+
+import (
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+
+	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
+)
+
+// readmeSection returns the text of README.md's "## title" section.
+func readmeSection(t *testing.T, title string) string {
+	t.Helper()
+	b, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(b), "\n## "+title+"\n")
+	if !ok {
+		t.Fatalf("README.md has no ## %s section", title)
+	}
+	section, _, _ := strings.Cut(rest, "\n## ")
+	return section
+}
+
+var grpcurlCall = regexp.MustCompile(`^grpcurl -plaintext -d '([^']*)' 127\.0\.0\.1:7400 coordinator\.v1\.Coordinator/(\w+)\s*(?:#\s*(.*))?$`)
+
+// TestREADMESemaphoreGrpcurlExamplesRunAsWritten sends every grpcurl call
+// of README.md's semaphore section, its JSON as grpcurl would (protojson),
+// to a coordinator, in order, and checks the outcome its comment states:
+// "granted, weight N", "refused…", or "fails: CODE REASON".
+func TestREADMESemaphoreGrpcurlExamplesRunAsWritten(t *testing.T) {
+	section := readmeSection(t, "Semaphores and read-write locks")
+	_, block, ok := strings.Cut(section, "```sh\n# A semaphore")
+	if !ok {
+		t.Fatal("no grpcurl block in the section")
+	}
+	block, _, _ = strings.Cut(block, "```")
+	c := start(t, testConfig(t, "memory"))
+	ctx := ctxTimeout(t, time.Minute)
+	calls := 0
+	for _, line := range strings.Split(strings.ReplaceAll(block, "\\\n", ""), "\n") {
+		line = strings.Join(strings.Fields(line), " ")
+		if !strings.HasPrefix(line, "grpcurl") {
+			continue
+		}
+		m := grpcurlCall.FindStringSubmatch(line)
+		if m == nil {
+			t.Fatalf("a grpcurl line this test cannot read: %q", line)
+		}
+		body, method, want := m[1], m[2], m[3]
+		md, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName("coordinator.v1.Coordinator." + method))
+		if err != nil {
+			t.Fatal(err)
+		}
+		mdesc := md.(protoreflect.MethodDescriptor)
+		req := dynamicMessage(t, mdesc.Input().FullName())
+		if err := protojson.Unmarshal([]byte(body), req); err != nil {
+			t.Fatalf("%s: %v", body, err)
+		}
+		resp := dynamicMessage(t, mdesc.Output().FullName())
+		err = c.conn.Invoke(ctx, "/coordinator.v1.Coordinator/"+method, req, resp)
+		calls++
+		switch {
+		case strings.HasPrefix(want, "fails"):
+			if err == nil || !strings.Contains(want, status.Code(err).String()) || !strings.Contains(want, reasonOf(err)) {
+				t.Fatalf("%s: %v; the README says it %s", body, err, want)
+			}
+		case err != nil:
+			t.Fatalf("%s: %v", body, err)
+		case strings.HasPrefix(want, "granted"), strings.HasPrefix(want, "refused"):
+			r := resp.(*coordinatorv1.TryAcquireResponse)
+			if r.GetAcquired() != strings.HasPrefix(want, "granted") {
+				t.Fatalf("%s: %v; the README says %s", body, r, want)
+			}
+			if w, ok := strings.CutPrefix(want, "granted, weight "); ok && w != strconv.FormatUint(uint64(r.GetLease().GetWeight()), 10) {
+				t.Fatalf("%s: weight %d; the README says %s", body, r.GetLease().GetWeight(), want)
+			}
+		}
+	}
+	if calls < 6 {
+		t.Fatalf("only %d grpcurl calls found", calls)
+	}
+	d, err := c.client.Describe(ctx, &coordinatorv1.DescribeRequest{Name: "demo/pool"})
+	if err != nil || len(d.GetHolders()) != 2 || d.GetCapacity() != 3 {
+		t.Fatalf("after the README's calls, Describe = %v, %v", d, err)
+	}
+}
+
+func dynamicMessage(t *testing.T, name protoreflect.FullName) proto.Message {
+	t.Helper()
+	mt, err := protoregistry.GlobalTypes.FindMessageByName(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mt.New().Interface()
+}
+
+// TestREADMESemaphoreGoExamplesAreTheRunnableOnes: the Go blocks of the
+// section are, line for line, parts of client/example_test.go's runnable
+// examples (which go test runs and checks the output of).
+func TestREADMESemaphoreGoExamplesAreTheRunnableOnes(t *testing.T) {
+	section := readmeSection(t, "Semaphores and read-write locks")
+	src, err := os.ReadFile("../client/example_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	trim := func(s string) []string {
+		var out []string
+		for _, l := range strings.Split(s, "\n") {
+			if l = strings.TrimSpace(l); l != "" {
+				out = append(out, l)
+			}
+		}
+		return out
+	}
+	example := strings.Join(trim(string(src)), "\n")
+	blocks := 0
+	for _, part := range strings.Split(section, "```go\n")[1:] {
+		block, _, _ := strings.Cut(part, "```")
+		if !strings.Contains(example, strings.Join(trim(block), "\n")) {
+			t.Errorf("README.md's Go block is not in client/example_test.go:\n%s", block)
+		}
+		blocks++
+	}
+	if blocks != 2 {
+		t.Fatalf("%d Go blocks in the section, want 2", blocks)
+	}
+}

@@ -1,0 +1,72 @@
+-- holders.lua: the holder records of a lease key, and the weights packed
+-- into queue scores. scripts.go puts this file in front of every script
+-- that reads either, so that both are encoded and decoded here alone.
+--
+-- A grant is the lease key's field 'h:' .. holder, whose value packs
+--   token ':' weight ':' ttl_ms ':' expires_ms ':' value
+-- (decimal integers; the value last, since it may hold any bytes).
+--
+-- A waiter's queue score is order * WEIGHT_SPAN + weight: arrival order
+-- first, so that ZRANGE still lists waiters in arrival order, and the weight
+-- the waiter asked for in the low 20 bits (WEIGHT_SPAN is above
+-- store.MaxCapacity), so that Dequeue and RefreshWaiters, which know only
+-- waiter ids, need no weights. A double holds the score exactly while order
+-- stays below 2^33: a queue that never empties for 8.6 billion arrivals.
+
+local HOLDER = 'h:'
+local WEIGHT_SPAN = 1048576
+
+-- Integers are formatted with %d: Lua's tostring would print 1.8e+15.
+local function ms(n) return string.format('%d', n) end
+
+-- Each of token .. expires is a decimal string or an integer below 1e14,
+-- which Lua's concatenation writes exactly (%.14g): callers on the
+-- uncontended path pass ARGV strings as they came, since formatting numbers
+-- is most of what a grant costs Redis.
+local function pack_grant(token, weight, ttl, expires, value)
+  return token .. ':' .. weight .. ':' .. ttl .. ':' .. expires .. ':' .. value
+end
+
+-- Returns the grant packed in rec, or nil for nil (or a record that is not
+-- one: it is treated as absent).
+local function unpack_grant(holder, rec)
+  if not rec then return nil end
+  local token, weight, ttl, expires, value = string.match(rec, '^(%d+):(%d+):(%d+):(%d+):(.*)$')
+  if not token then return nil end
+  return {holder = holder, token = token, weight = tonumber(weight), ttl = tonumber(ttl),
+    expires = tonumber(expires), value = value}
+end
+
+-- Calls f(grant) for each grant in an HGETALL reply.
+local function each_grant(all, f)
+  for i = 1, #all, 2 do
+    local field = all[i]
+    if string.sub(field, 1, 2) == HOLDER then
+      local g = unpack_grant(string.sub(field, 3), all[i + 1])
+      if g then f(g) end
+    end
+  end
+end
+
+local function queue_weight(score)
+  return tonumber(score) % WEIGHT_SPAN
+end
+
+-- The live grants of an HGETALL reply at now, in token order, and the
+-- capacity it records (absent: 1).
+local function live_grants(all, now)
+  local out = {}
+  each_grant(all, function(g)
+    if g.expires > now then out[#out + 1] = g end
+  end)
+  table.sort(out, function(a, b)
+    if #a.token ~= #b.token then return #a.token < #b.token end
+    return a.token < b.token
+  end)
+  local cap = 1
+  for i = 1, #all, 2 do
+    if all[i] == 'cap' then cap = tonumber(all[i + 1]) or 1 end
+  end
+  return out, cap
+end
+
