@@ -4,6 +4,7 @@ import (
 	_ "embed"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -36,16 +37,21 @@ var (
 	//go:embed scripts/quarantine.lua
 	quarantineSrc string
 	// holdersSrc goes in front of every script that reads grant records or
-	// queue weights: their encoding lives in it alone.
+	// queue weights: their encoding lives in it alone. grantsSrc, which reads
+	// all of a name's grants, goes in front of describe and watch, and into
+	// acquire at grantsMarker, after its uncontended path: a script's local
+	// functions are made at each call, so that path makes as few as it can.
 	//go:embed scripts/holders.lua
 	holdersSrc string
+	//go:embed scripts/grants.lua
+	grantsSrc string
 
-	acquireScript        = redis.NewScript(holdersSrc + acquireSrc)
+	acquireScript        = redis.NewScript(holdersSrc + withGrants(acquireSrc))
 	renewScript          = redis.NewScript(holdersSrc + renewSrc)
 	releaseScript        = redis.NewScript(holdersSrc + releaseSrc)
 	dequeueScript        = redis.NewScript(dequeueSrc)
-	describeScript       = redis.NewScript(holdersSrc + describeSrc)
-	watchScript          = redis.NewScript(holdersSrc + watchSrc)
+	describeScript       = redis.NewScript(holdersSrc + grantsSrc + describeSrc)
+	watchScript          = redis.NewScript(holdersSrc + grantsSrc + watchSrc)
 	refreshWaitersScript = redis.NewScript(refreshWaitersSrc)
 	startScript          = redis.NewScript(startSrc)
 	quarantineScript     = redis.NewScript(quarantineSrc)
@@ -55,6 +61,17 @@ var (
 		quarantineScript,
 	}
 )
+
+// grantsMarker is the line of acquire.lua that grants.lua replaces.
+const grantsMarker = "-- (grants.lua goes here: scripts.go)\n"
+
+// withGrants puts grants.lua into src at its marker, which must be there.
+func withGrants(src string) string {
+	if !strings.Contains(src, grantsMarker) {
+		panic("redisstore: acquire.lua has no " + strings.TrimSpace(grantsMarker) + " line")
+	}
+	return strings.Replace(src, grantsMarker, grantsSrc, 1)
+}
 
 // acquireReply is acquire.lua's reply.
 type acquireReply struct {

@@ -4,7 +4,7 @@
 -- KEYS[1] lease, KEYS[2] queue, KEYS[3] waiters, KEYS[4] marker (the name's
 -- data-loss marker): the name's keys, as the key layout in doc.go describes
 -- them. holders.lua comes first (scripts.go): the grant records and the
--- weights in queue scores.
+-- weights in queue scores; grants.lua comes after the uncontended path.
 -- ARGV[1] holder
 -- ARGV[2] ttl (ms, >= 1)
 -- ARGV[3] value
@@ -100,14 +100,6 @@ if expected ~= '' and not (mine_live and mine.token == expected) then
   return {0, lost, '', '', '', 0, 0, 0, 0}
 end
 
--- The lease key outlives the last grant by the lock delay and the idle
--- retention, and the name's observation mark.
-local function keep_key()
-  local last = high + delay + idle
-  if watched > last then last = watched end
-  redis.call('PEXPIREAT', lease, ms(last))
-end
-
 -- The next token: the counter plus one, but never below the clock in
 -- microseconds: a counter that is gone (the name was idle past its
 -- retention, or data loss) or behind (a failover to a replica that missed
@@ -119,23 +111,6 @@ local function next_token()
     return time[1] .. string.format('%06d', tonumber(time[2]))
   end
   return ms(token)
-end
-
--- Grants weight to ARGV[1] beside the other grants and returns the token.
-local function grant()
-  local token = next_token()
-  local expires = now + ttl
-  used, n = used + weight, n + 1
-  if not low or expires < low then low = expires end
-  if expires > high then high = expires end
-  local fields = {field, pack_grant(token, weight, ttl, expires, value), 'token', token,
-    'used', ms(used), 'n', ms(n), 'low', ms(low), 'high', ms(high)}
-  if (cur[2] or '1') ~= ARGV[13] then
-    fields[#fields + 1], fields[#fields + 2] = 'cap', ARGV[13]
-  end
-  redis.call('HSET', lease, unpack(fields))
-  keep_key()
-  return token
 end
 
 -- 0. Nobody holds (not even in a lock delay), queues for the name or
@@ -154,6 +129,33 @@ if n == 0 and not queued and watched <= now then
   end
   redis.call('PEXPIRE', lease, ARGV[16])
   return {1, lost, holder, token, value, ttl, now + ttl, 0, weight}
+end
+
+-- (grants.lua goes here: scripts.go)
+
+-- The lease key outlives the last grant by the lock delay and the idle
+-- retention, and the name's observation mark.
+local function keep_key()
+  local last = high + delay + idle
+  if watched > last then last = watched end
+  redis.call('PEXPIREAT', lease, ms(last))
+end
+
+-- Grants weight to ARGV[1] beside the other grants and returns the token.
+local function grant()
+  local token = next_token()
+  local expires = now + ttl
+  used, n = used + weight, n + 1
+  if not low or expires < low then low = expires end
+  if expires > high then high = expires end
+  local fields = {field, pack_grant(token, weight, ttl, expires, value), 'token', token,
+    'used', ms(used), 'n', ms(n), 'low', ms(low), 'high', ms(high)}
+  if (cur[2] or '1') ~= ARGV[13] then
+    fields[#fields + 1], fields[#fields + 2] = 'cap', ARGV[13]
+  end
+  redis.call('HSET', lease, unpack(fields))
+  keep_key()
+  return token
 end
 
 -- Announces a change of the name on the channel, when anyone listens: a

@@ -2,7 +2,7 @@
 -- instant.
 --
 -- KEYS[1] lease, KEYS[2] queue, KEYS[3] waiters: the name's keys, as the key
--- layout in doc.go describes them. holders.lua comes first (scripts.go):
+-- layout in doc.go describes them. holders.lua and grants.lua come first (scripts.go):
 -- the grant records and the weights in queue scores.
 --
 -- Redis calls: 4 (TIME, HGETALL, ZRANGEBYSCORE, ZRANGE) and one ZSCORE a

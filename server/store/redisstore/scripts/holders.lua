@@ -1,6 +1,8 @@
 -- holders.lua: the holder records of a lease key, and the weights packed
 -- into queue scores. scripts.go puts this file in front of every script
--- that reads either, so that both are encoded and decoded here alone.
+-- that reads either, so that both are encoded and decoded here alone (with
+-- grants.lua, which reads many records). It defines as little as it can:
+-- every local function is made again at each call of a script.
 --
 -- A grant is the lease key's field 'h:' .. holder, whose value packs
 --   token ':' weight ':' ttl_ms ':' expires_ms ':' value
@@ -37,36 +39,11 @@ local function unpack_grant(holder, rec)
     expires = tonumber(expires), value = value}
 end
 
--- Calls f(grant) for each grant in an HGETALL reply.
-local function each_grant(all, f)
-  for i = 1, #all, 2 do
-    local field = all[i]
-    if string.sub(field, 1, 2) == HOLDER then
-      local g = unpack_grant(string.sub(field, 3), all[i + 1])
-      if g then f(g) end
-    end
-  end
+-- Returns the token (a string), weight and expiry of the grant packed in
+-- rec, without its value; nil for nil or a record that is not one.
+local function grant_head(rec)
+  if not rec then return nil end
+  local token, weight, expires = string.match(rec, '^(%d+):(%d+):%d+:(%d+):')
+  if not token then return nil end
+  return token, tonumber(weight), tonumber(expires)
 end
-
-local function queue_weight(score)
-  return tonumber(score) % WEIGHT_SPAN
-end
-
--- The live grants of an HGETALL reply at now, in token order, and the
--- capacity it records (absent: 1).
-local function live_grants(all, now)
-  local out = {}
-  each_grant(all, function(g)
-    if g.expires > now then out[#out + 1] = g end
-  end)
-  table.sort(out, function(a, b)
-    if #a.token ~= #b.token then return #a.token < #b.token end
-    return a.token < b.token
-  end)
-  local cap = 1
-  for i = 1, #all, 2 do
-    if all[i] == 'cap' then cap = tonumber(all[i + 1]) or 1 end
-  end
-  return out, cap
-end
-

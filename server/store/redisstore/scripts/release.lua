@@ -28,13 +28,13 @@ if redis.replicate_commands then redis.replicate_commands() end
 
 local field = HOLDER .. ARGV[1]
 local cur = redis.call('HMGET', KEYS[1], field, 'used', 'n', 'queued', 'watched', 'high')
-local g = unpack_grant(ARGV[1], cur[1])
-if not g or g.token ~= ARGV[2] then
+local token, weight, expires = grant_head(cur[1])
+if not token or token ~= ARGV[2] then
   return 0
 end
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-if g.expires <= now then return 0 end
+if expires <= now then return 0 end
 local watched, idle = tonumber(cur[5]) or 0, tonumber(ARGV[5])
 local n = (tonumber(cur[3]) or 1) - 1
 if n <= 0 then
@@ -46,7 +46,7 @@ if n <= 0 then
   end
 else
   redis.call('HDEL', KEYS[1], field)
-  redis.call('HSET', KEYS[1], 'used', ms((tonumber(cur[2]) or g.weight) - g.weight), 'n', ms(n))
+  redis.call('HSET', KEYS[1], 'used', ms((tonumber(cur[2]) or weight) - weight), 'n', ms(n))
   local last = math.max((tonumber(cur[6]) or 0) + tonumber(ARGV[6]) + idle, now + idle, watched)
   redis.call('PEXPIREAT', KEYS[1], ms(last))
 end
