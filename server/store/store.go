@@ -251,9 +251,11 @@ type Notifier interface {
 	Watch(ctx context.Context, names []string, ttl time.Duration) ([]Description, error)
 }
 
-// Store is a whole lease store: the state machine and its notifications.
+// Store is a whole lease store: the state machine, its sessions and its
+// notifications.
 type Store interface {
 	Leases
+	Sessions
 	Notifier
 	// Close releases the store's resources and closes the channel of every
 	// Changes subscription.
