@@ -15,7 +15,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file coordinator/v1/coordinator.proto.
  */
 export const file_coordinator_v1_coordinator: GenFile = /*@__PURE__*/
-  fileDesc("CiBjb29yZGluYXRvci92MS9jb29yZGluYXRvci5wcm90bxIOY29vcmRpbmF0b3IudjEiqwEKBUxlYXNlEgwKBG5hbWUYASABKAkSDgoGaG9sZGVyGAIgASgJEg0KBXRva2VuGAMgASgEEiYKA3R0bBgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIuCgpleHBpcmVzX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBINCgV2YWx1ZRgGIAEoDBIOCgZ3ZWlnaHQYByABKA0i+wEKEVRyeUFjcXVpcmVSZXF1ZXN0EhkKBG5hbWUYASABKAlCC8rzGAcIARCAAhgCEhsKBmhvbGRlchgCIAEoCUILyvMYBwgBEIABGAESRQoDdHRsGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uQh3K8xgZCAEgZDITQ09PUkRJTkFUT1JfTUFYX1RUTBIxCgR3YWl0GAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uQgjK8xgEKOCnEhIaCghjYXBhY2l0eRgFIAEoDUIIyvMYBDjAhD0SGAoGd2VpZ2h0GAYgASgNQgjK8xgEOMCEPSKMAQoSVHJ5QWNxdWlyZVJlc3BvbnNlEhAKCGFjcXVpcmVkGAEgASgIEiQKBWxlYXNlGAIgASgLMhUuY29vcmRpbmF0b3IudjEuTGVhc2USDgoGaG9sZGVyGAMgASgJEi4KC3JldHJ5X2FmdGVyGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIqQBCgxSZW5ld1JlcXVlc3QSGQoEbmFtZRgBIAEoCUILyvMYBwgBEIACGAISGwoGaG9sZGVyGAIgASgJQgvK8xgHCAEQgAEYARIVCgV0b2tlbhgDIAEoBEIGyvMYAggBEkUKA3R0bBgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbkIdyvMYGQgBIGQyE0NPT1JESU5BVE9SX01BWF9UVEwiNQoNUmVuZXdSZXNwb25zZRIkCgVsZWFzZRgBIAEoCzIVLmNvb3JkaW5hdG9yLnYxLkxlYXNlIl8KDlJlbGVhc2VSZXF1ZXN0EhkKBG5hbWUYASABKAlCC8rzGAcIARCAAhgCEhsKBmhvbGRlchgCIAEoCUILyvMYBwgBEIABGAESFQoFdG9rZW4YAyABKARCBsrzGAIIASIjCg9SZWxlYXNlUmVzcG9uc2USEAoIcmVsZWFzZWQYASABKAgitAEKEEtlZXBBbGl2ZVJlcXVlc3QSCgoCaWQYBSABKAQSGQoEbmFtZRgBIAEoCUILyvMYBwgBEIACGAISGwoGaG9sZGVyGAIgASgJQgvK8xgHCAEQgAEYARIVCgV0b2tlbhgDIAEoBEIGyvMYAggBEkUKA3R0bBgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbkIdyvMYGQgBIGQyE0NPT1JESU5BVE9SX01BWF9UVEwiuwEKEUtlZXBBbGl2ZVJlc3BvbnNlEgoKAmlkGAUgASgEEgwKBG5hbWUYASABKAkSJgoFbGVhc2UYAiABKAsyFS5jb29yZGluYXRvci52MS5MZWFzZUgAEikKBGxvc3QYAyABKAsyGS5jb29yZGluYXRvci52MS5MZWFzZUxvc3RIABIvCgZmYWlsZWQYBCABKAsyHS5jb29yZGluYXRvci52MS5SZW5ld2FsRmFpbGVkSABCCAoGcmVzdWx0InYKCUxlYXNlTG9zdBIOCgZob2xkZXIYASABKAkSDQoFdG9rZW4YAiABKAQSKwoGcmVhc29uGAMgASgOMhsuY29vcmRpbmF0b3IudjEuRXJyb3JSZWFzb24SDwoHbWVzc2FnZRgEIAEoCRIMCgRjb2RlGAUgASgFIqoBCg1SZW5ld2FsRmFpbGVkEg4KBmhvbGRlchgBIAEoCRINCgV0b2tlbhgCIAEoBBIrCgZyZWFzb24YAyABKA4yGy5jb29yZGluYXRvci52MS5FcnJvclJlYXNvbhIPCgdtZXNzYWdlGAQgASgJEi4KC3JldHJ5X2FmdGVyGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEgwKBGNvZGUYBiABKAUiTwoOU2Vzc2lvblJlcXVlc3QSPQoKb3BlcmF0aW9ucxgBIAMoCzIgLmNvb3JkaW5hdG9yLnYxLlNlc3Npb25PcGVyYXRpb25CB8rzGAM46AciuwIKEFNlc3Npb25PcGVyYXRpb24SCgoCaWQYASABKAQSNAoHYWNxdWlyZRgCIAEoCzIhLmNvb3JkaW5hdG9yLnYxLlRyeUFjcXVpcmVSZXF1ZXN0SAASLQoFcmVuZXcYAyABKAsyHC5jb29yZGluYXRvci52MS5SZW5ld1JlcXVlc3RIABIxCgdyZWxlYXNlGAQgASgLMh4uY29vcmRpbmF0b3IudjEuUmVsZWFzZVJlcXVlc3RIABIzCghjYW1wYWlnbhgFIAEoCzIfLmNvb3JkaW5hdG9yLnYxLkNhbXBhaWduUmVxdWVzdEgAEi8KBnJlc2lnbhgGIAEoCzIdLmNvb3JkaW5hdG9yLnYxLlJlc2lnblJlcXVlc3RIABIQCgZjYW5jZWwYByABKARIAEILCglvcGVyYXRpb24iQQoPU2Vzc2lvblJlc3BvbnNlEi4KB3Jlc3VsdHMYASADKAsyHS5jb29yZGluYXRvci52MS5TZXNzaW9uUmVzdWx0Is0CCg1TZXNzaW9uUmVzdWx0EgoKAmlkGAEgASgEEjUKB2FjcXVpcmUYAiABKAsyIi5jb29yZGluYXRvci52MS5UcnlBY3F1aXJlUmVzcG9uc2VIABIuCgVyZW5ldxgDIAEoCzIdLmNvb3JkaW5hdG9yLnYxLlJlbmV3UmVzcG9uc2VIABIyCgdyZWxlYXNlGAQgASgLMh8uY29vcmRpbmF0b3IudjEuUmVsZWFzZVJlc3BvbnNlSAASNAoIY2FtcGFpZ24YBSABKAsyIC5jb29yZGluYXRvci52MS5DYW1wYWlnblJlc3BvbnNlSAASMAoGcmVzaWduGAYgASgLMh4uY29vcmRpbmF0b3IudjEuUmVzaWduUmVzcG9uc2VIABIjCgVlcnJvchgHIAEoCzISLmdvb2dsZS5ycGMuU3RhdHVzSABCCAoGcmVzdWx0IiwKD0Rlc2NyaWJlUmVxdWVzdBIZCgRuYW1lGAEgASgJQgvK8xgHCAEQgAIYAiK9AQoQRGVzY3JpYmVSZXNwb25zZRIMCgRoZWxkGAEgASgIEiQKBWxlYXNlGAIgASgLMhUuY29vcmRpbmF0b3IudjEuTGVhc2USJgoHaG9sZGVycxgFIAMoCzIVLmNvb3JkaW5hdG9yLnYxLkxlYXNlEhAKCGNhcGFjaXR5GAYgASgNEhYKDndhaXRpbmdfd2VpZ2h0GAcgASgEEhIKCmxhc3RfdG9rZW4YAyABKAQSDwoHd2FpdGVycxgEIAEoDSJYCgtMaXN0UmVxdWVzdBIZCgZwcmVmaXgYASABKAlCCcrzGAUQgAIYAxIaCglwYWdlX3NpemUYAiABKAVCB8rzGAM46AcSEgoKcGFnZV90b2tlbhgDIAEoCSJOCgxMaXN0UmVzcG9uc2USJQoGbGVhc2VzGAEgAygLMhUuY29vcmRpbmF0b3IudjEuTGVhc2USFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJInoKBkxlYWRlchIQCghlbGVjdGlvbhgBIAEoCRIRCgljYW5kaWRhdGUYAiABKAkSDQoFdmFsdWUYAyABKAwSDAoEdGVybRgEIAEoBBIuCgpleHBpcmVzX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCLxAQoPQ2FtcGFpZ25SZXF1ZXN0Eh0KCGVsZWN0aW9uGAEgASgJQgvK8xgHCAEQgAIYAhIeCgljYW5kaWRhdGUYAiABKAlCC8rzGAcIARCAARgBEhcKBXZhbHVlGAMgASgMQgjK8xgEEICABBJFCgN0dGwYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb25CHcrzGBkIASBkMhNDT09SRElOQVRPUl9NQVhfVFRMEjEKBHdhaXQYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb25CCMrzGAQo4KcSEgwKBHRlcm0YBiABKAQiewoQQ2FtcGFpZ25SZXNwb25zZRIPCgdlbGVjdGVkGAEgASgIEiYKBmxlYWRlchgCIAEoCzIWLmNvb3JkaW5hdG9yLnYxLkxlYWRlchIuCgtyZXRyeV9hZnRlchgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJkCg1SZXNpZ25SZXF1ZXN0Eh0KCGVsZWN0aW9uGAEgASgJQgvK8xgHCAEQgAIYAhIeCgljYW5kaWRhdGUYAiABKAlCC8rzGAcIARCAARgBEhQKBHRlcm0YAyABKARCBsrzGAIIASIiCg5SZXNpZ25SZXNwb25zZRIQCghyZXNpZ25lZBgBIAEoCCIuCg1MZWFkZXJSZXF1ZXN0Eh0KCGVsZWN0aW9uGAEgASgJQgvK8xgHCAEQgAIYAiJMCg5MZWFkZXJSZXNwb25zZRISCgpoYXNfbGVhZGVyGAEgASgIEiYKBmxlYWRlchgCIAEoCzIWLmNvb3JkaW5hdG9yLnYxLkxlYWRlciIvCg5PYnNlcnZlUmVxdWVzdBIdCghlbGVjdGlvbhgBIAEoCUILyvMYBwgBEIACGAIiTgoPT2JzZXJ2ZVJlc3BvbnNlEioKBWV2ZW50GAEgASgLMhsuY29vcmRpbmF0b3IudjEuTGVhZGVyRXZlbnQSDwoHaW5pdGlhbBgCIAEoCCKHAgoLTGVhZGVyRXZlbnQSLgoEa2luZBgBIAEoDjIgLmNvb3JkaW5hdG9yLnYxLkxlYWRlckV2ZW50LktpbmQSJgoGbGVhZGVyGAIgASgLMhYuY29vcmRpbmF0b3IudjEuTGVhZGVyEiYKB2hvbGRlcnMYAyADKAsyFS5jb29yZGluYXRvci52MS5MZWFzZRIQCghjYXBhY2l0eRgEIAEoDSJmCgRLaW5kEhQKEEtJTkRfVU5TUEVDSUZJRUQQABIQCgxLSU5EX0VMRUNURUQQARITCg9LSU5EX1BST0NMQUlNRUQQAhIPCgtLSU5EX1ZBQ0FOVBADEhAKDEtJTkRfSE9MREVSUxAEKsMBCgtFcnJvclJlYXNvbhIcChhFUlJPUl9SRUFTT05fVU5TUEVDSUZJRUQQABIYCg5MRUFTRV9OT1RfSEVMRBABGgTY8xgBEhgKFERBVEFfTE9TU19RVUFSQU5USU5FEAISFQoRU1RPUkVfVU5BVkFJTEFCTEUQAxIXCg1JTlZBTElEX0ZJRUxEEAQaBNjzGAESGwoRUEVSTUlTU0lPTl9ERU5JRUQQBRoE2PMYARIVChFDQVBBQ0lUWV9NSVNNQVRDSBAGKjwKClJXQ2FwYWNpdHkSGwoXUldfQ0FQQUNJVFlfVU5TUEVDSUZJRUQQABIRCgtSV19DQVBBQ0lUWRDAhD0ykgcKC0Nvb3JkaW5hdG9yElMKClRyeUFjcXVpcmUSIS5jb29yZGluYXRvci52MS5UcnlBY3F1aXJlUmVxdWVzdBoiLmNvb3JkaW5hdG9yLnYxLlRyeUFjcXVpcmVSZXNwb25zZRJECgVSZW5ldxIcLmNvb3JkaW5hdG9yLnYxLlJlbmV3UmVxdWVzdBodLmNvb3JkaW5hdG9yLnYxLlJlbmV3UmVzcG9uc2USSgoHUmVsZWFzZRIeLmNvb3JkaW5hdG9yLnYxLlJlbGVhc2VSZXF1ZXN0Gh8uY29vcmRpbmF0b3IudjEuUmVsZWFzZVJlc3BvbnNlElQKCUtlZXBBbGl2ZRIgLmNvb3JkaW5hdG9yLnYxLktlZXBBbGl2ZVJlcXVlc3QaIS5jb29yZGluYXRvci52MS5LZWVwQWxpdmVSZXNwb25zZSgBMAESTgoHU2Vzc2lvbhIeLmNvb3JkaW5hdG9yLnYxLlNlc3Npb25SZXF1ZXN0Gh8uY29vcmRpbmF0b3IudjEuU2Vzc2lvblJlc3BvbnNlKAEwARJNCghEZXNjcmliZRIfLmNvb3JkaW5hdG9yLnYxLkRlc2NyaWJlUmVxdWVzdBogLmNvb3JkaW5hdG9yLnYxLkRlc2NyaWJlUmVzcG9uc2USQQoETGlzdBIbLmNvb3JkaW5hdG9yLnYxLkxpc3RSZXF1ZXN0GhwuY29vcmRpbmF0b3IudjEuTGlzdFJlc3BvbnNlEk0KCENhbXBhaWduEh8uY29vcmRpbmF0b3IudjEuQ2FtcGFpZ25SZXF1ZXN0GiAuY29vcmRpbmF0b3IudjEuQ2FtcGFpZ25SZXNwb25zZRJHCgZSZXNpZ24SHS5jb29yZGluYXRvci52MS5SZXNpZ25SZXF1ZXN0Gh4uY29vcmRpbmF0b3IudjEuUmVzaWduUmVzcG9uc2USRwoGTGVhZGVyEh0uY29vcmRpbmF0b3IudjEuTGVhZGVyUmVxdWVzdBoeLmNvb3JkaW5hdG9yLnYxLkxlYWRlclJlc3BvbnNlEkwKB09ic2VydmUSHi5jb29yZGluYXRvci52MS5PYnNlcnZlUmVxdWVzdBofLmNvb3JkaW5hdG9yLnYxLk9ic2VydmVSZXNwb25zZTABGjXS8xgxCJh1ENAPGBwgZCgFMDI40A9AFEgDUApYBWAZaApwCngygAEyiAHg1AOQAWSYAbDqAUJJWkdnaXRodWIuY29tL2Nvb3JkaW5hdG9yLWRldi9jb29yZGluYXRvci9nZW4vY29vcmRpbmF0b3IvdjE7Y29vcmRpbmF0b3J2MWIGcHJvdG8z", [file_coordinator_v1_rules, file_google_protobuf_duration, file_google_protobuf_timestamp, file_google_rpc_status]);
+  fileDesc("CiBjb29yZGluYXRvci92MS9jb29yZGluYXRvci5wcm90bxIOY29vcmRpbmF0b3IudjEivwEKBUxlYXNlEgwKBG5hbWUYASABKAkSDgoGaG9sZGVyGAIgASgJEg0KBXRva2VuGAMgASgEEiYKA3R0bBgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIuCgpleHBpcmVzX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBINCgV2YWx1ZRgGIAEoDBIOCgZ3ZWlnaHQYByABKA0SEgoKc2Vzc2lvbl9pZBgIIAEoCSKZAgoRVHJ5QWNxdWlyZVJlcXVlc3QSGQoEbmFtZRgBIAEoCUILyvMYBwgBEIACGAISGwoGaG9sZGVyGAIgASgJQgvK8xgHCAEQgAEYARJFCgN0dGwYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb25CHcrzGBkIASBkMhNDT09SRElOQVRPUl9NQVhfVFRMEjEKBHdhaXQYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb25CCMrzGAQo4KcSEhoKCGNhcGFjaXR5GAUgASgNQgjK8xgEOMCEPRIYCgZ3ZWlnaHQYBiABKA1CCMrzGAQ4wIQ9EhwKCnNlc3Npb25faWQYByABKAlCCMrzGAQQQBgBIowBChJUcnlBY3F1aXJlUmVzcG9uc2USEAoIYWNxdWlyZWQYASABKAgSJAoFbGVhc2UYAiABKAsyFS5jb29yZGluYXRvci52MS5MZWFzZRIOCgZob2xkZXIYAyABKAkSLgoLcmV0cnlfYWZ0ZXIYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24ipAEKDFJlbmV3UmVxdWVzdBIZCgRuYW1lGAEgASgJQgvK8xgHCAEQgAIYAhIbCgZob2xkZXIYAiABKAlCC8rzGAcIARCAARgBEhUKBXRva2VuGAMgASgEQgbK8xgCCAESRQoDdHRsGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uQh3K8xgZCAEgZDITQ09PUkRJTkFUT1JfTUFYX1RUTCI1Cg1SZW5ld1Jlc3BvbnNlEiQKBWxlYXNlGAEgASgLMhUuY29vcmRpbmF0b3IudjEuTGVhc2UiXwoOUmVsZWFzZVJlcXVlc3QSGQoEbmFtZRgBIAEoCUILyvMYBwgBEIACGAISGwoGaG9sZGVyGAIgASgJQgvK8xgHCAEQgAEYARIVCgV0b2tlbhgDIAEoBEIGyvMYAggBIiMKD1JlbGVhc2VSZXNwb25zZRIQCghyZWxlYXNlZBgBIAEoCCK0AQoQS2VlcEFsaXZlUmVxdWVzdBIKCgJpZBgFIAEoBBIZCgRuYW1lGAEgASgJQgvK8xgHCAEQgAIYAhIbCgZob2xkZXIYAiABKAlCC8rzGAcIARCAARgBEhUKBXRva2VuGAMgASgEQgbK8xgCCAESRQoDdHRsGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uQh3K8xgZCAEgZDITQ09PUkRJTkFUT1JfTUFYX1RUTCK7AQoRS2VlcEFsaXZlUmVzcG9uc2USCgoCaWQYBSABKAQSDAoEbmFtZRgBIAEoCRImCgVsZWFzZRgCIAEoCzIVLmNvb3JkaW5hdG9yLnYxLkxlYXNlSAASKQoEbG9zdBgDIAEoCzIZLmNvb3JkaW5hdG9yLnYxLkxlYXNlTG9zdEgAEi8KBmZhaWxlZBgEIAEoCzIdLmNvb3JkaW5hdG9yLnYxLlJlbmV3YWxGYWlsZWRIAEIICgZyZXN1bHQidgoJTGVhc2VMb3N0Eg4KBmhvbGRlchgBIAEoCRINCgV0b2tlbhgCIAEoBBIrCgZyZWFzb24YAyABKA4yGy5jb29yZGluYXRvci52MS5FcnJvclJlYXNvbhIPCgdtZXNzYWdlGAQgASgJEgwKBGNvZGUYBSABKAUiqgEKDVJlbmV3YWxGYWlsZWQSDgoGaG9sZGVyGAEgASgJEg0KBXRva2VuGAIgASgEEisKBnJlYXNvbhgDIAEoDjIbLmNvb3JkaW5hdG9yLnYxLkVycm9yUmVhc29uEg8KB21lc3NhZ2UYBCABKAkSLgoLcmV0cnlfYWZ0ZXIYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SDAoEY29kZRgGIAEoBSJPCg5TZXNzaW9uUmVxdWVzdBI9CgpvcGVyYXRpb25zGAEgAygLMiAuY29vcmRpbmF0b3IudjEuU2Vzc2lvbk9wZXJhdGlvbkIHyvMYAzjoByK7AgoQU2Vzc2lvbk9wZXJhdGlvbhIKCgJpZBgBIAEoBBI0CgdhY3F1aXJlGAIgASgLMiEuY29vcmRpbmF0b3IudjEuVHJ5QWNxdWlyZVJlcXVlc3RIABItCgVyZW5ldxgDIAEoCzIcLmNvb3JkaW5hdG9yLnYxLlJlbmV3UmVxdWVzdEgAEjEKB3JlbGVhc2UYBCABKAsyHi5jb29yZGluYXRvci52MS5SZWxlYXNlUmVxdWVzdEgAEjMKCGNhbXBhaWduGAUgASgLMh8uY29vcmRpbmF0b3IudjEuQ2FtcGFpZ25SZXF1ZXN0SAASLwoGcmVzaWduGAYgASgLMh0uY29vcmRpbmF0b3IudjEuUmVzaWduUmVxdWVzdEgAEhAKBmNhbmNlbBgHIAEoBEgAQgsKCW9wZXJhdGlvbiJBCg9TZXNzaW9uUmVzcG9uc2USLgoHcmVzdWx0cxgBIAMoCzIdLmNvb3JkaW5hdG9yLnYxLlNlc3Npb25SZXN1bHQizQIKDVNlc3Npb25SZXN1bHQSCgoCaWQYASABKAQSNQoHYWNxdWlyZRgCIAEoCzIiLmNvb3JkaW5hdG9yLnYxLlRyeUFjcXVpcmVSZXNwb25zZUgAEi4KBXJlbmV3GAMgASgLMh0uY29vcmRpbmF0b3IudjEuUmVuZXdSZXNwb25zZUgAEjIKB3JlbGVhc2UYBCABKAsyHy5jb29yZGluYXRvci52MS5SZWxlYXNlUmVzcG9uc2VIABI0CghjYW1wYWlnbhgFIAEoCzIgLmNvb3JkaW5hdG9yLnYxLkNhbXBhaWduUmVzcG9uc2VIABIwCgZyZXNpZ24YBiABKAsyHi5jb29yZGluYXRvci52MS5SZXNpZ25SZXNwb25zZUgAEiMKBWVycm9yGAcgASgLMhIuZ29vZ2xlLnJwYy5TdGF0dXNIAEIICgZyZXN1bHQiLAoPRGVzY3JpYmVSZXF1ZXN0EhkKBG5hbWUYASABKAlCC8rzGAcIARCAAhgCIr0BChBEZXNjcmliZVJlc3BvbnNlEgwKBGhlbGQYASABKAgSJAoFbGVhc2UYAiABKAsyFS5jb29yZGluYXRvci52MS5MZWFzZRImCgdob2xkZXJzGAUgAygLMhUuY29vcmRpbmF0b3IudjEuTGVhc2USEAoIY2FwYWNpdHkYBiABKA0SFgoOd2FpdGluZ193ZWlnaHQYByABKAQSEgoKbGFzdF90b2tlbhgDIAEoBBIPCgd3YWl0ZXJzGAQgASgNIlgKC0xpc3RSZXF1ZXN0EhkKBnByZWZpeBgBIAEoCUIJyvMYBRCAAhgDEhoKCXBhZ2Vfc2l6ZRgCIAEoBUIHyvMYAzjoBxISCgpwYWdlX3Rva2VuGAMgASgJIk4KDExpc3RSZXNwb25zZRIlCgZsZWFzZXMYASADKAsyFS5jb29yZGluYXRvci52MS5MZWFzZRIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiegoGTGVhZGVyEhAKCGVsZWN0aW9uGAEgASgJEhEKCWNhbmRpZGF0ZRgCIAEoCRINCgV2YWx1ZRgDIAEoDBIMCgR0ZXJtGAQgASgEEi4KCmV4cGlyZXNfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIvEBCg9DYW1wYWlnblJlcXVlc3QSHQoIZWxlY3Rpb24YASABKAlCC8rzGAcIARCAAhgCEh4KCWNhbmRpZGF0ZRgCIAEoCUILyvMYBwgBEIABGAESFwoFdmFsdWUYAyABKAxCCMrzGAQQgIAEEkUKA3R0bBgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbkIdyvMYGQgBIGQyE0NPT1JESU5BVE9SX01BWF9UVEwSMQoEd2FpdBgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbkIIyvMYBCjgpxISDAoEdGVybRgGIAEoBCJ7ChBDYW1wYWlnblJlc3BvbnNlEg8KB2VsZWN0ZWQYASABKAgSJgoGbGVhZGVyGAIgASgLMhYuY29vcmRpbmF0b3IudjEuTGVhZGVyEi4KC3JldHJ5X2FmdGVyGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uImQKDVJlc2lnblJlcXVlc3QSHQoIZWxlY3Rpb24YASABKAlCC8rzGAcIARCAAhgCEh4KCWNhbmRpZGF0ZRgCIAEoCUILyvMYBwgBEIABGAESFAoEdGVybRgDIAEoBEIGyvMYAggBIiIKDlJlc2lnblJlc3BvbnNlEhAKCHJlc2lnbmVkGAEgASgIIi4KDUxlYWRlclJlcXVlc3QSHQoIZWxlY3Rpb24YASABKAlCC8rzGAcIARCAAhgCIkwKDkxlYWRlclJlc3BvbnNlEhIKCmhhc19sZWFkZXIYASABKAgSJgoGbGVhZGVyGAIgASgLMhYuY29vcmRpbmF0b3IudjEuTGVhZGVyIi8KDk9ic2VydmVSZXF1ZXN0Eh0KCGVsZWN0aW9uGAEgASgJQgvK8xgHCAEQgAIYAiJOCg9PYnNlcnZlUmVzcG9uc2USKgoFZXZlbnQYASABKAsyGy5jb29yZGluYXRvci52MS5MZWFkZXJFdmVudBIPCgdpbml0aWFsGAIgASgIIocCCgtMZWFkZXJFdmVudBIuCgRraW5kGAEgASgOMiAuY29vcmRpbmF0b3IudjEuTGVhZGVyRXZlbnQuS2luZBImCgZsZWFkZXIYAiABKAsyFi5jb29yZGluYXRvci52MS5MZWFkZXISJgoHaG9sZGVycxgDIAMoCzIVLmNvb3JkaW5hdG9yLnYxLkxlYXNlEhAKCGNhcGFjaXR5GAQgASgNImYKBEtpbmQSFAoQS0lORF9VTlNQRUNJRklFRBAAEhAKDEtJTkRfRUxFQ1RFRBABEhMKD0tJTkRfUFJPQ0xBSU1FRBACEg8KC0tJTkRfVkFDQU5UEAMSEAoMS0lORF9IT0xERVJTEAQicQoLU2Vzc2lvbkluZm8SCgoCaWQYASABKAkSJgoDdHRsGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEi4KCmV4cGlyZXNfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIl0KFENyZWF0ZVNlc3Npb25SZXF1ZXN0EkUKA3R0bBgBIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbkIdyvMYGQgBIGQyE0NPT1JESU5BVE9SX01BWF9UVEwiRQoVQ3JlYXRlU2Vzc2lvblJlc3BvbnNlEiwKB3Nlc3Npb24YASABKAsyGy5jb29yZGluYXRvci52MS5TZXNzaW9uSW5mbyI1ChNSZW5ld1Nlc3Npb25SZXF1ZXN0Eh4KCnNlc3Npb25faWQYASABKAlCCsrzGAYIARBAGAEiRAoUUmVuZXdTZXNzaW9uUmVzcG9uc2USLAoHc2Vzc2lvbhgBIAEoCzIbLmNvb3JkaW5hdG9yLnYxLlNlc3Npb25JbmZvIjUKE0Nsb3NlU2Vzc2lvblJlcXVlc3QSHgoKc2Vzc2lvbl9pZBgBIAEoCUIKyvMYBggBEEAYASIWChRDbG9zZVNlc3Npb25SZXNwb25zZSI4ChZEZXNjcmliZVNlc3Npb25SZXF1ZXN0Eh4KCnNlc3Npb25faWQYASABKAlCCsrzGAYIARBAGAEiVgoXRGVzY3JpYmVTZXNzaW9uUmVzcG9uc2USLAoHc2Vzc2lvbhgBIAEoCzIbLmNvb3JkaW5hdG9yLnYxLlNlc3Npb25JbmZvEg0KBW5hbWVzGAIgAygJKrECCgtFcnJvclJlYXNvbhIcChhFUlJPUl9SRUFTT05fVU5TUEVDSUZJRUQQABIYCg5MRUFTRV9OT1RfSEVMRBABGgTY8xgBEhgKFERBVEFfTE9TU19RVUFSQU5USU5FEAISFQoRU1RPUkVfVU5BVkFJTEFCTEUQAxIXCg1JTlZBTElEX0ZJRUxEEAQaBNjzGAESGwoRUEVSTUlTU0lPTl9ERU5JRUQQBRoE2PMYARIVChFDQVBBQ0lUWV9NSVNNQVRDSBAGEhsKEVNFU1NJT05fTk9UX0ZPVU5EEAcaBNjzGAESGQoPU0VTU0lPTl9FWFBJUkVEEAgaBNjzGAESGAoOU0VTU0lPTl9DTE9TRUQQCRoE2PMYARIaChBMRUFTRV9JTl9TRVNTSU9OEAoaBNjzGAEqPAoKUldDYXBhY2l0eRIbChdSV19DQVBBQ0lUWV9VTlNQRUNJRklFRBAAEhEKC1JXX0NBUEFDSVRZEMCEPTKKCgoLQ29vcmRpbmF0b3ISUwoKVHJ5QWNxdWlyZRIhLmNvb3JkaW5hdG9yLnYxLlRyeUFjcXVpcmVSZXF1ZXN0GiIuY29vcmRpbmF0b3IudjEuVHJ5QWNxdWlyZVJlc3BvbnNlEkQKBVJlbmV3EhwuY29vcmRpbmF0b3IudjEuUmVuZXdSZXF1ZXN0Gh0uY29vcmRpbmF0b3IudjEuUmVuZXdSZXNwb25zZRJKCgdSZWxlYXNlEh4uY29vcmRpbmF0b3IudjEuUmVsZWFzZVJlcXVlc3QaHy5jb29yZGluYXRvci52MS5SZWxlYXNlUmVzcG9uc2USVAoJS2VlcEFsaXZlEiAuY29vcmRpbmF0b3IudjEuS2VlcEFsaXZlUmVxdWVzdBohLmNvb3JkaW5hdG9yLnYxLktlZXBBbGl2ZVJlc3BvbnNlKAEwARJOCgdTZXNzaW9uEh4uY29vcmRpbmF0b3IudjEuU2Vzc2lvblJlcXVlc3QaHy5jb29yZGluYXRvci52MS5TZXNzaW9uUmVzcG9uc2UoATABEk0KCERlc2NyaWJlEh8uY29vcmRpbmF0b3IudjEuRGVzY3JpYmVSZXF1ZXN0GiAuY29vcmRpbmF0b3IudjEuRGVzY3JpYmVSZXNwb25zZRJBCgRMaXN0EhsuY29vcmRpbmF0b3IudjEuTGlzdFJlcXVlc3QaHC5jb29yZGluYXRvci52MS5MaXN0UmVzcG9uc2USTQoIQ2FtcGFpZ24SHy5jb29yZGluYXRvci52MS5DYW1wYWlnblJlcXVlc3QaIC5jb29yZGluYXRvci52MS5DYW1wYWlnblJlc3BvbnNlEkcKBlJlc2lnbhIdLmNvb3JkaW5hdG9yLnYxLlJlc2lnblJlcXVlc3QaHi5jb29yZGluYXRvci52MS5SZXNpZ25SZXNwb25zZRJHCgZMZWFkZXISHS5jb29yZGluYXRvci52MS5MZWFkZXJSZXF1ZXN0Gh4uY29vcmRpbmF0b3IudjEuTGVhZGVyUmVzcG9uc2USTAoHT2JzZXJ2ZRIeLmNvb3JkaW5hdG9yLnYxLk9ic2VydmVSZXF1ZXN0Gh8uY29vcmRpbmF0b3IudjEuT2JzZXJ2ZVJlc3BvbnNlMAESXAoNQ3JlYXRlU2Vzc2lvbhIkLmNvb3JkaW5hdG9yLnYxLkNyZWF0ZVNlc3Npb25SZXF1ZXN0GiUuY29vcmRpbmF0b3IudjEuQ3JlYXRlU2Vzc2lvblJlc3BvbnNlElkKDFJlbmV3U2Vzc2lvbhIjLmNvb3JkaW5hdG9yLnYxLlJlbmV3U2Vzc2lvblJlcXVlc3QaJC5jb29yZGluYXRvci52MS5SZW5ld1Nlc3Npb25SZXNwb25zZRJZCgxDbG9zZVNlc3Npb24SIy5jb29yZGluYXRvci52MS5DbG9zZVNlc3Npb25SZXF1ZXN0GiQuY29vcmRpbmF0b3IudjEuQ2xvc2VTZXNzaW9uUmVzcG9uc2USYgoPRGVzY3JpYmVTZXNzaW9uEiYuY29vcmRpbmF0b3IudjEuRGVzY3JpYmVTZXNzaW9uUmVxdWVzdBonLmNvb3JkaW5hdG9yLnYxLkRlc2NyaWJlU2Vzc2lvblJlc3BvbnNlGjXS8xgxCJh1ENAPGBwgZCgFMDI40A9AFEgDUApYBWAZaApwCngygAEyiAHg1AOQAWSYAbDqAUJJWkdnaXRodWIuY29tL2Nvb3JkaW5hdG9yLWRldi9jb29yZGluYXRvci9nZW4vY29vcmRpbmF0b3IvdjE7Y29vcmRpbmF0b3J2MWIGcHJvdG8z", [file_coordinator_v1_rules, file_google_protobuf_duration, file_google_protobuf_timestamp, file_google_rpc_status]);
 
 /**
  * Lease is a grant of a name to one holder until expires_at.
@@ -73,6 +73,15 @@ export type Lease = Message<"coordinator.v1.Lease"> & {
    * @generated from field: uint32 weight = 7;
    */
   weight: number;
+
+  /**
+   * The session the lease is attached to, or empty for a lease of its own
+   * ttl. An attached lease's ttl is the session's, and its expires_at the
+   * session's expiry as the name last learned it.
+   *
+   * @generated from field: string session_id = 8;
+   */
+  sessionId: string;
 };
 
 /**
@@ -136,6 +145,17 @@ export type TryAcquireRequest = Message<"coordinator.v1.TryAcquireRequest"> & {
    * @generated from field: uint32 weight = 6;
    */
   weight: number;
+
+  /**
+   * The session to attach the lease to (CreateSession), or empty for a
+   * lease of its own ttl. With a session, ttl is still checked but ignored:
+   * the lease lives as long as the session. Acquiring again as the holder
+   * moves the lease to the request's session, or to its own ttl, keeping
+   * the token.
+   *
+   * @generated from field: string session_id = 7;
+   */
+  sessionId: string;
 };
 
 /**
@@ -1214,6 +1234,192 @@ export const LeaderEvent_KindSchema: GenEnum<LeaderEvent_Kind> = /*@__PURE__*/
   enumDesc(file_coordinator_v1_coordinator, 28, 0);
 
 /**
+ * Session is a session (see "Sessions" at the service): not the Session
+ * stream's messages.
+ *
+ * @generated from message coordinator.v1.SessionInfo
+ */
+export type SessionInfo = Message<"coordinator.v1.SessionInfo"> & {
+  /**
+   * The session's id: a capability of its creator's credential.
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * How long each renewal keeps it.
+   *
+   * @generated from field: google.protobuf.Duration ttl = 2;
+   */
+  ttl?: Duration | undefined;
+
+  /**
+   * When it ends unless renewed, by the store's clock.
+   *
+   * @generated from field: google.protobuf.Timestamp expires_at = 3;
+   */
+  expiresAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message coordinator.v1.SessionInfo.
+ * Use `create(SessionInfoSchema)` to create a new message.
+ */
+export const SessionInfoSchema: GenMessage<SessionInfo> = /*@__PURE__*/
+  messageDesc(file_coordinator_v1_coordinator, 29);
+
+/**
+ * @generated from message coordinator.v1.CreateSessionRequest
+ */
+export type CreateSessionRequest = Message<"coordinator.v1.CreateSessionRequest"> & {
+  /**
+   * How long the session lasts unless renewed (TryAcquireRequest.ttl's
+   * rules).
+   *
+   * @generated from field: google.protobuf.Duration ttl = 1;
+   */
+  ttl?: Duration | undefined;
+};
+
+/**
+ * Describes the message coordinator.v1.CreateSessionRequest.
+ * Use `create(CreateSessionRequestSchema)` to create a new message.
+ */
+export const CreateSessionRequestSchema: GenMessage<CreateSessionRequest> = /*@__PURE__*/
+  messageDesc(file_coordinator_v1_coordinator, 30);
+
+/**
+ * @generated from message coordinator.v1.CreateSessionResponse
+ */
+export type CreateSessionResponse = Message<"coordinator.v1.CreateSessionResponse"> & {
+  /**
+   * @generated from field: coordinator.v1.SessionInfo session = 1;
+   */
+  session?: SessionInfo | undefined;
+};
+
+/**
+ * Describes the message coordinator.v1.CreateSessionResponse.
+ * Use `create(CreateSessionResponseSchema)` to create a new message.
+ */
+export const CreateSessionResponseSchema: GenMessage<CreateSessionResponse> = /*@__PURE__*/
+  messageDesc(file_coordinator_v1_coordinator, 31);
+
+/**
+ * @generated from message coordinator.v1.RenewSessionRequest
+ */
+export type RenewSessionRequest = Message<"coordinator.v1.RenewSessionRequest"> & {
+  /**
+   * The session's id, as CreateSession returned it.
+   *
+   * @generated from field: string session_id = 1;
+   */
+  sessionId: string;
+};
+
+/**
+ * Describes the message coordinator.v1.RenewSessionRequest.
+ * Use `create(RenewSessionRequestSchema)` to create a new message.
+ */
+export const RenewSessionRequestSchema: GenMessage<RenewSessionRequest> = /*@__PURE__*/
+  messageDesc(file_coordinator_v1_coordinator, 32);
+
+/**
+ * @generated from message coordinator.v1.RenewSessionResponse
+ */
+export type RenewSessionResponse = Message<"coordinator.v1.RenewSessionResponse"> & {
+  /**
+   * The session after renewal: its new expiry.
+   *
+   * @generated from field: coordinator.v1.SessionInfo session = 1;
+   */
+  session?: SessionInfo | undefined;
+};
+
+/**
+ * Describes the message coordinator.v1.RenewSessionResponse.
+ * Use `create(RenewSessionResponseSchema)` to create a new message.
+ */
+export const RenewSessionResponseSchema: GenMessage<RenewSessionResponse> = /*@__PURE__*/
+  messageDesc(file_coordinator_v1_coordinator, 33);
+
+/**
+ * @generated from message coordinator.v1.CloseSessionRequest
+ */
+export type CloseSessionRequest = Message<"coordinator.v1.CloseSessionRequest"> & {
+  /**
+   * The session's id (RenewSessionRequest.session_id's rules).
+   *
+   * @generated from field: string session_id = 1;
+   */
+  sessionId: string;
+};
+
+/**
+ * Describes the message coordinator.v1.CloseSessionRequest.
+ * Use `create(CloseSessionRequestSchema)` to create a new message.
+ */
+export const CloseSessionRequestSchema: GenMessage<CloseSessionRequest> = /*@__PURE__*/
+  messageDesc(file_coordinator_v1_coordinator, 34);
+
+/**
+ * @generated from message coordinator.v1.CloseSessionResponse
+ */
+export type CloseSessionResponse = Message<"coordinator.v1.CloseSessionResponse"> & {
+};
+
+/**
+ * Describes the message coordinator.v1.CloseSessionResponse.
+ * Use `create(CloseSessionResponseSchema)` to create a new message.
+ */
+export const CloseSessionResponseSchema: GenMessage<CloseSessionResponse> = /*@__PURE__*/
+  messageDesc(file_coordinator_v1_coordinator, 35);
+
+/**
+ * @generated from message coordinator.v1.DescribeSessionRequest
+ */
+export type DescribeSessionRequest = Message<"coordinator.v1.DescribeSessionRequest"> & {
+  /**
+   * The session's id (RenewSessionRequest.session_id's rules).
+   *
+   * @generated from field: string session_id = 1;
+   */
+  sessionId: string;
+};
+
+/**
+ * Describes the message coordinator.v1.DescribeSessionRequest.
+ * Use `create(DescribeSessionRequestSchema)` to create a new message.
+ */
+export const DescribeSessionRequestSchema: GenMessage<DescribeSessionRequest> = /*@__PURE__*/
+  messageDesc(file_coordinator_v1_coordinator, 36);
+
+/**
+ * @generated from message coordinator.v1.DescribeSessionResponse
+ */
+export type DescribeSessionResponse = Message<"coordinator.v1.DescribeSessionResponse"> & {
+  /**
+   * @generated from field: coordinator.v1.SessionInfo session = 1;
+   */
+  session?: SessionInfo | undefined;
+
+  /**
+   * The names on which the session holds leases, in name order.
+   *
+   * @generated from field: repeated string names = 2;
+   */
+  names: string[];
+};
+
+/**
+ * Describes the message coordinator.v1.DescribeSessionResponse.
+ * Use `create(DescribeSessionResponseSchema)` to create a new message.
+ */
+export const DescribeSessionResponseSchema: GenMessage<DescribeSessionResponse> = /*@__PURE__*/
+  messageDesc(file_coordinator_v1_coordinator, 37);
+
+/**
  * ErrorReason is the google.rpc.ErrorInfo reason of errors a client may act
  * on (the reason string is the value's name, e.g. "LEASE_NOT_HELD"), and the
  * reason of a KeepAlive result that lost or failed. The reasons marked
@@ -1278,6 +1484,38 @@ export enum ErrorReason {
    * @generated from enum value: CAPACITY_MISMATCH = 6;
    */
   CAPACITY_MISMATCH = 6,
+
+  /**
+   * FailedPrecondition: no such session (never created, or forgotten long
+   * after it ended). ErrorInfo metadata "session_id" names it.
+   *
+   * @generated from enum value: SESSION_NOT_FOUND = 7;
+   */
+  SESSION_NOT_FOUND = 7,
+
+  /**
+   * FailedPrecondition: the session expired; it and its leases are gone
+   * for good. ErrorInfo metadata "session_id" names it.
+   *
+   * @generated from enum value: SESSION_EXPIRED = 8;
+   */
+  SESSION_EXPIRED = 8,
+
+  /**
+   * FailedPrecondition: the session was closed. ErrorInfo metadata
+   * "session_id" names it.
+   *
+   * @generated from enum value: SESSION_CLOSED = 9;
+   */
+  SESSION_CLOSED = 9,
+
+  /**
+   * FailedPrecondition: Renew (or KeepAlive) of a lease attached to a
+   * session: renew the session instead. ErrorInfo metadata "name" names it.
+   *
+   * @generated from enum value: LEASE_IN_SESSION = 10;
+   */
+  LEASE_IN_SESSION = 10,
 }
 
 /**
@@ -1524,6 +1762,48 @@ export const Coordinator: GenService<{
     methodKind: "server_streaming";
     input: typeof ObserveRequestSchema;
     output: typeof ObserveResponseSchema;
+  },
+  /**
+   * CreateSession starts a session of the caller's credential.
+   *
+   * @generated from rpc coordinator.v1.Coordinator.CreateSession
+   */
+  createSession: {
+    methodKind: "unary";
+    input: typeof CreateSessionRequestSchema;
+    output: typeof CreateSessionResponseSchema;
+  },
+  /**
+   * RenewSession extends the session by its ttl from now: one store
+   * operation, whatever the number of leases attached.
+   *
+   * @generated from rpc coordinator.v1.Coordinator.RenewSession
+   */
+  renewSession: {
+    methodKind: "unary";
+    input: typeof RenewSessionRequestSchema;
+    output: typeof RenewSessionResponseSchema;
+  },
+  /**
+   * CloseSession ends the session and releases every lease attached to it,
+   * in one call. Closing a closed session succeeds.
+   *
+   * @generated from rpc coordinator.v1.Coordinator.CloseSession
+   */
+  closeSession: {
+    methodKind: "unary";
+    input: typeof CloseSessionRequestSchema;
+    output: typeof CloseSessionResponseSchema;
+  },
+  /**
+   * DescribeSession reports a live session and the names of its leases.
+   *
+   * @generated from rpc coordinator.v1.Coordinator.DescribeSession
+   */
+  describeSession: {
+    methodKind: "unary";
+    input: typeof DescribeSessionRequestSchema;
+    output: typeof DescribeSessionResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_coordinator_v1_coordinator, 0);
