@@ -93,7 +93,7 @@ func sessionToProto(sess store.Session) *coordinatorv1.SessionInfo {
 // FailedPrecondition with their reasons (PermissionDenied for another
 // owner's session), anything else as storeError does.
 func errOfSession(id string, err error) error {
-	reason := coordinatorv1.ErrorReason_ERROR_REASON_UNSPECIFIED
+	var reason coordinatorv1.ErrorReason
 	code := codes.FailedPrecondition
 	switch {
 	case errors.Is(err, store.ErrSessionNotOwned):
