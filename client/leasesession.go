@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
@@ -66,6 +67,7 @@ func (c *Client) NewSession(ctx context.Context, opts ...LockOption) (*Session, 
 		s.end(ErrClosed)
 		return nil, ErrClosed
 	}
+	//nolint:contextcheck // the renewals outlive this call, until Close
 	go s.keepAlive(run, sent)
 	return s, nil
 }
@@ -206,7 +208,7 @@ func (s *Session) keepAlive(run context.Context, confirmed time.Time) {
 			timer.Stop()
 			if s.end(ErrClosed) {
 				// The Client closes: release the leases with the session.
-				ctx, cancel := context.WithTimeout(context.Background(), max(s.c.closeTimeout, time.Millisecond))
+				ctx, cancel := context.WithTimeout(context.WithoutCancel(run), max(s.c.closeTimeout, time.Millisecond))
 				_ = s.closeRemote(ctx)
 				cancel()
 			}
@@ -230,7 +232,7 @@ func (s *Session) keepAlive(run context.Context, confirmed time.Time) {
 		case run.Err() != nil:
 			// Closing: the top of the loop ends the session.
 		case endsLease(ErrorReason(err)):
-			s.end(fmt.Errorf("%w: session %s: %v", ErrLost, s.id, err))
+			s.end(fmt.Errorf("%w: session %s: %s: %s", ErrLost, s.id, ErrorReason(err), status.Convert(err).Message()))
 			return
 		default:
 			if retry == nil {
