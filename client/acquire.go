@@ -60,14 +60,16 @@ type grant struct {
 	sent     time.Time // when the request was sent, on the Client's clock
 }
 
-// acquireCall asks the coordinator for a lease as holder, waiting up to wait.
-type acquireCall func(ctx context.Context, holder string, ttl, wait time.Duration) (grant, error)
+// acquireCall asks the coordinator for a lease as holder, waiting up to
+// wait, attached to session (an id) unless it is empty.
+type acquireCall func(ctx context.Context, holder string, ttl, wait time.Duration, session string) (grant, error)
 
 // tryAcquire asks for weight of name, of capacity capacity (0 and 0: an
 // exclusive lock).
 func (c *Client) tryAcquire(name string, capacity, weight uint32) acquireCall {
-	return func(ctx context.Context, holder string, ttl, wait time.Duration) (grant, error) {
-		req := &coordinatorv1.TryAcquireRequest{Name: name, Holder: holder, Ttl: durationpb.New(ttl), Capacity: capacity, Weight: weight}
+	return func(ctx context.Context, holder string, ttl, wait time.Duration, session string) (grant, error) {
+		req := &coordinatorv1.TryAcquireRequest{Name: name, Holder: holder, Ttl: durationpb.New(ttl), Capacity: capacity, Weight: weight,
+			SessionId: session}
 		if wait > 0 {
 			req.Wait = durationpb.New(wait)
 		}
@@ -107,6 +109,15 @@ func (c *Client) acquire(ctx context.Context, cfg lockConfig, wait bool, kind, n
 	if cfg.ttl <= 0 {
 		return nil, fmt.Errorf("coordinator: %s %q: TTL %s is not positive", kind, name, cfg.ttl)
 	}
+	var session string
+	if cfg.session != nil {
+		if err := cfg.session.Err(); err != nil {
+			return nil, fmt.Errorf("coordinator: %s %q in session %s: %w", kind, name, cfg.session.ID(), err)
+		}
+		// The lease is valid as long as its session: its own TTL is the
+		// session's (the coordinator ignores the one sent).
+		session, cfg.ttl = cfg.session.ID(), cfg.session.TTL()
+	}
 	ctx, cancel := c.callCtx(ctx)
 	defer cancel()
 	holder := c.newHolder()
@@ -128,7 +139,7 @@ func (c *Client) acquire(ctx context.Context, cfg lockConfig, wait bool, kind, n
 		// request was sent (the call says when); how long the coordinator
 		// waited is real time.
 		start := time.Now()
-		g, err := call(ctx, holder, cfg.ttl, waitFor)
+		g, err := call(ctx, holder, cfg.ttl, waitFor, session)
 		sent := g.sent
 		if err != nil {
 			if ctx.Err() == nil && wait && transient(err) {
@@ -166,6 +177,10 @@ func (c *Client) acquire(ctx context.Context, cfg lockConfig, wait bool, kind, n
 			continue // the coordinator's longest wait passed: ask again
 		}
 		b.Reset()
+		if cfg.session != nil {
+			// Valid as long as the session, whenever it was granted.
+			return c.attached(ctx, cfg.session, kind, name, holder, g, sent)
+		}
 		if remaining := c.clock.Until(sent.Add(usable)); remaining < usable/2 && confirms < maxConfirms {
 			confirms++
 			continue
@@ -185,6 +200,21 @@ func (c *Client) acquire(ctx context.Context, cfg lockConfig, wait bool, kind, n
 		}
 		return l, nil
 	}
+}
+
+// attached makes the lease granted in session s: not renewed on its own,
+// ended with the session.
+func (c *Client) attached(ctx context.Context, s *Session, kind, name, holder string, g grant, sent time.Time) (*lease, error) {
+	l := c.newLease(kind, name, holder, g.token, g.ttl, sent)
+	l.weight = max(g.weight, 1)
+	if err := s.attach(l); err != nil {
+		_ = c.renewals.end(l, err)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		_, _ = c.api.Release(rctx, &coordinatorv1.ReleaseRequest{Name: name, Holder: holder, Token: g.token})
+		cancel()
+		return nil, err
+	}
+	return l, nil
 }
 
 func (c *Client) notAcquired(ctx context.Context, name, holder string, lastErr error) error {

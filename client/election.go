@@ -164,7 +164,10 @@ func (c *Client) Campaign(ctx context.Context, election string, value []byte, op
 }
 
 func (c *Client) campaign(election string, value []byte) acquireCall {
-	return func(ctx context.Context, candidate string, ttl, wait time.Duration) (grant, error) {
+	return func(ctx context.Context, candidate string, ttl, wait time.Duration, session string) (grant, error) {
+		if session != "" {
+			return grant{}, errors.New("coordinator: campaign: leadership cannot be attached to a session yet")
+		}
 		req := &coordinatorv1.CampaignRequest{Election: election, Candidate: candidate, Value: value, Ttl: durationpb.New(ttl)}
 		if wait > 0 {
 			req.Wait = durationpb.New(wait)

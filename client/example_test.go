@@ -47,6 +47,44 @@ func ExampleClient_TryLock() {
 	// coordinator: released
 }
 
+func ExampleClient_NewSession() {
+	addr, stop := startCoordinator()
+	defer stop()
+	ctx := context.Background()
+
+	c, err := client.New(addr)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer func() { _ = c.Close() }()
+
+	// One session, renewed about every 5s, keeps all of this worker's
+	// partitions; if the worker dies they all go at once after 15s.
+	session, err := c.NewSession(ctx, client.WithTTL(15*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	var parts []*client.Lease
+	for i := range 3 {
+		part, err := c.TryLock(ctx, fmt.Sprintf("partitions/%d", i), client.WithSession(session))
+		if err != nil {
+			log.Fatal(err)
+		}
+		parts = append(parts, part)
+	}
+	fmt.Println("holding", len(parts), "partitions in one session")
+
+	// Closing the session releases them all in one call.
+	if err := session.Close(ctx); err != nil {
+		log.Fatal(err)
+	}
+	<-parts[2].Done()
+	fmt.Println(parts[2].Err())
+	// Output:
+	// holding 3 partitions in one session
+	// coordinator: released
+}
+
 func ExampleSemaphore() {
 	addr, stop := startCoordinator()
 	defer stop()

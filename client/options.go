@@ -44,6 +44,8 @@ type config struct {
 
 type lockConfig struct {
 	ttl time.Duration
+	// session, when set, is the session the lease attaches to (WithSession).
+	session *Session
 }
 
 type optionFunc func(*config)

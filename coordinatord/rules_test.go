@@ -112,6 +112,36 @@ func TestValidationFollowsTheProtoRules(t *testing.T) {
 			func() proto.Message { return &coordinatorv1.ObserveRequest{Election: fresh()} },
 			func(m proto.Message) error { return observeOnce(ctx, c, m.(*coordinatorv1.ObserveRequest)) },
 		},
+		// A valid session id that names no session is refused, but not as
+		// invalid: FailedPrecondition, SESSION_NOT_FOUND.
+		"coordinator.v1.CreateSessionRequest": {
+			func() proto.Message { return &coordinatorv1.CreateSessionRequest{Ttl: ttl} },
+			func(m proto.Message) error {
+				_, err := c.client.CreateSession(ctx, m.(*coordinatorv1.CreateSessionRequest))
+				return err
+			},
+		},
+		"coordinator.v1.RenewSessionRequest": {
+			func() proto.Message { return &coordinatorv1.RenewSessionRequest{SessionId: fresh()} },
+			func(m proto.Message) error {
+				_, err := c.client.RenewSession(ctx, m.(*coordinatorv1.RenewSessionRequest))
+				return err
+			},
+		},
+		"coordinator.v1.CloseSessionRequest": {
+			func() proto.Message { return &coordinatorv1.CloseSessionRequest{SessionId: fresh()} },
+			func(m proto.Message) error {
+				_, err := c.client.CloseSession(ctx, m.(*coordinatorv1.CloseSessionRequest))
+				return err
+			},
+		},
+		"coordinator.v1.DescribeSessionRequest": {
+			func() proto.Message { return &coordinatorv1.DescribeSessionRequest{SessionId: fresh()} },
+			func(m proto.Message) error {
+				_, err := c.client.DescribeSession(ctx, m.(*coordinatorv1.DescribeSessionRequest))
+				return err
+			},
+		},
 	}
 
 	annotated := 0

@@ -60,6 +60,9 @@ func (s *Service) countAcquire(req store.AcquireRequest, res store.AcquireResult
 	default:
 		s.metrics.acquireErrors.Inc()
 	}
+	if req.Session != "" {
+		return res, errOfSession(req.Session, err)
+	}
 	return res, storeError(err)
 }
 

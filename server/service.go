@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
+	"github.com/coordinator-dev/coordinator/server/principal"
 	"github.com/coordinator-dev/coordinator/server/store"
 )
 
@@ -127,6 +128,7 @@ func (s *Service) TryAcquire(ctx context.Context, req *coordinatorv1.TryAcquireR
 	ttl := v.ttl("ttl", req.GetTtl(), s.maxTTL)
 	wait := v.wait("wait", req.GetWait())
 	capacity, weight := v.share(req.GetCapacity(), req.GetWeight())
+	v.sessionID("session_id", req.GetSessionId(), true)
 	if err := v.Err(); err != nil {
 		return nil, err
 	}
@@ -135,6 +137,7 @@ func (s *Service) TryAcquire(ctx context.Context, req *coordinatorv1.TryAcquireR
 	res, err := s.acquire(ctx, store.AcquireRequest{
 		Name: req.GetName(), Holder: req.GetHolder(), TTL: ttl, KeepValue: true,
 		Capacity: capacity, Weight: weight, MaxHolders: s.maxHolders,
+		Session: req.GetSessionId(), SessionOwner: principal.Of(ctx),
 	}, wait)
 	if err != nil {
 		return nil, err
@@ -186,6 +189,9 @@ func (s *Service) renew(ctx context.Context, name, holder string, token uint64, 
 		s.metrics.renewNotHeld.Inc()
 		s.metrics.held.released(name, token)
 		return lease, errLeaseNotHeld(name)
+	case errors.Is(err, store.ErrLeaseInSession):
+		s.metrics.renewNotHeld.Inc()
+		return lease, errLeaseInSession(name)
 	case err != nil:
 		s.metrics.renewErrors.Inc()
 		return lease, storeError(err)
@@ -278,6 +284,7 @@ func leaseToProto(l store.Lease) *coordinatorv1.Lease {
 		ExpiresAt: timestamppb.New(l.ExpiresAt),
 		Value:     l.Value,
 		Weight:    uint32(max(l.Weight, 1)),
+		SessionId: l.Session,
 	}
 }
 

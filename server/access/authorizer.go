@@ -3,6 +3,7 @@ package access
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"strconv"
 	"sync"
@@ -19,6 +20,7 @@ import (
 
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
 	"github.com/coordinator-dev/coordinator/server/errinfo"
+	"github.com/coordinator-dev/coordinator/server/principal"
 )
 
 // Config says where the rules come from.
@@ -99,7 +101,17 @@ func (a *Authorizer) Authenticate(ctx context.Context) (context.Context, error) 
 			return nil, status.Error(codes.Unauthenticated, "no credential: send 'authorization: Bearer TOKEN'"+a.orCert())
 		}
 	}
+	ctx = principal.With(ctx, id.principal())
 	return context.WithValue(ctx, identityKey{}, id), nil
+}
+
+// principal names the credential, for the sessions it creates: a digest
+// of a bearer token (never the token), or the certificate's Common Name.
+func (id identity) principal() string {
+	if id.hasToken {
+		return "token:" + hex.EncodeToString(id.digest[:])
+	}
+	return "cert:" + id.cn
 }
 
 func (a *Authorizer) orCert() string {
@@ -173,6 +185,17 @@ func nameOf(m any) (name, field string, ok bool) {
 	return "", "", false
 }
 
+// isSessionCall reports a request of the session calls (CreateSession,
+// RenewSession, CloseSession, DescribeSession), which name no lease.
+func isSessionCall(req any) bool {
+	switch req.(type) {
+	case *coordinatorv1.CreateSessionRequest, *coordinatorv1.RenewSessionRequest,
+		*coordinatorv1.CloseSessionRequest, *coordinatorv1.DescribeSessionRequest:
+		return true
+	}
+	return false
+}
+
 // check refuses a request on a name outside the caller's grant. An empty
 // name is left to the handler, which refuses it as invalid; a request that
 // names nothing is refused unless the caller may use every name, so that a
@@ -182,6 +205,14 @@ func (a *Authorizer) check(ctx context.Context, req any) error {
 	name, field, ok := nameOf(req)
 	switch {
 	case g != nil && g.all:
+		return nil
+	case isSessionCall(req):
+		// Any known credential may keep sessions: each is its creator's
+		// capability, which the store checks against the caller's
+		// principal. Its leases' names are checked as any name.
+		if g == nil {
+			return denied(nil, "session", "")
+		}
 		return nil
 	case !ok:
 		return status.Errorf(codes.PermissionDenied, "%T names no lease or election; only a credential for every name may send it", req)

@@ -14,6 +14,13 @@
 // is Unauthenticated; a call on a name outside its credential's prefixes is
 // PermissionDenied.
 //
+// Sessions (CreateSession and the calls on a session) name no lease: any
+// known credential may make them. Authenticate puts the caller's principal
+// (server/principal: a digest of its token, or its certificate's name) in
+// the call's context, and the service makes it the owner of the sessions
+// the call creates, so that a session id is a capability of the credential
+// that created it: another credential's calls on it are PermissionDenied.
+//
 // What it does not do: rules apply to each call as it starts and to every
 // message of a KeepAlive or Session stream, so a reload takes effect at once
 // for new calls, renewals and session operations, but an Observe stream

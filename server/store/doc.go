@@ -44,6 +44,34 @@
 //   - the grants a name carries at once are capped (AcquireRequest.
 //     MaxHolders), past which a grant fails with *HolderLimitError.
 //
+// Sessions (Sessions, AcquireRequest.Session): a session is a liveness of
+// its own (an id, a TTL, renewals, expiry by the store's clock) to which
+// grants attach instead of carrying a TTL. Every implementation keeps, as
+// the conformance suite (storetest.RunSessions) proves:
+//   - one RenewSession keeps every attached grant: one store operation,
+//     whatever their number;
+//   - an attached grant lives exactly as long as its session: when the
+//     session expires every attached grant expires with it (its lock delay
+//     running from the session's end), when it is closed every attached
+//     grant is released (waiters granted, observers told); observers never
+//     report an attached grant vacant while its session lives;
+//   - a dead session (expired, closed, or unknown) never revives: renewing,
+//     attaching to or closing it fails with ErrSessionExpired,
+//     ErrSessionClosed or ErrSessionNotFound (closing a closed one succeeds);
+//   - a session's id is a capability of its owner: renewing, closing,
+//     describing or attaching with another owner fails with
+//     ErrSessionNotOwned (without authentication every caller has the same,
+//     empty, owner);
+//   - attached grants keep everything else a grant has: their own token from
+//     the name's counter, compare-and-set release of one grant (the session
+//     goes on), idempotent re-acquire (asked again without the session, a
+//     grant leaves it and keeps its token), FIFO waiting, capacity and
+//     weights, quarantine; Renew of one fails with ErrLeaseInSession.
+//
+// What a resource can rely on is what a lease gives: a fencing token that
+// increases. A session's holder should count its leases valid only until
+// the session's TTL from when it sent its last answered renewal.
+//
 // What a resource can check with the tokens: an exclusive grant's token is
 // above every token granted before it for the name, so a resource that
 // remembers the last exclusive token it saw refuses every lower one (a

@@ -18,6 +18,10 @@ type Lease struct {
 	// Weight is how much of the name's capacity the grant holds: 1 for an
 	// exclusive lock; never 0 in a lease a store returns.
 	Weight int64
+	// Session is the id of the session the lease is attached to; empty for a
+	// lease with its own TTL. An attached lease's TTL is the session's and
+	// its ExpiresAt the session's expiry as the name last learned it.
+	Session string
 }
 
 // MaxCapacity is the largest capacity a name may have. It keeps weights
@@ -38,8 +42,15 @@ const DefaultMaxHolders = 1024
 type AcquireRequest struct {
 	Name   string
 	Holder string
-	// TTL is the lease's length; it must be positive.
+	// TTL is the lease's length; it must be positive, unless Session is
+	// set: then it is ignored and the lease lives as long as the session.
 	TTL time.Duration
+	// Session, when set, attaches the grant to that live session of
+	// SessionOwner (else the Acquire fails with a session error, see
+	// Sessions). A holder that asks again moves its grant to the request's
+	// session, or to its own TTL, keeping the token.
+	Session      string
+	SessionOwner string
 	// Value is stored with the lease (an election's proclaimed value).
 	Value []byte
 	// KeepValue, when Holder already holds the name, keeps the stored value
@@ -240,9 +251,11 @@ type Notifier interface {
 	Watch(ctx context.Context, names []string, ttl time.Duration) ([]Description, error)
 }
 
-// Store is a whole lease store: the state machine and its notifications.
+// Store is a whole lease store: the state machine, its sessions and its
+// notifications.
 type Store interface {
 	Leases
+	Sessions
 	Notifier
 	// Close releases the store's resources and closes the channel of every
 	// Changes subscription.

@@ -54,18 +54,34 @@ const (
 	// exclusive). ErrorInfo metadata "name", "capacity" (the name's) and
 	// "requested" (the request's) say which.
 	ErrorReason_CAPACITY_MISMATCH ErrorReason = 6
+	// FailedPrecondition: no such session (never created, or forgotten long
+	// after it ended). ErrorInfo metadata "session_id" names it.
+	ErrorReason_SESSION_NOT_FOUND ErrorReason = 7
+	// FailedPrecondition: the session expired; it and its leases are gone
+	// for good. ErrorInfo metadata "session_id" names it.
+	ErrorReason_SESSION_EXPIRED ErrorReason = 8
+	// FailedPrecondition: the session was closed. ErrorInfo metadata
+	// "session_id" names it.
+	ErrorReason_SESSION_CLOSED ErrorReason = 9
+	// FailedPrecondition: Renew (or KeepAlive) of a lease attached to a
+	// session: renew the session instead. ErrorInfo metadata "name" names it.
+	ErrorReason_LEASE_IN_SESSION ErrorReason = 10
 )
 
 // Enum value maps for ErrorReason.
 var (
 	ErrorReason_name = map[int32]string{
-		0: "ERROR_REASON_UNSPECIFIED",
-		1: "LEASE_NOT_HELD",
-		2: "DATA_LOSS_QUARANTINE",
-		3: "STORE_UNAVAILABLE",
-		4: "INVALID_FIELD",
-		5: "PERMISSION_DENIED",
-		6: "CAPACITY_MISMATCH",
+		0:  "ERROR_REASON_UNSPECIFIED",
+		1:  "LEASE_NOT_HELD",
+		2:  "DATA_LOSS_QUARANTINE",
+		3:  "STORE_UNAVAILABLE",
+		4:  "INVALID_FIELD",
+		5:  "PERMISSION_DENIED",
+		6:  "CAPACITY_MISMATCH",
+		7:  "SESSION_NOT_FOUND",
+		8:  "SESSION_EXPIRED",
+		9:  "SESSION_CLOSED",
+		10: "LEASE_IN_SESSION",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED": 0,
@@ -75,6 +91,10 @@ var (
 		"INVALID_FIELD":            4,
 		"PERMISSION_DENIED":        5,
 		"CAPACITY_MISMATCH":        6,
+		"SESSION_NOT_FOUND":        7,
+		"SESSION_EXPIRED":          8,
+		"SESSION_CLOSED":           9,
+		"LEASE_IN_SESSION":         10,
 	}
 )
 
@@ -232,7 +252,11 @@ type Lease struct {
 	Value []byte `protobuf:"bytes,6,opt,name=value,proto3" json:"value,omitempty"`
 	// How much of the name's capacity the grant holds: 1 for a lock or a
 	// leadership, at most the capacity.
-	Weight        uint32 `protobuf:"varint,7,opt,name=weight,proto3" json:"weight,omitempty"`
+	Weight uint32 `protobuf:"varint,7,opt,name=weight,proto3" json:"weight,omitempty"`
+	// The session the lease is attached to, or empty for a lease of its own
+	// ttl. An attached lease's ttl is the session's, and its expires_at the
+	// session's expiry as the name last learned it.
+	SessionId     string `protobuf:"bytes,8,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -316,6 +340,13 @@ func (x *Lease) GetWeight() uint32 {
 	return 0
 }
 
+func (x *Lease) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
 type TryAcquireRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The name to lease: 1 to 256 bytes; "/" separates namespaces.
@@ -338,7 +369,13 @@ type TryAcquireRequest struct {
 	// How much of the capacity to hold: 0 means 1; at most capacity (a
 	// larger weight is INVALID_FIELD "weight"). Acquiring again as the holder
 	// renews the grant with the weight it holds.
-	Weight        uint32 `protobuf:"varint,6,opt,name=weight,proto3" json:"weight,omitempty"`
+	Weight uint32 `protobuf:"varint,6,opt,name=weight,proto3" json:"weight,omitempty"`
+	// The session to attach the lease to (CreateSession), or empty for a
+	// lease of its own ttl. With a session, ttl is still checked but ignored:
+	// the lease lives as long as the session. Acquiring again as the holder
+	// moves the lease to the request's session, or to its own ttl, keeping
+	// the token.
+	SessionId     string `protobuf:"bytes,7,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -413,6 +450,13 @@ func (x *TryAcquireRequest) GetWeight() uint32 {
 		return x.Weight
 	}
 	return 0
+}
+
+func (x *TryAcquireRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
 }
 
 type TryAcquireResponse struct {
@@ -2428,11 +2472,435 @@ func (x *LeaderEvent) GetCapacity() uint32 {
 	return 0
 }
 
+// Session is a session (see "Sessions" at the service): not the Session
+// stream's messages.
+type SessionInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session's id: a capability of its creator's credential.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// How long each renewal keeps it.
+	Ttl *durationpb.Duration `protobuf:"bytes,2,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	// When it ends unless renewed, by the store's clock.
+	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionInfo) Reset() {
+	*x = SessionInfo{}
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionInfo) ProtoMessage() {}
+
+func (x *SessionInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionInfo.ProtoReflect.Descriptor instead.
+func (*SessionInfo) Descriptor() ([]byte, []int) {
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *SessionInfo) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *SessionInfo) GetTtl() *durationpb.Duration {
+	if x != nil {
+		return x.Ttl
+	}
+	return nil
+}
+
+func (x *SessionInfo) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
+type CreateSessionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How long the session lasts unless renewed (TryAcquireRequest.ttl's
+	// rules).
+	Ttl           *durationpb.Duration `protobuf:"bytes,1,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateSessionRequest) Reset() {
+	*x = CreateSessionRequest{}
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateSessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateSessionRequest) ProtoMessage() {}
+
+func (x *CreateSessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateSessionRequest.ProtoReflect.Descriptor instead.
+func (*CreateSessionRequest) Descriptor() ([]byte, []int) {
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *CreateSessionRequest) GetTtl() *durationpb.Duration {
+	if x != nil {
+		return x.Ttl
+	}
+	return nil
+}
+
+type CreateSessionResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Session       *SessionInfo           `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateSessionResponse) Reset() {
+	*x = CreateSessionResponse{}
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateSessionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateSessionResponse) ProtoMessage() {}
+
+func (x *CreateSessionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateSessionResponse.ProtoReflect.Descriptor instead.
+func (*CreateSessionResponse) Descriptor() ([]byte, []int) {
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *CreateSessionResponse) GetSession() *SessionInfo {
+	if x != nil {
+		return x.Session
+	}
+	return nil
+}
+
+type RenewSessionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session's id, as CreateSession returned it.
+	SessionId     string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewSessionRequest) Reset() {
+	*x = RenewSessionRequest{}
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewSessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewSessionRequest) ProtoMessage() {}
+
+func (x *RenewSessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewSessionRequest.ProtoReflect.Descriptor instead.
+func (*RenewSessionRequest) Descriptor() ([]byte, []int) {
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *RenewSessionRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+type RenewSessionResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session after renewal: its new expiry.
+	Session       *SessionInfo `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewSessionResponse) Reset() {
+	*x = RenewSessionResponse{}
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewSessionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewSessionResponse) ProtoMessage() {}
+
+func (x *RenewSessionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewSessionResponse.ProtoReflect.Descriptor instead.
+func (*RenewSessionResponse) Descriptor() ([]byte, []int) {
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *RenewSessionResponse) GetSession() *SessionInfo {
+	if x != nil {
+		return x.Session
+	}
+	return nil
+}
+
+type CloseSessionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session's id (RenewSessionRequest.session_id's rules).
+	SessionId     string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CloseSessionRequest) Reset() {
+	*x = CloseSessionRequest{}
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CloseSessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CloseSessionRequest) ProtoMessage() {}
+
+func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
+func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *CloseSessionRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+type CloseSessionResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CloseSessionResponse) Reset() {
+	*x = CloseSessionResponse{}
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CloseSessionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CloseSessionResponse) ProtoMessage() {}
+
+func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
+func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{35}
+}
+
+type DescribeSessionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session's id (RenewSessionRequest.session_id's rules).
+	SessionId     string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DescribeSessionRequest) Reset() {
+	*x = DescribeSessionRequest{}
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescribeSessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescribeSessionRequest) ProtoMessage() {}
+
+func (x *DescribeSessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescribeSessionRequest.ProtoReflect.Descriptor instead.
+func (*DescribeSessionRequest) Descriptor() ([]byte, []int) {
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *DescribeSessionRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+type DescribeSessionResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Session *SessionInfo           `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	// The names on which the session holds leases, in name order.
+	Names         []string `protobuf:"bytes,2,rep,name=names,proto3" json:"names,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DescribeSessionResponse) Reset() {
+	*x = DescribeSessionResponse{}
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescribeSessionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescribeSessionResponse) ProtoMessage() {}
+
+func (x *DescribeSessionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescribeSessionResponse.ProtoReflect.Descriptor instead.
+func (*DescribeSessionResponse) Descriptor() ([]byte, []int) {
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *DescribeSessionResponse) GetSession() *SessionInfo {
+	if x != nil {
+		return x.Session
+	}
+	return nil
+}
+
+func (x *DescribeSessionResponse) GetNames() []string {
+	if x != nil {
+		return x.Names
+	}
+	return nil
+}
+
 var File_coordinator_v1_coordinator_proto protoreflect.FileDescriptor
 
 const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\n" +
-	" coordinator/v1/coordinator.proto\x12\x0ecoordinator.v1\x1a\x1acoordinator/v1/rules.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17google/rpc/status.proto\"\xdf\x01\n" +
+	" coordinator/v1/coordinator.proto\x12\x0ecoordinator.v1\x1a\x1acoordinator/v1/rules.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x17google/rpc/status.proto\"\xfe\x01\n" +
 	"\x05Lease\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x14\n" +
@@ -2441,14 +2909,18 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\n" +
 	"expires_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x14\n" +
 	"\x05value\x18\x06 \x01(\fR\x05value\x12\x16\n" +
-	"\x06weight\x18\a \x01(\rR\x06weight\"\xa6\x02\n" +
+	"\x06weight\x18\a \x01(\rR\x06weight\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\b \x01(\tR\tsessionId\"\xcf\x02\n" +
 	"\x11TryAcquireRequest\x12\x1f\n" +
 	"\x04name\x18\x01 \x01(\tB\v\xca\xf3\x18\a\b\x01\x10\x80\x02\x18\x02R\x04name\x12#\n" +
 	"\x06holder\x18\x02 \x01(\tB\v\xca\xf3\x18\a\b\x01\x10\x80\x01\x18\x01R\x06holder\x12J\n" +
 	"\x03ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationB\x1d\xca\xf3\x18\x19\b\x01 d2\x13COORDINATOR_MAX_TTLR\x03ttl\x127\n" +
 	"\x04wait\x18\x04 \x01(\v2\x19.google.protobuf.DurationB\b\xca\xf3\x18\x04(\xe0\xa7\x12R\x04wait\x12$\n" +
 	"\bcapacity\x18\x05 \x01(\rB\b\xca\xf3\x18\x048\xc0\x84=R\bcapacity\x12 \n" +
-	"\x06weight\x18\x06 \x01(\rB\b\xca\xf3\x18\x048\xc0\x84=R\x06weight\"\xb1\x01\n" +
+	"\x06weight\x18\x06 \x01(\rB\b\xca\xf3\x18\x048\xc0\x84=R\x06weight\x12'\n" +
+	"\n" +
+	"session_id\x18\a \x01(\tB\b\xca\xf3\x18\x04\x10@\x18\x01R\tsessionId\"\xb1\x01\n" +
 	"\x12TryAcquireResponse\x12\x1a\n" +
 	"\bacquired\x18\x01 \x01(\bR\bacquired\x12+\n" +
 	"\x05lease\x18\x02 \x01(\v2\x15.coordinator.v1.LeaseR\x05lease\x12\x16\n" +
@@ -2587,7 +3059,34 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\fKIND_ELECTED\x10\x01\x12\x13\n" +
 	"\x0fKIND_PROCLAIMED\x10\x02\x12\x0f\n" +
 	"\vKIND_VACANT\x10\x03\x12\x10\n" +
-	"\fKIND_HOLDERS\x10\x04*\xc3\x01\n" +
+	"\fKIND_HOLDERS\x10\x04\"\x85\x01\n" +
+	"\vSessionInfo\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12+\n" +
+	"\x03ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x129\n" +
+	"\n" +
+	"expires_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"b\n" +
+	"\x14CreateSessionRequest\x12J\n" +
+	"\x03ttl\x18\x01 \x01(\v2\x19.google.protobuf.DurationB\x1d\xca\xf3\x18\x19\b\x01 d2\x13COORDINATOR_MAX_TTLR\x03ttl\"N\n" +
+	"\x15CreateSessionResponse\x125\n" +
+	"\asession\x18\x01 \x01(\v2\x1b.coordinator.v1.SessionInfoR\asession\"@\n" +
+	"\x13RenewSessionRequest\x12)\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tB\n" +
+	"\xca\xf3\x18\x06\b\x01\x10@\x18\x01R\tsessionId\"M\n" +
+	"\x14RenewSessionResponse\x125\n" +
+	"\asession\x18\x01 \x01(\v2\x1b.coordinator.v1.SessionInfoR\asession\"@\n" +
+	"\x13CloseSessionRequest\x12)\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tB\n" +
+	"\xca\xf3\x18\x06\b\x01\x10@\x18\x01R\tsessionId\"\x16\n" +
+	"\x14CloseSessionResponse\"C\n" +
+	"\x16DescribeSessionRequest\x12)\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tB\n" +
+	"\xca\xf3\x18\x06\b\x01\x10@\x18\x01R\tsessionId\"f\n" +
+	"\x17DescribeSessionResponse\x125\n" +
+	"\asession\x18\x01 \x01(\v2\x1b.coordinator.v1.SessionInfoR\asession\x12\x14\n" +
+	"\x05names\x18\x02 \x03(\tR\x05names*\xb1\x02\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x0eLEASE_NOT_HELD\x10\x01\x1a\x04\xd8\xf3\x18\x01\x12\x18\n" +
@@ -2595,11 +3094,17 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\x11STORE_UNAVAILABLE\x10\x03\x12\x17\n" +
 	"\rINVALID_FIELD\x10\x04\x1a\x04\xd8\xf3\x18\x01\x12\x1b\n" +
 	"\x11PERMISSION_DENIED\x10\x05\x1a\x04\xd8\xf3\x18\x01\x12\x15\n" +
-	"\x11CAPACITY_MISMATCH\x10\x06*<\n" +
+	"\x11CAPACITY_MISMATCH\x10\x06\x12\x1b\n" +
+	"\x11SESSION_NOT_FOUND\x10\a\x1a\x04\xd8\xf3\x18\x01\x12\x19\n" +
+	"\x0fSESSION_EXPIRED\x10\b\x1a\x04\xd8\xf3\x18\x01\x12\x18\n" +
+	"\x0eSESSION_CLOSED\x10\t\x1a\x04\xd8\xf3\x18\x01\x12\x1a\n" +
+	"\x10LEASE_IN_SESSION\x10\n" +
+	"\x1a\x04\xd8\xf3\x18\x01*<\n" +
 	"\n" +
 	"RWCapacity\x12\x1b\n" +
 	"\x17RW_CAPACITY_UNSPECIFIED\x10\x00\x12\x11\n" +
-	"\vRW_CAPACITY\x10\xc0\x84=2\x92\a\n" +
+	"\vRW_CAPACITY\x10\xc0\x84=2\x8a\n" +
+	"\n" +
 	"\vCoordinator\x12S\n" +
 	"\n" +
 	"TryAcquire\x12!.coordinator.v1.TryAcquireRequest\x1a\".coordinator.v1.TryAcquireResponse\x12D\n" +
@@ -2612,7 +3117,11 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\bCampaign\x12\x1f.coordinator.v1.CampaignRequest\x1a .coordinator.v1.CampaignResponse\x12G\n" +
 	"\x06Resign\x12\x1d.coordinator.v1.ResignRequest\x1a\x1e.coordinator.v1.ResignResponse\x12G\n" +
 	"\x06Leader\x12\x1d.coordinator.v1.LeaderRequest\x1a\x1e.coordinator.v1.LeaderResponse\x12L\n" +
-	"\aObserve\x12\x1e.coordinator.v1.ObserveRequest\x1a\x1f.coordinator.v1.ObserveResponse0\x01\x1a5\xd2\xf3\x181\b\x98u\x10\xd0\x0f\x18\x1c d(\x05028\xd0\x0f@\x14H\x03P\n" +
+	"\aObserve\x12\x1e.coordinator.v1.ObserveRequest\x1a\x1f.coordinator.v1.ObserveResponse0\x01\x12\\\n" +
+	"\rCreateSession\x12$.coordinator.v1.CreateSessionRequest\x1a%.coordinator.v1.CreateSessionResponse\x12Y\n" +
+	"\fRenewSession\x12#.coordinator.v1.RenewSessionRequest\x1a$.coordinator.v1.RenewSessionResponse\x12Y\n" +
+	"\fCloseSession\x12#.coordinator.v1.CloseSessionRequest\x1a$.coordinator.v1.CloseSessionResponse\x12b\n" +
+	"\x0fDescribeSession\x12&.coordinator.v1.DescribeSessionRequest\x1a'.coordinator.v1.DescribeSessionResponse\x1a5\xd2\xf3\x181\b\x98u\x10\xd0\x0f\x18\x1c d(\x05028\xd0\x0f@\x14H\x03P\n" +
 	"X\x05`\x19h\n" +
 	"p\n" +
 	"x2\x80\x012\x88\x01\xe0\xd4\x03\x90\x01d\x98\x01\xb0\xea\x01BIZGgithub.com/coordinator-dev/coordinator/gen/coordinator/v1;coordinatorv1b\x06proto3"
@@ -2630,60 +3139,69 @@ func file_coordinator_v1_coordinator_proto_rawDescGZIP() []byte {
 }
 
 var file_coordinator_v1_coordinator_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_coordinator_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_coordinator_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_coordinator_v1_coordinator_proto_goTypes = []any{
-	(ErrorReason)(0),              // 0: coordinator.v1.ErrorReason
-	(RWCapacity)(0),               // 1: coordinator.v1.RWCapacity
-	(LeaderEvent_Kind)(0),         // 2: coordinator.v1.LeaderEvent.Kind
-	(*Lease)(nil),                 // 3: coordinator.v1.Lease
-	(*TryAcquireRequest)(nil),     // 4: coordinator.v1.TryAcquireRequest
-	(*TryAcquireResponse)(nil),    // 5: coordinator.v1.TryAcquireResponse
-	(*RenewRequest)(nil),          // 6: coordinator.v1.RenewRequest
-	(*RenewResponse)(nil),         // 7: coordinator.v1.RenewResponse
-	(*ReleaseRequest)(nil),        // 8: coordinator.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),       // 9: coordinator.v1.ReleaseResponse
-	(*KeepAliveRequest)(nil),      // 10: coordinator.v1.KeepAliveRequest
-	(*KeepAliveResponse)(nil),     // 11: coordinator.v1.KeepAliveResponse
-	(*LeaseLost)(nil),             // 12: coordinator.v1.LeaseLost
-	(*RenewalFailed)(nil),         // 13: coordinator.v1.RenewalFailed
-	(*SessionRequest)(nil),        // 14: coordinator.v1.SessionRequest
-	(*SessionOperation)(nil),      // 15: coordinator.v1.SessionOperation
-	(*SessionResponse)(nil),       // 16: coordinator.v1.SessionResponse
-	(*SessionResult)(nil),         // 17: coordinator.v1.SessionResult
-	(*DescribeRequest)(nil),       // 18: coordinator.v1.DescribeRequest
-	(*DescribeResponse)(nil),      // 19: coordinator.v1.DescribeResponse
-	(*ListRequest)(nil),           // 20: coordinator.v1.ListRequest
-	(*ListResponse)(nil),          // 21: coordinator.v1.ListResponse
-	(*Leader)(nil),                // 22: coordinator.v1.Leader
-	(*CampaignRequest)(nil),       // 23: coordinator.v1.CampaignRequest
-	(*CampaignResponse)(nil),      // 24: coordinator.v1.CampaignResponse
-	(*ResignRequest)(nil),         // 25: coordinator.v1.ResignRequest
-	(*ResignResponse)(nil),        // 26: coordinator.v1.ResignResponse
-	(*LeaderRequest)(nil),         // 27: coordinator.v1.LeaderRequest
-	(*LeaderResponse)(nil),        // 28: coordinator.v1.LeaderResponse
-	(*ObserveRequest)(nil),        // 29: coordinator.v1.ObserveRequest
-	(*ObserveResponse)(nil),       // 30: coordinator.v1.ObserveResponse
-	(*LeaderEvent)(nil),           // 31: coordinator.v1.LeaderEvent
-	(*durationpb.Duration)(nil),   // 32: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 33: google.protobuf.Timestamp
-	(*status.Status)(nil),         // 34: google.rpc.Status
+	(ErrorReason)(0),                // 0: coordinator.v1.ErrorReason
+	(RWCapacity)(0),                 // 1: coordinator.v1.RWCapacity
+	(LeaderEvent_Kind)(0),           // 2: coordinator.v1.LeaderEvent.Kind
+	(*Lease)(nil),                   // 3: coordinator.v1.Lease
+	(*TryAcquireRequest)(nil),       // 4: coordinator.v1.TryAcquireRequest
+	(*TryAcquireResponse)(nil),      // 5: coordinator.v1.TryAcquireResponse
+	(*RenewRequest)(nil),            // 6: coordinator.v1.RenewRequest
+	(*RenewResponse)(nil),           // 7: coordinator.v1.RenewResponse
+	(*ReleaseRequest)(nil),          // 8: coordinator.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),         // 9: coordinator.v1.ReleaseResponse
+	(*KeepAliveRequest)(nil),        // 10: coordinator.v1.KeepAliveRequest
+	(*KeepAliveResponse)(nil),       // 11: coordinator.v1.KeepAliveResponse
+	(*LeaseLost)(nil),               // 12: coordinator.v1.LeaseLost
+	(*RenewalFailed)(nil),           // 13: coordinator.v1.RenewalFailed
+	(*SessionRequest)(nil),          // 14: coordinator.v1.SessionRequest
+	(*SessionOperation)(nil),        // 15: coordinator.v1.SessionOperation
+	(*SessionResponse)(nil),         // 16: coordinator.v1.SessionResponse
+	(*SessionResult)(nil),           // 17: coordinator.v1.SessionResult
+	(*DescribeRequest)(nil),         // 18: coordinator.v1.DescribeRequest
+	(*DescribeResponse)(nil),        // 19: coordinator.v1.DescribeResponse
+	(*ListRequest)(nil),             // 20: coordinator.v1.ListRequest
+	(*ListResponse)(nil),            // 21: coordinator.v1.ListResponse
+	(*Leader)(nil),                  // 22: coordinator.v1.Leader
+	(*CampaignRequest)(nil),         // 23: coordinator.v1.CampaignRequest
+	(*CampaignResponse)(nil),        // 24: coordinator.v1.CampaignResponse
+	(*ResignRequest)(nil),           // 25: coordinator.v1.ResignRequest
+	(*ResignResponse)(nil),          // 26: coordinator.v1.ResignResponse
+	(*LeaderRequest)(nil),           // 27: coordinator.v1.LeaderRequest
+	(*LeaderResponse)(nil),          // 28: coordinator.v1.LeaderResponse
+	(*ObserveRequest)(nil),          // 29: coordinator.v1.ObserveRequest
+	(*ObserveResponse)(nil),         // 30: coordinator.v1.ObserveResponse
+	(*LeaderEvent)(nil),             // 31: coordinator.v1.LeaderEvent
+	(*SessionInfo)(nil),             // 32: coordinator.v1.SessionInfo
+	(*CreateSessionRequest)(nil),    // 33: coordinator.v1.CreateSessionRequest
+	(*CreateSessionResponse)(nil),   // 34: coordinator.v1.CreateSessionResponse
+	(*RenewSessionRequest)(nil),     // 35: coordinator.v1.RenewSessionRequest
+	(*RenewSessionResponse)(nil),    // 36: coordinator.v1.RenewSessionResponse
+	(*CloseSessionRequest)(nil),     // 37: coordinator.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),    // 38: coordinator.v1.CloseSessionResponse
+	(*DescribeSessionRequest)(nil),  // 39: coordinator.v1.DescribeSessionRequest
+	(*DescribeSessionResponse)(nil), // 40: coordinator.v1.DescribeSessionResponse
+	(*durationpb.Duration)(nil),     // 41: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),   // 42: google.protobuf.Timestamp
+	(*status.Status)(nil),           // 43: google.rpc.Status
 }
 var file_coordinator_v1_coordinator_proto_depIdxs = []int32{
-	32, // 0: coordinator.v1.Lease.ttl:type_name -> google.protobuf.Duration
-	33, // 1: coordinator.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
-	32, // 2: coordinator.v1.TryAcquireRequest.ttl:type_name -> google.protobuf.Duration
-	32, // 3: coordinator.v1.TryAcquireRequest.wait:type_name -> google.protobuf.Duration
+	41, // 0: coordinator.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	42, // 1: coordinator.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
+	41, // 2: coordinator.v1.TryAcquireRequest.ttl:type_name -> google.protobuf.Duration
+	41, // 3: coordinator.v1.TryAcquireRequest.wait:type_name -> google.protobuf.Duration
 	3,  // 4: coordinator.v1.TryAcquireResponse.lease:type_name -> coordinator.v1.Lease
-	32, // 5: coordinator.v1.TryAcquireResponse.retry_after:type_name -> google.protobuf.Duration
-	32, // 6: coordinator.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
+	41, // 5: coordinator.v1.TryAcquireResponse.retry_after:type_name -> google.protobuf.Duration
+	41, // 6: coordinator.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
 	3,  // 7: coordinator.v1.RenewResponse.lease:type_name -> coordinator.v1.Lease
-	32, // 8: coordinator.v1.KeepAliveRequest.ttl:type_name -> google.protobuf.Duration
+	41, // 8: coordinator.v1.KeepAliveRequest.ttl:type_name -> google.protobuf.Duration
 	3,  // 9: coordinator.v1.KeepAliveResponse.lease:type_name -> coordinator.v1.Lease
 	12, // 10: coordinator.v1.KeepAliveResponse.lost:type_name -> coordinator.v1.LeaseLost
 	13, // 11: coordinator.v1.KeepAliveResponse.failed:type_name -> coordinator.v1.RenewalFailed
 	0,  // 12: coordinator.v1.LeaseLost.reason:type_name -> coordinator.v1.ErrorReason
 	0,  // 13: coordinator.v1.RenewalFailed.reason:type_name -> coordinator.v1.ErrorReason
-	32, // 14: coordinator.v1.RenewalFailed.retry_after:type_name -> google.protobuf.Duration
+	41, // 14: coordinator.v1.RenewalFailed.retry_after:type_name -> google.protobuf.Duration
 	15, // 15: coordinator.v1.SessionRequest.operations:type_name -> coordinator.v1.SessionOperation
 	4,  // 16: coordinator.v1.SessionOperation.acquire:type_name -> coordinator.v1.TryAcquireRequest
 	6,  // 17: coordinator.v1.SessionOperation.renew:type_name -> coordinator.v1.RenewRequest
@@ -2696,47 +3214,61 @@ var file_coordinator_v1_coordinator_proto_depIdxs = []int32{
 	9,  // 24: coordinator.v1.SessionResult.release:type_name -> coordinator.v1.ReleaseResponse
 	24, // 25: coordinator.v1.SessionResult.campaign:type_name -> coordinator.v1.CampaignResponse
 	26, // 26: coordinator.v1.SessionResult.resign:type_name -> coordinator.v1.ResignResponse
-	34, // 27: coordinator.v1.SessionResult.error:type_name -> google.rpc.Status
+	43, // 27: coordinator.v1.SessionResult.error:type_name -> google.rpc.Status
 	3,  // 28: coordinator.v1.DescribeResponse.lease:type_name -> coordinator.v1.Lease
 	3,  // 29: coordinator.v1.DescribeResponse.holders:type_name -> coordinator.v1.Lease
 	3,  // 30: coordinator.v1.ListResponse.leases:type_name -> coordinator.v1.Lease
-	33, // 31: coordinator.v1.Leader.expires_at:type_name -> google.protobuf.Timestamp
-	32, // 32: coordinator.v1.CampaignRequest.ttl:type_name -> google.protobuf.Duration
-	32, // 33: coordinator.v1.CampaignRequest.wait:type_name -> google.protobuf.Duration
+	42, // 31: coordinator.v1.Leader.expires_at:type_name -> google.protobuf.Timestamp
+	41, // 32: coordinator.v1.CampaignRequest.ttl:type_name -> google.protobuf.Duration
+	41, // 33: coordinator.v1.CampaignRequest.wait:type_name -> google.protobuf.Duration
 	22, // 34: coordinator.v1.CampaignResponse.leader:type_name -> coordinator.v1.Leader
-	32, // 35: coordinator.v1.CampaignResponse.retry_after:type_name -> google.protobuf.Duration
+	41, // 35: coordinator.v1.CampaignResponse.retry_after:type_name -> google.protobuf.Duration
 	22, // 36: coordinator.v1.LeaderResponse.leader:type_name -> coordinator.v1.Leader
 	31, // 37: coordinator.v1.ObserveResponse.event:type_name -> coordinator.v1.LeaderEvent
 	2,  // 38: coordinator.v1.LeaderEvent.kind:type_name -> coordinator.v1.LeaderEvent.Kind
 	22, // 39: coordinator.v1.LeaderEvent.leader:type_name -> coordinator.v1.Leader
 	3,  // 40: coordinator.v1.LeaderEvent.holders:type_name -> coordinator.v1.Lease
-	4,  // 41: coordinator.v1.Coordinator.TryAcquire:input_type -> coordinator.v1.TryAcquireRequest
-	6,  // 42: coordinator.v1.Coordinator.Renew:input_type -> coordinator.v1.RenewRequest
-	8,  // 43: coordinator.v1.Coordinator.Release:input_type -> coordinator.v1.ReleaseRequest
-	10, // 44: coordinator.v1.Coordinator.KeepAlive:input_type -> coordinator.v1.KeepAliveRequest
-	14, // 45: coordinator.v1.Coordinator.Session:input_type -> coordinator.v1.SessionRequest
-	18, // 46: coordinator.v1.Coordinator.Describe:input_type -> coordinator.v1.DescribeRequest
-	20, // 47: coordinator.v1.Coordinator.List:input_type -> coordinator.v1.ListRequest
-	23, // 48: coordinator.v1.Coordinator.Campaign:input_type -> coordinator.v1.CampaignRequest
-	25, // 49: coordinator.v1.Coordinator.Resign:input_type -> coordinator.v1.ResignRequest
-	27, // 50: coordinator.v1.Coordinator.Leader:input_type -> coordinator.v1.LeaderRequest
-	29, // 51: coordinator.v1.Coordinator.Observe:input_type -> coordinator.v1.ObserveRequest
-	5,  // 52: coordinator.v1.Coordinator.TryAcquire:output_type -> coordinator.v1.TryAcquireResponse
-	7,  // 53: coordinator.v1.Coordinator.Renew:output_type -> coordinator.v1.RenewResponse
-	9,  // 54: coordinator.v1.Coordinator.Release:output_type -> coordinator.v1.ReleaseResponse
-	11, // 55: coordinator.v1.Coordinator.KeepAlive:output_type -> coordinator.v1.KeepAliveResponse
-	16, // 56: coordinator.v1.Coordinator.Session:output_type -> coordinator.v1.SessionResponse
-	19, // 57: coordinator.v1.Coordinator.Describe:output_type -> coordinator.v1.DescribeResponse
-	21, // 58: coordinator.v1.Coordinator.List:output_type -> coordinator.v1.ListResponse
-	24, // 59: coordinator.v1.Coordinator.Campaign:output_type -> coordinator.v1.CampaignResponse
-	26, // 60: coordinator.v1.Coordinator.Resign:output_type -> coordinator.v1.ResignResponse
-	28, // 61: coordinator.v1.Coordinator.Leader:output_type -> coordinator.v1.LeaderResponse
-	30, // 62: coordinator.v1.Coordinator.Observe:output_type -> coordinator.v1.ObserveResponse
-	52, // [52:63] is the sub-list for method output_type
-	41, // [41:52] is the sub-list for method input_type
-	41, // [41:41] is the sub-list for extension type_name
-	41, // [41:41] is the sub-list for extension extendee
-	0,  // [0:41] is the sub-list for field type_name
+	41, // 41: coordinator.v1.SessionInfo.ttl:type_name -> google.protobuf.Duration
+	42, // 42: coordinator.v1.SessionInfo.expires_at:type_name -> google.protobuf.Timestamp
+	41, // 43: coordinator.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
+	32, // 44: coordinator.v1.CreateSessionResponse.session:type_name -> coordinator.v1.SessionInfo
+	32, // 45: coordinator.v1.RenewSessionResponse.session:type_name -> coordinator.v1.SessionInfo
+	32, // 46: coordinator.v1.DescribeSessionResponse.session:type_name -> coordinator.v1.SessionInfo
+	4,  // 47: coordinator.v1.Coordinator.TryAcquire:input_type -> coordinator.v1.TryAcquireRequest
+	6,  // 48: coordinator.v1.Coordinator.Renew:input_type -> coordinator.v1.RenewRequest
+	8,  // 49: coordinator.v1.Coordinator.Release:input_type -> coordinator.v1.ReleaseRequest
+	10, // 50: coordinator.v1.Coordinator.KeepAlive:input_type -> coordinator.v1.KeepAliveRequest
+	14, // 51: coordinator.v1.Coordinator.Session:input_type -> coordinator.v1.SessionRequest
+	18, // 52: coordinator.v1.Coordinator.Describe:input_type -> coordinator.v1.DescribeRequest
+	20, // 53: coordinator.v1.Coordinator.List:input_type -> coordinator.v1.ListRequest
+	23, // 54: coordinator.v1.Coordinator.Campaign:input_type -> coordinator.v1.CampaignRequest
+	25, // 55: coordinator.v1.Coordinator.Resign:input_type -> coordinator.v1.ResignRequest
+	27, // 56: coordinator.v1.Coordinator.Leader:input_type -> coordinator.v1.LeaderRequest
+	29, // 57: coordinator.v1.Coordinator.Observe:input_type -> coordinator.v1.ObserveRequest
+	33, // 58: coordinator.v1.Coordinator.CreateSession:input_type -> coordinator.v1.CreateSessionRequest
+	35, // 59: coordinator.v1.Coordinator.RenewSession:input_type -> coordinator.v1.RenewSessionRequest
+	37, // 60: coordinator.v1.Coordinator.CloseSession:input_type -> coordinator.v1.CloseSessionRequest
+	39, // 61: coordinator.v1.Coordinator.DescribeSession:input_type -> coordinator.v1.DescribeSessionRequest
+	5,  // 62: coordinator.v1.Coordinator.TryAcquire:output_type -> coordinator.v1.TryAcquireResponse
+	7,  // 63: coordinator.v1.Coordinator.Renew:output_type -> coordinator.v1.RenewResponse
+	9,  // 64: coordinator.v1.Coordinator.Release:output_type -> coordinator.v1.ReleaseResponse
+	11, // 65: coordinator.v1.Coordinator.KeepAlive:output_type -> coordinator.v1.KeepAliveResponse
+	16, // 66: coordinator.v1.Coordinator.Session:output_type -> coordinator.v1.SessionResponse
+	19, // 67: coordinator.v1.Coordinator.Describe:output_type -> coordinator.v1.DescribeResponse
+	21, // 68: coordinator.v1.Coordinator.List:output_type -> coordinator.v1.ListResponse
+	24, // 69: coordinator.v1.Coordinator.Campaign:output_type -> coordinator.v1.CampaignResponse
+	26, // 70: coordinator.v1.Coordinator.Resign:output_type -> coordinator.v1.ResignResponse
+	28, // 71: coordinator.v1.Coordinator.Leader:output_type -> coordinator.v1.LeaderResponse
+	30, // 72: coordinator.v1.Coordinator.Observe:output_type -> coordinator.v1.ObserveResponse
+	34, // 73: coordinator.v1.Coordinator.CreateSession:output_type -> coordinator.v1.CreateSessionResponse
+	36, // 74: coordinator.v1.Coordinator.RenewSession:output_type -> coordinator.v1.RenewSessionResponse
+	38, // 75: coordinator.v1.Coordinator.CloseSession:output_type -> coordinator.v1.CloseSessionResponse
+	40, // 76: coordinator.v1.Coordinator.DescribeSession:output_type -> coordinator.v1.DescribeSessionResponse
+	62, // [62:77] is the sub-list for method output_type
+	47, // [47:62] is the sub-list for method input_type
+	47, // [47:47] is the sub-list for extension type_name
+	47, // [47:47] is the sub-list for extension extendee
+	0,  // [0:47] is the sub-list for field type_name
 }
 
 func init() { file_coordinator_v1_coordinator_proto_init() }
@@ -2772,7 +3304,7 @@ func file_coordinator_v1_coordinator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coordinator_v1_coordinator_proto_rawDesc), len(file_coordinator_v1_coordinator_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   29,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,17 +19,21 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Coordinator_TryAcquire_FullMethodName = "/coordinator.v1.Coordinator/TryAcquire"
-	Coordinator_Renew_FullMethodName      = "/coordinator.v1.Coordinator/Renew"
-	Coordinator_Release_FullMethodName    = "/coordinator.v1.Coordinator/Release"
-	Coordinator_KeepAlive_FullMethodName  = "/coordinator.v1.Coordinator/KeepAlive"
-	Coordinator_Session_FullMethodName    = "/coordinator.v1.Coordinator/Session"
-	Coordinator_Describe_FullMethodName   = "/coordinator.v1.Coordinator/Describe"
-	Coordinator_List_FullMethodName       = "/coordinator.v1.Coordinator/List"
-	Coordinator_Campaign_FullMethodName   = "/coordinator.v1.Coordinator/Campaign"
-	Coordinator_Resign_FullMethodName     = "/coordinator.v1.Coordinator/Resign"
-	Coordinator_Leader_FullMethodName     = "/coordinator.v1.Coordinator/Leader"
-	Coordinator_Observe_FullMethodName    = "/coordinator.v1.Coordinator/Observe"
+	Coordinator_TryAcquire_FullMethodName      = "/coordinator.v1.Coordinator/TryAcquire"
+	Coordinator_Renew_FullMethodName           = "/coordinator.v1.Coordinator/Renew"
+	Coordinator_Release_FullMethodName         = "/coordinator.v1.Coordinator/Release"
+	Coordinator_KeepAlive_FullMethodName       = "/coordinator.v1.Coordinator/KeepAlive"
+	Coordinator_Session_FullMethodName         = "/coordinator.v1.Coordinator/Session"
+	Coordinator_Describe_FullMethodName        = "/coordinator.v1.Coordinator/Describe"
+	Coordinator_List_FullMethodName            = "/coordinator.v1.Coordinator/List"
+	Coordinator_Campaign_FullMethodName        = "/coordinator.v1.Coordinator/Campaign"
+	Coordinator_Resign_FullMethodName          = "/coordinator.v1.Coordinator/Resign"
+	Coordinator_Leader_FullMethodName          = "/coordinator.v1.Coordinator/Leader"
+	Coordinator_Observe_FullMethodName         = "/coordinator.v1.Coordinator/Observe"
+	Coordinator_CreateSession_FullMethodName   = "/coordinator.v1.Coordinator/CreateSession"
+	Coordinator_RenewSession_FullMethodName    = "/coordinator.v1.Coordinator/RenewSession"
+	Coordinator_CloseSession_FullMethodName    = "/coordinator.v1.Coordinator/CloseSession"
+	Coordinator_DescribeSession_FullMethodName = "/coordinator.v1.Coordinator/DescribeSession"
 )
 
 // CoordinatorClient is the client API for Coordinator service.
@@ -159,6 +163,16 @@ type CoordinatorClient interface {
 	// is disconnected with ResourceExhausted rather than sent a gap: reconnect
 	// and start over.
 	Observe(ctx context.Context, in *ObserveRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ObserveResponse], error)
+	// CreateSession starts a session of the caller's credential.
+	CreateSession(ctx context.Context, in *CreateSessionRequest, opts ...grpc.CallOption) (*CreateSessionResponse, error)
+	// RenewSession extends the session by its ttl from now: one store
+	// operation, whatever the number of leases attached.
+	RenewSession(ctx context.Context, in *RenewSessionRequest, opts ...grpc.CallOption) (*RenewSessionResponse, error)
+	// CloseSession ends the session and releases every lease attached to it,
+	// in one call. Closing a closed session succeeds.
+	CloseSession(ctx context.Context, in *CloseSessionRequest, opts ...grpc.CallOption) (*CloseSessionResponse, error)
+	// DescribeSession reports a live session and the names of its leases.
+	DescribeSession(ctx context.Context, in *DescribeSessionRequest, opts ...grpc.CallOption) (*DescribeSessionResponse, error)
 }
 
 type coordinatorClient struct {
@@ -294,6 +308,46 @@ func (c *coordinatorClient) Observe(ctx context.Context, in *ObserveRequest, opt
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Coordinator_ObserveClient = grpc.ServerStreamingClient[ObserveResponse]
 
+func (c *coordinatorClient) CreateSession(ctx context.Context, in *CreateSessionRequest, opts ...grpc.CallOption) (*CreateSessionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreateSessionResponse)
+	err := c.cc.Invoke(ctx, Coordinator_CreateSession_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorClient) RenewSession(ctx context.Context, in *RenewSessionRequest, opts ...grpc.CallOption) (*RenewSessionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RenewSessionResponse)
+	err := c.cc.Invoke(ctx, Coordinator_RenewSession_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorClient) CloseSession(ctx context.Context, in *CloseSessionRequest, opts ...grpc.CallOption) (*CloseSessionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CloseSessionResponse)
+	err := c.cc.Invoke(ctx, Coordinator_CloseSession_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorClient) DescribeSession(ctx context.Context, in *DescribeSessionRequest, opts ...grpc.CallOption) (*DescribeSessionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DescribeSessionResponse)
+	err := c.cc.Invoke(ctx, Coordinator_DescribeSession_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // CoordinatorServer is the server API for Coordinator service.
 // All implementations must embed UnimplementedCoordinatorServer
 // for forward compatibility.
@@ -421,6 +475,16 @@ type CoordinatorServer interface {
 	// is disconnected with ResourceExhausted rather than sent a gap: reconnect
 	// and start over.
 	Observe(*ObserveRequest, grpc.ServerStreamingServer[ObserveResponse]) error
+	// CreateSession starts a session of the caller's credential.
+	CreateSession(context.Context, *CreateSessionRequest) (*CreateSessionResponse, error)
+	// RenewSession extends the session by its ttl from now: one store
+	// operation, whatever the number of leases attached.
+	RenewSession(context.Context, *RenewSessionRequest) (*RenewSessionResponse, error)
+	// CloseSession ends the session and releases every lease attached to it,
+	// in one call. Closing a closed session succeeds.
+	CloseSession(context.Context, *CloseSessionRequest) (*CloseSessionResponse, error)
+	// DescribeSession reports a live session and the names of its leases.
+	DescribeSession(context.Context, *DescribeSessionRequest) (*DescribeSessionResponse, error)
 	mustEmbedUnimplementedCoordinatorServer()
 }
 
@@ -463,6 +527,18 @@ func (UnimplementedCoordinatorServer) Leader(context.Context, *LeaderRequest) (*
 }
 func (UnimplementedCoordinatorServer) Observe(*ObserveRequest, grpc.ServerStreamingServer[ObserveResponse]) error {
 	return status.Error(codes.Unimplemented, "method Observe not implemented")
+}
+func (UnimplementedCoordinatorServer) CreateSession(context.Context, *CreateSessionRequest) (*CreateSessionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateSession not implemented")
+}
+func (UnimplementedCoordinatorServer) RenewSession(context.Context, *RenewSessionRequest) (*RenewSessionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RenewSession not implemented")
+}
+func (UnimplementedCoordinatorServer) CloseSession(context.Context, *CloseSessionRequest) (*CloseSessionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CloseSession not implemented")
+}
+func (UnimplementedCoordinatorServer) DescribeSession(context.Context, *DescribeSessionRequest) (*DescribeSessionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DescribeSession not implemented")
 }
 func (UnimplementedCoordinatorServer) mustEmbedUnimplementedCoordinatorServer() {}
 func (UnimplementedCoordinatorServer) testEmbeddedByValue()                     {}
@@ -654,6 +730,78 @@ func _Coordinator_Observe_Handler(srv interface{}, stream grpc.ServerStream) err
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Coordinator_ObserveServer = grpc.ServerStreamingServer[ObserveResponse]
 
+func _Coordinator_CreateSession_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateSessionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).CreateSession(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_CreateSession_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).CreateSession(ctx, req.(*CreateSessionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Coordinator_RenewSession_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RenewSessionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).RenewSession(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_RenewSession_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).RenewSession(ctx, req.(*RenewSessionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Coordinator_CloseSession_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CloseSessionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).CloseSession(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_CloseSession_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).CloseSession(ctx, req.(*CloseSessionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Coordinator_DescribeSession_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DescribeSessionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).DescribeSession(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_DescribeSession_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).DescribeSession(ctx, req.(*DescribeSessionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Coordinator_ServiceDesc is the grpc.ServiceDesc for Coordinator service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -692,6 +840,22 @@ var Coordinator_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Leader",
 			Handler:    _Coordinator_Leader_Handler,
+		},
+		{
+			MethodName: "CreateSession",
+			Handler:    _Coordinator_CreateSession_Handler,
+		},
+		{
+			MethodName: "RenewSession",
+			Handler:    _Coordinator_RenewSession_Handler,
+		},
+		{
+			MethodName: "CloseSession",
+			Handler:    _Coordinator_CloseSession_Handler,
+		},
+		{
+			MethodName: "DescribeSession",
+			Handler:    _Coordinator_DescribeSession_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -33,6 +33,14 @@
 // ever used; its next token still comes out larger, since a token is never
 // below the clock in microseconds.
 //
+// Sessions (store.Sessions) live in the same memory, under the same mutex:
+// an attached grant's expiry is its session's, set again on each grant at a
+// renewal (a visit a lease, no store operation), and a close releases the
+// session's grants at once. A session's creation and renewals raise the
+// lease bound like a grant, so after a crash the quarantine outlasts every
+// attached lease; the sessions themselves are forgotten by a restart, and
+// their ids (random, never made twice) are then refused as not found.
+//
 // A store implementation: of this module it imports only the store interface
 // (server/store) and leaves of internal/ (fanout, statefile), never the
 // service above it or another store.

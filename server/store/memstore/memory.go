@@ -30,6 +30,9 @@ type Store struct {
 
 	mu    sync.Mutex
 	names map[string]*entry
+	// sessions are the sessions by id, live or dead (until forgotten: an
+	// unknown id is refused as a dead one is).
+	sessions map[string]*session
 	// highest is at least every token issued (or, after a restart, the
 	// previous run's token bound): every new token is above it, so tokens
 	// survive forgetting, restarts and a clock stepping back.
@@ -65,6 +68,10 @@ type grant struct {
 	value   []byte
 	ttl     time.Duration
 	expires time.Time // carries a monotonic reading
+	// session is the id of the session the grant is attached to, or empty;
+	// an attached grant's expires follows its session's (see
+	// renewSession).
+	session string
 }
 
 func (g *grant) live(now time.Time) bool { return now.Before(g.expires) }
@@ -78,6 +85,7 @@ func (g *grant) lease(name string) store.Lease {
 		TTL:       g.ttl,
 		ExpiresAt: g.expires.Round(0),
 		Weight:    g.weight,
+		Session:   g.session,
 	}
 }
 
@@ -102,6 +110,7 @@ func (s *Store) sweepIfDue(now time.Time) {
 			delete(s.names, name)
 		}
 	}
+	s.forgetSessions(now)
 }
 
 // Option configures a Store.
@@ -135,7 +144,7 @@ func WithIdleNameTTL(d time.Duration) Option {
 
 // New returns an empty store.
 func New(opts ...Option) *Store {
-	s := &Store{clock: clockwork.NewRealClock(), idleTTL: store.DefaultIdleNameTTL, names: map[string]*entry{}}
+	s := &Store{clock: clockwork.NewRealClock(), idleTTL: store.DefaultIdleNameTTL, names: map[string]*entry{}, sessions: map[string]*session{}}
 	for _, opt := range opts {
 		opt(s)
 	}
@@ -262,7 +271,7 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 	if err := ctx.Err(); err != nil {
 		return store.AcquireResult{}, err
 	}
-	if req.TTL <= 0 {
+	if req.TTL <= 0 && req.Session == "" {
 		return store.AcquireResult{}, fmt.Errorf("memstore: acquire %q: ttl %s is not positive", req.Name, req.TTL)
 	}
 	if wait := s.quarantineEnd.Sub(s.clock.Now()); wait > 0 {
@@ -292,6 +301,18 @@ func (s *Store) acquire(req store.AcquireRequest) (store.AcquireResult, <-chan s
 	s.sweepIfDue(now)
 	e := s.entry(req.Name)
 
+	// An attached grant lives as long as its session: its expiry is the
+	// session's, not now plus a TTL of its own.
+	ttl, expires := req.TTL, now.Add(req.TTL)
+	if req.Session != "" {
+		sess, err := s.liveSession(req.Session, req.SessionOwner, now)
+		if err != nil {
+			return store.AcquireResult{}, nil, fmt.Errorf("memstore: acquire %q in session %s: %w", req.Name, req.Session, err)
+		}
+		ttl, expires = sess.ttl, sess.expires
+	}
+	span := expires.Sub(now) + s.lockDelay
+
 	capacity, weight := req.CapacityOrDefault(), req.WeightOrDefault()
 	if capacity > store.MaxCapacity || weight > capacity {
 		return store.AcquireResult{}, nil, fmt.Errorf("memstore: acquire %q: weight %d, capacity %d: want 1 <= weight <= capacity <= %d",
@@ -312,14 +333,15 @@ func (s *Store) acquire(req store.AcquireRequest) (store.AcquireResult, <-chan s
 		e.capacity = capacity
 	}
 	if mine != nil && mine.live(now) {
-		if written, err := s.reserve(now, req.TTL+s.lockDelay, 0); written != nil || err != nil {
+		if written, err := s.reserve(now, span, 0); written != nil || err != nil {
 			return store.AcquireResult{}, written, err
 		}
 		revalued := !req.KeepValue && !bytes.Equal(mine.value, req.Value)
 		if revalued {
 			mine.value = bytes.Clone(req.Value)
 		}
-		mine.ttl, mine.expires = req.TTL, now.Add(req.TTL)
+		mine.ttl, mine.expires = ttl, expires
+		s.attach(mine, req.Name, req.Session)
 		e.usedUntil = e.lastEnd(s.lockDelay)
 		e.queue.dequeue(req.Waiter)
 		if revalued {
@@ -352,12 +374,13 @@ func (s *Store) acquire(req store.AcquireRequest) (store.AcquireResult, <-chan s
 	// previous run's token bound), and never below the clock in
 	// microseconds, so that they do without persistence too.
 	token := max(s.highest+1, clockToken(now))
-	if written, err := s.reserve(now, req.TTL+s.lockDelay, token); written != nil || err != nil {
+	if written, err := s.reserve(now, span, token); written != nil || err != nil {
 		return store.AcquireResult{}, written, err
 	}
 	e.queue.dequeue(req.Waiter)
 	s.highest, e.lastToken = token, token
-	g := &grant{holder: req.Holder, token: token, weight: weight, value: bytes.Clone(req.Value), ttl: req.TTL, expires: now.Add(req.TTL)}
+	g := &grant{holder: req.Holder, token: token, weight: weight, value: bytes.Clone(req.Value), ttl: ttl, expires: expires}
+	s.attach(g, req.Name, req.Session)
 	if e.grants == nil {
 		e.grants = map[string]*grant{}
 	}
@@ -398,6 +421,9 @@ func (s *Store) renew(name, holder string, token uint64, ttl time.Duration) (sto
 	g := e.grants[holder]
 	if g == nil || !g.live(now) || g.token != token {
 		return store.Lease{}, nil, store.ErrLeaseNotHeld
+	}
+	if g.session != "" {
+		return store.Lease{}, nil, store.ErrLeaseInSession
 	}
 	if written, err := s.reserve(now, ttl+s.lockDelay, 0); written != nil || err != nil {
 		return store.Lease{}, written, err

@@ -19,7 +19,7 @@ func TestConformance(t *testing.T) {
 		{"WithStateDir", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			storetest.Run(t, func(t *testing.T, opts storetest.Options) storetest.Subject {
+			factory := func(t *testing.T, opts storetest.Options) storetest.Subject {
 				storeOpts := []memstore.Option{memstore.WithLockDelay(opts.LockDelay), memstore.WithIdleNameTTL(opts.IdleNameTTL)}
 				var sleep func(time.Duration)
 				if !opts.RealTime {
@@ -40,7 +40,9 @@ func TestConformance(t *testing.T) {
 					Sleep:     sleep,
 					Remembers: func(name string) bool { return memstore.Remembers(s, name) },
 				}
-			})
+			}
+			storetest.Run(t, factory)
+			storetest.RunSessions(t, factory)
 		})
 	}
 }

@@ -253,3 +253,54 @@ func TestSustainedGrantsWriteAboutOncePerSecond(t *testing.T) {
 		t.Errorf("an idle minute wrote the state %d times", got-idle)
 	}
 }
+
+// A session's renewals raise the lease bound as grants do: after a kill -9
+// the reopened store refuses grants until the session, renewed past its
+// first expiry, and its leases' lock delay have ended, and after a clean
+// Close the names its leases held wait as long. The sessions themselves are
+// gone: their ids are refused as unknown.
+func TestSessionsOutliveNoRestartAndTheirLeasesAreWaitedFor(t *testing.T) {
+	for _, crash := range []bool{true, false} {
+		t.Run(map[bool]string{true: "Crash", false: "Close"}[crash], func(t *testing.T) {
+			dir := t.TempDir()
+			clock := clockwork.NewFakeClockAt(time.Now())
+			s := open(t, dir, clock)
+			sess, err := s.CreateSession(t.Context(), "alice", ttl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := s.Acquire(t.Context(), store.AcquireRequest{Name: "job", Holder: "w", Session: sess.ID, SessionOwner: "alice"})
+			if err != nil || !res.Acquired {
+				t.Fatalf("attach = %+v, %v", res, err)
+			}
+			clock.Advance(ttl / 2)
+			if sess, err = s.RenewSession(t.Context(), sess.ID, "alice"); err != nil {
+				t.Fatal(err)
+			}
+			clock.Advance(time.Second) // the renewal's write
+			memstore.WaitWritten(s)
+			if crash {
+				memstore.Crash(s)
+			} else {
+				closeStore(t, s)
+			}
+			again := open(t, dir, clock)
+			defer closeStore(t, again)
+			// The session as renewed, less the second the write took.
+			end := sess.ExpiresAt.Add(lockDelay)
+			if crash {
+				if got, left := quarantine(t, again, "job"), end.Sub(clock.Now()); got < left {
+					t.Fatalf("grants resume after %s; want at least %s, the attached lease's end", got, left)
+				}
+			} else {
+				res, err := again.Acquire(t.Context(), store.AcquireRequest{Name: "job", Holder: "x", TTL: ttl})
+				if err != nil || res.Acquired || res.RetryAt.Before(end.Add(-time.Millisecond)) {
+					t.Fatalf("Acquire after a clean restart = %+v, %v; want refused until %v", res, err, end)
+				}
+			}
+			if _, err := again.RenewSession(t.Context(), sess.ID, "alice"); !errors.Is(err, store.ErrSessionNotFound) {
+				t.Fatalf("RenewSession after the restart: %v; want ErrSessionNotFound", err)
+			}
+		})
+	}
+}

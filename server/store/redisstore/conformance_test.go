@@ -8,10 +8,12 @@ import (
 )
 
 func TestConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T, opts storetest.Options) storetest.Subject {
+	factory := func(t *testing.T, opts storetest.Options) storetest.Subject {
 		s := newStore(t, nil, Options{LockDelay: opts.LockDelay, IdleNameTTL: opts.IdleNameTTL})
 		return storetest.Subject{Store: s, Remembers: func(name string) bool { return remembers(t, s, name) }}
-	})
+	}
+	storetest.Run(t, factory)
+	storetest.RunSessions(t, factory)
 }
 
 // remembers reports whether any key of name exists.

@@ -35,7 +35,12 @@
 //	                          that a script reads the grants (HGETALL) only
 //	                          when now >= low + lock delay, when one may have
 //	                          run out; high: at least the latest expiry; cap:
-//	                          the capacity (absent: 1); token (decimal): the
+//	                          the capacity (absent: 1); s:<holder>: the grant
+//	                          is attached to a session, valued <id>:<token>
+//	                          (stale when the token is not the record's), its
+//	                          expires being a bound (see Sessions); slow: at
+//	                          most the earliest bound of the attached grants;
+//	                          token (decimal): the
 //	                          last issued token, kept after the grants end as
 //	                          the name's fencing counter; queued: "1" while
 //	                          waiters may be queued; watched: the time until
@@ -58,6 +63,16 @@
 //	<prefix>:{<tag>}:marker   the data-loss marker of one slot (Cluster: 16384 of
 //	                          them, <tag> being the shortest decimal string
 //	                          hashing to the slot); never expire
+//	<prefix>:{<id>}:session   HASH of a session (its own slot, <id> being its
+//	                          32 hex digits): owner, ttl (ms), expires,
+//	                          closed ("1" once closed: dead for ever),
+//	                          refreshed (when its names last learned its
+//	                          expiry); expires the retention after the session
+//	                          would end
+//	<prefix>:{<id>}:names     SET of the names the session attached grants to:
+//	                          added before each grant, removed at a release
+//	                          (best effort: a stale entry costs a close one
+//	                          call that finds nothing)
 //	<prefix>:events           pub/sub channel carrying the name of a lease or queue
 //	                          that changed, published only while the name's
 //	                          lease key says waiters are queued or it is watched
@@ -76,6 +91,57 @@
 // when due.
 // RefreshWaiters keeps any number of waiters of a name queued with one call
 // of about ten commands.
+//
+// # Sessions
+//
+// A session (store.Sessions) lives in its own slot; the names its grants
+// are attached to live in theirs, so no script sees both. session.lua
+// renews it in one script whatever the number of leases (5 commands), and
+// checks that slot's data-loss marker exactly as a grant does.
+//
+// An attached grant's record carries a bound instead of an expiry of its
+// own: the session's expiry as the name last learned it. It crosses slots
+// as remaining milliseconds, never as a time of another shard's clock: the
+// name applies it as its own now plus what the coordinator has left of it
+// (the milliseconds less the time since their reply arrived), so the bound
+// is no earlier than the session's end (the check ran before the reply
+// arrived, the name's script runs after it was sent), later only by the
+// transit: the safe side, since the store must keep a lease at least as
+// long as its holder may believe in it.
+//
+// Liveness is atomic with each grant because a name's script never trusts
+// an attached record past its bound. Acquire, Describe and Watch (List
+// reads through Describe) first settle a name whose 'slow' passed: every
+// attached record whose bound passed needs a proof of its session, and
+// without one the script changes nothing and answers "check these
+// sessions" ({-4, ids}). The coordinator runs session.lua's check on each
+// session's slot (a slot that lost its data is quarantined and refuses, as
+// grants are: the session's holder may still believe in it) and calls
+// again with the proofs as ARGV. A proof of life only pushes a bound out
+// (a lazy renewal, for the names someone contends for or observes); a proof
+// of death ends the record: expired, as an expiry with its lock delay from
+// when the session ran out (its age crosses as milliseconds too); closed,
+// as a release; unknown to its slot, as dead for at least the retention. A
+// dead session never revives (renew and attach refuse it, its id is never
+// made again, and its keys outlive it by the retention), so a proof of death
+// can never be stale, and a proof of life, if stale, only yields a bound
+// the session had reached anyway. Attaching checks the session (as its
+// owner, adding the name to its names) before the grant, and the grant's
+// bound is that proof's.
+//
+// Bounds of names nobody visits go stale, so the lease key of a name with
+// attached grants outlives its bounds and lock delay by the larger of the
+// idle retention and an hour, and a renewal carries the session's expiry
+// to all its names (settle.lua, one script a name, pipelined) once per half
+// of that: an hour's keys for an amortised script per lease every half
+// hour, beside the one renewal every TTL/3.
+//
+// CloseSession marks the session closed and gets its names in one script,
+// then settles each name with the proof of its close (pipelined, announced).
+// A coordinator that stops in between leaves records whose bounds pass and
+// whose check then finds the session closed; a second close finishes the
+// work. Release of an attached grant by its holder succeeds even past its
+// bound, which may be stale.
 //
 // # Notifications
 //

@@ -15,6 +15,8 @@ const (
 	waitersSuffix = ":waiters"
 	markerSuffix  = ":marker"
 	eventsSuffix  = ":events"
+	sessionSuffix = ":session"
+	namesSuffix   = ":names"
 )
 
 // emptyName is the encoding of the empty name: an empty hash tag "{}" would

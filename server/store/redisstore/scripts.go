@@ -50,19 +50,20 @@ var (
 	renewScript          = redis.NewScript(holdersSrc + renewSrc)
 	releaseScript        = redis.NewScript(holdersSrc + releaseSrc)
 	dequeueScript        = redis.NewScript(dequeueSrc)
-	describeScript       = redis.NewScript(holdersSrc + grantsSrc + describeSrc)
-	watchScript          = redis.NewScript(holdersSrc + grantsSrc + watchSrc)
+	describeScript       = redis.NewScript(holdersSrc + grantsSrc + attachedSrc + describeSrc)
+	watchScript          = redis.NewScript(holdersSrc + grantsSrc + attachedSrc + watchSrc)
 	refreshWaitersScript = redis.NewScript(refreshWaitersSrc)
 	startScript          = redis.NewScript(startSrc)
 	quarantineScript     = redis.NewScript(quarantineSrc)
 
 	allScripts = []*redis.Script{
 		acquireScript, renewScript, releaseScript, dequeueScript, describeScript, watchScript, refreshWaitersScript,
-		quarantineScript,
+		quarantineScript, sessionScript, settleScript,
 	}
 )
 
-// grantsMarker is the line of acquire.lua that grants.lua replaces.
+// grantsMarker is the line of acquire.lua that grants.lua and attached.lua
+// replace.
 const grantsMarker = "-- (grants.lua goes here: scripts.go)\n"
 
 // withGrants puts grants.lua into src at its marker, which must be there.
@@ -70,7 +71,7 @@ func withGrants(src string) string {
 	if !strings.Contains(src, grantsMarker) {
 		panic("redisstore: acquire.lua has no " + strings.TrimSpace(grantsMarker) + " line")
 	}
-	return strings.Replace(src, grantsMarker, grantsSrc, 1)
+	return strings.Replace(src, grantsMarker, grantsSrc+attachedSrc, 1)
 }
 
 // acquireReply is acquire.lua's reply.
@@ -85,7 +86,10 @@ type acquireReply struct {
 	// holderLimit, when not 0, refuses the call: the name carries this
 	// many grants, its cap.
 	holderLimit int
-	result      store.AcquireResult
+	// need, when not empty, refuses the call until it brings proofs of
+	// these sessions.
+	need   []string
+	result store.AcquireResult
 }
 
 // decodeAcquire reads acquire.lua's reply:
@@ -93,7 +97,8 @@ type acquireReply struct {
 //	{-1, lost, retry_after_ms}
 //	{-2, lost, capacity}
 //	{-3, lost, max_holders}
-//	{status, lost, holder, token, value, ttl_ms, expires_ms, retry_at_ms, weight}
+//	{-4, lost, session_id...}
+//	{status, lost, holder, token, value, ttl_ms, expires_ms, retry_at_ms, weight, session}
 func decodeAcquire(name string, v any) (acquireReply, error) {
 	r := newReplyReader("acquire", v)
 	var a acquireReply
@@ -114,10 +119,14 @@ func decodeAcquire(name string, v any) (acquireReply, error) {
 			r.fail(2, "holder limit")
 		}
 		return a, r.err
+	case -4:
+		a.need = r.ids(2)
+		return a, r.err
 	}
 	a.result.Acquired = status == 1
 	a.result.Lease = r.lease(2, name)
 	a.result.Lease.Weight = r.weight(8, a.result.Lease.Holder != "")
+	a.result.Lease.Session = r.session(9, a.result.Lease.Holder != "")
 	if a.result.Acquired && a.result.Lease.Holder == "" {
 		r.fail(2, "the holder of the grant")
 	}
@@ -130,11 +139,15 @@ func decodeAcquire(name string, v any) (acquireReply, error) {
 	return a, r.err
 }
 
-// decodeRenew reads renew.lua's reply: {0} when not held, else
-// {1, holder, token, value, ttl_ms, expires_ms, weight}. Only {0} is
-// ErrLeaseNotHeld: a reply that is neither is an error, never a lost lease.
+// decodeRenew reads renew.lua's reply: {0} when not held, {2} when attached
+// to a session, else {1, holder, token, value, ttl_ms, expires_ms, weight}.
+// Only {0} is ErrLeaseNotHeld: a reply that is none of them is an error,
+// never a lost lease.
 func decodeRenew(name string, v any) (store.Lease, error) {
 	r := newReplyReader("renew", v)
+	if len(r.v) == 1 && r.int(0) == 2 {
+		return store.Lease{}, store.ErrLeaseInSession
+	}
 	if !r.flag(0) {
 		if r.err != nil {
 			return store.Lease{}, r.err
@@ -149,9 +162,17 @@ func decodeRenew(name string, v any) (store.Lease, error) {
 	return l, r.err
 }
 
-// decodeRelease reads release.lua's reply: 1 when released, else 0.
-func decodeRelease(v any) (bool, error) {
-	return decodeFlag("release", v)
+// decodeRelease reads release.lua's reply: 1 when released, the id of its
+// session when it released an attached grant, else 0.
+func decodeRelease(v any) (released bool, session string, err error) {
+	if id, ok := v.(string); ok {
+		if !validSessionID(id) {
+			return false, "", replyErr("release", 0, v, "session id")
+		}
+		return true, id, nil
+	}
+	released, err = decodeFlag("release", v)
+	return released, "", err
 }
 
 // decodeDequeue reads dequeue.lua's reply: 1 when the waiter was queued,
@@ -191,9 +212,13 @@ func replyErr(op string, i int, got any, want string) error {
 	return fmt.Errorf("redisstore: %s: unexpected script reply: element %d is %T (%v), want %s", op, i, got, got, want)
 }
 
-// decodeWatch reads watch.lua's reply, per name {capacity, count, then six
-// elements per grant}. It fills out[i] for names[i].
-func decodeWatch(names []string, v any, out []store.Description) error {
+// decodeWatch reads watch.lua's reply, per name {capacity, count, then
+// seven elements per grant}, or {-4, session_id...}: the ids it returns. It
+// fills out[i] for names[i].
+func decodeWatch(names []string, v any, out []store.Description) ([]string, error) {
+	if need, ok, err := decodeNeed("watch", v); ok {
+		return need, err
+	}
 	r := newReplyReader("watch", v)
 	at := 0
 	for i, name := range names {
@@ -204,14 +229,18 @@ func decodeWatch(names []string, v any, out []store.Description) error {
 		at = r.holders(at+1, name, &out[i])
 	}
 	if r.err == nil && at != len(r.v) {
-		return fmt.Errorf("redisstore: watch: unexpected script reply: %d elements for %d names, %d read", len(r.v), len(names), at)
+		return nil, fmt.Errorf("redisstore: watch: unexpected script reply: %d elements for %d names, %d read", len(r.v), len(names), at)
 	}
-	return r.err
+	return nil, r.err
 }
 
 // decodeDescribe reads describe.lua's reply: {capacity, last_token,
-// waiters, waiting_weight, count, then six elements per grant}.
-func decodeDescribe(name string, v any) (store.Description, error) {
+// waiters, waiting_weight, count, then seven elements per grant}, or
+// {-4, session_id...}: the ids it returns.
+func decodeDescribe(name string, v any) (store.Description, []string, error) {
+	if need, ok, err := decodeNeed("describe", v); ok {
+		return store.Description{}, need, err
+	}
 	r := newReplyReader("describe", v)
 	d := store.Description{Capacity: r.capacity(0)}
 	d.LastToken = r.token(1)
@@ -224,7 +253,7 @@ func decodeDescribe(name string, v any) (store.Description, error) {
 	if at := r.holders(4, name, &d); r.err == nil && at != len(r.v) {
 		r.fail(at, "the end of the reply")
 	}
-	return d, r.err
+	return d, nil, r.err
 }
 
 // replyReader reads a script's array reply, remembering the first error.
@@ -325,6 +354,37 @@ func (r *replyReader) lease(i int, name string) store.Lease {
 	}
 }
 
+// grantElems is how many elements a grant takes in describe's and watch's
+// replies.
+const grantElems = 7
+
+// session reads a grant's session id: "" for none (always, without a
+// holder), else one this store makes.
+func (r *replyReader) session(i int, held bool) string {
+	id := r.str(i)
+	if id != "" && (!held || !validSessionID(id)) {
+		r.fail(i, "session id")
+	}
+	return id
+}
+
+// ids reads the session ids from i to the end: at least one.
+func (r *replyReader) ids(i int) []string {
+	if i >= len(r.v) {
+		r.fail(i, "session id")
+		return nil
+	}
+	out := make([]string, 0, len(r.v)-i)
+	for ; i < len(r.v); i++ {
+		id := r.str(i)
+		if !validSessionID(id) {
+			r.fail(i, "session id")
+		}
+		out = append(out, id)
+	}
+	return out
+}
+
 // capacity reads a name's capacity, 1 .. store.MaxCapacity.
 func (r *replyReader) capacity(i int) int64 {
 	c := r.int(i)
@@ -343,12 +403,12 @@ func (r *replyReader) weight(i int, held bool) int64 {
 	return w
 }
 
-// holders reads a count at i and that many grants of six elements
-// {holder, token, value, ttl_ms, expires_ms, weight} after it into d's
-// Holders (and Held and Lease), and returns the index after them.
+// holders reads a count at i and that many grants of seven elements
+// {holder, token, value, ttl_ms, expires_ms, weight, session} after it into
+// d's Holders (and Held and Lease), and returns the index after them.
 func (r *replyReader) holders(i int, name string, d *store.Description) int {
 	n := r.int(i)
-	if n < 0 || n > int64(len(r.v)-i-1)/6 {
+	if n < 0 || n > int64(len(r.v)-i-1)/grantElems {
 		r.fail(i, "count of grants")
 		return len(r.v)
 	}
@@ -359,8 +419,9 @@ func (r *replyReader) holders(i int, name string, d *store.Description) int {
 			r.fail(i, "the holder of a grant")
 		}
 		l.Weight = r.weight(i+5, true)
+		l.Session = r.session(i+6, true)
 		d.Holders = append(d.Holders, l)
-		i += 6
+		i += grantElems
 	}
 	if len(d.Holders) > 0 {
 		d.Held, d.Lease = true, d.Holders[0]

@@ -5,7 +5,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -115,39 +117,56 @@ func encodeReply(v any) []byte {
 // seeds in testdata/fuzz/FuzzDecodeReplies.
 func replySeeds() []any {
 	const at = int64(1_800_000_000_000)
+	const sid = "0123456789abcdef0123456789abcdef"
 	return []any{
 		// acquire
 		[]any{int64(-1), int64(1), int64(250)},
 		[]any{int64(-2), int64(0), int64(5)},
 		[]any{int64(-3), int64(1), int64(1024)},
 		[]any{int64(-2), int64(0), int64(0)},
+		[]any{int64(1), int64(0), "h", "42", "v", int64(1500), at, int64(0), int64(1), ""},
+		[]any{int64(1), int64(0), "h", "42", "v", int64(1500), at, int64(0), int64(1), sid},
+		[]any{int64(1), int64(0), "h", "42", "v", int64(1500), at, int64(0), int64(1), "not-an-id"},
 		[]any{int64(1), int64(0), "h", "42", "v", int64(1500), at, int64(0), int64(1)},
-		[]any{int64(1), int64(0), "h", "42", "v", int64(1500), at, int64(0), int64(0)},
-		[]any{int64(0), int64(0), "h", "42", "", int64(1500), at, at, int64(3)},
-		[]any{int64(0), int64(0), "", "", "", int64(0), int64(0), int64(0), int64(0)},
-		[]any{int64(0), int64(0), "", "", "", int64(0), int64(0), int64(0), int64(1)},
-		[]any{int64(2), int64(0), "", "", "", int64(0), int64(0), int64(0), int64(0)},
+		[]any{int64(1), int64(0), "h", "42", "v", int64(1500), at, int64(0), int64(0), ""},
+		[]any{int64(0), int64(0), "h", "42", "", int64(1500), at, at, int64(3), sid},
+		[]any{int64(0), int64(0), "", "", "", int64(0), int64(0), int64(0), int64(0), ""},
+		[]any{int64(0), int64(0), "", "", "", int64(0), int64(0), int64(0), int64(0), sid},
+		[]any{int64(0), int64(0), "", "", "", int64(0), int64(0), int64(0), int64(1), ""},
+		[]any{int64(2), int64(0), "", "", "", int64(0), int64(0), int64(0), int64(0), ""},
+		[]any{int64(-4), int64(0), sid},
+		[]any{int64(-4), int64(1), sid, sid},
+		[]any{int64(-4), int64(0)},
+		[]any{int64(-4), int64(0), "x"},
 		[]any{int64(1), int64(0), "h"},
-		[]any{int64(1), int64(0), "h", "x", "", int64(1), at, int64(0), int64(1)},
+		[]any{int64(1), int64(0), "h", "x", "", int64(1), at, int64(0), int64(1), ""},
 		"OK",
 		nil,
 		// renew
 		[]any{int64(1), "h", "7", "v", int64(2000), at, int64(2)},
 		[]any{int64(1), "h", "7", "v", int64(2000), at},
 		[]any{int64(0)},
+		[]any{int64(2)},
+		[]any{int64(2), "h"},
 		[]any{int64(1), "h"},
 		// release, dequeue, refresh waiters
-		int64(1), int64(0), int64(3), "1",
+		int64(1), int64(0), int64(3), "1", sid,
+		// describe and watch needing proofs
+		[]any{int64(-4), sid},
+		[]any{int64(-4)},
 		// describe
 		[]any{int64(1), "9", int64(2), int64(2), int64(0)},
+		[]any{int64(5), "9", int64(0), int64(0), int64(1), "h", "9", "", int64(1000), at, int64(2), ""},
+		[]any{int64(5), "9", int64(0), int64(0), int64(1), "h", "9", "", int64(1000), at, int64(2), sid},
 		[]any{int64(5), "9", int64(0), int64(0), int64(1), "h", "9", "", int64(1000), at, int64(2)},
-		[]any{int64(5), "9", int64(0), int64(0), int64(2), "h", "9", "", int64(1000), at, int64(2)},
+		[]any{int64(5), "9", int64(0), int64(0), int64(2), "h", "9", "", int64(1000), at, int64(2), ""},
 		[]any{int64(1), int64(9), int64(0), int64(0), int64(0)},
-		[]any{int64(1), "9", int64(0), int64(0), int64(1), "", "", "", int64(0), int64(0), int64(0)},
+		[]any{int64(1), "9", int64(0), int64(0), int64(1), "", "", "", int64(0), int64(0), int64(0), ""},
 		// watch
-		[]any{int64(1), int64(1), "h", "7", "v", int64(1000), at, int64(1), int64(1), int64(0)},
+		[]any{int64(1), int64(1), "h", "7", "v", int64(1000), at, int64(1), "", int64(1), int64(0)},
+		[]any{int64(1), int64(1), "h", "7", "v", int64(1000), at, int64(1), ""},
 		[]any{int64(1), int64(1), "h", "7", "v", int64(1000), at, int64(1)},
-		[]any{int64(3), int64(2), "h", "7", "v", int64(1000), at, int64(1), "i", "8", "", int64(1000), at, int64(2)},
+		[]any{int64(3), int64(2), "h", "7", "v", int64(1000), at, int64(1), sid, "i", "8", "", int64(1000), at, int64(2), ""},
 		[]any{[]any{"h"}, "7", "v", int64(1000), at},
 	}
 }
@@ -177,9 +196,13 @@ func FuzzDecodeReplies(f *testing.F) {
 
 		l, err := decodeRenew("job", v)
 		want, held, ok := renewSpec("job", v)
+		inSession := ok && !held && isSessionReply(v)
 		switch {
-		case !ok && (err == nil || errors.Is(err, store.ErrLeaseNotHeld)):
+		case !ok && (err == nil || errors.Is(err, store.ErrLeaseNotHeld) || errors.Is(err, store.ErrLeaseInSession)):
 			t.Fatalf("decodeRenew(%#v) = %+v, %v; want a reply error", v, l, err)
+		case inSession && !errors.Is(err, store.ErrLeaseInSession):
+			t.Fatalf("decodeRenew(%#v) = %+v, %v; want ErrLeaseInSession", v, l, err)
+		case inSession:
 		case ok && !held && !errors.Is(err, store.ErrLeaseNotHeld):
 			t.Fatalf("decodeRenew(%#v) = %+v, %v; want ErrLeaseNotHeld", v, l, err)
 		case ok && held && (err != nil || !equalLease(l, want)):
@@ -187,19 +210,27 @@ func FuzzDecodeReplies(f *testing.F) {
 		}
 
 		n, isInt := v.(int64)
-		for name, decode := range map[string]func(any) (bool, error){"decodeRelease": decodeRelease, "decodeDequeue": decodeDequeue} {
-			got, err := decode(v)
-			if ok := isInt && (n == 0 || n == 1); ok != (err == nil) || (ok && got != (n == 1)) {
-				t.Fatalf("%s(%#v) = %v, %v; the reply is documented (1 or 0): %v", name, v, got, err, ok)
-			}
+		if got, err := decodeDequeue(v); (isInt && (n == 0 || n == 1)) != (err == nil) || (err == nil && got != (n == 1)) {
+			t.Fatalf("decodeDequeue(%#v) = %v, %v; the reply is documented (1 or 0)", v, got, err)
+		}
+		id, isID := v.(string)
+		isID = isID && specValidID(id)
+		if !isID {
+			id = ""
+		}
+		if got, session, err := decodeRelease(v); (isID || (isInt && (n == 0 || n == 1))) != (err == nil) ||
+			(err == nil && (got != (isID || n == 1) || session != id)) {
+			t.Fatalf("decodeRelease(%#v) = %v, %q, %v; the reply is documented (1, 0 or a session id)", v, got, session, err)
 		}
 		if got, err := decodeRefresh(v); (isInt && n >= 0) != (err == nil) || (err == nil && int64(got) != n) {
 			t.Fatalf("decodeRefresh(%#v) = %d, %v; the reply is documented (a count): %v", v, got, err, isInt && n >= 0)
 		}
 
-		desc, err := decodeDescribe("job", v)
-		if wantDesc, ok := describeSpec("job", v); ok != (err == nil) {
+		desc, need, err := decodeDescribe("job", v)
+		if wantDesc, wantNeed, ok := describeSpec("job", v); ok != (err == nil) {
 			t.Fatalf("decodeDescribe(%#v) = %+v, %v; the reply is documented: %v", v, desc, err, ok)
+		} else if ok && !slices.Equal(need, wantNeed) {
+			t.Fatalf("decodeDescribe(%#v) needs %q; want %q", v, need, wantNeed)
 		} else if ok && (desc.Held != wantDesc.Held || desc.LastToken != wantDesc.LastToken || desc.Waiters != wantDesc.Waiters ||
 			desc.WaitingWeight != wantDesc.WaitingWeight || desc.Capacity != wantDesc.Capacity ||
 			!equalLease(desc.Lease, wantDesc.Lease) || !equalLeases(desc.Holders, wantDesc.Holders)) {
@@ -211,10 +242,12 @@ func FuzzDecodeReplies(f *testing.F) {
 			watched[i] = fmt.Sprintf("n%d", i)
 		}
 		out := make([]store.Description, len(watched))
-		err = decodeWatch(watched, v, out)
-		if wantOut, ok := watchSpec(watched, v); ok != (err == nil) {
+		need, err = decodeWatch(watched, v, out)
+		if wantOut, wantNeed, ok := watchSpec(watched, v); ok != (err == nil) {
 			t.Fatalf("decodeWatch(%q, %#v) = %v; the reply is documented: %v", watched, v, err, ok)
-		} else if ok {
+		} else if ok && !slices.Equal(need, wantNeed) {
+			t.Fatalf("decodeWatch(%q, %#v) needs %q; want %q", watched, v, need, wantNeed)
+		} else if ok && need == nil {
 			for i := range out {
 				if out[i].Held != wantOut[i].Held || out[i].Capacity != wantOut[i].Capacity ||
 					!equalLease(out[i].Lease, wantOut[i].Lease) || !equalLeases(out[i].Holders, wantOut[i].Holders) {
@@ -281,20 +314,20 @@ func specCapacity(r []any, i int) (int64, bool) {
 	return c, ok && c >= 1 && c <= store.MaxCapacity
 }
 
-// specGrants reads a count at i and that many grants of six elements
-// {holder, token, value, ttl_ms, expires_ms, weight}, each with a holder;
-// it returns them and the index after them.
+// specGrants reads a count at i and that many grants of seven elements
+// {holder, token, value, ttl_ms, expires_ms, weight, session}, each with a
+// holder; it returns them and the index after them.
 func specGrants(r []any, i int, name string) ([]store.Lease, int, bool) {
 	if len(r) <= i {
 		return nil, 0, false
 	}
 	n, ok := r[i].(int64)
-	if !ok || n < 0 || n > int64(len(r)-i-1)/6 {
+	if !ok || n < 0 || n > int64(len(r)-i-1)/7 {
 		return nil, 0, false
 	}
 	var out []store.Lease
 	for k := range int(n) {
-		at := i + 1 + 6*k
+		at := i + 1 + 7*k
 		l, ok := specLease(r, at, name)
 		if !ok || l.Holder == "" {
 			return nil, 0, false
@@ -302,9 +335,12 @@ func specGrants(r []any, i int, name string) ([]store.Lease, int, bool) {
 		if l.Weight, ok = specWeight(r, at+5, true); !ok {
 			return nil, 0, false
 		}
+		if l.Session, ok = specSession(r, at+6, true); !ok {
+			return nil, 0, false
+		}
 		out = append(out, l)
 	}
-	return out, i + 1 + 6*int(n), true
+	return out, i + 1 + 7*int(n), true
 }
 
 // acquireSpec: {-1, lost, retry_after_ms}, {-2, lost, capacity}, {-3, lost,
@@ -334,12 +370,15 @@ func acquireSpec(name string, v any) (acquireReply, bool) {
 		limit, ok := r[2].(int64)
 		a.holderLimit = int(limit)
 		return a, ok && limit >= 1
+	case -4:
+		a.need, ok = specIDs(r, 2)
+		return a, ok
 	case 0, 1:
 	default:
 		return acquireReply{}, false
 	}
 	l, ok := specLease(r, 2, name)
-	if !ok || len(r) < 9 || (status == 1 && l.Holder == "") {
+	if !ok || len(r) < 10 || (status == 1 && l.Holder == "") {
 		return acquireReply{}, false
 	}
 	at, ok := r[7].(int64)
@@ -349,6 +388,9 @@ func acquireSpec(name string, v any) (acquireReply, bool) {
 	if l.Weight, ok = specWeight(r, 8, l.Holder != ""); !ok {
 		return acquireReply{}, false
 	}
+	if l.Session, ok = specSession(r, 9, l.Holder != ""); !ok {
+		return acquireReply{}, false
+	}
 	a.result.Acquired, a.result.Lease = status == 1, l
 	if at > 0 {
 		a.result.RetryAt = time.UnixMilli(at)
@@ -356,7 +398,8 @@ func acquireSpec(name string, v any) (acquireReply, bool) {
 	return a, true
 }
 
-// renewSpec: {0} (not held) or {1, holder, token, value, ttl_ms,
+// renewSpec: {0} (not held), {2} (attached to a session: not held here
+// either, see isSessionReply) or {1, holder, token, value, ttl_ms,
 // expires_ms, weight} with a holder.
 func renewSpec(name string, v any) (l store.Lease, held, ok bool) {
 	r, isArr := v.([]any)
@@ -366,7 +409,7 @@ func renewSpec(name string, v any) (l store.Lease, held, ok bool) {
 	switch status, _ := r[0].(int64); {
 	case !isInt(r[0]):
 		return store.Lease{}, false, false
-	case status == 0:
+	case status == 0, status == 2 && len(r) == 1:
 		return store.Lease{}, false, true
 	case status == 1:
 		l, ok := specLease(r, 1, name)
@@ -379,10 +422,19 @@ func renewSpec(name string, v any) (l store.Lease, held, ok bool) {
 	return store.Lease{}, false, false
 }
 
-// describeSpec: {capacity, last_token, waiters, waiting_weight, count,
-// then six elements per grant}, last_token a decimal string, waiters and
-// waiting_weight counts, nothing after the grants.
-func describeSpec(name string, v any) (store.Description, bool) {
+// describeSpec: {-4, session_id...} (proofs needed) or {capacity,
+// last_token, waiters, waiting_weight, count, then seven elements per
+// grant}, last_token a decimal string, waiters and waiting_weight counts,
+// nothing after the grants.
+func describeSpec(name string, v any) (store.Description, []string, bool) {
+	if need, ok, isNeed := specNeed(v); isNeed {
+		return store.Description{}, need, ok
+	}
+	d, ok := describeGrantsSpec(name, v)
+	return d, nil, ok
+}
+
+func describeGrantsSpec(name string, v any) (store.Description, bool) {
 	r, ok := v.([]any)
 	if !ok || len(r) < 5 {
 		return store.Description{}, false
@@ -409,9 +461,80 @@ func describeSpec(name string, v any) (store.Description, bool) {
 	return d, true
 }
 
-// watchSpec: per name {capacity, count, then six elements per grant},
-// nothing after the last name.
-func watchSpec(names []string, v any) ([]store.Description, bool) {
+// watchSpec: {-4, session_id...} (proofs needed) or, per name {capacity,
+// count, then seven elements per grant}, nothing after the last name.
+func watchSpec(names []string, v any) ([]store.Description, []string, bool) {
+	if need, ok, isNeed := specNeed(v); isNeed {
+		return nil, need, ok
+	}
+	out, ok := watchGrantsSpec(names, v)
+	return out, nil, ok
+}
+
+// specNeed reads {-4, session_id...}: isNeed when the reply starts with
+// -4, ok when at least one valid id follows.
+func specNeed(v any) (need []string, ok, isNeed bool) {
+	r, isArr := v.([]any)
+	if !isArr || len(r) == 0 {
+		return nil, false, false
+	}
+	if status, isInt := r[0].(int64); !isInt || status != -4 {
+		return nil, false, false
+	}
+	need, ok = specIDs(r, 1)
+	return need, ok, true
+}
+
+// specIDs reads the session ids from i to the end: at least one, each 32
+// hex digits.
+func specIDs(r []any, i int) ([]string, bool) {
+	if len(r) <= i {
+		return nil, false
+	}
+	var out []string
+	for ; i < len(r); i++ {
+		id, ok := r[i].(string)
+		if !ok || !specValidID(id) {
+			return nil, false
+		}
+		out = append(out, id)
+	}
+	return out, true
+}
+
+// specSession reads a grant's session at i: "" or, for a grant (held), a
+// valid id.
+func specSession(r []any, i int, held bool) (string, bool) {
+	if len(r) <= i {
+		return "", false
+	}
+	id, ok := r[i].(string)
+	return id, ok && (id == "" || (held && specValidID(id)))
+}
+
+func specValidID(id string) bool {
+	if len(id) != 32 {
+		return false
+	}
+	for _, c := range id {
+		if !strings.ContainsRune("0123456789abcdef", c) {
+			return false
+		}
+	}
+	return true
+}
+
+// isSessionReply reports renew.lua's {2}.
+func isSessionReply(v any) bool {
+	r, ok := v.([]any)
+	if !ok || len(r) != 1 {
+		return false
+	}
+	n, ok := r[0].(int64)
+	return ok && n == 2
+}
+
+func watchGrantsSpec(names []string, v any) ([]store.Description, bool) {
 	r, ok := v.([]any)
 	if !ok {
 		return nil, false
@@ -440,7 +563,7 @@ func isInt(v any) bool { _, ok := v.(int64); return ok }
 
 func equalLease(a, b store.Lease) bool {
 	return a.Name == b.Name && a.Holder == b.Holder && a.Token == b.Token && bytes.Equal(a.Value, b.Value) &&
-		a.TTL == b.TTL && a.ExpiresAt.Equal(b.ExpiresAt) && a.Weight == b.Weight
+		a.TTL == b.TTL && a.ExpiresAt.Equal(b.ExpiresAt) && a.Weight == b.Weight && a.Session == b.Session
 }
 
 func equalLeases(a, b []store.Lease) bool {
@@ -457,6 +580,6 @@ func equalLeases(a, b []store.Lease) bool {
 
 func sameAcquire(a, b acquireReply) bool {
 	return a.lost == b.lost && a.quarantined == b.quarantined && a.retryAfter == b.retryAfter &&
-		a.capacity == b.capacity && a.holderLimit == b.holderLimit &&
+		a.capacity == b.capacity && a.holderLimit == b.holderLimit && slices.Equal(a.need, b.need) &&
 		a.result.Acquired == b.result.Acquired && a.result.RetryAt.Equal(b.result.RetryAt) && equalLease(a.result.Lease, b.result.Lease)
 }

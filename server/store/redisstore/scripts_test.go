@@ -3,6 +3,7 @@ package redisstore
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 func TestDecodeAcquire(t *testing.T) {
 	t.Parallel()
 	const at = 1_800_000_000_000
+	const sid = "0123456789abcdef0123456789abcdef"
 	tests := []struct {
 		name    string
 		reply   any
@@ -24,22 +26,29 @@ func TestDecodeAcquire(t *testing.T) {
 			acquireReply{lost: true, quarantined: true, retryAfter: 250 * time.Millisecond}, false},
 		{"another capacity", []any{int64(-2), int64(0), int64(5)}, acquireReply{capacity: 5}, false},
 		{"the holder cap", []any{int64(-3), int64(0), int64(1024)}, acquireReply{holderLimit: 1024}, false},
-		{"granted", []any{int64(1), int64(0), "h", "42", "v", int64(1500), int64(at), int64(0), int64(3)},
+		{"granted", []any{int64(1), int64(0), "h", "42", "v", int64(1500), int64(at), int64(0), int64(3), ""},
 			acquireReply{result: store.AcquireResult{Acquired: true, Lease: store.Lease{
 				Name: "job", Holder: "h", Token: 42, Value: []byte("v"), TTL: 1500 * time.Millisecond, ExpiresAt: time.UnixMilli(at), Weight: 3,
 			}}}, false},
-		{"refused for a holder", []any{int64(0), int64(0), "h", "42", "", int64(1500), int64(at), int64(at), int64(1)},
+		{"refused for a holder", []any{int64(0), int64(0), "h", "42", "", int64(1500), int64(at), int64(at), int64(1), ""},
 			acquireReply{result: store.AcquireResult{RetryAt: time.UnixMilli(at), Lease: store.Lease{
 				Name: "job", Holder: "h", Token: 42, TTL: 1500 * time.Millisecond, ExpiresAt: time.UnixMilli(at), Weight: 1,
 			}}}, false},
-		{"refused for older waiters", []any{int64(0), int64(0), "", "", "", int64(0), int64(0), int64(0), int64(0)},
+		{"refused for older waiters", []any{int64(0), int64(0), "", "", "", int64(0), int64(0), int64(0), int64(0), ""},
 			acquireReply{}, false},
 		{"not an array", "OK", acquireReply{}, true},
 		{"too short", []any{int64(1), int64(0), "h"}, acquireReply{}, true},
-		{"a grant without a weight", []any{int64(1), int64(0), "h", "42", "v", int64(1500), int64(at), int64(0), int64(0)}, acquireReply{}, true},
+		{"a grant without a weight", []any{int64(1), int64(0), "h", "42", "v", int64(1500), int64(at), int64(0), int64(0), ""}, acquireReply{}, true},
 		{"a capacity of 0", []any{int64(-2), int64(0), int64(0)}, acquireReply{}, true},
-		{"a token that is not a number", []any{int64(1), int64(0), "h", "x", "", int64(1), int64(at), int64(0), int64(1)}, acquireReply{}, true},
-		{"an unknown status", []any{int64(2), int64(0), "", "", "", int64(0), int64(0), int64(0), int64(0)}, acquireReply{}, true},
+		{"a token that is not a number", []any{int64(1), int64(0), "h", "x", "", int64(1), int64(at), int64(0), int64(1), ""}, acquireReply{}, true},
+		{"an unknown status", []any{int64(2), int64(0), "", "", "", int64(0), int64(0), int64(0), int64(0), ""}, acquireReply{}, true},
+		{"granted in a session", []any{int64(1), int64(0), "h", "42", "v", int64(1500), int64(at), int64(0), int64(3), sid},
+			acquireReply{result: store.AcquireResult{Acquired: true, Lease: store.Lease{
+				Name: "job", Holder: "h", Token: 42, Value: []byte("v"), TTL: 1500 * time.Millisecond, ExpiresAt: time.UnixMilli(at), Weight: 3, Session: sid,
+			}}}, false},
+		{"proofs needed", []any{int64(-4), int64(0), sid}, acquireReply{need: []string{sid}}, false},
+		{"proofs needed of no session", []any{int64(-4), int64(0)}, acquireReply{}, true},
+		{"a grant without its session", []any{int64(1), int64(0), "h", "42", "v", int64(1500), int64(at), int64(0), int64(3)}, acquireReply{}, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -51,7 +60,7 @@ func TestDecodeAcquire(t *testing.T) {
 				return
 			}
 			if got.lost != tc.want.lost || got.quarantined != tc.want.quarantined || got.retryAfter != tc.want.retryAfter ||
-				got.capacity != tc.want.capacity || got.holderLimit != tc.want.holderLimit ||
+				got.capacity != tc.want.capacity || got.holderLimit != tc.want.holderLimit || !slices.Equal(got.need, tc.want.need) ||
 				got.result.Acquired != tc.want.result.Acquired || !got.result.RetryAt.Equal(tc.want.result.RetryAt) {
 				t.Errorf("decoded %+v, want %+v", got, tc.want)
 			}
@@ -71,6 +80,9 @@ func TestDecodeRenew(t *testing.T) {
 	if _, err := decodeRenew("job", []any{int64(0)}); !errors.Is(err, store.ErrLeaseNotHeld) {
 		t.Errorf("not held: err = %v, want ErrLeaseNotHeld", err)
 	}
+	if _, err := decodeRenew("job", []any{int64(2)}); !errors.Is(err, store.ErrLeaseInSession) {
+		t.Errorf("attached: err = %v, want ErrLeaseInSession", err)
+	}
 	if _, err := decodeRenew("job", []any{int64(1), "h"}); err == nil || errors.Is(err, store.ErrLeaseNotHeld) {
 		t.Errorf("too short: err = %v, want a reply error", err)
 	}
@@ -78,28 +90,39 @@ func TestDecodeRenew(t *testing.T) {
 
 func TestDecodeDescribe(t *testing.T) {
 	t.Parallel()
-	d, err := decodeDescribe("job", []any{int64(1), "9", int64(2), int64(2), int64(0)})
+	d, _, err := decodeDescribe("job", []any{int64(1), "9", int64(2), int64(2), int64(0)})
 	if err != nil || d.Held || d.LastToken != 9 || d.Waiters != 2 || d.WaitingWeight != 2 || d.Lease.Holder != "" || d.Capacity != 1 {
 		t.Errorf("free name: %+v, %v", d, err)
 	}
-	d, err = decodeDescribe("job", []any{int64(5), "10", int64(0), int64(0), int64(2),
-		"a", "9", "", int64(1000), int64(1_800_000_000_000), int64(2),
-		"b", "10", "", int64(1000), int64(1_800_000_000_000), int64(3)})
+	const sid = "0123456789abcdef0123456789abcdef"
+	d, _, err = decodeDescribe("job", []any{int64(5), "10", int64(0), int64(0), int64(2),
+		"a", "9", "", int64(1000), int64(1_800_000_000_000), int64(2), "",
+		"b", "10", "", int64(1000), int64(1_800_000_000_000), int64(3), sid})
 	if err != nil || !d.Held || d.Lease.Token != 9 || d.Lease.Name != "job" || d.Lease.Value != nil || len(d.Holders) != 2 ||
-		d.Holders[1].Holder != "b" || d.Holders[1].Weight != 3 || d.Capacity != 5 {
+		d.Holders[1].Holder != "b" || d.Holders[1].Weight != 3 || d.Capacity != 5 || d.Lease.Session != "" || d.Holders[1].Session != sid {
 		t.Errorf("held name: %+v, %v", d, err)
 	}
-	if _, err := decodeDescribe("job", []any{int64(1), int64(9), int64(0), int64(0), int64(0)}); err == nil {
+	if _, _, err := decodeDescribe("job", []any{int64(1), int64(9), int64(0), int64(0), int64(0)}); err == nil {
 		t.Error("a last token that is not a decimal string: no error")
 	}
-	if _, err := decodeDescribe("job", []any{int64(1), "9", int64(0), int64(0), int64(2), "a", "9", "", int64(1000), int64(1), int64(1)}); err == nil {
+	if _, _, err := decodeDescribe("job", []any{int64(1), "9", int64(0), int64(0), int64(2), "a", "9", "", int64(1000), int64(1), int64(1), ""}); err == nil {
 		t.Error("fewer grants than counted: no error")
+	}
+	if _, need, err := decodeDescribe("job", []any{int64(-4), sid}); err != nil || len(need) != 1 || need[0] != sid {
+		t.Errorf("proofs needed: %q, %v", need, err)
 	}
 }
 
 func TestDecodeCounts(t *testing.T) {
 	t.Parallel()
-	for _, decode := range []func(any) (bool, error){decodeRelease, decodeDequeue} {
+	release := func(v any) (bool, error) {
+		ok, session, err := decodeRelease(v)
+		if session != "" {
+			return false, fmt.Errorf("session %q from %v", session, v)
+		}
+		return ok, err
+	}
+	for _, decode := range []func(any) (bool, error){release, decodeDequeue} {
 		if ok, err := decode(int64(1)); !ok || err != nil {
 			t.Errorf("1: %v, %v", ok, err)
 		}
@@ -117,7 +140,7 @@ func TestDecodeWatch(t *testing.T) {
 	const at = 1_800_000_000_000
 	names := []string{"held", "free"}
 	out := make([]store.Description, 2)
-	err := decodeWatch(names, []any{int64(1), int64(1), "h", "7", "v", int64(1000), int64(at), int64(1), int64(1), int64(0)}, out)
+	_, err := decodeWatch(names, []any{int64(1), int64(1), "h", "7", "v", int64(1000), int64(at), int64(1), "", int64(1), int64(0)}, out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,10 +149,10 @@ func TestDecodeWatch(t *testing.T) {
 		t.Errorf("decoded %+v", out)
 	}
 	sameLease(t, out[0].Lease, want)
-	if err := decodeWatch(names, []any{int64(1), int64(1), "h", "7", "v", int64(1000), int64(at), int64(1)}, out); err == nil {
+	if _, err := decodeWatch(names, []any{int64(1), int64(1), "h", "7", "v", int64(1000), int64(at), int64(1), ""}, out); err == nil {
 		t.Error("a reply for one name of two: no error")
 	}
-	if err := decodeWatch(names, "OK", out); err == nil {
+	if _, err := decodeWatch(names, "OK", out); err == nil {
 		t.Error("not an array: no error")
 	}
 	if n, err := decodeRefresh(int64(3)); n != 3 || err != nil {
@@ -145,7 +168,8 @@ func TestAcquireArgsFollowTheScript(t *testing.T) {
 	t.Parallel()
 	// One header line per argument: "-- ARGV[i] <what>", in this order.
 	want := []string{"holder", "ttl (ms", "value", "waiter id", "waiter ttl", "quarantine", "pub/sub channel", "name",
-		"lock delay", `"1" to keep`, "idle retention", "token (decimal)", "capacity", "weight", "max holders", "ttl + lock delay + idle retention"}
+		"lock delay", `"1" to keep`, "idle retention", "token (decimal)", "capacity", "weight", "max holders", "ttl + lock delay + idle retention",
+		"session id", "the session's ttl", "proofs", "how long the key outlives"}
 	var got []string
 	for _, line := range strings.Split(acquireSrc, "\n") {
 		if rest, ok := strings.CutPrefix(line, "-- ARGV["); ok {
@@ -165,12 +189,13 @@ func TestAcquireArgsFollowTheScript(t *testing.T) {
 		}
 	}
 	a := acquireArgs{holder: "h", ttlMS: 2, value: []byte("v"), waiter: "w", waiterTTL: int64(5), quarantine: 6, channel: "c",
-		name: "n", lockDelay: int64(9), keepValue: "1", idle: int64(11), expected: "12", capacity: 13, weight: 14, maxHolders: 15, keyLifetime: 16}
+		name: "n", lockDelay: int64(9), keepValue: "1", idle: int64(11), expected: "12", capacity: 13, weight: 14, maxHolders: 15, keyLifetime: 16,
+		session: "s", sessionTTL: 18, proofs: "p", keep: 20}
 	vals := a.argv()
 	if len(vals) != len(want) {
 		t.Fatalf("argv has %d values, the header %d", len(vals), len(want))
 	}
-	for i, v := range []any{"h", int64(2), []byte("v"), "w", int64(5), int64(6), "c", "n", int64(9), "1", int64(11), "12", int64(13), int64(14), 15, int64(16)} {
+	for i, v := range []any{"h", int64(2), []byte("v"), "w", int64(5), int64(6), "c", "n", int64(9), "1", int64(11), "12", int64(13), int64(14), 15, int64(16), "s", int64(18), "p", int64(20)} {
 		if fmt.Sprint(vals[i]) != fmt.Sprint(v) {
 			t.Errorf("argv[%d] = %v, want %v", i, vals[i], v)
 		}

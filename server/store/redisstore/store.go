@@ -426,16 +426,30 @@ type acquireArgs struct {
 	maxHolders int
 	// keyLifetime is ttl + lock delay + idle retention, ms.
 	keyLifetime int64
+	// session is the id of the session to attach to, or ""; sessionTTL its
+	// ttl (ms); proofs the proofs of sessions (attached.lua); keep how long
+	// the key outlives attached grants (ms).
+	session    string
+	sessionTTL int64
+	proofs     string
+	keep       int64
 }
 
 func (a acquireArgs) argv() []any {
 	return []any{a.holder, a.ttlMS, a.value, a.waiter, a.waiterTTL, a.quarantine, a.channel, a.name,
-		a.lockDelay, a.keepValue, a.idle, a.expected, a.capacity, a.weight, a.maxHolders, a.keyLifetime}
+		a.lockDelay, a.keepValue, a.idle, a.expected, a.capacity, a.weight, a.maxHolders, a.keyLifetime,
+		a.session, a.sessionTTL, a.proofs, a.keep}
 }
 
 // Acquire implements store.Leases.
+//
+// With a Session, it asks the session's slot first (as its owner, adding
+// the name to the session's names) for the session's remaining time, which
+// becomes the grant's bound. A name holding grants of sessions whose bounds
+// passed asks for proofs of those sessions: they are fetched from their
+// slots, and the call made again with them (see doc.go).
 func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.AcquireResult, error) {
-	if req.TTL <= 0 {
+	if req.TTL <= 0 && req.Session == "" {
 		return store.AcquireResult{}, fmt.Errorf("redisstore: acquire %q: ttl %s is not positive", req.Name, req.TTL)
 	}
 	capacity, weight := req.CapacityOrDefault(), req.WeightOrDefault()
@@ -457,19 +471,47 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 	if req.Token != 0 {
 		args.expected = strconv.FormatUint(req.Token, 10)
 	}
-	args.keyLifetime = args.ttlMS + s.lockDelayMS + s.idleMS
+	args.keep = s.sessionKeepMS()
+	proofs := proofSet{}
+	if req.Session != "" {
+		if err := s.proveOwn(ctx, proofs, req); err != nil {
+			return store.AcquireResult{}, err
+		}
+		args.session = req.Session
+	}
 	k := s.keys(req.Name)
-	v, replicated, err := s.callWait(ctx, "acquire", true, acquireScript,
-		[]string{k.lease, k.queue, k.waiters, k.marker}, args.argv()...)
+	var reply acquireReply
+	var replicated func() error
+	err := s.withProofs(ctx, proofs, func(text string) ([]string, error) {
+		args.proofs = text
+		if req.Session != "" {
+			own, ok := proofs.left(req.Session, time.Now())
+			if !ok {
+				// Spent while other proofs were fetched: ask again.
+				if err := s.proveOwn(ctx, proofs, req); err != nil {
+					return nil, err
+				}
+				own, _ = proofs.left(req.Session, time.Now())
+			}
+			args.ttlMS, args.sessionTTL = own, proofs[req.Session].ttl.Milliseconds()
+		}
+		args.keyLifetime = args.ttlMS + s.lockDelayMS + s.idleMS
+		v, rep, err := s.callWait(ctx, "acquire", true, acquireScript,
+			[]string{k.lease, k.queue, k.waiters, k.marker}, args.argv()...)
+		if err != nil {
+			return nil, err
+		}
+		if reply, err = decodeAcquire(req.Name, v); err != nil {
+			return nil, err
+		}
+		if reply.lost {
+			s.dataLost()
+		}
+		replicated = rep
+		return reply.need, nil
+	})
 	if err != nil {
 		return store.AcquireResult{}, err
-	}
-	reply, err := decodeAcquire(req.Name, v)
-	if err != nil {
-		return store.AcquireResult{}, err
-	}
-	if reply.lost {
-		s.dataLost()
 	}
 	switch {
 	case reply.quarantined:
@@ -505,7 +547,7 @@ func (s *Store) Renew(ctx context.Context, name, holder string, token uint64, tt
 	k := s.keys(name)
 	ttlMS := durationMS(ttl)
 	v, replicated, err := s.callWait(ctx, "renew", true, renewScript, []string{k.lease},
-		holder, strconv.FormatUint(token, 10), ttlMS, s.lockDelayMS+s.idleMS)
+		holder, strconv.FormatUint(token, 10), ttlMS, s.lockDelayMS+s.idleMS, s.lockDelayMS+s.sessionKeepMS())
 	if err != nil {
 		return store.Lease{}, err
 	}
@@ -523,11 +565,17 @@ func (s *Store) Renew(ctx context.Context, name, holder string, token uint64, tt
 func (s *Store) Release(ctx context.Context, name, holder string, token uint64) (bool, error) {
 	k := s.keys(name)
 	v, err := s.call(ctx, "release", releaseScript, []string{k.lease},
-		holder, strconv.FormatUint(token, 10), s.boxed.channel, name, s.boxed.idleMS, s.boxed.lockDelayMS)
+		holder, strconv.FormatUint(token, 10), s.boxed.channel, name, s.boxed.idleMS, s.boxed.lockDelayMS, s.sessionKeepMS())
 	if err != nil {
 		return false, err
 	}
-	return decodeRelease(v)
+	released, session, err := decodeRelease(v)
+	if err == nil && session != "" {
+		// Best effort: a name left in the session's names costs a close
+		// one call that finds nothing.
+		_ = s.client.SRem(ctx, s.sessionKeys(session)[1], name).Err()
+	}
+	return released, err
 }
 
 // Dequeue implements store.Leases.
@@ -544,11 +592,18 @@ func (s *Store) Dequeue(ctx context.Context, name, waiter string) error {
 // Describe implements store.Leases.
 func (s *Store) Describe(ctx context.Context, name string) (store.Description, error) {
 	k := s.keys(name)
-	v, err := s.call(ctx, "describe", describeScript, []string{k.lease, k.queue, k.waiters})
-	if err != nil {
-		return store.Description{}, err
-	}
-	return decodeDescribe(name, v)
+	var d store.Description
+	err := s.withProofs(ctx, proofSet{}, func(proofs string) ([]string, error) {
+		v, err := s.call(ctx, "describe", describeScript, []string{k.lease, k.queue, k.waiters},
+			proofs, s.lockDelayMS, s.sessionKeepMS())
+		if err != nil {
+			return nil, err
+		}
+		var need []string
+		d, need, err = decodeDescribe(name, v)
+		return need, err
+	})
+	return d, err
 }
 
 // List implements store.Leases. It SCANs the whole key space (every master of
@@ -602,7 +657,7 @@ func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) (sto
 		cmds := make([]*redis.SliceCmd, len(ckeys))
 		if _, err := c.Pipelined(cctx, func(p redis.Pipeliner) error {
 			for i, key := range ckeys {
-				cmds[i] = p.HMGet(cctx, key, "used", "high")
+				cmds[i] = p.HMGet(cctx, key, "used", "high", "slow")
 			}
 			return nil
 		}); err != nil {
@@ -611,8 +666,14 @@ func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) (sto
 		var out []string
 		for i, cmd := range cmds {
 			v := cmd.Val()
-			// 'high' is at least the latest expiry of the grants.
-			if len(v) != 2 || v[0] == nil {
+			// 'high' is at least the latest expiry of the grants; 'slow'
+			// says grants are attached to sessions, whose bounds may be
+			// stale: describe settles them.
+			if len(v) != 3 || v[0] == nil {
+				continue
+			}
+			if v[2] != nil {
+				out = append(out, candidates[i])
 				continue
 			}
 			expires, _ := v[1].(string)
@@ -679,7 +740,7 @@ func (s *Store) describeMany(ctx context.Context, names []string) ([]store.Descr
 	_, _ = s.client.Pipelined(cctx, func(p redis.Pipeliner) error {
 		for i, name := range names {
 			k := s.keys(name)
-			cmds[i] = describeScript.EvalSha(cctx, p, []string{k.lease, k.queue, k.waiters})
+			cmds[i] = describeScript.EvalSha(cctx, p, []string{k.lease, k.queue, k.waiters}, "", s.lockDelayMS, s.sessionKeepMS())
 		}
 		return nil
 	})
@@ -688,12 +749,16 @@ func (s *Store) describeMany(ctx context.Context, names []string) ([]store.Descr
 		v, err := cmds[i].Result()
 		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 			k := s.keys(name)
-			v, err = describeScript.Run(cctx, s.client, []string{k.lease, k.queue, k.waiters}).Result()
+			v, err = describeScript.Run(cctx, s.client, []string{k.lease, k.queue, k.waiters}, "", s.lockDelayMS, s.sessionKeepMS()).Result()
 		}
 		if err != nil {
 			return nil, s.wrapErr(ctx, "list", err)
 		}
-		d, err := decodeDescribe(name, v)
+		d, need, err := decodeDescribe(name, v)
+		if err == nil && len(need) > 0 {
+			// Attached grants whose bounds passed: with their proofs.
+			d, err = s.Describe(ctx, name)
+		}
 		if err != nil {
 			return nil, err
 		}

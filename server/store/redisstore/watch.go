@@ -69,7 +69,14 @@ func (s *Store) Watch(ctx context.Context, names []string, ttl time.Duration) ([
 		for _, i := range groups[g] {
 			group = append(group, names[i])
 		}
-		if err := decodeWatch(group, v, res); err != nil {
+		need, err := decodeWatch(group, v, res)
+		if err == nil && len(need) > 0 {
+			// Attached grants whose bounds passed: with their proofs.
+			if v, err = s.watchWithProofs(ctx, c, need); err == nil {
+				_, err = decodeWatch(group, v, res)
+			}
+		}
+		if err != nil {
 			return nil, err
 		}
 		for j, i := range groups[g] {
@@ -88,7 +95,7 @@ type watchCall struct {
 
 // watchCall builds the watch.lua call for names[i], i in idx.
 func (s *Store) watchCall(names []string, idx []int, due []bool, ttl time.Duration) watchCall {
-	c := watchCall{keys: make([]string, 0, len(idx)), args: make([]any, 0, 1+len(idx))}
+	c := watchCall{keys: make([]string, 0, len(idx)), args: make([]any, 0, 4+len(idx))}
 	c.args = append(c.args, durationMS(ttl))
 	for _, i := range idx {
 		k := s.keys(names[i])
@@ -99,7 +106,30 @@ func (s *Store) watchCall(names []string, idx []int, due []bool, ttl time.Durati
 			c.args = append(c.args, "")
 		}
 	}
+	// No proofs at first: most calls need none (see watchWithProofs).
+	c.args = append(c.args, "", s.lockDelayMS, s.sessionKeepMS())
 	return c
+}
+
+// watchWithProofs calls c again until it has the proofs of sessions it
+// needs, first those of need, and returns its reply.
+func (s *Store) watchWithProofs(ctx context.Context, c watchCall, need []string) (any, error) {
+	proofs := proofSet{}
+	if err := s.prove(ctx, proofs, need); err != nil {
+		return nil, err
+	}
+	var reply any
+	err := s.withProofs(ctx, proofs, func(text string) ([]string, error) {
+		c.args[len(c.args)-3] = text
+		v, err := s.call(ctx, "watch", watchScript, c.keys, c.args...)
+		if err != nil {
+			return nil, err
+		}
+		reply = v
+		need, _, err := decodeNeed("watch", v)
+		return need, err
+	})
+	return reply, err
 }
 
 // watchGroups splits the indexes of names into groups of at most watchBatch

@@ -6,14 +6,17 @@
 // The spans are named "store SCRIPT" and carry:
 //   - coordinator.store.script: the operation; for the Redis store, the Lua
 //     script it runs (acquire, renew, release, dequeue, refresh_waiters,
-//     describe, watch; list and ping run plain commands), for the memory
-//     store the operation of the same name, done under its mutex;
+//     describe, watch, session: the calls of store.Sessions, whose
+//     operation coordinator.store.session_op names (create, renew, close,
+//     describe); list and ping run plain commands), for the memory store the
+//     operation of the same name, done under its mutex;
 //   - coordinator.store.attempt: for a request whose context went through
 //     CountAttempts, the how-manieth call of this script the request made
 //     (1, then 2 and on for a waiting TryAcquire or Campaign trying again
 //     as its turns come); absent otherwise;
 //   - coordinator.store.outcome: acquired, not_acquired, renewed, released,
-//     not_held, ok, or, when it failed, quarantined, unavailable, canceled,
+//     not_held, ok, or, when it failed, session_ended (the session is dead),
+//     not_owned (another owner's session), quarantined, unavailable, canceled,
 //     deadline_exceeded or error (the span's status is then Error for
 //     quarantined, unavailable and error: what the caller did not ask for);
 //   - coordinator.store.kind (redis or memory), coordinator.lease.name, and

@@ -39,11 +39,12 @@ const (
 	scriptList
 	scriptWatch
 	scriptPing
+	scriptSession
 	numScripts
 )
 
 var scriptNames = [numScripts]string{
-	"acquire", "renew", "release", "dequeue", "refresh_waiters", "describe", "list", "watch", "ping",
+	"acquire", "renew", "release", "dequeue", "refresh_waiters", "describe", "list", "watch", "ping", "session",
 }
 
 // spanNames are "store " + the script, made once.
@@ -132,8 +133,13 @@ func failure(err error) string {
 	switch {
 	case errors.As(err, &quarantine):
 		return "quarantined"
-	case errors.Is(err, store.ErrLeaseNotHeld):
+	case errors.Is(err, store.ErrLeaseNotHeld), errors.Is(err, store.ErrLeaseInSession):
 		return "not_held"
+	case errors.Is(err, store.ErrSessionNotFound), errors.Is(err, store.ErrSessionExpired),
+		errors.Is(err, store.ErrSessionClosed):
+		return "session_ended"
+	case errors.Is(err, store.ErrSessionNotOwned):
+		return "not_owned"
 	case errors.Is(err, store.ErrUnavailable):
 		return "unavailable"
 	case errors.Is(err, context.Canceled):
@@ -259,4 +265,54 @@ func (s *Store) Ping(ctx context.Context) error {
 	err := s.Store.Ping(ctx)
 	end(span, "ok", err)
 	return err
+}
+
+// AttrSessionOp is the session operation of a "store session" span.
+const AttrSessionOp = attribute.Key("coordinator.store.session_op")
+
+// session runs call as a traced session operation op.
+func (s *Store) session(ctx context.Context, op string, call func(context.Context) error) error {
+	if !traced(ctx) {
+		return call(ctx)
+	}
+	ctx, span := s.start(ctx, scriptSession, "")
+	span.SetAttributes(AttrSessionOp.String(op))
+	err := call(ctx)
+	end(span, "ok", err)
+	return err
+}
+
+// CreateSession implements store.Sessions.
+func (s *Store) CreateSession(ctx context.Context, owner string, ttl time.Duration) (store.Session, error) {
+	var sess store.Session
+	err := s.session(ctx, "create", func(ctx context.Context) (err error) {
+		sess, err = s.Store.CreateSession(ctx, owner, ttl)
+		return err
+	})
+	return sess, err
+}
+
+// RenewSession implements store.Sessions.
+func (s *Store) RenewSession(ctx context.Context, id, owner string) (store.Session, error) {
+	var sess store.Session
+	err := s.session(ctx, "renew", func(ctx context.Context) (err error) {
+		sess, err = s.Store.RenewSession(ctx, id, owner)
+		return err
+	})
+	return sess, err
+}
+
+// CloseSession implements store.Sessions.
+func (s *Store) CloseSession(ctx context.Context, id, owner string) error {
+	return s.session(ctx, "close", func(ctx context.Context) error { return s.Store.CloseSession(ctx, id, owner) })
+}
+
+// DescribeSession implements store.Sessions.
+func (s *Store) DescribeSession(ctx context.Context, id, owner string) (store.SessionDescription, error) {
+	var d store.SessionDescription
+	err := s.session(ctx, "describe", func(ctx context.Context) (err error) {
+		d, err = s.Store.DescribeSession(ctx, id, owner)
+		return err
+	})
+	return d, err
 }

@@ -111,6 +111,16 @@ func TestEachCallOfATracedRequestIsAChildSpanWithItsScriptAndOutcome(t *testing.
 		{"a dequeue", func(ctx context.Context) error {
 			return tr.st.Dequeue(ctx, "held", "nobody")
 		}, "dequeue", "ok", false},
+		{"a session's creation", func(ctx context.Context) error {
+			_, err := tr.st.CreateSession(ctx, "alice", ttl)
+			return err
+		}, "session", "ok", false},
+		{"a renewal of an unknown session", func(ctx context.Context) error {
+			if _, err := tr.st.RenewSession(ctx, "unknown", "alice"); !errors.Is(err, store.ErrSessionNotFound) {
+				return fmt.Errorf("renew of an unknown session: %w, want ErrSessionNotFound", err)
+			}
+			return nil
+		}, "session", "session_ended", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tr.recorder.Reset()

@@ -15,7 +15,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file coordinator/v1/coordinator.proto.
  */
 export const file_coordinator_v1_coordinator: GenFile = /*@__PURE__*/
-  fileDesc("CiBjb29yZGluYXRvci92MS9jb29yZGluYXRvci5wcm90bxIOY29vcmRpbmF0b3IudjEiqwEKBUxlYXNlEgwKBG5hbWUYASABKAkSDgoGaG9sZGVyGAIgASgJEg0KBXRva2VuGAMgASgEEiYKA3R0bBgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIuCgpleHBpcmVzX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBINCgV2YWx1ZRgGIAEoDBIOCgZ3ZWlnaHQYByABKA0i+wEKEVRyeUFjcXVpcmVSZXF1ZXN0EhkKBG5hbWUYASABKAlCC8rzGAcIARCAAhgCEhsKBmhvbGRlchgCIAEoCUILyvMYBwgBEIABGAESRQoDdHRsGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uQh3K8xgZCAEgZDITQ09PUkRJTkFUT1JfTUFYX1RUTBIxCgR3YWl0GAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uQgjK8xgEKOCnEhIaCghjYXBhY2l0eRgFIAEoDUIIyvMYBDjAhD0SGAoGd2VpZ2h0GAYgASgNQgjK8xgEOMCEPSKMAQoSVHJ5QWNxdWlyZVJlc3BvbnNlEhAKCGFjcXVpcmVkGAEgASgIEiQKBWxlYXNlGAIgASgLMhUuY29vcmRpbmF0b3IudjEuTGVhc2USDgoGaG9sZGVyGAMgASgJEi4KC3JldHJ5X2FmdGVyGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIqQBCgxSZW5ld1JlcXVlc3QSGQoEbmFtZRgBIAEoCUILyvMYBwgBEIACGAISGwoGaG9sZGVyGAIgASgJQgvK8xgHCAEQgAEYARIVCgV0b2tlbhgDIAEoBEIGyvMYAggBEkUKA3R0bBgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbkIdyvMYGQgBIGQyE0NPT1JESU5BVE9SX01BWF9UVEwiNQoNUmVuZXdSZXNwb25zZRIkCgVsZWFzZRgBIAEoCzIVLmNvb3JkaW5hdG9yLnYxLkxlYXNlIl8KDlJlbGVhc2VSZXF1ZXN0EhkKBG5hbWUYASABKAlCC8rzGAcIARCAAhgCEhsKBmhvbGRlchgCIAEoCUILyvMYBwgBEIABGAESFQoFdG9rZW4YAyABKARCBsrzGAIIASIjCg9SZWxlYXNlUmVzcG9uc2USEAoIcmVsZWFzZWQYASABKAgitAEKEEtlZXBBbGl2ZVJlcXVlc3QSCgoCaWQYBSABKAQSGQoEbmFtZRgBIAEoCUILyvMYBwgBEIACGAISGwoGaG9sZGVyGAIgASgJQgvK8xgHCAEQgAEYARIVCgV0b2tlbhgDIAEoBEIGyvMYAggBEkUKA3R0bBgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbkIdyvMYGQgBIGQyE0NPT1JESU5BVE9SX01BWF9UVEwiuwEKEUtlZXBBbGl2ZVJlc3BvbnNlEgoKAmlkGAUgASgEEgwKBG5hbWUYASABKAkSJgoFbGVhc2UYAiABKAsyFS5jb29yZGluYXRvci52MS5MZWFzZUgAEikKBGxvc3QYAyABKAsyGS5jb29yZGluYXRvci52MS5MZWFzZUxvc3RIABIvCgZmYWlsZWQYBCABKAsyHS5jb29yZGluYXRvci52MS5SZW5ld2FsRmFpbGVkSABCCAoGcmVzdWx0InYKCUxlYXNlTG9zdBIOCgZob2xkZXIYASABKAkSDQoFdG9rZW4YAiABKAQSKwoGcmVhc29uGAMgASgOMhsuY29vcmRpbmF0b3IudjEuRXJyb3JSZWFzb24SDwoHbWVzc2FnZRgEIAEoCRIMCgRjb2RlGAUgASgFIqoBCg1SZW5ld2FsRmFpbGVkEg4KBmhvbGRlchgBIAEoCRINCgV0b2tlbhgCIAEoBBIrCgZyZWFzb24YAyABKA4yGy5jb29yZGluYXRvci52MS5FcnJvclJlYXNvbhIPCgdtZXNzYWdlGAQgASgJEi4KC3JldHJ5X2FmdGVyGAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEgwKBGNvZGUYBiABKAUiTwoOU2Vzc2lvblJlcXVlc3QSPQoKb3BlcmF0aW9ucxgBIAMoCzIgLmNvb3JkaW5hdG9yLnYxLlNlc3Npb25PcGVyYXRpb25CB8rzGAM46Aci/AIKEFNlc3Npb25PcGVyYXRpb24SCgoCaWQYASABKAQSNAoHYWNxdWlyZRgCIAEoCzIhLmNvb3JkaW5hdG9yLnYxLlRyeUFjcXVpcmVSZXF1ZXN0SAASLQoFcmVuZXcYAyABKAsyHC5jb29yZGluYXRvci52MS5SZW5ld1JlcXVlc3RIABIxCgdyZWxlYXNlGAQgASgLMh4uY29vcmRpbmF0b3IudjEuUmVsZWFzZVJlcXVlc3RIABIzCghjYW1wYWlnbhgFIAEoCzIfLmNvb3JkaW5hdG9yLnYxLkNhbXBhaWduUmVxdWVzdEgAEi8KBnJlc2lnbhgGIAEoCzIdLmNvb3JkaW5hdG9yLnYxLlJlc2lnblJlcXVlc3RIABIQCgZjYW5jZWwYByABKARIABIfCgx0cmFjZV9wYXJlbnQYCCABKAlCCcrzGAUQgAIYARIeCgt0cmFjZV9zdGF0ZRgJIAEoCUIJyvMYBRCABBgBQgsKCW9wZXJhdGlvbiJBCg9TZXNzaW9uUmVzcG9uc2USLgoHcmVzdWx0cxgBIAMoCzIdLmNvb3JkaW5hdG9yLnYxLlNlc3Npb25SZXN1bHQizQIKDVNlc3Npb25SZXN1bHQSCgoCaWQYASABKAQSNQoHYWNxdWlyZRgCIAEoCzIiLmNvb3JkaW5hdG9yLnYxLlRyeUFjcXVpcmVSZXNwb25zZUgAEi4KBXJlbmV3GAMgASgLMh0uY29vcmRpbmF0b3IudjEuUmVuZXdSZXNwb25zZUgAEjIKB3JlbGVhc2UYBCABKAsyHy5jb29yZGluYXRvci52MS5SZWxlYXNlUmVzcG9uc2VIABI0CghjYW1wYWlnbhgFIAEoCzIgLmNvb3JkaW5hdG9yLnYxLkNhbXBhaWduUmVzcG9uc2VIABIwCgZyZXNpZ24YBiABKAsyHi5jb29yZGluYXRvci52MS5SZXNpZ25SZXNwb25zZUgAEiMKBWVycm9yGAcgASgLMhIuZ29vZ2xlLnJwYy5TdGF0dXNIAEIICgZyZXN1bHQiLAoPRGVzY3JpYmVSZXF1ZXN0EhkKBG5hbWUYASABKAlCC8rzGAcIARCAAhgCIr0BChBEZXNjcmliZVJlc3BvbnNlEgwKBGhlbGQYASABKAgSJAoFbGVhc2UYAiABKAsyFS5jb29yZGluYXRvci52MS5MZWFzZRImCgdob2xkZXJzGAUgAygLMhUuY29vcmRpbmF0b3IudjEuTGVhc2USEAoIY2FwYWNpdHkYBiABKA0SFgoOd2FpdGluZ193ZWlnaHQYByABKAQSEgoKbGFzdF90b2tlbhgDIAEoBBIPCgd3YWl0ZXJzGAQgASgNIlgKC0xpc3RSZXF1ZXN0EhkKBnByZWZpeBgBIAEoCUIJyvMYBRCAAhgDEhoKCXBhZ2Vfc2l6ZRgCIAEoBUIHyvMYAzjoBxISCgpwYWdlX3Rva2VuGAMgASgJIk4KDExpc3RSZXNwb25zZRIlCgZsZWFzZXMYASADKAsyFS5jb29yZGluYXRvci52MS5MZWFzZRIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiegoGTGVhZGVyEhAKCGVsZWN0aW9uGAEgASgJEhEKCWNhbmRpZGF0ZRgCIAEoCRINCgV2YWx1ZRgDIAEoDBIMCgR0ZXJtGAQgASgEEi4KCmV4cGlyZXNfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIvEBCg9DYW1wYWlnblJlcXVlc3QSHQoIZWxlY3Rpb24YASABKAlCC8rzGAcIARCAAhgCEh4KCWNhbmRpZGF0ZRgCIAEoCUILyvMYBwgBEIABGAESFwoFdmFsdWUYAyABKAxCCMrzGAQQgIAEEkUKA3R0bBgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbkIdyvMYGQgBIGQyE0NPT1JESU5BVE9SX01BWF9UVEwSMQoEd2FpdBgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbkIIyvMYBCjgpxISDAoEdGVybRgGIAEoBCJ7ChBDYW1wYWlnblJlc3BvbnNlEg8KB2VsZWN0ZWQYASABKAgSJgoGbGVhZGVyGAIgASgLMhYuY29vcmRpbmF0b3IudjEuTGVhZGVyEi4KC3JldHJ5X2FmdGVyGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uImQKDVJlc2lnblJlcXVlc3QSHQoIZWxlY3Rpb24YASABKAlCC8rzGAcIARCAAhgCEh4KCWNhbmRpZGF0ZRgCIAEoCUILyvMYBwgBEIABGAESFAoEdGVybRgDIAEoBEIGyvMYAggBIiIKDlJlc2lnblJlc3BvbnNlEhAKCHJlc2lnbmVkGAEgASgIIi4KDUxlYWRlclJlcXVlc3QSHQoIZWxlY3Rpb24YASABKAlCC8rzGAcIARCAAhgCIkwKDkxlYWRlclJlc3BvbnNlEhIKCmhhc19sZWFkZXIYASABKAgSJgoGbGVhZGVyGAIgASgLMhYuY29vcmRpbmF0b3IudjEuTGVhZGVyIi8KDk9ic2VydmVSZXF1ZXN0Eh0KCGVsZWN0aW9uGAEgASgJQgvK8xgHCAEQgAIYAiJOCg9PYnNlcnZlUmVzcG9uc2USKgoFZXZlbnQYASABKAsyGy5jb29yZGluYXRvci52MS5MZWFkZXJFdmVudBIPCgdpbml0aWFsGAIgASgIIocCCgtMZWFkZXJFdmVudBIuCgRraW5kGAEgASgOMiAuY29vcmRpbmF0b3IudjEuTGVhZGVyRXZlbnQuS2luZBImCgZsZWFkZXIYAiABKAsyFi5jb29yZGluYXRvci52MS5MZWFkZXISJgoHaG9sZGVycxgDIAMoCzIVLmNvb3JkaW5hdG9yLnYxLkxlYXNlEhAKCGNhcGFjaXR5GAQgASgNImYKBEtpbmQSFAoQS0lORF9VTlNQRUNJRklFRBAAEhAKDEtJTkRfRUxFQ1RFRBABEhMKD0tJTkRfUFJPQ0xBSU1FRBACEg8KC0tJTkRfVkFDQU5UEAMSEAoMS0lORF9IT0xERVJTEAQqwwEKC0Vycm9yUmVhc29uEhwKGEVSUk9SX1JFQVNPTl9VTlNQRUNJRklFRBAAEhgKDkxFQVNFX05PVF9IRUxEEAEaBNjzGAESGAoUREFUQV9MT1NTX1FVQVJBTlRJTkUQAhIVChFTVE9SRV9VTkFWQUlMQUJMRRADEhcKDUlOVkFMSURfRklFTEQQBBoE2PMYARIbChFQRVJNSVNTSU9OX0RFTklFRBAFGgTY8xgBEhUKEUNBUEFDSVRZX01JU01BVENIEAYqPAoKUldDYXBhY2l0eRIbChdSV19DQVBBQ0lUWV9VTlNQRUNJRklFRBAAEhEKC1JXX0NBUEFDSVRZEMCEPTKSBwoLQ29vcmRpbmF0b3ISUwoKVHJ5QWNxdWlyZRIhLmNvb3JkaW5hdG9yLnYxLlRyeUFjcXVpcmVSZXF1ZXN0GiIuY29vcmRpbmF0b3IudjEuVHJ5QWNxdWlyZVJlc3BvbnNlEkQKBVJlbmV3EhwuY29vcmRpbmF0b3IudjEuUmVuZXdSZXF1ZXN0Gh0uY29vcmRpbmF0b3IudjEuUmVuZXdSZXNwb25zZRJKCgdSZWxlYXNlEh4uY29vcmRpbmF0b3IudjEuUmVsZWFzZVJlcXVlc3QaHy5jb29yZGluYXRvci52MS5SZWxlYXNlUmVzcG9uc2USVAoJS2VlcEFsaXZlEiAuY29vcmRpbmF0b3IudjEuS2VlcEFsaXZlUmVxdWVzdBohLmNvb3JkaW5hdG9yLnYxLktlZXBBbGl2ZVJlc3BvbnNlKAEwARJOCgdTZXNzaW9uEh4uY29vcmRpbmF0b3IudjEuU2Vzc2lvblJlcXVlc3QaHy5jb29yZGluYXRvci52MS5TZXNzaW9uUmVzcG9uc2UoATABEk0KCERlc2NyaWJlEh8uY29vcmRpbmF0b3IudjEuRGVzY3JpYmVSZXF1ZXN0GiAuY29vcmRpbmF0b3IudjEuRGVzY3JpYmVSZXNwb25zZRJBCgRMaXN0EhsuY29vcmRpbmF0b3IudjEuTGlzdFJlcXVlc3QaHC5jb29yZGluYXRvci52MS5MaXN0UmVzcG9uc2USTQoIQ2FtcGFpZ24SHy5jb29yZGluYXRvci52MS5DYW1wYWlnblJlcXVlc3QaIC5jb29yZGluYXRvci52MS5DYW1wYWlnblJlc3BvbnNlEkcKBlJlc2lnbhIdLmNvb3JkaW5hdG9yLnYxLlJlc2lnblJlcXVlc3QaHi5jb29yZGluYXRvci52MS5SZXNpZ25SZXNwb25zZRJHCgZMZWFkZXISHS5jb29yZGluYXRvci52MS5MZWFkZXJSZXF1ZXN0Gh4uY29vcmRpbmF0b3IudjEuTGVhZGVyUmVzcG9uc2USTAoHT2JzZXJ2ZRIeLmNvb3JkaW5hdG9yLnYxLk9ic2VydmVSZXF1ZXN0Gh8uY29vcmRpbmF0b3IudjEuT2JzZXJ2ZVJlc3BvbnNlMAEaNdLzGDEImHUQ0A8YHCBkKAUwMjjQD0AUSANQClgFYBloCnAKeDKAATKIAeDUA5ABZJgBsOoBQklaR2dpdGh1Yi5jb20vY29vcmRpbmF0b3ItZGV2L2Nvb3JkaW5hdG9yL2dlbi9jb29yZGluYXRvci92MTtjb29yZGluYXRvcnYxYgZwcm90bzM", [file_coordinator_v1_rules, file_google_protobuf_duration, file_google_protobuf_timestamp, file_google_rpc_status]);
+  fileDesc("CiBjb29yZGluYXRvci92MS9jb29yZGluYXRvci5wcm90bxIOY29vcmRpbmF0b3IudjEivwEKBUxlYXNlEgwKBG5hbWUYASABKAkSDgoGaG9sZGVyGAIgASgJEg0KBXRva2VuGAMgASgEEiYKA3R0bBgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIuCgpleHBpcmVzX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBINCgV2YWx1ZRgGIAEoDBIOCgZ3ZWlnaHQYByABKA0SEgoKc2Vzc2lvbl9pZBgIIAEoCSKZAgoRVHJ5QWNxdWlyZVJlcXVlc3QSGQoEbmFtZRgBIAEoCUILyvMYBwgBEIACGAISGwoGaG9sZGVyGAIgASgJQgvK8xgHCAEQgAEYARJFCgN0dGwYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb25CHcrzGBkIASBkMhNDT09SRElOQVRPUl9NQVhfVFRMEjEKBHdhaXQYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb25CCMrzGAQo4KcSEhoKCGNhcGFjaXR5GAUgASgNQgjK8xgEOMCEPRIYCgZ3ZWlnaHQYBiABKA1CCMrzGAQ4wIQ9EhwKCnNlc3Npb25faWQYByABKAlCCMrzGAQQQBgBIowBChJUcnlBY3F1aXJlUmVzcG9uc2USEAoIYWNxdWlyZWQYASABKAgSJAoFbGVhc2UYAiABKAsyFS5jb29yZGluYXRvci52MS5MZWFzZRIOCgZob2xkZXIYAyABKAkSLgoLcmV0cnlfYWZ0ZXIYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24ipAEKDFJlbmV3UmVxdWVzdBIZCgRuYW1lGAEgASgJQgvK8xgHCAEQgAIYAhIbCgZob2xkZXIYAiABKAlCC8rzGAcIARCAARgBEhUKBXRva2VuGAMgASgEQgbK8xgCCAESRQoDdHRsGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uQh3K8xgZCAEgZDITQ09PUkRJTkFUT1JfTUFYX1RUTCI1Cg1SZW5ld1Jlc3BvbnNlEiQKBWxlYXNlGAEgASgLMhUuY29vcmRpbmF0b3IudjEuTGVhc2UiXwoOUmVsZWFzZVJlcXVlc3QSGQoEbmFtZRgBIAEoCUILyvMYBwgBEIACGAISGwoGaG9sZGVyGAIgASgJQgvK8xgHCAEQgAEYARIVCgV0b2tlbhgDIAEoBEIGyvMYAggBIiMKD1JlbGVhc2VSZXNwb25zZRIQCghyZWxlYXNlZBgBIAEoCCK0AQoQS2VlcEFsaXZlUmVxdWVzdBIKCgJpZBgFIAEoBBIZCgRuYW1lGAEgASgJQgvK8xgHCAEQgAIYAhIbCgZob2xkZXIYAiABKAlCC8rzGAcIARCAARgBEhUKBXRva2VuGAMgASgEQgbK8xgCCAESRQoDdHRsGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uQh3K8xgZCAEgZDITQ09PUkRJTkFUT1JfTUFYX1RUTCK7AQoRS2VlcEFsaXZlUmVzcG9uc2USCgoCaWQYBSABKAQSDAoEbmFtZRgBIAEoCRImCgVsZWFzZRgCIAEoCzIVLmNvb3JkaW5hdG9yLnYxLkxlYXNlSAASKQoEbG9zdBgDIAEoCzIZLmNvb3JkaW5hdG9yLnYxLkxlYXNlTG9zdEgAEi8KBmZhaWxlZBgEIAEoCzIdLmNvb3JkaW5hdG9yLnYxLlJlbmV3YWxGYWlsZWRIAEIICgZyZXN1bHQidgoJTGVhc2VMb3N0Eg4KBmhvbGRlchgBIAEoCRINCgV0b2tlbhgCIAEoBBIrCgZyZWFzb24YAyABKA4yGy5jb29yZGluYXRvci52MS5FcnJvclJlYXNvbhIPCgdtZXNzYWdlGAQgASgJEgwKBGNvZGUYBSABKAUiqgEKDVJlbmV3YWxGYWlsZWQSDgoGaG9sZGVyGAEgASgJEg0KBXRva2VuGAIgASgEEisKBnJlYXNvbhgDIAEoDjIbLmNvb3JkaW5hdG9yLnYxLkVycm9yUmVhc29uEg8KB21lc3NhZ2UYBCABKAkSLgoLcmV0cnlfYWZ0ZXIYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SDAoEY29kZRgGIAEoBSJPCg5TZXNzaW9uUmVxdWVzdBI9CgpvcGVyYXRpb25zGAEgAygLMiAuY29vcmRpbmF0b3IudjEuU2Vzc2lvbk9wZXJhdGlvbkIHyvMYAzjoByL8AgoQU2Vzc2lvbk9wZXJhdGlvbhIKCgJpZBgBIAEoBBI0CgdhY3F1aXJlGAIgASgLMiEuY29vcmRpbmF0b3IudjEuVHJ5QWNxdWlyZVJlcXVlc3RIABItCgVyZW5ldxgDIAEoCzIcLmNvb3JkaW5hdG9yLnYxLlJlbmV3UmVxdWVzdEgAEjEKB3JlbGVhc2UYBCABKAsyHi5jb29yZGluYXRvci52MS5SZWxlYXNlUmVxdWVzdEgAEjMKCGNhbXBhaWduGAUgASgLMh8uY29vcmRpbmF0b3IudjEuQ2FtcGFpZ25SZXF1ZXN0SAASLwoGcmVzaWduGAYgASgLMh0uY29vcmRpbmF0b3IudjEuUmVzaWduUmVxdWVzdEgAEhAKBmNhbmNlbBgHIAEoBEgAEh8KDHRyYWNlX3BhcmVudBgIIAEoCUIJyvMYBRCAAhgBEh4KC3RyYWNlX3N0YXRlGAkgASgJQgnK8xgFEIAEGAFCCwoJb3BlcmF0aW9uIkEKD1Nlc3Npb25SZXNwb25zZRIuCgdyZXN1bHRzGAEgAygLMh0uY29vcmRpbmF0b3IudjEuU2Vzc2lvblJlc3VsdCLNAgoNU2Vzc2lvblJlc3VsdBIKCgJpZBgBIAEoBBI1CgdhY3F1aXJlGAIgASgLMiIuY29vcmRpbmF0b3IudjEuVHJ5QWNxdWlyZVJlc3BvbnNlSAASLgoFcmVuZXcYAyABKAsyHS5jb29yZGluYXRvci52MS5SZW5ld1Jlc3BvbnNlSAASMgoHcmVsZWFzZRgEIAEoCzIfLmNvb3JkaW5hdG9yLnYxLlJlbGVhc2VSZXNwb25zZUgAEjQKCGNhbXBhaWduGAUgASgLMiAuY29vcmRpbmF0b3IudjEuQ2FtcGFpZ25SZXNwb25zZUgAEjAKBnJlc2lnbhgGIAEoCzIeLmNvb3JkaW5hdG9yLnYxLlJlc2lnblJlc3BvbnNlSAASIwoFZXJyb3IYByABKAsyEi5nb29nbGUucnBjLlN0YXR1c0gAQggKBnJlc3VsdCIsCg9EZXNjcmliZVJlcXVlc3QSGQoEbmFtZRgBIAEoCUILyvMYBwgBEIACGAIivQEKEERlc2NyaWJlUmVzcG9uc2USDAoEaGVsZBgBIAEoCBIkCgVsZWFzZRgCIAEoCzIVLmNvb3JkaW5hdG9yLnYxLkxlYXNlEiYKB2hvbGRlcnMYBSADKAsyFS5jb29yZGluYXRvci52MS5MZWFzZRIQCghjYXBhY2l0eRgGIAEoDRIWCg53YWl0aW5nX3dlaWdodBgHIAEoBBISCgpsYXN0X3Rva2VuGAMgASgEEg8KB3dhaXRlcnMYBCABKA0iWAoLTGlzdFJlcXVlc3QSGQoGcHJlZml4GAEgASgJQgnK8xgFEIACGAMSGgoJcGFnZV9zaXplGAIgASgFQgfK8xgDOOgHEhIKCnBhZ2VfdG9rZW4YAyABKAkiTgoMTGlzdFJlc3BvbnNlEiUKBmxlYXNlcxgBIAMoCzIVLmNvb3JkaW5hdG9yLnYxLkxlYXNlEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJ6CgZMZWFkZXISEAoIZWxlY3Rpb24YASABKAkSEQoJY2FuZGlkYXRlGAIgASgJEg0KBXZhbHVlGAMgASgMEgwKBHRlcm0YBCABKAQSLgoKZXhwaXJlc19hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAi8QEKD0NhbXBhaWduUmVxdWVzdBIdCghlbGVjdGlvbhgBIAEoCUILyvMYBwgBEIACGAISHgoJY2FuZGlkYXRlGAIgASgJQgvK8xgHCAEQgAEYARIXCgV2YWx1ZRgDIAEoDEIIyvMYBBCAgAQSRQoDdHRsGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uQh3K8xgZCAEgZDITQ09PUkRJTkFUT1JfTUFYX1RUTBIxCgR3YWl0GAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uQgjK8xgEKOCnEhIMCgR0ZXJtGAYgASgEInsKEENhbXBhaWduUmVzcG9uc2USDwoHZWxlY3RlZBgBIAEoCBImCgZsZWFkZXIYAiABKAsyFi5jb29yZGluYXRvci52MS5MZWFkZXISLgoLcmV0cnlfYWZ0ZXIYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iZAoNUmVzaWduUmVxdWVzdBIdCghlbGVjdGlvbhgBIAEoCUILyvMYBwgBEIACGAISHgoJY2FuZGlkYXRlGAIgASgJQgvK8xgHCAEQgAEYARIUCgR0ZXJtGAMgASgEQgbK8xgCCAEiIgoOUmVzaWduUmVzcG9uc2USEAoIcmVzaWduZWQYASABKAgiLgoNTGVhZGVyUmVxdWVzdBIdCghlbGVjdGlvbhgBIAEoCUILyvMYBwgBEIACGAIiTAoOTGVhZGVyUmVzcG9uc2USEgoKaGFzX2xlYWRlchgBIAEoCBImCgZsZWFkZXIYAiABKAsyFi5jb29yZGluYXRvci52MS5MZWFkZXIiLwoOT2JzZXJ2ZVJlcXVlc3QSHQoIZWxlY3Rpb24YASABKAlCC8rzGAcIARCAAhgCIk4KD09ic2VydmVSZXNwb25zZRIqCgVldmVudBgBIAEoCzIbLmNvb3JkaW5hdG9yLnYxLkxlYWRlckV2ZW50Eg8KB2luaXRpYWwYAiABKAgihwIKC0xlYWRlckV2ZW50Ei4KBGtpbmQYASABKA4yIC5jb29yZGluYXRvci52MS5MZWFkZXJFdmVudC5LaW5kEiYKBmxlYWRlchgCIAEoCzIWLmNvb3JkaW5hdG9yLnYxLkxlYWRlchImCgdob2xkZXJzGAMgAygLMhUuY29vcmRpbmF0b3IudjEuTGVhc2USEAoIY2FwYWNpdHkYBCABKA0iZgoES2luZBIUChBLSU5EX1VOU1BFQ0lGSUVEEAASEAoMS0lORF9FTEVDVEVEEAESEwoPS0lORF9QUk9DTEFJTUVEEAISDwoLS0lORF9WQUNBTlQQAxIQCgxLSU5EX0hPTERFUlMQBCJxCgtTZXNzaW9uSW5mbxIKCgJpZBgBIAEoCRImCgN0dGwYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLgoKZXhwaXJlc19hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiXQoUQ3JlYXRlU2Vzc2lvblJlcXVlc3QSRQoDdHRsGAEgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uQh3K8xgZCAEgZDITQ09PUkRJTkFUT1JfTUFYX1RUTCJFChVDcmVhdGVTZXNzaW9uUmVzcG9uc2USLAoHc2Vzc2lvbhgBIAEoCzIbLmNvb3JkaW5hdG9yLnYxLlNlc3Npb25JbmZvIjUKE1JlbmV3U2Vzc2lvblJlcXVlc3QSHgoKc2Vzc2lvbl9pZBgBIAEoCUIKyvMYBggBEEAYASJEChRSZW5ld1Nlc3Npb25SZXNwb25zZRIsCgdzZXNzaW9uGAEgASgLMhsuY29vcmRpbmF0b3IudjEuU2Vzc2lvbkluZm8iNQoTQ2xvc2VTZXNzaW9uUmVxdWVzdBIeCgpzZXNzaW9uX2lkGAEgASgJQgrK8xgGCAEQQBgBIhYKFENsb3NlU2Vzc2lvblJlc3BvbnNlIjgKFkRlc2NyaWJlU2Vzc2lvblJlcXVlc3QSHgoKc2Vzc2lvbl9pZBgBIAEoCUIKyvMYBggBEEAYASJWChdEZXNjcmliZVNlc3Npb25SZXNwb25zZRIsCgdzZXNzaW9uGAEgASgLMhsuY29vcmRpbmF0b3IudjEuU2Vzc2lvbkluZm8SDQoFbmFtZXMYAiADKAkqsQIKC0Vycm9yUmVhc29uEhwKGEVSUk9SX1JFQVNPTl9VTlNQRUNJRklFRBAAEhgKDkxFQVNFX05PVF9IRUxEEAEaBNjzGAESGAoUREFUQV9MT1NTX1FVQVJBTlRJTkUQAhIVChFTVE9SRV9VTkFWQUlMQUJMRRADEhcKDUlOVkFMSURfRklFTEQQBBoE2PMYARIbChFQRVJNSVNTSU9OX0RFTklFRBAFGgTY8xgBEhUKEUNBUEFDSVRZX01JU01BVENIEAYSGwoRU0VTU0lPTl9OT1RfRk9VTkQQBxoE2PMYARIZCg9TRVNTSU9OX0VYUElSRUQQCBoE2PMYARIYCg5TRVNTSU9OX0NMT1NFRBAJGgTY8xgBEhoKEExFQVNFX0lOX1NFU1NJT04QChoE2PMYASo8CgpSV0NhcGFjaXR5EhsKF1JXX0NBUEFDSVRZX1VOU1BFQ0lGSUVEEAASEQoLUldfQ0FQQUNJVFkQwIQ9MooKCgtDb29yZGluYXRvchJTCgpUcnlBY3F1aXJlEiEuY29vcmRpbmF0b3IudjEuVHJ5QWNxdWlyZVJlcXVlc3QaIi5jb29yZGluYXRvci52MS5UcnlBY3F1aXJlUmVzcG9uc2USRAoFUmVuZXcSHC5jb29yZGluYXRvci52MS5SZW5ld1JlcXVlc3QaHS5jb29yZGluYXRvci52MS5SZW5ld1Jlc3BvbnNlEkoKB1JlbGVhc2USHi5jb29yZGluYXRvci52MS5SZWxlYXNlUmVxdWVzdBofLmNvb3JkaW5hdG9yLnYxLlJlbGVhc2VSZXNwb25zZRJUCglLZWVwQWxpdmUSIC5jb29yZGluYXRvci52MS5LZWVwQWxpdmVSZXF1ZXN0GiEuY29vcmRpbmF0b3IudjEuS2VlcEFsaXZlUmVzcG9uc2UoATABEk4KB1Nlc3Npb24SHi5jb29yZGluYXRvci52MS5TZXNzaW9uUmVxdWVzdBofLmNvb3JkaW5hdG9yLnYxLlNlc3Npb25SZXNwb25zZSgBMAESTQoIRGVzY3JpYmUSHy5jb29yZGluYXRvci52MS5EZXNjcmliZVJlcXVlc3QaIC5jb29yZGluYXRvci52MS5EZXNjcmliZVJlc3BvbnNlEkEKBExpc3QSGy5jb29yZGluYXRvci52MS5MaXN0UmVxdWVzdBocLmNvb3JkaW5hdG9yLnYxLkxpc3RSZXNwb25zZRJNCghDYW1wYWlnbhIfLmNvb3JkaW5hdG9yLnYxLkNhbXBhaWduUmVxdWVzdBogLmNvb3JkaW5hdG9yLnYxLkNhbXBhaWduUmVzcG9uc2USRwoGUmVzaWduEh0uY29vcmRpbmF0b3IudjEuUmVzaWduUmVxdWVzdBoeLmNvb3JkaW5hdG9yLnYxLlJlc2lnblJlc3BvbnNlEkcKBkxlYWRlchIdLmNvb3JkaW5hdG9yLnYxLkxlYWRlclJlcXVlc3QaHi5jb29yZGluYXRvci52MS5MZWFkZXJSZXNwb25zZRJMCgdPYnNlcnZlEh4uY29vcmRpbmF0b3IudjEuT2JzZXJ2ZVJlcXVlc3QaHy5jb29yZGluYXRvci52MS5PYnNlcnZlUmVzcG9uc2UwARJcCg1DcmVhdGVTZXNzaW9uEiQuY29vcmRpbmF0b3IudjEuQ3JlYXRlU2Vzc2lvblJlcXVlc3QaJS5jb29yZGluYXRvci52MS5DcmVhdGVTZXNzaW9uUmVzcG9uc2USWQoMUmVuZXdTZXNzaW9uEiMuY29vcmRpbmF0b3IudjEuUmVuZXdTZXNzaW9uUmVxdWVzdBokLmNvb3JkaW5hdG9yLnYxLlJlbmV3U2Vzc2lvblJlc3BvbnNlElkKDENsb3NlU2Vzc2lvbhIjLmNvb3JkaW5hdG9yLnYxLkNsb3NlU2Vzc2lvblJlcXVlc3QaJC5jb29yZGluYXRvci52MS5DbG9zZVNlc3Npb25SZXNwb25zZRJiCg9EZXNjcmliZVNlc3Npb24SJi5jb29yZGluYXRvci52MS5EZXNjcmliZVNlc3Npb25SZXF1ZXN0GicuY29vcmRpbmF0b3IudjEuRGVzY3JpYmVTZXNzaW9uUmVzcG9uc2UaNdLzGDEImHUQ0A8YHCBkKAUwMjjQD0AUSANQClgFYBloCnAKeDKAATKIAeDUA5ABZJgBsOoBQklaR2dpdGh1Yi5jb20vY29vcmRpbmF0b3ItZGV2L2Nvb3JkaW5hdG9yL2dlbi9jb29yZGluYXRvci92MTtjb29yZGluYXRvcnYxYgZwcm90bzM", [file_coordinator_v1_rules, file_google_protobuf_duration, file_google_protobuf_timestamp, file_google_rpc_status]);
 
 /**
  * Lease is a grant of a name to one holder until expires_at.
@@ -73,6 +73,15 @@ export type Lease = Message<"coordinator.v1.Lease"> & {
    * @generated from field: uint32 weight = 7;
    */
   weight: number;
+
+  /**
+   * The session the lease is attached to, or empty for a lease of its own
+   * ttl. An attached lease's ttl is the session's, and its expires_at the
+   * session's expiry as the name last learned it.
+   *
+   * @generated from field: string session_id = 8;
+   */
+  sessionId: string;
 };
 
 /**
@@ -136,6 +145,17 @@ export type TryAcquireRequest = Message<"coordinator.v1.TryAcquireRequest"> & {
    * @generated from field: uint32 weight = 6;
    */
   weight: number;
+
+  /**
+   * The session to attach the lease to (CreateSession), or empty for a
+   * lease of its own ttl. With a session, ttl is still checked but ignored:
+   * the lease lives as long as the session. Acquiring again as the holder
+   * moves the lease to the request's session, or to its own ttl, keeping
+   * the token.
+   *
+   * @generated from field: string session_id = 7;
+   */
+  sessionId: string;
 };
 
 /**
@@ -1231,6 +1251,192 @@ export const LeaderEvent_KindSchema: GenEnum<LeaderEvent_Kind> = /*@__PURE__*/
   enumDesc(file_coordinator_v1_coordinator, 28, 0);
 
 /**
+ * Session is a session (see "Sessions" at the service): not the Session
+ * stream's messages.
+ *
+ * @generated from message coordinator.v1.SessionInfo
+ */
+export type SessionInfo = Message<"coordinator.v1.SessionInfo"> & {
+  /**
+   * The session's id: a capability of its creator's credential.
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * How long each renewal keeps it.
+   *
+   * @generated from field: google.protobuf.Duration ttl = 2;
+   */
+  ttl?: Duration | undefined;
+
+  /**
+   * When it ends unless renewed, by the store's clock.
+   *
+   * @generated from field: google.protobuf.Timestamp expires_at = 3;
+   */
+  expiresAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message coordinator.v1.SessionInfo.
+ * Use `create(SessionInfoSchema)` to create a new message.
+ */
+export const SessionInfoSchema: GenMessage<SessionInfo> = /*@__PURE__*/
+  messageDesc(file_coordinator_v1_coordinator, 29);
+
+/**
+ * @generated from message coordinator.v1.CreateSessionRequest
+ */
+export type CreateSessionRequest = Message<"coordinator.v1.CreateSessionRequest"> & {
+  /**
+   * How long the session lasts unless renewed (TryAcquireRequest.ttl's
+   * rules).
+   *
+   * @generated from field: google.protobuf.Duration ttl = 1;
+   */
+  ttl?: Duration | undefined;
+};
+
+/**
+ * Describes the message coordinator.v1.CreateSessionRequest.
+ * Use `create(CreateSessionRequestSchema)` to create a new message.
+ */
+export const CreateSessionRequestSchema: GenMessage<CreateSessionRequest> = /*@__PURE__*/
+  messageDesc(file_coordinator_v1_coordinator, 30);
+
+/**
+ * @generated from message coordinator.v1.CreateSessionResponse
+ */
+export type CreateSessionResponse = Message<"coordinator.v1.CreateSessionResponse"> & {
+  /**
+   * @generated from field: coordinator.v1.SessionInfo session = 1;
+   */
+  session?: SessionInfo | undefined;
+};
+
+/**
+ * Describes the message coordinator.v1.CreateSessionResponse.
+ * Use `create(CreateSessionResponseSchema)` to create a new message.
+ */
+export const CreateSessionResponseSchema: GenMessage<CreateSessionResponse> = /*@__PURE__*/
+  messageDesc(file_coordinator_v1_coordinator, 31);
+
+/**
+ * @generated from message coordinator.v1.RenewSessionRequest
+ */
+export type RenewSessionRequest = Message<"coordinator.v1.RenewSessionRequest"> & {
+  /**
+   * The session's id, as CreateSession returned it.
+   *
+   * @generated from field: string session_id = 1;
+   */
+  sessionId: string;
+};
+
+/**
+ * Describes the message coordinator.v1.RenewSessionRequest.
+ * Use `create(RenewSessionRequestSchema)` to create a new message.
+ */
+export const RenewSessionRequestSchema: GenMessage<RenewSessionRequest> = /*@__PURE__*/
+  messageDesc(file_coordinator_v1_coordinator, 32);
+
+/**
+ * @generated from message coordinator.v1.RenewSessionResponse
+ */
+export type RenewSessionResponse = Message<"coordinator.v1.RenewSessionResponse"> & {
+  /**
+   * The session after renewal: its new expiry.
+   *
+   * @generated from field: coordinator.v1.SessionInfo session = 1;
+   */
+  session?: SessionInfo | undefined;
+};
+
+/**
+ * Describes the message coordinator.v1.RenewSessionResponse.
+ * Use `create(RenewSessionResponseSchema)` to create a new message.
+ */
+export const RenewSessionResponseSchema: GenMessage<RenewSessionResponse> = /*@__PURE__*/
+  messageDesc(file_coordinator_v1_coordinator, 33);
+
+/**
+ * @generated from message coordinator.v1.CloseSessionRequest
+ */
+export type CloseSessionRequest = Message<"coordinator.v1.CloseSessionRequest"> & {
+  /**
+   * The session's id (RenewSessionRequest.session_id's rules).
+   *
+   * @generated from field: string session_id = 1;
+   */
+  sessionId: string;
+};
+
+/**
+ * Describes the message coordinator.v1.CloseSessionRequest.
+ * Use `create(CloseSessionRequestSchema)` to create a new message.
+ */
+export const CloseSessionRequestSchema: GenMessage<CloseSessionRequest> = /*@__PURE__*/
+  messageDesc(file_coordinator_v1_coordinator, 34);
+
+/**
+ * @generated from message coordinator.v1.CloseSessionResponse
+ */
+export type CloseSessionResponse = Message<"coordinator.v1.CloseSessionResponse"> & {
+};
+
+/**
+ * Describes the message coordinator.v1.CloseSessionResponse.
+ * Use `create(CloseSessionResponseSchema)` to create a new message.
+ */
+export const CloseSessionResponseSchema: GenMessage<CloseSessionResponse> = /*@__PURE__*/
+  messageDesc(file_coordinator_v1_coordinator, 35);
+
+/**
+ * @generated from message coordinator.v1.DescribeSessionRequest
+ */
+export type DescribeSessionRequest = Message<"coordinator.v1.DescribeSessionRequest"> & {
+  /**
+   * The session's id (RenewSessionRequest.session_id's rules).
+   *
+   * @generated from field: string session_id = 1;
+   */
+  sessionId: string;
+};
+
+/**
+ * Describes the message coordinator.v1.DescribeSessionRequest.
+ * Use `create(DescribeSessionRequestSchema)` to create a new message.
+ */
+export const DescribeSessionRequestSchema: GenMessage<DescribeSessionRequest> = /*@__PURE__*/
+  messageDesc(file_coordinator_v1_coordinator, 36);
+
+/**
+ * @generated from message coordinator.v1.DescribeSessionResponse
+ */
+export type DescribeSessionResponse = Message<"coordinator.v1.DescribeSessionResponse"> & {
+  /**
+   * @generated from field: coordinator.v1.SessionInfo session = 1;
+   */
+  session?: SessionInfo | undefined;
+
+  /**
+   * The names on which the session holds leases, in name order.
+   *
+   * @generated from field: repeated string names = 2;
+   */
+  names: string[];
+};
+
+/**
+ * Describes the message coordinator.v1.DescribeSessionResponse.
+ * Use `create(DescribeSessionResponseSchema)` to create a new message.
+ */
+export const DescribeSessionResponseSchema: GenMessage<DescribeSessionResponse> = /*@__PURE__*/
+  messageDesc(file_coordinator_v1_coordinator, 37);
+
+/**
  * ErrorReason is the google.rpc.ErrorInfo reason of errors a client may act
  * on (the reason string is the value's name, e.g. "LEASE_NOT_HELD"), and the
  * reason of a KeepAlive result that lost or failed. The reasons marked
@@ -1295,6 +1501,38 @@ export enum ErrorReason {
    * @generated from enum value: CAPACITY_MISMATCH = 6;
    */
   CAPACITY_MISMATCH = 6,
+
+  /**
+   * FailedPrecondition: no such session (never created, or forgotten long
+   * after it ended). ErrorInfo metadata "session_id" names it.
+   *
+   * @generated from enum value: SESSION_NOT_FOUND = 7;
+   */
+  SESSION_NOT_FOUND = 7,
+
+  /**
+   * FailedPrecondition: the session expired; it and its leases are gone
+   * for good. ErrorInfo metadata "session_id" names it.
+   *
+   * @generated from enum value: SESSION_EXPIRED = 8;
+   */
+  SESSION_EXPIRED = 8,
+
+  /**
+   * FailedPrecondition: the session was closed. ErrorInfo metadata
+   * "session_id" names it.
+   *
+   * @generated from enum value: SESSION_CLOSED = 9;
+   */
+  SESSION_CLOSED = 9,
+
+  /**
+   * FailedPrecondition: Renew (or KeepAlive) of a lease attached to a
+   * session: renew the session instead. ErrorInfo metadata "name" names it.
+   *
+   * @generated from enum value: LEASE_IN_SESSION = 10;
+   */
+  LEASE_IN_SESSION = 10,
 }
 
 /**
@@ -1541,6 +1779,48 @@ export const Coordinator: GenService<{
     methodKind: "server_streaming";
     input: typeof ObserveRequestSchema;
     output: typeof ObserveResponseSchema;
+  },
+  /**
+   * CreateSession starts a session of the caller's credential.
+   *
+   * @generated from rpc coordinator.v1.Coordinator.CreateSession
+   */
+  createSession: {
+    methodKind: "unary";
+    input: typeof CreateSessionRequestSchema;
+    output: typeof CreateSessionResponseSchema;
+  },
+  /**
+   * RenewSession extends the session by its ttl from now: one store
+   * operation, whatever the number of leases attached.
+   *
+   * @generated from rpc coordinator.v1.Coordinator.RenewSession
+   */
+  renewSession: {
+    methodKind: "unary";
+    input: typeof RenewSessionRequestSchema;
+    output: typeof RenewSessionResponseSchema;
+  },
+  /**
+   * CloseSession ends the session and releases every lease attached to it,
+   * in one call. Closing a closed session succeeds.
+   *
+   * @generated from rpc coordinator.v1.Coordinator.CloseSession
+   */
+  closeSession: {
+    methodKind: "unary";
+    input: typeof CloseSessionRequestSchema;
+    output: typeof CloseSessionResponseSchema;
+  },
+  /**
+   * DescribeSession reports a live session and the names of its leases.
+   *
+   * @generated from rpc coordinator.v1.Coordinator.DescribeSession
+   */
+  describeSession: {
+    methodKind: "unary";
+    input: typeof DescribeSessionRequestSchema;
+    output: typeof DescribeSessionResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_coordinator_v1_coordinator, 0);

@@ -31,6 +31,19 @@
 --          lives after an uncontended grant (ARGV[13] and ARGV[14] are
 --          decimal strings too: the uncontended grant stores them as they
 --          came, formatting no numbers but the token and the expiry)
+-- ARGV[17] session id to attach the grant to, or "" for a grant of its own
+--          TTL; with one, ARGV[2] is what the session's proof left
+--          (remaining ms): the grant's bound (attached.lua)
+-- ARGV[18] the session's ttl (ms): an attached grant's recorded ttl
+-- ARGV[19] proofs of sessions (attached.lua), the attaching one's included
+-- ARGV[20] how long the key outlives attached grants' bounds and lock delay
+--          (ms), instead of the idle retention
+--
+-- Grants attached to sessions are trusted only until their bounds
+-- (attached.lua): when one passed, the script first settles them with the
+-- proofs given, and when a proof it needs is missing it answers
+-- {-4, lost, session_id...}, having changed nothing but the data-loss
+-- marker, for the caller to ask those sessions' slots and call again.
 --
 -- A grant needs used + (the weights of the live waiters queued ahead of the
 -- caller) + weight <= capacity: a waiter passes the ones ahead only when
@@ -48,10 +61,11 @@
 --   {-1, lost, retry_after_ms}                                       quarantined
 --   {-2, lost, capacity}       the name has another capacity, held or awaited
 --   {-3, lost, max_holders}    the grant would take the name past ARGV[15]
---   {status, lost, holder, token, value, ttl_ms, expires_ms, retry_at_ms, weight}
+--   {-4, lost, session_id...}  proofs of these sessions are needed first
+--   {status, lost, holder, token, value, ttl_ms, expires_ms, retry_at_ms, weight, session}
 -- status 1: granted or renewed for ARGV[1]; 0: refused. holder .. expires_ms
--- and weight are the grant, or, refused, the live grant that ends first
--- ("", "", "", 0, 0 and 0 when there is none: the weight is in lock delays,
+-- weight and session (its id, or "") are the grant, or, refused, the live
+-- grant that ends first ("", "", "", 0, 0, 0 and "" when there is none: the weight is in lock delays,
 -- or older waiters come first); token is a decimal string. retry_at_ms, when
 -- refused, is the earliest some weight may come free: the end of a grant or
 -- of a lock delay; 0 when the grant waits for older waiters instead, and
@@ -64,6 +78,7 @@ local holder, ttl, value, waiter = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local waiter_ttl, quarantine, channel, name = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7], ARGV[8]
 local delay, keep_value, idle, expected = tonumber(ARGV[9]), ARGV[10] == '1', tonumber(ARGV[11]), ARGV[12]
 local capacity, weight, max_holders = tonumber(ARGV[13]), tonumber(ARGV[14]), tonumber(ARGV[15])
+local sess = ARGV[17]
 local field = HOLDER .. holder
 
 local time = redis.call('TIME')
@@ -89,15 +104,17 @@ end
 -- name's fencing counter. 'used' sums the weights of the grant records,
 -- live or in their lock delay, 'n' counts them; 'low' is at most the
 -- earliest expiry among them, 'high' at least the latest.
-local cur = redis.call('HMGET', lease, 'token', 'cap', 'used', 'low', 'queued', 'watched', field, 'n', 'high')
+-- 'slow' is at most the earliest bound of the grants attached to sessions.
+local cur = redis.call('HMGET', lease, 'token', 'cap', 'used', 'low', 'queued', 'watched', field, 'n', 'high', 'slow', 's:' .. holder)
 local cap_now = tonumber(cur[2]) or 1
 local used, low = tonumber(cur[3]) or 0, tonumber(cur[4])
 local queued, watched = cur[5] == '1', tonumber(cur[6]) or 0
 local mine = unpack_grant(holder, cur[7])
 local n, high = tonumber(cur[8]) or 0, tonumber(cur[9]) or 0
 local mine_live = mine and mine.expires > now
-if expected ~= '' and not (mine_live and mine.token == expected) then
-  return {0, lost, '', '', '', 0, 0, 0, 0}
+local stale = cur[10] and now >= tonumber(cur[10])
+if expected ~= '' and not stale and not (mine_live and mine.token == expected) then
+  return {0, lost, '', '', '', 0, 0, 0, 0, ''}
 end
 
 -- The next token: the counter plus one, but never below the clock in
@@ -117,7 +134,7 @@ end
 -- observes it: grant at once, taking the request's capacity. This is 5.
 -- below with nothing to sweep, prune or count and no one to tell, in fewer
 -- commands and with the fields written as they came: the uncontended lock.
-if n == 0 and not queued and watched <= now then
+if n == 0 and not queued and watched <= now and sess == '' then
   local token = next_token()
   local expires = ms(now + ttl)
   local record = pack_grant(token, ARGV[14], ARGV[2], expires, value)
@@ -128,15 +145,60 @@ if n == 0 and not queued and watched <= now then
       'cap', ARGV[13])
   end
   redis.call('PEXPIRE', lease, ARGV[16])
-  return {1, lost, holder, token, value, ttl, now + ttl, 0, weight}
+  return {1, lost, holder, token, value, ttl, now + ttl, 0, weight, ''}
 end
 
 -- (grants.lua goes here: scripts.go)
 
+-- 1. Sessions: no attached grant is trusted past its bound. Settling may
+-- end some (a closed session's are released: announced below).
+local keep, rec_ttl = idle, ttl
+if sess ~= '' then rec_ttl = tonumber(ARGV[18]) end
+local settled_ended = false
+if stale then
+  local need, ended = settle(lease, now, parse_proofs(ARGV[19]), delay, tonumber(ARGV[20]))
+  if need then
+    table.insert(need, 1, lost)
+    table.insert(need, 1, -4)
+    return need
+  end
+  settled_ended = ended
+  cur = redis.call('HMGET', lease, 'token', 'cap', 'used', 'low', 'queued', 'watched', field, 'n', 'high', 'slow', 's:' .. holder)
+  cap_now = tonumber(cur[2]) or 1
+  used, low = tonumber(cur[3]) or 0, tonumber(cur[4])
+  queued, watched = cur[5] == '1', tonumber(cur[6]) or 0
+  mine = unpack_grant(holder, cur[7])
+  n, high = tonumber(cur[8]) or 0, tonumber(cur[9]) or 0
+  mine_live = mine and mine.expires > now
+  if expected ~= '' and not (mine_live and mine.token == expected) then
+    if settled_ended and (queued or watched > now) then redis.call('PUBLISH', channel, name) end
+    return {0, lost, '', '', '', 0, 0, 0, 0, ''}
+  end
+end
+-- While grants are attached, the key outlives them by ARGV[20]: their
+-- bounds may be stale, and their sessions' renewals refresh them only
+-- that often.
+if cur[10] or sess ~= '' then keep = tonumber(ARGV[20]) end
+local mine_att = cur[11]
+
+-- Records the caller's grant (token) as attached to its session, or as a
+-- grant of its own TTL, expiring at expires.
+local function attach_mine(token, expires)
+  if sess ~= '' then
+    local fields = {ATTACHED .. holder, sess .. ':' .. token}
+    if not cur[10] or expires < tonumber(cur[10]) then
+      fields[3], fields[4] = 'slow', ms(expires)
+    end
+    redis.call('HSET', lease, unpack(fields))
+  elseif mine_att then
+    redis.call('HDEL', lease, ATTACHED .. holder)
+  end
+end
+
 -- The lease key outlives the last grant by the lock delay and the idle
 -- retention, and the name's observation mark.
 local function keep_key()
-  local last = high + delay + idle
+  local last = high + delay + keep
   if watched > last then last = watched end
   redis.call('PEXPIREAT', lease, ms(last))
 end
@@ -148,12 +210,13 @@ local function grant()
   used, n = used + weight, n + 1
   if not low or expires < low then low = expires end
   if expires > high then high = expires end
-  local fields = {field, pack_grant(token, weight, ttl, expires, value), 'token', token,
+  local fields = {field, pack_grant(token, weight, rec_ttl, expires, value), 'token', token,
     'used', ms(used), 'n', ms(n), 'low', ms(low), 'high', ms(high)}
   if (cur[2] or '1') ~= ARGV[13] then
     fields[#fields + 1], fields[#fields + 2] = 'cap', ARGV[13]
   end
   redis.call('HSET', lease, unpack(fields))
+  attach_mine(token, expires)
   keep_key()
   return token
 end
@@ -162,6 +225,7 @@ end
 -- queued waiter or an observer. Uncontended locks then cost no pub/sub
 -- traffic at all.
 local function announce()
+  settled_ended = false
   if queued or watched > now then
     redis.call('PUBLISH', channel, name)
   end
@@ -178,15 +242,16 @@ if mine_live then
   if keep_value then value = mine.value end
   local expires = now + ttl
   if n <= 1 or expires > high then high = expires end
-  local fields = {field, pack_grant(mine.token, mine.weight, ttl, expires, value), 'high', ms(high)}
+  local fields = {field, pack_grant(mine.token, mine.weight, rec_ttl, expires, value), 'high', ms(high)}
   if not low or expires < low then
     fields[#fields + 1], fields[#fields + 2] = 'low', ms(expires)
   end
   redis.call('HSET', lease, unpack(fields))
+  attach_mine(mine.token, expires)
   keep_key()
   if waiter ~= '' then unqueue() end
-  if mine.value ~= value then announce() end
-  return {1, lost, holder, mine.token, value, ttl, expires, 0, mine.weight}
+  if mine.value ~= value or settled_ended then announce() end
+  return {1, lost, holder, mine.token, value, rec_ttl, expires, 0, mine.weight, sess}
 end
 
 -- 3. Sweep: some grant may have run out past its lock delay. Drop those,
@@ -249,7 +314,7 @@ end
 
 if capacity ~= cap_now then
   if n > 0 or head then
-    if pruned > 0 then announce() end
+    if pruned > 0 or settled_ended then announce() end
     return {-2, lost, cap_now}
   end
   cap_now = capacity
@@ -285,16 +350,16 @@ end
 local function refuse(retry_at, show)
   if waiter ~= '' then enqueue() end
   -- The head may not know that it is now first in line.
-  if pruned > 0 then announce() end
+  if pruned > 0 or settled_ended then announce() end
   if show then
     if not all then all = redis.call('HGETALL', lease) end
     local f
     each_grant(all, function(g)
       if g.expires > now and (not f or g.expires < f.expires) then f = g end
     end)
-    if f then return {0, lost, f.holder, f.token, f.value, f.ttl, f.expires, retry_at, f.weight} end
+    if f then return {0, lost, f.holder, f.token, f.value, f.ttl, f.expires, retry_at, f.weight, grant_session(all, f)} end
   end
-  return {0, lost, '', '', '', 0, 0, retry_at, 0}
+  return {0, lost, '', '', '', 0, 0, retry_at, 0, ''}
 end
 
 -- 5. The caller's own grant in its lock delay keeps its weight: it waits
@@ -342,11 +407,11 @@ if head then
   if not fits then return refuse(0, false) end
 end
 if n >= max_holders then
-  if pruned > 0 then announce() end
+  if pruned > 0 or settled_ended then announce() end
   return {-3, lost, max_holders}
 end
 
 local token = grant()
 if waiter ~= '' then unqueue() end
 announce()
-return {1, lost, holder, token, value, ttl, now + ttl, 0, weight}
+return {1, lost, holder, token, value, rec_ttl, now + ttl, 0, weight, sess}

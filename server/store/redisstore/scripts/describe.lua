@@ -2,17 +2,23 @@
 -- instant.
 --
 -- KEYS[1] lease, KEYS[2] queue, KEYS[3] waiters: the name's keys, as the key
--- layout in doc.go describes them. holders.lua and grants.lua come first (scripts.go):
--- the grant records and the weights in queue scores.
+-- layout in doc.go describes them. holders.lua, grants.lua and attached.lua
+-- come first (scripts.go): the grant records, the weights in queue scores
+-- and the grants attached to sessions.
+-- ARGV[1] proofs of sessions (attached.lua)
+-- ARGV[2] lock delay (ms)
+-- ARGV[3] how long the key outlives attached grants' bounds (ms)
 --
 -- Redis calls: 4 (TIME, HGETALL, ZRANGEBYSCORE, ZRANGE) and one ZSCORE a
 -- queued waiter while any waits.
 --
--- Returns {capacity, last_token, waiters, waiting_weight, count, then six
+-- Returns {capacity, last_token, waiters, waiting_weight, count, then seven
 -- elements per live grant, in token order: holder, token, value, ttl_ms,
--- expires_ms, weight}: expires_ms in unix ms of Redis' clock; token and
+-- expires_ms, weight, session}, or {-4, session_id...} when proofs of those
+-- sessions are needed first (nothing changed): expires_ms in unix ms of Redis' clock; token and
 -- last_token are decimal strings; waiters counts the queued waiters whose
--- deadline has not passed and waiting_weight sums their weights. Read-only.
+-- deadline has not passed and waiting_weight sums their weights. It writes
+-- only to settle attached grants.
 -- decodeDescribe in scripts.go is the one reader of this reply.
 --
 -- last_token is the counter, or, when the counter is gone (never granted,
@@ -23,12 +29,25 @@
 -- its grant; and it is below every token issued later. Both hold as long as
 -- the clock does not step back.
 
+if redis.replicate_commands then redis.replicate_commands() end
+
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local all = redis.call('HGETALL', KEYS[1])
-local last
+local last, slow
 for i = 1, #all, 2 do
   if all[i] == 'token' then last = all[i + 1] end
+  if all[i] == 'slow' then slow = tonumber(all[i + 1]) end
+end
+-- An attached grant whose bound passed is settled first (attached.lua):
+-- a vacancy is reported only once its session is known dead.
+if slow and now >= slow then
+  local need = settle(KEYS[1], now, parse_proofs(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]))
+  if need then
+    table.insert(need, 1, -4)
+    return need
+  end
+  all = redis.call('HGETALL', KEYS[1])
 end
 if not last then
   -- TIME's microseconds less one, without going through a Lua number (a
@@ -55,6 +74,6 @@ local grants, cap = live_grants(all, now)
 local out = {cap, last, waiting, waiting_weight, #grants}
 for _, g in ipairs(grants) do
   local k = #out
-  out[k + 1], out[k + 2], out[k + 3], out[k + 4], out[k + 5], out[k + 6] = g.holder, g.token, g.value, g.ttl, g.expires, g.weight
+  out[k + 1], out[k + 2], out[k + 3], out[k + 4], out[k + 5], out[k + 6], out[k + 7] = g.holder, g.token, g.value, g.ttl, g.expires, g.weight, g.session
 end
 return out

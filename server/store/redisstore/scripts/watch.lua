@@ -8,6 +8,13 @@
 -- ARGV[1+i] "1" to mark the i-th name, "" to only read it: the caller marks
 --           a name again only when its last mark is near its end, so that an
 --           observed name costs one read per call
+-- ARGV[#KEYS+2] proofs of sessions (attached.lua), which comes first too
+-- ARGV[#KEYS+3] lock delay (ms)
+-- ARGV[#KEYS+4] how long a key outlives attached grants' bounds (ms)
+--
+-- An attached grant whose bound passed is settled first (attached.lua);
+-- when a proof is missing the reply is {-4, session_id...} instead, the
+-- marks being set again at the next call (they only ever grow).
 --
 -- A mark is the lease key's 'watched' field, the time it lasts until; the
 -- key lives at least as long. A mark is never shortened: another
@@ -16,8 +23,9 @@
 -- Redis calls: 1 + one HGETALL a name, and 3 more for a name marked (HSET,
 -- PTTL, PEXPIREAT).
 --
--- Returns, per name in order: capacity, count, then six elements per live
--- grant, in token order: holder, token, value, ttl_ms, expires_ms, weight
+-- Returns, per name in order: capacity, count, then seven elements per live
+-- grant, in token order: holder, token, value, ttl_ms, expires_ms, weight,
+-- session
 -- (expires_ms in unix ms of Redis' clock, token a decimal string).
 -- decodeWatch in scripts.go is the one reader of this reply.
 
@@ -26,13 +34,26 @@ if redis.replicate_commands then redis.replicate_commands() end
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local mark = tonumber(ARGV[1])
-local out = {}
+local proofs, delay, keep = nil, tonumber(ARGV[#KEYS + 3]), tonumber(ARGV[#KEYS + 4])
+local out, needed, seen = {}, {-4}, {}
 for i = 1, #KEYS do
   local lease = KEYS[i]
   local all = redis.call('HGETALL', lease)
-  local watched = 0
+  local watched, slow = 0, nil
   for j = 1, #all, 2 do
     if all[j] == 'watched' then watched = tonumber(all[j + 1]) or 0 end
+    if all[j] == 'slow' then slow = tonumber(all[j + 1]) end
+  end
+  if slow and now >= slow then
+    proofs = proofs or parse_proofs(ARGV[#KEYS + 2])
+    local need = settle(lease, now, proofs, delay, keep)
+    if need then
+      for _, id in ipairs(need) do
+        if not seen[id] then needed[#needed + 1], seen[id] = id, true end
+      end
+    else
+      all = redis.call('HGETALL', lease)
+    end
   end
   if ARGV[1 + i] == '1' and watched < now + mark then
     local until_ms = now + mark
@@ -47,7 +68,9 @@ for i = 1, #KEYS do
   out[k + 1], out[k + 2] = cap, #grants
   for _, g in ipairs(grants) do
     k = #out
-    out[k + 1], out[k + 2], out[k + 3], out[k + 4], out[k + 5], out[k + 6] = g.holder, g.token, g.value, g.ttl, g.expires, g.weight
+    out[k + 1], out[k + 2], out[k + 3], out[k + 4], out[k + 5], out[k + 6], out[k + 7] =
+      g.holder, g.token, g.value, g.ttl, g.expires, g.weight, g.session
   end
 end
+if #needed > 1 then return needed end
 return out

@@ -127,6 +127,26 @@ class CoordinatorStub(object):
                 request_serializer=coordinator_dot_v1_dot_coordinator__pb2.ObserveRequest.SerializeToString,
                 response_deserializer=coordinator_dot_v1_dot_coordinator__pb2.ObserveResponse.FromString,
                 )
+        self.CreateSession = channel.unary_unary(
+                '/coordinator.v1.Coordinator/CreateSession',
+                request_serializer=coordinator_dot_v1_dot_coordinator__pb2.CreateSessionRequest.SerializeToString,
+                response_deserializer=coordinator_dot_v1_dot_coordinator__pb2.CreateSessionResponse.FromString,
+                )
+        self.RenewSession = channel.unary_unary(
+                '/coordinator.v1.Coordinator/RenewSession',
+                request_serializer=coordinator_dot_v1_dot_coordinator__pb2.RenewSessionRequest.SerializeToString,
+                response_deserializer=coordinator_dot_v1_dot_coordinator__pb2.RenewSessionResponse.FromString,
+                )
+        self.CloseSession = channel.unary_unary(
+                '/coordinator.v1.Coordinator/CloseSession',
+                request_serializer=coordinator_dot_v1_dot_coordinator__pb2.CloseSessionRequest.SerializeToString,
+                response_deserializer=coordinator_dot_v1_dot_coordinator__pb2.CloseSessionResponse.FromString,
+                )
+        self.DescribeSession = channel.unary_unary(
+                '/coordinator.v1.Coordinator/DescribeSession',
+                request_serializer=coordinator_dot_v1_dot_coordinator__pb2.DescribeSessionRequest.SerializeToString,
+                response_deserializer=coordinator_dot_v1_dot_coordinator__pb2.DescribeSessionResponse.FromString,
+                )
 
 
 class CoordinatorServicer(object):
@@ -309,6 +329,57 @@ class CoordinatorServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateSession(self, request, context):
+        """Sessions. A session is a liveness that leases attach to: a lease of its
+        own (an id, a ttl, renewals, expiry by the store's clock) that keeps
+        every lease attached to it (TryAcquireRequest.session_id), so that one
+        renewal keeps all of a client's leases, and they end together. It is
+        not the Session stream above, which is only a transport that batches
+        operations (the names are historical).
+
+        How long a session lives: its ttl from each renewal the store answered;
+        a client should count it from when it sent that renewal, as a lease's.
+        What ends it: its expiry (every attached lease then expires, with the
+        lock delay from the session's end) or CloseSession (every attached lease
+        is released at once, waiters granted). A session that ended is dead for
+        ever: renewing or attaching to it fails with FailedPrecondition,
+        SESSION_EXPIRED, SESSION_CLOSED or SESSION_NOT_FOUND. A session id is a
+        capability of the credential that created it (its bearer token or
+        client certificate): another credential's RenewSession, CloseSession,
+        DescribeSession or attaching TryAcquire fails with PermissionDenied.
+        Without authentication every caller may use every session. What a
+        resource can rely on is unchanged: the fencing token of each attached
+        lease, from its name's counter.
+
+        CreateSession starts a session of the caller's credential.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RenewSession(self, request, context):
+        """RenewSession extends the session by its ttl from now: one store
+        operation, whatever the number of leases attached.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CloseSession(self, request, context):
+        """CloseSession ends the session and releases every lease attached to it,
+        in one call. Closing a closed session succeeds.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeSession(self, request, context):
+        """DescribeSession reports a live session and the names of its leases.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CoordinatorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -366,6 +437,26 @@ def add_CoordinatorServicer_to_server(servicer, server):
                     servicer.Observe,
                     request_deserializer=coordinator_dot_v1_dot_coordinator__pb2.ObserveRequest.FromString,
                     response_serializer=coordinator_dot_v1_dot_coordinator__pb2.ObserveResponse.SerializeToString,
+            ),
+            'CreateSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateSession,
+                    request_deserializer=coordinator_dot_v1_dot_coordinator__pb2.CreateSessionRequest.FromString,
+                    response_serializer=coordinator_dot_v1_dot_coordinator__pb2.CreateSessionResponse.SerializeToString,
+            ),
+            'RenewSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.RenewSession,
+                    request_deserializer=coordinator_dot_v1_dot_coordinator__pb2.RenewSessionRequest.FromString,
+                    response_serializer=coordinator_dot_v1_dot_coordinator__pb2.RenewSessionResponse.SerializeToString,
+            ),
+            'CloseSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.CloseSession,
+                    request_deserializer=coordinator_dot_v1_dot_coordinator__pb2.CloseSessionRequest.FromString,
+                    response_serializer=coordinator_dot_v1_dot_coordinator__pb2.CloseSessionResponse.SerializeToString,
+            ),
+            'DescribeSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeSession,
+                    request_deserializer=coordinator_dot_v1_dot_coordinator__pb2.DescribeSessionRequest.FromString,
+                    response_serializer=coordinator_dot_v1_dot_coordinator__pb2.DescribeSessionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -619,5 +710,73 @@ class Coordinator(object):
         return grpc.experimental.unary_stream(request, target, '/coordinator.v1.Coordinator/Observe',
             coordinator_dot_v1_dot_coordinator__pb2.ObserveRequest.SerializeToString,
             coordinator_dot_v1_dot_coordinator__pb2.ObserveResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def CreateSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/coordinator.v1.Coordinator/CreateSession',
+            coordinator_dot_v1_dot_coordinator__pb2.CreateSessionRequest.SerializeToString,
+            coordinator_dot_v1_dot_coordinator__pb2.CreateSessionResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def RenewSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/coordinator.v1.Coordinator/RenewSession',
+            coordinator_dot_v1_dot_coordinator__pb2.RenewSessionRequest.SerializeToString,
+            coordinator_dot_v1_dot_coordinator__pb2.RenewSessionResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def CloseSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/coordinator.v1.Coordinator/CloseSession',
+            coordinator_dot_v1_dot_coordinator__pb2.CloseSessionRequest.SerializeToString,
+            coordinator_dot_v1_dot_coordinator__pb2.CloseSessionResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def DescribeSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/coordinator.v1.Coordinator/DescribeSession',
+            coordinator_dot_v1_dot_coordinator__pb2.DescribeSessionRequest.SerializeToString,
+            coordinator_dot_v1_dot_coordinator__pb2.DescribeSessionResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)

@@ -1,0 +1,129 @@
+-- attached.lua: grants attached to sessions, in a lease key. scripts.go
+-- puts it after holders.lua in front of every script that must not trust
+-- an attached grant past its bound (acquire, describe, watch, settle).
+--
+-- An attached grant is an ordinary grant record (holders.lua) whose expiry
+-- is a bound: its session's expiry as this name last learned it, from a
+-- proof that the session's slot gave as remaining milliseconds and that
+-- the name applied as its own now plus those (later than the truth by the
+-- transit: the safe side). The lease key's field 's:' .. holder, valued
+-- session_id ':' token, marks the record attached (a field whose token is
+-- not the record's is stale: ignored and dropped), and 'slow' is at most the
+-- earliest bound of the attached records, so that a script looks at them
+-- only when one may have passed.
+--
+-- A proof is ARGV text "id=kind:ms,..." with kind a (alive, ms remaining),
+-- e (expired, ms ago), c (closed) or g (gone: unknown to its slot, so dead
+-- for at least the session retention). A proof of death is never stale (a
+-- dead session never revives); a proof of life only pushes a bound out.
+
+local ATTACHED = 's:'
+
+-- The id of the session g (a grant of the HGETALL reply all) is attached
+-- to, or "".
+local function grant_session(all, g)
+  local f = ATTACHED .. g.holder
+  for i = 1, #all, 2 do
+    if all[i] == f then
+      local id, tok = string.match(all[i + 1], '^(.*):(%d+)$')
+      if tok == g.token then return id end
+      return ''
+    end
+  end
+  return ''
+end
+
+local function parse_proofs(text)
+  local proofs = {}
+  for id, kind, n in string.gmatch(text, '([^=,]+)=(%a):(%d+)') do
+    proofs[id] = {kind = kind, n = tonumber(n)}
+  end
+  return proofs
+end
+
+-- Brings the attached grants of lease up to date at now with proofs
+-- (a table from parse_proofs), keep being how long the key outlives the
+-- latest grant's lock delay while grants are attached. Returns the ids of
+-- the sessions it needs proofs of (a grant's bound passed and no proof was
+-- given: nothing is changed then), or nil, whether a grant ended (a
+-- closed session's grant is released: the caller announces it) and the
+-- key's fields as they were.
+local function settle(lease, now, proofs, delay, keep)
+  local all = redis.call('HGETALL', lease)
+  local recs, att, fields = {}, {}, {}
+  for i = 1, #all, 2 do
+    local f, p = all[i], string.sub(all[i], 1, 2)
+    fields[f] = all[i + 1]
+    if p == HOLDER then
+      recs[string.sub(f, 3)] = all[i + 1]
+    elseif p == ATTACHED then
+      att[string.sub(f, 3)] = all[i + 1]
+    end
+  end
+  local need, seen = {}, {}
+  for holder, a in pairs(att) do
+    local id, tok = string.match(a, '^(.*):(%d+)$')
+    local g = unpack_grant(holder, recs[holder])
+    if g and g.token == tok and g.expires <= now and not proofs[id] and not seen[id] then
+      need[#need + 1], seen[id] = id, true
+    end
+  end
+  if #need > 0 then return need, false, fields end
+
+  local used, n = tonumber(fields['used']) or 0, tonumber(fields['n']) or 0
+  local low, high = tonumber(fields['low']), tonumber(fields['high']) or 0
+  local set, del, slow, ended = {}, {}, nil, false
+  for holder, a in pairs(att) do
+    local id, tok = string.match(a, '^(.*):(%d+)$')
+    local g = unpack_grant(holder, recs[holder])
+    local p = proofs[id]
+    if not g or g.token ~= tok then
+      del[#del + 1] = ATTACHED .. holder
+    elseif not p then
+      if not slow or g.expires < slow then slow = g.expires end
+    elseif p.kind == 'a' then
+      local e = now + p.n
+      if e > g.expires then
+        g.expires = e
+        set[#set + 1], set[#set + 2] = HOLDER .. holder, pack_grant(g.token, g.weight, g.ttl, ms(e), g.value)
+        if e > high then high = e end
+      end
+      if not slow or g.expires < slow then slow = g.expires end
+    elseif p.kind == 'c' then
+      del[#del + 1], del[#del + 2] = ATTACHED .. holder, HOLDER .. holder
+      used, n, ended = used - g.weight, n - 1, true
+    else
+      -- Expired: the grant ended when its session did (or, gone, at least
+      -- the retention ago); its lock delay runs from then. It is an
+      -- ordinary expired grant from now on.
+      local e = now - p.n
+      if p.kind == 'g' then e = now - keep end
+      if e < g.expires then
+        set[#set + 1], set[#set + 2] = HOLDER .. holder, pack_grant(g.token, g.weight, g.ttl, ms(e), g.value)
+        if not low or e < low then low = e end
+      end
+      del[#del + 1] = ATTACHED .. holder
+    end
+  end
+  if n <= 0 then
+    del[#del + 1], del[#del + 2], del[#del + 3], del[#del + 4] = 'used', 'n', 'low', 'high'
+  else
+    set[#set + 1], set[#set + 2], set[#set + 3], set[#set + 4] = 'used', ms(used), 'n', ms(n)
+    if low then set[#set + 1], set[#set + 2] = 'low', ms(low) end
+    set[#set + 1], set[#set + 2] = 'high', ms(high)
+  end
+  if slow then
+    set[#set + 1], set[#set + 2] = 'slow', ms(slow)
+  else
+    del[#del + 1] = 'slow'
+  end
+  if #del > 0 then redis.call('HDEL', lease, unpack(del)) end
+  if #set > 0 then redis.call('HSET', lease, unpack(set)) end
+  -- The key outlives the grants and their lock delay by keep, never
+  -- shortened (the observation mark and the waiters' deadlines hold it).
+  local last = high + delay + keep
+  if n <= 0 then last = now + keep end
+  local pttl = redis.call('PTTL', lease)
+  if pttl >= 0 and now + pttl < last then redis.call('PEXPIREAT', lease, ms(last)) end
+  return nil, ended, fields
+end

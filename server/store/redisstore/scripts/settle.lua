@@ -1,0 +1,30 @@
+-- settle.lua: apply proofs of sessions to the grants attached to them in
+-- one name: a close releases a session's grants with it, a renewal that is
+-- due a refresh carries the session's expiry to its names.
+--
+-- KEYS[1] lease: the name's key, as the key layout in doc.go describes it.
+-- holders.lua and attached.lua come first (scripts.go).
+-- ARGV[1] proofs (attached.lua)
+-- ARGV[2] pub/sub channel
+-- ARGV[3] name (published on the channel)
+-- ARGV[4] lock delay (ms)
+-- ARGV[5] how long the key outlives its attached grants' lock delay (ms)
+--
+-- Returns {0} when settled, or {-4, id...}: the sessions whose proofs it
+-- needs first (a bound passed), having changed nothing. decodeSettle in
+-- session.go is the one reader of this reply.
+
+if redis.replicate_commands then redis.replicate_commands() end
+
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+if redis.call('EXISTS', KEYS[1]) == 0 then return {0} end
+local need, ended, fields = settle(KEYS[1], now, parse_proofs(ARGV[1]), tonumber(ARGV[4]), tonumber(ARGV[5]))
+if need then
+  table.insert(need, 1, -4)
+  return need
+end
+if ended and (fields['queued'] == '1' or (tonumber(fields['watched']) or 0) > now) then
+  redis.call('PUBLISH', ARGV[2], ARGV[3])
+end
+return {0}

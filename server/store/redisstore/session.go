@@ -1,0 +1,414 @@
+package redisstore
+
+import (
+	"context"
+	"crypto/rand"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/coordinator-dev/coordinator/server/store"
+)
+
+var (
+	//go:embed scripts/session.lua
+	sessionSrc string
+	//go:embed scripts/attached.lua
+	attachedSrc string
+	//go:embed scripts/settle.lua
+	settleSrc string
+
+	sessionScript = redis.NewScript(sessionSrc)
+	settleScript  = redis.NewScript(holdersSrc + attachedSrc + settleSrc)
+)
+
+var _ store.Sessions = (*Store)(nil)
+
+// minSessionKeep is the least time a session's keys, and the lease keys of
+// the grants attached to it, outlive the session's end and the grants'
+// bounds. The bound of a name nobody looks at goes stale (renewals do not
+// visit names), so its key must outlive the bound by more than a renewal
+// refreshes the names' bounds (sessionKeep/2); an hour makes that refresh,
+// one script a name, cost little beside the renewals.
+const minSessionKeep = time.Hour
+
+// maxProofRounds bounds how often a call asks for proofs of sessions and
+// tries again: more rounds mean grants keep appearing under new sessions.
+const maxProofRounds = 4
+
+// sessionIDBytes is how random a session id is: 128 bits, in hex.
+const sessionIDBytes = 16
+
+func newSessionID() (string, error) {
+	var b [sessionIDBytes]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("redisstore: session id: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+// validSessionID reports whether id is one this store could have made: it
+// becomes a hash tag, so nothing else may reach a key.
+func validSessionID(id string) bool {
+	if len(id) != 2*sessionIDBytes {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// sessionKeys are the keys of one session: KEYS of session.lua.
+func (s *Store) sessionKeys(id string) []string {
+	base := s.prefix + ":{" + id + "}"
+	marker := s.marker
+	if s.cluster {
+		marker = s.slotMarker(slotOf(id))
+	}
+	return []string{base + sessionSuffix, base + namesSuffix, marker}
+}
+
+func (s *Store) sessionKeepMS() int64 { return max(s.idleMS, minSessionKeep.Milliseconds()) }
+
+// sessionReply is session.lua's reply.
+type sessionReply struct {
+	lost      bool
+	err       error // a session error or *store.QuarantineError
+	ago       time.Duration
+	ttl       time.Duration
+	remaining time.Duration
+	expires   time.Time
+	names     []string
+}
+
+// decodeSession reads session.lua's reply (see its header).
+func decodeSession(v any) (sessionReply, error) {
+	r := newReplyReader("session", v)
+	var a sessionReply
+	status := r.int(0)
+	a.lost = r.flag(1)
+	switch status {
+	case -1:
+		a.err = &store.QuarantineError{RetryAfter: time.Duration(r.int(2)) * time.Millisecond}
+	case -2:
+		a.err = store.ErrSessionNotFound
+	case -3:
+		a.err = store.ErrSessionNotOwned
+	case -4:
+		a.err = store.ErrSessionClosed
+	case -5:
+		a.err = store.ErrSessionExpired
+		a.ago = time.Duration(r.int(2)) * time.Millisecond
+	case 1:
+		a.ttl = time.Duration(r.int(2)) * time.Millisecond
+		a.remaining = time.Duration(r.int(3)) * time.Millisecond
+		a.expires = time.UnixMilli(r.int(4))
+		for i := 5; i < len(r.v); i++ {
+			a.names = append(a.names, r.str(i))
+		}
+	default:
+		r.fail(0, "session status")
+	}
+	return a, r.err
+}
+
+// session runs session.lua's op on session id.
+func (s *Store) session(ctx context.Context, op, id, owner string, ttl time.Duration, name string) (sessionReply, error) {
+	if !validSessionID(id) {
+		return sessionReply{err: store.ErrSessionNotFound}, nil
+	}
+	var ttlMS int64
+	if ttl > 0 {
+		ttlMS = durationMS(ttl)
+	}
+	keep := s.sessionKeepMS()
+	v, replicated, err := s.callWait(ctx, "session "+op, op != "check" && op != "describe", sessionScript, s.sessionKeys(id),
+		op, owner, ttlMS, s.quarantineMS, keep, name, keep/2)
+	if err != nil {
+		return sessionReply{}, err
+	}
+	reply, err := decodeSession(v)
+	if err != nil {
+		return sessionReply{}, err
+	}
+	if reply.lost {
+		s.dataLost()
+	}
+	if reply.err == nil {
+		if err := replicated(); err != nil {
+			return sessionReply{}, err
+		}
+	}
+	return reply, nil
+}
+
+// sessionErr wraps a session reply's error for op.
+func sessionErr(op, id string, err error) error {
+	var q *store.QuarantineError
+	if errors.As(err, &q) {
+		return err
+	}
+	return fmt.Errorf("redisstore: %s %s: %w", op, id, err)
+}
+
+// CreateSession implements store.Sessions.
+func (s *Store) CreateSession(ctx context.Context, owner string, ttl time.Duration) (store.Session, error) {
+	if ttl <= 0 {
+		return store.Session{}, fmt.Errorf("redisstore: create session: ttl %s is not positive", ttl)
+	}
+	id, err := newSessionID()
+	if err != nil {
+		return store.Session{}, err
+	}
+	reply, err := s.session(ctx, "create", id, owner, ttl, "")
+	if err != nil {
+		return store.Session{}, err
+	}
+	if reply.err != nil {
+		return store.Session{}, sessionErr("create session", id, reply.err)
+	}
+	return store.Session{ID: id, Owner: owner, TTL: reply.ttl, ExpiresAt: reply.expires}, nil
+}
+
+// RenewSession implements store.Sessions: one script in the session's slot.
+// When the session's names are due a refresh (every sessionKeep/2), it then
+// carries the session's expiry to each of them, one pipelined script a name,
+// so that their keys outlive the session; a failed refresh is retried at the
+// next renewal.
+func (s *Store) RenewSession(ctx context.Context, id, owner string) (store.Session, error) {
+	reply, err := s.session(ctx, "renew", id, owner, 0, "")
+	if err != nil {
+		return store.Session{}, err
+	}
+	if reply.err != nil {
+		return store.Session{}, sessionErr("renew session", id, reply.err)
+	}
+	if len(reply.names) > 0 {
+		got := time.Now()
+		proofs := proofSet{id: {kind: 'a', n: reply.remaining, got: got}}
+		if err := s.settleNames(ctx, reply.names, proofs); err != nil {
+			s.log.Warn("a session's names were not refreshed; the next renewal tries again", "session", id, "error", err)
+			_ = s.client.HSet(ctx, s.sessionKeys(id)[0], "refreshed", "0").Err()
+		}
+	}
+	return store.Session{ID: id, Owner: owner, TTL: reply.ttl, ExpiresAt: reply.expires}, nil
+}
+
+// CloseSession implements store.Sessions: the session's script marks it
+// closed and returns its names, then each name releases the session's
+// grants (pipelined, announced). A coordinator that stops in between leaves
+// grants that end when their bounds pass, the check then finding the
+// session closed; a second close does the releases again.
+func (s *Store) CloseSession(ctx context.Context, id, owner string) error {
+	reply, err := s.session(ctx, "close", id, owner, 0, "")
+	if err != nil {
+		return err
+	}
+	if reply.err != nil {
+		return sessionErr("close session", id, reply.err)
+	}
+	return s.settleNames(ctx, reply.names, proofSet{id: {kind: 'c'}})
+}
+
+// DescribeSession implements store.Sessions. Its names are those the
+// session attached grants to and did not release; one whose grant ended
+// otherwise (re-acquired without the session) may still be listed.
+func (s *Store) DescribeSession(ctx context.Context, id, owner string) (store.SessionDescription, error) {
+	reply, err := s.session(ctx, "describe", id, owner, 0, "")
+	if err != nil {
+		return store.SessionDescription{}, err
+	}
+	if reply.err != nil {
+		return store.SessionDescription{}, sessionErr("describe session", id, reply.err)
+	}
+	names := reply.names
+	slices.Sort(names)
+	return store.SessionDescription{
+		Session: store.Session{ID: id, Owner: owner, TTL: reply.ttl, ExpiresAt: reply.expires},
+		Names:   names,
+	}, nil
+}
+
+// proof is what a session's slot said of it: kind a (alive, n remaining,
+// as of got; ttl is the session's), e (expired n ago), c (closed) or g
+// (gone).
+type proof struct {
+	kind byte
+	n    time.Duration
+	got  time.Time
+	ttl  time.Duration
+}
+
+// left is what remains (ms, at least 1) at now of session id's proof of
+// life; false when it ran out or there is none.
+func (p proofSet) left(id string, now time.Time) (int64, bool) {
+	pr, ok := p[id]
+	if !ok || pr.kind != 'a' {
+		return 0, false
+	}
+	n := (pr.n - now.Sub(pr.got)).Milliseconds()
+	return n, n >= 1
+}
+
+// proveOwn asks the slot of req's session, as its owner, for its proof of
+// life, adding req's name to its names (before the grant: a stale entry is
+// harmless, a missing one would leave the grant out of a close).
+func (s *Store) proveOwn(ctx context.Context, p proofSet, req store.AcquireRequest) error {
+	reply, err := s.session(ctx, "attach", req.Session, req.SessionOwner, 0, req.Name)
+	if err != nil {
+		return err
+	}
+	if reply.err != nil {
+		return sessionErr(fmt.Sprintf("acquire %q in session", req.Name), req.Session, reply.err)
+	}
+	p[req.Session] = proof{kind: 'a', n: reply.remaining, got: time.Now(), ttl: reply.ttl}
+	return nil
+}
+
+// proofSet maps session ids to proofs.
+type proofSet map[string]proof
+
+// text is the proofs as attached.lua reads them. A proof of life counts
+// down from when its reply arrived: the name applies it as its own now
+// plus what is left, so the bound is no earlier than the session's expiry
+// (the check ran before the reply arrived, the name's script after it is
+// sent). One whose time ran out is left out, to be asked again.
+func (p proofSet) text(now time.Time) (string, []string) {
+	var b strings.Builder
+	var stale []string
+	for id, pr := range p {
+		n := pr.n
+		if pr.kind == 'a' {
+			if n -= now.Sub(pr.got); n <= 0 {
+				stale = append(stale, id)
+				continue
+			}
+		}
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(id)
+		b.WriteByte('=')
+		b.WriteByte(pr.kind)
+		b.WriteByte(':')
+		b.WriteString(strconv.FormatInt(max(n.Milliseconds(), 0), 10))
+	}
+	return b.String(), stale
+}
+
+// prove asks each session's slot for a proof of it into p (check: anyone
+// may ask, the answer gives nothing away but liveness). A quarantined slot
+// fails the call: its sessions' liveness is unknown.
+func (s *Store) prove(ctx context.Context, p proofSet, ids []string) error {
+	for _, id := range ids {
+		reply, err := s.session(ctx, "check", id, "", 0, "")
+		if err != nil {
+			return err
+		}
+		got := time.Now()
+		switch {
+		case reply.err == nil:
+			p[id] = proof{kind: 'a', n: reply.remaining, got: got, ttl: reply.ttl}
+		case errors.Is(reply.err, store.ErrSessionExpired):
+			p[id] = proof{kind: 'e', n: reply.ago}
+		case errors.Is(reply.err, store.ErrSessionClosed):
+			p[id] = proof{kind: 'c'}
+		case errors.Is(reply.err, store.ErrSessionNotFound):
+			p[id] = proof{kind: 'g'}
+		default:
+			return sessionErr("check session", id, reply.err)
+		}
+	}
+	return nil
+}
+
+// withProofs runs attempt with the proofs gathered so far until it needs
+// none it lacks; attempt returns the ids of the sessions it needs proven.
+func (s *Store) withProofs(ctx context.Context, p proofSet, attempt func(proofs string) ([]string, error)) error {
+	for range maxProofRounds {
+		text, stale := p.text(time.Now())
+		if len(stale) > 0 {
+			if err := s.prove(ctx, p, stale); err != nil {
+				return err
+			}
+			continue
+		}
+		need, err := attempt(text)
+		if err != nil || len(need) == 0 {
+			return err
+		}
+		if err := s.prove(ctx, p, need); err != nil {
+			return err
+		}
+	}
+	return fmt.Errorf("redisstore: %w: sessions kept changing under the call (%d rounds of proofs)", store.ErrUnavailable, maxProofRounds)
+}
+
+// decodeNeed reads a {-4, id...} reply: isNeed when it is one, and its ids
+// or, when they are not valid, an error.
+func decodeNeed(op string, v any) (ids []string, isNeed bool, err error) {
+	arr, ok := v.([]any)
+	if !ok || len(arr) == 0 {
+		return nil, false, nil
+	}
+	if status, ok := arr[0].(int64); !ok || status != -4 {
+		return nil, false, nil
+	}
+	r := newReplyReader(op, v)
+	ids = r.ids(1)
+	return ids, true, r.err
+}
+
+// settleConcurrency is how many names a close or refresh settles at once:
+// their calls share the pipeliner's round trips.
+const settleConcurrency = 64
+
+// settleNames applies proofs to each name's attached grants, many names at
+// once (their calls batched into pipelines), each once more when it asked
+// for proofs of other sessions.
+func (s *Store) settleNames(ctx context.Context, names []string, p proofSet) error {
+	var (
+		mu   sync.Mutex
+		errs []error
+		wg   sync.WaitGroup
+		slot = make(chan struct{}, settleConcurrency)
+	)
+	for _, name := range names {
+		slot <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-slot; wg.Done() }()
+			mu.Lock()
+			own := maps.Clone(p)
+			mu.Unlock()
+			k := s.keys(name)
+			err := s.withProofs(ctx, own, func(proofs string) ([]string, error) {
+				v, err := s.call(ctx, "settle", settleScript, []string{k.lease}, proofs, s.channel, name, s.lockDelayMS, s.sessionKeepMS())
+				if err != nil {
+					return nil, err
+				}
+				need, _, err := decodeNeed("settle", v)
+				return need, err
+			})
+			if err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("%q: %w", name, err))
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}

@@ -1,0 +1,264 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/coordinator-dev/coordinator/internal/testkit/redistest"
+	"github.com/coordinator-dev/coordinator/server/store"
+	"github.com/coordinator-dev/coordinator/server/store/storetest"
+)
+
+const sessionTTL = 500 * time.Millisecond
+
+func mustSession(t testing.TB, s *Store, owner string) store.Session {
+	t.Helper()
+	sess, err := s.CreateSession(testCtx(t), owner, sessionTTL)
+	if err != nil {
+		t.Fatalf("CreateSession: %v", err)
+	}
+	return sess
+}
+
+func inSession(name, holder string, sess store.Session) store.AcquireRequest {
+	return store.AcquireRequest{Name: name, Holder: holder, Session: sess.ID, SessionOwner: sess.Owner}
+}
+
+// namesOutside returns n names whose slots differ from the session's.
+func namesOutside(sess store.Session, n int) []string {
+	var out []string
+	for i := 0; len(out) < n; i++ {
+		name := fmt.Sprintf("part/%d", i)
+		if slotOf(encodeName(name)) != slotOf(sess.ID) {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// recordExpires is the expiry (unix ms) in the grant record of holder on
+// name, read from Redis.
+func recordExpires(t testing.TB, s *Store, name, holder string) int64 {
+	t.Helper()
+	rec, err := s.client.HGet(testCtx(t), s.keys(name).lease, HolderField(holder)).Result()
+	if err != nil {
+		t.Fatalf("the record of %s on %q: %v", holder, name, err)
+	}
+	parts := strings.SplitN(rec, ":", 5)
+	ms, err := strconv.ParseInt(parts[3], 10, 64)
+	if err != nil {
+		t.Fatalf("record %q: %v", rec, err)
+	}
+	return ms
+}
+
+// HolderField is a grant record's field (holders.lua).
+func HolderField(holder string) string { return "h:" + holder }
+
+// TestSessionsAcrossClusterSlots: the session's key and its leases' names
+// lie in other slots; the liveness of the session still decides every
+// grant on the names (a renewal reaches them through the proofs a contender
+// fetches), and the loss of the session's slot quarantines the names whose
+// attached grants need its word, not others.
+func TestSessionsAcrossClusterSlots(t *testing.T) {
+	t.Parallel()
+	client := clusterClient(t)
+	const quarantine = 2 * time.Second
+	s := newStore(t, client, Options{Quarantine: quarantine, LockDelay: time.Second})
+	ctx := testCtx(t)
+
+	sess := mustSession(t, s, "alice")
+	names := namesOutside(sess, 3)
+	for _, name := range names {
+		mustGrant(t, s, inSession(name, "w", sess))
+	}
+	// Renewed past its first expiry: the names hold their old bounds, and a
+	// contender's call brings the session's word from its slot.
+	for range 3 {
+		time.Sleep(sessionTTL / 2)
+		if _, err := s.RenewSession(ctx, sess.ID, "alice"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range names {
+		res := mustRefuse(t, s, waitReq(name, "next", 10*time.Second))
+		if res.Lease.Holder != "w" || res.Lease.Session != sess.ID {
+			t.Errorf("%s: refused naming %+v; want w of the session", name, res.Lease)
+		}
+	}
+	// The session expires: the lock delay runs from its end, then the
+	// waiter is granted, with a larger token.
+	expired := time.Now().Add(sessionTTL)
+	time.Sleep(time.Until(expired.Add(clockSkew)))
+	for _, name := range names {
+		mustRefuse(t, s, waitReq(name, "next", 10*time.Second))
+	}
+	time.Sleep(time.Until(expired.Add(time.Second + clockSkew)))
+	for _, name := range names {
+		mustGrant(t, s, waitReq(name, "next", 10*time.Second))
+	}
+
+	// Close: one call releases every name in other slots at once.
+	closing := mustSession(t, s, "alice")
+	closed := namesOutside(closing, 6)[3:]
+	for _, name := range closed {
+		mustGrant(t, s, inSession(name, "w", closing))
+	}
+	if err := s.CloseSession(ctx, closing.ID, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range closed {
+		mustGrant(t, s, req(name, "other", time.Minute, ""))
+	}
+
+	// The session's slot loses its data: its holder may still believe
+	// its session alive, so a grant that needs the session's word is
+	// refused until the quarantine ends, while other names go on.
+	lostSess := mustSession(t, s, "alice")
+	held := namesOutside(lostSess, 8)[7]
+	mustGrant(t, s, inSession(held, "w", lostSess))
+	if err := client.Del(ctx, s.sessionKeys(lostSess.ID)[2]).Err(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(sessionTTL + clockSkew)
+	_, err := s.Acquire(ctx, req(held, "other", time.Minute, ""))
+	q := asQuarantine(err)
+	if q == nil {
+		t.Fatalf("Acquire of a name whose session's slot lost its data: %v; want a QuarantineError", err)
+	}
+	lostAt := time.Now()
+	mustGrant(t, s, req("elsewhere", "other", time.Minute, ""))
+	time.Sleep(time.Until(lostAt.Add(q.RetryAfter + clockSkew)))
+	// Quarantine over: the session is unknown to its slot, which the name
+	// takes for dead since at least the retention.
+	mustGrant(t, s, req(held, "other", time.Minute, ""))
+}
+
+// TestAnInterruptedCloseEndsTheLeasesAnyway: a coordinator that marked a
+// session closed and stopped before releasing its names leaves grants whose
+// bounds pass; the next call on a name then finds the session closed and
+// lets the name go at once, without a lock delay. The proof of death is
+// never stale: the session stays dead.
+func TestAnInterruptedCloseEndsTheLeasesAnyway(t *testing.T) {
+	t.Parallel()
+	s := newStore(t, nil, Options{LockDelay: 10 * time.Second})
+	ctx := testCtx(t)
+	sess := mustSession(t, s, "alice")
+	l := mustGrant(t, s, inSession("job", "w", sess))
+	reply, err := s.session(ctx, "close", sess.ID, "alice", 0, "")
+	if err != nil || reply.err != nil {
+		t.Fatalf("close op: %+v, %v", reply, err)
+	}
+	// Until the bound, the name still trusts its grant.
+	mustRefuse(t, s, req("job", "other", time.Minute, ""))
+	time.Sleep(time.Until(l.ExpiresAt.Add(clockSkew)))
+	if got := mustGrant(t, s, req("job", "other", time.Minute, "")); got.Token <= l.Token {
+		t.Errorf("token %d after %d", got.Token, l.Token)
+	}
+	if _, err := s.RenewSession(ctx, sess.ID, "alice"); !errors.Is(err, store.ErrSessionClosed) {
+		t.Errorf("RenewSession of the closed session: %v; want ErrSessionClosed", err)
+	}
+	// A second close carries the releases out (finding nothing left here).
+	if err := s.CloseSession(ctx, sess.ID, "alice"); err != nil {
+		t.Errorf("a second CloseSession: %v", err)
+	}
+}
+
+// TestARenewalDueARefreshCarriesTheSessionToItsNames: the names nobody
+// contends for keep their bounds until a renewal is due a refresh (every
+// half of the key retention); then the session's expiry reaches each, and
+// their keys outlive it by the retention.
+func TestARenewalDueARefreshCarriesTheSessionToItsNames(t *testing.T) {
+	t.Parallel()
+	s := newStore(t, nil, Options{})
+	ctx := testCtx(t)
+	sess := mustSession(t, s, "alice")
+	names := []string{"a", "b"}
+	for _, name := range names {
+		mustGrant(t, s, inSession(name, "w", sess))
+	}
+	before := recordExpires(t, s, "a", "w")
+	time.Sleep(100 * time.Millisecond)
+	renewed, err := s.RenewSession(ctx, sess.ID, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := recordExpires(t, s, "a", "w"); got != before {
+		t.Fatalf("a renewal not due a refresh rewrote a name's bound: %d -> %d", before, got)
+	}
+	// Make the refresh due, as half the retention later.
+	if err := s.client.HSet(ctx, s.sessionKeys(sess.ID)[0], "refreshed", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if renewed, err = s.RenewSession(ctx, sess.ID, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range names {
+		got := recordExpires(t, s, name, "w")
+		if d := time.UnixMilli(got).Sub(renewed.ExpiresAt); d < -clockSkew || d > clockSkew {
+			t.Errorf("%s: bound %v after the refresh; want the session's expiry %v", name, time.UnixMilli(got), renewed.ExpiresAt)
+		}
+		pttl, err := s.client.PTTL(ctx, s.keys(name).lease).Result()
+		if err != nil || pttl < minSessionKeep-time.Minute {
+			t.Errorf("%s: the key lives %s more (%v); want at least the session retention %s", name, pttl, err, minSessionKeep)
+		}
+	}
+}
+
+// TestASessionRenewalCostsTheSameForAnyNumberOfLeases: renewing a session
+// costs Redis the same few commands with 1, 100 or 1,000 leases attached,
+// where renewing each lease costs a script a lease.
+func TestASessionRenewalCostsTheSameForAnyNumberOfLeases(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, false) // of its own: other tests' commands would count
+	ctx := context.Background()
+	s, err := NewFromURL(ctx, srv.URL(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	stats := commands{redis.NewClient(&redis.Options{Addr: srv.Addr()})}
+	t.Cleanup(func() { _ = stats.c.Close() })
+
+	var costs []int
+	for _, n := range []int{1, 100, 1000} {
+		sess, err := s.CreateSession(ctx, "alice", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range n {
+			mustGrant(t, s, inSession(fmt.Sprintf("%d/%d", n, i), "w", sess))
+		}
+		stats.reset(t)
+		if _, err := s.RenewSession(ctx, sess.ID, "alice"); err != nil {
+			t.Fatal(err)
+		}
+		byName, total := stats.since(t)
+		t.Logf("a renewal of a session of %d leases: %d commands %v", n, total, byName)
+		costs = append(costs, total)
+	}
+	for i, c := range costs {
+		if c != costs[0] || c > 8 {
+			t.Fatalf("renewal costs %v commands for 1, 100, 1000 leases; want one small constant (%d differs)", costs, i)
+		}
+	}
+}
+
+// TestSessionConformanceOnACluster runs the sessions' conformance suite on
+// a Redis Cluster, where a session's slot is never known to hold its names.
+func TestSessionConformanceOnACluster(t *testing.T) {
+	t.Parallel()
+	client := clusterClient(t)
+	storetest.RunSessions(t, func(t *testing.T, opts storetest.Options) storetest.Subject {
+		s := newStore(t, client, Options{LockDelay: opts.LockDelay, IdleNameTTL: opts.IdleNameTTL})
+		return storetest.Subject{Store: s, Remembers: func(name string) bool { return remembers(t, s, name) }}
+	})
+}
