@@ -44,14 +44,14 @@ import (
 	"time"
 )
 
-const defaultSuites = "leases,streams,handoff,idle,housekeeper,housekeeper-idle,clients"
+const defaultSuites = "leases,streams,handoff,idle,sessions,housekeeper,housekeeper-idle,clients"
 
 func main() {
 	// Child modes: this binary re-executed as a server of the bench.
 	serveEchoAddr := flag.String("serve-echo", "", "internal: serve the gRPC health service alone on `ADDR` until stdin closes (the bench's echo child)")
 	serveEtcdSpec := flag.String("serve-etcd", "", "internal: serve an embedded etcd, `CLIENT_ADDR,PEER_ADDR,DATA_DIR`, until stdin closes (the bench's etcd child)")
 
-	suites := flag.String("suite", defaultSuites, "comma-separated suites to run: leases, streams, handoff, idle, housekeeper, clients, soak")
+	suites := flag.String("suite", defaultSuites, "comma-separated suites to run: leases, streams, handoff, idle, sessions, housekeeper, housekeeper-idle, clients, soak")
 	duration := flag.Duration("duration", 2*time.Second, "how long each measurement runs")
 	rounds := flag.Int("rounds", 1, "leases suite: measurements of each method at each concurrency, interleaved; the median is reported")
 	idleWindow := flag.Duration("idle-window", 10*time.Second, "how long the idle suite counts Redis commands")
@@ -125,6 +125,8 @@ func run(suites, concurrency, cpuProfile, jsonOut string, env benchEnv) int {
 			err = handoffSuite(env)
 		case "idle":
 			err = idleSuite(env)
+		case "sessions":
+			err = sessionsSuite(env)
 		case "housekeeper":
 			err = housekeeperSuite(env)
 		case "housekeeper-idle":
