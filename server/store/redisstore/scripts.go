@@ -39,14 +39,18 @@ var (
 	// holdersSrc goes in front of every script that reads grant records or
 	// queue weights: their encoding lives in it alone. grantsSrc, which reads
 	// all of a name's grants, goes in front of describe and watch, and into
-	// acquire at grantsMarker, after its uncontended path: a script's local
+	// acquire at grantsLine, after its uncontended path: a script's local
 	// functions are made at each call, so that path makes as few as it can.
 	//go:embed scripts/holders.lua
 	holdersSrc string
 	//go:embed scripts/grants.lua
 	grantsSrc string
+	// markerSrc, the data-loss check, goes into acquire and session at
+	// markerLine: they must check the marker alike.
+	//go:embed scripts/marker.lua
+	markerSrc string
 
-	acquireScript        = redis.NewScript(holdersSrc + withGrants(acquireSrc))
+	acquireScript        = redis.NewScript(holdersSrc + withGrants(withMarker(acquireSrc)))
 	renewScript          = redis.NewScript(holdersSrc + renewSrc)
 	releaseScript        = redis.NewScript(holdersSrc + releaseSrc)
 	dequeueScript        = redis.NewScript(dequeueSrc)
@@ -62,16 +66,26 @@ var (
 	}
 )
 
-// grantsMarker is the line of acquire.lua that grants.lua and attached.lua
-// replace.
-const grantsMarker = "-- (grants.lua goes here: scripts.go)\n"
+// grantsLine is the line of acquire.lua that grants.lua and attached.lua
+// replace; markerLine the line of acquire.lua and session.lua that
+// marker.lua replaces.
+const (
+	grantsLine = "-- (grants.lua goes here: scripts.go)\n"
+	markerLine = "-- (marker.lua goes here: scripts.go)\n"
+)
 
-// withGrants puts grants.lua into src at its marker, which must be there.
-func withGrants(src string) string {
-	if !strings.Contains(src, grantsMarker) {
-		panic("redisstore: acquire.lua has no " + strings.TrimSpace(grantsMarker) + " line")
+// withGrants puts grants.lua and attached.lua into src at grantsLine.
+func withGrants(src string) string { return insertAt(src, grantsLine, grantsSrc+attachedSrc) }
+
+// withMarker puts marker.lua into src at markerLine.
+func withMarker(src string) string { return insertAt(src, markerLine, markerSrc) }
+
+// insertAt replaces line in src, which must hold it once, with code.
+func insertAt(src, line, code string) string {
+	if strings.Count(src, line) != 1 {
+		panic("redisstore: a script has not one " + strings.TrimSpace(line) + " line")
 	}
-	return strings.Replace(src, grantsMarker, grantsSrc+attachedSrc, 1)
+	return strings.Replace(src, line, code, 1)
 }
 
 // acquireReply is acquire.lua's reply.

@@ -27,7 +27,7 @@ var (
 	//go:embed scripts/settle.lua
 	settleSrc string
 
-	sessionScript = redis.NewScript(sessionSrc)
+	sessionScript = redis.NewScript(withMarker(sessionSrc))
 	settleScript  = redis.NewScript(holdersSrc + attachedSrc + settleSrc)
 )
 

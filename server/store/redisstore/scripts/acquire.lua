@@ -4,7 +4,8 @@
 -- KEYS[1] lease, KEYS[2] queue, KEYS[3] waiters, KEYS[4] marker (the name's
 -- data-loss marker): the name's keys, as the key layout in doc.go describes
 -- them. holders.lua comes first (scripts.go): the grant records and the
--- weights in queue scores; grants.lua comes after the uncontended path.
+-- weights in queue scores; marker.lua, the data-loss check, at its line;
+-- grants.lua after the uncontended path.
 -- ARGV[1] holder
 -- ARGV[2] ttl (ms, >= 1)
 -- ARGV[3] value
@@ -84,21 +85,8 @@ local field = HOLDER .. holder
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 
--- 1. Data loss: the marker is written at start-up and never expires, so its
--- absence means Redis lost its data (restart without persistence, FLUSHALL,
--- failover to an empty replica).
-local lost = 0
-local until_ms = redis.call('GET', marker)
-if until_ms then
-  until_ms = tonumber(until_ms) or 0
-else
-  lost = 1
-  until_ms = now + quarantine
-  redis.call('SET', marker, ms(until_ms))
-end
-if now < until_ms then
-  return {-1, lost, until_ms - now}
-end
+-- 1. Data loss.
+-- (marker.lua goes here: scripts.go)
 
 -- 'token' is the last token issued: it stays when the grants end, as the
 -- name's fencing counter. 'used' sums the weights of the grant records,

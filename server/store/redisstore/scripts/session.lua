@@ -18,7 +18,7 @@
 --         expiry to them (the lease keys' lifetime follows it)
 --
 -- The session's slot checks its own data-loss marker, exactly as a grant
--- does: a lost session may still be believed alive by its holder, so its
+-- does (marker.lua, put in by scripts.go, is acquire.lua's check too): a lost session may still be believed alive by its holder, so its
 -- slot is quarantined and every op refused until then; after it a lost
 -- session is unknown, which a name treats as dead (see doc.go).
 --
@@ -47,18 +47,7 @@ local function ms(n) return string.format('%d', n) end
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 
-local lost = 0
-local until_ms = redis.call('GET', marker)
-if until_ms then
-  until_ms = tonumber(until_ms) or 0
-else
-  lost = 1
-  until_ms = now + quarantine
-  redis.call('SET', marker, ms(until_ms))
-end
-if now < until_ms then
-  return {-1, lost, until_ms - now}
-end
+-- (marker.lua goes here: scripts.go)
 
 if op == 'create' then
   local ttl = tonumber(ARGV[3])
