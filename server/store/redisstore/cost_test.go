@@ -16,6 +16,21 @@ import (
 
 // commands counts the commands Redis ran since the last call, those run
 // inside scripts included, by name (INFO commandstats).
+// storeOnOwnRedis is a store on a Redis of its own, and that Redis's command
+// counts: other tests' commands would count on a shared one.
+func storeOnOwnRedis(t *testing.T, opts Options) (*Store, commands) {
+	t.Helper()
+	srv := redistest.Start(t, false)
+	s, err := NewFromURL(context.Background(), srv.URL(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	stats := commands{redis.NewClient(&redis.Options{Addr: srv.Addr()})}
+	t.Cleanup(func() { _ = stats.c.Close() })
+	return s, stats
+}
+
 type commands struct {
 	c *redis.Client
 }
@@ -64,15 +79,8 @@ func (c commands) since(t testing.TB) (map[string]int, int) {
 // of a name queued costs a few commands per heartbeat, not one per waiter.
 func TestIdleObservingIsCheap(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t, false) // of its own: other tests' commands would count
 	ctx := context.Background()
-	s, err := NewFromURL(ctx, srv.URL(), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	stats := commands{redis.NewClient(&redis.Options{Addr: srv.Addr()})}
-	t.Cleanup(func() { _ = stats.c.Close() })
+	s, stats := storeOnOwnRedis(t, Options{})
 
 	const elections, waiters = 5000, 2000
 	names := make([]string, elections)
@@ -124,15 +132,7 @@ func TestIdleObservingIsCheap(t *testing.T) {
 // same while none of them ran out.
 func TestExclusiveCycleCost(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t, false) // of its own: other tests' commands would count
-	ctx := context.Background()
-	s, err := NewFromURL(ctx, srv.URL(), Options{LockDelay: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	stats := commands{redis.NewClient(&redis.Options{Addr: srv.Addr()})}
-	t.Cleanup(func() { _ = stats.c.Close() })
+	s, stats := storeOnOwnRedis(t, Options{LockDelay: time.Second})
 	inScripts := func() (map[string]int, int) {
 		byName, total := stats.since(t)
 		for _, script := range []string{"evalsha", "eval"} {

@@ -9,9 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
-	"github.com/coordinator-dev/coordinator/internal/testkit/redistest"
 	"github.com/coordinator-dev/coordinator/server/store"
 	"github.com/coordinator-dev/coordinator/server/store/storetest"
 )
@@ -218,15 +215,8 @@ func TestARenewalDueARefreshCarriesTheSessionToItsNames(t *testing.T) {
 // where renewing each lease costs a script a lease.
 func TestASessionRenewalCostsTheSameForAnyNumberOfLeases(t *testing.T) {
 	t.Parallel()
-	srv := redistest.Start(t, false) // of its own: other tests' commands would count
 	ctx := context.Background()
-	s, err := NewFromURL(ctx, srv.URL(), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	stats := commands{redis.NewClient(&redis.Options{Addr: srv.Addr()})}
-	t.Cleanup(func() { _ = stats.c.Close() })
+	s, stats := storeOnOwnRedis(t, Options{})
 
 	var costs []int
 	for _, n := range []int{1, 100, 1000} {
