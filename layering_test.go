@@ -52,7 +52,7 @@ var layers = []layer{
 	},
 	{
 		name:       "service leaves",
-		pkgs:       []string{"server/errinfo", "server/principal", "server/sessionops"},
+		pkgs:       []string{"server/errinfo", "server/principal", "server/streamops"},
 		noRedis:    true,
 		testsNever: aboveTheService,
 	},

@@ -26,7 +26,7 @@ var clientLevels = []int{1, 16}
 // process, and the Python and TypeScript clients' own benchmark programs
 // (client/python/bench.py, client/typescript/bench) as child processes,
 // each in both of its transports. Every figure is also given as a ratio to
-// the Go SDK's (Session stream) at the same concurrency.
+// the Go SDK's (operation stream) at the same concurrency.
 func clientsSuite(env benchEnv) error {
 	root, err := repoRoot()
 	if err != nil {
@@ -57,7 +57,7 @@ func clientsSuite(env benchEnv) error {
 			method string
 			opts   []client.Option
 		}{
-			{"go (Session stream)", nil},
+			{"go (operation stream)", nil},
 			{"go (unary calls)", []client.Option{client.WithUnaryCalls()}},
 		} {
 			c, err := client.New(coord.addr, append(mode.opts, client.WithTTL(benchTTL), client.WithIdentity(fmt.Sprintf("bench-clients-%d", round)))...)
@@ -128,7 +128,7 @@ func parseClientBench(out []byte, record func(method string, c int, perSecond fl
 		}
 		transport := "unary calls"
 		if m[2] == "session" {
-			transport = "Session stream"
+			transport = "operation stream"
 		}
 		record(fmt.Sprintf("%s (%s)", m[1], transport), c, rate)
 		found++
@@ -153,7 +153,7 @@ func printClients(rates map[string]map[int][]float64) {
 		}
 		return s[len(s)/2]
 	}
-	base := rates["go (Session stream)"]
+	base := rates["go (operation stream)"]
 	fmt.Printf("\n== clients: acquire+release cycles/s through each language's client, one coordinator (Redis store)\n")
 	fmt.Fprintf(os.Stdout, "%-28s", "client")
 	for _, c := range clientLevels {

@@ -98,7 +98,7 @@ type measured struct {
 	// redisReads counts the read events Redis processed (INFO stats
 	// total_reads_processed): a pipeline of calls arriving together is one.
 	redisReads int64
-	// sessionMsgs counts the Session stream messages the Redis-store
+	// sessionMsgs counts the operation stream messages the Redis-store
 	// coordinator received.
 	sessionMsgs float64
 }
@@ -219,13 +219,13 @@ func leaseSuite(env benchEnv) error {
 	}
 	defer func() { _ = sdkTracedUnary.Close() }()
 	// Each client its own connection: the SDK's, the raw unary calls' (the
-	// coordinator's own), the Session stream's, the echo's.
+	// coordinator's own), the operation stream's, the echo's.
 	sessionConn, err := dial(viaRedis.addr)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = sessionConn.Close() }()
-	session, err := openSession(coordinatorv1.NewCoordinatorClient(sessionConn))
+	session, err := openStream(coordinatorv1.NewCoordinatorClient(sessionConn))
 	if err != nil {
 		return err
 	}
@@ -278,11 +278,11 @@ func leaseSuite(env benchEnv) error {
 	meter.addRedis(ctx, rdb)
 
 	methods := []*method{
-		{key: "coordinator-redis-sdk", label: "coordinator redis: Go SDK, Session stream (default)",
+		{key: "coordinator-redis-sdk", label: "coordinator redis: Go SDK, operation stream (default)",
 			cycle: sdkCycle(sdk, names("bench/sdk/", maxWorkers)), try: sdkTry(sdk, hot("bench/hot-sdk/"))},
 		{key: "coordinator-redis-sdk-unary", label: "coordinator redis: Go SDK, WithUnaryCalls",
 			cycle: sdkCycle(sdkUnary, names("bench/sdk-unary/", maxWorkers)), try: sdkTry(sdkUnary, hot("bench/hot-sdk-unary/"))},
-		{key: "coordinator-redis-sdk-traced", label: "coordinator redis: Go SDK, Session stream, traced (every call sampled)",
+		{key: "coordinator-redis-sdk-traced", label: "coordinator redis: Go SDK, operation stream, traced (every call sampled)",
 			cycle: sdkCycle(sdkTraced, names("bench/sdk-traced/", maxWorkers)), try: sdkTry(sdkTraced, hot("bench/hot-sdk-traced/")),
 			noteLabel: "spans exported/s", around: sink.counted},
 		{key: "coordinator-redis-sdk-traced-unary", label: "coordinator redis: Go SDK, WithUnaryCalls, traced (every call sampled)",
@@ -293,8 +293,8 @@ func leaseSuite(env benchEnv) error {
 		{key: "coordinator-redis-semaphore", label: fmt.Sprintf("coordinator redis: semaphore cap %d (%d workers a name), raw gRPC unary", semaphoreCapacity, semaphoreCapacity),
 			cycle: semaphoreCycle(viaRedis.client, shared("bench/semaphore/", maxWorkers)),
 			try:   semaphoreTry(viaRedis.client, slices.Repeat([]string{"bench/hot-semaphore"}, hotWorkers))},
-		{key: "coordinator-redis-session", label: "coordinator redis: raw gRPC Session stream",
-			cycle: sessionCycle(session, names("bench/session/", maxWorkers)), try: sessionTry(session, hot("bench/hot-session/"))},
+		{key: "coordinator-redis-session", label: "coordinator redis: raw gRPC operation stream",
+			cycle: streamCycle(session, names("bench/session/", maxWorkers)), try: streamTry(session, hot("bench/hot-session/"))},
 		{key: "coordinator-memory-unary", label: "coordinator memory: raw gRPC unary",
 			cycle: grpcCycle(viaMemory.client, names("bench/unary/", maxWorkers)), try: grpcTry(viaMemory.client, hot("bench/hot-unary/"))},
 		{key: "coordinator-memory-statedir-unary", label: "coordinator memory + state dir: raw gRPC unary",
@@ -369,14 +369,14 @@ func leaseSuite(env benchEnv) error {
 					before := meter.read()
 					cmdsBefore, _ := commandStats(ctx, rdb)
 					readsBefore, _ := infoStat(ctx, rdb, "total_reads_processed")
-					msgsBefore, _ := scrapeSum(viaRedis.metricsURL, "grpc_server_msg_received_total", `grpc_method="Session"`)
+					msgsBefore, _ := scrapeSum(viaRedis.metricsURL, "grpc_server_msg_received_total", `grpc_method="Stream"`)
 					if m.around != nil {
 						run.result, run.note = m.around(measure)
 					} else {
 						run.result = measure()
 					}
 					run.cpu = meter.since(before)
-					msgsAfter, _ := scrapeSum(viaRedis.metricsURL, "grpc_server_msg_received_total", `grpc_method="Session"`)
+					msgsAfter, _ := scrapeSum(viaRedis.metricsURL, "grpc_server_msg_received_total", `grpc_method="Stream"`)
 					run.sessionMsgs = msgsAfter - msgsBefore
 					if readsAfter, err := infoStat(ctx, rdb, "total_reads_processed"); err == nil {
 						run.redisReads = readsAfter - readsBefore - 2 // the INFO calls of the count
@@ -587,7 +587,7 @@ func printLeases(env benchEnv, methods []*method, byKey map[string]*method, mete
 	ct.print()
 	fmt.Println("   Redis cmds/op: INFO commandstats, which counts a script and, each on its own, the commands it ran")
 
-	// How much travels together: operations per Session message (what the
+	// How much travels together: operations per Stream message (what the
 	// Redis-store coordinator received) and script calls per Redis read.
 	fmt.Println()
 	bt := table{header: []string{"batching, by concurrency"}}
@@ -614,7 +614,7 @@ func printLeases(env benchEnv, methods []*method, byKey map[string]*method, mete
 		bt.add(row...)
 	}
 	bt.print()
-	fmt.Println("   ops/msg: a cycle's two operations over the Session messages the coordinator received (grpc_server_msg_received_total);")
+	fmt.Println("   ops/msg: a cycle's two operations over the Stream messages the coordinator received (grpc_server_msg_received_total);")
 	fmt.Println("   scripts/read: script calls over Redis read events (INFO stats total_reads_processed): calls pipelined together share one")
 
 	// Ratios: what matters on a machine whose absolute figures wander.
@@ -658,7 +658,7 @@ func printLeases(env benchEnv, methods []*method, byKey map[string]*method, mete
 	rt.print()
 }
 
-// sdkCycle is the Go SDK: TryLock (one acquire: over the Client's Session
+// sdkCycle is the Go SDK: TryLock (one acquire: over the Client's operation
 // stream by default, a unary TryAcquire WithUnaryCalls; the lease joins the
 // Client's renewal scheduler, but a cycle ends long before its first
 // renewal, due at TTL/3) and Release.

@@ -15,8 +15,8 @@
 // bench process is the one client process of every comparison.
 //
 //	-suite leases      acquire+release, uncontended, at each -concurrency: the coordinator
-//	                   (Go SDK over its Session stream and WithUnaryCalls, raw unary gRPC,
-//	                   raw Session stream; Redis and memory stores), a gRPC echo (the
+//	                   (Go SDK over its operation stream and WithUnaryCalls, raw unary gRPC,
+//	                   raw operation stream; Redis and memory stores), a gRPC echo (the
 //	                   ceiling), bsm/redislock, go-redsync and etcd's concurrency.Mutex,
 //	                   with CPU per cycle by process; then 8 names contended by 64 workers
 //	-suite streams     observers and KeepAlive

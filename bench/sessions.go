@@ -17,7 +17,7 @@ const sessionsTTL = 15 * time.Second
 
 // sessionsSuite measures what keeping leases alive costs Redis: one Go SDK
 // Client holds n leases, renewed one by one (each its own TTL, the SDK's
-// renewals batched over its Session stream), then n leases attached to one
+// renewals batched over its operation stream), then n leases attached to one
 // session, for each n; Redis counts the commands (INFO commandstats, those
 // inside scripts included) over -idle-window while nothing else happens.
 // Redis must be the suite's alone, as under `make bench`.

@@ -13,8 +13,8 @@ import (
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
 )
 
-// The lease calls: each goes over the Client's Session stream (session.go)
-// unless the Client was made WithUnaryCalls, the coordinator has no Session
+// The lease calls: each goes over the Client's operation stream (stream.go)
+// unless the Client was made WithUnaryCalls, the coordinator has no Stream
 // method, or the request could not travel on the stream without harming
 // the other operations (a name that is not UTF-8, which the coordinator
 // refuses for the whole message it cannot decode; a request too large).
@@ -22,17 +22,17 @@ import (
 // returned is when the request was sent (at the latest), on the Client's
 // clock.
 
-// viaSession runs op over the session and picks its response; ok is false
+// viaStream runs op over the stream and picks its response; ok is false
 // when the unary call must be made instead.
-func viaSession[R proto.Message](ctx context.Context, c *Client, name string, op *coordinatorv1.SessionOperation,
-	pick func(*coordinatorv1.SessionResult) R, kind string, late func(*coordinatorv1.SessionResult, error),
+func viaStream[R proto.Message](ctx context.Context, c *Client, name string, op *coordinatorv1.StreamOperation,
+	pick func(*coordinatorv1.StreamResult) R, kind string, late func(*coordinatorv1.StreamResult, error),
 ) (resp R, sent time.Time, ok bool, err error) {
 	if c.unary || !utf8.ValidString(name) {
 		return resp, sent, false, nil
 	}
 	end := c.opTracer.start(ctx, kind, op)
 	defer func() { end(err) }()
-	res, sent, err := c.sess.call(ctx, op, late)
+	res, sent, err := c.stream.call(ctx, op, late)
 	switch {
 	case errors.Is(err, errUseUnary):
 		// The unary call that follows has a client span of its own.
@@ -53,15 +53,15 @@ func viaSession[R proto.Message](ctx context.Context, c *Client, name string, op
 }
 
 func (c *Client) tryAcquireCall(ctx context.Context, req *coordinatorv1.TryAcquireRequest) (*coordinatorv1.TryAcquireResponse, time.Time, error) {
-	op := &coordinatorv1.SessionOperation{Operation: &coordinatorv1.SessionOperation_Acquire{Acquire: req}}
-	late := func(res *coordinatorv1.SessionResult, err error) {
+	op := &coordinatorv1.StreamOperation{Operation: &coordinatorv1.StreamOperation_Acquire{Acquire: req}}
+	late := func(res *coordinatorv1.StreamResult, err error) {
 		if lease := res.GetAcquire().GetLease(); res.GetAcquire().GetAcquired() {
 			c.giveUpLate(req.GetName(), releaseOp(lease.GetName(), lease.GetHolder(), lease.GetToken()))
 		} else if err != nil && outcomeUnknown(err) {
 			c.abandonLate(req.GetName(), req.GetHolder())
 		}
 	}
-	if resp, sent, ok, err := viaSession(ctx, c, req.GetName(), op, (*coordinatorv1.SessionResult).GetAcquire, "acquire", late); ok {
+	if resp, sent, ok, err := viaStream(ctx, c, req.GetName(), op, (*coordinatorv1.StreamResult).GetAcquire, "acquire", late); ok {
 		return resp, sent, err
 	}
 	sent := c.clock.Now()
@@ -70,11 +70,11 @@ func (c *Client) tryAcquireCall(ctx context.Context, req *coordinatorv1.TryAcqui
 }
 
 func (c *Client) campaignCall(ctx context.Context, req *coordinatorv1.CampaignRequest) (*coordinatorv1.CampaignResponse, time.Time, error) {
-	op := &coordinatorv1.SessionOperation{Operation: &coordinatorv1.SessionOperation_Campaign{Campaign: req}}
-	var late func(*coordinatorv1.SessionResult, error)
+	op := &coordinatorv1.StreamOperation{Operation: &coordinatorv1.StreamOperation_Campaign{Campaign: req}}
+	var late func(*coordinatorv1.StreamResult, error)
 	if req.GetTerm() == 0 {
 		// A campaign nobody waits for any more: resign a term it won.
-		late = func(res *coordinatorv1.SessionResult, err error) {
+		late = func(res *coordinatorv1.StreamResult, err error) {
 			if leader := res.GetCampaign().GetLeader(); res.GetCampaign().GetElected() {
 				c.giveUpLate(req.GetElection(), resignOp(leader.GetElection(), leader.GetCandidate(), leader.GetTerm()))
 			} else if err != nil && outcomeUnknown(err) {
@@ -82,7 +82,7 @@ func (c *Client) campaignCall(ctx context.Context, req *coordinatorv1.CampaignRe
 			}
 		}
 	}
-	if resp, sent, ok, err := viaSession(ctx, c, req.GetElection(), op, (*coordinatorv1.SessionResult).GetCampaign, "campaign", late); ok {
+	if resp, sent, ok, err := viaStream(ctx, c, req.GetElection(), op, (*coordinatorv1.StreamResult).GetCampaign, "campaign", late); ok {
 		return resp, sent, err
 	}
 	sent := c.clock.Now()
@@ -91,38 +91,38 @@ func (c *Client) campaignCall(ctx context.Context, req *coordinatorv1.CampaignRe
 }
 
 func (c *Client) releaseCall(ctx context.Context, req *coordinatorv1.ReleaseRequest) (*coordinatorv1.ReleaseResponse, error) {
-	op := &coordinatorv1.SessionOperation{Operation: &coordinatorv1.SessionOperation_Release{Release: req}}
-	if resp, _, ok, err := viaSession(ctx, c, req.GetName(), op, (*coordinatorv1.SessionResult).GetRelease, "release", nil); ok {
+	op := &coordinatorv1.StreamOperation{Operation: &coordinatorv1.StreamOperation_Release{Release: req}}
+	if resp, _, ok, err := viaStream(ctx, c, req.GetName(), op, (*coordinatorv1.StreamResult).GetRelease, "release", nil); ok {
 		return resp, err
 	}
 	return c.api.Release(ctx, req)
 }
 
 func (c *Client) resignCall(ctx context.Context, req *coordinatorv1.ResignRequest) (*coordinatorv1.ResignResponse, error) {
-	op := &coordinatorv1.SessionOperation{Operation: &coordinatorv1.SessionOperation_Resign{Resign: req}}
-	if resp, _, ok, err := viaSession(ctx, c, req.GetElection(), op, (*coordinatorv1.SessionResult).GetResign, "resign", nil); ok {
+	op := &coordinatorv1.StreamOperation{Operation: &coordinatorv1.StreamOperation_Resign{Resign: req}}
+	if resp, _, ok, err := viaStream(ctx, c, req.GetElection(), op, (*coordinatorv1.StreamResult).GetResign, "resign", nil); ok {
 		return resp, err
 	}
 	return c.api.Resign(ctx, req)
 }
 
-func releaseOp(name, holder string, token uint64) *coordinatorv1.SessionOperation {
-	return &coordinatorv1.SessionOperation{Operation: &coordinatorv1.SessionOperation_Release{Release: &coordinatorv1.ReleaseRequest{
+func releaseOp(name, holder string, token uint64) *coordinatorv1.StreamOperation {
+	return &coordinatorv1.StreamOperation{Operation: &coordinatorv1.StreamOperation_Release{Release: &coordinatorv1.ReleaseRequest{
 		Name: name, Holder: holder, Token: token,
 	}}}
 }
 
-func resignOp(election, candidate string, term uint64) *coordinatorv1.SessionOperation {
-	return &coordinatorv1.SessionOperation{Operation: &coordinatorv1.SessionOperation_Resign{Resign: &coordinatorv1.ResignRequest{
+func resignOp(election, candidate string, term uint64) *coordinatorv1.StreamOperation {
+	return &coordinatorv1.StreamOperation{Operation: &coordinatorv1.StreamOperation_Resign{Resign: &coordinatorv1.ResignRequest{
 		Election: election, Candidate: candidate, Term: term,
 	}}}
 }
 
 // giveUpLate releases (or resigns) a lease granted to an acquisition whose
 // caller had left by then, so that the next waiter need not wait for its
-// TTL. Best-effort: it goes over the session without waiting for the answer.
-func (c *Client) giveUpLate(name string, op *coordinatorv1.SessionOperation) {
-	_, err := c.sess.submit(op, func(_ *sessionOp, res *coordinatorv1.SessionResult, err error) {
+// TTL. Best-effort: it goes over the stream without waiting for the answer.
+func (c *Client) giveUpLate(name string, op *coordinatorv1.StreamOperation) {
+	_, err := c.stream.submit(op, func(_ *streamOp, res *coordinatorv1.StreamResult, err error) {
 		if err == nil {
 			err = resultError(res)
 		}

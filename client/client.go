@@ -55,14 +55,14 @@ type Client struct {
 	wg     sync.WaitGroup
 
 	// unary makes the lease calls unary and renews over KeepAlive
-	// (WithUnaryCalls) instead of over the Session stream.
+	// (WithUnaryCalls) instead of over the operation stream.
 	unary bool
-	// opTracer traces the lease calls made as Session operations; nil
+	// opTracer traces the lease calls made as stream operations; nil
 	// without WithTracerProvider.
 	opTracer *operationTracer
 	// sess carries the lease calls (session.go); renewals renews the
 	// leases held (renewer.go).
-	sess     session
+	stream   opStream
 	renewals renewer
 }
 
@@ -157,7 +157,7 @@ func newClient(conn *grpc.ClientConn, cfg config) *Client {
 		unary:        cfg.unary,
 		opTracer:     newOperationTracer(cfg.tracer),
 	}
-	c.sess.init(c, cfg.sessionIdle)
+	c.stream.init(c, cfg.sessionIdle)
 	c.renewals.init(c)
 	return c
 }
@@ -223,7 +223,7 @@ func (c *Client) Close() error {
 		held := c.renewals.close()
 		c.releaseAll(held)
 		c.renewals.wg.Wait()
-		c.sess.close() // ends the waits of calls that Close ended
+		c.stream.close() // ends the waits of calls that Close ended
 		c.wg.Wait()
 		c.closeErr = c.conn.Close()
 	})

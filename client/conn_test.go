@@ -141,7 +141,7 @@ func TestDialOptionsReachEveryCall(t *testing.T) {
 		t.Fatal(err)
 	}
 	renew(t, clock, lease.l)
-	// The lease calls go over the Session stream; Leader is a unary call.
+	// The lease calls go over the operation stream; Leader is a unary call.
 	if _, err := c.Leader(ctx, "nobody-leads"); !errors.Is(err, ErrNoLeader) {
 		t.Fatal(err)
 	}

@@ -26,7 +26,7 @@
 // # One stream per Client
 //
 // A Client makes its lease calls (TryLock, Lock, Campaign, Proclaim,
-// Release, Resign) and its renewals over one Session stream, opened when
+// Release, Resign) and its renewals over one operation stream, opened when
 // first needed and closed after 30s with nothing in flight. Operations that
 // goroutines start together go out together in one message, and their
 // results come back the same way, so a busy process costs the coordinator
@@ -36,7 +36,7 @@
 // and Campaign retry them as the same holder, which finds a grant whose
 // answer was lost; renewals are retried while the lease is valid.
 // WithUnaryCalls makes unary calls and renews over a KeepAlive stream
-// instead, as does a coordinator without the Session method. Observe,
+// instead, as does a coordinator without the Stream method. Observe,
 // Leader and API stay as they are.
 //
 // Validity is measured on this process's monotonic clock, never compared

@@ -155,7 +155,7 @@ func renewAll(t testing.TB, clock *clockwork.FakeClock, leases ...*lease) {
 	}
 }
 
-// modes are the two ways a Client makes its lease calls: over the Session
+// modes are the two ways a Client makes its lease calls: over the operation
 // stream (the default) and unary (WithUnaryCalls).
 var modes = []struct {
 	name string

@@ -100,7 +100,7 @@ type lease struct {
 	deadline  time.Time // local validity, by the Client's clock (monotonic)
 	confirmed time.Time // when the last successful grant or renewal was sent
 	nextRenew time.Time
-	inflight  any              // the renewal sent and not answered yet: its KeepAlive stream (*kaConn) or session operation (*sessionOp)
+	inflight  any              // the renewal sent and not answered yet: its KeepAlive stream (*kaConn) or stream operation (*streamOp)
 	sentAt    time.Time        // when that renewal was sent (KeepAlive)
 	wantSend  bool             // queued in renewals.pending
 	retry     *backoff.Backoff // delays after failed renewals; nil after a success

@@ -148,7 +148,7 @@ func WithDialOptions(opts ...grpc.DialOption) Option {
 // coordinator, whose server span and store spans then join the trace. By
 // default nothing is installed, and calls pay nothing for tracing.
 //
-// The lease calls of a Client go over its Session stream unless
+// The lease calls of a Client go over its operation stream unless
 // WithUnaryCalls is given. The stream, open while the Client is busy, is one
 // RPC whose span is part of no caller's trace, so each TryLock, Lock,
 // Campaign, Release and Resign made on it gets a client span of its own,
@@ -191,19 +191,19 @@ func withClock(clock clockwork.Clock) Option {
 
 // WithUnaryCalls makes the Client's lease calls as unary RPCs (TryAcquire,
 // Campaign, Release, Resign) and renew its leases over a KeepAlive stream,
-// as clients before the Session stream did. By default they all go over one
-// Session stream per Client, which costs the client and the coordinator
+// as clients before the operation stream did. By default they all go over one
+// operation stream per Client, which costs the client and the coordinator
 // less per operation and coalesces the operations of many goroutines into
 // few messages; the semantics are the same. A coordinator without the
-// Session method is detected and gets unary calls anyway. Use it to compare,
+// Stream method is detected and gets unary calls anyway. Use it to compare,
 // or when something on the path (a proxy, an interceptor) handles unary
 // calls only.
 func WithUnaryCalls() Option {
 	return optionFunc(func(c *config) { c.unary = true })
 }
 
-// withSessionIdle sets how long the Session stream stays open with nothing
-// in flight (defaultSessionIdle), so that tests need not wait.
+// withSessionIdle sets how long the operation stream stays open with nothing
+// in flight (defaultStreamIdle), so that tests need not wait.
 func withSessionIdle(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.sessionIdle = d })
 }

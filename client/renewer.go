@@ -17,8 +17,8 @@ import (
 )
 
 // renewer renews every lease and leadership of a Client: over the Client's
-// Session stream (renew operations), or over one KeepAlive stream of its own
-// with WithUnaryCalls or a coordinator without Session.
+// operation stream (renew operations), or over one KeepAlive stream of its own
+// with WithUnaryCalls or a coordinator without Stream.
 //
 // One scheduler goroutine keeps the leases in a heap ordered by when each
 // next needs attention: its renewal (about ttl/3 after the last successful
@@ -242,7 +242,7 @@ func (s *renewer) tick(ctx context.Context) (time.Time, bool) {
 		s.stopLocked()
 		return time.Time{}, false
 	}
-	if len(s.pending) > 0 && !s.c.unary && s.c.sess.usable() {
+	if len(s.pending) > 0 && !s.c.unary && s.c.stream.usable() {
 		s.sendOnSessionLocked()
 	}
 	if len(s.pending) > 0 {
@@ -472,10 +472,10 @@ func (s *renewer) sendOnSessionLocked() {
 		if l.done || !l.wantSend {
 			continue
 		}
-		op := &coordinatorv1.SessionOperation{Operation: &coordinatorv1.SessionOperation_Renew{Renew: &coordinatorv1.RenewRequest{
+		op := &coordinatorv1.StreamOperation{Operation: &coordinatorv1.StreamOperation_Renew{Renew: &coordinatorv1.RenewRequest{
 			Name: l.name, Holder: l.holder, Token: l.token, Ttl: durationpb.New(l.ttl),
 		}}}
-		o, err := s.c.sess.submit(op, func(o *sessionOp, res *coordinatorv1.SessionResult, err error) {
+		o, err := s.c.stream.submit(op, func(o *streamOp, res *coordinatorv1.StreamResult, err error) {
 			s.sessionAnswered(l, o, res, err)
 		})
 		if err != nil {
@@ -490,7 +490,7 @@ func (s *renewer) sendOnSessionLocked() {
 }
 
 // sessionAnswered applies the outcome of the renew operation o of l.
-func (s *renewer) sessionAnswered(l *lease, o *sessionOp, res *coordinatorv1.SessionResult, err error) {
+func (s *renewer) sessionAnswered(l *lease, o *streamOp, res *coordinatorv1.StreamResult, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if l.done || l.inflight != o {

@@ -12,7 +12,7 @@ import (
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
 )
 
-// All of a Client's leases are renewed over one stream: its Session
+// All of a Client's leases are renewed over one stream: its operation
 // stream, or its KeepAlive stream with unary calls.
 func TestManyLeasesShareOneStream(t *testing.T) {
 	forEachModeAndStore(t, func(t *testing.T, mode Option, coord *coordtest.Coordinator) {
@@ -32,9 +32,9 @@ func TestManyLeasesShareOneStream(t *testing.T) {
 		// Every lease renewed twice.
 		renewAll(t, clock, inner...)
 		renewAll(t, clock, inner...)
-		want := map[string]int{"Session": 1, "KeepAlive": 0}
+		want := map[string]int{"Stream": 1, "KeepAlive": 0}
 		if c.unary {
-			want = map[string]int{"Session": 0, "KeepAlive": 1}
+			want = map[string]int{"Stream": 0, "KeepAlive": 1}
 		}
 		for method, n := range want {
 			if got := startedStreams(t, coord, method); got != n {
@@ -76,11 +76,11 @@ func TestNoGoroutineOutlivesAReleasedLease(t *testing.T) {
 		if err := e.Resign(ctx); err != nil {
 			t.Fatal(err)
 		}
-		// The Session stream closes once idle.
+		// The operation stream closes once idle.
 		eventually(t, "the session stream closed", func() bool {
-			c.sess.mu.Lock()
-			defer c.sess.mu.Unlock()
-			return !c.sess.running
+			c.stream.mu.Lock()
+			defer c.stream.mu.Unlock()
+			return !c.stream.running
 		})
 		goleak.VerifyNone(t, idle)
 	})

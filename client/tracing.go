@@ -14,7 +14,7 @@ import (
 )
 
 // operationTracer gives each lease call that travels as an operation of the
-// Session stream the client span otelgrpc gives a unary call, and sends its
+// operation stream the client span otelgrpc gives a unary call, and sends its
 // trace context in the operation (trace_parent, trace_state), so that the
 // coordinator's span of the operation joins the caller's trace. Renewals,
 // which no caller waits for, get none. A nil *operationTracer (tracing off)
@@ -44,7 +44,7 @@ var operationMethods = map[string]string{
 
 // start begins the span of op, a child of ctx's, and writes its context
 // into op; end, with the operation's error, ends it.
-func (t *operationTracer) start(ctx context.Context, kind string, op *coordinatorv1.SessionOperation) (end func(error)) {
+func (t *operationTracer) start(ctx context.Context, kind string, op *coordinatorv1.StreamOperation) (end func(error)) {
 	if t == nil {
 		return func(error) {}
 	}
@@ -55,7 +55,7 @@ func (t *operationTracer) start(ctx context.Context, kind string, op *coordinato
 			attribute.String("rpc.system", "grpc"),
 			attribute.String("rpc.service", "coordinator.v1.Coordinator"),
 			attribute.String("rpc.method", method),
-			attribute.Bool("coordinator.session.operation", true),
+			attribute.Bool("coordinator.stream.operation", true),
 		))
 	carrier := propagation.MapCarrier{}
 	t.propagator.Inject(ctx, carrier)

@@ -178,7 +178,7 @@ func TestAWaitingCallCountsItsStoreAttempts(t *testing.T) {
 	}
 }
 
-// TestASessionOperationJoinsTheCallersTrace: over the Session stream (the
+// TestASessionOperationJoinsTheCallersTrace: over the operation stream (the
 // default), a traced Client gives each lease call the client span a unary
 // call gets, a child of the caller's, and sends its trace context in the
 // operation: the coordinator's span of the operation is the client span's
@@ -205,18 +205,18 @@ func TestASessionOperationJoinsTheCallersTrace(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			stream := clientSide.find(t, 1, "the Session stream's client span", named("coordinator.v1.Coordinator/Session", trace.SpanKindClient))[0]
+			stream := clientSide.find(t, 1, "the operation stream's client span", named("coordinator.v1.Coordinator/Stream", trace.SpanKindClient))[0]
 			for _, method := range []string{"TryAcquire", "Release"} {
 				name := "coordinator.v1.Coordinator/" + method
 				call := clientSide.find(t, 1, "the SDK's span of the "+method, named(name, trace.SpanKindClient))[0]
 				if call.Parent.SpanID() != work.SpanContext().SpanID() || call.SpanContext.TraceID() != work.SpanContext().TraceID() {
 					t.Fatalf("the SDK's span of the %s is not a child of the caller's", method)
 				}
-				if !attr(call, "coordinator.session.operation").AsBool() {
-					t.Errorf("the SDK's span of the %s does not say it is a Session operation", method)
+				if !attr(call, "coordinator.stream.operation").AsBool() {
+					t.Errorf("the SDK's span of the %s does not say it is a stream operation", method)
 				}
 				op := server.find(t, 1, "the coordinator's span of the "+method, childOf(call, name))[0]
-				if op.SpanKind != trace.SpanKindServer || !attr(op, "coordinator.session.operation").AsBool() {
+				if op.SpanKind != trace.SpanKindServer || !attr(op, "coordinator.stream.operation").AsBool() {
 					t.Errorf("the coordinator's span of the %s: kind %s, attributes %v", method, op.SpanKind, op.Attributes)
 				}
 				if len(op.Links) != 1 || op.Links[0].SpanContext.TraceID() != stream.SpanContext.TraceID() {
@@ -253,9 +253,9 @@ func TestUntracedSessionOperationsAreTracesOfTheirOwnLinkedToTheStream(t *testin
 	if err := c.Close(); err != nil { // ends the stream, and its span
 		t.Fatal(err)
 	}
-	stream := server.find(t, 1, "the Session stream's server span", named("coordinator.v1.Coordinator/Session", trace.SpanKindServer))[0]
+	stream := server.find(t, 1, "the operation stream's server span", named("coordinator.v1.Coordinator/Stream", trace.SpanKindServer))[0]
 	op := server.find(t, 1, "the acquire operation's span", func(s tracetest.SpanStub) bool {
-		return s.Name == "coordinator.v1.Coordinator/TryAcquire" && attr(s, "coordinator.session.operation").AsBool()
+		return s.Name == "coordinator.v1.Coordinator/TryAcquire" && attr(s, "coordinator.stream.operation").AsBool()
 	})[0]
 	if op.Parent.IsValid() {
 		t.Error("the operation's span has a parent: it should start a trace")

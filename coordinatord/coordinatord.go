@@ -148,7 +148,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		codec.StreamServerInterceptor(),
 	}
 	if tr != nil {
-		// Before the interceptors that add theirs to each Session
+		// Before the interceptors that add theirs to each Stream
 		// operation, so that an operation's span covers their checks too.
 		stream = append(stream, tr.streams)
 	}

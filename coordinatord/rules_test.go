@@ -104,9 +104,9 @@ func TestValidationFollowsTheProtoRules(t *testing.T) {
 				return err
 			},
 		},
-		"coordinator.v1.SessionOperation": {
-			func() proto.Message { return sessionAcquire(1, fresh(), "h", 0) },
-			func(m proto.Message) error { return sessionOnce(t, ctx, c, m.(*coordinatorv1.SessionOperation)) },
+		"coordinator.v1.StreamOperation": {
+			func() proto.Message { return streamAcquire(1, fresh(), "h", 0) },
+			func(m proto.Message) error { return sessionOnce(t, ctx, c, m.(*coordinatorv1.StreamOperation)) },
 		},
 		"coordinator.v1.ObserveRequest": {
 			func() proto.Message { return &coordinatorv1.ObserveRequest{Election: fresh()} },
@@ -155,7 +155,7 @@ func TestValidationFollowsTheProtoRules(t *testing.T) {
 				continue
 			}
 			annotated++
-			if md.FullName() == "coordinator.v1.SessionRequest" {
+			if md.FullName() == "coordinator.v1.StreamRequest" {
 				continue // a bound on operations per message: session_test.go
 			}
 			req, ok := requests[md.FullName()]
@@ -315,12 +315,12 @@ func observeOnce(ctx context.Context, c *coordinator, req *coordinatorv1.Observe
 	return err
 }
 
-// sessionOnce runs op alone on a Session stream of its own and returns its
+// sessionOnce runs op alone on an operation stream of its own and returns its
 // result's error.
-func sessionOnce(t *testing.T, ctx context.Context, c *coordinator, op *coordinatorv1.SessionOperation) error {
+func sessionOnce(t *testing.T, ctx context.Context, c *coordinator, op *coordinatorv1.StreamOperation) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	s := openSessionStream(t, ctx, c)
+	s := openOpStream(t, ctx, c)
 	s.send(op)
 	s.await(op.GetId())
 	return resultError(s.got[op.GetId()])

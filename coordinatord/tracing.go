@@ -22,19 +22,19 @@ import (
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
 	"github.com/coordinator-dev/coordinator/internal/app"
 	"github.com/coordinator-dev/coordinator/internal/telemetry"
-	"github.com/coordinator-dev/coordinator/server/sessionops"
 	"github.com/coordinator-dev/coordinator/server/store"
 	"github.com/coordinator-dev/coordinator/server/store/storetrace"
+	"github.com/coordinator-dev/coordinator/server/streamops"
 )
 
 // Tracing, when the environment turns it on (package telemetry): otelgrpc's
 // stats handler makes a span of every call but health checks, joined to the
-// caller's trace when the call carries one; each operation of a Session
-// stream is a span of its own (sessionOp); each store call of a traced
+// caller's trace when the call carries one; each operation of a Stream
+// stream is a span of its own (streamOp); each store call of a traced
 // request is a child span (storetrace). When it is off, none of it is
 // installed: no stats handler, no interceptor, no store wrapper.
 
-// sessionOpScope is the instrumentation scope of the Session operations'
+// sessionOpScope is the instrumentation scope of the stream operations'
 // spans.
 const sessionOpScope = "github.com/coordinator-dev/coordinator/coordinatord"
 
@@ -42,8 +42,8 @@ const sessionOpScope = "github.com/coordinator-dev/coordinator/coordinatord"
 // shutdown, after the calls have ended.
 const tracingFlushTimeout = 5 * time.Second
 
-// attrSessionOp marks the span of a Session operation.
-const attrSessionOp = attribute.Key("coordinator.session.operation")
+// attrStreamOp marks the span of a stream operation.
+const attrStreamOp = attribute.Key("coordinator.stream.operation")
 
 // tracing is the process's tracing; nil when it is off.
 type tracing struct {
@@ -109,14 +109,14 @@ func (t *tracing) countAttempts(ctx context.Context, req any, _ *grpc.UnaryServe
 	return handler(ctx, req)
 }
 
-// streams gives each operation of a Session stream its span, and each
+// streams gives each operation of an operation stream its span, and each
 // store call of a KeepAlive stream (a renewal) a trace of its own, linked to
 // the stream's: a stream lives as long as its client, for hours, and its
 // span would otherwise parent all of them.
 func (t *tracing) streams(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	switch info.FullMethod {
-	case coordinatorv1.Coordinator_Session_FullMethodName:
-		ss = sessionops.Intercept(ss, t.sessionOp)
+	case coordinatorv1.Coordinator_Stream_FullMethodName:
+		ss = streamops.Intercept(ss, t.sessionOp)
 	case coordinatorv1.Coordinator_KeepAlive_FullMethodName:
 		ss = &detachedStream{ServerStream: ss, ctx: storetrace.Detached(ss.Context())}
 	}
@@ -131,8 +131,8 @@ type detachedStream struct {
 
 func (s *detachedStream) Context() context.Context { return s.ctx }
 
-// sessionOp is the span of one Session operation, named as its unary call.
-// A Session stream lives as long as its client is busy, for hours at a
+// sessionOp is the span of one stream operation, named as its unary call.
+// An operation stream lives as long as its client is busy, for hours at a
 // time, so its operations are not children of the stream's span, which
 // would make one trace of them all, exported only when the stream ends:
 // each is a child of the caller's span when the operation carries the
@@ -143,7 +143,7 @@ func (t *tracing) sessionOp(ctx context.Context, req any, info *grpc.UnaryServer
 	service, method := splitMethod(info.FullMethod)
 	opts := []trace.SpanStartOption{trace.WithLinks(trace.LinkFromContext(ctx))}
 	caller := ctx
-	if tc, ok := sessionops.TraceContextOf(ctx); ok {
+	if tc, ok := streamops.TraceContextOf(ctx); ok {
 		caller = t.propagator.Extract(ctx, propagation.MapCarrier{"traceparent": tc.Parent, "tracestate": tc.State})
 	}
 	if sc := trace.SpanContextFromContext(caller); sc.IsValid() && sc.IsRemote() {
@@ -158,7 +158,7 @@ func (t *tracing) sessionOp(ctx context.Context, req any, info *grpc.UnaryServer
 				attribute.String("rpc.system", "grpc"),
 				attribute.String("rpc.service", service),
 				attribute.String("rpc.method", method),
-				attrSessionOp.Bool(true),
+				attrStreamOp.Bool(true),
 			))...)
 	if !span.IsRecording() {
 		span.End()

@@ -6,9 +6,9 @@
 //
 // The service layer. It owns the gRPC handlers and what they need: request
 // validation against the proto's rules, waiting lines, observers, the
-// KeepAlive and Session streams, status codes and metrics. Of this module it
+// KeepAlive and operation streams, status codes and metrics. Of this module it
 // imports only the store interface (server/store), the service's two leaves
-// (server/errinfo, server/sessionops), the generated API (gen) and the leaves
+// (server/errinfo, server/streamops), the generated API (gen) and the leaves
 // in internal/. It never imports a store implementation, its middleware
 // (server/access, server/limits, server/protocodec), the coordinator process
 // (coordinatord), the SDK or Redis: the process wires it to a store and to the

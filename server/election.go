@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
+	"github.com/coordinator-dev/coordinator/server/principal"
 	"github.com/coordinator-dev/coordinator/server/store"
 )
 
@@ -23,6 +24,7 @@ func (s *Service) Campaign(ctx context.Context, req *coordinatorv1.CampaignReque
 	v.holder("candidate", req.GetCandidate())
 	ttl := v.ttl("ttl", req.GetTtl(), s.maxTTL)
 	wait := v.wait("wait", req.GetWait())
+	v.sessionID("session_id", req.GetSessionId(), true)
 	if len(req.GetValue()) > MaxValueBytes {
 		v.fail("value", "is %d bytes long; at most %d are allowed", len(req.GetValue()), MaxValueBytes)
 	}
@@ -34,6 +36,7 @@ func (s *Service) Campaign(ctx context.Context, req *coordinatorv1.CampaignReque
 		// failure, never the start of a new one.
 		res, err := s.acquire(ctx, store.AcquireRequest{
 			Name: req.GetElection(), Holder: req.GetCandidate(), TTL: ttl, Value: req.GetValue(), Token: term,
+			Session: req.GetSessionId(), SessionOwner: principal.Of(ctx),
 		}, 0)
 		if err != nil {
 			return nil, err
@@ -45,6 +48,7 @@ func (s *Service) Campaign(ctx context.Context, req *coordinatorv1.CampaignReque
 	}
 	res, err := s.acquire(ctx, store.AcquireRequest{
 		Name: req.GetElection(), Holder: req.GetCandidate(), TTL: ttl, Value: req.GetValue(),
+		Session: req.GetSessionId(), SessionOwner: principal.Of(ctx),
 	}, wait)
 	if err != nil {
 		return nil, err

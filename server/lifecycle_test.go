@@ -83,18 +83,18 @@ func TestStopEndsIdleStreams(t *testing.T) {
 	}
 }
 
-// TestStopEndsAnIdleSession holds a lease through a Session stream that then
+// TestStopEndsAnIdleStream holds a lease through an operation stream that then
 // sits idle: Stop ends the stream with Unavailable.
-func TestStopEndsAnIdleSession(t *testing.T) {
+func TestStopEndsAnIdleStream(t *testing.T) {
 	svc, client := serveService(t, server.ServiceOptions{})
-	stream, err := client.Session(ctxTimeout(t, time.Minute))
+	stream, err := client.Stream(ctxTimeout(t, time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
-	acquire := &coordinatorv1.SessionOperation{Id: 1, Operation: &coordinatorv1.SessionOperation_Acquire{Acquire: &coordinatorv1.TryAcquireRequest{
+	acquire := &coordinatorv1.StreamOperation{Id: 1, Operation: &coordinatorv1.StreamOperation_Acquire{Acquire: &coordinatorv1.TryAcquireRequest{
 		Name: "idle", Holder: "h", Ttl: dur(time.Minute), Wait: dur(0),
 	}}}
-	if err := stream.Send(&coordinatorv1.SessionRequest{Operations: []*coordinatorv1.SessionOperation{acquire}}); err != nil {
+	if err := stream.Send(&coordinatorv1.StreamRequest{Operations: []*coordinatorv1.StreamOperation{acquire}}); err != nil {
 		t.Fatal(err)
 	}
 	resp, err := stream.Recv()
@@ -117,9 +117,9 @@ func TestStopEndsAnIdleSession(t *testing.T) {
 	select {
 	case err := <-ended:
 		if status.Code(err) != codes.Unavailable {
-			t.Fatalf("the session ended with %v; want Unavailable", err)
+			t.Fatalf("the stream ended with %v; want Unavailable", err)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("the session is still open after Stop")
+		t.Fatal("the stream is still open after Stop")
 	}
 }

@@ -20,9 +20,9 @@ type Metrics struct {
 	// lookup per call is a measurable part of a call's cost.
 	acquired, notAcquired, quarantined, acquireErrors prometheus.Counter
 	renewNotHeld, renewErrors                         prometheus.Counter
-	// sessionOps counts Session operations by op and code, as
-	// grpc_server_handled_total counts the unary calls (session.go).
-	sessionOps *prometheus.CounterVec
+	// streamOps counts stream operations by op and code, as
+	// grpc_server_handled_total counts the unary calls (stream.go).
+	streamOps *prometheus.CounterVec
 }
 
 // NewMetrics registers the lease metrics with reg.
@@ -50,12 +50,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Times the store was found to have lost its data (each starts a grant quarantine).",
 		}),
 		held: &heldLeases{leases: map[string]heldLease{}},
-		sessionOps: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "coordinator_session_operations_total",
-			Help: "Operations of Session streams by op (acquire, renew, release, campaign, resign, none) and gRPC code, as the unary calls count in grpc_server_handled_total.",
+		streamOps: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "coordinator_stream_operations_total",
+			Help: "Operations of operation streams by op (acquire, renew, release, campaign, resign, none) and gRPC code, as the unary calls count in grpc_server_handled_total.",
 		}, []string{"op", "code"}),
 	}
-	reg.MustRegister(m.acquires, m.contended, m.waitSeconds, m.renewFailures, m.dataLoss, m.held, m.sessionOps)
+	reg.MustRegister(m.acquires, m.contended, m.waitSeconds, m.renewFailures, m.dataLoss, m.held, m.streamOps)
 	m.acquired = m.acquires.WithLabelValues("acquired")
 	m.notAcquired = m.acquires.WithLabelValues("not_acquired")
 	m.quarantined = m.acquires.WithLabelValues("quarantined")

@@ -26,12 +26,12 @@ var (
 	MaxValueBytes = int(fieldRules(&coordinatorv1.CampaignRequest{}, "value").GetMaxBytes())
 	// MaxPageSize is the largest List page; larger page sizes are lowered.
 	MaxPageSize = int(fieldRules(&coordinatorv1.ListRequest{}, "page_size").GetMaxValue())
-	// MaxSessionOperations is the most operations one Session message may carry.
-	MaxSessionOperations = int(fieldRules(&coordinatorv1.SessionRequest{}, "operations").GetMaxValue())
+	// MaxStreamOperations is the most operations one Stream message may carry.
+	MaxStreamOperations = int(fieldRules(&coordinatorv1.StreamRequest{}, "operations").GetMaxValue())
 	// MaxTraceParentBytes and MaxTraceStateBytes bound the trace context a
-	// Session operation may carry.
-	MaxTraceParentBytes = int(fieldRules(&coordinatorv1.SessionOperation{}, "trace_parent").GetMaxBytes())
-	MaxTraceStateBytes  = int(fieldRules(&coordinatorv1.SessionOperation{}, "trace_state").GetMaxBytes())
+	// stream operation may carry.
+	MaxTraceParentBytes = int(fieldRules(&coordinatorv1.StreamOperation{}, "trace_parent").GetMaxBytes())
+	MaxTraceStateBytes  = int(fieldRules(&coordinatorv1.StreamOperation{}, "trace_state").GetMaxBytes())
 )
 
 // endsLease holds the ErrorReasons marked (coordinator.v1.ends_lease): a

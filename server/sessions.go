@@ -85,8 +85,8 @@ func (s *Service) DescribeSession(ctx context.Context, req *coordinatorv1.Descri
 	return &coordinatorv1.DescribeSessionResponse{Session: sessionToProto(d.Session), Names: d.Names}, nil
 }
 
-func sessionToProto(sess store.Session) *coordinatorv1.SessionInfo {
-	return &coordinatorv1.SessionInfo{Id: sess.ID, Ttl: durationpb.New(sess.TTL), ExpiresAt: timestamppb.New(sess.ExpiresAt)}
+func sessionToProto(sess store.Session) *coordinatorv1.Session {
+	return &coordinatorv1.Session{Id: sess.ID, Ttl: durationpb.New(sess.TTL), ExpiresAt: timestamppb.New(sess.ExpiresAt)}
 }
 
 // errOfSession maps an error of a call on session id: the session errors to

@@ -35,6 +35,8 @@ func serveAsPrincipals(t *testing.T) coordinatorv1.CoordinatorClient {
 	}
 	g := grpc.NewServer(grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		return h(as(ctx), req)
+	}), grpc.StreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+		return h(srv, &principalStream{ServerStream: ss, ctx: as(ss.Context())})
 	}))
 	coordinatorv1.RegisterCoordinatorServer(g, svc)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -53,6 +55,13 @@ func serveAsPrincipals(t *testing.T) coordinatorv1.CoordinatorClient {
 	})
 	return coordinatorv1.NewCoordinatorClient(conn)
 }
+
+type principalStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *principalStream) Context() context.Context { return s.ctx }
 
 func asPrincipal(t *testing.T, who string) context.Context {
 	return metadata.AppendToOutgoingContext(ctxTimeout(t, 20*time.Second), "principal", who)
@@ -144,4 +153,69 @@ func TestSessionsThroughTheService(t *testing.T) {
 	wantReason(t, "RenewSession without an id", err, codes.InvalidArgument, coordinatorv1.ErrorReason_INVALID_FIELD)
 	_, err = c.CreateSession(alice, &coordinatorv1.CreateSessionRequest{Ttl: dur(time.Millisecond)})
 	wantReason(t, "CreateSession with a ttl below the minimum", err, codes.InvalidArgument, coordinatorv1.ErrorReason_INVALID_FIELD)
+}
+
+// A leadership attached to a session lasts as long as the session, and the
+// operation stream renews sessions as the unary call does, capability
+// check included.
+func TestCampaignsAndStreamRenewalsInASession(t *testing.T) {
+	t.Parallel()
+	c := serveAsPrincipals(t)
+	alice, mallory := asPrincipal(t, "token:alice"), asPrincipal(t, "token:mallory")
+	created, err := c.CreateSession(alice, &coordinatorv1.CreateSessionRequest{Ttl: dur(time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := created.GetSession().GetId()
+
+	won, err := c.Campaign(alice, &coordinatorv1.CampaignRequest{Election: "office", Candidate: "alice", Value: []byte("a"), Ttl: dur(time.Second), SessionId: id})
+	if err != nil || !won.GetElected() {
+		t.Fatalf("Campaign in the session = %v, %v; want elected", won, err)
+	}
+	term := won.GetLeader().GetTerm()
+	if got := won.GetLeader().GetExpiresAt().AsTime(); got.Before(time.Now().Add(30 * time.Second)) {
+		t.Fatalf("the term ends at %v; want the session's end, a minute away", got)
+	}
+	proclaimed, err := c.Campaign(alice, &coordinatorv1.CampaignRequest{Election: "office", Candidate: "alice", Value: []byte("b"), Ttl: dur(time.Second), Term: term, SessionId: id})
+	if err != nil || !proclaimed.GetElected() || proclaimed.GetLeader().GetTerm() != term {
+		t.Fatalf("proclaiming in the term = %v, %v; want the same term", proclaimed, err)
+	}
+	_, err = c.Campaign(mallory, &coordinatorv1.CampaignRequest{Election: "elsewhere", Candidate: "m", Ttl: dur(time.Second), SessionId: id})
+	wantReason(t, "Campaign in another principal's session", err, codes.PermissionDenied, coordinatorv1.ErrorReason_PERMISSION_DENIED)
+	_, err = c.Campaign(alice, &coordinatorv1.CampaignRequest{Election: "office", Candidate: "alice", Ttl: dur(time.Second), SessionId: string([]byte{0x7f})})
+	wantReason(t, "Campaign with a session id that is not printable", err, codes.InvalidArgument, coordinatorv1.ErrorReason_INVALID_FIELD)
+
+	renew := func(ctx context.Context) *coordinatorv1.StreamResult {
+		t.Helper()
+		stream, err := c.Stream(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = stream.CloseSend() }()
+		op := &coordinatorv1.StreamOperation{Id: 7, Operation: &coordinatorv1.StreamOperation_RenewSession{RenewSession: &coordinatorv1.RenewSessionRequest{SessionId: id}}}
+		if err := stream.Send(&coordinatorv1.StreamRequest{Operations: []*coordinatorv1.StreamOperation{op}}); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := stream.Recv()
+		if err != nil || len(resp.GetResults()) != 1 || resp.GetResults()[0].GetId() != 7 {
+			t.Fatalf("the stream answered %v, %v; want one result of id 7", resp, err)
+		}
+		return resp.GetResults()[0]
+	}
+	if got := renew(alice).GetRenewSession().GetSession(); got.GetId() != id || got.GetTtl().AsDuration() != time.Minute {
+		t.Fatalf("renew_session over the stream = %v; want the session renewed", got)
+	}
+	refused := renew(mallory).GetError()
+	wantReason(t, "renew_session by another principal over the stream", status.ErrorProto(refused), codes.PermissionDenied, coordinatorv1.ErrorReason_PERMISSION_DENIED)
+
+	if _, err := c.CloseSession(alice, &coordinatorv1.CloseSessionRequest{SessionId: id}); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := c.Leader(alice, &coordinatorv1.LeaderRequest{Election: "office"}); err != nil || l.GetHasLeader() {
+		t.Fatalf("Leader after the session closed: %v, %v; want none, the term ended with it", l, err)
+	}
+	next, err := c.Campaign(mallory, &coordinatorv1.CampaignRequest{Election: "office", Candidate: "m", Ttl: dur(time.Second)})
+	if err != nil || !next.GetElected() || next.GetLeader().GetTerm() <= term {
+		t.Fatalf("the next Campaign = %v, %v; want elected in a later term than %d", next, err, term)
+	}
 }

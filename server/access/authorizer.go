@@ -274,9 +274,9 @@ func (a *Authorizer) list(ctx context.Context, req *coordinatorv1.ListRequest, h
 }
 
 // StreamServerInterceptor checks every message a stream receives: Observe's
-// request, each KeepAlive request and each operation of a Session request.
+// request, each KeepAlive request and each operation of a Stream request.
 // A KeepAlive request on a name outside the grant is answered on the stream
-// as lost (reason PERMISSION_DENIED), and a Session operation with its
+// as lost (reason PERMISSION_DENIED), and a stream operation with its
 // PermissionDenied error, exactly as the unary call would return it, rather
 // than ending the stream, whose other leases and operations go on.
 func (a *Authorizer) StreamServerInterceptor() grpc.StreamServerInterceptor {
@@ -304,8 +304,8 @@ func (s *checkedStream) RecvMsg(m any) error {
 		if err := s.ServerStream.RecvMsg(m); err != nil {
 			return err
 		}
-		if req, ok := m.(*coordinatorv1.SessionRequest); ok {
-			if s.checkSession(req) {
+		if req, ok := m.(*coordinatorv1.StreamRequest); ok {
+			if s.checkStream(req) {
 				return nil
 			}
 			continue // every operation was refused and answered
@@ -328,23 +328,23 @@ func (s *checkedStream) RecvMsg(m any) error {
 	}
 }
 
-// checkSession answers the operations of req that the caller may not make
+// checkStream answers the operations of req that the caller may not make
 // with their errors, in one message, and leaves the others in req; it
 // reports whether any are left. An operation that names nothing (none of
 // its oneof is set) is left to the handler, which refuses it as invalid.
 // A failed send ends the stream, which the next receive reports.
-func (s *checkedStream) checkSession(req *coordinatorv1.SessionRequest) bool {
+func (s *checkedStream) checkStream(req *coordinatorv1.StreamRequest) bool {
 	ops := req.GetOperations()
 	if g := s.a.grant(s.Context()); g != nil && g.all {
 		return true
 	}
-	var refused []*coordinatorv1.SessionResult
+	var refused []*coordinatorv1.StreamResult
 	kept := ops[:0]
 	for _, op := range ops {
-		if inner := sessionRequest(op); inner != nil {
+		if inner := operationRequest(op); inner != nil {
 			if err := s.a.check(s.Context(), inner); err != nil {
-				refused = append(refused, &coordinatorv1.SessionResult{
-					Id: op.GetId(), Result: &coordinatorv1.SessionResult_Error{Error: status.Convert(err).Proto()},
+				refused = append(refused, &coordinatorv1.StreamResult{
+					Id: op.GetId(), Result: &coordinatorv1.StreamResult_Error{Error: status.Convert(err).Proto()},
 				})
 				continue
 			}
@@ -354,24 +354,26 @@ func (s *checkedStream) checkSession(req *coordinatorv1.SessionRequest) bool {
 	clear(ops[len(kept):])
 	req.Operations = kept
 	if len(refused) > 0 {
-		_ = s.SendMsg(&coordinatorv1.SessionResponse{Results: refused})
+		_ = s.SendMsg(&coordinatorv1.StreamResponse{Results: refused})
 	}
 	return len(kept) > 0
 }
 
-// sessionRequest returns the request an operation carries, or nil.
-func sessionRequest(op *coordinatorv1.SessionOperation) any {
+// operationRequest returns the request an operation carries, or nil.
+func operationRequest(op *coordinatorv1.StreamOperation) any {
 	switch o := op.GetOperation().(type) {
-	case *coordinatorv1.SessionOperation_Acquire:
+	case *coordinatorv1.StreamOperation_Acquire:
 		return o.Acquire
-	case *coordinatorv1.SessionOperation_Renew:
+	case *coordinatorv1.StreamOperation_Renew:
 		return o.Renew
-	case *coordinatorv1.SessionOperation_Release:
+	case *coordinatorv1.StreamOperation_Release:
 		return o.Release
-	case *coordinatorv1.SessionOperation_Campaign:
+	case *coordinatorv1.StreamOperation_Campaign:
 		return o.Campaign
-	case *coordinatorv1.SessionOperation_Resign:
+	case *coordinatorv1.StreamOperation_Resign:
 		return o.Resign
+	case *coordinatorv1.StreamOperation_RenewSession:
+		return o.RenewSession
 	}
 	return nil
 }

@@ -22,8 +22,8 @@
 // that created it: another credential's calls on it are PermissionDenied.
 //
 // What it does not do: rules apply to each call as it starts and to every
-// message of a KeepAlive or Session stream, so a reload takes effect at once
-// for new calls, renewals and session operations, but an Observe stream
+// message of a KeepAlive or operation stream, so a reload takes effect at once
+// for new calls, renewals and stream operations, but an Observe stream
 // already open keeps running until it ends.
 //
 // It is middleware: the process installs its interceptors around the service.

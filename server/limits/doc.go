@@ -8,7 +8,7 @@
 // coordinator of the same store are not counted here.
 //
 // It is middleware: the process installs its interceptors around the service.
-// Of this module it imports only the generated API and server/sessionops (to
-// count each Session operation like its unary call), never the service it
+// Of this module it imports only the generated API and server/streamops (to
+// count each stream operation like its unary call), never the service it
 // wraps, a store or the process.
 package limits

@@ -10,7 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
-	"github.com/coordinator-dev/coordinator/server/sessionops"
+	"github.com/coordinator-dev/coordinator/server/streamops"
 )
 
 // UnaryServerInterceptor caps waiting calls and leases per holder, and
@@ -86,7 +86,7 @@ func (l *Limiter) acquire(ctx context.Context, req any, holder, name string, wai
 }
 
 // StreamServerInterceptor caps open streams, follows KeepAlive answers to
-// count each holder's leases, and runs each operation of a Session stream
+// count each holder's leases, and runs each operation of an operation stream
 // through UnaryServerInterceptor, as the unary call of the same name: a
 // waiting acquire takes a waiting place of the stream's connection, and an
 // acquire or campaign a place among its holder's leases. The caller leaves
@@ -104,8 +104,8 @@ func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 			if l.holders.enabled() {
 				ss = &keepAliveStream{ServerStream: ss, holders: l.holders}
 			}
-		case coordinatorv1.Coordinator_Session_FullMethodName:
-			ss = sessionops.Intercept(ss, ops)
+		case coordinatorv1.Coordinator_Stream_FullMethodName:
+			ss = streamops.Intercept(ss, ops)
 		}
 		return handler(srv, ss)
 	}

@@ -73,20 +73,20 @@ func FuzzUnmarshal(f *testing.F) {
 		return 0
 	}
 	acquire := &coordinatorv1.TryAcquireRequest{Name: "team-a/job", Holder: "h", Ttl: durationpb.New(time.Minute), Wait: durationpb.New(time.Second)}
-	session := &coordinatorv1.SessionRequest{Operations: []*coordinatorv1.SessionOperation{
-		{Id: 1, Operation: &coordinatorv1.SessionOperation_Acquire{Acquire: acquire}},
-		{Id: 2, Operation: &coordinatorv1.SessionOperation_Cancel{Cancel: 1}},
+	session := &coordinatorv1.StreamRequest{Operations: []*coordinatorv1.StreamOperation{
+		{Id: 1, Operation: &coordinatorv1.StreamOperation_Acquire{Acquire: acquire}},
+		{Id: 2, Operation: &coordinatorv1.StreamOperation_Cancel{Cancel: 1}},
 	}}
 	// A session whose one acquire has a holder that is not UTF-8.
 	badOp := protowire.AppendBytes(protowire.AppendTag(protowire.AppendVarint(protowire.AppendTag(nil, 1, protowire.VarintType), 3), 2, protowire.BytesType), str(nil, 2, "\xff"))
-	badSession := protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), badOp)
+	badStream := protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), badOp)
 	for _, seed := range []struct {
 		msg proto.Message
 		b   []byte
 	}{
 		{acquire, mustMarshal(acquire)},
 		{session, mustMarshal(session)},
-		{&coordinatorv1.SessionRequest{}, badSession},
+		{&coordinatorv1.StreamRequest{}, badStream},
 		{&coordinatorv1.CampaignRequest{}, mustMarshal(&coordinatorv1.CampaignRequest{Election: "e", Candidate: "c", Value: []byte{0xff, 0}, Ttl: durationpb.New(time.Second)})},
 		{&coordinatorv1.ListRequest{}, mustMarshal(&coordinatorv1.ListRequest{Prefix: "team-a/", PageSize: -1, PageToken: "!"})},
 		{&coordinatorv1.TryAcquireRequest{}, nil},

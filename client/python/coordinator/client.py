@@ -184,7 +184,7 @@ class Client:
         time.monotonic(). Raises what the unary call would."""
         sess = self._transport
         if sess is not None and sess.usable():
-            op = pb.SessionOperation(**{kind: request})
+            op = pb.StreamOperation(**{kind: request})
             try:
                 res, sent = sess.call(op, self.timeout if timeout is None else timeout, late)
             except UseUnary:
@@ -311,7 +311,7 @@ class Client:
         def give_up(res: Any) -> Optional[Any]:
             if res.WhichOneof("result") == "acquire" and res.acquire.acquired:
                 l = res.acquire.lease
-                return pb.SessionOperation(release=pb.ReleaseRequest(name=l.name, holder=l.holder, token=l.token))
+                return pb.StreamOperation(release=pb.ReleaseRequest(name=l.name, holder=l.holder, token=l.token))
             return None
 
         def call(holder: str, wait_for: float, timeout: float) -> Grant:
@@ -348,7 +348,7 @@ class Client:
         def give_up(res: Any) -> Optional[Any]:
             if res.WhichOneof("result") == "campaign" and res.campaign.elected:
                 l = res.campaign.leader
-                return pb.SessionOperation(resign=pb.ResignRequest(election=l.election, candidate=l.candidate, term=l.term))
+                return pb.StreamOperation(resign=pb.ResignRequest(election=l.election, candidate=l.candidate, term=l.term))
             return None
 
         def call(candidate: str, wait_for: float, timeout: float) -> Grant:

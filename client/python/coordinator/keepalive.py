@@ -390,7 +390,7 @@ class KeepAliveSession:
         for h in self._pending:
             if h._done or not h._want_send:
                 continue
-            msg = pb.SessionOperation(
+            msg = pb.StreamOperation(
                 renew=pb.RenewRequest(name=h._name, holder=h._holder, token=h._token, ttl=to_duration(h._ttl))
             )
             try:

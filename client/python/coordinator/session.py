@@ -259,7 +259,7 @@ class Session:
         if self._closed or self._unsupported:
             return
         self._next_id += 1
-        msg = pb.SessionOperation(id=self._next_id, cancel=op_id)
+        msg = pb.StreamOperation(id=self._next_id, cancel=op_id)
         o = Op(msg, msg.ByteSize(), lambda _o, _res, _err: None, no_result=True)
         o.id = self._next_id
         self._queue.append(o)
@@ -323,7 +323,7 @@ class Session:
         answered = False
         err: Optional[BaseException] = None
         try:
-            call = self._stub.Session(self._requests(conn), metadata=self._metadata)
+            call = self._stub.Stream(self._requests(conn), metadata=self._metadata)
             conn.call = call
             with self.lock:
                 stopping = self._closed or self._cur is not conn
@@ -406,7 +406,7 @@ class Session:
                     continue
                 o.state, o.sent = _SENT, now
                 self._inflight[o.id] = o
-            return pb.SessionRequest(operations=ops)
+            return pb.StreamRequest(operations=ops)
 
     def _deliver(self, resp: Any) -> None:
         finish = []

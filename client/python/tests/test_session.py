@@ -62,7 +62,7 @@ def test_threads_share_messages(client: coordinator.Client, name: str) -> None:
 def _give_up(res):
     if res.WhichOneof("result") == "acquire" and res.acquire.acquired:
         l = res.acquire.lease
-        return pb.SessionOperation(release=pb.ReleaseRequest(name=l.name, holder=l.holder, token=l.token))
+        return pb.StreamOperation(release=pb.ReleaseRequest(name=l.name, holder=l.holder, token=l.token))
     return None
 
 
@@ -74,7 +74,7 @@ def test_a_caller_leaving_cancels_its_wait(server, make_client, name: str) -> No
     attempt.over = True  # the acquisition gave up
     req = pb.TryAcquireRequest(name=name, holder=holder, ttl=to_duration(10), wait=to_duration(20))
     with pytest.raises(coordinator.RPCError) as ei:
-        b._transport.call(pb.SessionOperation(acquire=req), 0.5, b._late(attempt, name, holder, _give_up))
+        b._transport.call(pb.StreamOperation(acquire=req), 0.5, b._late(attempt, name, holder, _give_up))
     assert ei.value.code == grpc.StatusCode.DEADLINE_EXCEEDED and ei.value.transient
     # The cancel that followed took the wait out of the coordinator's queue
     # at once, long before its 20s were over; a still holds the name.
@@ -103,7 +103,7 @@ def test_a_grant_before_the_cancel_is_released(server, make_client, name: str) -
 
     req = pb.TryAcquireRequest(name=name, holder=holder, ttl=to_duration(10), wait=to_duration(30))
     with pytest.raises(coordinator.RPCError) as ei:
-        sess.call(pb.SessionOperation(acquire=req), 0.5, b._late(attempt, name, holder, _give_up))
+        sess.call(pb.StreamOperation(acquire=req), 0.5, b._late(attempt, name, holder, _give_up))
     assert ei.value.code == grpc.StatusCode.DEADLINE_EXCEEDED and ei.value.transient
     assert len(cancels) == 1
     # The coordinator's wait is still pending: the grant comes after a

@@ -26,7 +26,7 @@ import type {
   ReleaseResponse,
   ResignRequestSchema,
   ResignResponse,
-  SessionResult,
+  StreamResult,
   TryAcquireResponse,
 } from "./gen/coordinator/v1/coordinator_pb.js";
 import { RWCapacity, TryAcquireRequestSchema } from "./gen/coordinator/v1/coordinator_pb.js";
@@ -452,8 +452,8 @@ export class Client {
     operation: Operation,
     signal: AbortSignal,
     timeoutMs: number,
-    late?: (res: SessionResult | undefined, err: unknown) => void,
-  ): Promise<{ res: SessionResult; sent: number } | undefined> {
+    late?: (res: StreamResult | undefined, err: unknown) => void,
+  ): Promise<{ res: StreamResult; sent: number } | undefined> {
     if (!this.transport?.usable) return undefined;
     try {
       return await this.transport.call(operation, signal, timeoutMs, late);
@@ -479,7 +479,7 @@ export class Client {
     req: MessageInitShape<typeof CampaignRequestSchema>,
     signal: AbortSignal,
     timeoutMs: number,
-    late?: (res: SessionResult | undefined, err: unknown) => void,
+    late?: (res: StreamResult | undefined, err: unknown) => void,
   ): Promise<{ resp: CampaignResponse; sent: number }> {
     const s = await this.viaSession({ case: "campaign", value: req }, signal, timeoutMs, late);
     if (s) return { resp: resultOf(s.res, "campaign"), sent: s.sent };
@@ -493,7 +493,7 @@ export class Client {
    * once, so that the next waiter need not wait for its TTL; an unknown
    * outcome is abandoned.
    */
-  private lateOutcome(name: string, holder: string): (res: SessionResult | undefined, err: unknown) => void {
+  private lateOutcome(name: string, holder: string): (res: StreamResult | undefined, err: unknown) => void {
     return (res, err) => {
       const r = res?.result;
       if (r?.case === "acquire" && r.value.acquired && r.value.lease) {

@@ -32,7 +32,7 @@ import { endsLease } from "./rules.js";
 import { AsyncQueue, callBackoff, driftMargin, now, renewalBackoff, sleep } from "./util.js";
 import type { CoordinatorApi } from "./api.js";
 import { SessionBrokeError, UseUnaryError, statusError, type SessionTransport } from "./session.js";
-import type { SessionResult } from "./gen/coordinator/v1/coordinator_pb.js";
+import type { StreamResult } from "./gen/coordinator/v1/coordinator_pb.js";
 
 interface Conn {
   queue: AsyncQueue<KeepAliveRequest>;
@@ -176,7 +176,7 @@ export class KeepAliveSession implements LeaseSession {
   }
 
   /** sessionAnswered applies the outcome of l's renew operation tagged tag. */
-  private sessionAnswered(l: LeaseCore, tag: bigint, res: SessionResult | undefined, err: unknown, sent: number): void {
+  private sessionAnswered(l: LeaseCore, tag: bigint, res: StreamResult | undefined, err: unknown, sent: number): void {
     if (l.ended || l.inflight !== tag) return;
     l.inflight = undefined;
     if (err instanceof SessionBrokeError || err instanceof UseUnaryError) {

@@ -3,7 +3,7 @@
 // Go SDK does (client/session.go).
 //
 // Operations are queued; the stream's request side takes whatever is queued
-// whenever Connect asks for the next message, as one SessionRequest (up to
+// whenever Connect asks for the next message, as one StreamRequest (up to
 // MAX_OPS operations and about MAX_BATCH_BYTES), so that an operation alone
 // goes out at once and those queued in the same tick share a message. Each
 // operation is stamped with performance.now() when its message is handed to
@@ -23,11 +23,11 @@
 import { create, toBinary, type MessageInitShape } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import {
-  SessionOperationSchema,
-  SessionRequestSchema,
-  type SessionOperation,
-  type SessionRequest,
-  type SessionResult,
+  StreamOperationSchema,
+  StreamRequestSchema,
+  type StreamOperation,
+  type StreamRequest,
+  type StreamResult,
 } from "./gen/coordinator/v1/coordinator_pb.js";
 import type { Status } from "./gen/google/rpc/status_pb.js";
 import type { CoordinatorApi } from "./api.js";
@@ -35,17 +35,17 @@ import { ClientClosedError, CoordinatorError, decodeError, isTransient } from ".
 import { callBackoff, sleep } from "./util.js";
 import { now } from "./util.js";
 
-/** The most operations in one SessionRequest (the coordinator refuses more). */
+/** The most operations in one StreamRequest (the coordinator refuses more). */
 const MAX_OPS = 1000;
-/** About the most bytes of operations in one SessionRequest (the coordinator's limit is 96 KiB by default). */
+/** About the most bytes of operations in one StreamRequest (the coordinator's limit is 96 KiB by default). */
 const MAX_BATCH_BYTES = 64 << 10;
 /** An operation larger than this goes as a unary call, which fails alone. */
 export const MAX_OP_BYTES = 70 << 10;
 /** How long the stream stays open with nothing queued or in flight. */
 const IDLE_MS = 30_000;
 
-/** The operation part of a SessionOperation (its oneof). */
-export type Operation = NonNullable<MessageInitShape<typeof SessionOperationSchema>["operation"]>;
+/** The operation part of a StreamOperation (its oneof). */
+export type Operation = NonNullable<MessageInitShape<typeof StreamOperationSchema>["operation"]>;
 
 /** The operation cannot go over the session (the coordinator lacks it): make the unary call. */
 export class UseUnaryError extends Error {
@@ -70,11 +70,11 @@ export class SessionBrokeError extends CoordinatorError {
 }
 
 /** The outcome of an operation: its result (a response or a google.rpc.Status) or an error, and when it was sent. */
-export type OpDone = (res: SessionResult | undefined, err: unknown, sent: number) => void;
+export type OpDone = (res: StreamResult | undefined, err: unknown, sent: number) => void;
 
 interface Op {
   id: bigint;
-  op: SessionOperation;
+  op: StreamOperation;
   size: number;
   sent: number;
   state: "queued" | "sent" | "finished";
@@ -87,7 +87,7 @@ interface Op {
  * mayWait reports whether op is an acquire or campaign that may wait on the
  * coordinator: one a cancel operation can give up.
  */
-function mayWait(op: SessionOperation): boolean {
+function mayWait(op: StreamOperation): boolean {
   const o = op.operation;
   const positive = (d: { seconds: bigint; nanos: number } | undefined): boolean =>
     d !== undefined && (d.seconds > 0n || (d.seconds === 0n && d.nanos > 0));
@@ -111,11 +111,11 @@ export function statusError(st: Status): CoordinatorError {
   return decodeError(err) as CoordinatorError;
 }
 
-type ResultCase = Exclude<NonNullable<SessionResult["result"]["case"]>, "error">;
-type ResultValue<K extends ResultCase> = Extract<SessionResult["result"], { case: K }> extends { value: infer V } ? V : never;
+type ResultCase = Exclude<NonNullable<StreamResult["result"]["case"]>, "error">;
+type ResultValue<K extends ResultCase> = Extract<StreamResult["result"], { case: K }> extends { value: infer V } ? V : never;
 
 /** resultOf returns the value of res's expected case, throwing the error it carries instead. */
-export function resultOf<K extends ResultCase>(res: SessionResult, kind: K): ResultValue<K> {
+export function resultOf<K extends ResultCase>(res: StreamResult, kind: K): ResultValue<K> {
   const r = res.result;
   if (r.case === "error") throw statusError(r.value);
   if (r.case !== kind) {
@@ -127,9 +127,9 @@ export function resultOf<K extends ResultCase>(res: SessionResult, kind: K): Res
 }
 
 /** One open stream: its request side. */
-class Conn implements AsyncIterable<SessionRequest> {
+class Conn implements AsyncIterable<StreamRequest> {
   readonly abort = new AbortController();
-  private waiting: ((r: IteratorResult<SessionRequest>) => void) | undefined;
+  private waiting: ((r: IteratorResult<StreamRequest>) => void) | undefined;
   private ended = false;
   private flushing = false;
 
@@ -158,9 +158,9 @@ class Conn implements AsyncIterable<SessionRequest> {
     w?.({ value: undefined, done: true });
   }
 
-  [Symbol.asyncIterator](): AsyncIterator<SessionRequest> {
+  [Symbol.asyncIterator](): AsyncIterator<StreamRequest> {
     return {
-      next: (): Promise<IteratorResult<SessionRequest>> => {
+      next: (): Promise<IteratorResult<StreamRequest>> => {
         if (this.ended) return Promise.resolve({ value: undefined, done: true });
         const req = this.s.take(this);
         if (req) return Promise.resolve({ value: req, done: false });
@@ -168,11 +168,11 @@ class Conn implements AsyncIterable<SessionRequest> {
           this.waiting = resolve;
         });
       },
-      return: (): Promise<IteratorResult<SessionRequest>> => {
+      return: (): Promise<IteratorResult<StreamRequest>> => {
         this.end();
         return Promise.resolve({ value: undefined, done: true });
       },
-      throw: (e?: unknown): Promise<IteratorResult<SessionRequest>> => {
+      throw: (e?: unknown): Promise<IteratorResult<StreamRequest>> => {
         this.end();
         return Promise.reject(e instanceof Error ? e : new Error(String(e)));
       },
@@ -209,8 +209,8 @@ export class SessionTransport {
     if (this.closed) throw new ClientClosedError();
     if (this.unsupported) throw new UseUnaryError();
     const id = ++this.nextId;
-    const op = create(SessionOperationSchema, { id, operation });
-    const size = toBinary(SessionOperationSchema, op).length;
+    const op = create(StreamOperationSchema, { id, operation });
+    const size = toBinary(StreamOperationSchema, op).length;
     if (size > MAX_OP_BYTES) throw new UseUnaryError();
     const o: Op = { id, op, size, sent: 0, state: "queued", done };
     this.queue.push(o);
@@ -234,8 +234,8 @@ export class SessionTransport {
     operation: Operation,
     signal: AbortSignal,
     timeoutMs: number,
-    late?: (res: SessionResult | undefined, err: unknown) => void,
-  ): Promise<{ res: SessionResult; sent: number }> {
+    late?: (res: StreamResult | undefined, err: unknown) => void,
+  ): Promise<{ res: StreamResult; sent: number }> {
     return new Promise((resolve, reject) => {
       let settled = false;
       let timer: ReturnType<typeof setTimeout> | undefined;
@@ -286,15 +286,15 @@ export class SessionTransport {
   private queueCancel(id: bigint): void {
     if (this.closed || this.unsupported) return;
     const cid = ++this.nextId;
-    const op = create(SessionOperationSchema, { id: cid, operation: { case: "cancel", value: id } });
-    const size = toBinary(SessionOperationSchema, op).length;
+    const op = create(StreamOperationSchema, { id: cid, operation: { case: "cancel", value: id } });
+    const size = toBinary(StreamOperationSchema, op).length;
     this.queue.push({ id: cid, op, size, sent: 0, state: "queued", done: () => {}, noResult: true });
     if (this.cur) this.cur.poke();
     this.ensureStream();
   }
 
   /** take moves the next batch of queued operations in flight on conn, stamped as sent now; undefined when none. */
-  take(conn: Conn): SessionRequest | undefined {
+  take(conn: Conn): StreamRequest | undefined {
     if (this.cur !== conn || this.queue.length === 0) return undefined;
     const t = now();
     let n = 0;
@@ -314,7 +314,7 @@ export class SessionTransport {
       this.inflight.set(o.id, o);
     }
     this.armIdle(conn);
-    return create(SessionRequestSchema, { operations: batch.map((o) => o.op) });
+    return create(StreamRequestSchema, { operations: batch.map((o) => o.op) });
   }
 
   /** close fails what is queued or in flight with ClientClosedError and ends the stream (giving up the coordinator's waits). */
@@ -331,7 +331,7 @@ export class SessionTransport {
     this.fail(new ClientClosedError());
   }
 
-  private finish(o: Op, res: SessionResult | undefined, err: unknown): void {
+  private finish(o: Op, res: StreamResult | undefined, err: unknown): void {
     if (o.state === "finished") return;
     o.state = "finished";
     try {
@@ -379,7 +379,7 @@ export class SessionTransport {
       let answered = false;
       let err: unknown;
       try {
-        const responses = this.api.session(conn, { signal: conn.abort.signal, timeoutMs: 0 });
+        const responses = this.api.stream(conn, { signal: conn.abort.signal, timeoutMs: 0 });
         for await (const resp of responses) {
           answered = true;
           for (const r of resp.results) {

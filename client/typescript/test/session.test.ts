@@ -6,11 +6,11 @@ import { after, describe, it } from "node:test";
 import { create } from "@bufbuild/protobuf";
 import { anyPack, durationFromMs } from "@bufbuild/protobuf/wkt";
 import {
-  SessionResponseSchema,
-  SessionResultSchema,
+  StreamResponseSchema,
+  StreamResultSchema,
   TryAcquireResponseSchema,
-  type SessionRequest,
-  type SessionResponse,
+  type StreamRequest,
+  type StreamResponse,
 } from "../src/gen/coordinator/v1/coordinator_pb.js";
 import { StatusSchema } from "../src/gen/google/rpc/status_pb.js";
 import { BadRequestSchema, ErrorInfoSchema, RetryInfoSchema } from "../src/gen/google/rpc/error_details_pb.js";
@@ -21,16 +21,16 @@ import { newClient, shutdown, sleep, startCoordinator, uniq, usesSession } from 
 
 after(shutdown);
 
-/** A fake API whose session() runs serve with the request stream and yields what it yields. */
-function fakeApi(serve: (reqs: AsyncIterator<SessionRequest>, n: number) => AsyncGenerator<SessionResponse>): CoordinatorApi {
+/** A fake API whose stream() runs serve with the request stream and yields what it yields. */
+function fakeApi(serve: (reqs: AsyncIterator<StreamRequest>, n: number) => AsyncGenerator<StreamResponse>): CoordinatorApi {
   let n = 0;
   return {
-    session: (reqs: AsyncIterable<SessionRequest>) => serve(reqs[Symbol.asyncIterator](), ++n),
+    stream: (reqs: AsyncIterable<StreamRequest>) => serve(reqs[Symbol.asyncIterator](), ++n),
   } as unknown as CoordinatorApi;
 }
 
-function granted(id: bigint): SessionResponse["results"][number] {
-  return create(SessionResultSchema, {
+function granted(id: bigint): StreamResponse["results"][number] {
+  return create(StreamResultSchema, {
     id,
     result: { case: "acquire", value: create(TryAcquireResponseSchema, { acquired: true, lease: { token: 7n } }) },
   });
@@ -70,7 +70,7 @@ describe("session transport", { concurrency: true, timeout: 30_000 }, () => {
     assert.equal(q.retryAfter, 1500);
     assert.ok(isTransient(q));
 
-    const res = create(SessionResultSchema, {
+    const res = create(StreamResultSchema, {
       id: 1n,
       result: {
         case: "error",
@@ -91,7 +91,7 @@ describe("session transport", { concurrency: true, timeout: 30_000 }, () => {
         const r = await reqs.next();
         if (r.done) return;
         seen.push(r.value.operations.length);
-        yield create(SessionResponseSchema, { results: r.value.operations.map((o) => granted(o.id)) });
+        yield create(StreamResponseSchema, { results: r.value.operations.map((o) => granted(o.id)) });
       }
     });
     const t = new SessionTransport(api, new AbortController().signal, () => undefined);
@@ -117,7 +117,7 @@ describe("session transport", { concurrency: true, timeout: 30_000 }, () => {
         await sleep(20); // meanwhile a second operation is queued
         throw new CoordinatorError("coordinator: Unavailable: connection reset", { code: Code.Unavailable });
       }
-      yield create(SessionResponseSchema, { results: r.value.operations.map((o) => granted(o.id)) });
+      yield create(StreamResponseSchema, { results: r.value.operations.map((o) => granted(o.id)) });
       await reqs.next();
     });
     const t = new SessionTransport(api, new AbortController().signal, () => undefined);
@@ -140,7 +140,7 @@ describe("session transport", { concurrency: true, timeout: 30_000 }, () => {
     let opened = 0;
     const api = fakeApi(async function* () {
       opened++;
-      throw new CoordinatorError("coordinator: Unimplemented: unknown method Session", { code: Code.Unimplemented });
+      throw new CoordinatorError("coordinator: Unimplemented: unknown method Stream", { code: Code.Unimplemented });
     });
     const t = new SessionTransport(api, new AbortController().signal, () => undefined);
     await assert.rejects(t.call(acquire("a"), new AbortController().signal, 5000), UseUnaryError);
@@ -154,7 +154,7 @@ describe("session transport", { concurrency: true, timeout: 30_000 }, () => {
     const c = newClient({ address: coord.address });
     const t = (c as unknown as { transport: { api: CoordinatorApi } }).transport;
     t.api = fakeApi(async function* () {
-      throw new CoordinatorError("coordinator: Unimplemented: unknown method Session", { code: Code.Unimplemented });
+      throw new CoordinatorError("coordinator: Unimplemented: unknown method Stream", { code: Code.Unimplemented });
     });
     const name = uniq("session/fallback");
     const lease = await c.tryLock(name, { ttl: 1000 });

@@ -1139,29 +1139,29 @@ func (x *RenewalFailed) GetCode() int32 {
 	return 0
 }
 
-type SessionRequest struct {
+type StreamRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The operations to run, in any order and concurrently: each one's
 	// result is sent when it is done. At most 1,000 per message.
-	Operations    []*SessionOperation `protobuf:"bytes,1,rep,name=operations,proto3" json:"operations,omitempty"`
+	Operations    []*StreamOperation `protobuf:"bytes,1,rep,name=operations,proto3" json:"operations,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *SessionRequest) Reset() {
-	*x = SessionRequest{}
+func (x *StreamRequest) Reset() {
+	*x = StreamRequest{}
 	mi := &file_coordinator_v1_coordinator_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *SessionRequest) String() string {
+func (x *StreamRequest) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*SessionRequest) ProtoMessage() {}
+func (*StreamRequest) ProtoMessage() {}
 
-func (x *SessionRequest) ProtoReflect() protoreflect.Message {
+func (x *StreamRequest) ProtoReflect() protoreflect.Message {
 	mi := &file_coordinator_v1_coordinator_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -1173,20 +1173,20 @@ func (x *SessionRequest) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use SessionRequest.ProtoReflect.Descriptor instead.
-func (*SessionRequest) Descriptor() ([]byte, []int) {
+// Deprecated: Use StreamRequest.ProtoReflect.Descriptor instead.
+func (*StreamRequest) Descriptor() ([]byte, []int) {
 	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{11}
 }
 
-func (x *SessionRequest) GetOperations() []*SessionOperation {
+func (x *StreamRequest) GetOperations() []*StreamOperation {
 	if x != nil {
 		return x.Operations
 	}
 	return nil
 }
 
-// SessionOperation is one operation of a Session stream.
-type SessionOperation struct {
+// StreamOperation is one operation of a Stream.
+type StreamOperation struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Client-chosen; the result carries the same id. Ids of operations in
 	// flight at the same time should differ.
@@ -1195,13 +1195,14 @@ type SessionOperation struct {
 	//
 	// Types that are valid to be assigned to Operation:
 	//
-	//	*SessionOperation_Acquire
-	//	*SessionOperation_Renew
-	//	*SessionOperation_Release
-	//	*SessionOperation_Campaign
-	//	*SessionOperation_Resign
-	//	*SessionOperation_Cancel
-	Operation isSessionOperation_Operation `protobuf_oneof:"operation"`
+	//	*StreamOperation_Acquire
+	//	*StreamOperation_Renew
+	//	*StreamOperation_Release
+	//	*StreamOperation_Campaign
+	//	*StreamOperation_Resign
+	//	*StreamOperation_Cancel
+	//	*StreamOperation_RenewSession
+	Operation isStreamOperation_Operation `protobuf_oneof:"operation"`
 	// The caller's W3C trace context (the traceparent and tracestate
 	// headers), when its client traces: the operation's span on the
 	// coordinator then joins the caller's trace, as a unary call's does
@@ -1214,20 +1215,20 @@ type SessionOperation struct {
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *SessionOperation) Reset() {
-	*x = SessionOperation{}
+func (x *StreamOperation) Reset() {
+	*x = StreamOperation{}
 	mi := &file_coordinator_v1_coordinator_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *SessionOperation) String() string {
+func (x *StreamOperation) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*SessionOperation) ProtoMessage() {}
+func (*StreamOperation) ProtoMessage() {}
 
-func (x *SessionOperation) ProtoReflect() protoreflect.Message {
+func (x *StreamOperation) ProtoReflect() protoreflect.Message {
 	mi := &file_coordinator_v1_coordinator_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -1239,118 +1240,127 @@ func (x *SessionOperation) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use SessionOperation.ProtoReflect.Descriptor instead.
-func (*SessionOperation) Descriptor() ([]byte, []int) {
+// Deprecated: Use StreamOperation.ProtoReflect.Descriptor instead.
+func (*StreamOperation) Descriptor() ([]byte, []int) {
 	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{12}
 }
 
-func (x *SessionOperation) GetId() uint64 {
+func (x *StreamOperation) GetId() uint64 {
 	if x != nil {
 		return x.Id
 	}
 	return 0
 }
 
-func (x *SessionOperation) GetOperation() isSessionOperation_Operation {
+func (x *StreamOperation) GetOperation() isStreamOperation_Operation {
 	if x != nil {
 		return x.Operation
 	}
 	return nil
 }
 
-func (x *SessionOperation) GetAcquire() *TryAcquireRequest {
+func (x *StreamOperation) GetAcquire() *TryAcquireRequest {
 	if x != nil {
-		if x, ok := x.Operation.(*SessionOperation_Acquire); ok {
+		if x, ok := x.Operation.(*StreamOperation_Acquire); ok {
 			return x.Acquire
 		}
 	}
 	return nil
 }
 
-func (x *SessionOperation) GetRenew() *RenewRequest {
+func (x *StreamOperation) GetRenew() *RenewRequest {
 	if x != nil {
-		if x, ok := x.Operation.(*SessionOperation_Renew); ok {
+		if x, ok := x.Operation.(*StreamOperation_Renew); ok {
 			return x.Renew
 		}
 	}
 	return nil
 }
 
-func (x *SessionOperation) GetRelease() *ReleaseRequest {
+func (x *StreamOperation) GetRelease() *ReleaseRequest {
 	if x != nil {
-		if x, ok := x.Operation.(*SessionOperation_Release); ok {
+		if x, ok := x.Operation.(*StreamOperation_Release); ok {
 			return x.Release
 		}
 	}
 	return nil
 }
 
-func (x *SessionOperation) GetCampaign() *CampaignRequest {
+func (x *StreamOperation) GetCampaign() *CampaignRequest {
 	if x != nil {
-		if x, ok := x.Operation.(*SessionOperation_Campaign); ok {
+		if x, ok := x.Operation.(*StreamOperation_Campaign); ok {
 			return x.Campaign
 		}
 	}
 	return nil
 }
 
-func (x *SessionOperation) GetResign() *ResignRequest {
+func (x *StreamOperation) GetResign() *ResignRequest {
 	if x != nil {
-		if x, ok := x.Operation.(*SessionOperation_Resign); ok {
+		if x, ok := x.Operation.(*StreamOperation_Resign); ok {
 			return x.Resign
 		}
 	}
 	return nil
 }
 
-func (x *SessionOperation) GetCancel() uint64 {
+func (x *StreamOperation) GetCancel() uint64 {
 	if x != nil {
-		if x, ok := x.Operation.(*SessionOperation_Cancel); ok {
+		if x, ok := x.Operation.(*StreamOperation_Cancel); ok {
 			return x.Cancel
 		}
 	}
 	return 0
 }
 
-func (x *SessionOperation) GetTraceParent() string {
+func (x *StreamOperation) GetRenewSession() *RenewSessionRequest {
+	if x != nil {
+		if x, ok := x.Operation.(*StreamOperation_RenewSession); ok {
+			return x.RenewSession
+		}
+	}
+	return nil
+}
+
+func (x *StreamOperation) GetTraceParent() string {
 	if x != nil {
 		return x.TraceParent
 	}
 	return ""
 }
 
-func (x *SessionOperation) GetTraceState() string {
+func (x *StreamOperation) GetTraceState() string {
 	if x != nil {
 		return x.TraceState
 	}
 	return ""
 }
 
-type isSessionOperation_Operation interface {
-	isSessionOperation_Operation()
+type isStreamOperation_Operation interface {
+	isStreamOperation_Operation()
 }
 
-type SessionOperation_Acquire struct {
+type StreamOperation_Acquire struct {
 	Acquire *TryAcquireRequest `protobuf:"bytes,2,opt,name=acquire,proto3,oneof"`
 }
 
-type SessionOperation_Renew struct {
+type StreamOperation_Renew struct {
 	Renew *RenewRequest `protobuf:"bytes,3,opt,name=renew,proto3,oneof"`
 }
 
-type SessionOperation_Release struct {
+type StreamOperation_Release struct {
 	Release *ReleaseRequest `protobuf:"bytes,4,opt,name=release,proto3,oneof"`
 }
 
-type SessionOperation_Campaign struct {
+type StreamOperation_Campaign struct {
 	Campaign *CampaignRequest `protobuf:"bytes,5,opt,name=campaign,proto3,oneof"`
 }
 
-type SessionOperation_Resign struct {
+type StreamOperation_Resign struct {
 	Resign *ResignRequest `protobuf:"bytes,6,opt,name=resign,proto3,oneof"`
 }
 
-type SessionOperation_Cancel struct {
+type StreamOperation_Cancel struct {
 	// The id of an acquire or campaign of this stream still waiting: its
 	// wait is given up as when a caller leaves the unary call (it leaves
 	// the queue), and it answers with a Canceled error, or with its grant
@@ -1359,40 +1369,46 @@ type SessionOperation_Cancel struct {
 	Cancel uint64 `protobuf:"varint,7,opt,name=cancel,proto3,oneof"`
 }
 
-func (*SessionOperation_Acquire) isSessionOperation_Operation() {}
+type StreamOperation_RenewSession struct {
+	RenewSession *RenewSessionRequest `protobuf:"bytes,10,opt,name=renew_session,json=renewSession,proto3,oneof"`
+}
 
-func (*SessionOperation_Renew) isSessionOperation_Operation() {}
+func (*StreamOperation_Acquire) isStreamOperation_Operation() {}
 
-func (*SessionOperation_Release) isSessionOperation_Operation() {}
+func (*StreamOperation_Renew) isStreamOperation_Operation() {}
 
-func (*SessionOperation_Campaign) isSessionOperation_Operation() {}
+func (*StreamOperation_Release) isStreamOperation_Operation() {}
 
-func (*SessionOperation_Resign) isSessionOperation_Operation() {}
+func (*StreamOperation_Campaign) isStreamOperation_Operation() {}
 
-func (*SessionOperation_Cancel) isSessionOperation_Operation() {}
+func (*StreamOperation_Resign) isStreamOperation_Operation() {}
 
-type SessionResponse struct {
+func (*StreamOperation_Cancel) isStreamOperation_Operation() {}
+
+func (*StreamOperation_RenewSession) isStreamOperation_Operation() {}
+
+type StreamResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Results of operations, each once (a cancel has none).
-	Results       []*SessionResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	Results       []*StreamResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *SessionResponse) Reset() {
-	*x = SessionResponse{}
+func (x *StreamResponse) Reset() {
+	*x = StreamResponse{}
 	mi := &file_coordinator_v1_coordinator_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *SessionResponse) String() string {
+func (x *StreamResponse) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*SessionResponse) ProtoMessage() {}
+func (*StreamResponse) ProtoMessage() {}
 
-func (x *SessionResponse) ProtoReflect() protoreflect.Message {
+func (x *StreamResponse) ProtoReflect() protoreflect.Message {
 	mi := &file_coordinator_v1_coordinator_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -1404,20 +1420,20 @@ func (x *SessionResponse) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use SessionResponse.ProtoReflect.Descriptor instead.
-func (*SessionResponse) Descriptor() ([]byte, []int) {
+// Deprecated: Use StreamResponse.ProtoReflect.Descriptor instead.
+func (*StreamResponse) Descriptor() ([]byte, []int) {
 	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{13}
 }
 
-func (x *SessionResponse) GetResults() []*SessionResult {
+func (x *StreamResponse) GetResults() []*StreamResult {
 	if x != nil {
 		return x.Results
 	}
 	return nil
 }
 
-// SessionResult is the outcome of one SessionOperation.
-type SessionResult struct {
+// StreamResult is the outcome of one StreamOperation.
+type StreamResult struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The operation's id.
 	Id uint64 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1427,31 +1443,32 @@ type SessionResult struct {
 	//
 	// Types that are valid to be assigned to Result:
 	//
-	//	*SessionResult_Acquire
-	//	*SessionResult_Renew
-	//	*SessionResult_Release
-	//	*SessionResult_Campaign
-	//	*SessionResult_Resign
-	//	*SessionResult_Error
-	Result        isSessionResult_Result `protobuf_oneof:"result"`
+	//	*StreamResult_Acquire
+	//	*StreamResult_Renew
+	//	*StreamResult_Release
+	//	*StreamResult_Campaign
+	//	*StreamResult_Resign
+	//	*StreamResult_Error
+	//	*StreamResult_RenewSession
+	Result        isStreamResult_Result `protobuf_oneof:"result"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *SessionResult) Reset() {
-	*x = SessionResult{}
+func (x *StreamResult) Reset() {
+	*x = StreamResult{}
 	mi := &file_coordinator_v1_coordinator_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *SessionResult) String() string {
+func (x *StreamResult) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*SessionResult) ProtoMessage() {}
+func (*StreamResult) ProtoMessage() {}
 
-func (x *SessionResult) ProtoReflect() protoreflect.Message {
+func (x *StreamResult) ProtoReflect() protoreflect.Message {
 	mi := &file_coordinator_v1_coordinator_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -1463,118 +1480,133 @@ func (x *SessionResult) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use SessionResult.ProtoReflect.Descriptor instead.
-func (*SessionResult) Descriptor() ([]byte, []int) {
+// Deprecated: Use StreamResult.ProtoReflect.Descriptor instead.
+func (*StreamResult) Descriptor() ([]byte, []int) {
 	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{14}
 }
 
-func (x *SessionResult) GetId() uint64 {
+func (x *StreamResult) GetId() uint64 {
 	if x != nil {
 		return x.Id
 	}
 	return 0
 }
 
-func (x *SessionResult) GetResult() isSessionResult_Result {
+func (x *StreamResult) GetResult() isStreamResult_Result {
 	if x != nil {
 		return x.Result
 	}
 	return nil
 }
 
-func (x *SessionResult) GetAcquire() *TryAcquireResponse {
+func (x *StreamResult) GetAcquire() *TryAcquireResponse {
 	if x != nil {
-		if x, ok := x.Result.(*SessionResult_Acquire); ok {
+		if x, ok := x.Result.(*StreamResult_Acquire); ok {
 			return x.Acquire
 		}
 	}
 	return nil
 }
 
-func (x *SessionResult) GetRenew() *RenewResponse {
+func (x *StreamResult) GetRenew() *RenewResponse {
 	if x != nil {
-		if x, ok := x.Result.(*SessionResult_Renew); ok {
+		if x, ok := x.Result.(*StreamResult_Renew); ok {
 			return x.Renew
 		}
 	}
 	return nil
 }
 
-func (x *SessionResult) GetRelease() *ReleaseResponse {
+func (x *StreamResult) GetRelease() *ReleaseResponse {
 	if x != nil {
-		if x, ok := x.Result.(*SessionResult_Release); ok {
+		if x, ok := x.Result.(*StreamResult_Release); ok {
 			return x.Release
 		}
 	}
 	return nil
 }
 
-func (x *SessionResult) GetCampaign() *CampaignResponse {
+func (x *StreamResult) GetCampaign() *CampaignResponse {
 	if x != nil {
-		if x, ok := x.Result.(*SessionResult_Campaign); ok {
+		if x, ok := x.Result.(*StreamResult_Campaign); ok {
 			return x.Campaign
 		}
 	}
 	return nil
 }
 
-func (x *SessionResult) GetResign() *ResignResponse {
+func (x *StreamResult) GetResign() *ResignResponse {
 	if x != nil {
-		if x, ok := x.Result.(*SessionResult_Resign); ok {
+		if x, ok := x.Result.(*StreamResult_Resign); ok {
 			return x.Resign
 		}
 	}
 	return nil
 }
 
-func (x *SessionResult) GetError() *status.Status {
+func (x *StreamResult) GetError() *status.Status {
 	if x != nil {
-		if x, ok := x.Result.(*SessionResult_Error); ok {
+		if x, ok := x.Result.(*StreamResult_Error); ok {
 			return x.Error
 		}
 	}
 	return nil
 }
 
-type isSessionResult_Result interface {
-	isSessionResult_Result()
+func (x *StreamResult) GetRenewSession() *RenewSessionResponse {
+	if x != nil {
+		if x, ok := x.Result.(*StreamResult_RenewSession); ok {
+			return x.RenewSession
+		}
+	}
+	return nil
 }
 
-type SessionResult_Acquire struct {
+type isStreamResult_Result interface {
+	isStreamResult_Result()
+}
+
+type StreamResult_Acquire struct {
 	Acquire *TryAcquireResponse `protobuf:"bytes,2,opt,name=acquire,proto3,oneof"`
 }
 
-type SessionResult_Renew struct {
+type StreamResult_Renew struct {
 	Renew *RenewResponse `protobuf:"bytes,3,opt,name=renew,proto3,oneof"`
 }
 
-type SessionResult_Release struct {
+type StreamResult_Release struct {
 	Release *ReleaseResponse `protobuf:"bytes,4,opt,name=release,proto3,oneof"`
 }
 
-type SessionResult_Campaign struct {
+type StreamResult_Campaign struct {
 	Campaign *CampaignResponse `protobuf:"bytes,5,opt,name=campaign,proto3,oneof"`
 }
 
-type SessionResult_Resign struct {
+type StreamResult_Resign struct {
 	Resign *ResignResponse `protobuf:"bytes,6,opt,name=resign,proto3,oneof"`
 }
 
-type SessionResult_Error struct {
+type StreamResult_Error struct {
 	Error *status.Status `protobuf:"bytes,7,opt,name=error,proto3,oneof"`
 }
 
-func (*SessionResult_Acquire) isSessionResult_Result() {}
+type StreamResult_RenewSession struct {
+	RenewSession *RenewSessionResponse `protobuf:"bytes,8,opt,name=renew_session,json=renewSession,proto3,oneof"`
+}
 
-func (*SessionResult_Renew) isSessionResult_Result() {}
+func (*StreamResult_Acquire) isStreamResult_Result() {}
 
-func (*SessionResult_Release) isSessionResult_Result() {}
+func (*StreamResult_Renew) isStreamResult_Result() {}
 
-func (*SessionResult_Campaign) isSessionResult_Result() {}
+func (*StreamResult_Release) isStreamResult_Result() {}
 
-func (*SessionResult_Resign) isSessionResult_Result() {}
+func (*StreamResult_Campaign) isStreamResult_Result() {}
 
-func (*SessionResult_Error) isSessionResult_Result() {}
+func (*StreamResult_Resign) isStreamResult_Result() {}
+
+func (*StreamResult_Error) isStreamResult_Result() {}
+
+func (*StreamResult_RenewSession) isStreamResult_Result() {}
 
 type DescribeRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1950,7 +1982,10 @@ type CampaignRequest struct {
 	Wait *durationpb.Duration `protobuf:"bytes,5,opt,name=wait,proto3" json:"wait,omitempty"`
 	// The term the candidate holds and means to renew or proclaim in; 0 to
 	// campaign for a new term (or renew whatever term the candidate holds).
-	Term          uint64 `protobuf:"varint,6,opt,name=term,proto3" json:"term,omitempty"`
+	Term uint64 `protobuf:"varint,6,opt,name=term,proto3" json:"term,omitempty"`
+	// The session to attach the leadership to (TryAcquireRequest.session_id:
+	// its rules and meaning): the term then lasts as long as the session.
+	SessionId     string `protobuf:"bytes,7,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2025,6 +2060,13 @@ func (x *CampaignRequest) GetTerm() uint64 {
 		return x.Term
 	}
 	return 0
+}
+
+func (x *CampaignRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
 }
 
 type CampaignResponse struct {
@@ -2472,9 +2514,8 @@ func (x *LeaderEvent) GetCapacity() uint32 {
 	return 0
 }
 
-// Session is a session (see "Sessions" at the service): not the Session
-// stream's messages.
-type SessionInfo struct {
+// Session is a session (see "Sessions" at the service).
+type Session struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The session's id: a capability of its creator's credential.
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -2486,20 +2527,20 @@ type SessionInfo struct {
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *SessionInfo) Reset() {
-	*x = SessionInfo{}
+func (x *Session) Reset() {
+	*x = Session{}
 	mi := &file_coordinator_v1_coordinator_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *SessionInfo) String() string {
+func (x *Session) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*SessionInfo) ProtoMessage() {}
+func (*Session) ProtoMessage() {}
 
-func (x *SessionInfo) ProtoReflect() protoreflect.Message {
+func (x *Session) ProtoReflect() protoreflect.Message {
 	mi := &file_coordinator_v1_coordinator_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -2511,26 +2552,26 @@ func (x *SessionInfo) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use SessionInfo.ProtoReflect.Descriptor instead.
-func (*SessionInfo) Descriptor() ([]byte, []int) {
+// Deprecated: Use Session.ProtoReflect.Descriptor instead.
+func (*Session) Descriptor() ([]byte, []int) {
 	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{29}
 }
 
-func (x *SessionInfo) GetId() string {
+func (x *Session) GetId() string {
 	if x != nil {
 		return x.Id
 	}
 	return ""
 }
 
-func (x *SessionInfo) GetTtl() *durationpb.Duration {
+func (x *Session) GetTtl() *durationpb.Duration {
 	if x != nil {
 		return x.Ttl
 	}
 	return nil
 }
 
-func (x *SessionInfo) GetExpiresAt() *timestamppb.Timestamp {
+func (x *Session) GetExpiresAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.ExpiresAt
 	}
@@ -2585,7 +2626,7 @@ func (x *CreateSessionRequest) GetTtl() *durationpb.Duration {
 
 type CreateSessionResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Session       *SessionInfo           `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	Session       *Session               `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2620,7 +2661,7 @@ func (*CreateSessionResponse) Descriptor() ([]byte, []int) {
 	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{31}
 }
 
-func (x *CreateSessionResponse) GetSession() *SessionInfo {
+func (x *CreateSessionResponse) GetSession() *Session {
 	if x != nil {
 		return x.Session
 	}
@@ -2675,7 +2716,7 @@ func (x *RenewSessionRequest) GetSessionId() string {
 type RenewSessionResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The session after renewal: its new expiry.
-	Session       *SessionInfo `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	Session       *Session `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2710,7 +2751,7 @@ func (*RenewSessionResponse) Descriptor() ([]byte, []int) {
 	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{33}
 }
 
-func (x *RenewSessionResponse) GetSession() *SessionInfo {
+func (x *RenewSessionResponse) GetSession() *Session {
 	if x != nil {
 		return x.Session
 	}
@@ -2845,7 +2886,7 @@ func (x *DescribeSessionRequest) GetSessionId() string {
 
 type DescribeSessionResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
-	Session *SessionInfo           `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	Session *Session               `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
 	// The names on which the session holds leases, in name order.
 	Names         []string `protobuf:"bytes,2,rep,name=names,proto3" json:"names,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -2882,7 +2923,7 @@ func (*DescribeSessionResponse) Descriptor() ([]byte, []int) {
 	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{37}
 }
 
-func (x *DescribeSessionResponse) GetSession() *SessionInfo {
+func (x *DescribeSessionResponse) GetSession() *Session {
 	if x != nil {
 		return x.Session
 	}
@@ -2966,33 +3007,36 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\amessage\x18\x04 \x01(\tR\amessage\x12:\n" +
 	"\vretry_after\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"retryAfter\x12\x12\n" +
-	"\x04code\x18\x06 \x01(\x05R\x04code\"[\n" +
-	"\x0eSessionRequest\x12I\n" +
+	"\x04code\x18\x06 \x01(\x05R\x04code\"Y\n" +
+	"\rStreamRequest\x12H\n" +
 	"\n" +
-	"operations\x18\x01 \x03(\v2 .coordinator.v1.SessionOperationB\a\xca\xf3\x18\x038\xe8\aR\n" +
-	"operations\"\xcc\x03\n" +
-	"\x10SessionOperation\x12\x0e\n" +
+	"operations\x18\x01 \x03(\v2\x1f.coordinator.v1.StreamOperationB\a\xca\xf3\x18\x038\xe8\aR\n" +
+	"operations\"\x97\x04\n" +
+	"\x0fStreamOperation\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12=\n" +
 	"\aacquire\x18\x02 \x01(\v2!.coordinator.v1.TryAcquireRequestH\x00R\aacquire\x124\n" +
 	"\x05renew\x18\x03 \x01(\v2\x1c.coordinator.v1.RenewRequestH\x00R\x05renew\x12:\n" +
 	"\arelease\x18\x04 \x01(\v2\x1e.coordinator.v1.ReleaseRequestH\x00R\arelease\x12=\n" +
 	"\bcampaign\x18\x05 \x01(\v2\x1f.coordinator.v1.CampaignRequestH\x00R\bcampaign\x127\n" +
 	"\x06resign\x18\x06 \x01(\v2\x1d.coordinator.v1.ResignRequestH\x00R\x06resign\x12\x18\n" +
-	"\x06cancel\x18\a \x01(\x04H\x00R\x06cancel\x12,\n" +
+	"\x06cancel\x18\a \x01(\x04H\x00R\x06cancel\x12J\n" +
+	"\rrenew_session\x18\n" +
+	" \x01(\v2#.coordinator.v1.RenewSessionRequestH\x00R\frenewSession\x12,\n" +
 	"\ftrace_parent\x18\b \x01(\tB\t\xca\xf3\x18\x05\x10\x80\x02\x18\x01R\vtraceParent\x12*\n" +
 	"\vtrace_state\x18\t \x01(\tB\t\xca\xf3\x18\x05\x10\x80\x04\x18\x01R\n" +
 	"traceStateB\v\n" +
-	"\toperation\"J\n" +
-	"\x0fSessionResponse\x127\n" +
-	"\aresults\x18\x01 \x03(\v2\x1d.coordinator.v1.SessionResultR\aresults\"\x83\x03\n" +
-	"\rSessionResult\x12\x0e\n" +
+	"\toperation\"H\n" +
+	"\x0eStreamResponse\x126\n" +
+	"\aresults\x18\x01 \x03(\v2\x1c.coordinator.v1.StreamResultR\aresults\"\xcf\x03\n" +
+	"\fStreamResult\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12>\n" +
 	"\aacquire\x18\x02 \x01(\v2\".coordinator.v1.TryAcquireResponseH\x00R\aacquire\x125\n" +
 	"\x05renew\x18\x03 \x01(\v2\x1d.coordinator.v1.RenewResponseH\x00R\x05renew\x12;\n" +
 	"\arelease\x18\x04 \x01(\v2\x1f.coordinator.v1.ReleaseResponseH\x00R\arelease\x12>\n" +
 	"\bcampaign\x18\x05 \x01(\v2 .coordinator.v1.CampaignResponseH\x00R\bcampaign\x128\n" +
 	"\x06resign\x18\x06 \x01(\v2\x1e.coordinator.v1.ResignResponseH\x00R\x06resign\x12*\n" +
-	"\x05error\x18\a \x01(\v2\x12.google.rpc.StatusH\x00R\x05errorB\b\n" +
+	"\x05error\x18\a \x01(\v2\x12.google.rpc.StatusH\x00R\x05error\x12K\n" +
+	"\rrenew_session\x18\b \x01(\v2$.coordinator.v1.RenewSessionResponseH\x00R\frenewSessionB\b\n" +
 	"\x06result\"2\n" +
 	"\x0fDescribeRequest\x12\x1f\n" +
 	"\x04name\x18\x01 \x01(\tB\v\xca\xf3\x18\a\b\x01\x10\x80\x02\x18\x02R\x04name\"\x80\x02\n" +
@@ -3019,14 +3063,16 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\x05value\x18\x03 \x01(\fR\x05value\x12\x12\n" +
 	"\x04term\x18\x04 \x01(\x04R\x04term\x129\n" +
 	"\n" +
-	"expires_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"\x9e\x02\n" +
+	"expires_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"\xc7\x02\n" +
 	"\x0fCampaignRequest\x12'\n" +
 	"\belection\x18\x01 \x01(\tB\v\xca\xf3\x18\a\b\x01\x10\x80\x02\x18\x02R\belection\x12)\n" +
 	"\tcandidate\x18\x02 \x01(\tB\v\xca\xf3\x18\a\b\x01\x10\x80\x01\x18\x01R\tcandidate\x12\x1e\n" +
 	"\x05value\x18\x03 \x01(\fB\b\xca\xf3\x18\x04\x10\x80\x80\x04R\x05value\x12J\n" +
 	"\x03ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationB\x1d\xca\xf3\x18\x19\b\x01 d2\x13COORDINATOR_MAX_TTLR\x03ttl\x127\n" +
 	"\x04wait\x18\x05 \x01(\v2\x19.google.protobuf.DurationB\b\xca\xf3\x18\x04(\xe0\xa7\x12R\x04wait\x12\x12\n" +
-	"\x04term\x18\x06 \x01(\x04R\x04term\"\x98\x01\n" +
+	"\x04term\x18\x06 \x01(\x04R\x04term\x12'\n" +
+	"\n" +
+	"session_id\x18\a \x01(\tB\b\xca\xf3\x18\x04\x10@\x18\x01R\tsessionId\"\x98\x01\n" +
 	"\x10CampaignResponse\x12\x18\n" +
 	"\aelected\x18\x01 \x01(\bR\aelected\x12.\n" +
 	"\x06leader\x18\x02 \x01(\v2\x16.coordinator.v1.LeaderR\x06leader\x12:\n" +
@@ -3059,22 +3105,22 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\fKIND_ELECTED\x10\x01\x12\x13\n" +
 	"\x0fKIND_PROCLAIMED\x10\x02\x12\x0f\n" +
 	"\vKIND_VACANT\x10\x03\x12\x10\n" +
-	"\fKIND_HOLDERS\x10\x04\"\x85\x01\n" +
-	"\vSessionInfo\x12\x0e\n" +
+	"\fKIND_HOLDERS\x10\x04\"\x81\x01\n" +
+	"\aSession\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12+\n" +
 	"\x03ttl\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03ttl\x129\n" +
 	"\n" +
 	"expires_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"b\n" +
 	"\x14CreateSessionRequest\x12J\n" +
-	"\x03ttl\x18\x01 \x01(\v2\x19.google.protobuf.DurationB\x1d\xca\xf3\x18\x19\b\x01 d2\x13COORDINATOR_MAX_TTLR\x03ttl\"N\n" +
-	"\x15CreateSessionResponse\x125\n" +
-	"\asession\x18\x01 \x01(\v2\x1b.coordinator.v1.SessionInfoR\asession\"@\n" +
+	"\x03ttl\x18\x01 \x01(\v2\x19.google.protobuf.DurationB\x1d\xca\xf3\x18\x19\b\x01 d2\x13COORDINATOR_MAX_TTLR\x03ttl\"J\n" +
+	"\x15CreateSessionResponse\x121\n" +
+	"\asession\x18\x01 \x01(\v2\x17.coordinator.v1.SessionR\asession\"@\n" +
 	"\x13RenewSessionRequest\x12)\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tB\n" +
-	"\xca\xf3\x18\x06\b\x01\x10@\x18\x01R\tsessionId\"M\n" +
-	"\x14RenewSessionResponse\x125\n" +
-	"\asession\x18\x01 \x01(\v2\x1b.coordinator.v1.SessionInfoR\asession\"@\n" +
+	"\xca\xf3\x18\x06\b\x01\x10@\x18\x01R\tsessionId\"I\n" +
+	"\x14RenewSessionResponse\x121\n" +
+	"\asession\x18\x01 \x01(\v2\x17.coordinator.v1.SessionR\asession\"@\n" +
 	"\x13CloseSessionRequest\x12)\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tB\n" +
@@ -3083,9 +3129,9 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\x16DescribeSessionRequest\x12)\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tB\n" +
-	"\xca\xf3\x18\x06\b\x01\x10@\x18\x01R\tsessionId\"f\n" +
-	"\x17DescribeSessionResponse\x125\n" +
-	"\asession\x18\x01 \x01(\v2\x1b.coordinator.v1.SessionInfoR\asession\x12\x14\n" +
+	"\xca\xf3\x18\x06\b\x01\x10@\x18\x01R\tsessionId\"b\n" +
+	"\x17DescribeSessionResponse\x121\n" +
+	"\asession\x18\x01 \x01(\v2\x17.coordinator.v1.SessionR\asession\x12\x14\n" +
 	"\x05names\x18\x02 \x03(\tR\x05names*\xb1\x02\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\x18\n" +
@@ -3103,15 +3149,15 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\n" +
 	"RWCapacity\x12\x1b\n" +
 	"\x17RW_CAPACITY_UNSPECIFIED\x10\x00\x12\x11\n" +
-	"\vRW_CAPACITY\x10\xc0\x84=2\x8a\n" +
+	"\vRW_CAPACITY\x10\xc0\x84=2\x87\n" +
 	"\n" +
 	"\vCoordinator\x12S\n" +
 	"\n" +
 	"TryAcquire\x12!.coordinator.v1.TryAcquireRequest\x1a\".coordinator.v1.TryAcquireResponse\x12D\n" +
 	"\x05Renew\x12\x1c.coordinator.v1.RenewRequest\x1a\x1d.coordinator.v1.RenewResponse\x12J\n" +
 	"\aRelease\x12\x1e.coordinator.v1.ReleaseRequest\x1a\x1f.coordinator.v1.ReleaseResponse\x12T\n" +
-	"\tKeepAlive\x12 .coordinator.v1.KeepAliveRequest\x1a!.coordinator.v1.KeepAliveResponse(\x010\x01\x12N\n" +
-	"\aSession\x12\x1e.coordinator.v1.SessionRequest\x1a\x1f.coordinator.v1.SessionResponse(\x010\x01\x12M\n" +
+	"\tKeepAlive\x12 .coordinator.v1.KeepAliveRequest\x1a!.coordinator.v1.KeepAliveResponse(\x010\x01\x12K\n" +
+	"\x06Stream\x12\x1d.coordinator.v1.StreamRequest\x1a\x1e.coordinator.v1.StreamResponse(\x010\x01\x12M\n" +
 	"\bDescribe\x12\x1f.coordinator.v1.DescribeRequest\x1a .coordinator.v1.DescribeResponse\x12A\n" +
 	"\x04List\x12\x1b.coordinator.v1.ListRequest\x1a\x1c.coordinator.v1.ListResponse\x12M\n" +
 	"\bCampaign\x12\x1f.coordinator.v1.CampaignRequest\x1a .coordinator.v1.CampaignResponse\x12G\n" +
@@ -3155,10 +3201,10 @@ var file_coordinator_v1_coordinator_proto_goTypes = []any{
 	(*KeepAliveResponse)(nil),       // 11: coordinator.v1.KeepAliveResponse
 	(*LeaseLost)(nil),               // 12: coordinator.v1.LeaseLost
 	(*RenewalFailed)(nil),           // 13: coordinator.v1.RenewalFailed
-	(*SessionRequest)(nil),          // 14: coordinator.v1.SessionRequest
-	(*SessionOperation)(nil),        // 15: coordinator.v1.SessionOperation
-	(*SessionResponse)(nil),         // 16: coordinator.v1.SessionResponse
-	(*SessionResult)(nil),           // 17: coordinator.v1.SessionResult
+	(*StreamRequest)(nil),           // 14: coordinator.v1.StreamRequest
+	(*StreamOperation)(nil),         // 15: coordinator.v1.StreamOperation
+	(*StreamResponse)(nil),          // 16: coordinator.v1.StreamResponse
+	(*StreamResult)(nil),            // 17: coordinator.v1.StreamResult
 	(*DescribeRequest)(nil),         // 18: coordinator.v1.DescribeRequest
 	(*DescribeResponse)(nil),        // 19: coordinator.v1.DescribeResponse
 	(*ListRequest)(nil),             // 20: coordinator.v1.ListRequest
@@ -3173,7 +3219,7 @@ var file_coordinator_v1_coordinator_proto_goTypes = []any{
 	(*ObserveRequest)(nil),          // 29: coordinator.v1.ObserveRequest
 	(*ObserveResponse)(nil),         // 30: coordinator.v1.ObserveResponse
 	(*LeaderEvent)(nil),             // 31: coordinator.v1.LeaderEvent
-	(*SessionInfo)(nil),             // 32: coordinator.v1.SessionInfo
+	(*Session)(nil),                 // 32: coordinator.v1.Session
 	(*CreateSessionRequest)(nil),    // 33: coordinator.v1.CreateSessionRequest
 	(*CreateSessionResponse)(nil),   // 34: coordinator.v1.CreateSessionResponse
 	(*RenewSessionRequest)(nil),     // 35: coordinator.v1.RenewSessionRequest
@@ -3202,73 +3248,75 @@ var file_coordinator_v1_coordinator_proto_depIdxs = []int32{
 	0,  // 12: coordinator.v1.LeaseLost.reason:type_name -> coordinator.v1.ErrorReason
 	0,  // 13: coordinator.v1.RenewalFailed.reason:type_name -> coordinator.v1.ErrorReason
 	41, // 14: coordinator.v1.RenewalFailed.retry_after:type_name -> google.protobuf.Duration
-	15, // 15: coordinator.v1.SessionRequest.operations:type_name -> coordinator.v1.SessionOperation
-	4,  // 16: coordinator.v1.SessionOperation.acquire:type_name -> coordinator.v1.TryAcquireRequest
-	6,  // 17: coordinator.v1.SessionOperation.renew:type_name -> coordinator.v1.RenewRequest
-	8,  // 18: coordinator.v1.SessionOperation.release:type_name -> coordinator.v1.ReleaseRequest
-	23, // 19: coordinator.v1.SessionOperation.campaign:type_name -> coordinator.v1.CampaignRequest
-	25, // 20: coordinator.v1.SessionOperation.resign:type_name -> coordinator.v1.ResignRequest
-	17, // 21: coordinator.v1.SessionResponse.results:type_name -> coordinator.v1.SessionResult
-	5,  // 22: coordinator.v1.SessionResult.acquire:type_name -> coordinator.v1.TryAcquireResponse
-	7,  // 23: coordinator.v1.SessionResult.renew:type_name -> coordinator.v1.RenewResponse
-	9,  // 24: coordinator.v1.SessionResult.release:type_name -> coordinator.v1.ReleaseResponse
-	24, // 25: coordinator.v1.SessionResult.campaign:type_name -> coordinator.v1.CampaignResponse
-	26, // 26: coordinator.v1.SessionResult.resign:type_name -> coordinator.v1.ResignResponse
-	43, // 27: coordinator.v1.SessionResult.error:type_name -> google.rpc.Status
-	3,  // 28: coordinator.v1.DescribeResponse.lease:type_name -> coordinator.v1.Lease
-	3,  // 29: coordinator.v1.DescribeResponse.holders:type_name -> coordinator.v1.Lease
-	3,  // 30: coordinator.v1.ListResponse.leases:type_name -> coordinator.v1.Lease
-	42, // 31: coordinator.v1.Leader.expires_at:type_name -> google.protobuf.Timestamp
-	41, // 32: coordinator.v1.CampaignRequest.ttl:type_name -> google.protobuf.Duration
-	41, // 33: coordinator.v1.CampaignRequest.wait:type_name -> google.protobuf.Duration
-	22, // 34: coordinator.v1.CampaignResponse.leader:type_name -> coordinator.v1.Leader
-	41, // 35: coordinator.v1.CampaignResponse.retry_after:type_name -> google.protobuf.Duration
-	22, // 36: coordinator.v1.LeaderResponse.leader:type_name -> coordinator.v1.Leader
-	31, // 37: coordinator.v1.ObserveResponse.event:type_name -> coordinator.v1.LeaderEvent
-	2,  // 38: coordinator.v1.LeaderEvent.kind:type_name -> coordinator.v1.LeaderEvent.Kind
-	22, // 39: coordinator.v1.LeaderEvent.leader:type_name -> coordinator.v1.Leader
-	3,  // 40: coordinator.v1.LeaderEvent.holders:type_name -> coordinator.v1.Lease
-	41, // 41: coordinator.v1.SessionInfo.ttl:type_name -> google.protobuf.Duration
-	42, // 42: coordinator.v1.SessionInfo.expires_at:type_name -> google.protobuf.Timestamp
-	41, // 43: coordinator.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
-	32, // 44: coordinator.v1.CreateSessionResponse.session:type_name -> coordinator.v1.SessionInfo
-	32, // 45: coordinator.v1.RenewSessionResponse.session:type_name -> coordinator.v1.SessionInfo
-	32, // 46: coordinator.v1.DescribeSessionResponse.session:type_name -> coordinator.v1.SessionInfo
-	4,  // 47: coordinator.v1.Coordinator.TryAcquire:input_type -> coordinator.v1.TryAcquireRequest
-	6,  // 48: coordinator.v1.Coordinator.Renew:input_type -> coordinator.v1.RenewRequest
-	8,  // 49: coordinator.v1.Coordinator.Release:input_type -> coordinator.v1.ReleaseRequest
-	10, // 50: coordinator.v1.Coordinator.KeepAlive:input_type -> coordinator.v1.KeepAliveRequest
-	14, // 51: coordinator.v1.Coordinator.Session:input_type -> coordinator.v1.SessionRequest
-	18, // 52: coordinator.v1.Coordinator.Describe:input_type -> coordinator.v1.DescribeRequest
-	20, // 53: coordinator.v1.Coordinator.List:input_type -> coordinator.v1.ListRequest
-	23, // 54: coordinator.v1.Coordinator.Campaign:input_type -> coordinator.v1.CampaignRequest
-	25, // 55: coordinator.v1.Coordinator.Resign:input_type -> coordinator.v1.ResignRequest
-	27, // 56: coordinator.v1.Coordinator.Leader:input_type -> coordinator.v1.LeaderRequest
-	29, // 57: coordinator.v1.Coordinator.Observe:input_type -> coordinator.v1.ObserveRequest
-	33, // 58: coordinator.v1.Coordinator.CreateSession:input_type -> coordinator.v1.CreateSessionRequest
-	35, // 59: coordinator.v1.Coordinator.RenewSession:input_type -> coordinator.v1.RenewSessionRequest
-	37, // 60: coordinator.v1.Coordinator.CloseSession:input_type -> coordinator.v1.CloseSessionRequest
-	39, // 61: coordinator.v1.Coordinator.DescribeSession:input_type -> coordinator.v1.DescribeSessionRequest
-	5,  // 62: coordinator.v1.Coordinator.TryAcquire:output_type -> coordinator.v1.TryAcquireResponse
-	7,  // 63: coordinator.v1.Coordinator.Renew:output_type -> coordinator.v1.RenewResponse
-	9,  // 64: coordinator.v1.Coordinator.Release:output_type -> coordinator.v1.ReleaseResponse
-	11, // 65: coordinator.v1.Coordinator.KeepAlive:output_type -> coordinator.v1.KeepAliveResponse
-	16, // 66: coordinator.v1.Coordinator.Session:output_type -> coordinator.v1.SessionResponse
-	19, // 67: coordinator.v1.Coordinator.Describe:output_type -> coordinator.v1.DescribeResponse
-	21, // 68: coordinator.v1.Coordinator.List:output_type -> coordinator.v1.ListResponse
-	24, // 69: coordinator.v1.Coordinator.Campaign:output_type -> coordinator.v1.CampaignResponse
-	26, // 70: coordinator.v1.Coordinator.Resign:output_type -> coordinator.v1.ResignResponse
-	28, // 71: coordinator.v1.Coordinator.Leader:output_type -> coordinator.v1.LeaderResponse
-	30, // 72: coordinator.v1.Coordinator.Observe:output_type -> coordinator.v1.ObserveResponse
-	34, // 73: coordinator.v1.Coordinator.CreateSession:output_type -> coordinator.v1.CreateSessionResponse
-	36, // 74: coordinator.v1.Coordinator.RenewSession:output_type -> coordinator.v1.RenewSessionResponse
-	38, // 75: coordinator.v1.Coordinator.CloseSession:output_type -> coordinator.v1.CloseSessionResponse
-	40, // 76: coordinator.v1.Coordinator.DescribeSession:output_type -> coordinator.v1.DescribeSessionResponse
-	62, // [62:77] is the sub-list for method output_type
-	47, // [47:62] is the sub-list for method input_type
-	47, // [47:47] is the sub-list for extension type_name
-	47, // [47:47] is the sub-list for extension extendee
-	0,  // [0:47] is the sub-list for field type_name
+	15, // 15: coordinator.v1.StreamRequest.operations:type_name -> coordinator.v1.StreamOperation
+	4,  // 16: coordinator.v1.StreamOperation.acquire:type_name -> coordinator.v1.TryAcquireRequest
+	6,  // 17: coordinator.v1.StreamOperation.renew:type_name -> coordinator.v1.RenewRequest
+	8,  // 18: coordinator.v1.StreamOperation.release:type_name -> coordinator.v1.ReleaseRequest
+	23, // 19: coordinator.v1.StreamOperation.campaign:type_name -> coordinator.v1.CampaignRequest
+	25, // 20: coordinator.v1.StreamOperation.resign:type_name -> coordinator.v1.ResignRequest
+	35, // 21: coordinator.v1.StreamOperation.renew_session:type_name -> coordinator.v1.RenewSessionRequest
+	17, // 22: coordinator.v1.StreamResponse.results:type_name -> coordinator.v1.StreamResult
+	5,  // 23: coordinator.v1.StreamResult.acquire:type_name -> coordinator.v1.TryAcquireResponse
+	7,  // 24: coordinator.v1.StreamResult.renew:type_name -> coordinator.v1.RenewResponse
+	9,  // 25: coordinator.v1.StreamResult.release:type_name -> coordinator.v1.ReleaseResponse
+	24, // 26: coordinator.v1.StreamResult.campaign:type_name -> coordinator.v1.CampaignResponse
+	26, // 27: coordinator.v1.StreamResult.resign:type_name -> coordinator.v1.ResignResponse
+	43, // 28: coordinator.v1.StreamResult.error:type_name -> google.rpc.Status
+	36, // 29: coordinator.v1.StreamResult.renew_session:type_name -> coordinator.v1.RenewSessionResponse
+	3,  // 30: coordinator.v1.DescribeResponse.lease:type_name -> coordinator.v1.Lease
+	3,  // 31: coordinator.v1.DescribeResponse.holders:type_name -> coordinator.v1.Lease
+	3,  // 32: coordinator.v1.ListResponse.leases:type_name -> coordinator.v1.Lease
+	42, // 33: coordinator.v1.Leader.expires_at:type_name -> google.protobuf.Timestamp
+	41, // 34: coordinator.v1.CampaignRequest.ttl:type_name -> google.protobuf.Duration
+	41, // 35: coordinator.v1.CampaignRequest.wait:type_name -> google.protobuf.Duration
+	22, // 36: coordinator.v1.CampaignResponse.leader:type_name -> coordinator.v1.Leader
+	41, // 37: coordinator.v1.CampaignResponse.retry_after:type_name -> google.protobuf.Duration
+	22, // 38: coordinator.v1.LeaderResponse.leader:type_name -> coordinator.v1.Leader
+	31, // 39: coordinator.v1.ObserveResponse.event:type_name -> coordinator.v1.LeaderEvent
+	2,  // 40: coordinator.v1.LeaderEvent.kind:type_name -> coordinator.v1.LeaderEvent.Kind
+	22, // 41: coordinator.v1.LeaderEvent.leader:type_name -> coordinator.v1.Leader
+	3,  // 42: coordinator.v1.LeaderEvent.holders:type_name -> coordinator.v1.Lease
+	41, // 43: coordinator.v1.Session.ttl:type_name -> google.protobuf.Duration
+	42, // 44: coordinator.v1.Session.expires_at:type_name -> google.protobuf.Timestamp
+	41, // 45: coordinator.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
+	32, // 46: coordinator.v1.CreateSessionResponse.session:type_name -> coordinator.v1.Session
+	32, // 47: coordinator.v1.RenewSessionResponse.session:type_name -> coordinator.v1.Session
+	32, // 48: coordinator.v1.DescribeSessionResponse.session:type_name -> coordinator.v1.Session
+	4,  // 49: coordinator.v1.Coordinator.TryAcquire:input_type -> coordinator.v1.TryAcquireRequest
+	6,  // 50: coordinator.v1.Coordinator.Renew:input_type -> coordinator.v1.RenewRequest
+	8,  // 51: coordinator.v1.Coordinator.Release:input_type -> coordinator.v1.ReleaseRequest
+	10, // 52: coordinator.v1.Coordinator.KeepAlive:input_type -> coordinator.v1.KeepAliveRequest
+	14, // 53: coordinator.v1.Coordinator.Stream:input_type -> coordinator.v1.StreamRequest
+	18, // 54: coordinator.v1.Coordinator.Describe:input_type -> coordinator.v1.DescribeRequest
+	20, // 55: coordinator.v1.Coordinator.List:input_type -> coordinator.v1.ListRequest
+	23, // 56: coordinator.v1.Coordinator.Campaign:input_type -> coordinator.v1.CampaignRequest
+	25, // 57: coordinator.v1.Coordinator.Resign:input_type -> coordinator.v1.ResignRequest
+	27, // 58: coordinator.v1.Coordinator.Leader:input_type -> coordinator.v1.LeaderRequest
+	29, // 59: coordinator.v1.Coordinator.Observe:input_type -> coordinator.v1.ObserveRequest
+	33, // 60: coordinator.v1.Coordinator.CreateSession:input_type -> coordinator.v1.CreateSessionRequest
+	35, // 61: coordinator.v1.Coordinator.RenewSession:input_type -> coordinator.v1.RenewSessionRequest
+	37, // 62: coordinator.v1.Coordinator.CloseSession:input_type -> coordinator.v1.CloseSessionRequest
+	39, // 63: coordinator.v1.Coordinator.DescribeSession:input_type -> coordinator.v1.DescribeSessionRequest
+	5,  // 64: coordinator.v1.Coordinator.TryAcquire:output_type -> coordinator.v1.TryAcquireResponse
+	7,  // 65: coordinator.v1.Coordinator.Renew:output_type -> coordinator.v1.RenewResponse
+	9,  // 66: coordinator.v1.Coordinator.Release:output_type -> coordinator.v1.ReleaseResponse
+	11, // 67: coordinator.v1.Coordinator.KeepAlive:output_type -> coordinator.v1.KeepAliveResponse
+	16, // 68: coordinator.v1.Coordinator.Stream:output_type -> coordinator.v1.StreamResponse
+	19, // 69: coordinator.v1.Coordinator.Describe:output_type -> coordinator.v1.DescribeResponse
+	21, // 70: coordinator.v1.Coordinator.List:output_type -> coordinator.v1.ListResponse
+	24, // 71: coordinator.v1.Coordinator.Campaign:output_type -> coordinator.v1.CampaignResponse
+	26, // 72: coordinator.v1.Coordinator.Resign:output_type -> coordinator.v1.ResignResponse
+	28, // 73: coordinator.v1.Coordinator.Leader:output_type -> coordinator.v1.LeaderResponse
+	30, // 74: coordinator.v1.Coordinator.Observe:output_type -> coordinator.v1.ObserveResponse
+	34, // 75: coordinator.v1.Coordinator.CreateSession:output_type -> coordinator.v1.CreateSessionResponse
+	36, // 76: coordinator.v1.Coordinator.RenewSession:output_type -> coordinator.v1.RenewSessionResponse
+	38, // 77: coordinator.v1.Coordinator.CloseSession:output_type -> coordinator.v1.CloseSessionResponse
+	40, // 78: coordinator.v1.Coordinator.DescribeSession:output_type -> coordinator.v1.DescribeSessionResponse
+	64, // [64:79] is the sub-list for method output_type
+	49, // [49:64] is the sub-list for method input_type
+	49, // [49:49] is the sub-list for extension type_name
+	49, // [49:49] is the sub-list for extension extendee
+	0,  // [0:49] is the sub-list for field type_name
 }
 
 func init() { file_coordinator_v1_coordinator_proto_init() }
@@ -3283,20 +3331,22 @@ func file_coordinator_v1_coordinator_proto_init() {
 		(*KeepAliveResponse_Failed)(nil),
 	}
 	file_coordinator_v1_coordinator_proto_msgTypes[12].OneofWrappers = []any{
-		(*SessionOperation_Acquire)(nil),
-		(*SessionOperation_Renew)(nil),
-		(*SessionOperation_Release)(nil),
-		(*SessionOperation_Campaign)(nil),
-		(*SessionOperation_Resign)(nil),
-		(*SessionOperation_Cancel)(nil),
+		(*StreamOperation_Acquire)(nil),
+		(*StreamOperation_Renew)(nil),
+		(*StreamOperation_Release)(nil),
+		(*StreamOperation_Campaign)(nil),
+		(*StreamOperation_Resign)(nil),
+		(*StreamOperation_Cancel)(nil),
+		(*StreamOperation_RenewSession)(nil),
 	}
 	file_coordinator_v1_coordinator_proto_msgTypes[14].OneofWrappers = []any{
-		(*SessionResult_Acquire)(nil),
-		(*SessionResult_Renew)(nil),
-		(*SessionResult_Release)(nil),
-		(*SessionResult_Campaign)(nil),
-		(*SessionResult_Resign)(nil),
-		(*SessionResult_Error)(nil),
+		(*StreamResult_Acquire)(nil),
+		(*StreamResult_Renew)(nil),
+		(*StreamResult_Release)(nil),
+		(*StreamResult_Campaign)(nil),
+		(*StreamResult_Resign)(nil),
+		(*StreamResult_Error)(nil),
+		(*StreamResult_RenewSession)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

@@ -23,7 +23,7 @@ const (
 	Coordinator_Renew_FullMethodName           = "/coordinator.v1.Coordinator/Renew"
 	Coordinator_Release_FullMethodName         = "/coordinator.v1.Coordinator/Release"
 	Coordinator_KeepAlive_FullMethodName       = "/coordinator.v1.Coordinator/KeepAlive"
-	Coordinator_Session_FullMethodName         = "/coordinator.v1.Coordinator/Session"
+	Coordinator_Stream_FullMethodName          = "/coordinator.v1.Coordinator/Stream"
 	Coordinator_Describe_FullMethodName        = "/coordinator.v1.Coordinator/Describe"
 	Coordinator_List_FullMethodName            = "/coordinator.v1.Coordinator/List"
 	Coordinator_Campaign_FullMethodName        = "/coordinator.v1.Coordinator/Campaign"
@@ -123,19 +123,21 @@ type CoordinatorClient interface {
 	// expiry, so retry). Invalid requests are answered lost, not by ending the
 	// stream. Responses may come in another order than the requests.
 	KeepAlive(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[KeepAliveRequest, KeepAliveResponse], error)
-	// Session carries acquire, renew, release, campaign and resign operations
-	// for many leases over one stream: what a client library uses instead of
-	// unary calls, since one stream costs less per operation than a call and
-	// lets the coordinator batch operations into one store round trip. Each
+	// Stream carries acquire, renew, release, campaign, resign and
+	// renew-session operations for many leases over one stream: what a client
+	// library uses instead of unary calls, since one stream costs less per
+	// operation than a call and lets the coordinator batch operations into
+	// one store round trip. Each
 	// operation carries a client-chosen id that its result echoes; results may
 	// come in another order than the operations, and a message may carry many
 	// of either. An operation has exactly the semantics, limits and errors of
 	// the unary call of the same name (a failed one gets its status in
-	// SessionResult.error and the stream stays up), including waiting: an
+	// StreamResult.error and the stream stays up), including waiting: an
 	// acquire with a wait answers when it is granted or gives up, while other
 	// operations go on. Ending the stream (or losing the connection) gives up
-	// the waits; it does not release leases, which expire unless renewed.
-	Session(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SessionRequest, SessionResponse], error)
+	// the waits; it does not release leases or end sessions, which expire
+	// unless renewed.
+	Stream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[StreamRequest, StreamResponse], error)
 	// Describe reports a name's current lease (every holder of a semaphore,
 	// with its weight), its capacity, its waiters and the last token issued
 	// for it.
@@ -226,18 +228,18 @@ func (c *coordinatorClient) KeepAlive(ctx context.Context, opts ...grpc.CallOpti
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Coordinator_KeepAliveClient = grpc.BidiStreamingClient[KeepAliveRequest, KeepAliveResponse]
 
-func (c *coordinatorClient) Session(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SessionRequest, SessionResponse], error) {
+func (c *coordinatorClient) Stream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[StreamRequest, StreamResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Coordinator_ServiceDesc.Streams[1], Coordinator_Session_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Coordinator_ServiceDesc.Streams[1], Coordinator_Stream_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
-	x := &grpc.GenericClientStream[SessionRequest, SessionResponse]{ClientStream: stream}
+	x := &grpc.GenericClientStream[StreamRequest, StreamResponse]{ClientStream: stream}
 	return x, nil
 }
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type Coordinator_SessionClient = grpc.BidiStreamingClient[SessionRequest, SessionResponse]
+type Coordinator_StreamClient = grpc.BidiStreamingClient[StreamRequest, StreamResponse]
 
 func (c *coordinatorClient) Describe(ctx context.Context, in *DescribeRequest, opts ...grpc.CallOption) (*DescribeResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
@@ -435,19 +437,21 @@ type CoordinatorServer interface {
 	// expiry, so retry). Invalid requests are answered lost, not by ending the
 	// stream. Responses may come in another order than the requests.
 	KeepAlive(grpc.BidiStreamingServer[KeepAliveRequest, KeepAliveResponse]) error
-	// Session carries acquire, renew, release, campaign and resign operations
-	// for many leases over one stream: what a client library uses instead of
-	// unary calls, since one stream costs less per operation than a call and
-	// lets the coordinator batch operations into one store round trip. Each
+	// Stream carries acquire, renew, release, campaign, resign and
+	// renew-session operations for many leases over one stream: what a client
+	// library uses instead of unary calls, since one stream costs less per
+	// operation than a call and lets the coordinator batch operations into
+	// one store round trip. Each
 	// operation carries a client-chosen id that its result echoes; results may
 	// come in another order than the operations, and a message may carry many
 	// of either. An operation has exactly the semantics, limits and errors of
 	// the unary call of the same name (a failed one gets its status in
-	// SessionResult.error and the stream stays up), including waiting: an
+	// StreamResult.error and the stream stays up), including waiting: an
 	// acquire with a wait answers when it is granted or gives up, while other
 	// operations go on. Ending the stream (or losing the connection) gives up
-	// the waits; it does not release leases, which expire unless renewed.
-	Session(grpc.BidiStreamingServer[SessionRequest, SessionResponse]) error
+	// the waits; it does not release leases or end sessions, which expire
+	// unless renewed.
+	Stream(grpc.BidiStreamingServer[StreamRequest, StreamResponse]) error
 	// Describe reports a name's current lease (every holder of a semaphore,
 	// with its weight), its capacity, its waiters and the last token issued
 	// for it.
@@ -507,8 +511,8 @@ func (UnimplementedCoordinatorServer) Release(context.Context, *ReleaseRequest) 
 func (UnimplementedCoordinatorServer) KeepAlive(grpc.BidiStreamingServer[KeepAliveRequest, KeepAliveResponse]) error {
 	return status.Error(codes.Unimplemented, "method KeepAlive not implemented")
 }
-func (UnimplementedCoordinatorServer) Session(grpc.BidiStreamingServer[SessionRequest, SessionResponse]) error {
-	return status.Error(codes.Unimplemented, "method Session not implemented")
+func (UnimplementedCoordinatorServer) Stream(grpc.BidiStreamingServer[StreamRequest, StreamResponse]) error {
+	return status.Error(codes.Unimplemented, "method Stream not implemented")
 }
 func (UnimplementedCoordinatorServer) Describe(context.Context, *DescribeRequest) (*DescribeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Describe not implemented")
@@ -622,12 +626,12 @@ func _Coordinator_KeepAlive_Handler(srv interface{}, stream grpc.ServerStream) e
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Coordinator_KeepAliveServer = grpc.BidiStreamingServer[KeepAliveRequest, KeepAliveResponse]
 
-func _Coordinator_Session_Handler(srv interface{}, stream grpc.ServerStream) error {
-	return srv.(CoordinatorServer).Session(&grpc.GenericServerStream[SessionRequest, SessionResponse]{ServerStream: stream})
+func _Coordinator_Stream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(CoordinatorServer).Stream(&grpc.GenericServerStream[StreamRequest, StreamResponse]{ServerStream: stream})
 }
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type Coordinator_SessionServer = grpc.BidiStreamingServer[SessionRequest, SessionResponse]
+type Coordinator_StreamServer = grpc.BidiStreamingServer[StreamRequest, StreamResponse]
 
 func _Coordinator_Describe_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(DescribeRequest)
@@ -866,8 +870,8 @@ var Coordinator_ServiceDesc = grpc.ServiceDesc{
 			ClientStreams: true,
 		},
 		{
-			StreamName:    "Session",
-			Handler:       _Coordinator_Session_Handler,
+			StreamName:    "Stream",
+			Handler:       _Coordinator_Stream_Handler,
 			ServerStreams: true,
 			ClientStreams: true,
 		},

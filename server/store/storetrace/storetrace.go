@@ -62,7 +62,7 @@ type attemptsKey struct{}
 
 // CountAttempts returns ctx with a counter of the store calls made under
 // it, so that each store span of the request says which attempt it is.
-// Call it once a request (a unary call, a Session operation), where its
+// Call it once a request (a unary call, a stream operation), where its
 // span starts.
 func CountAttempts(ctx context.Context) context.Context {
 	return context.WithValue(ctx, attemptsKey{}, new(attempts))

@@ -15,7 +15,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file coordinator/v1/coordinator.proto.
  */
 export const file_coordinator_v1_coordinator: GenFile = /*@__PURE__*/
-  fileDesc("CiBjb29yZGluYXRvci92MS9jb29yZGluYXRvci5wcm90bxIOY29vcmRpbmF0b3IudjEivwEKBUxlYXNlEgwKBG5hbWUYASABKAkSDgoGaG9sZGVyGAIgASgJEg0KBXRva2VuGAMgASgEEiYKA3R0bBgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIuCgpleHBpcmVzX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBINCgV2YWx1ZRgGIAEoDBIOCgZ3ZWlnaHQYByABKA0SEgoKc2Vzc2lvbl9pZBgIIAEoCSKZAgoRVHJ5QWNxdWlyZVJlcXVlc3QSGQoEbmFtZRgBIAEoCUILyvMYBwgBEIACGAISGwoGaG9sZGVyGAIgASgJQgvK8xgHCAEQgAEYARJFCgN0dGwYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb25CHcrzGBkIASBkMhNDT09SRElOQVRPUl9NQVhfVFRMEjEKBHdhaXQYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb25CCMrzGAQo4KcSEhoKCGNhcGFjaXR5GAUgASgNQgjK8xgEOMCEPRIYCgZ3ZWlnaHQYBiABKA1CCMrzGAQ4wIQ9EhwKCnNlc3Npb25faWQYByABKAlCCMrzGAQQQBgBIowBChJUcnlBY3F1aXJlUmVzcG9uc2USEAoIYWNxdWlyZWQYASABKAgSJAoFbGVhc2UYAiABKAsyFS5jb29yZGluYXRvci52MS5MZWFzZRIOCgZob2xkZXIYAyABKAkSLgoLcmV0cnlfYWZ0ZXIYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24ipAEKDFJlbmV3UmVxdWVzdBIZCgRuYW1lGAEgASgJQgvK8xgHCAEQgAIYAhIbCgZob2xkZXIYAiABKAlCC8rzGAcIARCAARgBEhUKBXRva2VuGAMgASgEQgbK8xgCCAESRQoDdHRsGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uQh3K8xgZCAEgZDITQ09PUkRJTkFUT1JfTUFYX1RUTCI1Cg1SZW5ld1Jlc3BvbnNlEiQKBWxlYXNlGAEgASgLMhUuY29vcmRpbmF0b3IudjEuTGVhc2UiXwoOUmVsZWFzZVJlcXVlc3QSGQoEbmFtZRgBIAEoCUILyvMYBwgBEIACGAISGwoGaG9sZGVyGAIgASgJQgvK8xgHCAEQgAEYARIVCgV0b2tlbhgDIAEoBEIGyvMYAggBIiMKD1JlbGVhc2VSZXNwb25zZRIQCghyZWxlYXNlZBgBIAEoCCK0AQoQS2VlcEFsaXZlUmVxdWVzdBIKCgJpZBgFIAEoBBIZCgRuYW1lGAEgASgJQgvK8xgHCAEQgAIYAhIbCgZob2xkZXIYAiABKAlCC8rzGAcIARCAARgBEhUKBXRva2VuGAMgASgEQgbK8xgCCAESRQoDdHRsGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uQh3K8xgZCAEgZDITQ09PUkRJTkFUT1JfTUFYX1RUTCK7AQoRS2VlcEFsaXZlUmVzcG9uc2USCgoCaWQYBSABKAQSDAoEbmFtZRgBIAEoCRImCgVsZWFzZRgCIAEoCzIVLmNvb3JkaW5hdG9yLnYxLkxlYXNlSAASKQoEbG9zdBgDIAEoCzIZLmNvb3JkaW5hdG9yLnYxLkxlYXNlTG9zdEgAEi8KBmZhaWxlZBgEIAEoCzIdLmNvb3JkaW5hdG9yLnYxLlJlbmV3YWxGYWlsZWRIAEIICgZyZXN1bHQidgoJTGVhc2VMb3N0Eg4KBmhvbGRlchgBIAEoCRINCgV0b2tlbhgCIAEoBBIrCgZyZWFzb24YAyABKA4yGy5jb29yZGluYXRvci52MS5FcnJvclJlYXNvbhIPCgdtZXNzYWdlGAQgASgJEgwKBGNvZGUYBSABKAUiqgEKDVJlbmV3YWxGYWlsZWQSDgoGaG9sZGVyGAEgASgJEg0KBXRva2VuGAIgASgEEisKBnJlYXNvbhgDIAEoDjIbLmNvb3JkaW5hdG9yLnYxLkVycm9yUmVhc29uEg8KB21lc3NhZ2UYBCABKAkSLgoLcmV0cnlfYWZ0ZXIYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SDAoEY29kZRgGIAEoBSJPCg5TZXNzaW9uUmVxdWVzdBI9CgpvcGVyYXRpb25zGAEgAygLMiAuY29vcmRpbmF0b3IudjEuU2Vzc2lvbk9wZXJhdGlvbkIHyvMYAzjoByL8AgoQU2Vzc2lvbk9wZXJhdGlvbhIKCgJpZBgBIAEoBBI0CgdhY3F1aXJlGAIgASgLMiEuY29vcmRpbmF0b3IudjEuVHJ5QWNxdWlyZVJlcXVlc3RIABItCgVyZW5ldxgDIAEoCzIcLmNvb3JkaW5hdG9yLnYxLlJlbmV3UmVxdWVzdEgAEjEKB3JlbGVhc2UYBCABKAsyHi5jb29yZGluYXRvci52MS5SZWxlYXNlUmVxdWVzdEgAEjMKCGNhbXBhaWduGAUgASgLMh8uY29vcmRpbmF0b3IudjEuQ2FtcGFpZ25SZXF1ZXN0SAASLwoGcmVzaWduGAYgASgLMh0uY29vcmRpbmF0b3IudjEuUmVzaWduUmVxdWVzdEgAEhAKBmNhbmNlbBgHIAEoBEgAEh8KDHRyYWNlX3BhcmVudBgIIAEoCUIJyvMYBRCAAhgBEh4KC3RyYWNlX3N0YXRlGAkgASgJQgnK8xgFEIAEGAFCCwoJb3BlcmF0aW9uIkEKD1Nlc3Npb25SZXNwb25zZRIuCgdyZXN1bHRzGAEgAygLMh0uY29vcmRpbmF0b3IudjEuU2Vzc2lvblJlc3VsdCLNAgoNU2Vzc2lvblJlc3VsdBIKCgJpZBgBIAEoBBI1CgdhY3F1aXJlGAIgASgLMiIuY29vcmRpbmF0b3IudjEuVHJ5QWNxdWlyZVJlc3BvbnNlSAASLgoFcmVuZXcYAyABKAsyHS5jb29yZGluYXRvci52MS5SZW5ld1Jlc3BvbnNlSAASMgoHcmVsZWFzZRgEIAEoCzIfLmNvb3JkaW5hdG9yLnYxLlJlbGVhc2VSZXNwb25zZUgAEjQKCGNhbXBhaWduGAUgASgLMiAuY29vcmRpbmF0b3IudjEuQ2FtcGFpZ25SZXNwb25zZUgAEjAKBnJlc2lnbhgGIAEoCzIeLmNvb3JkaW5hdG9yLnYxLlJlc2lnblJlc3BvbnNlSAASIwoFZXJyb3IYByABKAsyEi5nb29nbGUucnBjLlN0YXR1c0gAQggKBnJlc3VsdCIsCg9EZXNjcmliZVJlcXVlc3QSGQoEbmFtZRgBIAEoCUILyvMYBwgBEIACGAIivQEKEERlc2NyaWJlUmVzcG9uc2USDAoEaGVsZBgBIAEoCBIkCgVsZWFzZRgCIAEoCzIVLmNvb3JkaW5hdG9yLnYxLkxlYXNlEiYKB2hvbGRlcnMYBSADKAsyFS5jb29yZGluYXRvci52MS5MZWFzZRIQCghjYXBhY2l0eRgGIAEoDRIWCg53YWl0aW5nX3dlaWdodBgHIAEoBBISCgpsYXN0X3Rva2VuGAMgASgEEg8KB3dhaXRlcnMYBCABKA0iWAoLTGlzdFJlcXVlc3QSGQoGcHJlZml4GAEgASgJQgnK8xgFEIACGAMSGgoJcGFnZV9zaXplGAIgASgFQgfK8xgDOOgHEhIKCnBhZ2VfdG9rZW4YAyABKAkiTgoMTGlzdFJlc3BvbnNlEiUKBmxlYXNlcxgBIAMoCzIVLmNvb3JkaW5hdG9yLnYxLkxlYXNlEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJ6CgZMZWFkZXISEAoIZWxlY3Rpb24YASABKAkSEQoJY2FuZGlkYXRlGAIgASgJEg0KBXZhbHVlGAMgASgMEgwKBHRlcm0YBCABKAQSLgoKZXhwaXJlc19hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAi8QEKD0NhbXBhaWduUmVxdWVzdBIdCghlbGVjdGlvbhgBIAEoCUILyvMYBwgBEIACGAISHgoJY2FuZGlkYXRlGAIgASgJQgvK8xgHCAEQgAEYARIXCgV2YWx1ZRgDIAEoDEIIyvMYBBCAgAQSRQoDdHRsGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uQh3K8xgZCAEgZDITQ09PUkRJTkFUT1JfTUFYX1RUTBIxCgR3YWl0GAUgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uQgjK8xgEKOCnEhIMCgR0ZXJtGAYgASgEInsKEENhbXBhaWduUmVzcG9uc2USDwoHZWxlY3RlZBgBIAEoCBImCgZsZWFkZXIYAiABKAsyFi5jb29yZGluYXRvci52MS5MZWFkZXISLgoLcmV0cnlfYWZ0ZXIYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iZAoNUmVzaWduUmVxdWVzdBIdCghlbGVjdGlvbhgBIAEoCUILyvMYBwgBEIACGAISHgoJY2FuZGlkYXRlGAIgASgJQgvK8xgHCAEQgAEYARIUCgR0ZXJtGAMgASgEQgbK8xgCCAEiIgoOUmVzaWduUmVzcG9uc2USEAoIcmVzaWduZWQYASABKAgiLgoNTGVhZGVyUmVxdWVzdBIdCghlbGVjdGlvbhgBIAEoCUILyvMYBwgBEIACGAIiTAoOTGVhZGVyUmVzcG9uc2USEgoKaGFzX2xlYWRlchgBIAEoCBImCgZsZWFkZXIYAiABKAsyFi5jb29yZGluYXRvci52MS5MZWFkZXIiLwoOT2JzZXJ2ZVJlcXVlc3QSHQoIZWxlY3Rpb24YASABKAlCC8rzGAcIARCAAhgCIk4KD09ic2VydmVSZXNwb25zZRIqCgVldmVudBgBIAEoCzIbLmNvb3JkaW5hdG9yLnYxLkxlYWRlckV2ZW50Eg8KB2luaXRpYWwYAiABKAgihwIKC0xlYWRlckV2ZW50Ei4KBGtpbmQYASABKA4yIC5jb29yZGluYXRvci52MS5MZWFkZXJFdmVudC5LaW5kEiYKBmxlYWRlchgCIAEoCzIWLmNvb3JkaW5hdG9yLnYxLkxlYWRlchImCgdob2xkZXJzGAMgAygLMhUuY29vcmRpbmF0b3IudjEuTGVhc2USEAoIY2FwYWNpdHkYBCABKA0iZgoES2luZBIUChBLSU5EX1VOU1BFQ0lGSUVEEAASEAoMS0lORF9FTEVDVEVEEAESEwoPS0lORF9QUk9DTEFJTUVEEAISDwoLS0lORF9WQUNBTlQQAxIQCgxLSU5EX0hPTERFUlMQBCJxCgtTZXNzaW9uSW5mbxIKCgJpZBgBIAEoCRImCgN0dGwYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SLgoKZXhwaXJlc19hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiXQoUQ3JlYXRlU2Vzc2lvblJlcXVlc3QSRQoDdHRsGAEgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uQh3K8xgZCAEgZDITQ09PUkRJTkFUT1JfTUFYX1RUTCJFChVDcmVhdGVTZXNzaW9uUmVzcG9uc2USLAoHc2Vzc2lvbhgBIAEoCzIbLmNvb3JkaW5hdG9yLnYxLlNlc3Npb25JbmZvIjUKE1JlbmV3U2Vzc2lvblJlcXVlc3QSHgoKc2Vzc2lvbl9pZBgBIAEoCUIKyvMYBggBEEAYASJEChRSZW5ld1Nlc3Npb25SZXNwb25zZRIsCgdzZXNzaW9uGAEgASgLMhsuY29vcmRpbmF0b3IudjEuU2Vzc2lvbkluZm8iNQoTQ2xvc2VTZXNzaW9uUmVxdWVzdBIeCgpzZXNzaW9uX2lkGAEgASgJQgrK8xgGCAEQQBgBIhYKFENsb3NlU2Vzc2lvblJlc3BvbnNlIjgKFkRlc2NyaWJlU2Vzc2lvblJlcXVlc3QSHgoKc2Vzc2lvbl9pZBgBIAEoCUIKyvMYBggBEEAYASJWChdEZXNjcmliZVNlc3Npb25SZXNwb25zZRIsCgdzZXNzaW9uGAEgASgLMhsuY29vcmRpbmF0b3IudjEuU2Vzc2lvbkluZm8SDQoFbmFtZXMYAiADKAkqsQIKC0Vycm9yUmVhc29uEhwKGEVSUk9SX1JFQVNPTl9VTlNQRUNJRklFRBAAEhgKDkxFQVNFX05PVF9IRUxEEAEaBNjzGAESGAoUREFUQV9MT1NTX1FVQVJBTlRJTkUQAhIVChFTVE9SRV9VTkFWQUlMQUJMRRADEhcKDUlOVkFMSURfRklFTEQQBBoE2PMYARIbChFQRVJNSVNTSU9OX0RFTklFRBAFGgTY8xgBEhUKEUNBUEFDSVRZX01JU01BVENIEAYSGwoRU0VTU0lPTl9OT1RfRk9VTkQQBxoE2PMYARIZCg9TRVNTSU9OX0VYUElSRUQQCBoE2PMYARIYCg5TRVNTSU9OX0NMT1NFRBAJGgTY8xgBEhoKEExFQVNFX0lOX1NFU1NJT04QChoE2PMYASo8CgpSV0NhcGFjaXR5EhsKF1JXX0NBUEFDSVRZX1VOU1BFQ0lGSUVEEAASEQoLUldfQ0FQQUNJVFkQwIQ9MooKCgtDb29yZGluYXRvchJTCgpUcnlBY3F1aXJlEiEuY29vcmRpbmF0b3IudjEuVHJ5QWNxdWlyZVJlcXVlc3QaIi5jb29yZGluYXRvci52MS5UcnlBY3F1aXJlUmVzcG9uc2USRAoFUmVuZXcSHC5jb29yZGluYXRvci52MS5SZW5ld1JlcXVlc3QaHS5jb29yZGluYXRvci52MS5SZW5ld1Jlc3BvbnNlEkoKB1JlbGVhc2USHi5jb29yZGluYXRvci52MS5SZWxlYXNlUmVxdWVzdBofLmNvb3JkaW5hdG9yLnYxLlJlbGVhc2VSZXNwb25zZRJUCglLZWVwQWxpdmUSIC5jb29yZGluYXRvci52MS5LZWVwQWxpdmVSZXF1ZXN0GiEuY29vcmRpbmF0b3IudjEuS2VlcEFsaXZlUmVzcG9uc2UoATABEk4KB1Nlc3Npb24SHi5jb29yZGluYXRvci52MS5TZXNzaW9uUmVxdWVzdBofLmNvb3JkaW5hdG9yLnYxLlNlc3Npb25SZXNwb25zZSgBMAESTQoIRGVzY3JpYmUSHy5jb29yZGluYXRvci52MS5EZXNjcmliZVJlcXVlc3QaIC5jb29yZGluYXRvci52MS5EZXNjcmliZVJlc3BvbnNlEkEKBExpc3QSGy5jb29yZGluYXRvci52MS5MaXN0UmVxdWVzdBocLmNvb3JkaW5hdG9yLnYxLkxpc3RSZXNwb25zZRJNCghDYW1wYWlnbhIfLmNvb3JkaW5hdG9yLnYxLkNhbXBhaWduUmVxdWVzdBogLmNvb3JkaW5hdG9yLnYxLkNhbXBhaWduUmVzcG9uc2USRwoGUmVzaWduEh0uY29vcmRpbmF0b3IudjEuUmVzaWduUmVxdWVzdBoeLmNvb3JkaW5hdG9yLnYxLlJlc2lnblJlc3BvbnNlEkcKBkxlYWRlchIdLmNvb3JkaW5hdG9yLnYxLkxlYWRlclJlcXVlc3QaHi5jb29yZGluYXRvci52MS5MZWFkZXJSZXNwb25zZRJMCgdPYnNlcnZlEh4uY29vcmRpbmF0b3IudjEuT2JzZXJ2ZVJlcXVlc3QaHy5jb29yZGluYXRvci52MS5PYnNlcnZlUmVzcG9uc2UwARJcCg1DcmVhdGVTZXNzaW9uEiQuY29vcmRpbmF0b3IudjEuQ3JlYXRlU2Vzc2lvblJlcXVlc3QaJS5jb29yZGluYXRvci52MS5DcmVhdGVTZXNzaW9uUmVzcG9uc2USWQoMUmVuZXdTZXNzaW9uEiMuY29vcmRpbmF0b3IudjEuUmVuZXdTZXNzaW9uUmVxdWVzdBokLmNvb3JkaW5hdG9yLnYxLlJlbmV3U2Vzc2lvblJlc3BvbnNlElkKDENsb3NlU2Vzc2lvbhIjLmNvb3JkaW5hdG9yLnYxLkNsb3NlU2Vzc2lvblJlcXVlc3QaJC5jb29yZGluYXRvci52MS5DbG9zZVNlc3Npb25SZXNwb25zZRJiCg9EZXNjcmliZVNlc3Npb24SJi5jb29yZGluYXRvci52MS5EZXNjcmliZVNlc3Npb25SZXF1ZXN0GicuY29vcmRpbmF0b3IudjEuRGVzY3JpYmVTZXNzaW9uUmVzcG9uc2UaNdLzGDEImHUQ0A8YHCBkKAUwMjjQD0AUSANQClgFYBloCnAKeDKAATKIAeDUA5ABZJgBsOoBQklaR2dpdGh1Yi5jb20vY29vcmRpbmF0b3ItZGV2L2Nvb3JkaW5hdG9yL2dlbi9jb29yZGluYXRvci92MTtjb29yZGluYXRvcnYxYgZwcm90bzM", [file_coordinator_v1_rules, file_google_protobuf_duration, file_google_protobuf_timestamp, file_google_rpc_status]);
+  fileDesc("CiBjb29yZGluYXRvci92MS9jb29yZGluYXRvci5wcm90bxIOY29vcmRpbmF0b3IudjEivwEKBUxlYXNlEgwKBG5hbWUYASABKAkSDgoGaG9sZGVyGAIgASgJEg0KBXRva2VuGAMgASgEEiYKA3R0bBgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIuCgpleHBpcmVzX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBINCgV2YWx1ZRgGIAEoDBIOCgZ3ZWlnaHQYByABKA0SEgoKc2Vzc2lvbl9pZBgIIAEoCSKZAgoRVHJ5QWNxdWlyZVJlcXVlc3QSGQoEbmFtZRgBIAEoCUILyvMYBwgBEIACGAISGwoGaG9sZGVyGAIgASgJQgvK8xgHCAEQgAEYARJFCgN0dGwYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb25CHcrzGBkIASBkMhNDT09SRElOQVRPUl9NQVhfVFRMEjEKBHdhaXQYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb25CCMrzGAQo4KcSEhoKCGNhcGFjaXR5GAUgASgNQgjK8xgEOMCEPRIYCgZ3ZWlnaHQYBiABKA1CCMrzGAQ4wIQ9EhwKCnNlc3Npb25faWQYByABKAlCCMrzGAQQQBgBIowBChJUcnlBY3F1aXJlUmVzcG9uc2USEAoIYWNxdWlyZWQYASABKAgSJAoFbGVhc2UYAiABKAsyFS5jb29yZGluYXRvci52MS5MZWFzZRIOCgZob2xkZXIYAyABKAkSLgoLcmV0cnlfYWZ0ZXIYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24ipAEKDFJlbmV3UmVxdWVzdBIZCgRuYW1lGAEgASgJQgvK8xgHCAEQgAIYAhIbCgZob2xkZXIYAiABKAlCC8rzGAcIARCAARgBEhUKBXRva2VuGAMgASgEQgbK8xgCCAESRQoDdHRsGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uQh3K8xgZCAEgZDITQ09PUkRJTkFUT1JfTUFYX1RUTCI1Cg1SZW5ld1Jlc3BvbnNlEiQKBWxlYXNlGAEgASgLMhUuY29vcmRpbmF0b3IudjEuTGVhc2UiXwoOUmVsZWFzZVJlcXVlc3QSGQoEbmFtZRgBIAEoCUILyvMYBwgBEIACGAISGwoGaG9sZGVyGAIgASgJQgvK8xgHCAEQgAEYARIVCgV0b2tlbhgDIAEoBEIGyvMYAggBIiMKD1JlbGVhc2VSZXNwb25zZRIQCghyZWxlYXNlZBgBIAEoCCK0AQoQS2VlcEFsaXZlUmVxdWVzdBIKCgJpZBgFIAEoBBIZCgRuYW1lGAEgASgJQgvK8xgHCAEQgAIYAhIbCgZob2xkZXIYAiABKAlCC8rzGAcIARCAARgBEhUKBXRva2VuGAMgASgEQgbK8xgCCAESRQoDdHRsGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uQh3K8xgZCAEgZDITQ09PUkRJTkFUT1JfTUFYX1RUTCK7AQoRS2VlcEFsaXZlUmVzcG9uc2USCgoCaWQYBSABKAQSDAoEbmFtZRgBIAEoCRImCgVsZWFzZRgCIAEoCzIVLmNvb3JkaW5hdG9yLnYxLkxlYXNlSAASKQoEbG9zdBgDIAEoCzIZLmNvb3JkaW5hdG9yLnYxLkxlYXNlTG9zdEgAEi8KBmZhaWxlZBgEIAEoCzIdLmNvb3JkaW5hdG9yLnYxLlJlbmV3YWxGYWlsZWRIAEIICgZyZXN1bHQidgoJTGVhc2VMb3N0Eg4KBmhvbGRlchgBIAEoCRINCgV0b2tlbhgCIAEoBBIrCgZyZWFzb24YAyABKA4yGy5jb29yZGluYXRvci52MS5FcnJvclJlYXNvbhIPCgdtZXNzYWdlGAQgASgJEgwKBGNvZGUYBSABKAUiqgEKDVJlbmV3YWxGYWlsZWQSDgoGaG9sZGVyGAEgASgJEg0KBXRva2VuGAIgASgEEisKBnJlYXNvbhgDIAEoDjIbLmNvb3JkaW5hdG9yLnYxLkVycm9yUmVhc29uEg8KB21lc3NhZ2UYBCABKAkSLgoLcmV0cnlfYWZ0ZXIYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SDAoEY29kZRgGIAEoBSJNCg1TdHJlYW1SZXF1ZXN0EjwKCm9wZXJhdGlvbnMYASADKAsyHy5jb29yZGluYXRvci52MS5TdHJlYW1PcGVyYXRpb25CB8rzGAM46AciuQMKD1N0cmVhbU9wZXJhdGlvbhIKCgJpZBgBIAEoBBI0CgdhY3F1aXJlGAIgASgLMiEuY29vcmRpbmF0b3IudjEuVHJ5QWNxdWlyZVJlcXVlc3RIABItCgVyZW5ldxgDIAEoCzIcLmNvb3JkaW5hdG9yLnYxLlJlbmV3UmVxdWVzdEgAEjEKB3JlbGVhc2UYBCABKAsyHi5jb29yZGluYXRvci52MS5SZWxlYXNlUmVxdWVzdEgAEjMKCGNhbXBhaWduGAUgASgLMh8uY29vcmRpbmF0b3IudjEuQ2FtcGFpZ25SZXF1ZXN0SAASLwoGcmVzaWduGAYgASgLMh0uY29vcmRpbmF0b3IudjEuUmVzaWduUmVxdWVzdEgAEhAKBmNhbmNlbBgHIAEoBEgAEjwKDXJlbmV3X3Nlc3Npb24YCiABKAsyIy5jb29yZGluYXRvci52MS5SZW5ld1Nlc3Npb25SZXF1ZXN0SAASHwoMdHJhY2VfcGFyZW50GAggASgJQgnK8xgFEIACGAESHgoLdHJhY2Vfc3RhdGUYCSABKAlCCcrzGAUQgAQYAUILCglvcGVyYXRpb24iPwoOU3RyZWFtUmVzcG9uc2USLQoHcmVzdWx0cxgBIAMoCzIcLmNvb3JkaW5hdG9yLnYxLlN0cmVhbVJlc3VsdCKLAwoMU3RyZWFtUmVzdWx0EgoKAmlkGAEgASgEEjUKB2FjcXVpcmUYAiABKAsyIi5jb29yZGluYXRvci52MS5UcnlBY3F1aXJlUmVzcG9uc2VIABIuCgVyZW5ldxgDIAEoCzIdLmNvb3JkaW5hdG9yLnYxLlJlbmV3UmVzcG9uc2VIABIyCgdyZWxlYXNlGAQgASgLMh8uY29vcmRpbmF0b3IudjEuUmVsZWFzZVJlc3BvbnNlSAASNAoIY2FtcGFpZ24YBSABKAsyIC5jb29yZGluYXRvci52MS5DYW1wYWlnblJlc3BvbnNlSAASMAoGcmVzaWduGAYgASgLMh4uY29vcmRpbmF0b3IudjEuUmVzaWduUmVzcG9uc2VIABIjCgVlcnJvchgHIAEoCzISLmdvb2dsZS5ycGMuU3RhdHVzSAASPQoNcmVuZXdfc2Vzc2lvbhgIIAEoCzIkLmNvb3JkaW5hdG9yLnYxLlJlbmV3U2Vzc2lvblJlc3BvbnNlSABCCAoGcmVzdWx0IiwKD0Rlc2NyaWJlUmVxdWVzdBIZCgRuYW1lGAEgASgJQgvK8xgHCAEQgAIYAiK9AQoQRGVzY3JpYmVSZXNwb25zZRIMCgRoZWxkGAEgASgIEiQKBWxlYXNlGAIgASgLMhUuY29vcmRpbmF0b3IudjEuTGVhc2USJgoHaG9sZGVycxgFIAMoCzIVLmNvb3JkaW5hdG9yLnYxLkxlYXNlEhAKCGNhcGFjaXR5GAYgASgNEhYKDndhaXRpbmdfd2VpZ2h0GAcgASgEEhIKCmxhc3RfdG9rZW4YAyABKAQSDwoHd2FpdGVycxgEIAEoDSJYCgtMaXN0UmVxdWVzdBIZCgZwcmVmaXgYASABKAlCCcrzGAUQgAIYAxIaCglwYWdlX3NpemUYAiABKAVCB8rzGAM46AcSEgoKcGFnZV90b2tlbhgDIAEoCSJOCgxMaXN0UmVzcG9uc2USJQoGbGVhc2VzGAEgAygLMhUuY29vcmRpbmF0b3IudjEuTGVhc2USFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJInoKBkxlYWRlchIQCghlbGVjdGlvbhgBIAEoCRIRCgljYW5kaWRhdGUYAiABKAkSDQoFdmFsdWUYAyABKAwSDAoEdGVybRgEIAEoBBIuCgpleHBpcmVzX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKPAgoPQ2FtcGFpZ25SZXF1ZXN0Eh0KCGVsZWN0aW9uGAEgASgJQgvK8xgHCAEQgAIYAhIeCgljYW5kaWRhdGUYAiABKAlCC8rzGAcIARCAARgBEhcKBXZhbHVlGAMgASgMQgjK8xgEEICABBJFCgN0dGwYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb25CHcrzGBkIASBkMhNDT09SRElOQVRPUl9NQVhfVFRMEjEKBHdhaXQYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb25CCMrzGAQo4KcSEgwKBHRlcm0YBiABKAQSHAoKc2Vzc2lvbl9pZBgHIAEoCUIIyvMYBBBAGAEiewoQQ2FtcGFpZ25SZXNwb25zZRIPCgdlbGVjdGVkGAEgASgIEiYKBmxlYWRlchgCIAEoCzIWLmNvb3JkaW5hdG9yLnYxLkxlYWRlchIuCgtyZXRyeV9hZnRlchgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJkCg1SZXNpZ25SZXF1ZXN0Eh0KCGVsZWN0aW9uGAEgASgJQgvK8xgHCAEQgAIYAhIeCgljYW5kaWRhdGUYAiABKAlCC8rzGAcIARCAARgBEhQKBHRlcm0YAyABKARCBsrzGAIIASIiCg5SZXNpZ25SZXNwb25zZRIQCghyZXNpZ25lZBgBIAEoCCIuCg1MZWFkZXJSZXF1ZXN0Eh0KCGVsZWN0aW9uGAEgASgJQgvK8xgHCAEQgAIYAiJMCg5MZWFkZXJSZXNwb25zZRISCgpoYXNfbGVhZGVyGAEgASgIEiYKBmxlYWRlchgCIAEoCzIWLmNvb3JkaW5hdG9yLnYxLkxlYWRlciIvCg5PYnNlcnZlUmVxdWVzdBIdCghlbGVjdGlvbhgBIAEoCUILyvMYBwgBEIACGAIiTgoPT2JzZXJ2ZVJlc3BvbnNlEioKBWV2ZW50GAEgASgLMhsuY29vcmRpbmF0b3IudjEuTGVhZGVyRXZlbnQSDwoHaW5pdGlhbBgCIAEoCCKHAgoLTGVhZGVyRXZlbnQSLgoEa2luZBgBIAEoDjIgLmNvb3JkaW5hdG9yLnYxLkxlYWRlckV2ZW50LktpbmQSJgoGbGVhZGVyGAIgASgLMhYuY29vcmRpbmF0b3IudjEuTGVhZGVyEiYKB2hvbGRlcnMYAyADKAsyFS5jb29yZGluYXRvci52MS5MZWFzZRIQCghjYXBhY2l0eRgEIAEoDSJmCgRLaW5kEhQKEEtJTkRfVU5TUEVDSUZJRUQQABIQCgxLSU5EX0VMRUNURUQQARITCg9LSU5EX1BST0NMQUlNRUQQAhIPCgtLSU5EX1ZBQ0FOVBADEhAKDEtJTkRfSE9MREVSUxAEIm0KB1Nlc3Npb24SCgoCaWQYASABKAkSJgoDdHRsGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEi4KCmV4cGlyZXNfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIl0KFENyZWF0ZVNlc3Npb25SZXF1ZXN0EkUKA3R0bBgBIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbkIdyvMYGQgBIGQyE0NPT1JESU5BVE9SX01BWF9UVEwiQQoVQ3JlYXRlU2Vzc2lvblJlc3BvbnNlEigKB3Nlc3Npb24YASABKAsyFy5jb29yZGluYXRvci52MS5TZXNzaW9uIjUKE1JlbmV3U2Vzc2lvblJlcXVlc3QSHgoKc2Vzc2lvbl9pZBgBIAEoCUIKyvMYBggBEEAYASJAChRSZW5ld1Nlc3Npb25SZXNwb25zZRIoCgdzZXNzaW9uGAEgASgLMhcuY29vcmRpbmF0b3IudjEuU2Vzc2lvbiI1ChNDbG9zZVNlc3Npb25SZXF1ZXN0Eh4KCnNlc3Npb25faWQYASABKAlCCsrzGAYIARBAGAEiFgoUQ2xvc2VTZXNzaW9uUmVzcG9uc2UiOAoWRGVzY3JpYmVTZXNzaW9uUmVxdWVzdBIeCgpzZXNzaW9uX2lkGAEgASgJQgrK8xgGCAEQQBgBIlIKF0Rlc2NyaWJlU2Vzc2lvblJlc3BvbnNlEigKB3Nlc3Npb24YASABKAsyFy5jb29yZGluYXRvci52MS5TZXNzaW9uEg0KBW5hbWVzGAIgAygJKrECCgtFcnJvclJlYXNvbhIcChhFUlJPUl9SRUFTT05fVU5TUEVDSUZJRUQQABIYCg5MRUFTRV9OT1RfSEVMRBABGgTY8xgBEhgKFERBVEFfTE9TU19RVUFSQU5USU5FEAISFQoRU1RPUkVfVU5BVkFJTEFCTEUQAxIXCg1JTlZBTElEX0ZJRUxEEAQaBNjzGAESGwoRUEVSTUlTU0lPTl9ERU5JRUQQBRoE2PMYARIVChFDQVBBQ0lUWV9NSVNNQVRDSBAGEhsKEVNFU1NJT05fTk9UX0ZPVU5EEAcaBNjzGAESGQoPU0VTU0lPTl9FWFBJUkVEEAgaBNjzGAESGAoOU0VTU0lPTl9DTE9TRUQQCRoE2PMYARIaChBMRUFTRV9JTl9TRVNTSU9OEAoaBNjzGAEqPAoKUldDYXBhY2l0eRIbChdSV19DQVBBQ0lUWV9VTlNQRUNJRklFRBAAEhEKC1JXX0NBUEFDSVRZEMCEPTKHCgoLQ29vcmRpbmF0b3ISUwoKVHJ5QWNxdWlyZRIhLmNvb3JkaW5hdG9yLnYxLlRyeUFjcXVpcmVSZXF1ZXN0GiIuY29vcmRpbmF0b3IudjEuVHJ5QWNxdWlyZVJlc3BvbnNlEkQKBVJlbmV3EhwuY29vcmRpbmF0b3IudjEuUmVuZXdSZXF1ZXN0Gh0uY29vcmRpbmF0b3IudjEuUmVuZXdSZXNwb25zZRJKCgdSZWxlYXNlEh4uY29vcmRpbmF0b3IudjEuUmVsZWFzZVJlcXVlc3QaHy5jb29yZGluYXRvci52MS5SZWxlYXNlUmVzcG9uc2USVAoJS2VlcEFsaXZlEiAuY29vcmRpbmF0b3IudjEuS2VlcEFsaXZlUmVxdWVzdBohLmNvb3JkaW5hdG9yLnYxLktlZXBBbGl2ZVJlc3BvbnNlKAEwARJLCgZTdHJlYW0SHS5jb29yZGluYXRvci52MS5TdHJlYW1SZXF1ZXN0Gh4uY29vcmRpbmF0b3IudjEuU3RyZWFtUmVzcG9uc2UoATABEk0KCERlc2NyaWJlEh8uY29vcmRpbmF0b3IudjEuRGVzY3JpYmVSZXF1ZXN0GiAuY29vcmRpbmF0b3IudjEuRGVzY3JpYmVSZXNwb25zZRJBCgRMaXN0EhsuY29vcmRpbmF0b3IudjEuTGlzdFJlcXVlc3QaHC5jb29yZGluYXRvci52MS5MaXN0UmVzcG9uc2USTQoIQ2FtcGFpZ24SHy5jb29yZGluYXRvci52MS5DYW1wYWlnblJlcXVlc3QaIC5jb29yZGluYXRvci52MS5DYW1wYWlnblJlc3BvbnNlEkcKBlJlc2lnbhIdLmNvb3JkaW5hdG9yLnYxLlJlc2lnblJlcXVlc3QaHi5jb29yZGluYXRvci52MS5SZXNpZ25SZXNwb25zZRJHCgZMZWFkZXISHS5jb29yZGluYXRvci52MS5MZWFkZXJSZXF1ZXN0Gh4uY29vcmRpbmF0b3IudjEuTGVhZGVyUmVzcG9uc2USTAoHT2JzZXJ2ZRIeLmNvb3JkaW5hdG9yLnYxLk9ic2VydmVSZXF1ZXN0Gh8uY29vcmRpbmF0b3IudjEuT2JzZXJ2ZVJlc3BvbnNlMAESXAoNQ3JlYXRlU2Vzc2lvbhIkLmNvb3JkaW5hdG9yLnYxLkNyZWF0ZVNlc3Npb25SZXF1ZXN0GiUuY29vcmRpbmF0b3IudjEuQ3JlYXRlU2Vzc2lvblJlc3BvbnNlElkKDFJlbmV3U2Vzc2lvbhIjLmNvb3JkaW5hdG9yLnYxLlJlbmV3U2Vzc2lvblJlcXVlc3QaJC5jb29yZGluYXRvci52MS5SZW5ld1Nlc3Npb25SZXNwb25zZRJZCgxDbG9zZVNlc3Npb24SIy5jb29yZGluYXRvci52MS5DbG9zZVNlc3Npb25SZXF1ZXN0GiQuY29vcmRpbmF0b3IudjEuQ2xvc2VTZXNzaW9uUmVzcG9uc2USYgoPRGVzY3JpYmVTZXNzaW9uEiYuY29vcmRpbmF0b3IudjEuRGVzY3JpYmVTZXNzaW9uUmVxdWVzdBonLmNvb3JkaW5hdG9yLnYxLkRlc2NyaWJlU2Vzc2lvblJlc3BvbnNlGjXS8xgxCJh1ENAPGBwgZCgFMDI40A9AFEgDUApYBWAZaApwCngygAEyiAHg1AOQAWSYAbDqAUJJWkdnaXRodWIuY29tL2Nvb3JkaW5hdG9yLWRldi9jb29yZGluYXRvci9nZW4vY29vcmRpbmF0b3IvdjE7Y29vcmRpbmF0b3J2MWIGcHJvdG8z", [file_coordinator_v1_rules, file_google_protobuf_duration, file_google_protobuf_timestamp, file_google_rpc_status]);
 
 /**
  * Lease is a grant of a name to one holder until expires_at.
@@ -532,31 +532,31 @@ export const RenewalFailedSchema: GenMessage<RenewalFailed> = /*@__PURE__*/
   messageDesc(file_coordinator_v1_coordinator, 10);
 
 /**
- * @generated from message coordinator.v1.SessionRequest
+ * @generated from message coordinator.v1.StreamRequest
  */
-export type SessionRequest = Message<"coordinator.v1.SessionRequest"> & {
+export type StreamRequest = Message<"coordinator.v1.StreamRequest"> & {
   /**
    * The operations to run, in any order and concurrently: each one's
    * result is sent when it is done. At most 1,000 per message.
    *
-   * @generated from field: repeated coordinator.v1.SessionOperation operations = 1;
+   * @generated from field: repeated coordinator.v1.StreamOperation operations = 1;
    */
-  operations: SessionOperation[];
+  operations: StreamOperation[];
 };
 
 /**
- * Describes the message coordinator.v1.SessionRequest.
- * Use `create(SessionRequestSchema)` to create a new message.
+ * Describes the message coordinator.v1.StreamRequest.
+ * Use `create(StreamRequestSchema)` to create a new message.
  */
-export const SessionRequestSchema: GenMessage<SessionRequest> = /*@__PURE__*/
+export const StreamRequestSchema: GenMessage<StreamRequest> = /*@__PURE__*/
   messageDesc(file_coordinator_v1_coordinator, 11);
 
 /**
- * SessionOperation is one operation of a Session stream.
+ * StreamOperation is one operation of a Stream.
  *
- * @generated from message coordinator.v1.SessionOperation
+ * @generated from message coordinator.v1.StreamOperation
  */
-export type SessionOperation = Message<"coordinator.v1.SessionOperation"> & {
+export type StreamOperation = Message<"coordinator.v1.StreamOperation"> & {
   /**
    * Client-chosen; the result carries the same id. Ids of operations in
    * flight at the same time should differ.
@@ -568,7 +568,7 @@ export type SessionOperation = Message<"coordinator.v1.SessionOperation"> & {
   /**
    * The operation, with the fields and rules of the unary request.
    *
-   * @generated from oneof coordinator.v1.SessionOperation.operation
+   * @generated from oneof coordinator.v1.StreamOperation.operation
    */
   operation: {
     /**
@@ -612,6 +612,12 @@ export type SessionOperation = Message<"coordinator.v1.SessionOperation"> & {
      */
     value: bigint;
     case: "cancel";
+  } | {
+    /**
+     * @generated from field: coordinator.v1.RenewSessionRequest renew_session = 10;
+     */
+    value: RenewSessionRequest;
+    case: "renewSession";
   } | { case: undefined; value?: undefined };
 
   /**
@@ -633,37 +639,37 @@ export type SessionOperation = Message<"coordinator.v1.SessionOperation"> & {
 };
 
 /**
- * Describes the message coordinator.v1.SessionOperation.
- * Use `create(SessionOperationSchema)` to create a new message.
+ * Describes the message coordinator.v1.StreamOperation.
+ * Use `create(StreamOperationSchema)` to create a new message.
  */
-export const SessionOperationSchema: GenMessage<SessionOperation> = /*@__PURE__*/
+export const StreamOperationSchema: GenMessage<StreamOperation> = /*@__PURE__*/
   messageDesc(file_coordinator_v1_coordinator, 12);
 
 /**
- * @generated from message coordinator.v1.SessionResponse
+ * @generated from message coordinator.v1.StreamResponse
  */
-export type SessionResponse = Message<"coordinator.v1.SessionResponse"> & {
+export type StreamResponse = Message<"coordinator.v1.StreamResponse"> & {
   /**
    * Results of operations, each once (a cancel has none).
    *
-   * @generated from field: repeated coordinator.v1.SessionResult results = 1;
+   * @generated from field: repeated coordinator.v1.StreamResult results = 1;
    */
-  results: SessionResult[];
+  results: StreamResult[];
 };
 
 /**
- * Describes the message coordinator.v1.SessionResponse.
- * Use `create(SessionResponseSchema)` to create a new message.
+ * Describes the message coordinator.v1.StreamResponse.
+ * Use `create(StreamResponseSchema)` to create a new message.
  */
-export const SessionResponseSchema: GenMessage<SessionResponse> = /*@__PURE__*/
+export const StreamResponseSchema: GenMessage<StreamResponse> = /*@__PURE__*/
   messageDesc(file_coordinator_v1_coordinator, 13);
 
 /**
- * SessionResult is the outcome of one SessionOperation.
+ * StreamResult is the outcome of one StreamOperation.
  *
- * @generated from message coordinator.v1.SessionResult
+ * @generated from message coordinator.v1.StreamResult
  */
-export type SessionResult = Message<"coordinator.v1.SessionResult"> & {
+export type StreamResult = Message<"coordinator.v1.StreamResult"> & {
   /**
    * The operation's id.
    *
@@ -676,7 +682,7 @@ export type SessionResult = Message<"coordinator.v1.SessionResult"> & {
    * exactly as the unary call would return them). An operation with none
    * of the oneof set gets an INVALID_FIELD error naming "operation".
    *
-   * @generated from oneof coordinator.v1.SessionResult.result
+   * @generated from oneof coordinator.v1.StreamResult.result
    */
   result: {
     /**
@@ -714,14 +720,20 @@ export type SessionResult = Message<"coordinator.v1.SessionResult"> & {
      */
     value: Status;
     case: "error";
+  } | {
+    /**
+     * @generated from field: coordinator.v1.RenewSessionResponse renew_session = 8;
+     */
+    value: RenewSessionResponse;
+    case: "renewSession";
   } | { case: undefined; value?: undefined };
 };
 
 /**
- * Describes the message coordinator.v1.SessionResult.
- * Use `create(SessionResultSchema)` to create a new message.
+ * Describes the message coordinator.v1.StreamResult.
+ * Use `create(StreamResultSchema)` to create a new message.
  */
-export const SessionResultSchema: GenMessage<SessionResult> = /*@__PURE__*/
+export const StreamResultSchema: GenMessage<StreamResult> = /*@__PURE__*/
   messageDesc(file_coordinator_v1_coordinator, 14);
 
 /**
@@ -975,6 +987,14 @@ export type CampaignRequest = Message<"coordinator.v1.CampaignRequest"> & {
    * @generated from field: uint64 term = 6;
    */
   term: bigint;
+
+  /**
+   * The session to attach the leadership to (TryAcquireRequest.session_id:
+   * its rules and meaning): the term then lasts as long as the session.
+   *
+   * @generated from field: string session_id = 7;
+   */
+  sessionId: string;
 };
 
 /**
@@ -1251,12 +1271,11 @@ export const LeaderEvent_KindSchema: GenEnum<LeaderEvent_Kind> = /*@__PURE__*/
   enumDesc(file_coordinator_v1_coordinator, 28, 0);
 
 /**
- * Session is a session (see "Sessions" at the service): not the Session
- * stream's messages.
+ * Session is a session (see "Sessions" at the service).
  *
- * @generated from message coordinator.v1.SessionInfo
+ * @generated from message coordinator.v1.Session
  */
-export type SessionInfo = Message<"coordinator.v1.SessionInfo"> & {
+export type Session = Message<"coordinator.v1.Session"> & {
   /**
    * The session's id: a capability of its creator's credential.
    *
@@ -1280,10 +1299,10 @@ export type SessionInfo = Message<"coordinator.v1.SessionInfo"> & {
 };
 
 /**
- * Describes the message coordinator.v1.SessionInfo.
- * Use `create(SessionInfoSchema)` to create a new message.
+ * Describes the message coordinator.v1.Session.
+ * Use `create(SessionSchema)` to create a new message.
  */
-export const SessionInfoSchema: GenMessage<SessionInfo> = /*@__PURE__*/
+export const SessionSchema: GenMessage<Session> = /*@__PURE__*/
   messageDesc(file_coordinator_v1_coordinator, 29);
 
 /**
@@ -1311,9 +1330,9 @@ export const CreateSessionRequestSchema: GenMessage<CreateSessionRequest> = /*@_
  */
 export type CreateSessionResponse = Message<"coordinator.v1.CreateSessionResponse"> & {
   /**
-   * @generated from field: coordinator.v1.SessionInfo session = 1;
+   * @generated from field: coordinator.v1.Session session = 1;
    */
-  session?: SessionInfo | undefined;
+  session?: Session | undefined;
 };
 
 /**
@@ -1349,9 +1368,9 @@ export type RenewSessionResponse = Message<"coordinator.v1.RenewSessionResponse"
   /**
    * The session after renewal: its new expiry.
    *
-   * @generated from field: coordinator.v1.SessionInfo session = 1;
+   * @generated from field: coordinator.v1.Session session = 1;
    */
-  session?: SessionInfo | undefined;
+  session?: Session | undefined;
 };
 
 /**
@@ -1417,9 +1436,9 @@ export const DescribeSessionRequestSchema: GenMessage<DescribeSessionRequest> = 
  */
 export type DescribeSessionResponse = Message<"coordinator.v1.DescribeSessionResponse"> & {
   /**
-   * @generated from field: coordinator.v1.SessionInfo session = 1;
+   * @generated from field: coordinator.v1.Session session = 1;
    */
-  session?: SessionInfo | undefined;
+  session?: Session | undefined;
 
   /**
    * The names on which the session holds leases, in name order.
@@ -1685,25 +1704,27 @@ export const Coordinator: GenService<{
     output: typeof KeepAliveResponseSchema;
   },
   /**
-   * Session carries acquire, renew, release, campaign and resign operations
-   * for many leases over one stream: what a client library uses instead of
-   * unary calls, since one stream costs less per operation than a call and
-   * lets the coordinator batch operations into one store round trip. Each
+   * Stream carries acquire, renew, release, campaign, resign and
+   * renew-session operations for many leases over one stream: what a client
+   * library uses instead of unary calls, since one stream costs less per
+   * operation than a call and lets the coordinator batch operations into
+   * one store round trip. Each
    * operation carries a client-chosen id that its result echoes; results may
    * come in another order than the operations, and a message may carry many
    * of either. An operation has exactly the semantics, limits and errors of
    * the unary call of the same name (a failed one gets its status in
-   * SessionResult.error and the stream stays up), including waiting: an
+   * StreamResult.error and the stream stays up), including waiting: an
    * acquire with a wait answers when it is granted or gives up, while other
    * operations go on. Ending the stream (or losing the connection) gives up
-   * the waits; it does not release leases, which expire unless renewed.
+   * the waits; it does not release leases or end sessions, which expire
+   * unless renewed.
    *
-   * @generated from rpc coordinator.v1.Coordinator.Session
+   * @generated from rpc coordinator.v1.Coordinator.Stream
    */
-  session: {
+  stream: {
     methodKind: "bidi_streaming";
-    input: typeof SessionRequestSchema;
-    output: typeof SessionResponseSchema;
+    input: typeof StreamRequestSchema;
+    output: typeof StreamResponseSchema;
   },
   /**
    * Describe reports a name's current lease (every holder of a semaphore,

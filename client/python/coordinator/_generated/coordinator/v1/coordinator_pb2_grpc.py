@@ -92,10 +92,10 @@ class CoordinatorStub(object):
                 request_serializer=coordinator_dot_v1_dot_coordinator__pb2.KeepAliveRequest.SerializeToString,
                 response_deserializer=coordinator_dot_v1_dot_coordinator__pb2.KeepAliveResponse.FromString,
                 )
-        self.Session = channel.stream_stream(
-                '/coordinator.v1.Coordinator/Session',
-                request_serializer=coordinator_dot_v1_dot_coordinator__pb2.SessionRequest.SerializeToString,
-                response_deserializer=coordinator_dot_v1_dot_coordinator__pb2.SessionResponse.FromString,
+        self.Stream = channel.stream_stream(
+                '/coordinator.v1.Coordinator/Stream',
+                request_serializer=coordinator_dot_v1_dot_coordinator__pb2.StreamRequest.SerializeToString,
+                response_deserializer=coordinator_dot_v1_dot_coordinator__pb2.StreamResponse.FromString,
                 )
         self.Describe = channel.unary_unary(
                 '/coordinator.v1.Coordinator/Describe',
@@ -254,19 +254,21 @@ class CoordinatorServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def Session(self, request_iterator, context):
-        """Session carries acquire, renew, release, campaign and resign operations
-        for many leases over one stream: what a client library uses instead of
-        unary calls, since one stream costs less per operation than a call and
-        lets the coordinator batch operations into one store round trip. Each
+    def Stream(self, request_iterator, context):
+        """Stream carries acquire, renew, release, campaign, resign and
+        renew-session operations for many leases over one stream: what a client
+        library uses instead of unary calls, since one stream costs less per
+        operation than a call and lets the coordinator batch operations into
+        one store round trip. Each
         operation carries a client-chosen id that its result echoes; results may
         come in another order than the operations, and a message may carry many
         of either. An operation has exactly the semantics, limits and errors of
         the unary call of the same name (a failed one gets its status in
-        SessionResult.error and the stream stays up), including waiting: an
+        StreamResult.error and the stream stays up), including waiting: an
         acquire with a wait answers when it is granted or gives up, while other
         operations go on. Ending the stream (or losing the connection) gives up
-        the waits; it does not release leases, which expire unless renewed.
+        the waits; it does not release leases or end sessions, which expire
+        unless renewed.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -333,9 +335,7 @@ class CoordinatorServicer(object):
         """Sessions. A session is a liveness that leases attach to: a lease of its
         own (an id, a ttl, renewals, expiry by the store's clock) that keeps
         every lease attached to it (TryAcquireRequest.session_id), so that one
-        renewal keeps all of a client's leases, and they end together. It is
-        not the Session stream above, which is only a transport that batches
-        operations (the names are historical).
+        renewal keeps all of a client's leases, and they end together.
 
         How long a session lives: its ttl from each renewal the store answered;
         a client should count it from when it sent that renewal, as a lease's.
@@ -403,10 +403,10 @@ def add_CoordinatorServicer_to_server(servicer, server):
                     request_deserializer=coordinator_dot_v1_dot_coordinator__pb2.KeepAliveRequest.FromString,
                     response_serializer=coordinator_dot_v1_dot_coordinator__pb2.KeepAliveResponse.SerializeToString,
             ),
-            'Session': grpc.stream_stream_rpc_method_handler(
-                    servicer.Session,
-                    request_deserializer=coordinator_dot_v1_dot_coordinator__pb2.SessionRequest.FromString,
-                    response_serializer=coordinator_dot_v1_dot_coordinator__pb2.SessionResponse.SerializeToString,
+            'Stream': grpc.stream_stream_rpc_method_handler(
+                    servicer.Stream,
+                    request_deserializer=coordinator_dot_v1_dot_coordinator__pb2.StreamRequest.FromString,
+                    response_serializer=coordinator_dot_v1_dot_coordinator__pb2.StreamResponse.SerializeToString,
             ),
             'Describe': grpc.unary_unary_rpc_method_handler(
                     servicer.Describe,
@@ -595,7 +595,7 @@ class Coordinator(object):
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 
     @staticmethod
-    def Session(request_iterator,
+    def Stream(request_iterator,
             target,
             options=(),
             channel_credentials=None,
@@ -605,9 +605,9 @@ class Coordinator(object):
             wait_for_ready=None,
             timeout=None,
             metadata=None):
-        return grpc.experimental.stream_stream(request_iterator, target, '/coordinator.v1.Coordinator/Session',
-            coordinator_dot_v1_dot_coordinator__pb2.SessionRequest.SerializeToString,
-            coordinator_dot_v1_dot_coordinator__pb2.SessionResponse.FromString,
+        return grpc.experimental.stream_stream(request_iterator, target, '/coordinator.v1.Coordinator/Stream',
+            coordinator_dot_v1_dot_coordinator__pb2.StreamRequest.SerializeToString,
+            coordinator_dot_v1_dot_coordinator__pb2.StreamResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 

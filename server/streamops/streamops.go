@@ -1,4 +1,4 @@
-package sessionops
+package streamops
 
 import (
 	"context"
@@ -9,9 +9,9 @@ import (
 
 type key struct{}
 
-// Intercept returns ss with i added to the interceptors that the Session
+// Intercept returns ss with i added to the interceptors that the Stream
 // handler runs each operation through. Call it from a stream interceptor, on
-// the Session method only, and hand the returned stream on.
+// the Stream method only, and hand the returned stream on.
 func Intercept(ss grpc.ServerStream, i grpc.UnaryServerInterceptor) grpc.ServerStream {
 	ctx := ss.Context()
 	chain, _ := ctx.Value(key{}).([]grpc.UnaryServerInterceptor)
@@ -44,7 +44,7 @@ func Run(ctx context.Context, chain []grpc.UnaryServerInterceptor, info *grpc.Un
 }
 
 // TraceContext is the W3C trace context an operation carries (its
-// SessionOperation's trace_parent and trace_state): what a unary call
+// StreamOperation's trace_parent and trace_state): what a unary call
 // carries in its traceparent and tracestate metadata.
 type TraceContext struct {
 	Parent, State string

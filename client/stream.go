@@ -17,38 +17,38 @@ import (
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
 )
 
-// session carries a Client's lease operations (acquire, renew, release,
-// campaign, resign) over one Session stream, shared by every goroutine.
+// stream carries a Client's lease operations (acquire, renew, release,
+// campaign, resign) over one operation stream, shared by every goroutine.
 //
 // Operations are queued; a sender goroutine writes whatever is queued when
-// it is free to send as one SessionRequest (up to maxSessionOps operations
-// and about maxSessionBatchBytes), so that an operation alone goes out at
+// it is free to send as one StreamRequest (up to maxStreamOps operations
+// and about maxStreamBatchBytes), so that an operation alone goes out at
 // once and many from many goroutines share messages. Each operation is
 // stamped, on the Client's clock, when the message carrying it is written:
 // a grant's or renewal's validity counts from there. Results are matched to
 // operations by id.
 //
 // The stream is opened when the first operation is queued and closed after
-// sessionIdle with nothing queued or in flight; no goroutine runs then.
+// streamIdle with nothing queued or in flight; no goroutine runs then.
 // When it breaks, the operations in flight fail with Unavailable (their
 // outcome is unknown: an acquire may have been granted, which asking again
 // as the same holder finds), and those still queued go out on the next
 // stream, opened after a backoff. When a stream cannot be opened, the queued
 // operations fail with its error, as their unary calls would. A coordinator
-// without the Session method (Unimplemented) turns the Client to unary
+// without the Stream method (Unimplemented) turns the Client to unary
 // calls for good.
-type session struct {
+type opStream struct {
 	c    *Client
 	idle time.Duration
 
 	mu          sync.Mutex
 	closed      bool
 	unsupported bool
-	queue       []*sessionOp
-	inflight    map[uint64]*sessionOp
+	queue       []*streamOp
+	inflight    map[uint64]*streamOp
 	nextID      uint64
 	running     bool
-	cur         *sessionConn // the open stream, nil while connecting or closing
+	cur         *streamConn // the open stream, nil while connecting or closing
 
 	// run is the context of the stream goroutine: cancelled by close.
 	run       context.Context
@@ -56,33 +56,33 @@ type session struct {
 	wg        sync.WaitGroup
 }
 
-// Bounds of one SessionRequest. The coordinator refuses more than
-// maxSessionOps operations in a message, and messages over its size limit
-// (96 KiB by default); an operation larger than maxSessionOpBytes (only an
+// Bounds of one StreamRequest. The coordinator refuses more than
+// maxStreamOps operations in a message, and messages over its size limit
+// (96 KiB by default); an operation larger than maxStreamOpBytes (only an
 // invalid Campaign value can be) goes as a unary call, which fails alone.
 const (
-	maxSessionOps        = 1000
-	maxSessionBatchBytes = 64 << 10
-	maxSessionOpBytes    = 70 << 10
-	// defaultSessionIdle is how long the stream stays open with nothing in
+	maxStreamOps        = 1000
+	maxStreamBatchBytes = 64 << 10
+	maxStreamOpBytes    = 70 << 10
+	// defaultStreamIdle is how long the stream stays open with nothing in
 	// flight.
-	defaultSessionIdle = 30 * time.Second
+	defaultStreamIdle = 30 * time.Second
 )
 
-// errUseUnary says that an operation cannot go over the Session stream (the
+// errUseUnary says that an operation cannot go over the operation stream (the
 // coordinator lacks it, or the operation is too large): make the unary call.
 var errUseUnary = errors.New("coordinator: use the unary call")
 
-// sessionOp is one operation and its fate.
-type sessionOp struct {
+// streamOp is one operation and its fate.
+type streamOp struct {
 	id   uint64
-	op   *coordinatorv1.SessionOperation
+	op   *coordinatorv1.StreamOperation
 	size int
 	sent time.Time // on the Client's clock, once written
 	// done receives the result or the error of the operation, once, with no
 	// lock held.
-	done func(o *sessionOp, res *coordinatorv1.SessionResult, err error)
-	// state: queued, sent (in flight) or finished. Guarded by session.mu.
+	done func(o *streamOp, res *coordinatorv1.StreamResult, err error)
+	// state: queued, sent (in flight) or finished. Guarded by stream.mu.
 	state opState
 	// noResult marks an operation the coordinator does not answer (a
 	// cancel): it is finished once written.
@@ -97,25 +97,25 @@ const (
 	opFinished
 )
 
-// sessionConn is one open Session stream.
-type sessionConn struct {
-	stream grpc.BidiStreamingClient[coordinatorv1.SessionRequest, coordinatorv1.SessionResponse]
+// streamConn is one open operation stream.
+type streamConn struct {
+	stream grpc.BidiStreamingClient[coordinatorv1.StreamRequest, coordinatorv1.StreamResponse]
 	poke   chan struct{}
 }
 
-func (s *session) init(c *Client, idle time.Duration) {
+func (s *opStream) init(c *Client, idle time.Duration) {
 	s.c, s.idle = c, idle
 	if s.idle <= 0 {
-		s.idle = defaultSessionIdle
+		s.idle = defaultStreamIdle
 	}
-	s.inflight = map[uint64]*sessionOp{}
+	s.inflight = map[uint64]*streamOp{}
 	// Not the Client's closing context: Close releases what is held over
 	// the stream after it cancels that one.
 	s.run, s.cancelRun = context.WithCancel(context.Background())
 }
 
 // usable reports whether operations may go over the stream.
-func (s *session) usable() bool {
+func (s *opStream) usable() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return !s.closed && !s.unsupported
@@ -123,9 +123,9 @@ func (s *session) usable() bool {
 
 // submit queues op; done gets its outcome. It fails with ErrClosed or
 // errUseUnary, and then done is not called.
-func (s *session) submit(op *coordinatorv1.SessionOperation, done func(o *sessionOp, res *coordinatorv1.SessionResult, err error)) (*sessionOp, error) {
+func (s *opStream) submit(op *coordinatorv1.StreamOperation, done func(o *streamOp, res *coordinatorv1.StreamResult, err error)) (*streamOp, error) {
 	size := proto.Size(op)
-	if size > maxSessionOpBytes {
+	if size > maxStreamOpBytes {
 		return nil, errUseUnary
 	}
 	s.mu.Lock()
@@ -137,7 +137,7 @@ func (s *session) submit(op *coordinatorv1.SessionOperation, done func(o *sessio
 		return nil, errUseUnary
 	}
 	s.nextID++
-	o := &sessionOp{id: s.nextID, op: op, size: size, done: done}
+	o := &streamOp{id: s.nextID, op: op, size: size, done: done}
 	op.Id = o.id
 	s.queue = append(s.queue, o)
 	if s.cur != nil {
@@ -151,7 +151,7 @@ func (s *session) submit(op *coordinatorv1.SessionOperation, done func(o *sessio
 	return o, nil
 }
 
-// serveStream serves one stream, the Session's or the KeepAlive one: send
+// serveStream serves one stream, the Stream's or the KeepAlive one: send
 // on a goroutine of its own, recv on this one. When recv returns, cancel
 // ends the stream, and serveStream returns recv's results once send has
 // returned too, so that nothing of the stream outlives it.
@@ -177,9 +177,9 @@ func poke(ch chan struct{}) {
 // call runs op and waits for its result, until ctx ends. An operation that
 // was sent when ctx ended is left to finish: late then gets its outcome,
 // e.g. to give up a lease granted to an acquisition nobody waits for.
-func (s *session) call(ctx context.Context, op *coordinatorv1.SessionOperation, late func(res *coordinatorv1.SessionResult, err error)) (*coordinatorv1.SessionResult, time.Time, error) {
+func (s *opStream) call(ctx context.Context, op *coordinatorv1.StreamOperation, late func(res *coordinatorv1.StreamResult, err error)) (*coordinatorv1.StreamResult, time.Time, error) {
 	type outcome struct {
-		res *coordinatorv1.SessionResult
+		res *coordinatorv1.StreamResult
 		err error
 	}
 	ch := make(chan outcome, 1)
@@ -187,7 +187,7 @@ func (s *session) call(ctx context.Context, op *coordinatorv1.SessionOperation, 
 		lateMu    sync.Mutex
 		abandoned bool
 	)
-	o, err := s.submit(op, func(o *sessionOp, res *coordinatorv1.SessionResult, err error) {
+	o, err := s.submit(op, func(o *streamOp, res *coordinatorv1.StreamResult, err error) {
 		ch <- outcome{res, err}
 		lateMu.Lock()
 		gone := abandoned
@@ -231,11 +231,11 @@ func (s *session) call(ctx context.Context, op *coordinatorv1.SessionOperation, 
 
 // opMayWait reports whether op is an acquire or campaign that may wait on
 // the coordinator: one a cancel operation can give up.
-func opMayWait(op *coordinatorv1.SessionOperation) bool {
+func opMayWait(op *coordinatorv1.StreamOperation) bool {
 	switch o := op.GetOperation().(type) {
-	case *coordinatorv1.SessionOperation_Acquire:
+	case *coordinatorv1.StreamOperation_Acquire:
 		return o.Acquire.GetWait().AsDuration() > 0
-	case *coordinatorv1.SessionOperation_Campaign:
+	case *coordinatorv1.StreamOperation_Campaign:
 		return o.Campaign.GetTerm() == 0 && o.Campaign.GetWait().AsDuration() > 0
 	}
 	return false
@@ -243,21 +243,21 @@ func opMayWait(op *coordinatorv1.SessionOperation) bool {
 
 // queueCancelLocked queues a cancel of the waiting operation id. It has no
 // result: it is finished once written. Callers hold s.mu.
-func (s *session) queueCancelLocked(id uint64) {
+func (s *opStream) queueCancelLocked(id uint64) {
 	if s.closed || s.unsupported {
 		return
 	}
 	s.nextID++
-	op := &coordinatorv1.SessionOperation{Id: s.nextID, Operation: &coordinatorv1.SessionOperation_Cancel{Cancel: id}}
-	s.queue = append(s.queue, &sessionOp{id: s.nextID, op: op, size: proto.Size(op), noResult: true,
-		done: func(*sessionOp, *coordinatorv1.SessionResult, error) {}})
+	op := &coordinatorv1.StreamOperation{Id: s.nextID, Operation: &coordinatorv1.StreamOperation_Cancel{Cancel: id}}
+	s.queue = append(s.queue, &streamOp{id: s.nextID, op: op, size: proto.Size(op), noResult: true,
+		done: func(*streamOp, *coordinatorv1.StreamResult, error) {}})
 	if s.cur != nil {
 		poke(s.cur.poke)
 	}
 }
 
 // finish ends o with its outcome. Callers hold s.mu; done runs after.
-func (s *session) finishLocked(o *sessionOp, res *coordinatorv1.SessionResult, err error) func() {
+func (s *opStream) finishLocked(o *streamOp, res *coordinatorv1.StreamResult, err error) func() {
 	if o.state == opFinished {
 		return func() {}
 	}
@@ -267,7 +267,7 @@ func (s *session) finishLocked(o *sessionOp, res *coordinatorv1.SessionResult, e
 
 // serve is the stream goroutine: it opens a stream while operations are
 // queued, and exits when nothing is left to do.
-func (s *session) serve() {
+func (s *opStream) serve() {
 	defer s.wg.Done()
 	ctx := s.run
 	b := newCallBackoff()
@@ -286,7 +286,7 @@ func (s *session) serve() {
 		if err == nil || ctx.Err() != nil {
 			continue // closed while idle, or by close: look at the queue again
 		}
-		s.c.log.Warn("coordinator: Session stream ended; reconnecting if operations are queued", "err", err)
+		s.c.log.Warn("coordinator: operation stream ended; reconnecting if operations are queued", "err", err)
 		sleep(ctx, retryIn(b, err))
 	}
 }
@@ -294,15 +294,15 @@ func (s *session) serve() {
 // stream serves one stream until it breaks or has been idle for s.idle. It
 // reports whether any result arrived, and the error that ended it (nil when
 // it was closed as idle).
-func (s *session) stream(ctx context.Context) (bool, error) {
+func (s *opStream) stream(ctx context.Context) (bool, error) {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	st, err := s.c.api.Session(sctx)
+	st, err := s.c.api.Stream(sctx)
 	if err != nil {
 		s.fail(err, true)
 		return false, err
 	}
-	conn := &sessionConn{stream: st, poke: make(chan struct{}, 1)}
+	conn := &streamConn{stream: st, poke: make(chan struct{}, 1)}
 	s.mu.Lock()
 	s.cur = conn
 	poke(conn.poke)
@@ -338,7 +338,7 @@ func (s *session) stream(ctx context.Context) (bool, error) {
 // failed (opening, as their unary calls would fail), the coordinator
 // refuses the stream itself (Unauthenticated, PermissionDenied…), or lacks
 // it.
-func (s *session) fail(err error, opening bool) {
+func (s *opStream) fail(err error, opening bool) {
 	code := status.Code(err)
 	unsupported := code == codes.Unimplemented
 	inflightErr, queuedErr := err, error(nil)
@@ -378,7 +378,7 @@ func (s *session) fail(err error, opening bool) {
 type streamBrokeError struct{ err error }
 
 func (e *streamBrokeError) Error() string {
-	return "coordinator: the Session stream broke with the operation in flight: " + e.err.Error()
+	return "coordinator: the operation stream broke with the operation in flight: " + e.err.Error()
 }
 
 func (e *streamBrokeError) Unwrap() error { return e.err }
@@ -390,7 +390,7 @@ func (e *streamBrokeError) GRPCStatus() *status.Status {
 
 // sendLoop writes the queued operations on conn until its stream ends, and
 // closes it after s.idle with nothing queued or in flight.
-func (s *session) sendLoop(ctx context.Context, cancel context.CancelFunc, conn *sessionConn) {
+func (s *opStream) sendLoop(ctx context.Context, cancel context.CancelFunc, conn *streamConn) {
 	idle := time.NewTimer(s.idle)
 	defer idle.Stop()
 	for {
@@ -430,7 +430,7 @@ func (s *session) sendLoop(ctx context.Context, cancel context.CancelFunc, conn 
 
 // take moves the next batch of queued operations in flight on conn, stamped
 // as sent now, and returns it; nil when nothing is queued.
-func (s *session) take(conn *sessionConn) *coordinatorv1.SessionRequest {
+func (s *opStream) take(conn *streamConn) *coordinatorv1.StreamRequest {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cur != conn || len(s.queue) == 0 {
@@ -438,11 +438,11 @@ func (s *session) take(conn *sessionConn) *coordinatorv1.SessionRequest {
 	}
 	now := s.c.clock.Now()
 	n, bytes := 0, 0
-	for n < len(s.queue) && n < maxSessionOps && (n == 0 || bytes+s.queue[n].size <= maxSessionBatchBytes) {
+	for n < len(s.queue) && n < maxStreamOps && (n == 0 || bytes+s.queue[n].size <= maxStreamBatchBytes) {
 		bytes += s.queue[n].size
 		n++
 	}
-	req := &coordinatorv1.SessionRequest{Operations: make([]*coordinatorv1.SessionOperation, n)}
+	req := &coordinatorv1.StreamRequest{Operations: make([]*coordinatorv1.StreamOperation, n)}
 	for i, o := range s.queue[:n] {
 		req.Operations[i] = o.op
 		if o.noResult {
@@ -458,7 +458,7 @@ func (s *session) take(conn *sessionConn) *coordinatorv1.SessionRequest {
 
 // recvLoop delivers results until the stream ends; it reports whether any
 // arrived, and the stream's error (nil when it ended cleanly).
-func (s *session) recvLoop(conn *sessionConn) (bool, error) {
+func (s *opStream) recvLoop(conn *streamConn) (bool, error) {
 	answered := false
 	for {
 		resp, err := conn.stream.Recv()
@@ -486,7 +486,7 @@ func (s *session) recvLoop(conn *sessionConn) (bool, error) {
 
 // close fails what is queued with ErrClosed, ends the stream (which gives
 // up the coordinator's waits) and waits for the goroutines.
-func (s *session) close() {
+func (s *opStream) close() {
 	s.mu.Lock()
 	s.closed = true
 	s.mu.Unlock()
@@ -496,7 +496,7 @@ func (s *session) close() {
 }
 
 // resultError is the error a result carries, as the unary call returns it.
-func resultError(res *coordinatorv1.SessionResult) error {
+func resultError(res *coordinatorv1.StreamResult) error {
 	if e := res.GetError(); e != nil {
 		return status.ErrorProto(e)
 	}
@@ -504,6 +504,6 @@ func resultError(res *coordinatorv1.SessionResult) error {
 }
 
 // unexpected is the error of a result of the wrong kind.
-func unexpected(res *coordinatorv1.SessionResult, want string) error {
+func unexpected(res *coordinatorv1.StreamResult, want string) error {
 	return status.Error(codes.Internal, fmt.Sprintf("coordinator: a %s operation was answered with %T", want, res.GetResult()))
 }

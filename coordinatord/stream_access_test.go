@@ -16,35 +16,35 @@ import (
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
 )
 
-// Session operations are checked, limited and answered one by one, as the
+// stream operations are checked, limited and answered one by one, as the
 // unary calls they stand for; a refused operation gets its error and the
 // stream stays up for the others.
 
-// sessionStream is a Session stream read by one goroutine: the test's.
-type sessionStream struct {
+// opStream is an operation stream read by one goroutine: the test's.
+type opStream struct {
 	t      *testing.T
-	stream grpc.BidiStreamingClient[coordinatorv1.SessionRequest, coordinatorv1.SessionResponse]
-	got    map[uint64]*coordinatorv1.SessionResult
+	stream grpc.BidiStreamingClient[coordinatorv1.StreamRequest, coordinatorv1.StreamResponse]
+	got    map[uint64]*coordinatorv1.StreamResult
 }
 
-func openSessionStream(t *testing.T, ctx context.Context, c *coordinator) *sessionStream {
+func openOpStream(t *testing.T, ctx context.Context, c *coordinator) *opStream {
 	t.Helper()
-	stream, err := c.client.Session(ctx)
+	stream, err := c.client.Stream(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &sessionStream{t: t, stream: stream, got: map[uint64]*coordinatorv1.SessionResult{}}
+	return &opStream{t: t, stream: stream, got: map[uint64]*coordinatorv1.StreamResult{}}
 }
 
-func (s *sessionStream) send(ops ...*coordinatorv1.SessionOperation) {
+func (s *opStream) send(ops ...*coordinatorv1.StreamOperation) {
 	s.t.Helper()
-	if err := s.stream.Send(&coordinatorv1.SessionRequest{Operations: ops}); err != nil {
+	if err := s.stream.Send(&coordinatorv1.StreamRequest{Operations: ops}); err != nil {
 		s.t.Fatal(err)
 	}
 }
 
 // await reads results until it has those of ids; the stream must stay up.
-func (s *sessionStream) await(ids ...uint64) {
+func (s *opStream) await(ids ...uint64) {
 	s.t.Helper()
 	for _, id := range ids {
 		for s.got[id] == nil {
@@ -59,19 +59,19 @@ func (s *sessionStream) await(ids ...uint64) {
 	}
 }
 
-func sessionAcquire(id uint64, name, holder string, wait time.Duration) *coordinatorv1.SessionOperation {
-	return &coordinatorv1.SessionOperation{Id: id, Operation: &coordinatorv1.SessionOperation_Acquire{Acquire: &coordinatorv1.TryAcquireRequest{
+func streamAcquire(id uint64, name, holder string, wait time.Duration) *coordinatorv1.StreamOperation {
+	return &coordinatorv1.StreamOperation{Id: id, Operation: &coordinatorv1.StreamOperation_Acquire{Acquire: &coordinatorv1.TryAcquireRequest{
 		Name: name, Holder: holder, Ttl: durationpb.New(time.Minute), Wait: durationpb.New(wait),
 	}}}
 }
 
-func sessionCampaign(id uint64, election, candidate string, wait time.Duration) *coordinatorv1.SessionOperation {
-	return &coordinatorv1.SessionOperation{Id: id, Operation: &coordinatorv1.SessionOperation_Campaign{Campaign: &coordinatorv1.CampaignRequest{
+func streamCampaign(id uint64, election, candidate string, wait time.Duration) *coordinatorv1.StreamOperation {
+	return &coordinatorv1.StreamOperation{Id: id, Operation: &coordinatorv1.StreamOperation_Campaign{Campaign: &coordinatorv1.CampaignRequest{
 		Election: election, Candidate: candidate, Ttl: durationpb.New(time.Minute), Wait: durationpb.New(wait),
 	}}}
 }
 
-func resultError(r *coordinatorv1.SessionResult) error {
+func resultError(r *coordinatorv1.StreamResult) error {
 	if e := r.GetError(); e != nil {
 		return status.ErrorProto(e)
 	}
@@ -93,21 +93,21 @@ func deniedName(err error) (code codes.Code, reason, field, name string) {
 	return st.Code(), reason, field, name
 }
 
-func TestSessionOperationsAreCheckedOneByOne(t *testing.T) {
+func TestStreamOperationsAreCheckedOneByOne(t *testing.T) {
 	cfg := testConfig(t, "redis")
 	cfg.AccessFile = writeAccessFile(t, teamsFile)
 	c := start(t, cfg)
-	s := openSessionStream(t, as(t, "tok-a"), c)
+	s := openOpStream(t, as(t, "tok-a"), c)
 	s.send(
-		sessionAcquire(1, "team-a/x", "h", 0),
-		sessionAcquire(2, "team-b/y", "h", 0),
-		sessionCampaign(3, "team-b/office", "h", 0),
-		sessionCampaign(4, "shared/office", "h", 0),
-		&coordinatorv1.SessionOperation{Id: 5, Operation: &coordinatorv1.SessionOperation_Renew{Renew: &coordinatorv1.RenewRequest{
+		streamAcquire(1, "team-a/x", "h", 0),
+		streamAcquire(2, "team-b/y", "h", 0),
+		streamCampaign(3, "team-b/office", "h", 0),
+		streamCampaign(4, "shared/office", "h", 0),
+		&coordinatorv1.StreamOperation{Id: 5, Operation: &coordinatorv1.StreamOperation_Renew{Renew: &coordinatorv1.RenewRequest{
 			Name: "team-ab", Holder: "h", Token: 1, Ttl: durationpb.New(time.Minute),
 		}}},
-		&coordinatorv1.SessionOperation{Id: 6},
-		sessionAcquire(7, "", "h", 0), // invalid, not denied
+		&coordinatorv1.StreamOperation{Id: 6},
+		streamAcquire(7, "", "h", 0), // invalid, not denied
 	)
 	s.await(1, 2, 3, 4, 5, 6, 7)
 	if !s.got[1].GetAcquire().GetAcquired() || !s.got[4].GetCampaign().GetElected() {
@@ -135,40 +135,40 @@ func TestSessionOperationsAreCheckedOneByOne(t *testing.T) {
 
 	// A message whose every operation is denied is answered too, and the
 	// stream serves the next.
-	s.send(sessionAcquire(8, "team-b/z", "h", 0))
+	s.send(streamAcquire(8, "team-b/z", "h", 0))
 	s.await(8)
 	if status.Code(resultError(s.got[8])) != codes.PermissionDenied {
 		t.Fatalf("operation 8: %v; want PermissionDenied", s.got[8])
 	}
-	s.send(sessionAcquire(9, "team-a/z", "h", 0))
+	s.send(streamAcquire(9, "team-a/z", "h", 0))
 	s.await(9)
 	if !s.got[9].GetAcquire().GetAcquired() {
 		t.Fatalf("operation 9: %v; want granted", s.got[9])
 	}
 
 	// A credential for every name passes everything.
-	ops := openSessionStream(t, as(t, "ops"), c)
-	ops.send(sessionAcquire(1, "team-b/y", "h", 0), sessionAcquire(2, "other", "h", 0))
+	ops := openOpStream(t, as(t, "ops"), c)
+	ops.send(streamAcquire(1, "team-b/y", "h", 0), streamAcquire(2, "other", "h", 0))
 	ops.await(1, 2)
 	if !ops.got[1].GetAcquire().GetAcquired() || !ops.got[2].GetAcquire().GetAcquired() {
 		t.Fatalf("as ops: %v, %v; want granted", ops.got[1], ops.got[2])
 	}
 }
 
-func TestSessionWaitsAreCappedLikeWaitingCalls(t *testing.T) {
+func TestStreamWaitsAreCappedLikeWaitingCalls(t *testing.T) {
 	for _, tc := range waitCaps {
 		t.Run(tc.name, func(t *testing.T) {
 			c := tc.start(t)
 			ctx := ctxTimeout(t, time.Minute)
 			held := c.acquire(t, "busy", "holder", time.Minute, 0)
-			s := openSessionStream(t, ctx, c)
+			s := openOpStream(t, ctx, c)
 			// One after the other, so that w1 is first in the queue.
-			s.send(sessionAcquire(1, "busy", "w1", time.Minute))
+			s.send(streamAcquire(1, "busy", "w1", time.Minute))
 			eventually(t, "one operation waits", func() bool { return metric(t, c.Coordinator, "coordinator_waiting_calls") == 1 })
-			s.send(sessionAcquire(2, "busy", "w2", time.Minute))
+			s.send(streamAcquire(2, "busy", "w2", time.Minute))
 			eventually(t, "two operations wait", func() bool { return metric(t, c.Coordinator, "coordinator_waiting_calls") == 2 })
 
-			s.send(sessionAcquire(3, "busy", "w3", time.Minute), sessionCampaign(4, "busy", "w3", time.Minute), sessionAcquire(5, "busy", "no-wait", 0))
+			s.send(streamAcquire(3, "busy", "w3", time.Minute), streamCampaign(4, "busy", "w3", time.Minute), streamAcquire(5, "busy", "no-wait", 0))
 			s.await(3, 4, 5)
 			for _, id := range []uint64{3, 4} {
 				err := resultError(s.got[id])
@@ -200,18 +200,18 @@ func TestSessionWaitsAreCappedLikeWaitingCalls(t *testing.T) {
 	}
 }
 
-func TestSessionAcquiresCountAgainstTheHoldersLeases(t *testing.T) {
+func TestStreamAcquiresCountAgainstTheHoldersLeases(t *testing.T) {
 	cfg := testConfig(t, "memory")
 	cfg.Limits.LeasesPerHolder = 2
 	c := start(t, cfg)
 	ctx := ctxTimeout(t, time.Minute)
-	s := openSessionStream(t, ctx, c)
-	s.send(sessionAcquire(1, "a", "h", 0), sessionCampaign(2, "b", "h", 0))
+	s := openOpStream(t, ctx, c)
+	s.send(streamAcquire(1, "a", "h", 0), streamCampaign(2, "b", "h", 0))
 	s.await(1, 2)
 	if !s.got[1].GetAcquire().GetAcquired() || !s.got[2].GetCampaign().GetElected() {
 		t.Fatalf("within the cap: %v, %v", s.got[1], s.got[2])
 	}
-	s.send(sessionAcquire(3, "c", "h", 0), sessionAcquire(4, "a", "h", 0), sessionAcquire(5, "c", "other", 0))
+	s.send(streamAcquire(3, "c", "h", 0), streamAcquire(4, "a", "h", 0), streamAcquire(5, "c", "other", 0))
 	s.await(3, 4, 5)
 	wantRefusal(t, resultError(s.got[3]), "COORDINATOR_MAX_LEASES_PER_HOLDER")
 	if !s.got[4].GetAcquire().GetAcquired() {
@@ -220,18 +220,18 @@ func TestSessionAcquiresCountAgainstTheHoldersLeases(t *testing.T) {
 	if !s.got[5].GetAcquire().GetAcquired() {
 		t.Fatalf("another holder: %v; want granted", s.got[5])
 	}
-	// Unary calls see the session's leases, and a release through the
-	// session frees a place.
+	// Unary calls see the stream's leases, and a release through the
+	// stream frees a place.
 	_, err := c.client.TryAcquire(ctx, &coordinatorv1.TryAcquireRequest{Name: "d", Holder: "h", Ttl: durationpb.New(time.Minute)})
 	wantRefusal(t, err, "COORDINATOR_MAX_LEASES_PER_HOLDER")
-	s.send(&coordinatorv1.SessionOperation{Id: 6, Operation: &coordinatorv1.SessionOperation_Release{Release: &coordinatorv1.ReleaseRequest{
+	s.send(&coordinatorv1.StreamOperation{Id: 6, Operation: &coordinatorv1.StreamOperation_Release{Release: &coordinatorv1.ReleaseRequest{
 		Name: "a", Holder: "h", Token: s.got[1].GetAcquire().GetLease().GetToken(),
 	}}})
 	s.await(6)
 	if resp, err := c.client.TryAcquire(ctx, &coordinatorv1.TryAcquireRequest{Name: "d", Holder: "h", Ttl: durationpb.New(time.Minute)}); err != nil || !resp.GetAcquired() {
-		t.Fatalf("after a release through the session: %v, %v", resp, err)
+		t.Fatalf("after a release through the stream: %v, %v", resp, err)
 	}
-	if got := metric(t, c.Coordinator, fmt.Sprintf(`coordinator_session_operations_total{code=%q,op="acquire"}`, codes.ResourceExhausted)); got != 1 {
-		t.Errorf("refused session acquires counted: %v; want 1", got)
+	if got := metric(t, c.Coordinator, fmt.Sprintf(`coordinator_stream_operations_total{code=%q,op="acquire"}`, codes.ResourceExhausted)); got != 1 {
+		t.Errorf("refused stream acquires counted: %v; want 1", got)
 	}
 }

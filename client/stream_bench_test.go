@@ -11,7 +11,7 @@ import (
 
 // BenchmarkAcquireRelease measures TryLock+Release cycles through one
 // Client from 64 goroutines, against a coordinator (in this process) on the
-// Redis store, with the lease calls over the Session stream and unary:
+// Redis store, with the lease calls over the operation stream and unary:
 //
 //	./scripts/with-redis.sh go test -run '^$' -bench AcquireRelease ./client/
 func BenchmarkAcquireRelease(b *testing.B) {

@@ -20,19 +20,19 @@ import (
 	"github.com/coordinator-dev/coordinator/server/store/memstore"
 )
 
-// sessionRecorder records the SessionRequests a Client sends, and can hold
+// streamRecorder records the StreamRequest a Client sends, and can hold
 // one of them back, so that a test knows what is queued meanwhile.
-type sessionRecorder struct {
+type streamRecorder struct {
 	mu      sync.Mutex
 	sizes   []int         // operations per message, in order
 	hold    chan struct{} // the next message waits for it to close
 	holding chan struct{} // closed when that message waits
 }
 
-func (r *sessionRecorder) option() Option {
+func (r *streamRecorder) option() Option {
 	return WithDialOptions(grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 		cs, err := streamer(ctx, desc, cc, method, opts...)
-		if err != nil || method != coordinatorv1.Coordinator_Session_FullMethodName {
+		if err != nil || method != coordinatorv1.Coordinator_Stream_FullMethodName {
 			return cs, err
 		}
 		return &recordedStream{ClientStream: cs, r: r}, nil
@@ -41,7 +41,7 @@ func (r *sessionRecorder) option() Option {
 
 // holdNext makes the next message wait until the returned function is
 // called; holding is closed when it waits.
-func (r *sessionRecorder) holdNext() (holding <-chan struct{}, release func()) {
+func (r *streamRecorder) holdNext() (holding <-chan struct{}, release func()) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.hold, r.holding = make(chan struct{}), make(chan struct{})
@@ -50,13 +50,13 @@ func (r *sessionRecorder) holdNext() (holding <-chan struct{}, release func()) {
 }
 
 // since returns the sizes of the messages sent after the first n.
-func (r *sessionRecorder) since(n int) []int {
+func (r *streamRecorder) since(n int) []int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.sizes[n:])
 }
 
-func (r *sessionRecorder) sent() int {
+func (r *streamRecorder) sent() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.sizes)
@@ -64,12 +64,12 @@ func (r *sessionRecorder) sent() int {
 
 type recordedStream struct {
 	grpc.ClientStream
-	r *sessionRecorder
+	r *streamRecorder
 }
 
 func (s *recordedStream) SendMsg(m any) error {
 	s.r.mu.Lock()
-	s.r.sizes = append(s.r.sizes, len(m.(*coordinatorv1.SessionRequest).GetOperations()))
+	s.r.sizes = append(s.r.sizes, len(m.(*coordinatorv1.StreamRequest).GetOperations()))
 	hold, holding := s.r.hold, s.r.holding
 	s.r.hold, s.r.holding = nil, nil
 	s.r.mu.Unlock()
@@ -80,11 +80,11 @@ func (s *recordedStream) SendMsg(m any) error {
 	return s.ClientStream.SendMsg(m)
 }
 
-// queued is how many operations wait in c's session queue.
+// queued is how many operations wait in c's stream queue.
 func queued(c *Client) int {
-	c.sess.mu.Lock()
-	defer c.sess.mu.Unlock()
-	return len(c.sess.queue)
+	c.stream.mu.Lock()
+	defer c.stream.mu.Unlock()
+	return len(c.stream.queue)
 }
 
 // Many goroutines' operations through one Client go over one stream, and
@@ -96,7 +96,7 @@ func queued(c *Client) int {
 func TestConcurrentOperationsShareMessages(t *testing.T) {
 	coord := coordtest.Start(t, coordtest.Config(t, "redis"))
 	ctx := testCtx(t)
-	var rec sessionRecorder
+	var rec streamRecorder
 	// A TTL long enough that no renewal joins the queue.
 	c := dial(t, coord, rec.option(), WithTTL(time.Minute))
 	const goroutines = 64
@@ -172,8 +172,8 @@ func TestConcurrentOperationsShareMessages(t *testing.T) {
 	if ops != 2*goroutines*rounds || len(sizes) >= ops {
 		t.Fatalf("%d operations in %d messages; want %d, in fewer messages", ops, len(sizes), 2*goroutines*rounds)
 	}
-	if got := startedStreams(t, coord, "Session"); got != 1 {
-		t.Fatalf("%d Session streams; want 1", got)
+	if got := startedStreams(t, coord, "Stream"); got != 1 {
+		t.Fatalf("%d operation streams; want 1", got)
 	}
 }
 
@@ -286,19 +286,19 @@ func TestProclaimNeverStartsANewTerm(t *testing.T) {
 	})
 }
 
-// noSession is a coordinator from before the Session stream.
-type noSession struct{ *server.Service }
+// noStream is a coordinator from before the operation stream.
+type noStream struct{ *server.Service }
 
-func (noSession) Session(coordinatorv1.Coordinator_SessionServer) error {
-	return status.Error(codes.Unimplemented, "unknown method Session")
+func (noStream) Stream(coordinatorv1.Coordinator_StreamServer) error {
+	return status.Error(codes.Unimplemented, "unknown method Stream")
 }
 
-func TestACoordinatorWithoutSessionGetsUnaryCalls(t *testing.T) {
+func TestACoordinatorWithoutStreamGetsUnaryCalls(t *testing.T) {
 	st := memstore.New()
 	t.Cleanup(func() { _ = st.Close() })
 	svc := server.NewService(st, server.ServiceOptions{})
 	g := grpc.NewServer()
-	coordinatorv1.RegisterCoordinatorServer(g, noSession{svc})
+	coordinatorv1.RegisterCoordinatorServer(g, noStream{svc})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -332,7 +332,7 @@ func TestACoordinatorWithoutSessionGetsUnaryCalls(t *testing.T) {
 	if err := l.Release(ctx); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
-	if c.sess.usable() {
-		t.Fatal("the Client still uses the Session stream")
+	if c.stream.usable() {
+		t.Fatal("the Client still uses the operation stream")
 	}
 }

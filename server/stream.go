@@ -13,21 +13,21 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
-	"github.com/coordinator-dev/coordinator/server/sessionops"
+	"github.com/coordinator-dev/coordinator/server/streamops"
 )
 
-// Session streams. Each operation runs on a goroutine of its own through the
+// operation streams. Each operation runs on a goroutine of its own through the
 // unary handler of the same name (and the interceptors added for it, see
-// package sessionops), so it has exactly that call's semantics, limits
+// package streamops), so it has exactly that call's semantics, limits
 // and errors; its result goes out as soon as it is ready. One sender
 // goroutine writes the results: whatever is ready when it is free to send
-// goes out in one SessionResponse, so that many operations in flight cost
+// goes out in one StreamResponse, so that many operations in flight cost
 // few messages.
 //
-// Limits: a message carries at most MaxSessionOperations operations; more fail the
+// Limits: a message carries at most MaxStreamOperations operations; more fail the
 // stream with InvalidArgument (field "operations"), as a malformed message
 // does: a client that sends them is broken, and guessing which of its
-// operations it meant would hide that. At most sessionInFlight operations
+// operations it meant would hide that. At most streamInFlight operations
 // without a wait run at once per stream; past that the stream stops reading
 // until one is done (flow control pushes back on the client). Operations
 // with a wait do not count there: the limiter's waiting-call caps (per
@@ -42,33 +42,33 @@ import (
 // flight (waits end at once with Unavailable).
 
 const (
-	// sessionInFlight bounds the operations without a wait one stream runs
+	// streamInFlight bounds the operations without a wait one stream runs
 	// at once.
-	sessionInFlight = 1024
-	// maxSessionResults and maxSessionResponseBytes bound one
-	// SessionResponse (the byte bound is soft: one result may pass it).
-	maxSessionResults       = 1000
-	maxSessionResponseBytes = 1 << 20
+	streamInFlight = 1024
+	// maxStreamResults and maxStreamResponseBytes bound one
+	// StreamResponse (the byte bound is soft: one result may pass it).
+	maxStreamResults       = 1000
+	maxStreamResponseBytes = 1 << 20
 )
 
-// Session implements coordinatorv1.CoordinatorServer.
-func (s *Service) Session(stream coordinatorv1.Coordinator_SessionServer) error {
-	ss := s.newSession(stream)
+// Stream implements coordinatorv1.CoordinatorServer.
+func (s *Service) Stream(stream coordinatorv1.Coordinator_StreamServer) error {
+	ss := s.newOpStream(stream)
 	defer ss.cancelOps()
 	go ss.out.run()
 	go ss.receive()
 	return ss.end(ss.dispatch())
 }
 
-// session is one Session stream, in three parts that hand work on through
+// opStream is one operation stream, in three parts that hand work on through
 // channels: the receiver (receive) reads the requests; the dispatcher
 // (dispatch, on the handler's goroutine) starts each operation, on a worker
-// or, when it may wait, on a goroutine of its own; the sender (sessionSender)
+// or, when it may wait, on a goroutine of its own; the sender (streamSender)
 // writes the results. The dispatcher alone watches for the end of the stream
 // (await), and end is its one shutdown.
-type session struct {
+type opStream struct {
 	s      *Service
-	stream coordinatorv1.Coordinator_SessionServer
+	stream coordinatorv1.Coordinator_StreamServer
 	ctx    context.Context
 	chain  []grpc.UnaryServerInterceptor
 	// opsCtx ends the operations in flight early when the stream fails.
@@ -76,11 +76,11 @@ type session struct {
 	cancelOps context.CancelFunc
 
 	// From the receiver to the dispatcher.
-	requests chan *coordinatorv1.SessionRequest
+	requests chan *coordinatorv1.StreamRequest
 	recvErr  chan error
 
 	// ops counts the operations in flight. slots holds one token per
-	// operation without a wait in flight (at most sessionInFlight), jobs
+	// operation without a wait in flight (at most streamInFlight), jobs
 	// hands such operations to idle workers, and waiting is the operations
 	// that may wait, for cancel operations to find.
 	ops     sync.WaitGroup
@@ -88,32 +88,32 @@ type session struct {
 	jobs    chan func()
 	waiting waitingOps
 
-	out *sessionSender
+	out *streamSender
 }
 
-// sessionEnd is how a stream ends: the handler's error, and whether the
+// streamEnd is how a stream ends: the handler's error, and whether the
 // operations in flight are abandoned (their contexts cancelled: waits are
 // given up at once) rather than left to finish.
-type sessionEnd struct {
+type streamEnd struct {
 	err     error
 	abandon bool
 }
 
-func (s *Service) newSession(stream coordinatorv1.Coordinator_SessionServer) *session {
+func (s *Service) newOpStream(stream coordinatorv1.Coordinator_StreamServer) *opStream {
 	ctx := stream.Context()
 	opsCtx, cancelOps := context.WithCancel(ctx)
-	return &session{
+	return &opStream{
 		s:         s,
 		stream:    stream,
 		ctx:       ctx,
-		chain:     sessionops.Interceptors(ctx),
+		chain:     streamops.Interceptors(ctx),
 		opsCtx:    opsCtx,
 		cancelOps: cancelOps,
-		requests:  make(chan *coordinatorv1.SessionRequest),
+		requests:  make(chan *coordinatorv1.StreamRequest),
 		recvErr:   make(chan error, 1),
-		slots:     make(chan struct{}, sessionInFlight),
+		slots:     make(chan struct{}, streamInFlight),
 		jobs:      make(chan func()),
-		out:       newSessionSender(stream),
+		out:       newStreamSender(stream),
 	}
 }
 
@@ -122,7 +122,7 @@ func (s *Service) newSession(stream coordinatorv1.Coordinator_SessionServer) *se
 // runs on its own goroutine and the dispatcher can also watch for the end.
 // It ends when the handler returns: gRPC then cancels the stream, which
 // fails the pending Recv.
-func (ss *session) receive() {
+func (ss *opStream) receive() {
 	for {
 		req, err := ss.stream.Recv()
 		if err != nil {
@@ -139,14 +139,14 @@ func (ss *session) receive() {
 
 // dispatch is the dispatcher: it starts the operations of each request
 // until the stream must end, and says how.
-func (ss *session) dispatch() sessionEnd {
+func (ss *opStream) dispatch() streamEnd {
 	for {
 		req, end := ss.await(true)
 		if end != nil {
 			return *end
 		}
-		if n := len(req.GetOperations()); n > MaxSessionOperations {
-			return sessionEnd{err: InvalidField("operations", fmt.Sprintf("has %d operations; at most %d are allowed in one message", n, MaxSessionOperations)), abandon: true}
+		if n := len(req.GetOperations()); n > MaxStreamOperations {
+			return streamEnd{err: InvalidField("operations", fmt.Sprintf("has %d operations; at most %d are allowed in one message", n, MaxStreamOperations)), abandon: true}
 		}
 		for _, op := range req.GetOperations() {
 			if end := ss.start(op); end != nil {
@@ -159,8 +159,8 @@ func (ss *session) dispatch() sessionEnd {
 // start starts op: a cancel at once, an operation that may wait on a
 // goroutine of its own (the limiter's waiting-call caps bound those), any
 // other on a worker once it has a slot.
-func (ss *session) start(op *coordinatorv1.SessionOperation) *sessionEnd {
-	if c, ok := op.GetOperation().(*coordinatorv1.SessionOperation_Cancel); ok {
+func (ss *opStream) start(op *coordinatorv1.StreamOperation) *streamEnd {
+	if c, ok := op.GetOperation().(*coordinatorv1.StreamOperation_Cancel); ok {
 		ss.waiting.cancel(c.Cancel)
 		return nil
 	}
@@ -171,7 +171,7 @@ func (ss *session) start(op *coordinatorv1.SessionOperation) *sessionEnd {
 		go func() {
 			defer ss.ops.Done()
 			defer forget()
-			ss.out.push(ss.s.sessionOp(opCtx, ss.chain, op))
+			ss.out.push(ss.s.streamOp(opCtx, ss.chain, op))
 		}()
 		return nil
 	}
@@ -186,7 +186,7 @@ func (ss *session) start(op *coordinatorv1.SessionOperation) *sessionEnd {
 	ss.runOnWorker(func() {
 		defer ss.ops.Done()
 		defer func() { <-ss.slots }()
-		ss.out.push(ss.s.sessionOp(ss.opsCtx, ss.chain, op))
+		ss.out.push(ss.s.streamOp(ss.opsCtx, ss.chain, op))
 	})
 	return nil
 }
@@ -194,9 +194,9 @@ func (ss *session) start(op *coordinatorv1.SessionOperation) *sessionEnd {
 // await blocks until the dispatcher has a request (forRequest) or a slot
 // (otherwise), or the stream must end: the one place that watches for the
 // end, which it returns.
-func (ss *session) await(forRequest bool) (*coordinatorv1.SessionRequest, *sessionEnd) {
+func (ss *opStream) await(forRequest bool) (*coordinatorv1.StreamRequest, *streamEnd) {
 	var (
-		requests <-chan *coordinatorv1.SessionRequest
+		requests <-chan *coordinatorv1.StreamRequest
 		recvErr  <-chan error
 		slots    chan<- struct{}
 	)
@@ -213,35 +213,35 @@ func (ss *session) await(forRequest bool) (*coordinatorv1.SessionRequest, *sessi
 	case err := <-recvErr:
 		switch {
 		case errors.Is(err, io.EOF): // the client is done sending
-			return nil, &sessionEnd{}
+			return nil, &streamEnd{}
 		case ss.ctx.Err() != nil:
 			return nil, ss.cancelled()
 		}
 		// The codec's InvalidArgument for a message it could not decode, a
 		// message over the size limit, or the transport's failure.
-		return nil, &sessionEnd{err: err, abandon: true}
+		return nil, &streamEnd{err: err, abandon: true}
 	case <-ss.ctx.Done():
 		return nil, ss.cancelled()
 	case <-ss.out.failed:
-		return nil, &sessionEnd{abandon: true}
+		return nil, &streamEnd{abandon: true}
 	case <-ss.s.stopping:
 		// Waits end at once with Unavailable; the results of what was in
 		// flight are sent.
-		return nil, &sessionEnd{err: errStopping}
+		return nil, &streamEnd{err: errStopping}
 	}
 }
 
 // cancelled is the end of a stream the client cancelled or lost.
-func (ss *session) cancelled() *sessionEnd {
-	return &sessionEnd{err: status.FromContextError(ss.ctx.Err()).Err(), abandon: true}
+func (ss *opStream) cancelled() *streamEnd {
+	return &streamEnd{err: status.FromContextError(ss.ctx.Err()).Err(), abandon: true}
 }
 
 // runOnWorker runs an operation without a wait on one of the stream's
 // workers, goroutines that outlive one operation: a fresh goroutine per
 // operation would grow its stack through the handler and interceptors every
 // time (about 6% of the coordinator's CPU under load). There are at most
-// sessionInFlight of them, one per slot.
-func (ss *session) runOnWorker(job func()) {
+// streamInFlight of them, one per slot.
+func (ss *opStream) runOnWorker(job func()) {
 	select {
 	case ss.jobs <- job: // an idle worker takes it
 	default:
@@ -250,7 +250,7 @@ func (ss *session) runOnWorker(job func()) {
 }
 
 // worker runs job, then the jobs handed to it, until the stream ends.
-func (ss *session) worker(job func()) {
+func (ss *opStream) worker(job func()) {
 	job()
 	for job := range ss.jobs {
 		job()
@@ -261,7 +261,7 @@ func (ss *session) worker(job func()) {
 // when the end abandons them, waits for them, lets the sender send their
 // results, stops the workers, and returns the stream's error (the sender's
 // when a Send failed).
-func (ss *session) end(e sessionEnd) error {
+func (ss *opStream) end(e streamEnd) error {
 	if e.abandon {
 		ss.cancelOps()
 	}
@@ -315,33 +315,33 @@ func (w *waitingOps) cancel(id uint64) {
 
 // opWaits reports whether op may wait: an acquire, or a campaign for a new
 // term, with a wait.
-func opWaits(op *coordinatorv1.SessionOperation) bool {
+func opWaits(op *coordinatorv1.StreamOperation) bool {
 	switch o := op.GetOperation().(type) {
-	case *coordinatorv1.SessionOperation_Acquire:
+	case *coordinatorv1.StreamOperation_Acquire:
 		return o.Acquire.GetWait().AsDuration() > 0
-	case *coordinatorv1.SessionOperation_Campaign:
+	case *coordinatorv1.StreamOperation_Campaign:
 		return o.Campaign.GetTerm() == 0 && o.Campaign.GetWait().AsDuration() > 0
 	}
 	return false
 }
 
-// sessionOp runs one operation and returns its result.
-func (s *Service) sessionOp(ctx context.Context, chain []grpc.UnaryServerInterceptor, op *coordinatorv1.SessionOperation) (res *coordinatorv1.SessionResult) {
-	res = &coordinatorv1.SessionResult{Id: op.GetId()}
-	kind, method, req, handler := s.sessionCall(op)
+// streamOp runs one operation and returns its result.
+func (s *Service) streamOp(ctx context.Context, chain []grpc.UnaryServerInterceptor, op *coordinatorv1.StreamOperation) (res *coordinatorv1.StreamResult) {
+	res = &coordinatorv1.StreamResult{Id: op.GetId()}
+	kind, method, req, handler := s.streamCall(op)
 	defer func() {
 		if p := recover(); p != nil {
-			s.log.ErrorContext(ctx, "panic in a session operation", "op", kind, "panic", p)
-			res.Result = sessionError(status.Error(codes.Internal, "internal error"))
+			s.log.ErrorContext(ctx, "panic in a stream operation", "op", kind, "panic", p)
+			res.Result = streamError(status.Error(codes.Internal, "internal error"))
 		}
 		code := codes.OK
-		if e, ok := res.GetResult().(*coordinatorv1.SessionResult_Error); ok {
+		if e, ok := res.GetResult().(*coordinatorv1.StreamResult_Error); ok {
 			code = codes.Code(e.Error.GetCode())
 		}
-		s.metrics.sessionOps.WithLabelValues(kind, code.String()).Inc()
+		s.metrics.streamOps.WithLabelValues(kind, code.String()).Inc()
 	}()
 	if req == nil {
-		res.Result = sessionError(InvalidField("operation", "is required: one of acquire, renew, release, campaign or resign"))
+		res.Result = streamError(InvalidField("operation", "is required: one of acquire, renew, release, campaign, resign or renew_session"))
 		return res
 	}
 	if tp, ts := op.GetTraceParent(), op.GetTraceState(); tp != "" || ts != "" {
@@ -349,62 +349,69 @@ func (s *Service) sessionOp(ctx context.Context, chain []grpc.UnaryServerInterce
 		v.optionalText("trace_parent", tp, MaxTraceParentBytes)
 		v.optionalText("trace_state", ts, MaxTraceStateBytes)
 		if err := v.Err(); err != nil {
-			res.Result = sessionError(err)
+			res.Result = streamError(err)
 			return res
 		}
-		ctx = sessionops.WithTraceContext(ctx, sessionops.TraceContext{Parent: tp, State: ts})
+		ctx = streamops.WithTraceContext(ctx, streamops.TraceContext{Parent: tp, State: ts})
 	}
-	resp, err := sessionops.Run(ctx, chain, &grpc.UnaryServerInfo{Server: s, FullMethod: method}, req, handler)
+	resp, err := streamops.Run(ctx, chain, &grpc.UnaryServerInfo{Server: s, FullMethod: method}, req, handler)
 	if err != nil {
-		res.Result = sessionError(err)
+		res.Result = streamError(err)
 		return res
 	}
 	switch r := resp.(type) {
 	case *coordinatorv1.TryAcquireResponse:
-		res.Result = &coordinatorv1.SessionResult_Acquire{Acquire: r}
+		res.Result = &coordinatorv1.StreamResult_Acquire{Acquire: r}
 	case *coordinatorv1.RenewResponse:
-		res.Result = &coordinatorv1.SessionResult_Renew{Renew: r}
+		res.Result = &coordinatorv1.StreamResult_Renew{Renew: r}
 	case *coordinatorv1.ReleaseResponse:
-		res.Result = &coordinatorv1.SessionResult_Release{Release: r}
+		res.Result = &coordinatorv1.StreamResult_Release{Release: r}
 	case *coordinatorv1.CampaignResponse:
-		res.Result = &coordinatorv1.SessionResult_Campaign{Campaign: r}
+		res.Result = &coordinatorv1.StreamResult_Campaign{Campaign: r}
 	case *coordinatorv1.ResignResponse:
-		res.Result = &coordinatorv1.SessionResult_Resign{Resign: r}
+		res.Result = &coordinatorv1.StreamResult_Resign{Resign: r}
+	case *coordinatorv1.RenewSessionResponse:
+		res.Result = &coordinatorv1.StreamResult_RenewSession{RenewSession: r}
 	default:
-		res.Result = sessionError(status.Errorf(codes.Internal, "internal error: %s answered %T", kind, resp))
+		res.Result = streamError(status.Errorf(codes.Internal, "internal error: %s answered %T", kind, resp))
 	}
 	return res
 }
 
-// sessionCall returns the kind of op (its metric label), the unary method
+// streamCall returns the kind of op (its metric label), the unary method
 // it stands for, its request and the handler that runs it; a nil request
 // when op carries none.
-func (s *Service) sessionCall(op *coordinatorv1.SessionOperation) (kind, method string, req any, handler grpc.UnaryHandler) {
+func (s *Service) streamCall(op *coordinatorv1.StreamOperation) (kind, method string, req any, handler grpc.UnaryHandler) {
 	switch o := op.GetOperation().(type) {
-	case *coordinatorv1.SessionOperation_Acquire:
+	case *coordinatorv1.StreamOperation_Acquire:
 		return "acquire", coordinatorv1.Coordinator_TryAcquire_FullMethodName, orEmpty(o.Acquire),
 			func(ctx context.Context, req any) (any, error) {
 				return s.TryAcquire(ctx, req.(*coordinatorv1.TryAcquireRequest))
 			}
-	case *coordinatorv1.SessionOperation_Renew:
+	case *coordinatorv1.StreamOperation_Renew:
 		return "renew", coordinatorv1.Coordinator_Renew_FullMethodName, orEmpty(o.Renew),
 			func(ctx context.Context, req any) (any, error) {
 				return s.Renew(ctx, req.(*coordinatorv1.RenewRequest))
 			}
-	case *coordinatorv1.SessionOperation_Release:
+	case *coordinatorv1.StreamOperation_Release:
 		return "release", coordinatorv1.Coordinator_Release_FullMethodName, orEmpty(o.Release),
 			func(ctx context.Context, req any) (any, error) {
 				return s.Release(ctx, req.(*coordinatorv1.ReleaseRequest))
 			}
-	case *coordinatorv1.SessionOperation_Campaign:
+	case *coordinatorv1.StreamOperation_Campaign:
 		return "campaign", coordinatorv1.Coordinator_Campaign_FullMethodName, orEmpty(o.Campaign),
 			func(ctx context.Context, req any) (any, error) {
 				return s.Campaign(ctx, req.(*coordinatorv1.CampaignRequest))
 			}
-	case *coordinatorv1.SessionOperation_Resign:
+	case *coordinatorv1.StreamOperation_Resign:
 		return "resign", coordinatorv1.Coordinator_Resign_FullMethodName, orEmpty(o.Resign),
 			func(ctx context.Context, req any) (any, error) {
 				return s.Resign(ctx, req.(*coordinatorv1.ResignRequest))
+			}
+	case *coordinatorv1.StreamOperation_RenewSession:
+		return "renew_session", coordinatorv1.Coordinator_RenewSession_FullMethodName, orEmpty(o.RenewSession),
+			func(ctx context.Context, req any) (any, error) {
+				return s.RenewSession(ctx, req.(*coordinatorv1.RenewSessionRequest))
 			}
 	}
 	return "none", "", nil, nil
@@ -419,26 +426,26 @@ func orEmpty[T any](p *T) *T {
 	return p
 }
 
-// sessionError is the result of an operation that failed with err: its
+// streamError is the result of an operation that failed with err: its
 // status, code, message and details, as the unary call returns it.
-func sessionError(err error) *coordinatorv1.SessionResult_Error {
-	return &coordinatorv1.SessionResult_Error{Error: status.Convert(err).Proto()}
+func streamError(err error) *coordinatorv1.StreamResult_Error {
+	return &coordinatorv1.StreamResult_Error{Error: status.Convert(err).Proto()}
 }
 
-// sessionSender writes a stream's results, as many as are ready in each
+// streamSender writes a stream's results, as many as are ready in each
 // message.
-type sessionSender struct {
-	stream  coordinatorv1.Coordinator_SessionServer
-	results chan *coordinatorv1.SessionResult
+type streamSender struct {
+	stream  coordinatorv1.Coordinator_StreamServer
+	results chan *coordinatorv1.StreamResult
 	failed  chan struct{} // closed when a Send failed; err says why
 	done    chan struct{} // closed when run returned
 	err     error
 }
 
-func newSessionSender(stream coordinatorv1.Coordinator_SessionServer) *sessionSender {
-	return &sessionSender{
+func newStreamSender(stream coordinatorv1.Coordinator_StreamServer) *streamSender {
+	return &streamSender{
 		stream:  stream,
-		results: make(chan *coordinatorv1.SessionResult, 256),
+		results: make(chan *coordinatorv1.StreamResult, 256),
 		failed:  make(chan struct{}),
 		done:    make(chan struct{}),
 	}
@@ -446,16 +453,16 @@ func newSessionSender(stream coordinatorv1.Coordinator_SessionServer) *sessionSe
 
 // push hands a result to the sender. It does not block for long: the sender
 // takes results until the channel is closed, even after a failed Send.
-func (o *sessionSender) push(r *coordinatorv1.SessionResult) { o.results <- r }
+func (o *streamSender) push(r *coordinatorv1.StreamResult) { o.results <- r }
 
 // run sends results until results is closed.
-func (o *sessionSender) run() {
+func (o *streamSender) run() {
 	defer close(o.done)
 	for r := range o.results {
-		resp := &coordinatorv1.SessionResponse{Results: []*coordinatorv1.SessionResult{r}}
+		resp := &coordinatorv1.StreamResponse{Results: []*coordinatorv1.StreamResult{r}}
 		size := proto.Size(r)
 	drain:
-		for len(resp.Results) < maxSessionResults && size < maxSessionResponseBytes {
+		for len(resp.Results) < maxStreamResults && size < maxStreamResponseBytes {
 			select {
 			case r, ok := <-o.results:
 				if !ok {

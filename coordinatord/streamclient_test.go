@@ -18,16 +18,16 @@ import (
 )
 
 // The lease calls (TryAcquire, Renew, Release, Campaign, Resign) reach the
-// service two ways: as unary RPCs and as operations of a Session stream.
+// service two ways: as unary RPCs and as operations of an operation stream.
 // The service, fault and election tests run both ways through one test
 // body: start with a call path hands the test a client whose lease calls go
 // that way, every other call being the unary RPC.
 const (
-	viaUnary   = "unary"
-	viaSession = "session"
+	viaUnary  = "unary"
+	viaStream = "stream"
 )
 
-var callPaths = []string{viaUnary, viaSession}
+var callPaths = []string{viaUnary, viaStream}
 
 // forEachPath runs test once per call path, as subtests named after it.
 func forEachPath(t *testing.T, test func(t *testing.T, via string)) {
@@ -41,22 +41,22 @@ func forEachPath(t *testing.T, test func(t *testing.T, via string)) {
 func startVia(t *testing.T, cfg coordinatord.Config, via string) *coordinator {
 	t.Helper()
 	c := start(t, cfg)
-	if via == viaSession {
-		c.client = sessionClient{CoordinatorClient: c.client, s: openSession(t, c.client)}
+	if via == viaStream {
+		c.client = streamClient{CoordinatorClient: c.client, s: openTestStream(t, c.client)}
 	}
 	return c
 }
 
-// sessionClient makes the lease calls as operations of one Session stream,
+// streamClient makes the lease calls as operations of one operation stream,
 // shared by all its callers, and every other call as the unary RPC. It
-// behaves as the unary client does, as a Session client library would: an
+// behaves as the unary client does, as a streaming client library would: an
 // error result is the call's error; a call whose context ends gets the
 // context's error (and a waiting acquire or campaign sends a cancel); and a
 // wait is cut to end before the context's deadline, which a unary call's
 // wait does on the server.
-type sessionClient struct {
+type streamClient struct {
 	coordinatorv1.CoordinatorClient
-	s *session
+	s *testStream
 }
 
 // waitMargin is kept from a context's deadline, as the server keeps its
@@ -73,15 +73,15 @@ func waitBefore(ctx context.Context, wait *durationpb.Duration) *durationpb.Dura
 }
 
 // call runs op on the stream and returns its result.
-func (c sessionClient) call(ctx context.Context, op *coordinatorv1.SessionOperation, waits bool) (*coordinatorv1.SessionResult, error) {
+func (c streamClient) call(ctx context.Context, op *coordinatorv1.StreamOperation, waits bool) (*coordinatorv1.StreamResult, error) {
 	if err := c.s.send(op); err != nil {
-		return nil, status.Errorf(codes.Unavailable, "session send: %v", err)
+		return nil, status.Errorf(codes.Unavailable, "stream send: %v", err)
 	}
 	r, err := c.s.resultBy(ctx, op.GetId())
 	if err != nil {
 		if ctx.Err() != nil {
 			if waits {
-				_ = c.s.send(&coordinatorv1.SessionOperation{Operation: &coordinatorv1.SessionOperation_Cancel{Cancel: op.GetId()}})
+				_ = c.s.send(&coordinatorv1.StreamOperation{Operation: &coordinatorv1.StreamOperation_Cancel{Cancel: op.GetId()}})
 			}
 			return nil, status.FromContextError(ctx.Err()).Err()
 		}
@@ -93,39 +93,39 @@ func (c sessionClient) call(ctx context.Context, op *coordinatorv1.SessionOperat
 	return r, nil
 }
 
-func (c sessionClient) TryAcquire(ctx context.Context, req *coordinatorv1.TryAcquireRequest, _ ...grpc.CallOption) (*coordinatorv1.TryAcquireResponse, error) {
+func (c streamClient) TryAcquire(ctx context.Context, req *coordinatorv1.TryAcquireRequest, _ ...grpc.CallOption) (*coordinatorv1.TryAcquireResponse, error) {
 	req = proto.CloneOf(req)
 	req.Wait = waitBefore(ctx, req.GetWait())
-	op := &coordinatorv1.SessionOperation{Operation: &coordinatorv1.SessionOperation_Acquire{Acquire: req}}
-	return sessionCall(ctx, c, op, req.GetWait().AsDuration() > 0, (*coordinatorv1.SessionResult).GetAcquire)
+	op := &coordinatorv1.StreamOperation{Operation: &coordinatorv1.StreamOperation_Acquire{Acquire: req}}
+	return streamCall(ctx, c, op, req.GetWait().AsDuration() > 0, (*coordinatorv1.StreamResult).GetAcquire)
 }
 
-func (c sessionClient) Renew(ctx context.Context, req *coordinatorv1.RenewRequest, _ ...grpc.CallOption) (*coordinatorv1.RenewResponse, error) {
-	op := &coordinatorv1.SessionOperation{Operation: &coordinatorv1.SessionOperation_Renew{Renew: req}}
-	return sessionCall(ctx, c, op, false, (*coordinatorv1.SessionResult).GetRenew)
+func (c streamClient) Renew(ctx context.Context, req *coordinatorv1.RenewRequest, _ ...grpc.CallOption) (*coordinatorv1.RenewResponse, error) {
+	op := &coordinatorv1.StreamOperation{Operation: &coordinatorv1.StreamOperation_Renew{Renew: req}}
+	return streamCall(ctx, c, op, false, (*coordinatorv1.StreamResult).GetRenew)
 }
 
-func (c sessionClient) Release(ctx context.Context, req *coordinatorv1.ReleaseRequest, _ ...grpc.CallOption) (*coordinatorv1.ReleaseResponse, error) {
-	op := &coordinatorv1.SessionOperation{Operation: &coordinatorv1.SessionOperation_Release{Release: req}}
-	return sessionCall(ctx, c, op, false, (*coordinatorv1.SessionResult).GetRelease)
+func (c streamClient) Release(ctx context.Context, req *coordinatorv1.ReleaseRequest, _ ...grpc.CallOption) (*coordinatorv1.ReleaseResponse, error) {
+	op := &coordinatorv1.StreamOperation{Operation: &coordinatorv1.StreamOperation_Release{Release: req}}
+	return streamCall(ctx, c, op, false, (*coordinatorv1.StreamResult).GetRelease)
 }
 
-func (c sessionClient) Campaign(ctx context.Context, req *coordinatorv1.CampaignRequest, _ ...grpc.CallOption) (*coordinatorv1.CampaignResponse, error) {
+func (c streamClient) Campaign(ctx context.Context, req *coordinatorv1.CampaignRequest, _ ...grpc.CallOption) (*coordinatorv1.CampaignResponse, error) {
 	req = proto.CloneOf(req)
 	req.Wait = waitBefore(ctx, req.GetWait())
-	op := &coordinatorv1.SessionOperation{Operation: &coordinatorv1.SessionOperation_Campaign{Campaign: req}}
-	return sessionCall(ctx, c, op, req.GetTerm() == 0 && req.GetWait().AsDuration() > 0, (*coordinatorv1.SessionResult).GetCampaign)
+	op := &coordinatorv1.StreamOperation{Operation: &coordinatorv1.StreamOperation_Campaign{Campaign: req}}
+	return streamCall(ctx, c, op, req.GetTerm() == 0 && req.GetWait().AsDuration() > 0, (*coordinatorv1.StreamResult).GetCampaign)
 }
 
-func (c sessionClient) Resign(ctx context.Context, req *coordinatorv1.ResignRequest, _ ...grpc.CallOption) (*coordinatorv1.ResignResponse, error) {
-	op := &coordinatorv1.SessionOperation{Operation: &coordinatorv1.SessionOperation_Resign{Resign: req}}
-	return sessionCall(ctx, c, op, false, (*coordinatorv1.SessionResult).GetResign)
+func (c streamClient) Resign(ctx context.Context, req *coordinatorv1.ResignRequest, _ ...grpc.CallOption) (*coordinatorv1.ResignResponse, error) {
+	op := &coordinatorv1.StreamOperation{Operation: &coordinatorv1.StreamOperation_Resign{Resign: req}}
+	return streamCall(ctx, c, op, false, (*coordinatorv1.StreamResult).GetResign)
 }
 
-// sessionCall runs op, which waits when waits, and returns the response
+// streamCall runs op, which waits when waits, and returns the response
 // that get takes from its result; a result of another kind is an error.
-func sessionCall[T any](ctx context.Context, c sessionClient, op *coordinatorv1.SessionOperation, waits bool,
-	get func(*coordinatorv1.SessionResult) *T,
+func streamCall[T any](ctx context.Context, c streamClient, op *coordinatorv1.StreamOperation, waits bool,
+	get func(*coordinatorv1.StreamResult) *T,
 ) (*T, error) {
 	r, err := c.call(ctx, op, waits)
 	if err != nil {
@@ -134,15 +134,15 @@ func sessionCall[T any](ctx context.Context, c sessionClient, op *coordinatorv1.
 	if resp := get(r); resp != nil {
 		return resp, nil
 	}
-	return nil, status.Error(codes.Internal, fmt.Sprintf("session result %d of the wrong kind: %v", r.GetId(), r))
+	return nil, status.Error(codes.Internal, fmt.Sprintf("stream result %d of the wrong kind: %v", r.GetId(), r))
 }
 
-// TestSessionClientFollowsTheUnaryCalls checks the test adapter itself: a
+// TestStreamClientFollowsTheUnaryCalls checks the test adapter itself: a
 // refusal, an error with its reason and a cancelled wait look as they do
 // through the unary client, so that a test that passes both ways tests the
 // service, not the adapter.
-func TestSessionClientFollowsTheUnaryCalls(t *testing.T) {
-	c := startVia(t, testConfig(t, coordinatord.StoreMemory), viaSession)
+func TestStreamClientFollowsTheUnaryCalls(t *testing.T) {
+	c := startVia(t, testConfig(t, coordinatord.StoreMemory), viaStream)
 	held := c.mustAcquire(t, "job", "a", time.Minute)
 	if resp := c.acquire(t, "job", "b", time.Minute, 0); resp.GetAcquired() || resp.GetHolder() != "a" {
 		t.Fatalf("refusal = %v; want held by a", resp)

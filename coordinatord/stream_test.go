@@ -20,36 +20,36 @@ import (
 	"github.com/coordinator-dev/coordinator/server/store/storetest"
 )
 
-// session is a Session stream under test, safe for concurrent callers: call
+// testStream is an operation stream under test, safe for concurrent callers: call
 // sends one operation and waits for its result; results are routed by id.
-type session struct {
+type testStream struct {
 	t      testing.TB
-	stream grpc.BidiStreamingClient[coordinatorv1.SessionRequest, coordinatorv1.SessionResponse]
+	stream grpc.BidiStreamingClient[coordinatorv1.StreamRequest, coordinatorv1.StreamResponse]
 	cancel context.CancelFunc
 
 	sendMu   sync.Mutex
 	nextID   atomic.Uint64
 	mu       sync.Mutex
-	waiting  map[uint64]chan *coordinatorv1.SessionResult
-	early    map[uint64]*coordinatorv1.SessionResult // arrived before anyone waited
-	messages atomic.Int64                            // SessionResponses received
-	results  atomic.Int64                            // results received, in all of them
+	waiting  map[uint64]chan *coordinatorv1.StreamResult
+	early    map[uint64]*coordinatorv1.StreamResult // arrived before anyone waited
+	messages atomic.Int64                           // StreamResponse received
+	results  atomic.Int64                           // results received, in all of them
 	ended    chan struct{}
 	err      error // why the stream ended, once ended is closed
 }
 
-func openSession(t testing.TB, client coordinatorv1.CoordinatorClient) *session {
+func openTestStream(t testing.TB, client coordinatorv1.CoordinatorClient) *testStream {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	stream, err := client.Session(ctx)
+	stream, err := client.Stream(ctx)
 	if err != nil {
 		cancel()
 		t.Fatal(err)
 	}
-	s := &session{
+	s := &testStream{
 		t: t, stream: stream, cancel: cancel,
-		waiting: map[uint64]chan *coordinatorv1.SessionResult{},
-		early:   map[uint64]*coordinatorv1.SessionResult{},
+		waiting: map[uint64]chan *coordinatorv1.StreamResult{},
+		early:   map[uint64]*coordinatorv1.StreamResult{},
 		ended:   make(chan struct{}),
 	}
 	go s.recv()
@@ -60,7 +60,7 @@ func openSession(t testing.TB, client coordinatorv1.CoordinatorClient) *session 
 	return s
 }
 
-func (s *session) recv() {
+func (s *testStream) recv() {
 	defer close(s.ended)
 	for {
 		resp, err := s.stream.Recv()
@@ -84,7 +84,7 @@ func (s *session) recv() {
 }
 
 // send sends ops in one message, numbering those without an id.
-func (s *session) send(ops ...*coordinatorv1.SessionOperation) error {
+func (s *testStream) send(ops ...*coordinatorv1.StreamOperation) error {
 	for _, op := range ops {
 		if op.Id == 0 {
 			op.Id = s.nextID.Add(1)
@@ -92,11 +92,11 @@ func (s *session) send(ops ...*coordinatorv1.SessionOperation) error {
 	}
 	s.sendMu.Lock()
 	defer s.sendMu.Unlock()
-	return s.stream.Send(&coordinatorv1.SessionRequest{Operations: ops})
+	return s.stream.Send(&coordinatorv1.StreamRequest{Operations: ops})
 }
 
 // result waits for the result of id.
-func (s *session) result(id uint64, within time.Duration) (*coordinatorv1.SessionResult, error) {
+func (s *testStream) result(id uint64, within time.Duration) (*coordinatorv1.StreamResult, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
 	r, err := s.resultBy(ctx, id)
@@ -107,14 +107,14 @@ func (s *session) result(id uint64, within time.Duration) (*coordinatorv1.Sessio
 }
 
 // resultBy waits for the result of id until ctx ends.
-func (s *session) resultBy(ctx context.Context, id uint64) (*coordinatorv1.SessionResult, error) {
+func (s *testStream) resultBy(ctx context.Context, id uint64) (*coordinatorv1.StreamResult, error) {
 	s.mu.Lock()
 	if r, ok := s.early[id]; ok {
 		delete(s.early, id)
 		s.mu.Unlock()
 		return r, nil
 	}
-	ch := make(chan *coordinatorv1.SessionResult, 1)
+	ch := make(chan *coordinatorv1.StreamResult, 1)
 	s.waiting[id] = ch
 	s.mu.Unlock()
 	select {
@@ -136,7 +136,7 @@ func (s *session) resultBy(ctx context.Context, id uint64) (*coordinatorv1.Sessi
 }
 
 // call sends op alone and returns its result.
-func (s *session) call(op *coordinatorv1.SessionOperation) (*coordinatorv1.SessionResult, error) {
+func (s *testStream) call(op *coordinatorv1.StreamOperation) (*coordinatorv1.StreamResult, error) {
 	if err := s.send(op); err != nil {
 		return nil, err
 	}
@@ -144,7 +144,7 @@ func (s *session) call(op *coordinatorv1.SessionOperation) (*coordinatorv1.Sessi
 }
 
 // mustCall is call on the test's goroutine.
-func (s *session) mustCall(op *coordinatorv1.SessionOperation) *coordinatorv1.SessionResult {
+func (s *testStream) mustCall(op *coordinatorv1.StreamOperation) *coordinatorv1.StreamResult {
 	s.t.Helper()
 	r, err := s.call(op)
 	if err != nil {
@@ -153,102 +153,102 @@ func (s *session) mustCall(op *coordinatorv1.SessionOperation) *coordinatorv1.Se
 	return r
 }
 
-func acquireOp(name, holder string, ttl, wait time.Duration) *coordinatorv1.SessionOperation {
-	return &coordinatorv1.SessionOperation{Operation: &coordinatorv1.SessionOperation_Acquire{Acquire: &coordinatorv1.TryAcquireRequest{
+func acquireOp(name, holder string, ttl, wait time.Duration) *coordinatorv1.StreamOperation {
+	return &coordinatorv1.StreamOperation{Operation: &coordinatorv1.StreamOperation_Acquire{Acquire: &coordinatorv1.TryAcquireRequest{
 		Name: name, Holder: holder, Ttl: dur(ttl), Wait: dur(wait),
 	}}}
 }
 
-func renewOp(name, holder string, token uint64, ttl time.Duration) *coordinatorv1.SessionOperation {
-	return &coordinatorv1.SessionOperation{Operation: &coordinatorv1.SessionOperation_Renew{Renew: &coordinatorv1.RenewRequest{
+func renewOp(name, holder string, token uint64, ttl time.Duration) *coordinatorv1.StreamOperation {
+	return &coordinatorv1.StreamOperation{Operation: &coordinatorv1.StreamOperation_Renew{Renew: &coordinatorv1.RenewRequest{
 		Name: name, Holder: holder, Token: token, Ttl: dur(ttl),
 	}}}
 }
 
-func releaseOp(name, holder string, token uint64) *coordinatorv1.SessionOperation {
-	return &coordinatorv1.SessionOperation{Operation: &coordinatorv1.SessionOperation_Release{Release: &coordinatorv1.ReleaseRequest{
+func releaseOp(name, holder string, token uint64) *coordinatorv1.StreamOperation {
+	return &coordinatorv1.StreamOperation{Operation: &coordinatorv1.StreamOperation_Release{Release: &coordinatorv1.ReleaseRequest{
 		Name: name, Holder: holder, Token: token,
 	}}}
 }
 
-func campaignOp(election, candidate, value string, ttl time.Duration, term uint64) *coordinatorv1.SessionOperation {
-	return &coordinatorv1.SessionOperation{Operation: &coordinatorv1.SessionOperation_Campaign{Campaign: &coordinatorv1.CampaignRequest{
+func campaignOp(election, candidate, value string, ttl time.Duration, term uint64) *coordinatorv1.StreamOperation {
+	return &coordinatorv1.StreamOperation{Operation: &coordinatorv1.StreamOperation_Campaign{Campaign: &coordinatorv1.CampaignRequest{
 		Election: election, Candidate: candidate, Value: []byte(value), Ttl: dur(ttl), Term: term,
 	}}}
 }
 
-func resignOp(election, candidate string, term uint64) *coordinatorv1.SessionOperation {
-	return &coordinatorv1.SessionOperation{Operation: &coordinatorv1.SessionOperation_Resign{Resign: &coordinatorv1.ResignRequest{
+func resignOp(election, candidate string, term uint64) *coordinatorv1.StreamOperation {
+	return &coordinatorv1.StreamOperation{Operation: &coordinatorv1.StreamOperation_Resign{Resign: &coordinatorv1.ResignRequest{
 		Election: election, Candidate: candidate, Term: term,
 	}}}
 }
 
 // resultErr is the error a result carries, as the unary call returns it.
-func resultErr(r *coordinatorv1.SessionResult) error {
+func resultErr(r *coordinatorv1.StreamResult) error {
 	if e := r.GetError(); e != nil {
 		return status.ErrorProto(e)
 	}
 	return nil
 }
 
-func TestSessionOperationsAnswerAsTheirUnaryCalls(t *testing.T) {
+func TestStreamOperationsAnswerAsTheirUnaryCalls(t *testing.T) {
 	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			c := start(t, testConfig(t, kind))
-			s := openSession(t, c.client)
+			s := openTestStream(t, c.client)
 			var token, term uint64 // of the steps before
 			steps := []struct {
 				name  string
-				op    func() *coordinatorv1.SessionOperation
-				check func(r *coordinatorv1.SessionResult) error
+				op    func() *coordinatorv1.StreamOperation
+				check func(r *coordinatorv1.StreamResult) error
 			}{
-				{"acquire a free name", func() *coordinatorv1.SessionOperation { return acquireOp("job", "a", time.Minute, 0) },
-					func(r *coordinatorv1.SessionResult) error {
+				{"acquire a free name", func() *coordinatorv1.StreamOperation { return acquireOp("job", "a", time.Minute, 0) },
+					func(r *coordinatorv1.StreamResult) error {
 						if !r.GetAcquire().GetAcquired() || r.GetAcquire().GetLease().GetHolder() != "a" {
 							return fmt.Errorf("want acquired by a")
 						}
 						token = r.GetAcquire().GetLease().GetToken()
 						return nil
 					}},
-				{"acquire it again as its holder", func() *coordinatorv1.SessionOperation { return acquireOp("job", "a", time.Minute, 0) },
-					func(r *coordinatorv1.SessionResult) error {
+				{"acquire it again as its holder", func() *coordinatorv1.StreamOperation { return acquireOp("job", "a", time.Minute, 0) },
+					func(r *coordinatorv1.StreamResult) error {
 						if !r.GetAcquire().GetAcquired() || r.GetAcquire().GetLease().GetToken() != token {
 							return fmt.Errorf("want the same lease, token %d", token)
 						}
 						return nil
 					}},
-				{"acquire a held name", func() *coordinatorv1.SessionOperation { return acquireOp("job", "b", time.Minute, 0) },
-					func(r *coordinatorv1.SessionResult) error {
+				{"acquire a held name", func() *coordinatorv1.StreamOperation { return acquireOp("job", "b", time.Minute, 0) },
+					func(r *coordinatorv1.StreamResult) error {
 						if r.GetAcquire().GetAcquired() || r.GetAcquire().GetHolder() != "a" || r.GetAcquire().GetRetryAfter() == nil {
 							return fmt.Errorf("want refused, held by a, with retry_after")
 						}
 						return nil
 					}},
-				{"renew", func() *coordinatorv1.SessionOperation { return renewOp("job", "a", token, 2*time.Minute) },
-					func(r *coordinatorv1.SessionResult) error {
+				{"renew", func() *coordinatorv1.StreamOperation { return renewOp("job", "a", token, 2*time.Minute) },
+					func(r *coordinatorv1.StreamResult) error {
 						if l := r.GetRenew().GetLease(); l.GetToken() != token || l.GetTtl().AsDuration() != 2*time.Minute {
 							return fmt.Errorf("want renewed for 2m with token %d", token)
 						}
 						return nil
 					}},
-				{"renew under another token", func() *coordinatorv1.SessionOperation { return renewOp("job", "a", token+1, time.Minute) },
+				{"renew under another token", func() *coordinatorv1.StreamOperation { return renewOp("job", "a", token+1, time.Minute) },
 					wantError(codes.FailedPrecondition, "LEASE_NOT_HELD", "")},
-				{"release by another holder", func() *coordinatorv1.SessionOperation { return releaseOp("job", "b", token) },
-					func(r *coordinatorv1.SessionResult) error {
+				{"release by another holder", func() *coordinatorv1.StreamOperation { return releaseOp("job", "b", token) },
+					func(r *coordinatorv1.StreamResult) error {
 						if r.GetRelease() == nil || r.GetRelease().GetReleased() {
 							return fmt.Errorf("want released=false")
 						}
 						return nil
 					}},
-				{"release", func() *coordinatorv1.SessionOperation { return releaseOp("job", "a", token) },
-					func(r *coordinatorv1.SessionResult) error {
+				{"release", func() *coordinatorv1.StreamOperation { return releaseOp("job", "a", token) },
+					func(r *coordinatorv1.StreamResult) error {
 						if !r.GetRelease().GetReleased() {
 							return fmt.Errorf("want released")
 						}
 						return nil
 					}},
-				{"campaign", func() *coordinatorv1.SessionOperation { return campaignOp("office", "c", "v1", time.Minute, 0) },
-					func(r *coordinatorv1.SessionResult) error {
+				{"campaign", func() *coordinatorv1.StreamOperation { return campaignOp("office", "c", "v1", time.Minute, 0) },
+					func(r *coordinatorv1.StreamResult) error {
 						l := r.GetCampaign().GetLeader()
 						if !r.GetCampaign().GetElected() || l.GetCandidate() != "c" || string(l.GetValue()) != "v1" {
 							return fmt.Errorf("want elected with v1")
@@ -256,45 +256,45 @@ func TestSessionOperationsAnswerAsTheirUnaryCalls(t *testing.T) {
 						term = l.GetTerm()
 						return nil
 					}},
-				{"proclaim in the term", func() *coordinatorv1.SessionOperation { return campaignOp("office", "c", "v2", time.Minute, term) },
-					func(r *coordinatorv1.SessionResult) error {
+				{"proclaim in the term", func() *coordinatorv1.StreamOperation { return campaignOp("office", "c", "v2", time.Minute, term) },
+					func(r *coordinatorv1.StreamResult) error {
 						if l := r.GetCampaign().GetLeader(); l.GetTerm() != term || string(l.GetValue()) != "v2" {
 							return fmt.Errorf("want term %d with v2", term)
 						}
 						return nil
 					}},
-				{"proclaim in another term", func() *coordinatorv1.SessionOperation { return campaignOp("office", "c", "v3", time.Minute, term+1) },
+				{"proclaim in another term", func() *coordinatorv1.StreamOperation { return campaignOp("office", "c", "v3", time.Minute, term+1) },
 					wantError(codes.FailedPrecondition, "LEASE_NOT_HELD", "")},
-				{"resign", func() *coordinatorv1.SessionOperation { return resignOp("office", "c", term) },
-					func(r *coordinatorv1.SessionResult) error {
+				{"resign", func() *coordinatorv1.StreamOperation { return resignOp("office", "c", term) },
+					func(r *coordinatorv1.StreamResult) error {
 						if !r.GetResign().GetResigned() {
 							return fmt.Errorf("want resigned")
 						}
 						return nil
 					}},
-				{"resign again", func() *coordinatorv1.SessionOperation { return resignOp("office", "c", term) },
-					func(r *coordinatorv1.SessionResult) error {
+				{"resign again", func() *coordinatorv1.StreamOperation { return resignOp("office", "c", term) },
+					func(r *coordinatorv1.StreamResult) error {
 						if r.GetResign() == nil || r.GetResign().GetResigned() {
 							return fmt.Errorf("want resigned=false")
 						}
 						return nil
 					}},
-				{"acquire without a name", func() *coordinatorv1.SessionOperation { return acquireOp("", "a", time.Minute, 0) },
+				{"acquire without a name", func() *coordinatorv1.StreamOperation { return acquireOp("", "a", time.Minute, 0) },
 					wantError(codes.InvalidArgument, "INVALID_FIELD", "name")},
-				{"acquire with a ttl too short", func() *coordinatorv1.SessionOperation { return acquireOp("job", "a", time.Millisecond, 0) },
+				{"acquire with a ttl too short", func() *coordinatorv1.StreamOperation { return acquireOp("job", "a", time.Millisecond, 0) },
 					wantError(codes.InvalidArgument, "INVALID_FIELD", "ttl")},
-				{"renew without a token", func() *coordinatorv1.SessionOperation { return renewOp("job", "a", 0, time.Minute) },
+				{"renew without a token", func() *coordinatorv1.StreamOperation { return renewOp("job", "a", 0, time.Minute) },
 					wantError(codes.InvalidArgument, "INVALID_FIELD", "token")},
-				{"release without a holder", func() *coordinatorv1.SessionOperation { return releaseOp("job", "", 1) },
+				{"release without a holder", func() *coordinatorv1.StreamOperation { return releaseOp("job", "", 1) },
 					wantError(codes.InvalidArgument, "INVALID_FIELD", "holder")},
-				{"campaign without an election", func() *coordinatorv1.SessionOperation { return campaignOp("", "c", "", time.Minute, 0) },
+				{"campaign without an election", func() *coordinatorv1.StreamOperation { return campaignOp("", "c", "", time.Minute, 0) },
 					wantError(codes.InvalidArgument, "INVALID_FIELD", "election")},
-				{"resign without a candidate", func() *coordinatorv1.SessionOperation { return resignOp("office", "", 1) },
+				{"resign without a candidate", func() *coordinatorv1.StreamOperation { return resignOp("office", "", 1) },
 					wantError(codes.InvalidArgument, "INVALID_FIELD", "candidate")},
-				{"no operation", func() *coordinatorv1.SessionOperation { return &coordinatorv1.SessionOperation{} },
+				{"no operation", func() *coordinatorv1.StreamOperation { return &coordinatorv1.StreamOperation{} },
 					wantError(codes.InvalidArgument, "INVALID_FIELD", "operation")},
-				{"an empty acquire", func() *coordinatorv1.SessionOperation {
-					return &coordinatorv1.SessionOperation{Operation: &coordinatorv1.SessionOperation_Acquire{}}
+				{"an empty acquire", func() *coordinatorv1.StreamOperation {
+					return &coordinatorv1.StreamOperation{Operation: &coordinatorv1.StreamOperation_Acquire{}}
 				}, wantError(codes.InvalidArgument, "INVALID_FIELD", "name")},
 			}
 			for i, step := range steps {
@@ -318,8 +318,8 @@ func TestSessionOperationsAnswerAsTheirUnaryCalls(t *testing.T) {
 
 // wantError checks a result's error: code, ErrorInfo reason and BadRequest
 // field (when given), as errorDetails reads them from a unary call.
-func wantError(code codes.Code, reason, field string) func(r *coordinatorv1.SessionResult) error {
-	return func(r *coordinatorv1.SessionResult) error {
+func wantError(code codes.Code, reason, field string) func(r *coordinatorv1.StreamResult) error {
+	return func(r *coordinatorv1.StreamResult) error {
 		err := resultErr(r)
 		if err == nil {
 			return fmt.Errorf("want an error %s %s", code, reason)
@@ -334,16 +334,16 @@ func wantError(code codes.Code, reason, field string) func(r *coordinatorv1.Sess
 
 // An operation's error is exactly the unary call's: code, message and
 // details.
-func TestSessionErrorsAreTheUnaryCallsErrors(t *testing.T) {
+func TestStreamErrorsAreTheUnaryCallsErrors(t *testing.T) {
 	c := start(t, testConfig(t, "memory"))
-	s := openSession(t, c.client)
+	s := openTestStream(t, c.client)
 	ctx := ctxTimeout(t, 10*time.Second)
 	req := &coordinatorv1.TryAcquireRequest{Name: "a//b", Holder: "h", Ttl: dur(time.Minute)}
 	_, unary := c.client.TryAcquire(ctx, req)
-	r := s.mustCall(&coordinatorv1.SessionOperation{Operation: &coordinatorv1.SessionOperation_Acquire{Acquire: req}})
+	r := s.mustCall(&coordinatorv1.StreamOperation{Operation: &coordinatorv1.StreamOperation_Acquire{Acquire: req}})
 	want, got := status.Convert(unary).Proto(), r.GetError()
 	if got == nil || got.GetCode() != want.GetCode() || got.GetMessage() != want.GetMessage() || len(got.GetDetails()) != len(want.GetDetails()) {
-		t.Fatalf("session error %v; want the unary call's %v", got, want)
+		t.Fatalf("stream error %v; want the unary call's %v", got, want)
 	}
 	for i := range want.GetDetails() {
 		if got.GetDetails()[i].GetTypeUrl() != want.GetDetails()[i].GetTypeUrl() || string(got.GetDetails()[i].GetValue()) != string(want.GetDetails()[i].GetValue()) {
@@ -356,9 +356,9 @@ func TestManyOperationsInOneMessage(t *testing.T) {
 	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			c := start(t, testConfig(t, kind))
-			s := openSession(t, c.client)
-			n := server.MaxSessionOperations
-			ops := make([]*coordinatorv1.SessionOperation, n)
+			s := openTestStream(t, c.client)
+			n := server.MaxStreamOperations
+			ops := make([]*coordinatorv1.StreamOperation, n)
 			for i := range ops {
 				ops[i] = acquireOp(fmt.Sprintf("many/%04d", i), "h", time.Minute, 0)
 			}
@@ -377,7 +377,7 @@ func TestManyOperationsInOneMessage(t *testing.T) {
 				tokens[i] = r.GetAcquire().GetLease().GetToken()
 			}
 			// Exactly one result per operation; that results ready together
-			// share a message is TestSessionSenderSendsWhatIsReadyInOneMessage's
+			// share a message is TestStreamSenderSendsWhatIsReadyInOneMessage's
 			// (package server), where it is exact.
 			msgs := s.messages.Load()
 			t.Logf("%d results in %d messages", n, msgs)
@@ -387,7 +387,7 @@ func TestManyOperationsInOneMessage(t *testing.T) {
 			if msgs >= int64(n) {
 				t.Errorf("%d results took %d messages: ready results are not sent together", n, msgs)
 			}
-			releases := make([]*coordinatorv1.SessionOperation, n)
+			releases := make([]*coordinatorv1.StreamOperation, n)
 			for i := range releases {
 				releases[i] = releaseOp(fmt.Sprintf("many/%04d", i), "h", tokens[i])
 			}
@@ -419,8 +419,8 @@ func TestManyOperationsInOneMessage(t *testing.T) {
 
 func TestMoreOperationsThanAllowedFailTheStream(t *testing.T) {
 	c := start(t, testConfig(t, "memory"))
-	s := openSession(t, c.client)
-	ops := make([]*coordinatorv1.SessionOperation, server.MaxSessionOperations+1)
+	s := openTestStream(t, c.client)
+	ops := make([]*coordinatorv1.StreamOperation, server.MaxStreamOperations+1)
 	for i := range ops {
 		ops[i] = acquireOp(fmt.Sprintf("over/%d", i), "h", time.Minute, 0)
 	}
@@ -445,7 +445,7 @@ func TestAWaitingAcquireLetsOtherOperationsProceed(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			c := start(t, testConfig(t, kind))
 			held := c.mustAcquire(t, "busy", "holder", time.Minute)
-			s := openSession(t, c.client)
+			s := openTestStream(t, c.client)
 			waiting := acquireOp("busy", "waiter", time.Minute, time.Minute)
 			if err := s.send(waiting); err != nil {
 				t.Fatal(err)
@@ -479,13 +479,13 @@ func TestAWaitingAcquireLetsOtherOperationsProceed(t *testing.T) {
 	}
 }
 
-func TestEndingASessionGivesUpItsWaitsButKeepsItsLeases(t *testing.T) {
+func TestEndingAStreamGivesUpItsWaitsButKeepsItsLeases(t *testing.T) {
 	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			c := start(t, testConfig(t, kind))
 			ctx := ctxTimeout(t, time.Minute)
 			held := c.mustAcquire(t, "queue", "holder", time.Minute)
-			s := openSession(t, c.client)
+			s := openTestStream(t, c.client)
 			kept := s.mustCall(acquireOp("kept", "leaver", time.Minute, 0))
 			if !kept.GetAcquire().GetAcquired() {
 				t.Fatalf("acquire: %v", kept)
@@ -493,7 +493,7 @@ func TestEndingASessionGivesUpItsWaitsButKeepsItsLeases(t *testing.T) {
 			if err := s.send(acquireOp("queue", "leaver", time.Minute, time.Minute)); err != nil {
 				t.Fatal(err)
 			}
-			testwait.Until(t, 30*time.Second, "the session's acquire waits", waits(c, ctx, "queue", 1))
+			testwait.Until(t, 30*time.Second, "the stream's acquire waits", waits(c, ctx, "queue", 1))
 			next := make(chan *coordinatorv1.TryAcquireResponse, 1)
 			go func() {
 				resp, err := c.tryAcquire("queue", "next", time.Minute, time.Minute)
@@ -505,7 +505,7 @@ func TestEndingASessionGivesUpItsWaitsButKeepsItsLeases(t *testing.T) {
 			testwait.Until(t, 30*time.Second, "a second waiter behind it", waits(c, ctx, "queue", 2))
 
 			s.cancel() // the client goes away
-			testwait.Until(t, 30*time.Second, "the session's waiter left the queue", waits(c, ctx, "queue", 1))
+			testwait.Until(t, 30*time.Second, "the stream's waiter left the queue", waits(c, ctx, "queue", 1))
 			if _, err := c.client.Release(ctx, &coordinatorv1.ReleaseRequest{Name: "queue", Holder: "holder", Token: held.GetToken()}); err != nil {
 				t.Fatal(err)
 			}
@@ -519,7 +519,7 @@ func TestEndingASessionGivesUpItsWaitsButKeepsItsLeases(t *testing.T) {
 			}
 			d, err := c.client.Describe(ctx, &coordinatorv1.DescribeRequest{Name: "kept"})
 			if err != nil || !d.GetHeld() || d.GetLease().GetToken() != kept.GetAcquire().GetLease().GetToken() {
-				t.Fatalf("the session's lease after it ended: %v, %v; want still held", d, err)
+				t.Fatalf("the stream's lease after it ended: %v, %v; want still held", d, err)
 			}
 		})
 	}
@@ -535,15 +535,15 @@ func TestACancelGivesUpOneWait(t *testing.T) {
 			c := start(t, testConfig(t, kind))
 			ctx := ctxTimeout(t, time.Minute)
 			held := c.mustAcquire(t, "queue", "holder", time.Minute)
-			s := openSession(t, c.client)
+			s := openTestStream(t, c.client)
 			waiting := acquireOp("queue", "canceller", time.Minute, time.Minute)
 			if err := s.send(waiting); err != nil {
 				t.Fatal(err)
 			}
-			testwait.Until(t, 30*time.Second, "the session's acquire waits", waits(c, ctx, "queue", 1))
+			testwait.Until(t, 30*time.Second, "the stream's acquire waits", waits(c, ctx, "queue", 1))
 
-			cancel := &coordinatorv1.SessionOperation{Id: waiting.GetId() + 1000, Operation: &coordinatorv1.SessionOperation_Cancel{Cancel: waiting.GetId()}}
-			unknown := &coordinatorv1.SessionOperation{Id: waiting.GetId() + 1001, Operation: &coordinatorv1.SessionOperation_Cancel{Cancel: 987654}}
+			cancel := &coordinatorv1.StreamOperation{Id: waiting.GetId() + 1000, Operation: &coordinatorv1.StreamOperation_Cancel{Cancel: waiting.GetId()}}
+			unknown := &coordinatorv1.StreamOperation{Id: waiting.GetId() + 1001, Operation: &coordinatorv1.StreamOperation_Cancel{Cancel: 987654}}
 			if err := s.send(cancel, unknown); err != nil {
 				t.Fatal(err)
 			}
@@ -582,7 +582,7 @@ func TestClosingTheSendSideFinishesWhatIsInFlight(t *testing.T) {
 	c := start(t, testConfig(t, "memory"))
 	ctx := ctxTimeout(t, time.Minute)
 	held := c.mustAcquire(t, "later", "holder", time.Minute)
-	s := openSession(t, c.client)
+	s := openTestStream(t, c.client)
 	waiting := acquireOp("later", "waiter", time.Minute, time.Minute)
 	now := acquireOp("now", "waiter", time.Minute, 0)
 	if err := s.send(waiting, now); err != nil {
@@ -611,13 +611,13 @@ func TestClosingTheSendSideFinishesWhatIsInFlight(t *testing.T) {
 	}
 }
 
-func TestStopEndsSessionsWithUnavailable(t *testing.T) {
+func TestStopEndsStreamsWithUnavailable(t *testing.T) {
 	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			c := start(t, testConfig(t, kind))
 			ctx := ctxTimeout(t, time.Minute)
 			c.mustAcquire(t, "stop", "holder", time.Minute)
-			s := openSession(t, c.client)
+			s := openTestStream(t, c.client)
 			waiting := acquireOp("stop", "waiter", time.Minute, time.Minute)
 			if err := s.send(waiting); err != nil {
 				t.Fatal(err)
@@ -631,10 +631,10 @@ func TestStopEndsSessionsWithUnavailable(t *testing.T) {
 			select {
 			case <-s.ended:
 			case <-time.After(30 * time.Second):
-				t.Fatal("the session is still open after Stop")
+				t.Fatal("the stream is still open after Stop")
 			}
 			if status.Code(s.err) != codes.Unavailable {
-				t.Fatalf("the session ended with %v; want Unavailable", s.err)
+				t.Fatalf("the stream ended with %v; want Unavailable", s.err)
 			}
 			// The wait in flight was answered first: shutting down.
 			s.mu.Lock()
@@ -648,34 +648,34 @@ func TestStopEndsSessionsWithUnavailable(t *testing.T) {
 	}
 }
 
-// Many goroutines on few names, over a few shared sessions: the fencing
+// Many goroutines on few names, over a few shared streams: the fencing
 // token at each resource never goes backwards and no two holders are ever
 // inside at once while both believe their leases valid.
-func TestContendedLeasesNeverOverlapThroughSessions(t *testing.T) {
+func TestContendedLeasesNeverOverlapThroughStreams(t *testing.T) {
 	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			c := start(t, testConfig(t, kind))
 			const (
-				sessions = 4
-				workers  = 32
-				rounds   = 25
-				ttl      = 150 * time.Millisecond
+				streams = 4
+				workers = 32
+				rounds  = 25
+				ttl     = 150 * time.Millisecond
 			)
 			names := []string{"r0", "r1", "r2"}
 			resources := map[string]*storetest.Resource{}
 			for _, n := range names {
 				resources[n] = &storetest.Resource{}
 			}
-			ss := make([]*session, sessions)
+			ss := make([]*testStream, streams)
 			for i := range ss {
-				ss[i] = openSession(t, c.client)
+				ss[i] = openTestStream(t, c.client)
 			}
 			var grants atomic.Int64
 			var wg sync.WaitGroup
 			for w := range workers {
 				wg.Go(func() {
 					rng := rand.New(rand.NewPCG(uint64(w), 12))
-					s := ss[w%sessions]
+					s := ss[w%streams]
 					holder := fmt.Sprintf("worker-%d", w)
 					for range rounds {
 						name := names[rng.IntN(len(names))]

@@ -11,21 +11,21 @@ import (
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
 )
 
-// heldStream is a Session stream whose first Send waits until release is
+// heldStream is an operation stream whose first Send waits until release is
 // closed, so that a test knows what the sender holds meanwhile.
 type heldStream struct {
-	coordinatorv1.Coordinator_SessionServer
+	coordinatorv1.Coordinator_StreamServer
 	holding chan struct{} // closed when the first Send waits
 	release chan struct{}
-	sent    chan *coordinatorv1.SessionResponse
+	sent    chan *coordinatorv1.StreamResponse
 	first   bool
 }
 
 func newHeldStream() *heldStream {
-	return &heldStream{holding: make(chan struct{}), release: make(chan struct{}), sent: make(chan *coordinatorv1.SessionResponse, 1000), first: true}
+	return &heldStream{holding: make(chan struct{}), release: make(chan struct{}), sent: make(chan *coordinatorv1.StreamResponse, 1000), first: true}
 }
 
-func (s *heldStream) Send(resp *coordinatorv1.SessionResponse) error {
+func (s *heldStream) Send(resp *coordinatorv1.StreamResponse) error {
 	if s.first {
 		s.first = false
 		close(s.holding)
@@ -37,10 +37,10 @@ func (s *heldStream) Send(resp *coordinatorv1.SessionResponse) error {
 
 // sendWhileHeld pushes one result, waits until its Send is held, pushes
 // the others, lets the sender go, and returns the messages it sent.
-func sendWhileHeld(t *testing.T, results []*coordinatorv1.SessionResult) [][]uint64 {
+func sendWhileHeld(t *testing.T, results []*coordinatorv1.StreamResult) [][]uint64 {
 	t.Helper()
 	stream := newHeldStream()
-	out := newSessionSender(stream)
+	out := newStreamSender(stream)
 	go out.run()
 	out.push(results[0])
 	select {
@@ -77,11 +77,11 @@ func ids(from, to uint64) []uint64 {
 // What is ready while the sender is busy goes out in one message when it
 // is free: every result, in order, in as few messages as the size bound
 // allows.
-func TestSessionSenderSendsWhatIsReadyInOneMessage(t *testing.T) {
-	ready := cap(newSessionSender(nil).results) // what the channel holds while the first is sent
-	results := make([]*coordinatorv1.SessionResult, 1+ready)
+func TestStreamSenderSendsWhatIsReadyInOneMessage(t *testing.T) {
+	ready := cap(newStreamSender(nil).results) // what the channel holds while the first is sent
+	results := make([]*coordinatorv1.StreamResult, 1+ready)
 	for i := range results {
-		results[i] = &coordinatorv1.SessionResult{Id: uint64(i + 1)}
+		results[i] = &coordinatorv1.StreamResult{Id: uint64(i + 1)}
 	}
 	got := sendWhileHeld(t, results)
 	if want := [][]uint64{{1}, ids(2, uint64(1+ready))}; !slices.EqualFunc(got, want, slices.Equal) {
@@ -89,21 +89,21 @@ func TestSessionSenderSendsWhatIsReadyInOneMessage(t *testing.T) {
 	}
 }
 
-// A message stops growing past maxSessionResponseBytes: the results held
+// A message stops growing past maxStreamResponseBytes: the results held
 // back go in the next.
-func TestSessionSenderBoundsAMessage(t *testing.T) {
-	big := func(id uint64) *coordinatorv1.SessionResult {
-		return &coordinatorv1.SessionResult{Id: id, Result: &coordinatorv1.SessionResult_Acquire{
+func TestStreamSenderBoundsAMessage(t *testing.T) {
+	big := func(id uint64) *coordinatorv1.StreamResult {
+		return &coordinatorv1.StreamResult{Id: id, Result: &coordinatorv1.StreamResult_Acquire{
 			Acquire: &coordinatorv1.TryAcquireResponse{Holder: strings.Repeat("h", 100_000)},
 		}}
 	}
 	size := proto.Size(big(2))
-	perMessage := (maxSessionResponseBytes + size - 1) / size // the one that passes the bound goes in too
+	perMessage := (maxStreamResponseBytes + size - 1) / size // the one that passes the bound goes in too
 	n := 2*perMessage + 1
-	if n > cap(newSessionSender(nil).results) {
+	if n > cap(newStreamSender(nil).results) {
 		t.Fatalf("%d results do not fit in the sender's channel", n)
 	}
-	results := make([]*coordinatorv1.SessionResult, 1+n)
+	results := make([]*coordinatorv1.StreamResult, 1+n)
 	for i := range results {
 		results[i] = big(uint64(i + 1))
 	}

@@ -13,37 +13,37 @@ import (
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
 )
 
-// sessionStream carries the operations of every worker over one Session
+// opStream carries the operations of every worker over one operation
 // stream, as a client library would: workers queue operations, one sender
-// packs all that are queued into one SessionRequest, one receiver hands each
+// packs all that are queued into one StreamRequest, one receiver hands each
 // result to its operation by id.
-type sessionStream struct {
-	stream grpc.BidiStreamingClient[coordinatorv1.SessionRequest, coordinatorv1.SessionResponse]
+type opStream struct {
+	stream grpc.BidiStreamingClient[coordinatorv1.StreamRequest, coordinatorv1.StreamResponse]
 	cancel context.CancelFunc
-	ops    chan *coordinatorv1.SessionOperation
+	ops    chan *coordinatorv1.StreamOperation
 	nextID atomic.Uint64
 
 	mu      sync.Mutex
-	waiting map[uint64]chan *coordinatorv1.SessionResult
+	waiting map[uint64]chan *coordinatorv1.StreamResult
 	err     error // the stream's end, once it ended
 	done    chan struct{}
 	wg      sync.WaitGroup
 }
 
-// maxSessionOps is the most operations one SessionRequest may carry.
-const maxSessionOps = 1000
+// maxStreamOps is the most operations one StreamRequest may carry.
+const maxStreamOps = 1000
 
-func openSession(client coordinatorv1.CoordinatorClient) (*sessionStream, error) {
+func openStream(client coordinatorv1.CoordinatorClient) (*opStream, error) {
 	ctx, cancel := context.WithCancel(context.Background())
-	stream, err := client.Session(ctx)
+	stream, err := client.Stream(ctx)
 	if err != nil {
 		cancel()
 		return nil, err
 	}
-	s := &sessionStream{
+	s := &opStream{
 		stream: stream, cancel: cancel,
-		ops:     make(chan *coordinatorv1.SessionOperation, maxSessionOps),
-		waiting: map[uint64]chan *coordinatorv1.SessionResult{},
+		ops:     make(chan *coordinatorv1.StreamOperation, maxStreamOps),
+		waiting: map[uint64]chan *coordinatorv1.StreamResult{},
 		done:    make(chan struct{}),
 	}
 	s.wg.Go(s.send)
@@ -51,17 +51,17 @@ func openSession(client coordinatorv1.CoordinatorClient) (*sessionStream, error)
 	return s, nil
 }
 
-func (s *sessionStream) send() {
+func (s *opStream) send() {
 	for {
-		var op *coordinatorv1.SessionOperation
+		var op *coordinatorv1.StreamOperation
 		select {
 		case op = <-s.ops:
 		case <-s.done:
 			return
 		}
-		req := &coordinatorv1.SessionRequest{Operations: []*coordinatorv1.SessionOperation{op}}
+		req := &coordinatorv1.StreamRequest{Operations: []*coordinatorv1.StreamOperation{op}}
 	more:
-		for len(req.Operations) < maxSessionOps {
+		for len(req.Operations) < maxStreamOps {
 			select {
 			case op := <-s.ops:
 				req.Operations = append(req.Operations, op)
@@ -76,7 +76,7 @@ func (s *sessionStream) send() {
 	}
 }
 
-func (s *sessionStream) receive() {
+func (s *opStream) receive() {
 	for {
 		resp, err := s.stream.Recv()
 		if err != nil {
@@ -98,9 +98,9 @@ func (s *sessionStream) receive() {
 }
 
 // do runs one operation and returns its result, or the stream's end.
-func (s *sessionStream) do(ctx context.Context, op *coordinatorv1.SessionOperation) (*coordinatorv1.SessionResult, error) {
+func (s *opStream) do(ctx context.Context, op *coordinatorv1.StreamOperation) (*coordinatorv1.StreamResult, error) {
 	op.Id = s.nextID.Add(1)
-	ch := make(chan *coordinatorv1.SessionResult, 1)
+	ch := make(chan *coordinatorv1.StreamResult, 1)
 	s.mu.Lock()
 	if s.err != nil {
 		err := s.err
@@ -132,7 +132,7 @@ func (s *sessionStream) do(ctx context.Context, op *coordinatorv1.SessionOperati
 
 // resultError is the error of a failed operation. The field is read by
 // name, so that this compiles against gen/ with or without it.
-func resultError(r *coordinatorv1.SessionResult) error {
+func resultError(r *coordinatorv1.StreamResult) error {
 	m := r.ProtoReflect()
 	fd := m.Descriptor().Fields().ByName("error")
 	if fd == nil || !m.Has(fd) {
@@ -141,45 +141,45 @@ func resultError(r *coordinatorv1.SessionResult) error {
 	if st, ok := m.Get(fd).Message().Interface().(*spb.Status); ok {
 		return status.ErrorProto(st)
 	}
-	return errors.New("session: an operation failed")
+	return errors.New("stream: an operation failed")
 }
 
 // close ends the stream (by its context: CloseSend may not run beside the
 // sender's Send).
-func (s *sessionStream) close() {
+func (s *opStream) close() {
 	s.cancel()
 	s.wg.Wait()
 }
 
-// sessionCycle is grpcCycle over the Session stream.
-func sessionCycle(s *sessionStream, names []string) func(ctx context.Context, worker, i int) error {
+// streamCycle is grpcCycle over the operation stream.
+func streamCycle(s *opStream, names []string) func(ctx context.Context, worker, i int) error {
 	return func(ctx context.Context, worker, _ int) error {
 		name, holder := names[worker], holderName(worker)
-		granted, token, err := sessionAcquire(ctx, s, name, holder)
+		granted, token, err := streamAcquire(ctx, s, name, holder)
 		if err != nil {
 			return err
 		}
 		if !granted {
 			return errNotAcquired
 		}
-		return sessionRelease(ctx, s, name, holder, token)
+		return streamRelease(ctx, s, name, holder, token)
 	}
 }
 
-// sessionTry is one contended attempt over the Session stream.
-func sessionTry(s *sessionStream, names []string) func(ctx context.Context, worker int) (bool, error) {
+// streamTry is one contended attempt over the operation stream.
+func streamTry(s *opStream, names []string) func(ctx context.Context, worker int) (bool, error) {
 	return func(ctx context.Context, worker int) (bool, error) {
 		name, holder := names[worker], holderName(worker)
-		granted, token, err := sessionAcquire(ctx, s, name, holder)
+		granted, token, err := streamAcquire(ctx, s, name, holder)
 		if err != nil || !granted {
 			return false, err
 		}
-		return true, sessionRelease(ctx, s, name, holder, token)
+		return true, streamRelease(ctx, s, name, holder, token)
 	}
 }
 
-func sessionAcquire(ctx context.Context, s *sessionStream, name, holder string) (bool, uint64, error) {
-	r, err := s.do(ctx, &coordinatorv1.SessionOperation{Operation: &coordinatorv1.SessionOperation_Acquire{
+func streamAcquire(ctx context.Context, s *opStream, name, holder string) (bool, uint64, error) {
+	r, err := s.do(ctx, &coordinatorv1.StreamOperation{Operation: &coordinatorv1.StreamOperation_Acquire{
 		Acquire: &coordinatorv1.TryAcquireRequest{Name: name, Holder: holder, Ttl: benchTTLpb},
 	}})
 	if err != nil {
@@ -187,13 +187,13 @@ func sessionAcquire(ctx context.Context, s *sessionStream, name, holder string) 
 	}
 	a := r.GetAcquire()
 	if a == nil {
-		return false, 0, errors.New("session: an acquire answered with another result")
+		return false, 0, errors.New("stream: an acquire answered with another result")
 	}
 	return a.GetAcquired(), a.GetLease().GetToken(), nil
 }
 
-func sessionRelease(ctx context.Context, s *sessionStream, name, holder string, token uint64) error {
-	_, err := s.do(ctx, &coordinatorv1.SessionOperation{Operation: &coordinatorv1.SessionOperation_Release{
+func streamRelease(ctx context.Context, s *opStream, name, holder string, token uint64) error {
+	_, err := s.do(ctx, &coordinatorv1.StreamOperation{Operation: &coordinatorv1.StreamOperation_Release{
 		Release: &coordinatorv1.ReleaseRequest{Name: name, Holder: holder, Token: token},
 	}})
 	return err
