@@ -12,8 +12,8 @@ leader elections as leases that renew themselves.
             read(reader.token)         # writers: .write_lock()
 
 A held Lease or Leadership renews itself in the background about every
-ttl/3, as renew operations on the Client's one Session stream (or, with
-use_session=False, over one KeepAlive stream shared by all its grants). Its
+ttl/3, as renew operations on the Client's one operation stream (or, with
+use_stream=False, over one KeepAlive stream shared by all its grants). Its
 validity is counted on this process's monotonic clock from when the request
 that granted or renewed it was sent, minus a margin of max(ttl/10, 50ms):
 when no renewal succeeds in time, ``lost`` is set at that local deadline,

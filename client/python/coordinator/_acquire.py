@@ -27,7 +27,7 @@ OUTCOME_UNKNOWN = frozenset(
     }
 )
 
-#: The unary call of each lease operation (a Session operation's kind).
+#: The unary call of each lease operation (an operation stream operation's kind).
 UNARY = {"acquire": "TryAcquire", "renew": "Renew", "release": "Release", "campaign": "Campaign", "resign": "Resign"}
 
 #: The largest capacity of a name (TryAcquireRequest.capacity's rules).

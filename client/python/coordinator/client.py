@@ -25,9 +25,9 @@ from .errors import (
     from_rpc_error,
     from_status,
 )
-from .keepalive import KeepAliveSession
+from .keepalive import Renewals
 from .lease import Description, Lease, LeaseInfo, _Held
-from .session import Session, UseUnary
+from .stream import OpStream, UseUnary
 
 __all__ = ["Client", "DEFAULT_TARGET", "DEFAULT_TTL", "Semaphore", "RWLock", "MAX_CAPACITY", "RW_CAPACITY"]
 
@@ -77,10 +77,11 @@ class Client:
         close_timeout: how long close() (and release()) spend releasing, in
             seconds (default: the proto's ClientRules, 2 s).
         options: extra gRPC channel options.
-        use_session: carry acquire, renew, release, campaign and resign over
-            one Session stream shared by every thread (the default); False
-            makes unary calls and renews over a KeepAlive stream instead. A
-            coordinator without Session turns the Client to unary calls.
+        use_stream: carry acquire, renew, release, campaign and resign over
+            one operation stream (the Stream RPC) shared by every thread (the
+            default); False makes unary calls and renews over a KeepAlive
+            stream instead. A coordinator without Stream turns the Client to
+            unary calls.
     """
 
     def __init__(
@@ -99,7 +100,7 @@ class Client:
         timeout: float = 10.0,
         close_timeout: float = CLOSE_TIMEOUT,
         options: Optional[Sequence[Tuple[str, Any]]] = None,
-        use_session: bool = True,
+        use_stream: bool = True,
     ) -> None:
         use_tls = tls or root_certificates is not None or certificate_chain is not None
         identity = check_settings(holder, ttl, token, use_tls, insecure_token)
@@ -118,8 +119,8 @@ class Client:
             self._metadata = plaintext_metadata(token)
             self._channel = grpc.insecure_channel(target, options=opts)
         self._stub = pb_grpc.CoordinatorStub(self._channel)
-        self._transport: Optional[Session] = Session(self._stub, self._metadata) if use_session else None
-        self._session = KeepAliveSession(self._stub, self._metadata, self._transport)
+        self._transport: Optional[OpStream] = OpStream(self._stub, self._metadata) if use_stream else None
+        self._renewals = Renewals(self._stub, self._metadata, self._transport)
         self._seq = itertools.count(1)
         self._seq_lock = threading.Lock()
         self._closed = False
@@ -148,9 +149,9 @@ class Client:
         return self._closed
 
     @property
-    def uses_session(self) -> bool:
-        """Whether lease operations go over the Session stream (False with
-        use_session=False, or once the coordinator turned out to lack it)."""
+    def uses_stream(self) -> bool:
+        """Whether lease operations go over the operation stream (False with
+        use_stream=False, or once the coordinator turned out to lack it)."""
         return self._transport is not None and not self._transport.unsupported
 
     def call(self, method: str, request: Any, timeout: Optional[float] = None) -> Any:
@@ -178,8 +179,8 @@ class Client:
                     late: Optional[Callable[[Any, Optional[BaseException]], None]] = None,
                     check_closed: bool = True) -> Tuple[Any, float]:
         """Runs the lease operation ``kind`` ("acquire", "renew", "release",
-        "campaign", "resign") over the Session stream, or as its unary call
-        (use_session=False, a coordinator without Session, the Client
+        "campaign", "resign") over the operation stream, or as its unary call
+        (use_stream=False, a coordinator without Stream, the Client
         closing). Returns (response, sent): when the request was sent, on
         time.monotonic(). Raises what the unary call would."""
         sess = self._transport
@@ -459,7 +460,7 @@ class Client:
                 return holder, step.grant, steps.sent
 
     def _register(self, h: _Held) -> None:
-        if not self._session.add(h):  # closed meanwhile
+        if not self._renewals.add(h):  # closed meanwhile
             self._give_up(h)
             raise ClientClosed("the client was closed")
 
@@ -497,22 +498,22 @@ class Client:
     def end_grant(self, h: _Held, err: Optional[BaseException], lost: bool) -> Tuple[bool, Optional[BaseException]]:
         """Part of _LeaseHost: stops renewing h and ends it, unless it ended
         already. Returns (ended_now, prior_error)."""
-        return self._session.end(h, err, lost)
+        return self._renewals.end(h, err, lost)
 
     def grant_renewed(self, h: _Held, sent: float, ttl: float) -> bool:
         """Part of _LeaseHost: records a renewal of h sent at ``sent``;
         reports whether h is still held."""
-        return self._session.renewed(h, sent, ttl)
+        return self._renewals.renewed(h, sent, ttl)
 
     def watch_lost(self, h: _Held, callback: Callable[[_Held], None]) -> bool:
         """Part of _LeaseHost: has ``callback(h)`` called when h is lost;
         False when it is lost already."""
-        return self._session.watch_lost(h, callback)
+        return self._renewals.watch_lost(h, callback)
 
     def release_grant(self, h: _Held, resign: bool) -> bool:
         """Part of _LeaseHost: ends h and gives it up on the coordinator
         (Lease.release, Leadership.resign)."""
-        ended_now, prior = self._session.end(h, None, lost=False)
+        ended_now, prior = self._renewals.end(h, None, lost=False)
         steps = ReleaseSteps(self.timeout, self.close_timeout, ended_now, prior, self._closed)
         while steps.calling():
             try:
@@ -533,7 +534,7 @@ class Client:
                 return
             self._closed = True
             self._closing.set()
-        held = self._session.close()
+        held = self._renewals.close()
         if self._transport is not None:
             # Ends the stream, which gives up the coordinator's waits; what
             # is held is released below by unary calls.

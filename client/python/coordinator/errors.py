@@ -318,7 +318,7 @@ def from_rpc_error(err: grpc.RpcError) -> CoordinatorError:
 
 
 def from_status(st: Any) -> CoordinatorError:
-    """Decodes a google.rpc.Status (a Session operation's error) into the
+    """Decodes a google.rpc.Status (an operation stream operation's error) into the
     CoordinatorError its unary call would have raised."""
     code = _CODES_BY_NUMBER.get(int(st.code)) if st.code else None
     parsed = _parse_status(st)

@@ -26,7 +26,7 @@ class _LeaseHost(Protocol):
 
     def grant_call(self, kind: str, request: Any) -> Tuple[Any, float]:
         """Makes the lease operation ``kind`` ("campaign", "resign"…) as the
-        Client makes them (on its Session stream, or as a unary call), and
+        Client makes them (on its operation stream, or as a unary call), and
         returns the response and when the request was sent."""
         ...
 
@@ -53,7 +53,7 @@ class _LeaseHost(Protocol):
 
 
 class _Held:
-    """A grant on a name that the Client's KeepAlive session renews.
+    """A grant on a name that the Client's Renewals (keepalive.py) renew.
 
     Validity is counted on this process's monotonic clock (time.monotonic):
     a grant is valid until the time the request that granted or last renewed
@@ -75,7 +75,7 @@ class _Held:
         self.lost = threading.Event()
         #: Set the moment the grant ends, whatever the reason (released too).
         self.ended = threading.Event()
-        # Guarded by the KeepAlive session's lock (keepalive.py).
+        # Guarded by the Renewals' lock (keepalive.py).
         self._callbacks: List[Callable[["_Held"], None]] = []
         self._ttl = ttl
         self._confirmed = sent
@@ -93,7 +93,7 @@ class _Held:
         self._version = 0
         self._granted(sent, ttl)
 
-    # -- state, guarded by the session lock ---------------------------------
+    # -- state, guarded by the Renewals' lock -------------------------------
 
     def _granted(self, sent: float, ttl: float) -> None:
         self._ttl = ttl

@@ -294,18 +294,18 @@ def redis_server(workdir: Path) -> Iterator[Callable[[], RedisServer]]:
         r.kill()
 
 
-MODES = ["session", "unary"]
+MODES = ["stream", "unary"]
 
-#: Runs a test in both transports: lease operations over the Session stream
+#: Runs a test in both transports: lease operations over the operation stream
 #: (the default) and as unary calls with KeepAlive renewals.
 both_modes = pytest.mark.parametrize("mode", MODES, indirect=True)
 
 
 @pytest.fixture
 def mode(request: pytest.FixtureRequest) -> str:
-    """The transport of the Clients make_client makes: "session" unless the
+    """The transport of the Clients make_client makes: "stream" unless the
     test is parametrized (both_modes)."""
-    return getattr(request, "param", "session")
+    return getattr(request, "param", "stream")
 
 
 @pytest.fixture
@@ -316,7 +316,7 @@ def make_client(mode: str) -> Iterator[Callable[..., coordinator.Client]]:
 
     def make(target: str, **kwargs: object) -> coordinator.Client:
         kwargs.setdefault("timeout", 15.0)
-        kwargs.setdefault("use_session", mode == "session")
+        kwargs.setdefault("use_stream", mode == "stream")
         c = coordinator.Client(target, **kwargs)  # type: ignore[arg-type]
         clients.append(c)
         return c

@@ -46,14 +46,14 @@ class Client:
     between the loop's tasks, and close it when done (``async with``).
 
     Every lease operation is a unary call on the one HTTP/2 connection
-    (there is no thread to batch them on, as the sync Client's Session
+    (there is no thread to batch them on, as the sync Client's operation
     stream does); each held lease or leadership is renewed by a task of its
     own on the event loop, with the sync Client's rules: about every ttl/3,
     validity counted from the send time of the last successful grant or
     renewal minus max(ttl/10, 50ms), ``lost`` set at that local deadline
     when no renewal succeeded, at once when the coordinator refuses one.
 
-    The arguments are the sync Client's, without ``use_session``.
+    The arguments are the sync Client's, without ``use_stream``.
     """
 
     def __init__(

@@ -1,10 +1,10 @@
-"""A Client's lease operations over one Session stream.
+"""A Client's lease operations over one operation stream (the Stream RPC).
 
 Acquire, renew, release, campaign and resign go as operations of one
-bidirectional Session stream per Client, shared by every thread (the Go
-SDK's client/session.go does the same). Operations are queued; the stream's
+bidirectional Stream call per Client, shared by every thread (the Go
+SDK's client/stream.go does the same). Operations are queued; the stream's
 request iterator hands whatever is queued when gRPC is ready to send to the
-stream as one SessionRequest (up to 1,000 operations and about 64 KiB), so
+stream as one StreamRequest (up to 1,000 operations and about 64 KiB), so
 that an operation alone goes out at once and those of many threads share
 messages under load. Each operation is stamped (time.monotonic()) when the
 message carrying it is handed to the stream: a grant's or renewal's validity
@@ -16,13 +16,13 @@ caller's ``late`` handler, which gives it up).
 
 The stream is opened (by a thread of its own) when an operation is queued,
 and closed after ``idle`` seconds with nothing queued or in flight. When it
-breaks, the operations in flight fail with :class:`SessionBroken` (a
+breaks, the operations in flight fail with :class:`StreamBroken` (a
 retryable Unavailable: their outcome is unknown; an acquisition asks again
 as the same holder, which finds a lost grant), and the queued ones go on the
 next stream, opened after a backoff; when no result at all came on the
 stream (it could not be opened), or its error is not transient, the queued
 ones fail with its error too, as their unary calls would. A coordinator
-without the Session method (Unimplemented) turns the Client to unary calls
+without the Stream method (Unimplemented) turns the Client to unary calls
 for good: :class:`UseUnary` tells the caller to make the unary call.
 """
 
@@ -71,12 +71,12 @@ _RETRY_STREAM = frozenset(
 
 
 class UseUnary(Exception):
-    """The operation cannot go over the Session stream (the coordinator lacks
+    """The operation cannot go over the operation stream (the coordinator lacks
     it, or the operation is too large): make the unary call instead."""
 
 
-class SessionBroken(Unavailable):
-    """The Session stream broke with the operation in flight: its outcome is
+class StreamBroken(Unavailable):
+    """The operation stream broke with the operation in flight: its outcome is
     unknown. Transient (Unavailable): try again."""
 
 
@@ -84,7 +84,7 @@ Done = Callable[["Op", Any, Optional[BaseException]], None]
 
 
 class Op:
-    """One operation and its fate (``state`` is guarded by the session lock)."""
+    """One operation and its fate (``state`` is guarded by the stream's lock)."""
 
     __slots__ = ("id", "msg", "size", "sent", "done", "state", "abandoned", "no_result")
 
@@ -109,7 +109,7 @@ def _positive(d: Any) -> bool:
 
 
 def may_wait(msg: Any) -> bool:
-    """Whether the SessionOperation msg is an acquire or campaign that may
+    """Whether the StreamOperation msg is an acquire or campaign that may
     wait on the coordinator: one a cancel operation can give up."""
     kind = msg.WhichOneof("operation")
     if kind == "acquire":
@@ -120,15 +120,15 @@ def may_wait(msg: Any) -> bool:
 
 
 class _Conn:
-    """One Session stream."""
+    """One Stream call."""
 
     def __init__(self) -> None:
         self.pokes: "queue.SimpleQueue[Optional[bool]]" = queue.SimpleQueue()
         self.call: Any = None
 
 
-class Session:
-    """The Session stream of one Client (see the module doc)."""
+class OpStream:
+    """The operation stream of one Client (see the module doc)."""
 
     def __init__(self, stub: Any, metadata: Optional[Tuple[Tuple[str, str], ...]], idle: float = DEFAULT_IDLE) -> None:
         self._stub = stub
@@ -154,11 +154,11 @@ class Session:
 
     @property
     def unsupported(self) -> bool:
-        """Whether the coordinator turned out to lack the Session method."""
+        """Whether the coordinator turned out to lack the Stream method."""
         return self._unsupported
 
     def submit(self, msg: Any, done: Done) -> Op:
-        """Queues the SessionOperation msg; ``done(op, result, error)`` gets
+        """Queues the StreamOperation msg; ``done(op, result, error)`` gets
         its outcome once, with no lock held. Raises ClientClosed or UseUnary
         (and then done is never called)."""
         size = msg.ByteSize()
@@ -178,7 +178,7 @@ class Session:
                 self._cur.pokes.put(True)
             if not self._running:
                 self._running = True
-                t = threading.Thread(target=self._serve, name="coordinator-session", daemon=True)
+                t = threading.Thread(target=self._serve, name="coordinator-stream", daemon=True)
                 self._thread = t
                 t.start()
         return o
@@ -186,8 +186,8 @@ class Session:
     def call(self, msg: Any, timeout: float,
              late: Optional[Callable[[Any, Optional[BaseException]], None]] = None) -> Tuple[Any, Optional[float]]:
         """Runs the operation msg and waits up to ``timeout`` seconds for its
-        result. Returns (SessionResult, sent). Raises the error that ended it
-        (SessionBroken, the stream's error, ClientClosed, UseUnary), or
+        result. Returns (StreamResult, sent). Raises the error that ended it
+        (StreamBroken, the stream's error, ClientClosed, UseUnary), or
         RPCError DEADLINE_EXCEEDED when the time ran out: an operation that
         was sent then is left to finish, and ``late(result, error)`` gets its
         outcome (e.g. to give up a lease granted to nobody). An acquire or
@@ -311,7 +311,7 @@ class Session:
                 b.reset()
             if err is None or self._closed:
                 continue  # closed as idle (or by close): look at the queue again
-            log.warning("coordinator: Session stream ended; reconnecting if operations are queued: %s", err)
+            log.warning("coordinator: the operation stream ended; reconnecting if operations are queued: %s", err)
             delay = b.next()
             if isinstance(err, CoordinatorError) and err.retry_after:
                 delay = max(delay, err.retry_after)
@@ -335,8 +335,8 @@ class Session:
         except grpc.RpcError as e:
             err = from_rpc_error(e)
         except Exception as e:  # keep serving whatever went wrong
-            log.exception("coordinator: Session stream failed")
-            err = RPCError(f"the Session stream failed: {e!r}", code=grpc.StatusCode.INTERNAL)
+            log.exception("coordinator: the operation stream failed")
+            err = RPCError(f"the operation stream failed: {e!r}", code=grpc.StatusCode.INTERNAL)
         finally:
             conn.pokes.put(None)
         with self.lock:
@@ -348,15 +348,15 @@ class Session:
         if err is None:
             if not leftover:
                 return answered, None
-            err = Unavailable("the Session stream ended with operations in flight", code=grpc.StatusCode.UNAVAILABLE)
+            err = Unavailable("the operation stream ended with operations in flight", code=grpc.StatusCode.UNAVAILABLE)
         code = err.code if isinstance(err, CoordinatorError) else None
         if code == grpc.StatusCode.UNIMPLEMENTED:
-            log.info("coordinator: the coordinator has no Session method; using unary calls")
+            log.info("coordinator: the coordinator has no Stream method; using unary calls")
             self._fail(UseUnary(), UseUnary(), unsupported=True)
         elif code not in _RETRY_STREAM:
             self._fail(err, err)  # Unauthenticated, PermissionDenied…: as the unary calls would
         else:
-            broke = SessionBroken(f"the Session stream broke with the operation in flight: {err}",
+            broke = StreamBroken(f"the operation stream broke with the operation in flight: {err}",
                                   code=grpc.StatusCode.UNAVAILABLE)
             broke.__cause__ = err
             # Nothing came on the stream: it could not be opened. The queued
@@ -366,7 +366,7 @@ class Session:
 
     def _requests(self, conn: _Conn):
         """The stream's request iterator, run by a gRPC thread: one
-        SessionRequest of whatever is queued each time gRPC can send."""
+        StreamRequest of whatever is queued each time gRPC can send."""
         while True:
             req = self._take(conn)
             if req is not None:
