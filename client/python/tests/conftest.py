@@ -335,3 +335,34 @@ def client(server: Server, make_client: Callable[..., coordinator.Client]) -> co
 def name(request: pytest.FixtureRequest) -> str:
     """A name no other test uses."""
     return f"pytest/{request.node.originalname}/{uuid.uuid4().hex[:10]}"
+
+
+def metric(port: int, name: str, **labels: str) -> float:
+    """The sum of the coordinator's metric ``name`` (at 127.0.0.1:port's
+    /metrics) over the series whose labels include ``labels``."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    total = 0.0
+    for line in text.splitlines():
+        if not line.startswith(name + "{") and not line.startswith(name + " "):
+            continue
+        series, _, value = line.rpartition(" ")
+        if all(f'{k}="{v}"' in series for k, v in labels.items()):
+            total += float(value)
+    return total
+
+
+@pytest.fixture
+def metrics_server(start_server: Callable[..., Server]) -> Callable[..., Server]:
+    """metrics_server(store="memory", env={...}) starts a coordinator of the
+    test's own that serves /metrics on ``server.metrics_port``."""
+
+    def start(store: str = "memory", env: Optional[Dict[str, Optional[str]]] = None) -> Server:
+        port = free_port()
+        srv = start_server(store, env={**(env or {}), "COORDINATOR_METRICS_LISTEN": f"127.0.0.1:{port}"})
+        srv.metrics_port = port  # type: ignore[attr-defined]
+        return srv
+
+    return start

@@ -7,7 +7,8 @@ import threading
 import time
 from collections import Counter
 from concurrent import futures
-from typing import List
+from contextlib import contextmanager
+from typing import Iterator, List
 
 import grpc
 import pytest
@@ -171,14 +172,23 @@ class _UnaryOnly(pb_grpc.CoordinatorServicer):
             return pb.ReleaseResponse(released=ok)
 
 
-def test_falls_back_to_unary_calls_without_stream(make_client, name: str) -> None:
-    svc = _UnaryOnly()
+@contextmanager
+def serving(svc: pb_grpc.CoordinatorServicer) -> Iterator[str]:
+    """Serves svc on a free port of its own; yields its target."""
     srv = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
     pb_grpc.add_CoordinatorServicer_to_server(svc, srv)
     port = srv.add_insecure_port("127.0.0.1:0")
     srv.start()
     try:
-        c = make_client(f"127.0.0.1:{port}", close_timeout=1)
+        yield f"127.0.0.1:{port}"
+    finally:
+        srv.stop(0)
+
+
+def test_falls_back_to_unary_calls_without_stream(make_client, name: str) -> None:
+    svc = _UnaryOnly()
+    with serving(svc) as target:
+        c = make_client(target, close_timeout=1)
         assert c.uses_stream
         lease = c.lock(name, ttl=30, wait=0)
         assert lease.token == 1
@@ -186,5 +196,3 @@ def test_falls_back_to_unary_calls_without_stream(make_client, name: str) -> Non
         assert c.try_lock(name, ttl=30) is None
         assert lease.release()
         assert svc.calls == ["TryAcquire", "TryAcquire", "Release"]
-    finally:
-        srv.stop(0)
