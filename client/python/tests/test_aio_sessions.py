@@ -151,3 +151,13 @@ async def test_another_credential_may_not_use_a_session(start_server, tmp_path, 
         with pytest.raises(coordinator.PermissionDenied):
             await b.call("RenewSession", pb.RenewSessionRequest(session_id=session.id))
         assert session.valid()
+
+
+async def test_an_acquisition_told_the_default_session_ended_makes_a_new_one(server: Server, name: str) -> None:
+    async with aio_client(server.address, ttl=30) as c:
+        first = await c.lock(f"{name}/a", wait=0)
+        old = await c.default_session()
+        await c.call("CloseSession", pb.CloseSessionRequest(session_id=old.id))
+        second = await c.lock(f"{name}/b", wait=0)
+        assert second.session is await c.default_session() and second.session is not old
+        assert old.lost.is_set() and isinstance(first.error, coordinator.SessionEnded)

@@ -263,3 +263,16 @@ def test_acquiring_again_in_the_session_returns_the_same_lease(server, make_clie
     resp = c.call("TryAcquire", req)
     assert resp.acquired and resp.lease.token == lease.token and resp.lease.session_id == session.id
     assert lease.release()
+
+
+@both_modes
+def test_an_acquisition_told_the_default_session_ended_makes_a_new_one(server, make_client, name: str) -> None:
+    c = make_client(server.address, ttl=30)  # renewals every 10s: the next acquisition hears of it first
+    first = c.lock(f"{name}/a", wait=0)
+    old = c.default_session()
+    c.call("CloseSession", pb.CloseSessionRequest(session_id=old.id))
+    second = c.lock(f"{name}/b", wait=0)
+    assert second.session is c.default_session() and second.session is not old
+    assert old.lost.is_set() and isinstance(old.error, coordinator.SessionEnded)
+    assert first.lost.is_set() and isinstance(first.error, coordinator.SessionEnded)
+    assert c.describe(f"{name}/b").lease.session_id == second.session.id
