@@ -3,8 +3,9 @@
 
 Each worker thread loops try_lock then release on a lock name of its own,
 for a fixed duration, at concurrency 1 and 16 (all threads share one
-Client, as an application would), in both transports: over the Session
-stream (the default) and as unary calls (use_session=False). Prints one
+Client, as an application would), in both transports: over the operation
+stream (the default; printed as "session", which bench/clients.go reads)
+and as unary calls (use_stream=False). Prints one
 line per transport and concurrency:
 
     python-session c=1 N cycles/s
@@ -87,7 +88,7 @@ def main() -> int:
             ap.error(f"unknown mode {m!r}: session or unary")
     for m in modes:
         with coordinator.Client(args.target, token=args.token, insecure_token=bool(args.token),
-                                use_session=(m == "session")) as client:
+                                use_stream=(m == "session")) as client:
             client.describe("bench/python/warmup")  # connect first
             if m == "session":  # open the stream first
                 with client.lock(f"bench/python/warmup/{uuid.uuid4().hex[:8]}", ttl=args.ttl, wait=0):

@@ -12,13 +12,18 @@ leader elections as leases that renew themselves.
             read(reader.token)         # writers: .write_lock()
 
 A held Lease or Leadership renews itself in the background about every
-ttl/3, as renew operations on the Client's one Session stream (or, with
-use_session=False, over one KeepAlive stream shared by all its grants). Its
+ttl/3, as renew operations on the Client's one operation stream (or, with
+use_stream=False, over one KeepAlive stream shared by all its grants). Its
 validity is counted on this process's monotonic clock from when the request
 that granted or renewed it was sent, minus a margin of max(ttl/10, 50ms):
 when no renewal succeeds in time, ``lost`` is set at that local deadline,
 before the coordinator could grant the name to anyone else. A renewal the
 coordinator refuses sets it at once.
+
+Acquisitions and campaigns without a ``ttl`` attach to the Client's default
+session instead (``client.default_session()``), and those given
+``session=client.session(ttl=...)`` to that one: a Session is renewed so,
+once for all its grants, which end with it (see coordinator.session).
 
 The generated protobuf modules are available as ``coordinator.pb`` (messages)
 and ``coordinator.pb_grpc`` (the stub). For asyncio programs,
@@ -40,12 +45,14 @@ from .errors import (
     PermissionDenied,
     ResourceExhausted,
     RPCError,
+    SessionEnded,
     StoreUnavailable,
     Unauthenticated,
     Unavailable,
     from_rpc_error,
 )
 from .lease import Description, Lease, LeaseInfo
+from .session import Session
 
 __version__ = "0.1.0"
 
@@ -59,6 +66,7 @@ __all__ = [
     "DEFAULT_TTL",
     "Lease",
     "LeaseInfo",
+    "Session",
     "Description",
     "Leadership",
     "LeaderInfo",
@@ -67,6 +75,7 @@ __all__ = [
     "Observation",
     "CoordinatorError",
     "LeaseNotHeld",
+    "SessionEnded",
     "CapacityMismatch",
     "InvalidField",
     "PermissionDenied",

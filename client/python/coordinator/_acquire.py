@@ -27,8 +27,9 @@ OUTCOME_UNKNOWN = frozenset(
     }
 )
 
-#: The unary call of each lease operation (a Session operation's kind).
-UNARY = {"acquire": "TryAcquire", "renew": "Renew", "release": "Release", "campaign": "Campaign", "resign": "Resign"}
+#: The unary call of each lease operation (an operation stream operation's kind).
+UNARY = {"acquire": "TryAcquire", "renew": "Renew", "release": "Release", "campaign": "Campaign", "resign": "Resign",
+         "renew_session": "RenewSession"}
 
 #: The largest capacity of a name (TryAcquireRequest.capacity's rules).
 MAX_CAPACITY = int(field_rules(pb.TryAcquireRequest, "capacity").max_value)
@@ -43,30 +44,37 @@ class Grant:
     """One answer to an acquisition's request: granted or not, and what the
     coordinator said with it."""
 
-    __slots__ = ("acquired", "token", "ttl", "value", "holder", "retry_after", "sent", "weight")
+    __slots__ = ("acquired", "token", "ttl", "value", "holder", "retry_after", "sent", "weight", "attached")
 
     def __init__(self, acquired: bool, token: int = 0, ttl: float = 0.0, value: bytes = b"",
                  holder: Optional[str] = None, retry_after: Optional[float] = None,
-                 sent: Optional[float] = None, weight: int = 1) -> None:
+                 sent: Optional[float] = None, weight: int = 1, attached: bool = False) -> None:
         self.acquired, self.token, self.ttl, self.value = acquired, token, ttl, value
         self.holder, self.retry_after, self.sent, self.weight = holder, retry_after, sent, weight
+        #: Granted in a session: valid as long as the session, whenever it came.
+        self.attached = attached
 
 
 # -- requests and their answers -----------------------------------------------
 
 
 def acquire_request(name: str, holder: str, ttl: float, wait_for: float, capacity: int = 0,
-                    weight: int = 0) -> Any:
-    """The TryAcquireRequest of a lock (capacity and weight 0) or a share."""
-    req = pb.TryAcquireRequest(name=name, holder=holder, ttl=to_duration(ttl), capacity=capacity, weight=weight)
+                    weight: int = 0, session_id: str = "") -> Any:
+    """The TryAcquireRequest of a lock (capacity and weight 0) or a share,
+    attached to the session ``session_id`` unless it is empty."""
+    req = pb.TryAcquireRequest(name=name, holder=holder, ttl=to_duration(ttl), capacity=capacity, weight=weight,
+                               session_id=session_id)
     if wait_for > 0:
         req.wait.CopyFrom(to_duration(wait_for))
     return req
 
 
-def campaign_request(election: str, candidate: str, value: bytes, ttl: float, wait_for: float) -> Any:
-    """The CampaignRequest of a new campaign."""
-    req = pb.CampaignRequest(election=election, candidate=candidate, value=value, ttl=to_duration(ttl))
+def campaign_request(election: str, candidate: str, value: bytes, ttl: float, wait_for: float,
+                     session_id: str = "") -> Any:
+    """The CampaignRequest of a new campaign, in the session ``session_id``
+    unless it is empty."""
+    req = pb.CampaignRequest(election=election, candidate=candidate, value=value, ttl=to_duration(ttl),
+                             session_id=session_id)
     if wait_for > 0:
         req.wait.CopyFrom(to_duration(wait_for))
     return req
@@ -76,20 +84,22 @@ def _retry_after(resp: Any) -> Optional[float]:
     return from_duration(resp.retry_after) if resp.HasField("retry_after") else None
 
 
-def acquire_grant(resp: Any, ttl: float, sent: Optional[float] = None) -> Grant:
-    """The Grant of a TryAcquireResponse to a request for ``ttl``, sent at
-    ``sent`` when the transport knows better than the caller."""
+def acquire_grant(resp: Any, ttl: float, sent: Optional[float] = None, attached: bool = False) -> Grant:
+    """The Grant of a TryAcquireResponse to a request for ``ttl`` (in a
+    session when ``attached``), sent at ``sent`` when the transport knows
+    better than the caller."""
     if not resp.acquired:
         return Grant(False, holder=resp.holder or None, retry_after=_retry_after(resp))
     return Grant(True, token=int(resp.lease.token), ttl=from_duration(resp.lease.ttl, ttl) or ttl,
-                 value=bytes(resp.lease.value), sent=sent, weight=max(int(resp.lease.weight), 1))
+                 value=bytes(resp.lease.value), sent=sent, weight=max(int(resp.lease.weight), 1), attached=attached)
 
 
-def campaign_grant(resp: Any, ttl: float, sent: Optional[float] = None) -> Grant:
+def campaign_grant(resp: Any, ttl: float, sent: Optional[float] = None, attached: bool = False) -> Grant:
     """The Grant of a CampaignResponse to a campaign for ``ttl``."""
     if not resp.elected:
         return Grant(False, holder=resp.leader.candidate or None, retry_after=_retry_after(resp))
-    return Grant(True, token=int(resp.leader.term), ttl=ttl, value=bytes(resp.leader.value), sent=sent)
+    return Grant(True, token=int(resp.leader.term), ttl=ttl, value=bytes(resp.leader.value), sent=sent,
+                 attached=attached)
 
 
 def abandoned_token(resp: Any, holder: str) -> Optional[int]:
@@ -126,7 +136,7 @@ class _Shares(Protocol[A]):
     weight of name of capacity (a Lease, or what awaits one)."""
 
     def _share(self, kind: str, name: str, ttl: Optional[float], wait: Optional[float],
-               capacity: int, weight: int) -> A: ...
+               capacity: int, weight: int, session: Any = None) -> A: ...
 
 
 class SemaphoreBase(Generic[A]):
@@ -138,12 +148,14 @@ class SemaphoreBase(Generic[A]):
     def __init__(self, client: _Shares[A], name: str, capacity: int) -> None:
         self._client, self.name, self.capacity = client, name, check_capacity(self.kind, name, capacity)
 
-    def acquire(self, n: int = 1, ttl: Optional[float] = None, wait: Optional[float] = None) -> A:
+    def acquire(self, n: int = 1, ttl: Optional[float] = None, wait: Optional[float] = None,
+                session: Any = None) -> A:
         """Takes ``n`` of the capacity, waiting up to ``wait`` seconds (None:
-        for ever; 0: not at all) in arrival order. Raises NotAcquired when
+        for ever; 0: not at all) in arrival order, in ``session`` (or the
+        Client's default session, without a ``ttl``). Raises NotAcquired when
         the wait ends first."""
         weight = check_weight(self.kind, self.name, n, self.capacity)
-        return self._client._share(self.kind, self.name, ttl, wait, self.capacity, weight)
+        return self._client._share(self.kind, self.name, ttl, wait, self.capacity, weight, session)
 
     def __repr__(self) -> str:
         return f"<Semaphore {self.name!r} capacity={self.capacity}>"
@@ -156,13 +168,13 @@ class RWLockBase(Generic[A]):
     def __init__(self, client: _Shares[A], name: str) -> None:
         self._client, self.name = client, name
 
-    def read_lock(self, ttl: Optional[float] = None, wait: Optional[float] = None) -> A:
+    def read_lock(self, ttl: Optional[float] = None, wait: Optional[float] = None, session: Any = None) -> A:
         """Takes a read share, waiting up to ``wait`` seconds (None: for ever)."""
-        return self._client._share("read lock", self.name, ttl, wait, RW_CAPACITY, 1)
+        return self._client._share("read lock", self.name, ttl, wait, RW_CAPACITY, 1, session)
 
-    def write_lock(self, ttl: Optional[float] = None, wait: Optional[float] = None) -> A:
+    def write_lock(self, ttl: Optional[float] = None, wait: Optional[float] = None, session: Any = None) -> A:
         """Takes the lock for writing, waiting up to ``wait`` seconds."""
-        return self._client._share("write lock", self.name, ttl, wait, RW_CAPACITY, RW_CAPACITY)
+        return self._client._share("write lock", self.name, ttl, wait, RW_CAPACITY, RW_CAPACITY, session)
 
     def __repr__(self) -> str:
         return f"<RWLock {self.name!r}>"
@@ -276,6 +288,8 @@ class AcquireSteps:
         self.backoff.reset()
         if g.sent is not None:
             self.sent = g.sent  # when the message carrying it went out
+        if g.attached:
+            return Step(grant=g)  # valid as long as its session: nothing to confirm
         if self.sent + self.usable - now < self.usable / 2 and self.confirms < MAX_CONFIRMS:
             self.confirms += 1
             return _AGAIN

@@ -7,7 +7,7 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple, TypeVar
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, TypeVar
 
 import grpc
 
@@ -16,18 +16,21 @@ from ._gen import pb, pb_grpc
 from ._acquire import MAX_CAPACITY, OUTCOME_UNKNOWN, RW_CAPACITY, UNARY, AcquireSteps, Grant, ReleaseSteps, RWLockBase
 from ._acquire import SemaphoreBase, abandoned_token, acquire_grant, acquire_request, campaign_grant, campaign_request
 from ._rules import CLOSE_TIMEOUT, DEFAULT_TTL
+from ._util import from_duration, to_duration
 from .election import LeaderInfo, Leadership, Observation, Value, as_bytes
 from .errors import (
     ClientClosed,
     CoordinatorError,
     NotAcquired,
     RPCError,
+    SessionEnded,
     from_rpc_error,
     from_status,
 )
-from .keepalive import KeepAliveSession
+from .keepalive import Renewals
 from .lease import Description, Lease, LeaseInfo, _Held
-from .session import Session, UseUnary
+from .session import Session, ended_default, fall_back, session_choice
+from .stream import OpStream, UseUnary
 
 __all__ = ["Client", "DEFAULT_TARGET", "DEFAULT_TTL", "Semaphore", "RWLock", "MAX_CAPACITY", "RW_CAPACITY"]
 
@@ -77,10 +80,15 @@ class Client:
         close_timeout: how long close() (and release()) spend releasing, in
             seconds (default: the proto's ClientRules, 2 s).
         options: extra gRPC channel options.
-        use_session: carry acquire, renew, release, campaign and resign over
-            one Session stream shared by every thread (the default); False
-            makes unary calls and renews over a KeepAlive stream instead. A
-            coordinator without Session turns the Client to unary calls.
+        use_stream: carry acquire, renew, release, campaign and resign over
+            one operation stream (the Stream RPC) shared by every thread (the
+            default); False makes unary calls and renews over a KeepAlive
+            stream instead. A coordinator without Stream turns the Client to
+            unary calls.
+        default_session: attach every acquisition and campaign made without
+            a ``ttl`` and without a ``session`` to the Client's default
+            session (see :meth:`default_session`), created by the first of
+            them; False gives each a lease of its own ttl instead.
     """
 
     def __init__(
@@ -99,7 +107,8 @@ class Client:
         timeout: float = 10.0,
         close_timeout: float = CLOSE_TIMEOUT,
         options: Optional[Sequence[Tuple[str, Any]]] = None,
-        use_session: bool = True,
+        use_stream: bool = True,
+        default_session: bool = True,
     ) -> None:
         use_tls = tls or root_certificates is not None or certificate_chain is not None
         identity = check_settings(holder, ttl, token, use_tls, insecure_token)
@@ -118,8 +127,8 @@ class Client:
             self._metadata = plaintext_metadata(token)
             self._channel = grpc.insecure_channel(target, options=opts)
         self._stub = pb_grpc.CoordinatorStub(self._channel)
-        self._transport: Optional[Session] = Session(self._stub, self._metadata) if use_session else None
-        self._session = KeepAliveSession(self._stub, self._metadata, self._transport)
+        self._transport: Optional[OpStream] = OpStream(self._stub, self._metadata) if use_stream else None
+        self._renewals = Renewals(self._stub, self._metadata, self._transport)
         self._seq = itertools.count(1)
         self._seq_lock = threading.Lock()
         self._closed = False
@@ -127,6 +136,15 @@ class Client:
         self._close_lock = threading.Lock()
         self._observations: Dict[int, Observation] = {}
         self._obs_lock = threading.Lock()
+        #: Whether acquisitions without a ttl or session attach to the
+        #: default session; False once the coordinator turned out to lack
+        #: sessions (Unimplemented).
+        self._use_default = default_session
+        self._default: Optional[Session] = None
+        self._default_lock = threading.Lock()
+        #: Every live session this Client created, which close() closes.
+        self._sessions: Dict[int, Session] = {}
+        self._sessions_lock = threading.Lock()
 
     # -- plumbing -------------------------------------------------------------
 
@@ -148,9 +166,9 @@ class Client:
         return self._closed
 
     @property
-    def uses_session(self) -> bool:
-        """Whether lease operations go over the Session stream (False with
-        use_session=False, or once the coordinator turned out to lack it)."""
+    def uses_stream(self) -> bool:
+        """Whether lease operations go over the operation stream (False with
+        use_stream=False, or once the coordinator turned out to lack it)."""
         return self._transport is not None and not self._transport.unsupported
 
     def call(self, method: str, request: Any, timeout: Optional[float] = None) -> Any:
@@ -178,8 +196,8 @@ class Client:
                     late: Optional[Callable[[Any, Optional[BaseException]], None]] = None,
                     check_closed: bool = True) -> Tuple[Any, float]:
         """Runs the lease operation ``kind`` ("acquire", "renew", "release",
-        "campaign", "resign") over the Session stream, or as its unary call
-        (use_session=False, a coordinator without Session, the Client
+        "campaign", "resign") over the operation stream, or as its unary call
+        (use_stream=False, a coordinator without Stream, the Client
         closing). Returns (response, sent): when the request was sent, on
         time.monotonic(). Raises what the unary call would."""
         sess = self._transport
@@ -266,17 +284,18 @@ class Client:
 
     # -- locks ----------------------------------------------------------------
 
-    def try_lock(self, name: str, ttl: Optional[float] = None) -> Optional[Lease]:
+    def try_lock(self, name: str, ttl: Optional[float] = None, session: Optional[Session] = None) -> Optional[Lease]:
         """Acquires the lock ``name`` if it is free (and nobody is queued for
         it), without waiting; None when someone else holds it (use
         ``lock(name, wait=0)`` to learn who, from NotAcquired). The lease is
         renewed in the background until released, lost or the Client closed."""
         try:
-            return self.lock(name, ttl=ttl, wait=0)
+            return self.lock(name, ttl=ttl, wait=0, session=session)
         except NotAcquired:
             return None
 
-    def lock(self, name: str, ttl: Optional[float] = None, wait: Optional[float] = None) -> Lease:
+    def lock(self, name: str, ttl: Optional[float] = None, wait: Optional[float] = None,
+             session: Optional[Session] = None) -> Lease:
         """Acquires the lock ``name``, waiting up to ``wait`` seconds (None:
         for ever; 0: not at all) in arrival order with the other waiters,
         retrying transient errors meanwhile. Returns the Lease, renewed in the
@@ -285,11 +304,16 @@ class Client:
             with client.lock("reports/nightly", ttl=10, wait=30) as lease:
                 work(lease.token)
 
+        In ``session``, the lease lives and ends with the session and is not
+        renewed on its own; without a session, a lease of ``ttl`` is renewed
+        on its own, and without either it attaches to the Client's default
+        session (see :meth:`default_session`).
+
         Raises NotAcquired (naming the holder, and retry_after when known)
         when the wait ends first, and CoordinatorError for errors that waiting
-        cannot fix.
+        cannot fix (SessionEnded when ``session`` ended).
         """
-        return self._share("lock", name, ttl, wait, 0, 0)
+        return self._share("lock", name, ttl, wait, 0, 0, session)
 
     def semaphore(self, name: str, capacity: int) -> "Semaphore":
         """The semaphore ``name`` of ``capacity`` (1 to MAX_CAPACITY): shares
@@ -303,10 +327,11 @@ class Client:
         return RWLock(self, name)
 
     def _share(self, kind: str, name: str, ttl: Optional[float], wait: Optional[float],
-               capacity: int, weight: int) -> Lease:
+               capacity: int, weight: int, session: Optional[Session] = None) -> Lease:
         """Acquires weight of name of capacity (0 and 0: an exclusive lock)."""
-        t = self._ttl(ttl)
+        t = session.ttl if session is not None else self._ttl(ttl)
         attempt = _Attempt()
+        used: List[Optional[Session]] = [None]
 
         def give_up(res: Any) -> Optional[Any]:
             if res.WhichOneof("result") == "acquire" and res.acquire.acquired:
@@ -315,18 +340,24 @@ class Client:
             return None
 
         def call(holder: str, wait_for: float, timeout: float) -> Grant:
-            resp, sent = self._lease_call("acquire", acquire_request(name, holder, t, wait_for, capacity, weight),
-                                          timeout=timeout, late=self._late(attempt, name, holder, give_up))
-            return acquire_grant(resp, t, sent)
+            def in_session(s: Optional[Session]) -> Grant:
+                tt, sid = (s.ttl, s.id) if s is not None else (t, "")
+                req = acquire_request(name, holder, tt, wait_for, capacity, weight, sid)
+                resp, sent = self._lease_call("acquire", req, timeout=timeout,
+                                              late=self._late(attempt, name, holder, give_up))
+                return acquire_grant(resp, tt, sent, attached=s is not None)
+
+            return self._in_session(session, ttl, used, in_session)
 
         holder, grant, sent = self._acquire(kind, name, t, wait, call, attempt)
         lease = Lease(self, name, holder, grant.token, grant.ttl, sent, weight=grant.weight, kind=kind)
-        self._register(lease)
+        self._register(lease, used[0])
         return lease
 
-    def acquire(self, name: str, ttl: Optional[float] = None, wait: Optional[float] = None) -> Lease:
+    def acquire(self, name: str, ttl: Optional[float] = None, wait: Optional[float] = None,
+                session: Optional[Session] = None) -> Lease:
         """The same as :meth:`lock`."""
-        return self.lock(name, ttl=ttl, wait=wait)
+        return self.lock(name, ttl=ttl, wait=wait, session=session)
 
     def release(self, lease: Lease) -> bool:
         """Releases ``lease`` (see Lease.release)."""
@@ -335,15 +366,18 @@ class Client:
     # -- elections ------------------------------------------------------------
 
     def campaign(self, election: str, value: Value = b"", ttl: Optional[float] = None,
-                 wait: Optional[float] = None) -> Leadership:
+                 wait: Optional[float] = None, session: Optional[Session] = None) -> Leadership:
         """Runs for leadership of ``election`` with ``value``, waiting up to
         ``wait`` seconds (None: for ever) in arrival order with the other
         candidates. Returns the Leadership, renewed in the background until
-        resigned, lost or the Client closed. Raises NotAcquired (naming the
-        sitting leader) when the wait ends first."""
-        t = self._ttl(ttl)
+        resigned, lost or the Client closed (in ``session``, or the default
+        session without a ``ttl``, as :meth:`lock`: it lives and ends with
+        the session). Raises NotAcquired (naming the sitting leader) when the
+        wait ends first."""
+        t = session.ttl if session is not None else self._ttl(ttl)
         data = as_bytes(value)
         attempt = _Attempt()
+        used: List[Optional[Session]] = [None]
 
         def give_up(res: Any) -> Optional[Any]:
             if res.WhichOneof("result") == "campaign" and res.campaign.elected:
@@ -352,22 +386,28 @@ class Client:
             return None
 
         def call(candidate: str, wait_for: float, timeout: float) -> Grant:
-            resp, sent = self._lease_call("campaign", campaign_request(election, candidate, data, t, wait_for),
-                                          timeout=timeout, late=self._late(attempt, election, candidate, give_up))
-            return campaign_grant(resp, t, sent)
+            def in_session(s: Optional[Session]) -> Grant:
+                tt, sid = (s.ttl, s.id) if s is not None else (t, "")
+                req = campaign_request(election, candidate, data, tt, wait_for, sid)
+                resp, sent = self._lease_call("campaign", req, timeout=timeout,
+                                              late=self._late(attempt, election, candidate, give_up))
+                return campaign_grant(resp, tt, sent, attached=s is not None)
+
+            return self._in_session(session, ttl, used, in_session)
 
         candidate, grant, sent = self._acquire("leadership", election, t, wait, call, attempt)
         leadership = Leadership(self, election, candidate, grant.token, grant.ttl, sent, grant.value)
-        self._register(leadership)
+        self._register(leadership, used[0])
         return leadership
 
     def run_as_leader(self, election: str, fn: Callable[[Leadership], T], value: Value = b"",
-                      ttl: Optional[float] = None, wait: Optional[float] = None) -> T:
+                      ttl: Optional[float] = None, wait: Optional[float] = None,
+                      session: Optional[Session] = None) -> T:
         """Campaigns for ``election`` (see :meth:`campaign`), runs
         ``fn(leadership)`` while leader, resigns when fn returns or raises,
         and returns fn's result. fn must watch ``leadership.lost`` (an Event)
         or ``leadership.valid()`` and stop acting when the leadership ends."""
-        leadership = self.campaign(election, value=value, ttl=ttl, wait=wait)
+        leadership = self.campaign(election, value=value, ttl=ttl, wait=wait, session=session)
         try:
             return fn(leadership)
         finally:
@@ -400,6 +440,92 @@ class Client:
         Client opened: drops obs from those close() closes."""
         with self._obs_lock:
             self._observations.pop(id(obs), None)
+
+    # -- sessions -------------------------------------------------------------
+
+    def session(self, ttl: Optional[float] = None) -> Session:
+        """Creates a session of ``ttl`` seconds (default: the Client's ttl),
+        renewed in the background about every ttl/3 until closed, lost or
+        the Client closed. Pass it as ``session=`` to acquisitions and
+        campaigns: every grant in it lives and ends with it, and one renewal
+        keeps them all. Use it as a context manager to close it (and release
+        its grants, in one call) at the end::
+
+            with client.session(ttl=10) as session:
+                a = client.lock("parts/1", session=session)
+                b = client.lock("parts/2", session=session)
+
+        Raises the coordinator's error (Unimplemented from one without
+        sessions)."""
+        t = self._ttl(ttl)
+        sent = time.monotonic()
+        resp = self._unary("CreateSession", pb.CreateSessionRequest(ttl=to_duration(t)))
+        s = Session(self, resp.session.id, from_duration(resp.session.ttl, t) or t, sent)
+        with self._sessions_lock:
+            if not self._closed:
+                self._sessions[id(s)] = s
+                s._start()
+                return s
+        s._end(ClientClosed("the client was closed"), lost=True)
+        s._close_remote()
+        raise ClientClosed("the client was closed")
+
+    def default_session(self) -> Session:
+        """The Client's default session, created (with the Client's ttl) if
+        it has none or its last one ended: every acquisition and campaign
+        without a ``ttl`` and without a ``session`` attaches to it. Raises
+        ValueError when the Client was made with default_session=False, and
+        the coordinator's error when it cannot be created."""
+        if not self._use_default:
+            raise ValueError("coordinator: this Client has no default session (default_session=False, or the "
+                             "coordinator has no sessions)")
+        with self._default_lock:
+            s = self._default
+            if s is None or s.done:
+                s = self._default = self.session()
+            return s
+
+    def _session_for(self, explicit: Optional[Session], ttl: Optional[float]) -> Optional[Session]:
+        """The session an acquisition's next call attaches to: ``explicit``,
+        or the default session (created if need be), or None for a grant of
+        its own ttl. A coordinator without sessions turns the default
+        session off (logged once)."""
+        s, default = session_choice(explicit, ttl, self._use_default)
+        if not default:
+            return s
+        try:
+            return self.default_session()
+        except CoordinatorError as err:
+            self._use_default = fall_back(err, self._use_default)
+            return None
+
+    def _in_session(self, explicit: Optional[Session], ttl: Optional[float], used: List[Optional[Session]],
+                    call: Callable[[Optional[Session]], Grant]) -> Grant:
+        """``call(session)`` in the session of _session_for, recorded in
+        used[0]; once more in a new default session when the coordinator
+        says the default one ended."""
+        for again in (True, False):
+            s = used[0] = self._session_for(explicit, ttl)
+            try:
+                return call(s)
+            except SessionEnded as err:
+                if not ended_default(err, s, explicit, again):
+                    raise
+        raise AssertionError("unreachable")
+
+    def session_call(self, kind: str, request: Any, timeout: float) -> Tuple[Any, float]:
+        """Part of _SessionHost (session.py): a session's RenewSession (over
+        the operation stream as a renew_session operation, when this Client
+        uses it) or CloseSession, and when it was sent."""
+        if kind == "close_session":
+            sent = time.monotonic()
+            return self._unary("CloseSession", request, timeout=timeout, check_closed=False), sent
+        return self._lease_call(kind, request, timeout=timeout)
+
+    def forget_session(self, s: Session) -> None:
+        """Part of _SessionHost: drops the ended s from those close() closes."""
+        with self._sessions_lock:
+            self._sessions.pop(id(s), None)
 
     # -- inspection -----------------------------------------------------------
 
@@ -458,8 +584,13 @@ class Client:
             if step.grant is not None:
                 return holder, step.grant, steps.sent
 
-    def _register(self, h: _Held) -> None:
-        if not self._session.add(h):  # closed meanwhile
+    def _register(self, h: _Held, session: Optional[Session] = None) -> None:
+        if session is not None:
+            err = session._attach(h)  # ended meanwhile: h ends with it
+            if err is not None:
+                raise err
+            return
+        if not self._renewals.add(h):  # closed meanwhile
             self._give_up(h)
             raise ClientClosed("the client was closed")
 
@@ -497,22 +628,28 @@ class Client:
     def end_grant(self, h: _Held, err: Optional[BaseException], lost: bool) -> Tuple[bool, Optional[BaseException]]:
         """Part of _LeaseHost: stops renewing h and ends it, unless it ended
         already. Returns (ended_now, prior_error)."""
-        return self._session.end(h, err, lost)
+        ended = self._renewals.end(h, err, lost)
+        if h._session is not None:
+            h._session._detach(h)
+        return ended
 
     def grant_renewed(self, h: _Held, sent: float, ttl: float) -> bool:
         """Part of _LeaseHost: records a renewal of h sent at ``sent``;
-        reports whether h is still held."""
-        return self._session.renewed(h, sent, ttl)
+        reports whether h is still held. An attached grant's validity is
+        its session's."""
+        if h._session is not None:
+            return h.valid()
+        return self._renewals.renewed(h, sent, ttl)
 
     def watch_lost(self, h: _Held, callback: Callable[[_Held], None]) -> bool:
         """Part of _LeaseHost: has ``callback(h)`` called when h is lost;
         False when it is lost already."""
-        return self._session.watch_lost(h, callback)
+        return self._renewals.watch_lost(h, callback)
 
     def release_grant(self, h: _Held, resign: bool) -> bool:
         """Part of _LeaseHost: ends h and gives it up on the coordinator
         (Lease.release, Leadership.resign)."""
-        ended_now, prior = self._session.end(h, None, lost=False)
+        ended_now, prior = self.end_grant(h, None, lost=False)
         steps = ReleaseSteps(self.timeout, self.close_timeout, ended_now, prior, self._closed)
         while steps.calling():
             try:
@@ -524,16 +661,23 @@ class Client:
     # -- closing --------------------------------------------------------------
 
     def close(self) -> None:
-        """Ends every lease and leadership (``lost`` is set, ``error`` is
-        ClientClosed), releases them best-effort for up to close_timeout so
-        that waiters need not wait for their TTLs, ends open Observe streams
-        and closes the connection. Idempotent."""
+        """Ends every lease, leadership and session (``lost`` is set,
+        ``error`` is ClientClosed), closes the sessions (one CloseSession
+        each releases their grants) and releases the other grants,
+        best-effort for up to close_timeout, so that waiters need not wait
+        for their TTLs, ends open Observe streams and closes the connection.
+        Idempotent."""
         with self._close_lock:
             if self._closed:
                 return
             self._closed = True
             self._closing.set()
-        held = self._session.close()
+        with self._sessions_lock:
+            sessions = list(self._sessions.values())
+        # Their grants end (ClientClosed) at once; one CloseSession each
+        # releases them on the coordinator below.
+        sessions = [s for s in sessions if s._end(ClientClosed("the client was closed"), lost=True)]
+        held = self._renewals.close()
         if self._transport is not None:
             # Ends the stream, which gives up the coordinator's waits; what
             # is held is released below by unary calls.
@@ -542,8 +686,10 @@ class Client:
             observations = list(self._observations.values())
         for obs in observations:
             obs.close()
-        if held and self.close_timeout > 0:
-            with ThreadPoolExecutor(max_workers=min(len(held), 16)) as ex:
+        if (held or sessions) and self.close_timeout > 0:
+            with ThreadPoolExecutor(max_workers=min(len(held) + len(sessions), 16)) as ex:
+                for s in sessions:
+                    ex.submit(s._close_remote)
                 futures = [ex.submit(self._give_up, h, self.close_timeout) for h in held]
                 for h, f in zip(held, futures):
                     try:
@@ -571,11 +717,11 @@ class Semaphore(SemaphoreBase[Lease]):
     name is held or awaited, a request with another capacity raises
     CapacityMismatch. A Semaphore holds nothing itself."""
 
-    def try_acquire(self, n: int = 1, ttl: Optional[float] = None) -> Optional[Lease]:
+    def try_acquire(self, n: int = 1, ttl: Optional[float] = None, session: Any = None) -> Optional[Lease]:
         """Takes ``n`` of the capacity if it is free now and nobody waits;
         None otherwise."""
         try:
-            return self.acquire(n, ttl=ttl, wait=0)
+            return self.acquire(n, ttl=ttl, wait=0, session=session)
         except NotAcquired:
             return None
 
@@ -588,16 +734,16 @@ class RWLock(RWLockBase[Lease]):
     token granted before it: a resource that remembers the last writer's
     token refuses every lower one."""
 
-    def try_read_lock(self, ttl: Optional[float] = None) -> Optional[Lease]:
+    def try_read_lock(self, ttl: Optional[float] = None, session: Any = None) -> Optional[Lease]:
         """A read share if no writer holds or waits; None otherwise."""
         try:
-            return self.read_lock(ttl=ttl, wait=0)
+            return self.read_lock(ttl=ttl, wait=0, session=session)
         except NotAcquired:
             return None
 
-    def try_write_lock(self, ttl: Optional[float] = None) -> Optional[Lease]:
+    def try_write_lock(self, ttl: Optional[float] = None, session: Any = None) -> Optional[Lease]:
         """The write lock if nobody holds or waits for it; None otherwise."""
         try:
-            return self.write_lock(ttl=ttl, wait=0)
+            return self.write_lock(ttl=ttl, wait=0, session=session)
         except NotAcquired:
             return None

@@ -161,7 +161,9 @@ def proclaim_calls(h: _Held, host: Any, data: bytes) -> ProclaimCalls:
     if h.ended.is_set():
         raise h._error or _ended_error(h)
     ttl = h._ttl
-    req = pb.CampaignRequest(election=h._name, candidate=h._holder, value=data, ttl=to_duration(ttl), term=h._token)
+    session_id = h._session.id if h._session is not None else ""
+    req = pb.CampaignRequest(election=h._name, candidate=h._holder, value=data, ttl=to_duration(ttl), term=h._token,
+                             session_id=session_id)
     try:
         resp, sent = yield "campaign", req
     except CoordinatorError as err:

@@ -7,7 +7,9 @@ reason names an ``ErrorReason``, plus ``BadRequest``, ``RetryInfo`` or
 hierarchy below::
 
     CoordinatorError
-    ├── LeaseNotHeld          FAILED_PRECONDITION / LEASE_NOT_HELD
+    ├── LeaseNotHeld          FAILED_PRECONDITION / LEASE_NOT_HELD, LEASE_IN_SESSION
+    │   └── SessionEnded          FAILED_PRECONDITION / SESSION_EXPIRED, SESSION_CLOSED,
+    │                             SESSION_NOT_FOUND; a lease of a session that ended
     ├── CapacityMismatch      FAILED_PRECONDITION / CAPACITY_MISMATCH (.metadata)
     ├── InvalidField          INVALID_ARGUMENT / INVALID_FIELD (.field)
     ├── PermissionDenied      PERMISSION_DENIED (/ PERMISSION_DENIED)
@@ -33,6 +35,7 @@ from ._gen import error_details_pb2, pb, status_pb2
 __all__ = [
     "CoordinatorError",
     "LeaseNotHeld",
+    "SessionEnded",
     "CapacityMismatch",
     "InvalidField",
     "PermissionDenied",
@@ -127,6 +130,14 @@ class LeaseNotHeld(CoordinatorError):
     """The lease expired or is held under another holder or token."""
 
 
+class SessionEnded(LeaseNotHeld):
+    """The session expired, was closed or is not known (any more): it and
+    every lease attached to it are gone for good. A lease attached to a
+    session that ended has it as its ``error`` too (``__cause__`` is the
+    session's own error when the coordinator gave one);
+    ``metadata["session_id"]`` names the session."""
+
+
 class CapacityMismatch(CoordinatorError):
     """The request's capacity differs from the one the name has while it is
     held or awaited; ``metadata["capacity"]`` is the name's and
@@ -210,6 +221,10 @@ class ClientClosed(CoordinatorError):
 _BY_REASON = {
     pb.ErrorReason.Name(pb.LEASE_NOT_HELD): LeaseNotHeld,
     pb.ErrorReason.Name(pb.CAPACITY_MISMATCH): CapacityMismatch,
+    pb.ErrorReason.Name(pb.LEASE_IN_SESSION): LeaseNotHeld,
+    pb.ErrorReason.Name(pb.SESSION_NOT_FOUND): SessionEnded,
+    pb.ErrorReason.Name(pb.SESSION_EXPIRED): SessionEnded,
+    pb.ErrorReason.Name(pb.SESSION_CLOSED): SessionEnded,
     pb.ErrorReason.Name(pb.INVALID_FIELD): InvalidField,
     pb.ErrorReason.Name(pb.PERMISSION_DENIED): PermissionDenied,
     pb.ErrorReason.Name(pb.STORE_UNAVAILABLE): StoreUnavailable,
@@ -318,7 +333,7 @@ def from_rpc_error(err: grpc.RpcError) -> CoordinatorError:
 
 
 def from_status(st: Any) -> CoordinatorError:
-    """Decodes a google.rpc.Status (a Session operation's error) into the
+    """Decodes a google.rpc.Status (an operation stream operation's error) into the
     CoordinatorError its unary call would have raised."""
     code = _CODES_BY_NUMBER.get(int(st.code)) if st.code else None
     parsed = _parse_status(st)

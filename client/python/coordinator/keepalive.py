@@ -1,11 +1,11 @@
 """Renewal of every lease and leadership of a Client: as renew operations on
-the Client's Session stream (session.py), or over one KeepAlive stream of its
-own with use_session=False or a coordinator without Session.
+the Client's operation stream (stream.py), or over one KeepAlive stream of
+its own with use_stream=False or a coordinator without Stream.
 
 One scheduler thread keeps the grants in a heap ordered by when each next
 needs attention: its renewal (about ttl/3 after the last successful one was
 sent, or a backoff after a failure) or its local deadline. A due renewal is
-queued: on the Session stream, which stamps each renewal with the time its
+queued: on the operation stream, which stamps each renewal with the time its
 message was handed to the stream, or on the KeepAlive stream, whose request
 iterator sends the queue, stamping each grant with the time it handed the
 request to gRPC and a request id of its own, and whose thread matches each
@@ -14,7 +14,7 @@ response to its grant by that id. A grant has at most one renewal in flight.
 A renewed grant's deadline becomes the time its renewal was sent + the
 granted TTL - a drift margin; one still unrenewed at its deadline ends with
 LeaseExpired there, whatever is in flight, before the coordinator's own
-expiry. A ``lost`` result (on the Session, an error whose reason the proto
+expiry. A ``lost`` result (on the operation stream, an error whose reason the proto
 marks ``ends_lease``: LEASE_NOT_HELD, INVALID_FIELD, PERMISSION_DENIED) ends
 it at once; a ``failed`` result
 (any other error), or the stream breaking with the renewal in flight, is
@@ -42,7 +42,7 @@ from ._gen import pb
 from ._rules import LEASE_ENDING_REASONS
 from ._util import call_backoff, from_duration, to_duration
 from .errors import CoordinatorError, LeaseExpired, RPCError, from_reason, from_rpc_error, from_status
-from .session import Session, SessionBroken, UseUnary
+from .stream import OpStream, StreamBroken, UseUnary
 
 if TYPE_CHECKING:  # pragma: no cover
     from .lease import _Held
@@ -63,11 +63,11 @@ class _Stream:
         self.answered = False
 
 
-class KeepAliveSession:
-    """Renews grants over one KeepAlive stream (see the module doc)."""
+class Renewals:
+    """Renews a Client's grants (see the module doc)."""
 
     def __init__(self, stub: Any, metadata: Optional[Tuple[Tuple[str, str], ...]],
-                 transport: Optional[Session] = None) -> None:
+                 transport: Optional[OpStream] = None) -> None:
         self._stub = stub
         self._transport = transport
         self._metadata = metadata
@@ -87,7 +87,7 @@ class KeepAliveSession:
     # -- grants ---------------------------------------------------------------
 
     def add(self, h: "_Held") -> bool:
-        """Starts renewing h; False when the session is closed."""
+        """Starts renewing h; False when closed."""
         with self.lock:
             if self._closed:
                 return False
@@ -229,7 +229,7 @@ class KeepAliveSession:
                 self._pending.append(h)
             self._push(h)
         if self._pending and self._held and self._transport is not None and self._transport.usable():
-            self._send_on_session_locked()
+            self._send_on_stream_locked()
         if self._pending and self._held:
             if self._stream is not None:
                 self._stream.pokes.put(True)
@@ -379,11 +379,11 @@ class KeepAliveSession:
         self._pending = []
         self.lock.notify_all()
 
-    # -- renewals over the Session stream -------------------------------------
+    # -- renewals over the operation stream -----------------------------------
 
-    def _send_on_session_locked(self) -> None:
-        """Queues the pending renewals as renew operations on the Session. A
-        renewal the Session refuses (closed, or the coordinator lacks it)
+    def _send_on_stream_locked(self) -> None:
+        """Queues the pending renewals as renew operations on the operation
+        stream. A renewal the stream refuses (closed, or the coordinator lacks it)
         stays pending, for the KeepAlive stream."""
         assert self._transport is not None
         kept = []
@@ -394,7 +394,7 @@ class KeepAliveSession:
                 renew=pb.RenewRequest(name=h._name, holder=h._holder, token=h._token, ttl=to_duration(h._ttl))
             )
             try:
-                o = self._transport.submit(msg, lambda o, res, err, h=h: self._session_answered(h, o, res, err))
+                o = self._transport.submit(msg, lambda o, res, err, h=h: self._stream_answered(h, o, res, err))
             except Exception:  # ClientClosed, UseUnary
                 kept.append(h)
                 continue
@@ -404,7 +404,7 @@ class KeepAliveSession:
             self._push(h)
         self._pending = kept
 
-    def _session_answered(self, h: "_Held", o: Any, res: Any, err: Optional[BaseException]) -> None:
+    def _stream_answered(self, h: "_Held", o: Any, res: Any, err: Optional[BaseException]) -> None:
         """Applies the outcome of the renew operation o of h."""
         with self.lock:
             if h._done or h._inflight_stream is not o:
@@ -412,9 +412,9 @@ class KeepAliveSession:
             h._inflight_id, h._inflight_stream = None, None
             if err is None and res is not None and res.WhichOneof("result") == "error":
                 err = from_status(res.error)
-            if isinstance(err, (SessionBroken, UseUnary)):
+            if isinstance(err, (StreamBroken, UseUnary)):
                 # Retried at once: on the next stream, or over KeepAlive.
-                if isinstance(err, SessionBroken):
+                if isinstance(err, StreamBroken):
                     h._last_error = err
                 h._next_renew = time.monotonic()
                 self._push(h)

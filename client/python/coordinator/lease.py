@@ -26,7 +26,7 @@ class _LeaseHost(Protocol):
 
     def grant_call(self, kind: str, request: Any) -> Tuple[Any, float]:
         """Makes the lease operation ``kind`` ("campaign", "resign"…) as the
-        Client makes them (on its Session stream, or as a unary call), and
+        Client makes them (on its operation stream, or as a unary call), and
         returns the response and when the request was sent."""
         ...
 
@@ -53,7 +53,7 @@ class _LeaseHost(Protocol):
 
 
 class _Held:
-    """A grant on a name that the Client's KeepAlive session renews.
+    """A grant on a name that the Client's Renewals (keepalive.py) renew.
 
     Validity is counted on this process's monotonic clock (time.monotonic):
     a grant is valid until the time the request that granted or last renewed
@@ -75,7 +75,7 @@ class _Held:
         self.lost = threading.Event()
         #: Set the moment the grant ends, whatever the reason (released too).
         self.ended = threading.Event()
-        # Guarded by the KeepAlive session's lock (keepalive.py).
+        # Guarded by the Renewals' lock (keepalive.py).
         self._callbacks: List[Callable[["_Held"], None]] = []
         self._ttl = ttl
         self._confirmed = sent
@@ -91,9 +91,13 @@ class _Held:
         self._error: Optional[BaseException] = None
         self._lost_at: Optional[float] = None
         self._version = 0
+        #: The session the grant is attached to (session.py), or None for a
+        #: grant renewed on its own. An attached grant's ttl, last renewal
+        #: and deadline are its session's, guarded by the session's lock.
+        self._session: Any = None
         self._granted(sent, ttl)
 
-    # -- state, guarded by the session lock ---------------------------------
+    # -- state, guarded by the Renewals' lock -------------------------------
 
     def _granted(self, sent: float, ttl: float) -> None:
         self._ttl = ttl
@@ -180,6 +184,12 @@ class _Held:
         """When (time.monotonic()) the last successful grant or renewal was
         sent."""
         return self._confirmed
+
+    @property
+    def session(self) -> Any:
+        """The Session the grant is attached to (it lives and ends with it),
+        or None for a grant of its own ttl, renewed on its own."""
+        return self._session
 
     @property
     def lost_at(self) -> Optional[float]:
@@ -295,6 +305,8 @@ class LeaseInfo:
     value: bytes
     #: How much of the name's capacity the grant holds.
     weight: int = 1
+    #: The session the lease is attached to, or "" for a lease of its own ttl.
+    session_id: str = ""
 
     @classmethod
     def _from_pb(cls, m: Any) -> "LeaseInfo":
@@ -306,6 +318,7 @@ class LeaseInfo:
             expires_at=from_timestamp(m.expires_at) if m.HasField("expires_at") else None,
             value=bytes(m.value),
             weight=max(int(m.weight), 1),
+            session_id=m.session_id,
         )
 
 

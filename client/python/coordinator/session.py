@@ -1,421 +1,408 @@
-"""A Client's lease operations over one Session stream.
+"""Sessions: one liveness that many leases and leaderships attach to.
 
-Acquire, renew, release, campaign and resign go as operations of one
-bidirectional Session stream per Client, shared by every thread (the Go
-SDK's client/session.go does the same). Operations are queued; the stream's
-request iterator hands whatever is queued when gRPC is ready to send to the
-stream as one SessionRequest (up to 1,000 operations and about 64 KiB), so
-that an operation alone goes out at once and those of many threads share
-messages under load. Each operation is stamped (time.monotonic()) when the
-message carrying it is handed to the stream: a grant's or renewal's validity
-counts from there. Results are matched to operations by id. When a caller
-gives up on an acquire or campaign that may wait on the coordinator while it
-is in flight, a cancel operation for its id follows, so that the
-coordinator's wait ends at once (a grant that came first still reaches the
-caller's ``late`` handler, which gives it up).
+A Session is a lease of its own on the coordinator (an id, a ttl, renewals,
+expiry by the store's clock) that keeps every grant acquired in it, as
+etcd's ``concurrency.Session``: one renewal about every ttl/3 keeps them
+all, and they end together. The renewals follow a lease's rules (the
+proto's ClientRules): its validity is counted on this process's monotonic
+clock from when the last answered renewal was sent, plus its ttl, minus
+max(ttl/10, 50ms); a renewal the coordinator refuses (SESSION_EXPIRED,
+SESSION_CLOSED, SESSION_NOT_FOUND, PermissionDenied…) loses it at once, and
+none answered by that local deadline expires it there, before the
+coordinator's own expiry. Then every attached grant ends (``lost`` set) with
+an error that says why. ``close()`` ends them all locally at once and sends
+one CloseSession, which releases them all on the coordinator.
 
-The stream is opened (by a thread of its own) when an operation is queued,
-and closed after ``idle`` seconds with nothing queued or in flight. When it
-breaks, the operations in flight fail with :class:`SessionBroken` (a
-retryable Unavailable: their outcome is unknown; an acquisition asks again
-as the same holder, which finds a lost grant), and the queued ones go on the
-next stream, opened after a backoff; when no result at all came on the
-stream (it could not be opened), or its error is not transient, the queued
-ones fail with its error too, as their unary calls would. A coordinator
-without the Session method (Unimplemented) turns the Client to unary calls
-for good: :class:`UseUnary` tells the caller to make the unary call.
+An attached grant is not renewed on its own: its ttl, last renewal and
+deadline are the session's. Releasing one of them is the usual
+compare-and-set release, and the session goes on.
+
+SessionCore holds the state and the rules, for the sync Session here and
+the asyncio one (coordinator.aio) alike: they make the calls, sleep and
+lock, each in its own way.
 """
 
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
-from collections import deque
-from typing import Any, Callable, Deque, Dict, Optional, Tuple
+from typing import Any, List, Optional, Protocol, Set, Tuple
 
 import grpc
 
+from ._acquire import ReleaseSteps
 from ._gen import pb
-from ._util import call_backoff
-from .errors import ClientClosed, CoordinatorError, RPCError, Unavailable, from_rpc_error
+from ._rules import LEASE_ENDING_REASONS, RENEWAL_JITTER, RENEWALS_PER_TTL
+from ._util import Backoff, drift_margin, from_duration, jitter, renewal_backoff
+from .errors import ClientClosed, CoordinatorError, LeaseExpired, PermissionDenied, SessionEnded
+
+__all__ = ["Session"]
 
 log = logging.getLogger("coordinator")
 
-#: The coordinator refuses more operations than this in one message.
-MAX_OPS = 1000
-#: About this many bytes of operations per message (the coordinator's
-#: message limit is 96 KiB by default).
-MAX_BATCH_BYTES = 64 << 10
-#: A larger operation (only an invalid Campaign value can be) goes as a
-#: unary call, which fails alone.
-MAX_OP_BYTES = 70 << 10
-#: How long the stream stays open with nothing queued or in flight.
-DEFAULT_IDLE = 30.0
-
-_QUEUED, _SENT, _FINISHED = 0, 1, 2
-
-#: Codes after which the queued operations may go on the next stream.
-_RETRY_STREAM = frozenset(
-    {
-        grpc.StatusCode.UNAVAILABLE,
-        grpc.StatusCode.RESOURCE_EXHAUSTED,
-        grpc.StatusCode.ABORTED,
-        grpc.StatusCode.DEADLINE_EXCEEDED,
-        grpc.StatusCode.CANCELLED,
-        grpc.StatusCode.INTERNAL,
-        grpc.StatusCode.UNKNOWN,
-    }
-)
+_SESSION_CLOSED = pb.ErrorReason.Name(pb.SESSION_CLOSED)
 
 
-class UseUnary(Exception):
-    """The operation cannot go over the Session stream (the coordinator lacks
-    it, or the operation is too large): make the unary call instead."""
+class _SessionHost(Protocol):
+    """What a sync Session needs of the Client that created it, and all it
+    uses of it."""
+
+    timeout: float
+    close_timeout: float
+
+    @property
+    def closed(self) -> bool: ...
+
+    def session_call(self, kind: str, request: Any, timeout: float) -> Tuple[Any, float]:
+        """"renew_session" (over the operation stream, or the unary
+        RenewSession) or "close_session" (CloseSession); the response and
+        when it was sent."""
+        ...
+
+    def end_grant(self, h: Any, err: Optional[BaseException], lost: bool) -> Tuple[bool, Optional[BaseException]]:
+        """Ends the grant h, unless it ended already."""
+        ...
+
+    def forget_session(self, s: Any) -> None:
+        """Drops s from the sessions that closing the Client closes."""
+        ...
 
 
-class SessionBroken(Unavailable):
-    """The Session stream broke with the operation in flight: its outcome is
-    unknown. Transient (Unavailable): try again."""
+def session_choice(explicit: Any, ttl: Optional[float], enabled: bool) -> Tuple[Any, bool]:
+    """The session of an acquisition's next call with this per-call ``ttl``
+    and ``explicit`` session: (explicit, False), raising its error when it
+    ended; (None, True) for the Client's default session, which only an
+    acquisition without either gets, and only while it is ``enabled``; or
+    (None, False) for a grant of its own ttl."""
+    if explicit is not None:
+        if explicit.done:
+            raise explicit._ended_error()
+        return explicit, False
+    return None, ttl is None and enabled
 
 
-Done = Callable[["Op", Any, Optional[BaseException]], None]
-
-
-class Op:
-    """One operation and its fate (``state`` is guarded by the session lock)."""
-
-    __slots__ = ("id", "msg", "size", "sent", "done", "state", "abandoned", "no_result")
-
-    def __init__(self, msg: Any, size: int, done: Done, no_result: bool = False) -> None:
-        self.id = 0
-        self.msg = msg
-        self.size = size
-        #: When the message carrying it was handed to the stream
-        #: (time.monotonic()), once sent.
-        self.sent: Optional[float] = None
-        self.done = done
-        self.state = _QUEUED
-        self.abandoned = False
-        #: The coordinator does not answer it (a cancel): it is finished
-        #: once written, never in flight.
-        self.no_result = no_result
-
-
-def _positive(d: Any) -> bool:
-    """Whether the google.protobuf.Duration d is above zero."""
-    return d.seconds > 0 or (d.seconds == 0 and d.nanos > 0)
-
-
-def may_wait(msg: Any) -> bool:
-    """Whether the SessionOperation msg is an acquire or campaign that may
-    wait on the coordinator: one a cancel operation can give up."""
-    kind = msg.WhichOneof("operation")
-    if kind == "acquire":
-        return _positive(msg.acquire.wait)
-    if kind == "campaign":
-        return msg.campaign.term == 0 and _positive(msg.campaign.wait)
+def fall_back(err: CoordinatorError, enabled: bool) -> bool:
+    """After the default session could not be created with err: raises err,
+    unless the coordinator lacks sessions, when the default session is
+    turned off (logged once); returns whether it is still enabled."""
+    if err.code != grpc.StatusCode.UNIMPLEMENTED:
+        raise err
+    if enabled:
+        log.warning("coordinator: the coordinator has no sessions; leases get TTLs of their own: %s", err)
     return False
 
 
-class _Conn:
-    """One Session stream."""
+def ended_default(err: CoordinatorError, s: Any, explicit: Any, again: bool) -> bool:
+    """Whether an acquisition's call in session s that failed with err (the
+    coordinator said the session ended) goes on in a new default session:
+    once, when s was the default session. Ends s (and its grants) then."""
+    if not again or s is None or s is explicit:
+        return False
+    s._end(err, lost=True)
+    return True
 
-    def __init__(self) -> None:
-        self.pokes: "queue.SimpleQueue[Optional[bool]]" = queue.SimpleQueue()
-        self.call: Any = None
 
+class SessionCore:
+    """A session's state and rules (see the module doc). The subclass gives
+    ``lost`` and ``ended`` (Events) and the lock that guards the rest, and
+    the state of its attached grants."""
 
-class Session:
-    """The Session stream of one Client (see the module doc)."""
+    kind = "session"
+    lost: Any
+    ended: Any
+    _lock: Any  # a threading.Lock, or nothing on the event loop
 
-    def __init__(self, stub: Any, metadata: Optional[Tuple[Tuple[str, str], ...]], idle: float = DEFAULT_IDLE) -> None:
-        self._stub = stub
-        self._metadata = metadata
-        self._idle = idle
-        self.lock = threading.Lock()
-        self._closed = False
-        self._unsupported = False
-        self._queue: Deque[Op] = deque()
-        self._inflight: Dict[int, Op] = {}
-        self._next_id = 0
-        self._running = False
-        self._thread: Optional[threading.Thread] = None
-        self._cur: Optional[_Conn] = None
-        self._stop = threading.Event()
+    def __init__(self, host: Any, session_id: str, ttl: float, sent: float) -> None:
+        self._host = host
+        self._id = session_id
+        self._leases: Set[Any] = set()
+        self._done = False
+        self._error: Optional[BaseException] = None
+        self._lost_at: Optional[float] = None
+        self._retry: Optional[Backoff] = None
+        self._last_error: Optional[CoordinatorError] = None
+        self._renewed(sent, ttl)
 
-    # -- operations -------------------------------------------------------------
-
-    def usable(self) -> bool:
-        """Whether operations may go over the stream."""
-        with self.lock:
-            return not self._closed and not self._unsupported
+    # -- public ---------------------------------------------------------------
 
     @property
-    def unsupported(self) -> bool:
-        """Whether the coordinator turned out to lack the Session method."""
-        return self._unsupported
+    def id(self) -> str:
+        """The session's id on the coordinator: a capability of the Client's
+        credential."""
+        return self._id
 
-    def submit(self, msg: Any, done: Done) -> Op:
-        """Queues the SessionOperation msg; ``done(op, result, error)`` gets
-        its outcome once, with no lock held. Raises ClientClosed or UseUnary
-        (and then done is never called)."""
-        size = msg.ByteSize()
-        if size > MAX_OP_BYTES:
-            raise UseUnary()
-        o = Op(msg, size, done)
-        with self.lock:
-            if self._closed:
-                raise ClientClosed("the client was closed")
-            if self._unsupported:
-                raise UseUnary()
-            self._next_id += 1
-            o.id = self._next_id
-            msg.id = o.id
-            self._queue.append(o)
-            if self._cur is not None:
-                self._cur.pokes.put(True)
-            if not self._running:
-                self._running = True
-                t = threading.Thread(target=self._serve, name="coordinator-session", daemon=True)
-                self._thread = t
-                t.start()
-        return o
+    @property
+    def ttl(self) -> float:
+        """How long each renewal keeps the session (and its grants), in seconds."""
+        return self._ttl
 
-    def call(self, msg: Any, timeout: float,
-             late: Optional[Callable[[Any, Optional[BaseException]], None]] = None) -> Tuple[Any, Optional[float]]:
-        """Runs the operation msg and waits up to ``timeout`` seconds for its
-        result. Returns (SessionResult, sent). Raises the error that ended it
-        (SessionBroken, the stream's error, ClientClosed, UseUnary), or
-        RPCError DEADLINE_EXCEEDED when the time ran out: an operation that
-        was sent then is left to finish, and ``late(result, error)`` gets its
-        outcome (e.g. to give up a lease granted to nobody). An acquire or
-        campaign that may wait on the coordinator is then cancelled (it
-        leaves the coordinator's queue and ends with a Canceled error, or
-        with its grant when that came first)."""
-        ev = threading.Event()
-        box: list = []
+    @property
+    def deadline(self) -> float:
+        """When the session and every grant attached to it stop being valid,
+        on the time.monotonic() clock, unless renewed before. The
+        coordinator's expiry is later."""
+        return self._deadline
 
-        def done(o: Op, res: Any, err: Optional[BaseException]) -> None:
-            box.append((res, err))
-            ev.set()
-            if o.abandoned and late is not None:
-                try:
-                    late(res, err)
-                except Exception:
-                    log.exception("coordinator: handling the late result of an abandoned operation failed")
+    @property
+    def last_renewed(self) -> float:
+        """When (time.monotonic()) the last answered renewal was sent."""
+        return self._confirmed
 
-        o = self.submit(msg, done)
-        if not ev.wait(max(timeout, 0.0)):
-            with self.lock:
-                if o.state == _QUEUED:  # never sent: forget it
-                    o.state = _FINISHED
-                    try:
-                        self._queue.remove(o)
-                    except ValueError:
-                        pass
-                    finished = False
-                elif o.state == _SENT:
-                    o.abandoned = True
-                    finished = False
-                    if may_wait(msg):
-                        # Out of the coordinator's queue at once, so that the
-                        # waiters behind it need not wait for its grant and
-                        # release; late still gets its outcome.
-                        self._queue_cancel_locked(o.id)
-                else:
-                    finished = True  # answered meanwhile
-            if not finished:
-                raise RPCError("Deadline Exceeded", code=grpc.StatusCode.DEADLINE_EXCEEDED)
-            ev.wait()
-        res, err = box[0]
-        if err is not None:
-            raise err
-        return res, o.sent
+    @property
+    def error(self) -> Optional[BaseException]:
+        """Why the session ended involuntarily (SessionEnded, PermissionDenied,
+        LeaseExpired, ClientClosed); None while it lives or after close()."""
+        return self._error
+
+    @property
+    def done(self) -> bool:
+        """Whether the session ended (closed, lost, expired, or its Client closed)."""
+        return self._done
+
+    @property
+    def lost_at(self) -> Optional[float]:
+        """When (time.monotonic()) ``lost`` was set, or None."""
+        return self._lost_at
+
+    @property
+    def leases(self) -> Tuple[Any, ...]:
+        """The grants attached to the session now."""
+        return tuple(self._leases)
+
+    def remaining(self) -> float:
+        """Seconds of validity left by this process's clock (0 once ended)."""
+        return 0.0 if self._done else max(self._deadline - time.monotonic(), 0.0)
+
+    def valid(self) -> bool:
+        """Whether the session lives and is within its validity."""
+        return not self._done and time.monotonic() < self._deadline
+
+    def __repr__(self) -> str:
+        state = "live" if not self._done else ("lost" if self._lost_at is not None else "closed")
+        return f"<Session {self._id!r} ttl={self._ttl} leases={len(self._leases)} {state}>"
+
+    # -- state, guarded by the subclass's lock ----------------------------------
+
+    def _renewed(self, sent: float, ttl: float) -> None:
+        """Records a renewal sent at ``sent`` and answered with ``ttl``: the
+        session's deadline and every attached grant's move on."""
+        self._ttl, self._confirmed = ttl, sent
+        self._deadline = sent + ttl - drift_margin(ttl)
+        self._next_renew = sent + jitter(ttl / RENEWALS_PER_TTL, RENEWAL_JITTER)
+        self._retry, self._last_error = None, None
+        for h in self._leases:
+            self._follow(h)
+
+    def _follow(self, h: Any) -> None:
+        h._ttl, h._confirmed, h._deadline = self._ttl, self._confirmed, self._deadline
+
+    def _renewal_failed(self, err: CoordinatorError) -> bool:
+        """After a failed renewal: loses the session (and returns True) when
+        the coordinator refused it for good; otherwise it is retried at
+        ``_next_renew``, after the renewals' backoff or ``retry_after``."""
+        with self._lock:
+            lost = err.reason in LEASE_ENDING_REASONS or isinstance(err, PermissionDenied)
+            if not lost:
+                if self._retry is None:
+                    self._retry = renewal_backoff(self._ttl)
+                self._last_error = err
+                self._next_renew = time.monotonic() + max(self._retry.next(), err.retry_after or 0.0)
+        if lost:
+            self._end(err, lost=True)
+            return True
+        log.warning("coordinator: session %s: renewal failed; retrying: %s", self._id, err)
+        return False
+
+    def _renewal_answered(self, sent: float, resp: Any) -> None:
+        """Records the answer to a renewal sent at ``sent``, unless the
+        deadline passed meanwhile (the next look at it expires the session)."""
+        with self._lock:
+            if time.monotonic() < self._deadline and not self._done:
+                self._renewed(sent, from_duration(resp.session.ttl, self._ttl) or self._ttl)
+
+    def _attach(self, h: Any) -> Optional[BaseException]:
+        """Makes h a grant of the session (its ttl and deadline the
+        session's); the error h ends with instead when the session ended."""
+        with self._lock:
+            if self._done:
+                return self._grant_error(h, self._error)
+            self._leases.add(h)
+            h._session = self
+            self._follow(h)
+            return None
+
+    def _detach(self, h: Any) -> None:
+        with self._lock:
+            self._leases.discard(h)
+
+    def _end(self, err: Optional[BaseException], lost: bool) -> bool:
+        """Ends the session and its grants with err; False when it had ended."""
+        with self._lock:
+            leases = self._end_state(err, lost)
+        if leases is None:
+            return False
+        self._stop_renewing()
+        for h in leases:
+            self._host.end_grant(h, self._grant_error(h, err), lost=True)
+        self._host.forget_session(self)
+        return True
+
+    def _stop_renewing(self) -> None:
+        """Stops the renewals (the subclass's thread or task)."""
+        raise NotImplementedError
+
+    def _wake_at(self) -> float:
+        """When the session next needs attention: its renewal or its deadline."""
+        return min(self._next_renew, self._deadline)
+
+    def _expired(self) -> LeaseExpired:
+        """The error of a session whose deadline passed before a renewal was answered."""
+        why = "no renewal was answered"
+        if self._last_error is not None:
+            why = f"the last renewal failed: {self._last_error}"
+        err = LeaseExpired(f"session {self._id} expired on this client before it could be renewed: {why}")
+        err.__cause__ = self._last_error
+        return err
+
+    def _end_state(self, err: Optional[BaseException], lost: bool) -> Optional[List[Any]]:
+        """Marks the session ended with err (``lost`` set when lost); returns
+        the grants to end with it, or None when it had ended already."""
+        if self._done:
+            return None
+        self._done, self._error = True, err if lost else None
+        if lost:
+            self._lost_at = time.monotonic()
+            self.lost.set()
+        self.ended.set()
+        leases, self._leases = list(self._leases), set()
+        return leases
+
+    def _ended_error(self) -> CoordinatorError:
+        """The error of an acquisition in a session that ended."""
+        prior = self._error
+        if isinstance(prior, CoordinatorError):
+            return prior
+        return SessionEnded(f"session {self._id} was closed", code=grpc.StatusCode.FAILED_PRECONDITION,
+                            reason=_SESSION_CLOSED, metadata={"session_id": self._id})
+
+    def _grant_error(self, h: Any, err: Optional[BaseException]) -> BaseException:
+        """The error of the grant h when the session ends with err (None:
+        close())."""
+        if isinstance(err, ClientClosed):
+            return err
+        if isinstance(err, LeaseExpired):
+            out: CoordinatorError = LeaseExpired(f"{h._describe()}: {err}")
+        elif err is None:
+            out = SessionEnded(f"{h._describe()}: its session {self._id} was closed",
+                               code=grpc.StatusCode.FAILED_PRECONDITION, reason=_SESSION_CLOSED,
+                               metadata={"session_id": self._id})
+        else:
+            code = err.code if isinstance(err, CoordinatorError) else None
+            reason = err.reason if isinstance(err, CoordinatorError) else None
+            out = SessionEnded(f"{h._describe()}: its session {self._id} was lost: {err}", code=code, reason=reason,
+                               metadata={"session_id": self._id})
+        out.__cause__ = err
+        return out
+
+    def _renew_request(self) -> Any:
+        return pb.RenewSessionRequest(session_id=self._id)
+
+    def _close_request(self) -> Any:
+        return pb.CloseSessionRequest(session_id=self._id)
+
+    def _close_steps(self, ended_now: bool) -> ReleaseSteps:
+        """The rules of CloseSession after close(): a lease's release's."""
+        return ReleaseSteps(self._host.timeout, self._host.close_timeout, ended_now, self._error, self._host.closed)
+
+
+class Session(SessionCore):
+    """A session of a ``coordinator.Client`` (``client.session(ttl=...)``, or
+    the Client's default session): see the module doc. Pass it as
+    ``session=`` to lock, try_lock, semaphore and read-write lock acquires
+    and campaign; use it as a context manager to close it at the end.
+
+    ``lost`` (a threading.Event) is set when the session is lost, expired or
+    its Client closed (``error`` says why), ``ended`` when it ends at all
+    (close() too). A background thread renews it."""
+
+    def __init__(self, host: _SessionHost, session_id: str, ttl: float, sent: float) -> None:
+        self._lock = threading.Lock()
+        #: Set the moment the session ends involuntarily: a renewal refused,
+        #: none answered in time, or its Client closed. Not set by close().
+        self.lost = threading.Event()
+        #: Set the moment the session ends, whatever the reason.
+        self.ended = threading.Event()
+        self._stop = threading.Event()
+        super().__init__(host, session_id, ttl, sent)
+        self._thread = threading.Thread(target=self._keep_alive, name="coordinator-session", daemon=True)
+
+    def _start(self) -> None:
+        self._thread.start()
 
     def close(self) -> None:
-        """Fails whatever is queued or in flight with ClientClosed and ends
-        the stream (which gives up the coordinator's waits)."""
-        with self.lock:
-            self._closed = True
-            conn = self._cur
-            self._cur = None
-            t = self._thread
-        self._stop.set()
-        self._fail(ClientClosed("the client was closed"), ClientClosed("the client was closed"))
-        if conn is not None:
-            conn.pokes.put(None)
-            if conn.call is not None:
-                conn.call.cancel()
-        if t is not None and t is not threading.current_thread():
-            t.join(timeout=10)
+        """Ends every attached grant at once (``lost`` set, ``error``
+        SessionEnded SESSION_CLOSED) and closes the session on the
+        coordinator, which releases them all in one call, retrying transient
+        errors for up to the Client's close timeout. Idempotent; raises
+        CoordinatorError for errors that retrying cannot fix."""
+        steps = self._close_steps(self._end(None, lost=False))
+        while steps.calling():
+            try:
+                self._host.session_call("close_session", self._close_request(), steps.call_timeout())
+                return
+            except SessionEnded:
+                return  # dead on the coordinator already: nothing holds its leases
+            except CoordinatorError as err:
+                time.sleep(steps.failed(err, self._host.closed))
 
-    # -- internals -------------------------------------------------------------
+    def __enter__(self) -> "Session":
+        return self
 
-    def _queue_cancel_locked(self, op_id: int) -> None:
-        """Queues a cancel of the waiting operation op_id. It has no result:
-        it is finished once written. Callers hold the lock."""
-        if self._closed or self._unsupported:
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
             return
-        self._next_id += 1
-        msg = pb.StreamOperation(id=self._next_id, cancel=op_id)
-        o = Op(msg, msg.ByteSize(), lambda _o, _res, _err: None, no_result=True)
-        o.id = self._next_id
-        self._queue.append(o)
-        if self._cur is not None:
-            self._cur.pokes.put(True)
-
-    def _finish_locked(self, o: Op, res: Any, err: Optional[BaseException]) -> Optional[Callable[[], None]]:
-        if o.state == _FINISHED:
-            return None
-        o.state = _FINISHED
-        return lambda: o.done(o, res, err)
-
-    def _fail(self, inflight_err: Optional[BaseException], queued_err: Optional[BaseException],
-              unsupported: bool = False) -> None:
-        finish = []
-        with self.lock:
-            if unsupported:
-                self._unsupported = True
-            if inflight_err is not None:
-                for o in self._inflight.values():
-                    f = self._finish_locked(o, None, inflight_err)
-                    if f:
-                        finish.append(f)
-                self._inflight.clear()
-            if queued_err is not None:
-                for o in self._queue:
-                    f = self._finish_locked(o, None, queued_err)
-                    if f:
-                        finish.append(f)
-                self._queue.clear()
-        for f in finish:
-            f()
-
-    def _serve(self) -> None:
-        """The stream thread: opens a stream while operations are queued,
-        and exits when nothing is left to do."""
-        b = call_backoff()
-        while True:
-            with self.lock:
-                if self._closed or not self._queue:
-                    self._running = False
-                    self._thread = None
-                    return
-                conn = _Conn()
-                self._cur = conn
-                conn.pokes.put(True)
-            answered, err = self._stream(conn)
-            if answered:
-                b.reset()
-            if err is None or self._closed:
-                continue  # closed as idle (or by close): look at the queue again
-            log.warning("coordinator: Session stream ended; reconnecting if operations are queued: %s", err)
-            delay = b.next()
-            if isinstance(err, CoordinatorError) and err.retry_after:
-                delay = max(delay, err.retry_after)
-            self._stop.wait(delay)
-
-    def _stream(self, conn: _Conn) -> Tuple[bool, Optional[BaseException]]:
-        """Serves one stream until it ends; reports whether any result came,
-        and its error (None when it was closed as idle)."""
-        answered = False
-        err: Optional[BaseException] = None
         try:
-            call = self._stub.Stream(self._requests(conn), metadata=self._metadata)
-            conn.call = call
-            with self.lock:
-                stopping = self._closed or self._cur is not conn
-            if stopping and self._closed:
-                call.cancel()
-            for resp in call:
-                answered = True
-                self._deliver(resp)
-        except grpc.RpcError as e:
-            err = from_rpc_error(e)
-        except Exception as e:  # keep serving whatever went wrong
-            log.exception("coordinator: Session stream failed")
-            err = RPCError(f"the Session stream failed: {e!r}", code=grpc.StatusCode.INTERNAL)
-        finally:
-            conn.pokes.put(None)
-        with self.lock:
-            if self._cur is conn:
-                self._cur = None
-            leftover = bool(self._inflight)
-        if self._closed:
-            return answered, ClientClosed("the client was closed")
-        if err is None:
-            if not leftover:
-                return answered, None
-            err = Unavailable("the Session stream ended with operations in flight", code=grpc.StatusCode.UNAVAILABLE)
-        code = err.code if isinstance(err, CoordinatorError) else None
-        if code == grpc.StatusCode.UNIMPLEMENTED:
-            log.info("coordinator: the coordinator has no Session method; using unary calls")
-            self._fail(UseUnary(), UseUnary(), unsupported=True)
-        elif code not in _RETRY_STREAM:
-            self._fail(err, err)  # Unauthenticated, PermissionDenied…: as the unary calls would
-        else:
-            broke = SessionBroken(f"the Session stream broke with the operation in flight: {err}",
-                                  code=grpc.StatusCode.UNAVAILABLE)
-            broke.__cause__ = err
-            # Nothing came on the stream: it could not be opened. The queued
-            # operations fail as their unary calls would (callers retry).
-            self._fail(broke, None if answered else err)
-        return answered, err
+            self.close()
+        except Exception:  # the body's exception matters more
+            log.warning("coordinator: could not close session %s", self._id, exc_info=True)
 
-    def _requests(self, conn: _Conn):
-        """The stream's request iterator, run by a gRPC thread: one
-        SessionRequest of whatever is queued each time gRPC can send."""
+    # -- internals ---------------------------------------------------------------
+
+    def _stop_renewing(self) -> None:
+        self._stop.set()
+
+    def _keep_alive(self) -> None:
+        """Renews the session about every ttl/3 until it ends (see the module
+        doc); failures are retried with the renewals' backoff."""
         while True:
-            req = self._take(conn)
-            if req is not None:
-                yield req
+            with self._lock:
+                if self._done:
+                    return
+                now, deadline, wake = time.monotonic(), self._deadline, self._wake_at()
+            if now >= deadline:
+                self._end(self._expired(), lost=True)
+                return
+            if now < wake:
+                if self._stop.wait(wake - now):
+                    return
                 continue
             try:
-                item = conn.pokes.get(timeout=self._idle)
-            except queue.Empty:
-                with self.lock:
-                    quiet = not self._queue and not self._inflight
-                    if quiet and self._cur is conn:
-                        self._cur = None  # what is queued from now on waits for the next stream
-                if quiet:
-                    return  # half-closes the stream; the coordinator ends it
+                resp, sent = self._host.session_call("renew_session", self._renew_request(), deadline - now)
+            except ClientClosed:
+                return  # the Client's close ends it
+            except CoordinatorError as err:
+                if self._renewal_failed(err):
+                    return
                 continue
-            if item is None:
-                return
+            self._renewal_answered(sent, resp)
 
-    def _take(self, conn: _Conn) -> Any:
-        """Moves the next batch of queued operations in flight, stamped as
-        sent now; None when nothing is queued."""
-        with self.lock:
-            if self._cur is not conn or not self._queue:
-                return None
-            now = time.monotonic()
-            ops = []
-            size = 0
-            while self._queue and len(ops) < MAX_OPS:
-                o = self._queue[0]
-                if ops and size + o.size > MAX_BATCH_BYTES:
-                    break
-                self._queue.popleft()
-                size += o.size
-                ops.append(o.msg)
-                if o.no_result:
-                    o.state = _FINISHED
-                    continue
-                o.state, o.sent = _SENT, now
-                self._inflight[o.id] = o
-            return pb.StreamRequest(operations=ops)
-
-    def _deliver(self, resp: Any) -> None:
-        finish = []
-        with self.lock:
-            for r in resp.results:
-                o = self._inflight.pop(r.id, None)
-                if o is not None:
-                    f = self._finish_locked(o, r, None)
-                    if f:
-                        finish.append(f)
-        for f in finish:
-            f()
+    def _close_remote(self) -> None:
+        """One CloseSession, best-effort, for a Client that closes (and ended
+        the session with ClientClosed)."""
+        try:
+            self._host.session_call("close_session", self._close_request(), self._host.close_timeout)
+        except CoordinatorError as e:
+            log.warning("coordinator: could not close session %s on close; its leases expire after its TTL: %s",
+                        self._id, e)

@@ -294,18 +294,18 @@ def redis_server(workdir: Path) -> Iterator[Callable[[], RedisServer]]:
         r.kill()
 
 
-MODES = ["session", "unary"]
+MODES = ["stream", "unary"]
 
-#: Runs a test in both transports: lease operations over the Session stream
+#: Runs a test in both transports: lease operations over the operation stream
 #: (the default) and as unary calls with KeepAlive renewals.
 both_modes = pytest.mark.parametrize("mode", MODES, indirect=True)
 
 
 @pytest.fixture
 def mode(request: pytest.FixtureRequest) -> str:
-    """The transport of the Clients make_client makes: "session" unless the
+    """The transport of the Clients make_client makes: "stream" unless the
     test is parametrized (both_modes)."""
-    return getattr(request, "param", "session")
+    return getattr(request, "param", "stream")
 
 
 @pytest.fixture
@@ -316,7 +316,7 @@ def make_client(mode: str) -> Iterator[Callable[..., coordinator.Client]]:
 
     def make(target: str, **kwargs: object) -> coordinator.Client:
         kwargs.setdefault("timeout", 15.0)
-        kwargs.setdefault("use_session", mode == "session")
+        kwargs.setdefault("use_stream", mode == "stream")
         c = coordinator.Client(target, **kwargs)  # type: ignore[arg-type]
         clients.append(c)
         return c
@@ -335,3 +335,34 @@ def client(server: Server, make_client: Callable[..., coordinator.Client]) -> co
 def name(request: pytest.FixtureRequest) -> str:
     """A name no other test uses."""
     return f"pytest/{request.node.originalname}/{uuid.uuid4().hex[:10]}"
+
+
+def metric(port: int, name: str, **labels: str) -> float:
+    """The sum of the coordinator's metric ``name`` (at 127.0.0.1:port's
+    /metrics) over the series whose labels include ``labels``."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    total = 0.0
+    for line in text.splitlines():
+        if not line.startswith(name + "{") and not line.startswith(name + " "):
+            continue
+        series, _, value = line.rpartition(" ")
+        if all(f'{k}="{v}"' in series for k, v in labels.items()):
+            total += float(value)
+    return total
+
+
+@pytest.fixture
+def metrics_server(start_server: Callable[..., Server]) -> Callable[..., Server]:
+    """metrics_server(store="memory", env={...}) starts a coordinator of the
+    test's own that serves /metrics on ``server.metrics_port``."""
+
+    def start(store: str = "memory", env: Optional[Dict[str, Optional[str]]] = None) -> Server:
+        port = free_port()
+        srv = start_server(store, env={**(env or {}), "COORDINATOR_METRICS_LISTEN": f"127.0.0.1:{port}"})
+        srv.metrics_port = port  # type: ignore[attr-defined]
+        return srv
+
+    return start

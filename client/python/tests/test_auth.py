@@ -21,7 +21,7 @@ def test_token_required(start_server, make_client, name: str) -> None:
         make_client(srv.address, token="wrong", insecure_token=True).lock(name, ttl=5, wait=0)
     c = make_client(srv.address, token="secret", insecure_token=True)
     with c.lock(name, ttl=1, wait=0) as lease:
-        # Renewals (Session or KeepAlive) carry the token too.
+        # Renewals (operation stream or KeepAlive) carry the token too.
         first = lease.last_renewed
         from conftest import wait_until
 

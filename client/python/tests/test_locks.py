@@ -138,19 +138,19 @@ def test_leases_share_one_stream(client: coordinator.Client, name: str, mode: st
     wait_until(lambda: all(l.last_renewed > f for l, f in zip(leases, firsts)), timeout=10, what="renewals")
     threads = threading.enumerate()
     streams = [t for t in threads if t.name == "coordinator-keepalive-stream"]
-    sessions = [t for t in threads if t.name == "coordinator-session"]
+    op_streams = [t for t in threads if t.name == "coordinator-stream"]
     schedulers = [t for t in threads if t.name == "coordinator-keepalive"]
     # Other tests' clients may linger for a moment; this client has one of each.
-    assert client._session._scheduler in schedulers
-    if mode == "session":
-        # Acquisitions and renewals share the Session stream: no KeepAlive.
-        assert client.uses_session
-        assert client._session._stream_thread is None
-        assert client._transport._thread in sessions
+    assert client._renewals._scheduler in schedulers
+    if mode == "stream":
+        # Acquisitions and renewals share the operation stream: no KeepAlive.
+        assert client.uses_stream
+        assert client._renewals._stream_thread is None
+        assert client._transport._thread in op_streams
     else:
-        assert not client.uses_session
-        assert client._session._stream_thread in streams
-        assert sum(1 for t in streams if t is client._session._stream_thread) == 1
+        assert not client.uses_stream
+        assert client._renewals._stream_thread in streams
+        assert sum(1 for t in streams if t is client._renewals._stream_thread) == 1
     for lease in leases:
         assert lease.release()
 

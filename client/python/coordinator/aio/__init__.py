@@ -17,11 +17,16 @@ and at once when the coordinator refuses a renewal; ``error`` says why.
 Cancelling a task that waits in ``lock()`` or ``campaign()`` takes it out of
 the coordinator's queue. ``close()`` ends and releases what is held.
 ``semaphore(name, capacity)`` and ``rwlock(name)`` are the sync Client's
-too, their acquisitions awaitable or used with ``async with``.
+too, their acquisitions awaitable or used with ``async with``. Sessions are
+the sync Client's (``await client.session(ttl=...)``, ``session=``, the
+default session), each renewed by a task with unary RenewSession calls.
 """
 
 from ._client import DEFAULT_TARGET, Client, RWLock, Semaphore
 from ._grants import Acquisition, Lease, Leadership
 from ._observe import Observation
+from ._session import Session
 
-__all__ = ["Client", "DEFAULT_TARGET", "Lease", "Leadership", "Acquisition", "Observation", "Semaphore", "RWLock"]
+__all__ = [
+    "Client", "DEFAULT_TARGET", "Lease", "Leadership", "Acquisition", "Observation", "Semaphore", "RWLock", "Session",
+]

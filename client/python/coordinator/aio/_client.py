@@ -7,7 +7,7 @@ import asyncio
 import itertools
 import logging
 import time
-from typing import Any, AsyncIterator, Awaitable, Callable, Dict, Optional, Sequence, Set, Tuple, TypeVar
+from typing import Any, AsyncIterator, Awaitable, Callable, Dict, List, Optional, Sequence, Set, Tuple, TypeVar
 
 import grpc
 
@@ -17,12 +17,14 @@ from .._acquire import AcquireSteps, Grant, ReleaseSteps, RWLockBase, SemaphoreB
 from .._acquire import acquire_grant, acquire_request, campaign_grant, campaign_request
 from .._rules import CLOSE_TIMEOUT, DEFAULT_TTL, LEASE_ENDING_REASONS
 from .._util import from_duration, to_duration
+from ..session import ended_default, fall_back, session_choice
 from ..client import DEFAULT_TARGET
 from ..election import LeaderInfo, Value, as_bytes
-from ..errors import ClientClosed, CoordinatorError, NotAcquired, RPCError, from_rpc_error
+from ..errors import ClientClosed, CoordinatorError, NotAcquired, RPCError, SessionEnded, from_rpc_error
 from ..lease import Description, LeaseInfo
 from ._grants import Acquisition, Lease, Leadership, _AsyncHeld
 from ._observe import Observation
+from ._session import Session
 
 __all__ = ["Client", "Semaphore", "RWLock"]
 
@@ -46,14 +48,16 @@ class Client:
     between the loop's tasks, and close it when done (``async with``).
 
     Every lease operation is a unary call on the one HTTP/2 connection
-    (there is no thread to batch them on, as the sync Client's Session
+    (there is no thread to batch them on, as the sync Client's operation
     stream does); each held lease or leadership is renewed by a task of its
     own on the event loop, with the sync Client's rules: about every ttl/3,
     validity counted from the send time of the last successful grant or
     renewal minus max(ttl/10, 50ms), ``lost`` set at that local deadline
     when no renewal succeeded, at once when the coordinator refuses one.
 
-    The arguments are the sync Client's, without ``use_session``.
+    The arguments are the sync Client's, without ``use_stream``; sessions
+    (``session()``, ``default_session()``, ``session=``) are the sync
+    Client's too, renewed by a task each with unary RenewSession calls.
     """
 
     def __init__(
@@ -72,6 +76,7 @@ class Client:
         timeout: float = 10.0,
         close_timeout: float = CLOSE_TIMEOUT,
         options: Optional[Sequence[Tuple[str, Any]]] = None,
+        default_session: bool = True,
     ) -> None:
         use_tls = tls or root_certificates is not None or certificate_chain is not None
         self.identity = check_settings(holder, ttl, token, use_tls, insecure_token)
@@ -97,6 +102,13 @@ class Client:
         self._calls: Set[Any] = set()
         #: Best-effort give-ups started by cancelled acquisitions.
         self._background: Set["asyncio.Future[Any]"] = set()
+        #: Whether acquisitions without a ttl or session attach to the
+        #: default session (False once the coordinator lacked sessions).
+        self._use_default = default_session
+        self._default: Optional[Session] = None
+        self._default_lock = asyncio.Lock()
+        #: Every live session this Client created, which close() closes.
+        self._sessions: Set[Session] = set()
 
     # -- plumbing -------------------------------------------------------------
 
@@ -171,15 +183,17 @@ class Client:
 
     # -- locks ----------------------------------------------------------------
 
-    async def try_lock(self, name: str, ttl: Optional[float] = None) -> Optional[Lease]:
+    async def try_lock(self, name: str, ttl: Optional[float] = None,
+                       session: Optional[Session] = None) -> Optional[Lease]:
         """The Lease of ``name`` if it is free (and nobody is queued for it),
         without waiting; None when someone else holds it."""
         try:
-            return await self.lock(name, ttl=ttl, wait=0)
+            return await self.lock(name, ttl=ttl, wait=0, session=session)
         except NotAcquired:
             return None
 
-    def lock(self, name: str, ttl: Optional[float] = None, wait: Optional[float] = None) -> "Acquisition[Lease]":
+    def lock(self, name: str, ttl: Optional[float] = None, wait: Optional[float] = None,
+             session: Optional[Session] = None) -> "Acquisition[Lease]":
         """Acquires the lock ``name``, waiting up to ``wait`` seconds (None:
         for ever; 0: not at all) in arrival order with the other waiters,
         retrying transient errors meanwhile. Await it for the Lease, renewed
@@ -189,27 +203,36 @@ class Client:
             async with client.lock("reports/nightly", ttl=10, wait=30) as lease:
                 await work(lease.token)
 
+        In ``session`` (or the default session, without a ``ttl``), the lease
+        lives and ends with the session, as the sync Client's.
+
         Raises NotAcquired (naming the holder) when the wait ends first.
         Cancelling the task that waits gives up its place in the queue (and a
         grant that came meanwhile)."""
-        return self._share("lock", name, ttl, wait, 0, 0)
+        return self._share("lock", name, ttl, wait, 0, 0, session)
 
     def _share(self, kind: str, name: str, ttl: Optional[float], wait: Optional[float],
-               capacity: int, weight: int) -> "Acquisition[Lease]":
+               capacity: int, weight: int, session: Optional[Session] = None) -> "Acquisition[Lease]":
         """The acquisition of weight of name of capacity (0 and 0: an
         exclusive lock)."""
-        return Acquisition(self._shared(kind, name, ttl, wait, capacity, weight))
+        return Acquisition(self._shared(kind, name, ttl, wait, capacity, weight, session))
 
     async def _shared(self, kind: str, name: str, ttl: Optional[float], wait: Optional[float],
-                      capacity: int, weight: int) -> Lease:
-        t = self._ttl(ttl)
+                      capacity: int, weight: int, session: Optional[Session]) -> Lease:
+        t = session.ttl if session is not None else self._ttl(ttl)
+        used: List[Optional[Session]] = [None]
 
         async def call(holder: str, wait_for: float, timeout: float) -> Grant:
-            req = acquire_request(name, holder, t, wait_for, capacity, weight)
-            return acquire_grant(await self._unary("TryAcquire", req, timeout=timeout), t)
+            async def in_session(s: Optional[Session]) -> Grant:
+                tt, sid = (s.ttl, s.id) if s is not None else (t, "")
+                req = acquire_request(name, holder, tt, wait_for, capacity, weight, sid)
+                return acquire_grant(await self._unary("TryAcquire", req, timeout=timeout), tt, attached=s is not None)
+
+            return await self._in_session(session, ttl, used, in_session)
 
         holder, grant, sent = await self._acquire(kind, name, t, wait, call)
-        return self._register(Lease(self, name, holder, grant.token, grant.ttl, sent, weight=grant.weight, kind=kind))
+        lease = Lease(self, name, holder, grant.token, grant.ttl, sent, weight=grant.weight, kind=kind)
+        return self._register(lease, used[0])
 
     async def release(self, lease: Lease) -> bool:
         """Releases ``lease`` (see Lease.release)."""
@@ -231,31 +254,39 @@ class Client:
     # -- elections ------------------------------------------------------------
 
     def campaign(self, election: str, value: Value = b"", ttl: Optional[float] = None,
-                 wait: Optional[float] = None) -> "Acquisition[Leadership]":
+                 wait: Optional[float] = None, session: Optional[Session] = None) -> "Acquisition[Leadership]":
         """Runs for leadership of ``election`` with ``value``, waiting up to
         ``wait`` seconds (None: for ever) in arrival order with the other
         candidates. Await it for the Leadership, or use it with ``async
         with`` to resign when the block exits. Raises NotAcquired (naming the
-        sitting leader) when the wait ends first."""
-        return Acquisition(self._campaign(election, value, ttl, wait))
+        sitting leader) when the wait ends first. ``session`` as for lock()."""
+        return Acquisition(self._campaign(election, value, ttl, wait, session))
 
-    async def _campaign(self, election: str, value: Value, ttl: Optional[float], wait: Optional[float]) -> Leadership:
-        t = self._ttl(ttl)
+    async def _campaign(self, election: str, value: Value, ttl: Optional[float], wait: Optional[float],
+                        session: Optional[Session]) -> Leadership:
+        t = session.ttl if session is not None else self._ttl(ttl)
         data = as_bytes(value)
+        used: List[Optional[Session]] = [None]
 
         async def call(candidate: str, wait_for: float, timeout: float) -> Grant:
-            req = campaign_request(election, candidate, data, t, wait_for)
-            return campaign_grant(await self._unary("Campaign", req, timeout=timeout), t)
+            async def in_session(s: Optional[Session]) -> Grant:
+                tt, sid = (s.ttl, s.id) if s is not None else (t, "")
+                req = campaign_request(election, candidate, data, tt, wait_for, sid)
+                return campaign_grant(await self._unary("Campaign", req, timeout=timeout), tt, attached=s is not None)
+
+            return await self._in_session(session, ttl, used, in_session)
 
         candidate, grant, sent = await self._acquire("leadership", election, t, wait, call)
-        return self._register(Leadership(self, election, candidate, grant.token, grant.ttl, sent, grant.value))
+        leadership = Leadership(self, election, candidate, grant.token, grant.ttl, sent, grant.value)
+        return self._register(leadership, used[0])
 
     async def run_as_leader(self, election: str, fn: Callable[[Leadership], Awaitable[T]], value: Value = b"",
-                            ttl: Optional[float] = None, wait: Optional[float] = None) -> T:
+                            ttl: Optional[float] = None, wait: Optional[float] = None,
+                            session: Optional[Session] = None) -> T:
         """Campaigns for ``election``, awaits ``fn(leadership)`` while leader,
         resigns when it returns or raises, and returns its result. fn must
         watch ``leadership.lost`` and stop acting when the leadership ends."""
-        leadership = await self.campaign(election, value=value, ttl=ttl, wait=wait)
+        leadership = await self.campaign(election, value=value, ttl=ttl, wait=wait, session=session)
         try:
             return await fn(leadership)
         finally:
@@ -283,6 +314,74 @@ class Client:
     def forget_observation(self, obs: Observation) -> None:
         """Part of _ObservationHost: drops obs from those close() closes."""
         self._observations.discard(obs)
+
+    # -- sessions -------------------------------------------------------------
+
+    async def session(self, ttl: Optional[float] = None) -> Session:
+        """Creates a session of ``ttl`` seconds (default: the Client's ttl),
+        renewed by a task about every ttl/3 until closed, lost or the Client
+        closed, as the sync Client's: pass it as ``session=``; ``async with``
+        closes it (releasing its grants in one call) at the end."""
+        t = self._ttl(ttl)
+        sent = time.monotonic()
+        resp = await self._unary("CreateSession", pb.CreateSessionRequest(ttl=to_duration(t)))
+        s = Session(self, resp.session.id, from_duration(resp.session.ttl, t) or t, sent)
+        if self._closed:
+            s._end(ClientClosed("the client was closed"), lost=True)
+            await s._close_remote()
+            raise ClientClosed("the client was closed")
+        self._sessions.add(s)
+        s._start()
+        return s
+
+    async def default_session(self) -> Session:
+        """The Client's default session, created (with the Client's ttl) if
+        it has none or its last one ended, as the sync Client's. Raises
+        ValueError with default_session=False."""
+        if not self._use_default:
+            raise ValueError("coordinator: this Client has no default session (default_session=False, or the "
+                             "coordinator has no sessions)")
+        async with self._default_lock:
+            s = self._default
+            if s is None or s.done:
+                s = self._default = await self.session()
+            return s
+
+    async def _session_for(self, explicit: Optional[Session], ttl: Optional[float]) -> Optional[Session]:
+        """The session of an acquisition's next call (see the sync Client's)."""
+        s, default = session_choice(explicit, ttl, self._use_default)
+        if not default:
+            return s
+        try:
+            return await self.default_session()
+        except CoordinatorError as err:
+            self._use_default = fall_back(err, self._use_default)
+            return None
+
+    async def _in_session(self, explicit: Optional[Session], ttl: Optional[float], used: List[Optional[Session]],
+                          call: Callable[[Optional[Session]], Awaitable[Grant]]) -> Grant:
+        """``await call(session)`` in the session of _session_for (recorded in
+        used[0]); once more in a new default session when the coordinator
+        says the default one ended."""
+        for again in (True, False):
+            s = used[0] = await self._session_for(explicit, ttl)
+            try:
+                return await call(s)
+            except SessionEnded as err:
+                if not ended_default(err, s, explicit, again):
+                    raise
+        raise AssertionError("unreachable")
+
+    async def session_call(self, kind: str, request: Any, timeout: float) -> Tuple[Any, float]:
+        """Part of _AsyncSessionHost: "renew_session" or "close_session" as a
+        unary call, and when it was sent."""
+        sent = time.monotonic()
+        method = "RenewSession" if kind == "renew_session" else "CloseSession"
+        return await self._unary(method, request, timeout=timeout, check_closed=kind != "close_session"), sent
+
+    def forget_session(self, s: Session) -> None:
+        """Part of _AsyncSessionHost: drops the ended s from those close() closes."""
+        self._sessions.discard(s)
 
     # -- inspection -----------------------------------------------------------
 
@@ -333,7 +432,12 @@ class Client:
             self._spawn(self._abandon(name, holder))
             raise
 
-    def _register(self, h: "_H") -> "_H":
+    def _register(self, h: "_H", session: Optional[Session] = None) -> "_H":
+        if session is not None:
+            err = session._attach(h)  # ended meanwhile: h ends with it
+            if err is not None:
+                raise err
+            return h
         if self._closed:
             self._spawn(self._give_up_quietly(h))
             raise ClientClosed("the client was closed")
@@ -421,6 +525,8 @@ class Client:
         ended already. Returns (ended_now, prior_error)."""
         if not h._end(err, lost):
             return False, h._error
+        if h._session is not None:
+            h._session._detach(h)
         task = self._renewals.pop(h, None)
         if task is not None and task is not asyncio.current_task():
             task.cancel()
@@ -431,7 +537,10 @@ class Client:
     def grant_renewed(self, h: _AsyncHeld, sent: float, ttl: float) -> bool:
         """Part of _AsyncLeaseHost: records a renewal of h sent at ``sent``
         (ending h with LeaseExpired when its deadline had passed already);
-        whether h is still held."""
+        whether h is still held. An attached grant's validity is its
+        session's."""
+        if h._session is not None:
+            return h.valid()
         if h._done:
             return False
         if time.monotonic() >= h._deadline:
@@ -464,15 +573,19 @@ class Client:
     # -- closing --------------------------------------------------------------
 
     async def close(self) -> None:
-        """Ends every lease and leadership (``lost`` is set, ``error`` is
-        ClientClosed), cancels the calls in flight (waiting ones raise
-        ClientClosed), ends open Observe streams, releases what was held
-        best-effort for up to close_timeout, and closes the channel.
+        """Ends every lease, leadership and session (``lost`` is set,
+        ``error`` is ClientClosed), cancels the calls in flight (waiting ones raise
+        ClientClosed), ends open Observe streams, closes the sessions (one
+        CloseSession each) and releases the other grants best-effort for up
+        to close_timeout, and closes the channel.
         Idempotent."""
         if self._closed:
             return
         self._closed = True
         self._closing.set()
+        # Their grants end (ClientClosed) at once; one CloseSession each
+        # releases them on the coordinator below.
+        sessions = [s for s in list(self._sessions) if s._end(ClientClosed("the client was closed"), lost=True)]
         held = list(self._renewals)
         for h in held:
             self.end_grant(h, ClientClosed("the client was closed"), lost=True)
@@ -482,8 +595,8 @@ class Client:
             call.cancel()
         for obs in list(self._observations):
             await obs.close()
-        if held and self.close_timeout > 0:
-            await asyncio.gather(*(self._give_up_quietly(h) for h in held))
+        if (held or sessions) and self.close_timeout > 0:
+            await asyncio.gather(*(self._give_up_quietly(h) for h in held), *(s._close_remote() for s in sessions))
         if self._background:
             await asyncio.wait(set(self._background), timeout=self.close_timeout)
         await self._channel.close()
@@ -506,11 +619,11 @@ class Semaphore(SemaphoreBase["Acquisition[Lease]"]):
     share is a Lease of its own. While the name is held or awaited, a
     request with another capacity raises CapacityMismatch."""
 
-    async def try_acquire(self, n: int = 1, ttl: Optional[float] = None) -> Optional[Lease]:
+    async def try_acquire(self, n: int = 1, ttl: Optional[float] = None, session: Any = None) -> Optional[Lease]:
         """Takes ``n`` of the capacity if it is free now and nobody waits;
         None otherwise."""
         try:
-            return await self.acquire(n, ttl=ttl, wait=0)
+            return await self.acquire(n, ttl=ttl, wait=0, session=session)
         except NotAcquired:
             return None
 
@@ -521,16 +634,16 @@ class RWLock(RWLockBase["Acquisition[Lease]"]):
     after it. ``read_lock`` and ``write_lock`` are awaited, or used with
     ``async with``."""
 
-    async def try_read_lock(self, ttl: Optional[float] = None) -> Optional[Lease]:
+    async def try_read_lock(self, ttl: Optional[float] = None, session: Any = None) -> Optional[Lease]:
         """A read share if no writer holds or waits; None otherwise."""
         try:
-            return await self.read_lock(ttl=ttl, wait=0)
+            return await self.read_lock(ttl=ttl, wait=0, session=session)
         except NotAcquired:
             return None
 
-    async def try_write_lock(self, ttl: Optional[float] = None) -> Optional[Lease]:
+    async def try_write_lock(self, ttl: Optional[float] = None, session: Any = None) -> Optional[Lease]:
         """The write lock if nobody holds or waits for it; None otherwise."""
         try:
-            return await self.write_lock(ttl=ttl, wait=0)
+            return await self.write_lock(ttl=ttl, wait=0, session=session)
         except NotAcquired:
             return None

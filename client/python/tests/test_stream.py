@@ -1,4 +1,4 @@
-"""The Session transport: one stream per Client, batching, late grants, and
+"""The operation stream: one Stream call per Client, batching, late grants, and
 the fallback to unary calls."""
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ import threading
 import time
 from collections import Counter
 from concurrent import futures
-from typing import List
+from contextlib import contextmanager
+from typing import Iterator, List
 
 import grpc
 import pytest
@@ -56,7 +57,7 @@ def test_threads_share_messages(client: coordinator.Client, name: str) -> None:
     assert (kinds["acquire"], kinds["release"]) == (16 * 30, 16 * 30), kinds
     # Under load, operations of many threads go out together.
     assert max(sizes) > 1 and len(sizes) < sum(sizes), sizes[:50]
-    assert [t for t in threading.enumerate() if t.name == "coordinator-session" and t is sess._thread]
+    assert [t for t in threading.enumerate() if t.name == "coordinator-stream" and t is sess._thread]
 
 
 def _give_up(res):
@@ -142,7 +143,7 @@ def test_closing_gives_up_the_waits(server, make_client, name: str) -> None:
 
 
 class _UnaryOnly(pb_grpc.CoordinatorServicer):
-    """A coordinator without Session (every method it lacks is
+    """A coordinator without Stream (every method it lacks is
     Unimplemented): a lock service of one name."""
 
     def __init__(self) -> None:
@@ -171,20 +172,27 @@ class _UnaryOnly(pb_grpc.CoordinatorServicer):
             return pb.ReleaseResponse(released=ok)
 
 
-def test_falls_back_to_unary_calls_without_session(make_client, name: str) -> None:
-    svc = _UnaryOnly()
+@contextmanager
+def serving(svc: pb_grpc.CoordinatorServicer) -> Iterator[str]:
+    """Serves svc on a free port of its own; yields its target."""
     srv = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
     pb_grpc.add_CoordinatorServicer_to_server(svc, srv)
     port = srv.add_insecure_port("127.0.0.1:0")
     srv.start()
     try:
-        c = make_client(f"127.0.0.1:{port}", close_timeout=1)
-        assert c.uses_session
+        yield f"127.0.0.1:{port}"
+    finally:
+        srv.stop(0)
+
+
+def test_falls_back_to_unary_calls_without_stream(make_client, name: str) -> None:
+    svc = _UnaryOnly()
+    with serving(svc) as target:
+        c = make_client(target, close_timeout=1)
+        assert c.uses_stream
         lease = c.lock(name, ttl=30, wait=0)
         assert lease.token == 1
-        assert not c.uses_session  # Unimplemented: unary calls for good
+        assert not c.uses_stream  # Unimplemented: unary calls for good
         assert c.try_lock(name, ttl=30) is None
         assert lease.release()
         assert svc.calls == ["TryAcquire", "TryAcquire", "Release"]
-    finally:
-        srv.stop(0)
