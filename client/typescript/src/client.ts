@@ -16,8 +16,8 @@ import {
   msOf,
   outcomeUnknown,
 } from "./errors.js";
-import { KeepAliveSession } from "./keepalive.js";
-import { SessionTransport, UseUnaryError, resultOf, type Operation } from "./session.js";
+import { Renewals } from "./keepalive.js";
+import { StreamTransport, UseUnaryError, resultOf, type Operation } from "./stream.js";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type {
   CampaignRequestSchema,
@@ -72,11 +72,11 @@ export interface ClientOptions {
   onWarn?: (message: string, err?: unknown) => void;
   /**
    * Carry acquire, renew, release, campaign and resign operations over one
-   * Session stream (default true). false: unary calls, and renewals over
-   * KeepAlive. A coordinator without the Session method gets unary calls
+   * operation stream (the Stream method; default true). false: unary calls,
+   * and renewals over KeepAlive. A coordinator without the Stream method gets unary calls
    * either way.
    */
-  useSession?: boolean;
+  useStream?: boolean;
 }
 
 export interface LockOptions {
@@ -106,7 +106,7 @@ interface Grant {
   value: Uint8Array;
   holder: string;
   retryAfter: number | undefined;
-  /** When the granting request was sent, when known (sent on the Session stream). */
+  /** When the granting request was sent, when known (sent on the operation stream). */
   sent?: number | undefined;
   /** The granted weight (1 for a lock). */
   weight?: number;
@@ -156,9 +156,9 @@ export class Client {
   readonly api: CoordinatorApi;
 
   private readonly conn: Connection;
-  private readonly session: KeepAliveSession;
-  /** The Session stream; undefined when useSession is false. */
-  private readonly transport: SessionTransport | undefined;
+  private readonly renewals: Renewals;
+  /** The operation stream; undefined when useStream is false. */
+  private readonly transport: StreamTransport | undefined;
   private readonly closing = new AbortController();
   private readonly ttl: number;
   private readonly callTimeoutMs: number;
@@ -197,8 +197,8 @@ export class Client {
     this.api = this.conn.api;
     // Every call in flight listens to it.
     setMaxListeners(0, this.closing.signal);
-    this.transport = opts.useSession === false ? undefined : new SessionTransport(this.api, this.closing.signal, this.warn);
-    this.session = new KeepAliveSession(this.api, this.closing.signal, this.warn, this.transport);
+    this.transport = opts.useStream === false ? undefined : new StreamTransport(this.api, this.closing.signal, this.warn);
+    this.renewals = new Renewals(this.api, this.closing.signal, this.warn, this.transport);
   }
 
   /** Whether close() was called. */
@@ -281,7 +281,7 @@ export class Client {
     const core = await this.acquire("leadership", election, opts, this.campaignCall(election, bytes));
     return new Leadership(
       core,
-      this.session,
+      this.renewals,
       {
         campaign: (req, signal, timeoutMs) => this.campaignReq(req, signal, timeoutMs),
         resign: (req, signal, timeoutMs) => this.resignReq(req, signal, timeoutMs),
@@ -401,7 +401,7 @@ export class Client {
 
   private async doClose(): Promise<void> {
     this.closing.abort(new ClientClosedError());
-    const held = this.session.close();
+    const held = this.renewals.close();
     // Ends the stream, which gives up the coordinator's waits; what is held
     // is released with unary calls.
     this.transport?.close();
@@ -433,7 +433,7 @@ export class Client {
     const { name, holder, token } = core;
     return new Lease(
       core,
-      this.session,
+      this.renewals,
       async (signal) => (await this.releaseReq({ name, holder, token }, signal, this.callTimeoutMs)).released,
       5_000,
     );
@@ -444,11 +444,11 @@ export class Client {
   }
 
   /**
-   * viaSession runs operation over the Session stream; undefined when the
-   * unary call must be made instead (useSession false, or a coordinator
-   * without the Session method).
+   * viaStream runs operation over the operation stream; undefined when the
+   * unary call must be made instead (useStream false, or a coordinator
+   * without the Stream method).
    */
-  private async viaSession(
+  private async viaStream(
     operation: Operation,
     signal: AbortSignal,
     timeoutMs: number,
@@ -464,13 +464,13 @@ export class Client {
   }
 
   private async releaseReq(req: MessageInitShape<typeof ReleaseRequestSchema>, signal: AbortSignal, timeoutMs: number): Promise<ReleaseResponse> {
-    const s = await this.viaSession({ case: "release", value: req }, signal, timeoutMs);
+    const s = await this.viaStream({ case: "release", value: req }, signal, timeoutMs);
     if (s) return resultOf(s.res, "release");
     return this.api.release(req, { signal, timeoutMs });
   }
 
   private async resignReq(req: MessageInitShape<typeof ResignRequestSchema>, signal: AbortSignal, timeoutMs: number): Promise<ResignResponse> {
-    const s = await this.viaSession({ case: "resign", value: req }, signal, timeoutMs);
+    const s = await this.viaStream({ case: "resign", value: req }, signal, timeoutMs);
     if (s) return resultOf(s.res, "resign");
     return this.api.resign(req, { signal, timeoutMs });
   }
@@ -481,7 +481,7 @@ export class Client {
     timeoutMs: number,
     late?: (res: StreamResult | undefined, err: unknown) => void,
   ): Promise<{ resp: CampaignResponse; sent: number }> {
-    const s = await this.viaSession({ case: "campaign", value: req }, signal, timeoutMs, late);
+    const s = await this.viaStream({ case: "campaign", value: req }, signal, timeoutMs, late);
     if (s) return { resp: resultOf(s.res, "campaign"), sent: s.sent };
     const sent = now();
     return { resp: await this.api.campaign(req, { signal, timeoutMs }), sent };
@@ -489,7 +489,7 @@ export class Client {
 
   /**
    * lateOutcome handles the outcome of an acquisition whose caller left
-   * while it was in flight on the Session stream: a grant is given up at
+   * while it was in flight on the operation stream: a grant is given up at
    * once, so that the next waiter need not wait for its TTL; an unknown
    * outcome is abandoned.
    */
@@ -523,7 +523,7 @@ export class Client {
       const req = { name, holder, ttl: durationFromMs(ttl), wait: wait > 0 ? durationFromMs(wait) : undefined, capacity, weight };
       let resp: TryAcquireResponse;
       let sent: number | undefined;
-      const s = await this.viaSession({ case: "acquire", value: req }, signal, timeoutMs, this.lateOutcome(name, holder));
+      const s = await this.viaStream({ case: "acquire", value: req }, signal, timeoutMs, this.lateOutcome(name, holder));
       if (s) {
         resp = resultOf(s.res, "acquire");
         sent = s.sent;
@@ -566,7 +566,7 @@ export class Client {
 
   /**
    * acquire runs an acquisition as a new holder: once (wait 0) or until
-   * granted or the wait ends, and registers the lease with the session.
+   * granted or the wait ends, and registers the lease with the renewals.
    *
    * A grant's validity is counted from when its request was sent. A grant
    * that arrived after a long wait has little of it left, so it is
@@ -654,7 +654,7 @@ export class Client {
         );
       }
       try {
-        this.session.add(core);
+        this.renewals.add(core);
       } catch (e) {
         // Closed meanwhile.
         await this.api

@@ -19,7 +19,7 @@ import type {
 } from "./gen/coordinator/v1/coordinator_pb.js";
 import { Code, CoordinatorError, LeaseNotHeldError, decodeError } from "./errors.js";
 import type { LeaseEndedError } from "./errors.js";
-import type { KeepAliveSession } from "./keepalive.js";
+import type { Renewals } from "./keepalive.js";
 import { LeaseCore, releaseCore } from "./lease.js";
 import { LEASE_NOT_HELD } from "./rules.js";
 import { callBackoff, linkSignals, now, sleep, toBytes } from "./util.js";
@@ -93,7 +93,7 @@ export interface LeaderEvent {
   initial: boolean;
 }
 
-/** The calls a Leadership makes: over the Client's Session stream or unary. */
+/** The calls a Leadership makes: over the Client's operation stream or unary. */
 export interface LeadershipCalls {
   /** Campaign; sent is when the request was sent (performance.now() ms). */
   campaign(
@@ -118,7 +118,7 @@ export class Leadership {
   /** @internal */
   constructor(
     private readonly core: LeaseCore,
-    private readonly session: KeepAliveSession,
+    private readonly renewals: Renewals,
     private readonly calls: LeadershipCalls,
     value: Uint8Array,
     private readonly callTimeoutMs: number,
@@ -183,7 +183,7 @@ export class Leadership {
     const l = this.core;
     if (l.ended) throw l.ended;
     const ttl = l.ttl;
-    const linked = linkSignals(signal, this.session.closeSignal);
+    const linked = linkSignals(signal, this.renewals.closeSignal);
     let resp;
     let sent: number;
     try {
@@ -201,7 +201,7 @@ export class Leadership {
     } catch (e) {
       const err = decodeError(e);
       if (err instanceof LeaseNotHeldError) {
-        this.session.end(l, l.endError("lost", "the term is over", err));
+        this.renewals.end(l, l.endError("lost", "the term is over", err));
       }
       throw err;
     } finally {
@@ -220,10 +220,10 @@ export class Leadership {
         `coordinator: ${l.describe()}: the coordinator has another term in office`,
         { code: Code.FailedPrecondition, reason: LEASE_NOT_HELD, metadata: { name: l.name } },
       );
-      this.session.end(l, l.endError("lost", "another term is in office", err));
+      this.renewals.end(l, l.endError("lost", "another term is in office", err));
       throw err;
     }
-    if (!this.session.renewed(l, sent, ttl)) throw l.ended!;
+    if (!this.renewals.renewed(l, sent, ttl)) throw l.ended!;
     this.current = new Uint8Array(value);
   }
 
@@ -236,7 +236,7 @@ export class Leadership {
   resign(opts: { timeoutMs?: number } = {}): Promise<boolean> {
     const l = this.core;
     return releaseCore(
-      this.session,
+      this.renewals,
       l,
       async (signal) =>
         (await this.calls.resign({ election: l.name, candidate: l.holder, term: l.token }, signal, this.callTimeoutMs)).resigned,

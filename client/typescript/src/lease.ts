@@ -1,5 +1,5 @@
 // Leases: a lock held through a Client, renewed in the background over the
-// Client's Session (or KeepAlive) stream until it is released, lost or expires.
+// Client's operation (or KeepAlive) stream until it is released, lost or expires.
 
 import { setMaxListeners } from "node:events";
 import { LeaseEndedError } from "./errors.js";
@@ -11,7 +11,7 @@ import { isTransient } from "./errors.js";
 
 /**
  * LeaseCore is what a Lease and a Leadership share: a grant on a name that
- * the Client's KeepAlive session renews. Times are performance.now()
+ * the Client's Renewals renew. Times are performance.now()
  * milliseconds.
  */
 /** What a grant is, for messages. */
@@ -29,7 +29,7 @@ export class LeaseCore {
   ended: LeaseEndedError | undefined;
   readonly controller = new AbortController();
 
-  // The KeepAlive session's bookkeeping.
+  // The Renewals' bookkeeping.
   inflight: bigint | undefined;
   sentAt = 0;
   retry: Backoff | undefined;
@@ -73,8 +73,8 @@ export class LeaseCore {
   }
 }
 
-/** What a lease needs of its Client's KeepAlive session. */
-export interface LeaseSession {
+/** What a lease needs of what keeps it alive: its Client's Renewals. */
+export interface LeaseKeeper {
   /** Ends l with err unless it ended already; returns how it had ended before, if it had. */
   end(l: LeaseCore, err: LeaseEndedError): LeaseEndedError | undefined;
   readonly closeSignal: AbortSignal;
@@ -87,12 +87,12 @@ export interface LeaseSession {
  * expired, closed, released) or the coordinator no longer held it.
  */
 export async function releaseCore(
-  session: LeaseSession,
+  keeper: LeaseKeeper,
   l: LeaseCore,
   call: (signal: AbortSignal) => Promise<boolean>,
   timeoutMs: number,
 ): Promise<boolean> {
-  const prior = session.end(l, l.endError("released", ""));
+  const prior = keeper.end(l, l.endError("released", ""));
   const signal = AbortSignal.timeout(timeoutMs);
   if (prior) {
     if (prior.kind === "expired") {
@@ -125,7 +125,7 @@ export class Lease {
   /** @internal */
   constructor(
     private readonly core: LeaseCore,
-    private readonly session: LeaseSession,
+    private readonly keeper: LeaseKeeper,
     private readonly releaseCall: (signal: AbortSignal) => Promise<boolean>,
     private readonly releaseTimeoutMs: number,
   ) {}
@@ -182,7 +182,7 @@ export class Lease {
    * had already ended or expired there. Calling it again resolves false.
    */
   release(opts: { timeoutMs?: number } = {}): Promise<boolean> {
-    return releaseCore(this.session, this.core, this.releaseCall, opts.timeoutMs ?? this.releaseTimeoutMs);
+    return releaseCore(this.keeper, this.core, this.releaseCall, opts.timeoutMs ?? this.releaseTimeoutMs);
   }
 
   toString(): string {

@@ -128,19 +128,19 @@ export function stores(): StoreKind[] {
   return process.env["COORDINATOR_TEST_REDIS_URL"] ? ["memory", "redis"] : ["memory"];
 }
 
-/** How a Client carries its lease operations: over the Session stream (the default) or as unary calls. */
-export type Mode = "session" | "unary";
+/** How a Client carries its lease operations: over the operation stream (the default) or as unary calls. */
+export type Mode = "stream" | "unary";
 
 /** Both modes: the tests that matter run in each. */
-export const modes: Mode[] = ["session", "unary"];
+export const modes: Mode[] = ["stream", "unary"];
 
 /** The Client options of mode. */
-export function modeOpts(mode: Mode): { useSession: boolean } {
-  return { useSession: mode === "session" };
+export function modeOpts(mode: Mode): { useStream: boolean } {
+  return { useStream: mode === "stream" };
 }
 
-/** usesSession reports whether c has its Session stream open now (white-box: checks the transport). */
-export function usesSession(c: Client): boolean {
+/** usesStream reports whether c has its operation stream open now (white-box: checks the transport). */
+export function usesStream(c: Client): boolean {
   const t = (c as unknown as { transport?: { usable: boolean; cur?: unknown } }).transport;
   return t !== undefined && t.usable && t.cur !== undefined;
 }

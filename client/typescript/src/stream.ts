@@ -1,6 +1,6 @@
-// The Session transport: a Client's lease operations (acquire, renew,
-// release, campaign, resign) over one bidirectional Session stream, as the
-// Go SDK does (client/session.go).
+// The operation stream: a Client's lease operations (acquire, renew,
+// release, campaign, resign) over one bidirectional Stream call, as the
+// Go SDK does (client/stream.go).
 //
 // Operations are queued; the stream's request side takes whatever is queued
 // whenever Connect asks for the next message, as one StreamRequest (up to
@@ -12,12 +12,12 @@
 //
 // The stream is opened when an operation is queued and closed after
 // IDLE_MS with nothing queued or in flight. When it breaks, the operations
-// in flight fail with a retryable Unavailable error (SessionBrokeError:
+// in flight fail with a retryable Unavailable error (StreamBrokeError:
 // their outcome is unknown; an acquire asked again as the same holder finds
 // a grant it did not hear of), and those still queued go out on the next
 // stream, opened after a backoff. When the coordinator refuses the stream
 // itself (Unauthenticated…), the queued operations fail with its error, as
-// their unary calls would. A coordinator without the Session method
+// their unary calls would. A coordinator without the Stream method
 // (Unimplemented) turns the Client to unary calls for good (UseUnaryError).
 
 import { create, toBinary, type MessageInitShape } from "@bufbuild/protobuf";
@@ -47,7 +47,7 @@ const IDLE_MS = 30_000;
 /** The operation part of a StreamOperation (its oneof). */
 export type Operation = NonNullable<MessageInitShape<typeof StreamOperationSchema>["operation"]>;
 
-/** The operation cannot go over the session (the coordinator lacks it): make the unary call. */
+/** The operation cannot go over the stream (the coordinator lacks it): make the unary call. */
 export class UseUnaryError extends Error {
   constructor() {
     super("coordinator: use the unary call");
@@ -56,13 +56,13 @@ export class UseUnaryError extends Error {
 }
 
 /**
- * The error of an operation in flight when its Session stream broke:
+ * The error of an operation in flight when its operation stream broke:
  * Unavailable (retryable), its outcome unknown.
  */
-export class SessionBrokeError extends CoordinatorError {
+export class StreamBrokeError extends CoordinatorError {
   constructor(cause: unknown) {
     const why = cause instanceof Error ? cause.message : cause === undefined ? "the stream ended" : String(cause);
-    super(`coordinator: Unavailable: the Session stream broke with the operation in flight: ${why}`, {
+    super(`coordinator: Unavailable: the operation stream broke with the operation in flight: ${why}`, {
       code: Code.Unavailable,
       cause,
     });
@@ -133,7 +133,7 @@ class Conn implements AsyncIterable<StreamRequest> {
   private ended = false;
   private flushing = false;
 
-  constructor(private readonly s: SessionTransport) {}
+  constructor(private readonly s: StreamTransport) {}
 
   /** poke tells a waiting request side that operations are queued: it takes them after the current tick. */
   poke(): void {
@@ -180,7 +180,7 @@ class Conn implements AsyncIterable<StreamRequest> {
   }
 }
 
-export class SessionTransport {
+export class StreamTransport {
   private closed = false;
   private unsupported = false;
   private queue: Op[] = [];
@@ -250,7 +250,7 @@ export class SessionTransport {
           return;
         }
         cleanup();
-        if (err !== undefined || !res) reject(err ?? new SessionBrokeError(undefined));
+        if (err !== undefined || !res) reject(err ?? new StreamBrokeError(undefined));
         else resolve({ res, sent });
       });
       const giveUp = (err: unknown): void => {
@@ -272,7 +272,7 @@ export class SessionTransport {
         timer = setTimeout(
           () =>
             giveUp(
-              new CoordinatorError(`coordinator: DeadlineExceeded: no answer on the Session stream within ${timeoutMs}ms`, {
+              new CoordinatorError(`coordinator: DeadlineExceeded: no answer on the operation stream within ${timeoutMs}ms`, {
                 code: Code.DeadlineExceeded,
               }),
             ),
@@ -337,7 +337,7 @@ export class SessionTransport {
     try {
       o.done(res, err, o.sent);
     } catch (e) {
-      this.onWarn("coordinator: a Session result handler failed", e);
+      this.onWarn("coordinator: an operation stream result handler failed", e);
     }
   }
 
@@ -407,7 +407,7 @@ export class SessionTransport {
       this.fail(err);
       if (this.closed || this.unsupported) return;
       if (this.queue.length > 0) {
-        this.onWarn("coordinator: Session stream ended; reconnecting", err);
+        this.onWarn("coordinator: operation stream ended; reconnecting", err);
         const retryAfter = err instanceof CoordinatorError ? (err.retryAfter ?? 0) : 0;
         await sleep(Math.max(b.delay(), retryAfter), this.closeSignal);
       }
@@ -432,7 +432,7 @@ export class SessionTransport {
     } else if (err !== undefined && !isTransient(err) && code !== Code.Internal && code !== Code.Unknown && code !== Code.Canceled) {
       inflightErr = queuedErr = err;
     } else {
-      inflightErr = new SessionBrokeError(err);
+      inflightErr = new StreamBrokeError(err);
     }
     const ops = [...this.inflight.values()];
     this.inflight.clear();
