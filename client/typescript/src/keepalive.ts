@@ -71,7 +71,6 @@ export class Renewals implements LeaseKeeper {
   /** end ends l with err unless it ended already; it returns how l had ended before, if it had. */
   end(l: LeaseCore, err: LeaseEndedError): LeaseEndedError | undefined {
     if (l.ended) return l.ended;
-    l.ended = err;
     clearTimeout(l.renewTimer);
     clearTimeout(l.deadlineTimer);
     l.renewTimer = l.deadlineTimer = undefined;
@@ -80,7 +79,7 @@ export class Renewals implements LeaseKeeper {
       this.inflight.delete(l.inflight);
       l.inflight = undefined;
     }
-    l.controller.abort(err);
+    l.finish(err);
     if (this.leases.size === 0) this.stopStream();
     return undefined;
   }
