@@ -326,16 +326,24 @@ describe("the default session", { concurrency: true, timeout: 60_000 }, () => {
 });
 
 describe("sessions and the Client", { concurrency: true, timeout: 60_000 }, () => {
-  it("close() closes the default and the explicit sessions, one CloseSession each: their waiters are granted at once", async () => {
+  it("close() closes the default and the explicit sessions, one CloseSession each, and releases a share of its own TTL: their waiters are granted at once", async () => {
     const coord = await startCoordinator({ metrics: true });
     const c = newClient({ address: coord.address });
     const b = newClient({ address: coord.address });
     const implicit = await c.tryLock(uniq("client/close-a"));
     const s = await c.session({ ttl: 30_000 });
     const explicit = await c.tryLock(uniq("client/close-b"), { session: s });
-    assert.ok(implicit && explicit);
-    const waiters = [b.lock(implicit.name, { wait: 20_000 }), b.lock(explicit.name, { wait: 20_000 })];
-    await waitFor("the waiters queued", async () => (await b.describe(explicit.name)).waiters === 1 && (await b.describe(implicit.name)).waiters === 1);
+    const share = await c.semaphore(uniq("client/close-sem"), 2).tryAcquire(2, { ttl: 30_000 });
+    assert.ok(implicit && explicit && share);
+    const waiters = [
+      b.lock(implicit.name, { wait: 20_000 }),
+      b.lock(explicit.name, { wait: 20_000 }),
+      b.semaphore(share.name, 2).acquire(1, { wait: 20_000 }),
+    ];
+    await waitFor("the waiters queued", async () => {
+      const queued = await Promise.all([implicit.name, explicit.name, share.name].map(async (n) => (await b.describe(n)).waiters));
+      return queued.every((w) => w === 1);
+    });
     const closedAt = performance.now();
     await c.close();
     assert.equal(s.ended?.kind, "closed");
@@ -344,7 +352,8 @@ describe("sessions and the Client", { concurrency: true, timeout: 60_000 }, () =
     await Promise.all(waiters);
     assert.ok(performance.now() - closedAt < 10_000, "granted at the close");
     assert.equal(await closeSessionCalls(coord), 2);
-    assert.equal(await releases(coord), 0);
+    assert.equal(await metric(coord, "grpc_server_handled_total", { grpc_method: "Release", grpc_code: "OK" }), 1, "the share, released");
+    assert.equal(await releases(coord), 1, "and nothing else: no Resign of a share");
     assert.equal(await s.close(), false, "closed with its Client");
     await assert.rejects(c.session(), /client closed/);
   });
