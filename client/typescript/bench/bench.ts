@@ -1,8 +1,10 @@
 // bench: acquire+release cycles per second through the TypeScript client:
 // tryLock then release, one lock name per worker, with 1 and 16 concurrent
 // async workers sharing one Client, each for a fixed duration; once with
-// the operations on the Session stream (the default) and once as unary
-// calls (useSession: false), each mode on a Client of its own.
+// the operations on the operation stream (the default) and once as unary
+// calls (useStream: false), each mode on a Client of its own. The mode
+// "session" is the operation stream's: bench/clients.go (make bench) reads
+// "-session" lines as the operation stream's, the Python client's too.
 //
 //   node build/bench/bench.js ADDRESS [SECONDS] [MODES]
 //
@@ -58,7 +60,7 @@ async function measure(client: Client, mode: string, concurrency: number): Promi
 }
 
 for (const mode of modes) {
-  const client = new Client({ address, useSession: mode === "session", ...(token ? { token, insecureToken: true } : {}) });
+  const client = new Client({ address, useStream: mode === "session", ...(token ? { token, insecureToken: true } : {}) });
   try {
     for (const c of [1, 16]) {
       const rate = await measure(client, mode, c);

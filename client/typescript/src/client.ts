@@ -1,5 +1,5 @@
-// The Client: one connection to a coordinator, its leases, leaderships and
-// observers.
+// The Client: one connection to a coordinator, its leases, leaderships,
+// sessions and observers.
 
 import { randomBytes } from "node:crypto";
 import { setMaxListeners } from "node:events";
@@ -9,15 +9,18 @@ import { connect, type Connection, type CoordinatorApi, type TlsOptions } from "
 import { Leadership, leaderInfo, observe, type LeaderEvent, type LeaderInfo } from "./election.js";
 import {
   ClientClosedError,
+  Code,
   CoordinatorError,
   NotAcquiredError,
+  SessionEndedError,
   decodeError,
   isTransient,
   msOf,
   outcomeUnknown,
+  sessionGone,
 } from "./errors.js";
-import { KeepAliveSession } from "./keepalive.js";
-import { SessionTransport, UseUnaryError, resultOf, type Operation } from "./session.js";
+import { Renewals } from "./keepalive.js";
+import { StreamTransport, UseUnaryError, resultOf, type Operation } from "./stream.js";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type {
   CampaignRequestSchema,
@@ -30,7 +33,8 @@ import type {
   TryAcquireResponse,
 } from "./gen/coordinator/v1/coordinator_pb.js";
 import { RWCapacity, TryAcquireRequestSchema } from "./gen/coordinator/v1/coordinator_pb.js";
-import { Lease, LeaseCore, type LeaseKind } from "./lease.js";
+import { Lease, LeaseCore, type LeaseKeeper, type LeaseKind } from "./lease.js";
+import { Session } from "./session.js";
 import {
   CLOSE_TIMEOUT,
   DEFAULT_TTL,
@@ -72,16 +76,35 @@ export interface ClientOptions {
   onWarn?: (message: string, err?: unknown) => void;
   /**
    * Carry acquire, renew, release, campaign and resign operations over one
-   * Session stream (default true). false: unary calls, and renewals over
-   * KeepAlive. A coordinator without the Session method gets unary calls
+   * operation stream (the Stream method; default true). false: unary calls,
+   * and renewals over KeepAlive. A coordinator without the Stream method gets unary calls
    * either way.
    */
-  useSession?: boolean;
+  useStream?: boolean;
+  /**
+   * Attach every acquisition and campaign that names neither a ttl nor a
+   * session to the Client's default session (default true), created by the
+   * first of them with the Client's ttl: one renewal keeps all those
+   * leases. false: each such lease has the Client's ttl and is renewed on
+   * its own.
+   */
+  defaultSession?: boolean;
 }
 
 export interface LockOptions {
-  /** Time to live in milliseconds (default: the Client's ttl). */
+  /**
+   * Time to live in milliseconds: the lease has a TTL of its own and is
+   * renewed on its own. Default: the lease is attached to the Client's
+   * default session (or, with defaultSession false or a coordinator
+   * without sessions, has the Client's ttl). Not with session.
+   */
   ttl?: number;
+  /**
+   * Attach the lease (or leadership) to this session of the same Client: it
+   * is not renewed on its own, and it ends when the session ends. Its
+   * release releases it alone; the session goes on. Not with ttl.
+   */
+  session?: Session;
   /**
    * How long to wait for the name, in milliseconds, queued in arrival order
    * with the other waiters. Default: without end (until signal aborts).
@@ -98,6 +121,17 @@ export interface RunAsLeaderOptions extends LockOptions {
   onError?: (err: unknown) => void;
 }
 
+/** The options of the acquisitions that do not wait (tryLock…). */
+export type TryLockOptions = Omit<LockOptions, "wait">;
+
+/** The options of client.session(). */
+export interface SessionOptions {
+  /** How long each renewal keeps the session, in milliseconds (default: the Client's ttl). */
+  ttl?: number;
+  /** Cancels the creation. */
+  signal?: AbortSignal;
+}
+
 /** The coordinator's answer to an acquisition. */
 interface Grant {
   acquired: boolean;
@@ -106,13 +140,20 @@ interface Grant {
   value: Uint8Array;
   holder: string;
   retryAfter: number | undefined;
-  /** When the granting request was sent, when known (sent on the Session stream). */
+  /** When the granting request was sent, when known (sent on the operation stream). */
   sent?: number | undefined;
   /** The granted weight (1 for a lock). */
   weight?: number;
 }
 
-type AcquireCall = (holder: string, ttl: number, wait: number, signal: AbortSignal, timeoutMs: number) => Promise<Grant>;
+type AcquireCall = (
+  holder: string,
+  ttl: number,
+  wait: number,
+  signal: AbortSignal,
+  timeoutMs: number,
+  sessionId: string,
+) => Promise<Grant>;
 
 /** One grant of a name, as Describe reports it. */
 export interface HolderState {
@@ -141,8 +182,8 @@ export interface NameState {
 
 /**
  * Client talks to one coordinator. Make one per process and share it; close
- * it when done: close() ends every lease and leadership it holds and
- * releases them.
+ * it when done: close() ends every lease, leadership and session it holds
+ * and releases them.
  */
 export class Client {
   /** The prefix of every holder and candidate of this Client. */
@@ -156,14 +197,23 @@ export class Client {
   readonly api: CoordinatorApi;
 
   private readonly conn: Connection;
-  private readonly session: KeepAliveSession;
-  /** The Session stream; undefined when useSession is false. */
-  private readonly transport: SessionTransport | undefined;
+  private readonly renewals: Renewals;
+  /** The operation stream; undefined when useStream is false. */
+  private readonly transport: StreamTransport | undefined;
   private readonly closing = new AbortController();
   private readonly ttl: number;
   private readonly callTimeoutMs: number;
   private readonly closeTimeoutMs: number;
   private readonly warn: (message: string, err?: unknown) => void;
+  /** Whether acquisitions without a ttl or session attach to the default session. */
+  private readonly useDefaultSession: boolean;
+  /** The default session, once made; a new one replaces it when it ended. */
+  private defaultSess: Session | undefined;
+  private creatingDefault: Promise<Session> | undefined;
+  /** The coordinator has no sessions (CreateSession is Unimplemented): the default session's leases have TTLs of their own. */
+  private noSessions = false;
+  /** Every live session this Client made, the default one among them: close() closes them. */
+  private readonly sessions = new Set<Session>();
   private seq = 0;
   private closePromise: Promise<void> | undefined;
 
@@ -192,13 +242,14 @@ export class Client {
     this.callTimeoutMs = opts.callTimeoutMs ?? 10_000;
     this.closeTimeoutMs = opts.closeTimeoutMs ?? CLOSE_TIMEOUT;
     this.warn = opts.onWarn ?? (() => undefined);
+    this.useDefaultSession = opts.defaultSession ?? true;
     const tls = typeof opts.tls === "object" ? opts.tls : secure ? {} : undefined;
     this.conn = connect(`${secure ? "https" : "http"}://${address}`, tls, opts.token);
     this.api = this.conn.api;
     // Every call in flight listens to it.
     setMaxListeners(0, this.closing.signal);
-    this.transport = opts.useSession === false ? undefined : new SessionTransport(this.api, this.closing.signal, this.warn);
-    this.session = new KeepAliveSession(this.api, this.closing.signal, this.warn, this.transport);
+    this.transport = opts.useStream === false ? undefined : new StreamTransport(this.api, this.closing.signal, this.warn);
+    this.renewals = new Renewals(this.api, this.closing.signal, this.warn, this.transport);
   }
 
   /** Whether close() was called. */
@@ -210,12 +261,12 @@ export class Client {
    * tryLock acquires the lock name if it is free (and nobody is queued for
    * it), without waiting; undefined when someone else holds it. Other
    * errors are the coordinator's (CoordinatorError) or ClientClosedError.
-   * The lease is renewed in the background until released, lost or the
-   * Client closed.
+   * The lease is kept alive in the background (by its session's renewals,
+   * or its own with a ttl) until released, lost or the Client closed.
    */
-  async tryLock(name: string, opts: { ttl?: number; signal?: AbortSignal } = {}): Promise<Lease | undefined> {
+  async tryLock(name: string, opts: TryLockOptions = {}): Promise<Lease | undefined> {
     try {
-      return await this.lock(name, { ttl: opts.ttl, wait: 0, signal: opts.signal });
+      return await this.lock(name, { ...opts, wait: 0 });
     } catch (e) {
       if (e instanceof NotAcquiredError && e.cause === undefined) return undefined;
       throw e;
@@ -229,8 +280,7 @@ export class Client {
    * holder and when to retry.
    */
   async lock(name: string, opts: LockOptions = {}): Promise<Lease> {
-    const core = await this.acquire("lock", name, opts, this.tryAcquireCall(name, 0, 0));
-    return this.leaseOf(core);
+    return this.leaseOf(await this.acquire("lock", name, opts, this.tryAcquireCall(name, 0, 0)));
   }
 
   /**
@@ -249,8 +299,7 @@ export class Client {
 
   /** @internal share acquires weight of name of capacity, as lock does. */
   async share(kind: LeaseKind, name: string, capacity: number, weight: number, opts: LockOptions): Promise<Lease> {
-    const core = await this.acquire(kind, name, opts, this.tryAcquireCall(name, capacity, weight));
-    return this.leaseOf(core);
+    return this.leaseOf(await this.acquire(kind, name, opts, this.tryAcquireCall(name, capacity, weight)));
   }
 
   /**
@@ -278,10 +327,10 @@ export class Client {
    */
   async campaign(election: string, value: string | Uint8Array, opts: LockOptions = {}): Promise<Leadership> {
     const bytes = toBytes(value);
-    const core = await this.acquire("leadership", election, opts, this.campaignCall(election, bytes));
+    const { core, keeper } = await this.acquire("leadership", election, opts, this.campaignCall(election, bytes));
     return new Leadership(
       core,
-      this.session,
+      keeper,
       {
         campaign: (req, signal, timeoutMs) => this.campaignReq(req, signal, timeoutMs),
         resign: (req, signal, timeoutMs) => this.resignReq(req, signal, timeoutMs),
@@ -326,7 +375,7 @@ export class Client {
     while (!stop.aborted) {
       let leadership: Leadership;
       try {
-        leadership = await this.campaign(election, opts.value ?? "", { ttl: opts.ttl, wait: opts.wait, signal: stop });
+        leadership = await this.campaign(election, opts.value ?? "", { ttl: opts.ttl, session: opts.session, wait: opts.wait, signal: stop });
       } catch (e) {
         if (stop.aborted) return;
         throw e;
@@ -354,6 +403,32 @@ export class Client {
       }
       await sleep(b.delay(), stop);
     }
+  }
+
+  /**
+   * session creates a session of opts.ttl (default: the Client's ttl) on
+   * the coordinator and renews it in the background until its close(), its
+   * loss or the Client's close(). Attach leases to it with the session
+   * option. A coordinator without sessions fails it (Unimplemented).
+   */
+  async session(opts: SessionOptions = {}): Promise<Session> {
+    if (this.closed) throw new ClientClosedError();
+    const ttl = Math.round(opts.ttl ?? this.ttl);
+    checkTtl(ttl);
+    return this.createSession(ttl, opts.signal);
+  }
+
+  /**
+   * defaultSession returns the session that acquisitions and campaigns
+   * without a ttl or session attach to, creating it (with the Client's ttl)
+   * when there is none yet or the last one ended. It throws when the
+   * Client was made with defaultSession false, and the coordinator's error
+   * when it has no sessions.
+   */
+  async defaultSession(): Promise<Session> {
+    if (this.closed) throw new ClientClosedError();
+    if (!this.useDefaultSession) throw new Error("coordinator: the Client has no default session (defaultSession: false)");
+    return this.ensureDefaultSession();
   }
 
   /** leader returns the sitting leader of election, or undefined when it has none. */
@@ -401,19 +476,24 @@ export class Client {
 
   private async doClose(): Promise<void> {
     this.closing.abort(new ClientClosedError());
-    const held = this.session.close();
+    // The sessions end first, with their leases; one CloseSession each
+    // releases those on the coordinator.
+    const sessions = [...this.sessions].filter((s) => s.closedWithClient());
+    this.sessions.clear();
+    const held = this.renewals.close();
     // Ends the stream, which gives up the coordinator's waits; what is held
     // is released with unary calls.
     this.transport?.close();
-    if (held.length > 0 && this.closeTimeoutMs > 0) {
+    if ((held.length > 0 || sessions.length > 0) && this.closeTimeoutMs > 0) {
       const signal = AbortSignal.timeout(this.closeTimeoutMs);
-      await Promise.allSettled(
-        held.map((l) =>
-          l.kind === "lock"
-            ? this.api.release({ name: l.name, holder: l.holder, token: l.token }, { signal })
-            : this.api.resign({ election: l.name, candidate: l.holder, term: l.token }, { signal }),
+      await Promise.allSettled([
+        ...sessions.map((s) => this.api.closeSession({ sessionId: s.id }, { signal })),
+        ...held.map((l) =>
+          l.kind === "leadership"
+            ? this.api.resign({ election: l.name, candidate: l.holder, term: l.token }, { signal })
+            : this.api.release({ name: l.name, holder: l.holder, token: l.token }, { signal }),
         ),
-      );
+      ]);
     }
     this.conn.close();
   }
@@ -429,14 +509,101 @@ export class Client {
     }
   }
 
-  private leaseOf(core: LeaseCore): Lease {
+  private leaseOf({ core, keeper }: { core: LeaseCore; keeper: LeaseKeeper }): Lease {
     const { name, holder, token } = core;
     return new Lease(
       core,
-      this.session,
+      keeper,
       async (signal) => (await this.releaseReq({ name, holder, token }, signal, this.callTimeoutMs)).released,
       5_000,
     );
+  }
+
+  /** createSession creates a session of ttl and tracks it until it ends. */
+  private async createSession(ttl: number, signal: AbortSignal | undefined): Promise<Session> {
+    const sent = now();
+    const resp = await this.unary(signal, (o) => this.api.createSession({ ttl: durationFromMs(ttl) }, o));
+    const id = resp.session?.id ?? "";
+    if (!id) throw new CoordinatorError("coordinator: Internal: CreateSession answered no session id", { code: Code.Internal });
+    if (this.closed) {
+      await this.api.closeSession({ sessionId: id }, { timeoutMs: 1000 }).catch(() => undefined);
+      throw new ClientClosedError();
+    }
+    const granted = msOf(resp.session?.ttl);
+    const s = new Session(
+      this,
+      id,
+      granted !== undefined && granted > 0 ? granted : ttl,
+      sent,
+      {
+        renew: (sessionId, signal, timeoutMs) => this.renewSessionReq(sessionId, signal, timeoutMs),
+        close: async (sessionId, signal) => {
+          await this.api.closeSession({ sessionId }, { signal, timeoutMs: this.callTimeoutMs });
+        },
+      },
+      this.closing.signal,
+      this.callTimeoutMs,
+      this.warn,
+    );
+    this.sessions.add(s);
+    s.signal.addEventListener("abort", () => this.sessions.delete(s), { once: true });
+    return s;
+  }
+
+  /** ensureDefaultSession returns the live default session, creating one (one creation for concurrent callers). */
+  private async ensureDefaultSession(): Promise<Session> {
+    if (this.defaultSess && !this.defaultSess.ended) return this.defaultSess;
+    this.creatingDefault ??= this.createSession(this.ttl, undefined)
+      .then((s) => (this.defaultSess = s))
+      .finally(() => (this.creatingDefault = undefined));
+    return this.creatingDefault;
+  }
+
+  /**
+   * keeperOf decides what keeps an acquisition's lease alive: opts.session,
+   * the default session (when opts has neither a ttl nor a session), or
+   * undefined for a lease of its own TTL. Creating the default session is
+   * retried as the acquisition would be, until waitEnd; a coordinator
+   * without sessions gets leases of their own TTL (said once).
+   */
+  private async keeperOf(
+    name: string,
+    opts: LockOptions,
+    signal: AbortSignal,
+    waitEnd: number,
+  ): Promise<{ session: Session | undefined; implicit: boolean }> {
+    const s = opts.session;
+    if (s !== undefined) {
+      if (opts.ttl !== undefined) throw new TypeError("coordinator: a lease takes a ttl or a session, not both");
+      if (!(s instanceof Session) || s.owner !== this) throw new TypeError(`coordinator: ${String(s)} is not a session of this Client`);
+      if (s.ended) throw s.ended;
+      return { session: s, implicit: false };
+    }
+    if (opts.ttl !== undefined || !this.useDefaultSession || this.noSessions) return { session: undefined, implicit: false };
+    const b = callBackoff();
+    for (;;) {
+      try {
+        return { session: await this.ensureDefaultSession(), implicit: true };
+      } catch (e) {
+        const err = decodeError(e);
+        if (err instanceof CoordinatorError && err.code === Code.Unimplemented) {
+          if (!this.noSessions) {
+            this.noSessions = true;
+            this.warn("coordinator: the coordinator has no sessions (CreateSession is Unimplemented): leases get TTLs of their own", err);
+          }
+          return { session: undefined, implicit: false };
+        }
+        if (this.closed) throw new ClientClosedError();
+        if (isTransient(err) && now() < waitEnd) {
+          this.warn("coordinator: creating the default session failed; retrying", err);
+          const delay = Math.min(Math.max(b.delay(), (err as CoordinatorError).retryAfter ?? 0), Math.max(0, waitEnd - now()));
+          if (await sleep(delay, signal)) continue;
+          if (this.closed) throw new ClientClosedError();
+          throw new NotAcquiredError(name, "", undefined, signal.reason ?? err);
+        }
+        throw err;
+      }
+    }
   }
 
   private newHolder(): string {
@@ -444,11 +611,11 @@ export class Client {
   }
 
   /**
-   * viaSession runs operation over the Session stream; undefined when the
-   * unary call must be made instead (useSession false, or a coordinator
-   * without the Session method).
+   * viaStream runs operation over the operation stream; undefined when the
+   * unary call must be made instead (useStream false, or a coordinator
+   * without the Stream method).
    */
-  private async viaSession(
+  private async viaStream(
     operation: Operation,
     signal: AbortSignal,
     timeoutMs: number,
@@ -463,14 +630,22 @@ export class Client {
     }
   }
 
+  private async renewSessionReq(sessionId: string, signal: AbortSignal, timeoutMs: number): Promise<{ ttl: number | undefined; sent: number }> {
+    const s = await this.viaStream({ case: "renewSession", value: { sessionId } }, signal, timeoutMs);
+    if (s) return { ttl: msOf(resultOf(s.res, "renewSession").session?.ttl), sent: s.sent };
+    const sent = now();
+    const resp = await this.api.renewSession({ sessionId }, { signal, timeoutMs });
+    return { ttl: msOf(resp.session?.ttl), sent };
+  }
+
   private async releaseReq(req: MessageInitShape<typeof ReleaseRequestSchema>, signal: AbortSignal, timeoutMs: number): Promise<ReleaseResponse> {
-    const s = await this.viaSession({ case: "release", value: req }, signal, timeoutMs);
+    const s = await this.viaStream({ case: "release", value: req }, signal, timeoutMs);
     if (s) return resultOf(s.res, "release");
     return this.api.release(req, { signal, timeoutMs });
   }
 
   private async resignReq(req: MessageInitShape<typeof ResignRequestSchema>, signal: AbortSignal, timeoutMs: number): Promise<ResignResponse> {
-    const s = await this.viaSession({ case: "resign", value: req }, signal, timeoutMs);
+    const s = await this.viaStream({ case: "resign", value: req }, signal, timeoutMs);
     if (s) return resultOf(s.res, "resign");
     return this.api.resign(req, { signal, timeoutMs });
   }
@@ -481,7 +656,7 @@ export class Client {
     timeoutMs: number,
     late?: (res: StreamResult | undefined, err: unknown) => void,
   ): Promise<{ resp: CampaignResponse; sent: number }> {
-    const s = await this.viaSession({ case: "campaign", value: req }, signal, timeoutMs, late);
+    const s = await this.viaStream({ case: "campaign", value: req }, signal, timeoutMs, late);
     if (s) return { resp: resultOf(s.res, "campaign"), sent: s.sent };
     const sent = now();
     return { resp: await this.api.campaign(req, { signal, timeoutMs }), sent };
@@ -489,7 +664,7 @@ export class Client {
 
   /**
    * lateOutcome handles the outcome of an acquisition whose caller left
-   * while it was in flight on the Session stream: a grant is given up at
+   * while it was in flight on the operation stream: a grant is given up at
    * once, so that the next waiter need not wait for its TTL; an unknown
    * outcome is abandoned.
    */
@@ -519,11 +694,11 @@ export class Client {
   }
 
   private tryAcquireCall(name: string, capacity: number, weight: number): AcquireCall {
-    return async (holder, ttl, wait, signal, timeoutMs) => {
-      const req = { name, holder, ttl: durationFromMs(ttl), wait: wait > 0 ? durationFromMs(wait) : undefined, capacity, weight };
+    return async (holder, ttl, wait, signal, timeoutMs, sessionId) => {
+      const req = { name, holder, ttl: durationFromMs(ttl), wait: wait > 0 ? durationFromMs(wait) : undefined, capacity, weight, sessionId };
       let resp: TryAcquireResponse;
       let sent: number | undefined;
-      const s = await this.viaSession({ case: "acquire", value: req }, signal, timeoutMs, this.lateOutcome(name, holder));
+      const s = await this.viaStream({ case: "acquire", value: req }, signal, timeoutMs, this.lateOutcome(name, holder));
       if (s) {
         resp = resultOf(s.res, "acquire");
         sent = s.sent;
@@ -545,9 +720,9 @@ export class Client {
   }
 
   private campaignCall(election: string, value: Uint8Array): AcquireCall {
-    return async (candidate, ttl, wait, signal, timeoutMs) => {
+    return async (candidate, ttl, wait, signal, timeoutMs, sessionId) => {
       const { resp, sent } = await this.campaignReq(
-        { election, candidate, value, ttl: durationFromMs(ttl), wait: wait > 0 ? durationFromMs(wait) : undefined },
+        { election, candidate, value, ttl: durationFromMs(ttl), wait: wait > 0 ? durationFromMs(wait) : undefined, sessionId },
         signal,
         timeoutMs,
         this.lateOutcome(election, candidate),
@@ -566,22 +741,40 @@ export class Client {
 
   /**
    * acquire runs an acquisition as a new holder: once (wait 0) or until
-   * granted or the wait ends, and registers the lease with the session.
+   * granted or the wait ends, and registers the lease with its keeper: the
+   * Renewals for a lease of its own TTL, else its session. An acquisition
+   * attached to the default session that finds it gone (ended here, or the
+   * coordinator says so) starts over once with a new default session.
    *
    * A grant's validity is counted from when its request was sent. A grant
    * that arrived after a long wait has little of it left, so it is
    * confirmed by asking again as the holder, which the coordinator answers
-   * at once with the same token and a fresh TTL.
+   * at once with the same token and a fresh TTL. An attached grant's
+   * validity is its session's.
    */
-  private async acquire(kind: LeaseKind, name: string, opts: LockOptions, call: AcquireCall): Promise<LeaseCore> {
+  private async acquire(kind: LeaseKind, name: string, opts: LockOptions, call: AcquireCall): Promise<{ core: LeaseCore; keeper: LeaseKeeper }> {
     if (this.closed) throw new ClientClosedError();
-    const ttl = Math.round(opts.ttl ?? this.ttl);
-    checkTtl(ttl);
+    if (opts.ttl !== undefined) checkTtl(Math.round(opts.ttl));
     const wait = opts.wait ?? Infinity;
     if (!(wait >= 0)) throw new TypeError(`coordinator: wait ${wait} is negative`);
+    const waitEnd = now() + wait;
     const linked = linkSignals(opts.signal, this.closing.signal);
     try {
-      return await this.acquireUntil(kind, name, ttl, wait, linked.signal, call);
+      for (let attempt = 1; ; attempt++) {
+        const { session, implicit } = await this.keeperOf(name, opts, linked.signal, waitEnd);
+        const ttl = session ? session.ttl : Math.round(opts.ttl ?? this.ttl);
+        const left = Math.max(0, waitEnd - now());
+        try {
+          const core = await this.acquireUntil(kind, name, ttl, wait === 0 ? 0 : left, linked.signal, call, session);
+          return { core, keeper: session ?? this.renewals };
+        } catch (e) {
+          if (session && (sessionGone(e) || e instanceof SessionEndedError)) {
+            if (sessionGone(e)) session.lose(e);
+            if (implicit && attempt === 1) continue;
+          }
+          throw e;
+        }
+      }
     } finally {
       linked.dispose();
     }
@@ -594,6 +787,7 @@ export class Client {
     wait: number,
     signal: AbortSignal,
     call: AcquireCall,
+    session: Session | undefined,
   ): Promise<LeaseCore> {
     const holder = this.newHolder();
     const usable = ttl - driftMargin(ttl);
@@ -607,7 +801,7 @@ export class Client {
       let g: Grant;
       try {
         if (signal.aborted) throw signal.reason;
-        g = await call(holder, ttl, waitFor, signal, waitFor + this.callTimeoutMs);
+        g = await call(holder, ttl, waitFor, signal, waitFor + this.callTimeoutMs, session?.id ?? "");
       } catch (e) {
         const err = signal.aborted ? signal.reason : decodeError(e);
         const retry = !signal.aborted && wait > 0 && isTransient(err);
@@ -640,12 +834,23 @@ export class Client {
         continue;
       }
       b.reset();
+      const core = new LeaseCore(kind, name, holder, g.token, g.ttl, sent);
+      core.weight = g.weight ?? 1;
+      if (session) {
+        try {
+          session.attach(core);
+        } catch (e) {
+          // The session ended meanwhile; so did the grant, or it does with
+          // the session's close: give it up anyway, for the waiters.
+          this.giveUpLate(name, () => this.releaseReq({ name, holder, token: g.token }, AbortSignal.timeout(5000), 5000));
+          throw e;
+        }
+        return core;
+      }
       if (now() - sent > usable / 2 && confirms < MAX_CONFIRMS) {
         confirms++;
         continue;
       }
-      const core = new LeaseCore(kind, name, holder, g.token, g.ttl, sent);
-      core.weight = g.weight ?? 1;
       if (now() >= core.deadline) {
         this.abandon(name, holder);
         throw new CoordinatorError(
@@ -654,7 +859,7 @@ export class Client {
         );
       }
       try {
-        this.session.add(core);
+        this.renewals.add(core);
       } catch (e) {
         // Closed meanwhile.
         await this.api
@@ -751,7 +956,7 @@ export class Semaphore {
   }
 
   /** tryAcquire takes n of the capacity if it is free now and nobody waits; undefined otherwise. */
-  async tryAcquire(n: number, opts: { ttl?: number; signal?: AbortSignal } = {}): Promise<Lease | undefined> {
+  async tryAcquire(n: number, opts: TryLockOptions = {}): Promise<Lease | undefined> {
     return orUndefined(this.acquire(n, { ...opts, wait: 0 }));
   }
 }
@@ -782,12 +987,12 @@ export class RWLock {
   }
 
   /** tryReadLock takes a read share if no writer holds or waits; undefined otherwise. */
-  tryReadLock(opts: { ttl?: number; signal?: AbortSignal } = {}): Promise<Lease | undefined> {
+  tryReadLock(opts: TryLockOptions = {}): Promise<Lease | undefined> {
     return orUndefined(this.readLock({ ...opts, wait: 0 }));
   }
 
   /** tryWriteLock takes the lock for writing if nobody holds or waits for it; undefined otherwise. */
-  tryWriteLock(opts: { ttl?: number; signal?: AbortSignal } = {}): Promise<Lease | undefined> {
+  tryWriteLock(opts: TryLockOptions = {}): Promise<Lease | undefined> {
     return orUndefined(this.writeLock({ ...opts, wait: 0 }));
   }
 }

@@ -19,8 +19,8 @@ import type {
 } from "./gen/coordinator/v1/coordinator_pb.js";
 import { Code, CoordinatorError, LeaseNotHeldError, decodeError } from "./errors.js";
 import type { LeaseEndedError } from "./errors.js";
-import type { KeepAliveSession } from "./keepalive.js";
-import { LeaseCore, releaseCore } from "./lease.js";
+import { LeaseCore, releaseCore, type LeaseKeeper } from "./lease.js";
+import type { Session } from "./session.js";
 import { LEASE_NOT_HELD } from "./rules.js";
 import { callBackoff, linkSignals, now, sleep, toBytes } from "./util.js";
 
@@ -93,7 +93,7 @@ export interface LeaderEvent {
   initial: boolean;
 }
 
-/** The calls a Leadership makes: over the Client's Session stream or unary. */
+/** The calls a Leadership makes: over the Client's operation stream or unary. */
 export interface LeadershipCalls {
   /** Campaign; sent is when the request was sent (performance.now() ms). */
   campaign(
@@ -106,7 +106,8 @@ export interface LeadershipCalls {
 
 /**
  * Leadership is an election won through a Client: a term in office, renewed
- * in the background like a Lease until it is resigned or lost.
+ * in the background like a Lease (or kept by its session) until it is
+ * resigned or lost.
  *
  * Check signal while acting as the leader, and hand term to the resources
  * the leader writes to, so that they can refuse an older term's writes.
@@ -118,7 +119,7 @@ export class Leadership {
   /** @internal */
   constructor(
     private readonly core: LeaseCore,
-    private readonly session: KeepAliveSession,
+    private readonly keeper: LeaseKeeper,
     private readonly calls: LeadershipCalls,
     value: Uint8Array,
     private readonly callTimeoutMs: number,
@@ -166,6 +167,10 @@ export class Leadership {
   get ended(): LeaseEndedError | undefined {
     return this.core.ended;
   }
+  /** The session the leadership is attached to (see Lease.session); undefined when it has a TTL of its own. */
+  get session(): Session | undefined {
+    return this.core.session;
+  }
 
   /**
    * proclaim publishes value as the sitting leader (observers see a
@@ -183,7 +188,7 @@ export class Leadership {
     const l = this.core;
     if (l.ended) throw l.ended;
     const ttl = l.ttl;
-    const linked = linkSignals(signal, this.session.closeSignal);
+    const linked = linkSignals(signal, this.keeper.closeSignal);
     let resp;
     let sent: number;
     try {
@@ -194,6 +199,7 @@ export class Leadership {
           value,
           ttl: durationFromMs(Math.round(ttl)),
           term: l.token,
+          sessionId: l.session?.id ?? "",
         },
         linked.signal,
         this.callTimeoutMs,
@@ -201,7 +207,7 @@ export class Leadership {
     } catch (e) {
       const err = decodeError(e);
       if (err instanceof LeaseNotHeldError) {
-        this.session.end(l, l.endError("lost", "the term is over", err));
+        this.keeper.end(l, l.endError("lost", "the term is over", err));
       }
       throw err;
     } finally {
@@ -220,10 +226,10 @@ export class Leadership {
         `coordinator: ${l.describe()}: the coordinator has another term in office`,
         { code: Code.FailedPrecondition, reason: LEASE_NOT_HELD, metadata: { name: l.name } },
       );
-      this.session.end(l, l.endError("lost", "another term is in office", err));
+      this.keeper.end(l, l.endError("lost", "another term is in office", err));
       throw err;
     }
-    if (!this.session.renewed(l, sent, ttl)) throw l.ended!;
+    if (!this.keeper.renewed(l, sent, ttl)) throw l.ended!;
     this.current = new Uint8Array(value);
   }
 
@@ -236,7 +242,7 @@ export class Leadership {
   resign(opts: { timeoutMs?: number } = {}): Promise<boolean> {
     const l = this.core;
     return releaseCore(
-      this.session,
+      this.keeper,
       l,
       async (signal) =>
         (await this.calls.resign({ election: l.name, candidate: l.holder, term: l.token }, signal, this.callTimeoutMs)).resigned,

@@ -25,7 +25,11 @@ export type ErrorReasonName =
   | "STORE_UNAVAILABLE"
   | "INVALID_FIELD"
   | "PERMISSION_DENIED"
-  | "CAPACITY_MISMATCH";
+  | "CAPACITY_MISMATCH"
+  | "SESSION_NOT_FOUND"
+  | "SESSION_EXPIRED"
+  | "SESSION_CLOSED"
+  | "LEASE_IN_SESSION";
 
 export { Code };
 
@@ -243,6 +247,42 @@ export class LeaseEndedError extends Error {
     this.lockName = lockName;
     this.token = token;
   }
+}
+
+/**
+ * Why a session ended: the reason of its AbortSignal, and the cause of the
+ * LeaseEndedError of every lease attached to it, which ends with the same
+ * kind.
+ *
+ * - released: Session.close();
+ * - lost: the coordinator refused a renewal (the session expired or was
+ *   closed there, or belongs to another credential); cause is its error;
+ * - expired: no renewal succeeded before the session's validity ran out on
+ *   this process's clock;
+ * - closed: the client was closed.
+ */
+export class SessionEndedError extends Error {
+  readonly kind: LeaseEndKind;
+  readonly sessionId: string;
+
+  constructor(kind: LeaseEndKind, sessionId: string, detail: string, cause?: unknown) {
+    super(`coordinator: session ${sessionId} ${kind}${detail ? `: ${detail}` : ""}`, cause === undefined ? undefined : { cause });
+    this.name = "SessionEndedError";
+    this.kind = kind;
+    this.sessionId = sessionId;
+  }
+}
+
+/** The ErrorInfo reasons of a session that is gone for good. */
+const SESSION_GONE: ReadonlySet<string> = new Set([
+  ErrorReason[ErrorReason.SESSION_NOT_FOUND],
+  ErrorReason[ErrorReason.SESSION_EXPIRED],
+  ErrorReason[ErrorReason.SESSION_CLOSED],
+]);
+
+/** sessionGone reports whether err says that the session a call named has ended for good. */
+export function sessionGone(err: unknown): boolean {
+  return err instanceof CoordinatorError && err.reason !== undefined && SESSION_GONE.has(err.reason);
 }
 
 /** The client was closed. */

@@ -4,10 +4,11 @@
 import { Client, type ClientOptions } from "./client.js";
 
 export { Client, DEFAULT_TTL, MAX_CAPACITY, RW_CAPACITY, Semaphore, RWLock } from "./client.js";
-export type { ClientOptions, LockOptions, RunAsLeaderOptions, NameState, HolderState } from "./client.js";
+export type { ClientOptions, LockOptions, TryLockOptions, SessionOptions, RunAsLeaderOptions, NameState, HolderState } from "./client.js";
 export type { TlsOptions, CoordinatorApi } from "./api.js";
 export { Lease } from "./lease.js";
 export { Leadership } from "./election.js";
+export { Session } from "./session.js";
 export type { HolderInfo, LeaderEvent, LeaderEventKind, LeaderInfo } from "./election.js";
 export {
   Code,
@@ -21,6 +22,7 @@ export {
   LeaseNotHeldError,
   NotAcquiredError,
   PermissionDeniedError,
+  SessionEndedError,
   StoreUnavailableError,
   UnauthenticatedError,
   decodeError,

@@ -1,7 +1,7 @@
-// The KeepAlive session: renews every lease and leadership of a Client,
-// as renew operations on the Client's Session stream (session.ts) while it
-// is usable, else over one KeepAlive stream (unary mode, or a coordinator
-// without Session). The timers and the outcome handling are the same.
+// Renewals: renews every lease and leadership of a Client that has a TTL of
+// its own, as renew operations on the Client's operation stream (stream.ts)
+// while it is usable, else over one KeepAlive stream (unary mode, or a
+// coordinator without Stream). The timers and the outcome handling are the same.
 //
 // Each lease has two timers: its next renewal (about ttl/3 after the last
 // successful one was sent, or a backoff after a failure) and its local
@@ -27,11 +27,11 @@ import {
 } from "./gen/coordinator/v1/coordinator_pb.js";
 import { ClientClosedError, CoordinatorError, decodeError, msOf, renewalError } from "./errors.js";
 import type { LeaseEndedError } from "./errors.js";
-import type { LeaseCore, LeaseSession } from "./lease.js";
+import type { LeaseCore, LeaseKeeper } from "./lease.js";
 import { endsLease } from "./rules.js";
 import { AsyncQueue, callBackoff, driftMargin, now, renewalBackoff, sleep } from "./util.js";
 import type { CoordinatorApi } from "./api.js";
-import { SessionBrokeError, UseUnaryError, statusError, type SessionTransport } from "./session.js";
+import { StreamBrokeError, UseUnaryError, statusError, type StreamTransport } from "./stream.js";
 import type { StreamResult } from "./gen/coordinator/v1/coordinator_pb.js";
 
 interface Conn {
@@ -39,7 +39,7 @@ interface Conn {
   abort: AbortController;
 }
 
-export class KeepAliveSession implements LeaseSession {
+export class Renewals implements LeaseKeeper {
   private readonly leases = new Set<LeaseCore>();
   private readonly inflight = new Map<bigint, { l: LeaseCore; conn: Conn }>();
   private pending: LeaseCore[] = [];
@@ -53,7 +53,7 @@ export class KeepAliveSession implements LeaseSession {
     readonly closeSignal: AbortSignal,
     private readonly onWarn: (msg: string, err?: unknown) => void,
     /** Where renewals go as renew operations while it is usable; KeepAlive otherwise. */
-    private readonly transport?: SessionTransport,
+    private readonly transport?: StreamTransport,
   ) {}
 
   /** How many leases are being renewed. */
@@ -71,7 +71,6 @@ export class KeepAliveSession implements LeaseSession {
   /** end ends l with err unless it ended already; it returns how l had ended before, if it had. */
   end(l: LeaseCore, err: LeaseEndedError): LeaseEndedError | undefined {
     if (l.ended) return l.ended;
-    l.ended = err;
     clearTimeout(l.renewTimer);
     clearTimeout(l.deadlineTimer);
     l.renewTimer = l.deadlineTimer = undefined;
@@ -80,7 +79,7 @@ export class KeepAliveSession implements LeaseSession {
       this.inflight.delete(l.inflight);
       l.inflight = undefined;
     }
-    l.controller.abort(err);
+    l.finish(err);
     if (this.leases.size === 0) this.stopStream();
     return undefined;
   }
@@ -147,7 +146,7 @@ export class KeepAliveSession implements LeaseSession {
   }
 
   private send(l: LeaseCore): void {
-    if (this.transport?.usable && this.sendOnSession(l)) return;
+    if (this.transport?.usable && this.sendOnStream(l)) return;
     if (this.conn) {
       this.stamp(l, this.conn);
     } else {
@@ -157,16 +156,16 @@ export class KeepAliveSession implements LeaseSession {
   }
 
   /**
-   * sendOnSession queues l's renewal as a renew operation on the Client's
-   * Session stream; false when the session refuses it (closed, or the
+   * sendOnStream queues l's renewal as a renew operation on the Client's
+   * operation stream; false when the stream refuses it (closed, or the
    * coordinator lacks it), for KeepAlive.
    */
-  private sendOnSession(l: LeaseCore): boolean {
+  private sendOnStream(l: LeaseCore): boolean {
     const tag = this.nextId++; // l.inflight's value while the operation is in flight
     try {
       this.transport!.submit(
         { case: "renew", value: { name: l.name, holder: l.holder, token: l.token, ttl: durationFromMs(Math.round(l.ttl)) } },
-        (res, err, sent) => this.sessionAnswered(l, tag, res, err, sent),
+        (res, err, sent) => this.streamAnswered(l, tag, res, err, sent),
       );
     } catch {
       return false;
@@ -175,11 +174,11 @@ export class KeepAliveSession implements LeaseSession {
     return true;
   }
 
-  /** sessionAnswered applies the outcome of l's renew operation tagged tag. */
-  private sessionAnswered(l: LeaseCore, tag: bigint, res: StreamResult | undefined, err: unknown, sent: number): void {
+  /** streamAnswered applies the outcome of l's renew operation tagged tag. */
+  private streamAnswered(l: LeaseCore, tag: bigint, res: StreamResult | undefined, err: unknown, sent: number): void {
     if (l.ended || l.inflight !== tag) return;
     l.inflight = undefined;
-    if (err instanceof SessionBrokeError || err instanceof UseUnaryError) {
+    if (err instanceof StreamBrokeError || err instanceof UseUnaryError) {
       // Sent again at once: on the next stream, or over KeepAlive.
       l.lastErr = err.message;
       l.nextRenew = now();

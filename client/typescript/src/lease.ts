@@ -1,22 +1,24 @@
 // Leases: a lock held through a Client, renewed in the background over the
-// Client's Session (or KeepAlive) stream until it is released, lost or expires.
+// Client's operation (or KeepAlive) stream until it is released, lost or
+// expires; or attached to a session, which keeps it alive instead.
 
 import { setMaxListeners } from "node:events";
 import { LeaseEndedError } from "./errors.js";
 import type { LeaseEndKind } from "./errors.js";
 import type { Backoff } from "./util.js";
+import type { Session } from "./session.js";
 import { RENEWAL_JITTER, RENEWALS_PER_TTL } from "./rules.js";
 import { callBackoff, driftMargin, jitter, now, sleep } from "./util.js";
 import { isTransient } from "./errors.js";
 
-/**
- * LeaseCore is what a Lease and a Leadership share: a grant on a name that
- * the Client's KeepAlive session renews. Times are performance.now()
- * milliseconds.
- */
 /** What a grant is, for messages. */
 export type LeaseKind = "lock" | "semaphore" | "read lock" | "write lock" | "leadership";
 
+/**
+ * LeaseCore is what a Lease and a Leadership share: a grant on a name that
+ * its keeper keeps alive: the Client's Renewals, or the session it is
+ * attached to. Times are performance.now() milliseconds.
+ */
 export class LeaseCore {
   /** Local validity: the send time of the last successful grant or renewal + ttl − drift margin. */
   deadline = 0;
@@ -29,7 +31,7 @@ export class LeaseCore {
   ended: LeaseEndedError | undefined;
   readonly controller = new AbortController();
 
-  // The KeepAlive session's bookkeeping.
+  // The Renewals' bookkeeping.
   inflight: bigint | undefined;
   sentAt = 0;
   retry: Backoff | undefined;
@@ -41,6 +43,8 @@ export class LeaseCore {
 
   /** How much of the name's capacity the grant holds: 1 for a lock or leadership. */
   weight = 1;
+  /** The session it is attached to; undefined for a lease of its own TTL. */
+  session: Session | undefined;
 
   constructor(
     readonly kind: LeaseKind,
@@ -71,12 +75,27 @@ export class LeaseCore {
   endError(kind: LeaseEndKind, detail: string, cause?: unknown): LeaseEndedError {
     return new LeaseEndedError(kind, this.name, this.token, detail, cause);
   }
+
+  /** finish marks the lease ended with err and aborts its signal; its keeper's bookkeeping is the keeper's. */
+  finish(err: LeaseEndedError): void {
+    this.ended = err;
+    this.controller.abort(err);
+  }
 }
 
-/** What a lease needs of its Client's KeepAlive session. */
-export interface LeaseSession {
+/**
+ * What a lease needs of what keeps it alive: its Client's Renewals (a
+ * lease of its own TTL) or its Session.
+ */
+export interface LeaseKeeper {
   /** Ends l with err unless it ended already; returns how it had ended before, if it had. */
   end(l: LeaseCore, err: LeaseEndedError): LeaseEndedError | undefined;
+  /**
+   * renewed records that a request sent at sent (a proclamation) renewed l
+   * for ttl, and reports whether l is still held.
+   */
+  renewed(l: LeaseCore, sent: number, ttl: number): boolean;
+  /** Aborts when the Client closes. */
   readonly closeSignal: AbortSignal;
 }
 
@@ -87,12 +106,12 @@ export interface LeaseSession {
  * expired, closed, released) or the coordinator no longer held it.
  */
 export async function releaseCore(
-  session: LeaseSession,
+  keeper: LeaseKeeper,
   l: LeaseCore,
   call: (signal: AbortSignal) => Promise<boolean>,
   timeoutMs: number,
 ): Promise<boolean> {
-  const prior = session.end(l, l.endError("released", ""));
+  const prior = keeper.end(l, l.endError("released", ""));
   const signal = AbortSignal.timeout(timeoutMs);
   if (prior) {
     if (prior.kind === "expired") {
@@ -125,7 +144,7 @@ export class Lease {
   /** @internal */
   constructor(
     private readonly core: LeaseCore,
-    private readonly session: LeaseSession,
+    private readonly keeper: LeaseKeeper,
     private readonly releaseCall: (signal: AbortSignal) => Promise<boolean>,
     private readonly releaseTimeoutMs: number,
   ) {}
@@ -176,13 +195,20 @@ export class Lease {
     return this.core.ended;
   }
   /**
+   * The session the lease is attached to, which renews it and ends it when
+   * it ends; undefined for a lease of its own TTL, renewed on its own.
+   */
+  get session(): Session | undefined {
+    return this.core.session;
+  }
+  /**
    * release stops renewing the lease (its signal aborts with kind
    * "released") and gives it up on the coordinator, retrying transient
    * errors. It resolves true when the coordinator released it, false when it
    * had already ended or expired there. Calling it again resolves false.
    */
   release(opts: { timeoutMs?: number } = {}): Promise<boolean> {
-    return releaseCore(this.session, this.core, this.releaseCall, opts.timeoutMs ?? this.releaseTimeoutMs);
+    return releaseCore(this.keeper, this.core, this.releaseCall, opts.timeoutMs ?? this.releaseTimeoutMs);
   }
 
   toString(): string {

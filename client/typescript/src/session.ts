@@ -1,445 +1,278 @@
-// The Session transport: a Client's lease operations (acquire, renew,
-// release, campaign, resign) over one bidirectional Session stream, as the
-// Go SDK does (client/session.go).
+// Sessions: a liveness on the coordinator that leases attach to, as etcd's
+// concurrency.Session. One renewal of the session, about every ttl/3, keeps
+// every lease attached to it, and they all end with it.
 //
-// Operations are queued; the stream's request side takes whatever is queued
-// whenever Connect asks for the next message, as one StreamRequest (up to
-// MAX_OPS operations and about MAX_BATCH_BYTES), so that an operation alone
-// goes out at once and those queued in the same tick share a message. Each
-// operation is stamped with performance.now() when its message is handed to
-// the stream: a grant's or renewal's validity counts from there. Results are
-// matched to operations by id, in any order.
-//
-// The stream is opened when an operation is queued and closed after
-// IDLE_MS with nothing queued or in flight. When it breaks, the operations
-// in flight fail with a retryable Unavailable error (SessionBrokeError:
-// their outcome is unknown; an acquire asked again as the same holder finds
-// a grant it did not hear of), and those still queued go out on the next
-// stream, opened after a backoff. When the coordinator refuses the stream
-// itself (Unauthenticated…), the queued operations fail with its error, as
-// their unary calls would. A coordinator without the Session method
-// (Unimplemented) turns the Client to unary calls for good (UseUnaryError).
+// A session is renewed as a lease of its own is (keepalive.ts): its next
+// renewal about ttl/3 after the last successful one was sent, a backoff
+// after a failure; its local deadline the send time of the last successful
+// renewal + ttl − a drift margin, checked by a timer of its own, whatever is
+// in flight. A renewal refused for good (a reason marked ends_lease: the
+// session expired, was closed or is not found; or PermissionDenied) loses
+// it; a deadline passed unanswered expires it. Either way every attached
+// lease ends at once, its LeaseEndedError of the same kind, caused by the
+// session's SessionEndedError. The renewals go as renew_session operations
+// on the Client's operation stream, or as unary RenewSession calls (the
+// calls the Client gives a session decide).
 
-import { create, toBinary, type MessageInitShape } from "@bufbuild/protobuf";
-import { Code, ConnectError } from "@connectrpc/connect";
-import {
-  StreamOperationSchema,
-  StreamRequestSchema,
-  type StreamOperation,
-  type StreamRequest,
-  type StreamResult,
-} from "./gen/coordinator/v1/coordinator_pb.js";
-import type { Status } from "./gen/google/rpc/status_pb.js";
-import type { CoordinatorApi } from "./api.js";
-import { ClientClosedError, CoordinatorError, decodeError, isTransient } from "./errors.js";
-import { callBackoff, sleep } from "./util.js";
-import { now } from "./util.js";
+import { setMaxListeners } from "node:events";
+import { Code, CoordinatorError, SessionEndedError, decodeError, isTransient } from "./errors.js";
+import type { LeaseEndKind, LeaseEndedError } from "./errors.js";
+import type { LeaseCore, LeaseKeeper } from "./lease.js";
+import { RENEWAL_JITTER, RENEWALS_PER_TTL, endsLease } from "./rules.js";
+import { callBackoff, driftMargin, jitter, now, renewalBackoff, sleep, type Backoff } from "./util.js";
 
-/** The most operations in one StreamRequest (the coordinator refuses more). */
-const MAX_OPS = 1000;
-/** About the most bytes of operations in one StreamRequest (the coordinator's limit is 96 KiB by default). */
-const MAX_BATCH_BYTES = 64 << 10;
-/** An operation larger than this goes as a unary call, which fails alone. */
-export const MAX_OP_BYTES = 70 << 10;
-/** How long the stream stays open with nothing queued or in flight. */
-const IDLE_MS = 30_000;
-
-/** The operation part of a StreamOperation (its oneof). */
-export type Operation = NonNullable<MessageInitShape<typeof StreamOperationSchema>["operation"]>;
-
-/** The operation cannot go over the session (the coordinator lacks it): make the unary call. */
-export class UseUnaryError extends Error {
-  constructor() {
-    super("coordinator: use the unary call");
-    this.name = "UseUnaryError";
-  }
+/** The calls a Session makes, through its Client. */
+export interface SessionCalls {
+  /** RenewSession (over the operation stream or unary): the ttl granted, and when the request was sent. */
+  renew(sessionId: string, signal: AbortSignal, timeoutMs: number): Promise<{ ttl: number | undefined; sent: number }>;
+  /** CloseSession: ends the session and releases its leases on the coordinator. */
+  close(sessionId: string, signal: AbortSignal): Promise<void>;
 }
 
 /**
- * The error of an operation in flight when its Session stream broke:
- * Unavailable (retryable), its outcome unknown.
+ * Session is a liveness on the coordinator that locks, semaphore and
+ * read-write lock shares and leaderships attach to (the session option):
+ * one renewal, about every ttl/3, keeps every attached lease, instead of
+ * one each, and they all end together. When the session ends (close(),
+ * lost: a renewal refused; expired: none answered before its deadline; or
+ * its Client closed) its signal aborts and every attached lease's signal
+ * aborts with it. close() releases them all on the coordinator in one
+ * call. Its id is a capability of the credential its Client uses.
+ *
+ * Make one with client.session({ ttl }); client.defaultSession() is the
+ * one the Client attaches to by default.
  */
-export class SessionBrokeError extends CoordinatorError {
-  constructor(cause: unknown) {
-    const why = cause instanceof Error ? cause.message : cause === undefined ? "the stream ended" : String(cause);
-    super(`coordinator: Unavailable: the Session stream broke with the operation in flight: ${why}`, {
-      code: Code.Unavailable,
-      cause,
-    });
-  }
-}
+export class Session implements LeaseKeeper {
+  private ttlMs: number;
+  private deadlineAt = 0;
+  private confirmedAt = 0;
+  private endedWith: SessionEndedError | undefined;
+  private readonly controller = new AbortController();
+  /** Ends the renewals: aborted when the session ends. */
+  private readonly stop = new AbortController();
+  private readonly leases = new Set<LeaseCore>();
+  private deadlineTimer: ReturnType<typeof setTimeout> | undefined;
+  private deadlineGen = 0;
+  /** Why the last renewal failed; empty after a success. */
+  private lastErr = "";
 
-/** The outcome of an operation: its result (a response or a google.rpc.Status) or an error, and when it was sent. */
-export type OpDone = (res: StreamResult | undefined, err: unknown, sent: number) => void;
-
-interface Op {
-  id: bigint;
-  op: StreamOperation;
-  size: number;
-  sent: number;
-  state: "queued" | "sent" | "finished";
-  done: OpDone;
-  /** The coordinator does not answer it (a cancel): it is finished once written. */
-  noResult?: boolean;
-}
-
-/**
- * mayWait reports whether op is an acquire or campaign that may wait on the
- * coordinator: one a cancel operation can give up.
- */
-function mayWait(op: StreamOperation): boolean {
-  const o = op.operation;
-  const positive = (d: { seconds: bigint; nanos: number } | undefined): boolean =>
-    d !== undefined && (d.seconds > 0n || (d.seconds === 0n && d.nanos > 0));
-  switch (o.case) {
-    case "acquire":
-      return positive(o.value.wait);
-    case "campaign":
-      return o.value.term === 0n && positive(o.value.wait);
-  }
-  return false;
-}
-
-/** statusError turns a result's google.rpc.Status into the error the unary call throws. */
-export function statusError(st: Status): CoordinatorError {
-  const code = (st.code in Code ? st.code : Code.Unknown) as Code;
-  const err = new ConnectError(st.message, code);
-  for (const any of st.details) {
-    const slash = any.typeUrl.lastIndexOf("/");
-    err.details.push({ type: any.typeUrl.slice(slash + 1), value: any.value });
-  }
-  return decodeError(err) as CoordinatorError;
-}
-
-type ResultCase = Exclude<NonNullable<StreamResult["result"]["case"]>, "error">;
-type ResultValue<K extends ResultCase> = Extract<StreamResult["result"], { case: K }> extends { value: infer V } ? V : never;
-
-/** resultOf returns the value of res's expected case, throwing the error it carries instead. */
-export function resultOf<K extends ResultCase>(res: StreamResult, kind: K): ResultValue<K> {
-  const r = res.result;
-  if (r.case === "error") throw statusError(r.value);
-  if (r.case !== kind) {
-    throw new CoordinatorError(`coordinator: Internal: a ${kind} operation was answered with ${r.case ?? "nothing"}`, {
-      code: Code.Internal,
-    });
-  }
-  return r.value as ResultValue<K>;
-}
-
-/** One open stream: its request side. */
-class Conn implements AsyncIterable<StreamRequest> {
-  readonly abort = new AbortController();
-  private waiting: ((r: IteratorResult<StreamRequest>) => void) | undefined;
-  private ended = false;
-  private flushing = false;
-
-  constructor(private readonly s: SessionTransport) {}
-
-  /** poke tells a waiting request side that operations are queued: it takes them after the current tick. */
-  poke(): void {
-    if (!this.waiting || this.flushing) return;
-    this.flushing = true;
-    setImmediate(() => {
-      this.flushing = false;
-      const w = this.waiting;
-      if (!w) return;
-      const req = this.s.take(this);
-      if (req) {
-        this.waiting = undefined;
-        w({ value: req, done: false });
-      }
-    });
-  }
-
-  end(): void {
-    this.ended = true;
-    const w = this.waiting;
-    this.waiting = undefined;
-    w?.({ value: undefined, done: true });
-  }
-
-  [Symbol.asyncIterator](): AsyncIterator<StreamRequest> {
-    return {
-      next: (): Promise<IteratorResult<StreamRequest>> => {
-        if (this.ended) return Promise.resolve({ value: undefined, done: true });
-        const req = this.s.take(this);
-        if (req) return Promise.resolve({ value: req, done: false });
-        return new Promise((resolve) => {
-          this.waiting = resolve;
-        });
-      },
-      return: (): Promise<IteratorResult<StreamRequest>> => {
-        this.end();
-        return Promise.resolve({ value: undefined, done: true });
-      },
-      throw: (e?: unknown): Promise<IteratorResult<StreamRequest>> => {
-        this.end();
-        return Promise.reject(e instanceof Error ? e : new Error(String(e)));
-      },
-    };
-  }
-}
-
-export class SessionTransport {
-  private closed = false;
-  private unsupported = false;
-  private queue: Op[] = [];
-  private readonly inflight = new Map<bigint, Op>();
-  private nextId = 0n;
-  private running = false;
-  private cur: Conn | undefined;
-  private idleTimer: ReturnType<typeof setTimeout> | undefined;
-
+  /** @internal */
   constructor(
-    private readonly api: CoordinatorApi,
-    private readonly closeSignal: AbortSignal,
-    private readonly onWarn: (msg: string, err?: unknown) => void,
-  ) {}
+    /** @internal The Client that made it: only its acquisitions may attach. */
+    readonly owner: object,
+    /** The session's id on the coordinator. */
+    readonly id: string,
+    ttl: number,
+    sent: number,
+    private readonly calls: SessionCalls,
+    readonly closeSignal: AbortSignal,
+    private readonly callTimeoutMs: number,
+    private readonly onWarn: (message: string, err?: unknown) => void,
+  ) {
+    this.ttlMs = ttl;
+    setMaxListeners(0, this.controller.signal);
+    this.confirm(sent, ttl);
+    void this.keepAlive();
+  }
 
-  /** Whether operations may go over the stream. */
-  get usable(): boolean {
-    return !this.closed && !this.unsupported;
+  /** How long each renewal keeps the session (and its leases), in milliseconds. */
+  get ttl(): number {
+    return this.ttlMs;
+  }
+  /**
+   * When the session, and every lease attached to it, stops being valid
+   * unless a renewal is answered before, on the performance.now() clock:
+   * the send time of the last successful renewal, plus the ttl, minus a
+   * drift margin. The coordinator's expiry is later.
+   */
+  get deadline(): number {
+    return this.deadlineAt;
+  }
+  /** When the last successful renewal (or the creation) was sent (performance.now() ms). */
+  get renewedAt(): number {
+    return this.confirmedAt;
+  }
+  /** Milliseconds of validity left; 0 once the session ended. */
+  remaining(): number {
+    return this.endedWith ? 0 : Math.max(0, this.deadlineAt - now());
+  }
+  /** Aborted the moment the session ends; its reason is a SessionEndedError. */
+  get signal(): AbortSignal {
+    return this.controller.signal;
+  }
+  /** Why the session ended, or undefined while it lives. */
+  get ended(): SessionEndedError | undefined {
+    return this.endedWith;
+  }
+  /** How many leases are attached now. */
+  get size(): number {
+    return this.leases.size;
   }
 
   /**
-   * submit queues operation; done gets its outcome once. It throws
-   * ClientClosedError or UseUnaryError (then done is never called).
+   * close ends the session and every lease attached to it (their signals
+   * abort with kind "released") and closes it on the coordinator, which
+   * releases them all at once (waiters are granted at once), retrying
+   * transient errors for up to opts.timeoutMs (default 5 s). It resolves
+   * true when the coordinator closed it now, false when it had already
+   * ended (lost, expired, closed, or its Client closed). Calling it again
+   * resolves false.
    */
-  submit(operation: Operation, done: OpDone): Op {
-    if (this.closed) throw new ClientClosedError();
-    if (this.unsupported) throw new UseUnaryError();
-    const id = ++this.nextId;
-    const op = create(StreamOperationSchema, { id, operation });
-    const size = toBinary(StreamOperationSchema, op).length;
-    if (size > MAX_OP_BYTES) throw new UseUnaryError();
-    const o: Op = { id, op, size, sent: 0, state: "queued", done };
-    this.queue.push(o);
-    if (this.cur) this.cur.poke();
-    this.ensureStream();
-    return o;
+  async close(opts: { timeoutMs?: number } = {}): Promise<boolean> {
+    const prior = this.endedWith;
+    this.finish("released", "closed", undefined);
+    const signal = AbortSignal.timeout(opts.timeoutMs ?? 5000);
+    if (prior) {
+      // Expired here only: the coordinator may keep it (and its leases) yet.
+      if (prior.kind === "expired") await this.calls.close(this.id, signal).catch(() => undefined);
+      return false;
+    }
+    const b = callBackoff();
+    for (;;) {
+      try {
+        await this.calls.close(this.id, signal);
+        return true;
+      } catch (e) {
+        const err = decodeError(e);
+        if (isTransient(err) && !signal.aborted && (await sleep(b.delay(), signal))) continue;
+        throw err;
+      }
+    }
+  }
+
+  toString(): string {
+    return `session ${this.id} (ttl ${this.ttlMs}ms, ${this.leases.size} leases)`;
+  }
+
+  /** @internal attach makes l a lease of the session: it ends with it, its deadline is the session's. */
+  attach(l: LeaseCore): void {
+    if (this.endedWith) throw this.endedWith;
+    if (now() >= this.deadlineAt) {
+      this.expire();
+      throw this.endedWith!;
+    }
+    l.session = this;
+    l.ttl = this.ttlMs;
+    l.confirmedAt = this.confirmedAt;
+    l.deadline = this.deadlineAt;
+    this.leases.add(l);
+  }
+
+  /** @internal end ends l (released through this Client) without ending the session. */
+  end(l: LeaseCore, err: LeaseEndedError): LeaseEndedError | undefined {
+    if (l.ended) return l.ended;
+    this.leases.delete(l);
+    l.finish(err);
+    return undefined;
   }
 
   /**
-   * call runs operation and resolves with its result and send time, until
-   * signal aborts (rejecting with its reason) or timeoutMs passes (rejecting
-   * with DeadlineExceeded). An operation that was sent by then is left to
-   * finish: late gets its outcome, e.g. to give up a lease granted to an
-   * acquisition nobody waits for. An acquire or campaign that may wait on
-   * the coordinator is also cancelled then (a cancel operation), so that it
-   * leaves the coordinator's queue at once and the waiters behind it need
-   * not wait for its grant and release; late still gets its outcome (a
-   * Canceled error, or the grant when that came first).
+   * @internal A proclamation of an attached leadership renews the session
+   * no more than any other call on it: l holds while the session does.
    */
-  call(
-    operation: Operation,
-    signal: AbortSignal,
-    timeoutMs: number,
-    late?: (res: StreamResult | undefined, err: unknown) => void,
-  ): Promise<{ res: StreamResult; sent: number }> {
-    return new Promise((resolve, reject) => {
-      let settled = false;
-      let timer: ReturnType<typeof setTimeout> | undefined;
-      const cleanup = (): void => {
-        settled = true;
-        clearTimeout(timer);
-        signal.removeEventListener("abort", onAbort);
-      };
-      const o = this.submit(operation, (res, err, sent) => {
-        if (settled) {
-          late?.(res, err);
+  renewed(l: LeaseCore, _sent: number, _ttl: number): boolean {
+    return !l.ended && now() < l.deadline;
+  }
+
+  /** @internal lose ends the session as lost with the coordinator's err (a call found it gone). */
+  lose(err: unknown): void {
+    const why = err instanceof Error ? err.message : String(err);
+    this.finish("lost", `the coordinator refused it: ${why}`, err);
+  }
+
+  /** @internal closedWithClient ends the session as closed; it reports whether the coordinator may still hold it. */
+  closedWithClient(): boolean {
+    const prior = this.endedWith;
+    this.finish("closed", "the client was closed", undefined);
+    return prior === undefined || prior.kind === "expired";
+  }
+
+  /** finish ends the session and every attached lease with kind, unless it ended already. */
+  private finish(kind: LeaseEndKind, detail: string, cause: unknown): void {
+    if (this.endedWith) return;
+    const err = new SessionEndedError(kind, this.id, detail, cause);
+    this.endedWith = err;
+    clearTimeout(this.deadlineTimer);
+    this.stop.abort(err);
+    const leases = [...this.leases];
+    this.leases.clear();
+    for (const l of leases) {
+      if (!l.ended) l.finish(l.endError(kind, `its session ${this.id} ended: ${detail}`, err));
+    }
+    this.controller.abort(err);
+  }
+
+  private expire(lastErr?: string): void {
+    this.finish("expired", lastErr ? `the last renewal failed: ${lastErr}` : "no renewal was answered in time", undefined);
+  }
+
+  /** confirm records a successful renewal sent at sent, and moves every attached lease's deadline with it. */
+  private confirm(sent: number, ttl: number): void {
+    this.ttlMs = ttl;
+    this.confirmedAt = sent;
+    this.deadlineAt = sent + ttl - driftMargin(ttl);
+    for (const l of this.leases) {
+      l.ttl = ttl;
+      l.confirmedAt = sent;
+      l.deadline = this.deadlineAt;
+    }
+    this.armDeadline();
+  }
+
+  /**
+   * armDeadline (re)sets the deadline check. It runs in the check phase,
+   * after the poll phase has handled the answers that arrived meanwhile:
+   * when the event loop was blocked past the deadline, a renewal answered
+   * in time is not taken for silence.
+   */
+  private armDeadline(): void {
+    clearTimeout(this.deadlineTimer);
+    const gen = ++this.deadlineGen;
+    this.deadlineTimer = setTimeout(
+      () =>
+        setImmediate(() => {
+          if (this.endedWith || gen !== this.deadlineGen) return;
+          if (now() >= this.deadlineAt) this.expire(this.lastErr);
+          else this.armDeadline();
+        }),
+      Math.max(0, Math.ceil(this.deadlineAt - now())),
+    );
+  }
+
+  /** keepAlive renews the session about every ttl/3 until it ends. */
+  private async keepAlive(): Promise<void> {
+    let retry: Backoff | undefined;
+    let next = this.confirmedAt + jitter(this.ttlMs / RENEWALS_PER_TTL, RENEWAL_JITTER);
+    while (!this.endedWith) {
+      if (!(await sleep(next - now(), this.stop.signal)) || this.endedWith) return;
+      try {
+        const r = await this.calls.renew(this.id, this.stop.signal, this.callTimeoutMs);
+        if (this.endedWith) return;
+        const ttl = r.ttl !== undefined && r.ttl > 0 ? r.ttl : this.ttlMs;
+        if (now() >= r.sent + ttl - driftMargin(ttl)) {
+          // Answered after the validity it gave had run out (the event loop was blocked).
+          this.expire(this.lastErr);
           return;
         }
-        cleanup();
-        if (err !== undefined || !res) reject(err ?? new SessionBrokeError(undefined));
-        else resolve({ res, sent });
-      });
-      const giveUp = (err: unknown): void => {
-        if (settled) return;
-        cleanup();
-        if (o.state === "queued") {
-          o.state = "finished"; // never sent: forget it
-          const i = this.queue.indexOf(o);
-          if (i >= 0) this.queue.splice(i, 1);
-        } else if (o.state === "sent" && mayWait(o.op)) {
-          this.queueCancel(o.id);
-        }
-        reject(err);
-      };
-      const onAbort = (): void => giveUp(signal.reason);
-      if (signal.aborted) return onAbort();
-      signal.addEventListener("abort", onAbort, { once: true });
-      if (timeoutMs > 0 && Number.isFinite(timeoutMs)) {
-        timer = setTimeout(
-          () =>
-            giveUp(
-              new CoordinatorError(`coordinator: DeadlineExceeded: no answer on the Session stream within ${timeoutMs}ms`, {
-                code: Code.DeadlineExceeded,
-              }),
-            ),
-          timeoutMs,
-        );
-      }
-    });
-  }
-
-  /** queueCancel queues a cancel of the waiting operation id. It has no result: it is finished once written. */
-  private queueCancel(id: bigint): void {
-    if (this.closed || this.unsupported) return;
-    const cid = ++this.nextId;
-    const op = create(StreamOperationSchema, { id: cid, operation: { case: "cancel", value: id } });
-    const size = toBinary(StreamOperationSchema, op).length;
-    this.queue.push({ id: cid, op, size, sent: 0, state: "queued", done: () => {}, noResult: true });
-    if (this.cur) this.cur.poke();
-    this.ensureStream();
-  }
-
-  /** take moves the next batch of queued operations in flight on conn, stamped as sent now; undefined when none. */
-  take(conn: Conn): StreamRequest | undefined {
-    if (this.cur !== conn || this.queue.length === 0) return undefined;
-    const t = now();
-    let n = 0;
-    let bytes = 0;
-    while (n < this.queue.length && n < MAX_OPS && (n === 0 || bytes + this.queue[n]!.size <= MAX_BATCH_BYTES)) {
-      bytes += this.queue[n]!.size;
-      n++;
-    }
-    const batch = this.queue.splice(0, n);
-    for (const o of batch) {
-      if (o.noResult) {
-        o.state = "finished";
-        continue;
-      }
-      o.state = "sent";
-      o.sent = t;
-      this.inflight.set(o.id, o);
-    }
-    this.armIdle(conn);
-    return create(StreamRequestSchema, { operations: batch.map((o) => o.op) });
-  }
-
-  /** close fails what is queued or in flight with ClientClosedError and ends the stream (giving up the coordinator's waits). */
-  close(): void {
-    if (this.closed) return;
-    this.closed = true;
-    clearTimeout(this.idleTimer);
-    const conn = this.cur;
-    this.cur = undefined;
-    if (conn) {
-      conn.end();
-      conn.abort.abort();
-    }
-    this.fail(new ClientClosedError());
-  }
-
-  private finish(o: Op, res: StreamResult | undefined, err: unknown): void {
-    if (o.state === "finished") return;
-    o.state = "finished";
-    try {
-      o.done(res, err, o.sent);
-    } catch (e) {
-      this.onWarn("coordinator: a Session result handler failed", e);
-    }
-  }
-
-  /** armIdle (re)starts the idle timer of conn: it closes the stream when nothing is queued or in flight. */
-  private armIdle(conn: Conn): void {
-    clearTimeout(this.idleTimer);
-    this.idleTimer = setTimeout(() => {
-      if (this.cur !== conn) return;
-      if (this.queue.length === 0 && this.inflight.size === 0) {
-        this.cur = undefined; // what is queued from now on waits for the next stream
-        conn.end();
-        conn.abort.abort();
-      } else {
-        this.armIdle(conn);
-      }
-    }, IDLE_MS);
-    this.idleTimer.unref?.();
-  }
-
-  private ensureStream(): void {
-    if (this.running || this.closed) return;
-    this.running = true;
-    // Opened after this tick: what else is queued in it goes in the first message.
-    void new Promise<void>((r) => setImmediate(r))
-      .then(() => this.serve())
-      .finally(() => {
-      this.running = false;
-        if (!this.closed && this.queue.length > 0) this.ensureStream();
-      });
-  }
-
-  /** serve opens a stream while operations are queued, reconnecting with backoff. */
-  private async serve(): Promise<void> {
-    const b = callBackoff();
-    while (!this.closed && this.queue.length > 0) {
-      const conn = new Conn(this);
-      this.cur = conn;
-      this.armIdle(conn);
-      let answered = false;
-      let err: unknown;
-      try {
-        const responses = this.api.stream(conn, { signal: conn.abort.signal, timeoutMs: 0 });
-        for await (const resp of responses) {
-          answered = true;
-          for (const r of resp.results) {
-            const o = this.inflight.get(r.id);
-            if (!o) continue;
-            this.inflight.delete(r.id);
-            this.finish(o, r, undefined);
-          }
-        }
+        if (r.sent >= this.confirmedAt) this.confirm(r.sent, ttl);
+        retry = undefined;
+        this.lastErr = "";
+        next = r.sent + jitter(ttl / RENEWALS_PER_TTL, RENEWAL_JITTER);
       } catch (e) {
-        err = decodeError(e);
-      }
-      if (this.cur === conn) this.cur = undefined;
-      const stopped = conn.abort.signal.aborted; // by close() or as idle
-      conn.end();
-      if (this.closed) return;
-      if (answered) b.reset();
-      if (this.inflight.size === 0 && (err === undefined || stopped)) {
-        // Closed as idle, or cleanly by the coordinator: look at the queue
-        // again (after a backoff when the coordinator ended a stream that
-        // answered nothing, so as not to spin).
-        if (!stopped && !answered && this.queue.length > 0) await sleep(b.delay(), this.closeSignal);
-        continue;
-      }
-      this.fail(err);
-      if (this.closed || this.unsupported) return;
-      if (this.queue.length > 0) {
-        this.onWarn("coordinator: Session stream ended; reconnecting", err);
+        if (this.endedWith) return;
+        const err = decodeError(e);
+        if (err instanceof CoordinatorError && (endsLease(err.reason) || err.code === Code.PermissionDenied)) {
+          this.lose(err);
+          return;
+        }
+        // Unavailable, the stream broke, a quarantine…: this renewal failed;
+        // the session holds until its deadline. Try again.
+        retry ??= renewalBackoff(this.ttlMs);
+        this.lastErr = err.message;
         const retryAfter = err instanceof CoordinatorError ? (err.retryAfter ?? 0) : 0;
-        await sleep(Math.max(b.delay(), retryAfter), this.closeSignal);
+        next = now() + Math.max(retry.delay(), retryAfter);
+        this.onWarn(`coordinator: renewing session ${this.id} failed; retrying`, err);
       }
     }
-  }
-
-  /**
-   * fail ends the operations in flight after the stream failed with err,
-   * and the queued ones too when they cannot go on the next stream: the
-   * client closed, the coordinator lacks the method, or it refuses the
-   * stream itself (Unauthenticated, PermissionDenied…).
-   */
-  private fail(err: unknown): void {
-    const code = err instanceof CoordinatorError ? err.code : undefined;
-    let inflightErr: unknown;
-    let queuedErr: unknown;
-    if (err instanceof ClientClosedError) {
-      inflightErr = queuedErr = err;
-    } else if (code === Code.Unimplemented) {
-      this.unsupported = true;
-      inflightErr = queuedErr = new UseUnaryError();
-    } else if (err !== undefined && !isTransient(err) && code !== Code.Internal && code !== Code.Unknown && code !== Code.Canceled) {
-      inflightErr = queuedErr = err;
-    } else {
-      inflightErr = new SessionBrokeError(err);
-    }
-    const ops = [...this.inflight.values()];
-    this.inflight.clear();
-    if (queuedErr !== undefined) {
-      ops.push(...this.queue);
-      this.queue = [];
-    }
-    for (const o of ops) this.finish(o, undefined, queuedErr !== undefined && o.state === "queued" ? queuedErr : inflightErr);
   }
 }

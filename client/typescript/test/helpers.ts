@@ -128,19 +128,19 @@ export function stores(): StoreKind[] {
   return process.env["COORDINATOR_TEST_REDIS_URL"] ? ["memory", "redis"] : ["memory"];
 }
 
-/** How a Client carries its lease operations: over the Session stream (the default) or as unary calls. */
-export type Mode = "session" | "unary";
+/** How a Client carries its lease operations: over the operation stream (the default) or as unary calls. */
+export type Mode = "stream" | "unary";
 
 /** Both modes: the tests that matter run in each. */
-export const modes: Mode[] = ["session", "unary"];
+export const modes: Mode[] = ["stream", "unary"];
 
 /** The Client options of mode. */
-export function modeOpts(mode: Mode): { useSession: boolean } {
-  return { useSession: mode === "session" };
+export function modeOpts(mode: Mode): { useStream: boolean } {
+  return { useStream: mode === "stream" };
 }
 
-/** usesSession reports whether c has its Session stream open now (white-box: checks the transport). */
-export function usesSession(c: Client): boolean {
+/** usesStream reports whether c has its operation stream open now (white-box: checks the transport). */
+export function usesStream(c: Client): boolean {
   const t = (c as unknown as { transport?: { usable: boolean; cur?: unknown } }).transport;
   return t !== undefined && t.usable && t.cur !== undefined;
 }
@@ -148,6 +148,8 @@ export function usesSession(c: Client): boolean {
 export interface Coordinator {
   address: string;
   port: number;
+  /** The /metrics address ("127.0.0.1:port") when started with metrics. */
+  metricsAddress: string | undefined;
   proc: ChildProcess;
   /** What the coordinator logged so far. */
   log(): string;
@@ -161,6 +163,8 @@ export interface StartOptions {
   redisUrl?: string;
   /** Start the Redis store as new (COORDINATOR_REDIS_NEW_STORE=true). Default true. */
   newStore?: boolean;
+  /** Serve /metrics on a free loopback port (see metric). */
+  metrics?: boolean;
   env?: Record<string, string>;
 }
 
@@ -172,10 +176,13 @@ export async function startCoordinator(opts: StartOptions = {}): Promise<Coordin
   const bin = coordinatorBinary();
   for (let attempt = 1; ; attempt++) {
     const port = await freePort();
+    let metricsPort = opts.metrics ? await freePort() : 0;
+    while (metricsPort === port) metricsPort = await freePort();
+    const metricsAddress = opts.metrics ? `127.0.0.1:${metricsPort}` : undefined;
     const env: Record<string, string> = {
       PATH: process.env["PATH"] ?? "/usr/bin:/bin",
       COORDINATOR_LISTEN: `127.0.0.1:${port}`,
-      COORDINATOR_METRICS_LISTEN: "",
+      COORDINATOR_METRICS_LISTEN: metricsAddress ?? "",
       // On tmpfs when there is one: the memory store fsyncs its state, which
       // a busy disk would turn into slow grants and renewals.
       COORDINATOR_STATE_DIR: join(tempDir("coordinator-state-", fastDir()), "state"),
@@ -192,13 +199,31 @@ export async function startCoordinator(opts: StartOptions = {}): Promise<Coordin
     Object.assign(env, opts.env ?? {});
     const child = spawnListening(bin, [], env, port, 20_000);
     if (await child.listening) {
-      return { address: `127.0.0.1:${port}`, port, proc: child.proc, log: child.log, kill: child.kill };
+      return { address: `127.0.0.1:${port}`, port, metricsAddress, proc: child.proc, log: child.log, kill: child.kill };
     }
     await child.kill("SIGKILL");
     if (attempt >= 3 || !child.log().includes("address already in use")) {
       throw new Error(`the coordinator did not start:\n${child.log()}`);
     }
   }
+}
+
+/**
+ * metric sums the samples of name on coord's /metrics whose labels include
+ * every one of labels (e.g. {grpc_method: "RenewSession"}); 0 when none.
+ */
+export async function metric(coord: Coordinator, name: string, labels: Record<string, string> = {}): Promise<number> {
+  if (!coord.metricsAddress) throw new Error("the coordinator was started without metrics");
+  const resp = await fetch(`http://${coord.metricsAddress}/metrics`);
+  const text = await resp.text();
+  let sum = 0;
+  for (const line of text.split("\n")) {
+    const m = /^([a-zA-Z_:][\w:]*)(?:\{(.*)\})? (\S+)$/.exec(line);
+    if (!m || m[1] !== name) continue;
+    const have = new Map([...(m[2] ?? "").matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)].map((l) => [l[1]!, l[2]!]));
+    if (Object.entries(labels).every(([k, v]) => have.get(k) === v)) sum += Number(m[3]);
+  }
+  return sum;
 }
 
 /** A child process started by spawnListening. */

@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 import { Client, LeaseEndedError, NotAcquiredError } from "../src/index.js";
-import { modeOpts, modes, newClient, shutdown, sleep, startCoordinator, stores, uniq, usesSession, waitFor, type Coordinator } from "./helpers.js";
+import { modeOpts, modes, newClient, shutdown, sleep, startCoordinator, stores, uniq, usesStream, waitFor, type Coordinator } from "./helpers.js";
 
 after(shutdown);
 
@@ -21,11 +21,11 @@ for (const store of stores()) for (const mode of modes) {
   // Alone, before the tests that run concurrently: a 1s TTL leaves little
   // room for the rest of this process's work on a loaded machine.
   describe(`lock renewal (${store} store, ${mode})`, { timeout: 60_000 }, () => {
-    it(`renews ${mode === "session" ? "over the Session stream" : "over KeepAlive"}: a 1s lease held for 3.5s keeps its token`, async () => {
+    it(`renews ${mode === "stream" ? "over the operation stream" : "over KeepAlive"}: a 1s lease held for 3.5s keeps its token`, async () => {
       const name = uniq("locks/renew");
       const lease = await a.tryLock(name, { ttl: 1000 });
       assert.ok(lease);
-      assert.equal(usesSession(a), mode === "session", "the Session stream is open in session mode only");
+      assert.equal(usesStream(a), mode === "stream", "the operation stream is open in stream mode only");
       const firstSent = lease.renewedAt;
       const end = performance.now() + 3500;
       while (performance.now() < end) {
@@ -195,7 +195,7 @@ for (const store of stores()) for (const mode of modes) {
       );
       assert.ok(err instanceof NotAcquiredError, String(err));
       // Cancelling the call (unary), or the cancel operation the Client
-      // sends for it (Session stream), ends the coordinator's wait at once,
+      // sends for it (operation stream), ends the coordinator's wait at once,
       // while the name is still held.
       await waitFor("the waiter to leave", async () => (await a.describe(name)).waiters === 0, 15_000);
       const d = await a.describe(name);

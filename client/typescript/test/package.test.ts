@@ -150,7 +150,16 @@ describe("the npm package", { timeout: 180_000 }, () => {
     copyFileSync(join(pkgDir, "examples", "lock-example.ts"), join(project, "lock-example.ts"));
     writeFileSync(
       join(project, "consumer.ts"),
-      `import { Client, CoordinatorError, NotAcquiredError, type ClientOptions, type Lease, type LeaderEvent } from "@coordinator-dev/coordinator";
+      `import {
+  Client,
+  CoordinatorError,
+  NotAcquiredError,
+  SessionEndedError,
+  type ClientOptions,
+  type Lease,
+  type LeaderEvent,
+  type Session,
+} from "@coordinator-dev/coordinator";
 
 const opts: ClientOptions = { address: "127.0.0.1:7400", ttl: 5_000 };
 export async function use(client = new Client(opts)): Promise<bigint | undefined> {
@@ -167,6 +176,14 @@ export async function use(client = new Client(opts)): Promise<bigint | undefined
   const e: unknown = undefined;
   if (e instanceof NotAcquiredError) void (e.holder satisfies string);
   if (e instanceof CoordinatorError) void (e.code satisfies number);
+  if (e instanceof SessionEndedError) void (e.kind satisfies "released" | "lost" | "expired" | "closed");
+  const session: Session = await client.session({ ttl: 10_000 });
+  const attached: Lease | undefined = await client.tryLock("consumer/y", { session });
+  void (attached?.session satisfies Session | undefined);
+  // @ts-expect-error: a session is a Session, not its id
+  await client.tryLock("consumer/z", { session: session.id });
+  void ((await client.defaultSession()).id satisfies string);
+  void ((await session.close()) satisfies boolean);
   void asNumber;
   return lease?.token;
 }

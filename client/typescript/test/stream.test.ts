@@ -1,4 +1,4 @@
-// The Session transport: batching, stream breaks, the unary fallback, and
+// The operation stream: batching, stream breaks, the unary fallback, and
 // google.rpc.Status results decoded like unary errors.
 
 import assert from "node:assert/strict";
@@ -16,8 +16,8 @@ import { StatusSchema } from "../src/gen/google/rpc/status_pb.js";
 import { BadRequestSchema, ErrorInfoSchema, RetryInfoSchema } from "../src/gen/google/rpc/error_details_pb.js";
 import type { CoordinatorApi } from "../src/api.js";
 import { Code, CoordinatorError, DataLossQuarantineError, InvalidFieldError, LeaseNotHeldError, isTransient } from "../src/errors.js";
-import { SessionBrokeError, SessionTransport, UseUnaryError, resultOf, statusError } from "../src/session.js";
-import { newClient, shutdown, sleep, startCoordinator, uniq, usesSession } from "./helpers.js";
+import { StreamBrokeError, StreamTransport, UseUnaryError, resultOf, statusError } from "../src/stream.js";
+import { newClient, shutdown, sleep, startCoordinator, uniq, usesStream } from "./helpers.js";
 
 after(shutdown);
 
@@ -39,7 +39,7 @@ function granted(id: bigint): StreamResponse["results"][number] {
 const acquire = (name: string) =>
   ({ case: "acquire", value: { name, holder: "h#1", ttl: durationFromMs(1000) } }) as const;
 
-describe("session transport", { concurrency: true, timeout: 30_000 }, () => {
+describe("operation stream", { concurrency: true, timeout: 30_000 }, () => {
   it("decodes a result's google.rpc.Status into the unary call's error class", () => {
     const st = create(StatusSchema, {
       code: Code.InvalidArgument,
@@ -94,7 +94,7 @@ describe("session transport", { concurrency: true, timeout: 30_000 }, () => {
         yield create(StreamResponseSchema, { results: r.value.operations.map((o) => granted(o.id)) });
       }
     });
-    const t = new SessionTransport(api, new AbortController().signal, () => undefined);
+    const t = new StreamTransport(api, new AbortController().signal, () => undefined);
     const before = performance.now();
     const sig = new AbortController().signal;
     const out = await Promise.all([1, 2, 3].map((i) => t.call(acquire(`n${i}`), sig, 5000)));
@@ -120,7 +120,7 @@ describe("session transport", { concurrency: true, timeout: 30_000 }, () => {
       yield create(StreamResponseSchema, { results: r.value.operations.map((o) => granted(o.id)) });
       await reqs.next();
     });
-    const t = new SessionTransport(api, new AbortController().signal, () => undefined);
+    const t = new StreamTransport(api, new AbortController().signal, () => undefined);
     const sig = new AbortController().signal;
     const first = t.call(acquire("a"), sig, 5000).then(
       () => assert.fail("answered"),
@@ -129,37 +129,37 @@ describe("session transport", { concurrency: true, timeout: 30_000 }, () => {
     await sleep(5);
     const second = t.call(acquire("b"), sig, 5000);
     const err = await first;
-    assert.ok(err instanceof SessionBrokeError, String(err));
+    assert.ok(err instanceof StreamBrokeError, String(err));
     assert.equal(err.code, Code.Unavailable);
     assert.ok(isTransient(err), "retryable");
     assert.equal(resultOf((await second).res, "acquire").acquired, true);
     t.close();
   });
 
-  it("turns to unary calls for good when the coordinator lacks Session", async () => {
+  it("turns to unary calls for good when the coordinator lacks Stream", async () => {
     let opened = 0;
     const api = fakeApi(async function* () {
       opened++;
       throw new CoordinatorError("coordinator: Unimplemented: unknown method Stream", { code: Code.Unimplemented });
     });
-    const t = new SessionTransport(api, new AbortController().signal, () => undefined);
+    const t = new StreamTransport(api, new AbortController().signal, () => undefined);
     await assert.rejects(t.call(acquire("a"), new AbortController().signal, 5000), UseUnaryError);
     assert.equal(t.usable, false);
     assert.throws(() => t.submit(acquire("b"), () => undefined), UseUnaryError);
     assert.equal(opened, 1);
   });
 
-  it("a Client falls back to unary calls and KeepAlive against a coordinator without Session", async () => {
+  it("a Client falls back to unary calls and KeepAlive against a coordinator without Stream", async () => {
     const coord = await startCoordinator();
     const c = newClient({ address: coord.address });
     const t = (c as unknown as { transport: { api: CoordinatorApi } }).transport;
     t.api = fakeApi(async function* () {
       throw new CoordinatorError("coordinator: Unimplemented: unknown method Stream", { code: Code.Unimplemented });
     });
-    const name = uniq("session/fallback");
+    const name = uniq("stream/fallback");
     const lease = await c.tryLock(name, { ttl: 1000 });
     assert.ok(lease, "granted by the unary call");
-    assert.equal(usesSession(c), false);
+    assert.equal(usesStream(c), false);
     await sleep(1500); // renewed over KeepAlive
     assert.equal(lease.signal.aborted, false, lease.ended?.message);
     assert.equal(await lease.release(), true);
