@@ -556,6 +556,13 @@ func TestSessionCreateRenewDescribeClose(t *testing.T) {
 					t.Fatalf("lock -session %s: exit %d, stdout %q, stderr %q", name, r.code, r.stdout, r.stderr)
 				}
 			}
+			// lock's kinds attach too: a slot of a semaphore, a read lock.
+			for _, args := range [][]string{{"-n", "3", "s/slots"}, {"-shared", "s/rw"}, {"-write", "s/rw"}} {
+				r = coordctl(t, coord, nil, append(append([]string{"lock", "-session", id}, args...), "--", "sh", "-c", `echo "$COORDINATOR_FENCING_TOKEN"`)...)
+				if r.code != 0 {
+					t.Fatalf("lock -session %v: exit %d, stdout %q, stderr %q", args, r.code, r.stdout, r.stderr)
+				}
+			}
 			// Each released its own lease on the way out: the session goes on, empty.
 			d, err = sessionOf(t, c, id)
 			if err != nil || len(d.GetNames()) != 0 {
@@ -566,6 +573,11 @@ func TestSessionCreateRenewDescribeClose(t *testing.T) {
 			_, lines := background(t, coord, "lock", "-session", id, "s/held")
 			if line := nextLine(t, lines); !strings.Contains(line, "in session "+id) {
 				t.Fatalf("lock -session said %q", line)
+			}
+			// Another lock on it waits in line until -timeout.
+			r = coordctl(t, coord, nil, "lock", "-session", id, "-timeout", "500ms", "s/held", "--", "true")
+			if r.code != 1 || !strings.Contains(r.stderr, `"s/held" not acquired: held by`) {
+				t.Fatalf("lock -session on a held name: exit %d, stderr %q; want 1, not acquired", r.code, r.stderr)
 			}
 			r = coordctl(t, coord, nil, "session", "describe", id)
 			if r.code != 0 || !strings.HasPrefix(r.stdout, "session "+id+": ttl 1m0s, expires ") || !strings.Contains(r.stdout, ", 1 leases\n  s/held\n") {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/coordinator-dev/coordinator/client"
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
@@ -118,7 +119,8 @@ func (a *cli) keepSession() int {
 	if err != nil {
 		return a.waitFailed(sigs, "a session", err)
 	}
-	a.printSessionID(&coordinatorv1.Session{Id: s.ID(), Ttl: durationpb.New(s.TTL())})
+	// Its expiry by this process's clock (the coordinator's is a little later).
+	a.printSessionID(&coordinatorv1.Session{Id: s.ID(), Ttl: durationpb.New(s.TTL()), ExpiresAt: timestamppb.New(s.Deadline())})
 	code := a.holdUntilInterrupted(s, sigs)
 	ctx, cancel = releaseCtx()
 	defer cancel()
