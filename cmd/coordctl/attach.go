@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -69,10 +70,13 @@ func (a *cli) acquireAttached(ctx context.Context, c *client.Client, name, sessi
 		case err == nil && resp.GetAcquired():
 			//nolint:contextcheck // the watch outlives the wait, until release
 			return a.watchAttached(c, resp.GetLease()), nil
-		case ctx.Err() != nil:
-			abandon(c, name, req.GetHolder()) //nolint:contextcheck // ctx ended; giving up must not
-
-			return nil, &client.NotAcquiredError{Name: name, Holder: holder, Err: ctx.Err()}
+		case ctx.Err() != nil || waitEnded(err):
+			// The RPC may see its deadline before ctx does.
+			//nolint:contextcheck // ctx ended; giving up must not
+			if other := abandon(c, name, req.GetHolder()); holder == "" {
+				holder = other
+			}
+			return nil, &client.NotAcquiredError{Name: name, Holder: holder, Err: cmp.Or(ctx.Err(), context.DeadlineExceeded)}
 		case err == nil:
 			holder = resp.GetHolder() // waited maxWait: ask again
 		case status.Code(err) == codes.Unavailable:
@@ -88,20 +92,31 @@ func (a *cli) acquireAttached(ctx context.Context, c *client.Client, name, sessi
 	}
 }
 
+// waitEnded reports whether err is the end of the RPC's own deadline or
+// cancellation: a wait given up, not a refusal.
+func waitEnded(err error) bool {
+	code := status.Code(err)
+	return code == codes.DeadlineExceeded || code == codes.Canceled
+}
+
 // abandon releases what holder may have been granted on name by a call
-// whose answer was lost. Best effort: the session's end releases it anyway.
-func abandon(c *client.Client, name, holder string) {
+// whose answer was lost (best effort: the session's end releases it
+// anyway), and returns who else holds name, for the error.
+func abandon(c *client.Client, name, holder string) (other string) {
 	ctx, cancel := releaseCtx()
 	defer cancel()
 	d, err := c.API().Describe(ctx, &coordinatorv1.DescribeRequest{Name: name})
 	if err != nil {
-		return
+		return ""
 	}
 	for _, l := range grants(d) {
 		if l.GetHolder() == holder {
 			_, _ = c.API().Release(ctx, &coordinatorv1.ReleaseRequest{Name: name, Holder: holder, Token: l.GetToken()})
+		} else if other == "" {
+			other = l.GetHolder()
 		}
 	}
+	return other
 }
 
 // grants are every live grant of a described name.
