@@ -637,7 +637,7 @@ func TestSessionCreateRenewDescribeClose(t *testing.T) {
 // ends: its command is stopped, and coordctl says why.
 func TestLockInSessionEndsWithTheSession(t *testing.T) {
 	coord := coordtest.Start(t, coordtest.Config(t, "memory"))
-	keeper, lines := background(t, coord, "session", "create", "-keep", "-ttl", "1s")
+	keeper, lines := background(t, coord, "session", "create", "-keep", "-ttl", "2s")
 	id := nextLine(t, lines)
 	if len(id) != 32 {
 		t.Fatalf("session create -keep printed %q; want the id", id)
@@ -654,7 +654,7 @@ func TestLockInSessionEndsWithTheSession(t *testing.T) {
 	c := dial(t, coord)
 	testwaitHeld(t, c, "kept")
 	// The keeper renews it past its TTL: the lock outlives several TTLs.
-	time.Sleep(2500 * time.Millisecond)
+	time.Sleep(5 * time.Second)
 	if d, err := sessionOf(t, c, id); err != nil || len(d.GetNames()) != 1 {
 		t.Fatalf("after 2.5 TTLs, DescribeSession = %v, %v; want it renewed, with the lock", d, err)
 	}
