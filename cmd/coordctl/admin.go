@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strconv"
@@ -21,6 +22,9 @@ type heldJSON struct {
 	TTL       string    `json:"ttl"`
 	ExpiresAt time.Time `json:"expires_at"`
 	Weight    uint32    `json:"weight"`
+	// Session is the session the lease is attached to; none for a lease
+	// of its own TTL.
+	Session string `json:"session,omitempty"`
 	valueJSON
 }
 
@@ -54,7 +58,8 @@ func newValueJSON(v []byte) valueJSON {
 
 func newHeldJSON(l *coordinatorv1.Lease) heldJSON {
 	j := heldJSON{Name: l.GetName(), Holder: l.GetHolder(), Token: l.GetToken(),
-		TTL: l.GetTtl().AsDuration().String(), ExpiresAt: l.GetExpiresAt().AsTime(), Weight: max(l.GetWeight(), 1)}
+		TTL: l.GetTtl().AsDuration().String(), ExpiresAt: l.GetExpiresAt().AsTime(), Weight: max(l.GetWeight(), 1),
+		Session: l.GetSessionId()}
 	j.valueJSON = newValueJSON(l.GetValue())
 	return j
 }
@@ -93,16 +98,16 @@ func runDescribe(a *cli, args, _ []string) int {
 			// A semaphore or read-write lock: every share on a line.
 			a.printf("%s: capacity %d, %d held by %d holders\n", name, d.GetCapacity(), heldWeight(d.GetHolders()), len(d.GetHolders()))
 			for _, l := range d.GetHolders() {
-				a.printf("  weight %d held by %s with token %d, ttl %s, expires %s\n", max(l.GetWeight(), 1),
-					l.GetHolder(), l.GetToken(), l.GetTtl().AsDuration(), l.GetExpiresAt().AsTime().Local().Format(time.RFC3339Nano))
+				a.printf("  weight %d held by %s with token %d, ttl %s, expires %s%s\n", max(l.GetWeight(), 1),
+					l.GetHolder(), l.GetToken(), l.GetTtl().AsDuration(), l.GetExpiresAt().AsTime().Local().Format(time.RFC3339Nano), inSession(l))
 			}
 			a.printf("last token %d, %d waiting for %d\n", d.GetLastToken(), d.GetWaiters(), d.GetWaitingWeight())
 			return app.ExitOK
 		}
 		if d.GetHeld() {
 			l := d.GetLease()
-			a.printf("%s: held by %s with token %d, ttl %s, expires %s",
-				name, l.GetHolder(), l.GetToken(), l.GetTtl().AsDuration(), l.GetExpiresAt().AsTime().Local().Format(time.RFC3339Nano))
+			a.printf("%s: held by %s with token %d, ttl %s, expires %s%s",
+				name, l.GetHolder(), l.GetToken(), l.GetTtl().AsDuration(), l.GetExpiresAt().AsTime().Local().Format(time.RFC3339Nano), inSession(l))
 			if len(l.GetValue()) > 0 {
 				a.printf(", value %s", text(l.GetValue()))
 			}
@@ -142,14 +147,22 @@ func runList(a *cli, args, _ []string) int {
 			return app.ExitOK
 		}
 		w := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-		_, _ = fmt.Fprintln(w, "NAME\tHOLDER\tTOKEN\tTTL\tEXPIRES")
+		_, _ = fmt.Fprintln(w, "NAME\tHOLDER\tTOKEN\tTTL\tEXPIRES\tSESSION")
 		for _, l := range leases {
-			_, _ = fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\n", l.GetName(), l.GetHolder(), l.GetToken(),
-				l.GetTtl().AsDuration(), l.GetExpiresAt().AsTime().Local().Format(time.RFC3339))
+			_, _ = fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%s\n", l.GetName(), l.GetHolder(), l.GetToken(),
+				l.GetTtl().AsDuration(), l.GetExpiresAt().AsTime().Local().Format(time.RFC3339), cmp.Or(l.GetSessionId(), "-"))
 		}
 		_ = w.Flush()
 		return app.ExitOK
 	})
+}
+
+// inSession is ", session ID" for a lease attached to a session.
+func inSession(l *coordinatorv1.Lease) string {
+	if l.GetSessionId() == "" {
+		return ""
+	}
+	return ", session " + l.GetSessionId()
 }
 
 // runRelease: coordctl release NAME HOLDER TOKEN.

@@ -35,17 +35,18 @@ var commands map[string]command
 
 func init() {
 	commands = map[string]command{
-		"lock":     {"NAME [-- CMD ARGS…]", "wait for the lock NAME (with -n, one of its N slots; with -shared or -write, a read or write lock), then run CMD under it (or hold it until interrupted)", 1, 1, true, runLock},
+		"lock":     {"NAME [-- CMD ARGS…]", "wait for the lock NAME (with -n, one of its N slots; with -shared or -write, a read or write lock; with -session ID, in that session), then run CMD under it (or hold it until interrupted)", 1, 1, true, runLock},
 		"elect":    {"ELECTION VALUE [-- CMD ARGS…]", "campaign until elected, then run CMD as the leader (or lead until interrupted)", 2, 2, true, runElect},
 		"leader":   {"ELECTION", "show the sitting leader (exit 1 when there is none)", 1, 1, false, runLeader},
 		"observe":  {"ELECTION", "print every change of leadership, one line each, until interrupted", 1, 1, false, runObserve},
 		"describe": {"NAME", "show a name's lease, last fencing token and waiters", 1, 1, false, runDescribe},
 		"list":     {"[PREFIX]", "list the held leases, optionally under PREFIX", 0, 1, false, runList},
 		"release":  {"NAME HOLDER TOKEN", "release a lease on behalf of its holder (an operator's override)", 3, 3, false, runRelease},
+		"session":  {"create | renew ID | close ID | describe ID | hold NAME… [-- CMD ARGS…]", "make, renew, close or show a session; hold locks in one (see below)", 1, 1 + maxHoldNames, true, runSession},
 	}
 }
 
-var commandOrder = []string{"lock", "elect", "leader", "observe", "describe", "list", "release"}
+var commandOrder = []string{"lock", "elect", "leader", "observe", "describe", "list", "release", "session"}
 
 // cli is a coordctl invocation: its flags and outputs.
 type cli struct {
@@ -62,8 +63,10 @@ type cli struct {
 	tlsOn          bool
 	tlsFiles       app.TLSFiles
 	version        bool
-	slots          int64 // lock -n: the semaphore's capacity
-	shared, write  bool  // lock -shared, -write: a reader or writer of a read-write lock
+	slots          int64  // lock -n: the semaphore's capacity
+	shared, write  bool   // lock -shared, -write: a reader or writer of a read-write lock
+	session        string // lock -session: the session to attach the lease to
+	keep           bool   // session create -keep: renew it until interrupted
 
 	tls *tls.Config // from the TLS flags, by check; nil: plaintext
 }
@@ -78,13 +81,16 @@ func (a *cli) flagSet(name string) *flag.FlagSet {
 		return def
 	}
 	fs.StringVar(&a.addr, "addr", env("COORDINATOR_ADDR", "127.0.0.1:7400"), "coordinator address [$COORDINATOR_ADDR]")
-	fs.DurationVar(&a.ttl, "ttl", client.DefaultTTL, "TTL of the lease or leadership (lock, elect)")
+	fs.DurationVar(&a.ttl, "ttl", client.DefaultTTL, "TTL of the lease or leadership (lock, elect), or of the session (session create, session hold)")
 	fs.DurationVar(&a.timeout, "timeout", 0, "lock, elect: how long to wait for the lock or leadership, connecting included (0: no limit);\n"+
 		"leader, describe, list, release: how long the call may take (0: 10s); observe: not used")
 	fs.DurationVar(&a.connectTimeout, "connect-timeout", 10*time.Second, "lock, elect, observe: how long to try to reach the coordinator before failing (0: no limit)")
 	fs.Int64Var(&a.slots, "n", 1, "lock: hold one of the N slots of the semaphore NAME (every user of NAME must give the same N)")
 	fs.BoolVar(&a.shared, "shared", false, "lock: hold NAME as a reader of a read-write lock, beside other readers")
 	fs.BoolVar(&a.write, "write", false, "lock: hold NAME as the writer of a read-write lock (a plain lock on such a name is refused: its capacity differs)")
+	fs.StringVar(&a.session, "session", "", "lock: attach the lease to the session ID (session create), which another process renews;\n"+
+		"it lasts as long as the session, and is released alone on the way out")
+	fs.BoolVar(&a.keep, "keep", false, "session create: renew the session until interrupted, then close it")
 	fs.DurationVar(&a.grace, "grace", 10*time.Second, "after SIGTERM, how long CMD may take to exit before SIGKILL")
 	fs.StringVar(&a.output, "o", "text", "output format: text or json")
 	fs.StringVar(&a.output, "output", "text", "output format: text or json (same as -o)")
@@ -112,6 +118,15 @@ or the write lock of a read-write lock (a writer's token is above every
 token granted before it);
 CMD runs in its own process group, which gets SIGTERM (SIGKILL after -grace)
 when the lease is lost, and the signals coordctl gets.
+
+A session is a liveness that leases attach to: one renewal keeps them all,
+and they end together. session create prints a new session's id (it expires
+after -ttl unless renewed: session renew, or create -keep, which renews it
+until interrupted and then closes it); lock -session ID attaches a lock to
+it. session hold takes every NAME in one new session, which it renews, and
+passes CMD COORDINATOR_SESSION_ID, COORDINATOR_LOCK_NAMES and
+COORDINATOR_FENCING_TOKENS (space-separated, in the same order); closing the
+session on the way out releases them all in one call.
 
 Exit status: 0 success; 1 not acquired, lost, not found, unreachable or
 failed; 2 bad usage; with CMD, CMD's own status when it ran to its end.
@@ -192,9 +207,15 @@ func (a *cli) usageError(err error) int {
 	return code
 }
 
-// fail reports err and returns the failure status.
+// fail reports err and returns the failure status. The coordinator's
+// reason (SESSION_CLOSED, LEASE_NOT_HELD…) is named when its message does
+// not: it is what a script tells errors apart by.
 func (a *cli) fail(err error) int {
-	a.warnf("%v", err)
+	msg := err.Error()
+	if reason := client.ErrorReason(err); reason != "" && !strings.Contains(msg, reason) {
+		msg += " (" + reason + ")"
+	}
+	a.warnf("%s", msg)
 	return app.ExitFail
 }
 

@@ -28,6 +28,10 @@ import (
 var binary string
 
 func TestMain(m *testing.M) {
+	if filepath.Base(os.Args[0]) == "grpcurl" {
+		// README blocks run by the tests call it (readme_test.go).
+		os.Exit(grpcurl(os.Args[1:], os.Stdout, os.Stderr))
+	}
 	dir, err := os.MkdirTemp("", "coordctl-test")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -522,4 +526,268 @@ func TestLockSlotsAndReadWriteLocks(t *testing.T) {
 			}
 		}
 	})
+}
+
+// sessionOf describes the session id through the API.
+func sessionOf(t *testing.T, c *client.Client, id string) (*coordinatorv1.DescribeSessionResponse, error) {
+	t.Helper()
+	return c.API().DescribeSession(context.Background(), &coordinatorv1.DescribeSessionRequest{SessionId: id})
+}
+
+func TestSessionCreateRenewDescribeClose(t *testing.T) {
+	for _, store := range []string{"memory", "redis"} {
+		t.Run(store, func(t *testing.T) {
+			coord := coordtest.Start(t, coordtest.Config(t, store))
+			c := dial(t, coord)
+			r := coordctl(t, coord, nil, "session", "create", "-ttl", "1m")
+			id := strings.TrimSpace(r.stdout)
+			if r.code != 0 || len(id) != 32 || strings.ContainsAny(id, " \n") {
+				t.Fatalf("session create: exit %d, stdout %q, stderr %q; want the id alone", r.code, r.stdout, r.stderr)
+			}
+			d, err := sessionOf(t, c, id)
+			if err != nil || d.GetSession().GetTtl().AsDuration() != time.Minute {
+				t.Fatalf("DescribeSession(%s) = %v, %v; want a live session of 1m", id, d, err)
+			}
+
+			// Two locks attach to it, from processes that run a command each.
+			for _, name := range []string{"s/a", "s/b"} {
+				r = coordctl(t, coord, nil, "lock", "-session", id, name, "--", "sh", "-c", `echo "$COORDINATOR_SESSION_ID $COORDINATOR_FENCING_TOKEN"`)
+				if r.code != 0 || !strings.HasPrefix(r.stdout, id+" ") {
+					t.Fatalf("lock -session %s: exit %d, stdout %q, stderr %q", name, r.code, r.stdout, r.stderr)
+				}
+			}
+			// lock's kinds attach too: a slot of a semaphore, a read lock.
+			for _, args := range [][]string{{"-n", "3", "s/slots"}, {"-shared", "s/rw"}, {"-write", "s/rw"}} {
+				r = coordctl(t, coord, nil, append(append([]string{"lock", "-session", id}, args...), "--", "sh", "-c", `echo "$COORDINATOR_FENCING_TOKEN"`)...)
+				if r.code != 0 {
+					t.Fatalf("lock -session %v: exit %d, stdout %q, stderr %q", args, r.code, r.stdout, r.stderr)
+				}
+			}
+			// Each released its own lease on the way out: the session goes on, empty.
+			d, err = sessionOf(t, c, id)
+			if err != nil || len(d.GetNames()) != 0 {
+				t.Fatalf("after the commands, DescribeSession = %v, %v; want it alive without leases", d, err)
+			}
+
+			// A lock held in the background shows in describe and list.
+			_, lines := background(t, coord, "lock", "-session", id, "s/held")
+			if line := nextLine(t, lines); !strings.Contains(line, "in session "+id) {
+				t.Fatalf("lock -session said %q", line)
+			}
+			// Another lock on it waits in line until -timeout.
+			r = coordctl(t, coord, nil, "lock", "-session", id, "-timeout", "500ms", "s/held", "--", "true")
+			if r.code != 1 || !strings.Contains(r.stderr, `"s/held" not acquired: held by`) {
+				t.Fatalf("lock -session on a held name: exit %d, stderr %q; want 1, not acquired", r.code, r.stderr)
+			}
+			r = coordctl(t, coord, nil, "session", "describe", id)
+			if r.code != 0 || !strings.HasPrefix(r.stdout, "session "+id+": ttl 1m0s, expires ") || !strings.Contains(r.stdout, ", 1 leases\n  s/held\n") {
+				t.Fatalf("session describe: exit %d, %q, %q", r.code, r.stdout, r.stderr)
+			}
+			r = coordctl(t, coord, nil, "-o", "json", "session", "describe", id)
+			var described sessionJSON
+			if r.code != 0 || json.Unmarshal([]byte(r.stdout), &described) != nil || described.ID != id || described.TTL != "1m0s" ||
+				len(described.Names) != 1 || described.Names[0] != "s/held" || time.Until(described.ExpiresAt) <= 0 {
+				t.Fatalf("session describe -o json: exit %d, %q", r.code, r.stdout)
+			}
+			r = coordctl(t, coord, nil, "describe", "s/held")
+			if r.code != 0 || !strings.Contains(r.stdout, ", session "+id+"\n") {
+				t.Fatalf("describe: exit %d, %q", r.code, r.stdout)
+			}
+			r = coordctl(t, coord, nil, "list", "s/")
+			if r.code != 0 || !strings.Contains(r.stdout, "SESSION") || !strings.Contains(r.stdout, " "+id+"\n") {
+				t.Fatalf("list: exit %d, %q", r.code, r.stdout)
+			}
+			r = coordctl(t, coord, nil, "-o", "json", "list", "s/")
+			var listed []heldJSON
+			if r.code != 0 || json.Unmarshal([]byte(r.stdout), &listed) != nil || len(listed) != 1 || listed[0].Session != id {
+				t.Fatalf("list -o json: exit %d, %q", r.code, r.stdout)
+			}
+
+			before := described.ExpiresAt
+			r = coordctl(t, coord, nil, "-o", "json", "session", "renew", id)
+			var renewed sessionJSON
+			if r.code != 0 || json.Unmarshal([]byte(r.stdout), &renewed) != nil || renewed.ID != id || renewed.ExpiresAt.Before(before) {
+				t.Fatalf("session renew: exit %d, %q; want an expiry from %s on", r.code, r.stdout, before)
+			}
+			if r = coordctl(t, coord, nil, "session", "renew", id); r.code != 0 || !strings.HasPrefix(r.stdout, "session "+id+" renewed: ttl 1m0s, expires ") {
+				t.Fatalf("session renew: exit %d, %q", r.code, r.stdout)
+			}
+
+			// Closing it releases the held lock, which tells its process.
+			if r = coordctl(t, coord, nil, "session", "close", id); r.code != 0 || r.stdout != "session "+id+" closed: its leases are released\n" {
+				t.Fatalf("session close: exit %d, %q, %q", r.code, r.stdout, r.stderr)
+			}
+			dd, err := c.API().Describe(context.Background(), &coordinatorv1.DescribeRequest{Name: "s/held"})
+			if err != nil || dd.GetHeld() {
+				t.Fatalf("after session close, Describe = %v, %v; want it free", dd, err)
+			}
+			for _, args := range [][]string{{"session", "renew", id}, {"session", "describe", id}, {"lock", "-session", id, "s/late", "--", "true"}} {
+				if r = coordctl(t, coord, nil, args...); r.code != 1 || !strings.Contains(r.stderr, "SESSION_CLOSED") && !strings.Contains(r.stderr, "closed") {
+					t.Errorf("%v after close: exit %d, stderr %q; want 1 saying the session is closed", args, r.code, r.stderr)
+				}
+			}
+			if r = coordctl(t, coord, nil, "session", "close", id); r.code != 0 {
+				t.Errorf("closing again: exit %d, %q; closing a closed session succeeds", r.code, r.stderr)
+			}
+		})
+	}
+}
+
+// A lock in a session that another process keeps is lost when the session
+// ends: its command is stopped, and coordctl says why.
+func TestLockInSessionEndsWithTheSession(t *testing.T) {
+	coord := coordtest.Start(t, coordtest.Config(t, "memory"))
+	keeper, lines := background(t, coord, "session", "create", "-keep", "-ttl", "2s")
+	id := nextLine(t, lines)
+	if len(id) != 32 {
+		t.Fatalf("session create -keep printed %q; want the id", id)
+	}
+	type outcome struct {
+		r   result
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		r, err := runCoordctl(coord, nil, "lock", "-session", id, "-grace", "1s", "kept", "--", "sh", "-c", `trap "" TERM; sleep 30`)
+		done <- outcome{r, err}
+	}()
+	c := dial(t, coord)
+	testwaitHeld(t, c, "kept")
+	// The keeper renews it past its TTL: the lock outlives several TTLs.
+	time.Sleep(5 * time.Second)
+	if d, err := sessionOf(t, c, id); err != nil || len(d.GetNames()) != 1 {
+		t.Fatalf("after 2.5 TTLs, DescribeSession = %v, %v; want it renewed, with the lock", d, err)
+	}
+	select {
+	case out := <-done:
+		t.Fatalf("lock ended while its session lived: %+v", out)
+	default:
+	}
+	// SIGINT: the keeper closes the session, which releases the lock.
+	if err := keeper.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	if err := keeper.Wait(); err != nil {
+		t.Fatalf("session create -keep after SIGINT: %v; want exit 0", err)
+	}
+	out := <-done
+	if out.err != nil {
+		t.Fatal(out.err)
+	}
+	if out.r.code != 1 || !strings.Contains(out.r.stderr, "SESSION_CLOSED") {
+		t.Fatalf("lock: exit %d, stderr %q; want 1, naming the closed session", out.r.code, out.r.stderr)
+	}
+}
+
+// testwaitHeld waits until name is held.
+func testwaitHeld(t *testing.T, c *client.Client, name string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		d, err := c.API().Describe(context.Background(), &coordinatorv1.DescribeRequest{Name: name})
+		if err == nil && d.GetHeld() {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never held: %v, %v", name, d, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// session hold takes its names in one session; a waiter for one of them is
+// granted when it closes the session, and its command saw every token.
+func TestSessionHoldTakesEveryNameInOneSession(t *testing.T) {
+	coord := coordtest.Start(t, coordtest.Config(t, "memory"))
+	c := dial(t, coord)
+	hold, lines := background(t, coord, "-o", "json", "session", "hold", "-ttl", "2s", "h/a", "h/b", "h/c")
+	var held struct {
+		Session sessionJSON `json:"session"`
+		Leases  []leaseJSON `json:"leases"`
+	}
+	if line := nextLine(t, lines); json.Unmarshal([]byte(line), &held) != nil || len(held.Leases) != 3 || held.Session.TTL != "2s" {
+		t.Fatalf("session hold printed %q", line)
+	}
+	d, err := sessionOf(t, c, held.Session.ID)
+	if err != nil || strings.Join(d.GetNames(), " ") != "h/a h/b h/c" {
+		t.Fatalf("DescribeSession = %v, %v; want the three names", d, err)
+	}
+	for _, l := range held.Leases {
+		if l.Session != "" {
+			t.Fatalf("lease %+v: session hold's leases print no session of their own", l)
+		}
+	}
+	// A waiter in line for h/b; the session outlives its TTL (renewed).
+	waiter := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		l, err := c.Lock(ctx, "h/b")
+		if err == nil && l.Token() <= held.Leases[1].Token {
+			err = fmt.Errorf("token %d after %d", l.Token(), held.Leases[1].Token)
+		}
+		waiter <- err
+	}()
+	time.Sleep(3 * time.Second)
+	select {
+	case err := <-waiter:
+		t.Fatalf("the waiter got h/b while the session held it: %v", err)
+	default:
+	}
+	if err := hold.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := hold.Wait(); err != nil {
+		t.Fatalf("session hold after SIGTERM: %v; want exit 0", err)
+	}
+	if err := <-waiter; err != nil {
+		t.Fatalf("waiter: %v", err)
+	}
+	if _, err := sessionOf(t, c, held.Session.ID); client.ErrorReason(err) != "SESSION_CLOSED" {
+		t.Fatalf("after session hold, DescribeSession: %v; want SESSION_CLOSED", err)
+	}
+
+	// With a command: it sees the session and every token, in order.
+	r := coordctl(t, coord, nil, "session", "hold", "h/x", "h/y", "--", "sh", "-c",
+		`echo "$COORDINATOR_SESSION_ID|$COORDINATOR_LOCK_NAMES|$COORDINATOR_FENCING_TOKENS"`)
+	parts := strings.Split(strings.TrimSpace(r.stdout), "|")
+	if r.code != 0 || len(parts) != 3 || len(parts[0]) != 32 || parts[1] != "h/x h/y" || len(strings.Fields(parts[2])) != 2 {
+		t.Fatalf("session hold -- CMD: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	if _, err := sessionOf(t, c, parts[0]); client.ErrorReason(err) != "SESSION_CLOSED" {
+		t.Fatalf("after session hold -- CMD, DescribeSession: %v; want SESSION_CLOSED", err)
+	}
+	if r := coordctl(t, coord, nil, "session", "hold", "h/x", "--", "sh", "-c", "exit 4"); r.code != 4 {
+		t.Fatalf("session hold -- CMD: exit %d; want CMD's 4", r.code)
+	}
+}
+
+func TestSessionUsageErrors(t *testing.T) {
+	coord := coordtest.Start(t, coordtest.Config(t, "memory"))
+	for _, tc := range []struct {
+		args []string
+		want int
+		says string
+	}{
+		{[]string{"session"}, 2, "usage: coordctl [flags] session"},
+		{[]string{"session", "open"}, 2, `unknown session command "open"`},
+		{[]string{"session", "renew"}, 2, "usage: coordctl [flags] session renew ID"},
+		{[]string{"session", "close", "a", "b"}, 2, "usage: coordctl [flags] session close ID"},
+		{[]string{"session", "hold"}, 2, "usage: coordctl [flags] session hold NAME"},
+		{[]string{"session", "create", "--", "true"}, 2, "does not run a command"},
+		{[]string{"session", "renew", "-keep", "x"}, 2, "-keep"},
+		{[]string{"session", "create", "-ttl", "0s"}, 2, "-ttl"},
+		{[]string{"elect", "-session", "x", "e", "v"}, 2, "only lock attaches"},
+		{[]string{"session", "create", "-ttl", "10m"}, 1, "ttl"},
+		{[]string{"session", "renew", "nope"}, 1, "SESSION_NOT_FOUND"},
+		{[]string{"session", "describe", strings.Repeat("0", 32)}, 1, "SESSION_NOT_FOUND"},
+		{[]string{"lock", "-session", strings.Repeat("0", 32), "x", "--", "true"}, 1, "SESSION_NOT_FOUND"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			r := coordctl(t, coord, nil, tc.args...)
+			if r.code != tc.want || !strings.Contains(r.stderr, tc.says) {
+				t.Fatalf("exit %d, stderr %q; want exit %d saying %q", r.code, r.stderr, tc.want, tc.says)
+			}
+		})
+	}
 }

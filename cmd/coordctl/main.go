@@ -35,6 +35,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err := a.check(); err != nil {
 		return a.usageError(err)
 	}
+	if a.session != "" && pos[0] != "lock" {
+		return a.usageError(fmt.Errorf("-session: only lock attaches to a session (%s does not)", pos[0]))
+	}
 	if rest != nil && !cmd.takesCommand {
 		return a.usageError(fmt.Errorf("%s does not run a command after --", pos[0]))
 	}
