@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 
@@ -26,6 +27,7 @@ func RunSessions(t *testing.T, newStore Factory) {
 		{"ADeadSessionNeverRevives", testSessionDeadForEver, Options{}},
 		{"AnAttachedLeaseIsRenewedThroughItsSession", testSessionLeaseRenew, Options{}},
 		{"AttachedSemaphoreGrantsShareTheCapacity", testSessionSemaphore, Options{}},
+		{"ReleasingAttachedSharesOneByOneFreesTheirWeight", testSessionSharesReleased, Options{}},
 		{"ObserversSeeTheVacancyOfAnExpiredSession", testSessionObservers, Options{}},
 	}
 	for _, tc := range tests {
@@ -333,6 +335,49 @@ func testSessionSemaphore(t *testing.T, s Subject, ss store.Sessions) {
 	}
 	if res := share(t, s, "pool", "x", 3, 3, "x"); !res.Acquired {
 		t.Fatal("the whole capacity was not free after the session closed")
+	}
+}
+
+// Shares of one name in one session, released one by one while the
+// session lives: each release gives its weight back, for the session's own
+// next shares as for anyone's.
+func testSessionSharesReleased(t *testing.T, s Subject, ss store.Sessions) {
+	ctx := context.Background()
+	sess := newSession(t, ss)
+	const capacity = 4
+	tests := []struct {
+		weights []int64 // held at once, in the session, then released in order
+		next    int64   // then acquired in the session, and by a holder of its own
+	}{
+		{[]int64{1, 1, 1, 1}, 3},
+		{[]int64{2, 2}, 2},
+		{[]int64{3, 1}, 3},
+		{[]int64{1, 2}, 1},
+	}
+	for round, tc := range tests {
+		name := fmt.Sprintf("pool-%d", round)
+		var leases []store.Lease
+		for i, w := range tc.weights {
+			res, err := s.Acquire(ctx, store.AcquireRequest{Name: name, Holder: fmt.Sprintf("h%d", i), Capacity: capacity, Weight: w,
+				Session: sess.ID, SessionOwner: owner})
+			if err != nil || !res.Acquired {
+				t.Fatalf("%s: share %d (weight %d) in the session = %+v, %v", name, i, w, res, err)
+			}
+			leases = append(leases, res.Lease)
+		}
+		for i, l := range leases {
+			if ok, err := s.Release(ctx, name, l.Holder, l.Token); err != nil || !ok {
+				t.Fatalf("%s: Release of share %d = %v, %v", name, i, ok, err)
+			}
+		}
+		res, err := s.Acquire(ctx, store.AcquireRequest{Name: name, Holder: "next", Capacity: capacity, Weight: tc.next,
+			Session: sess.ID, SessionOwner: owner})
+		if err != nil || !res.Acquired {
+			t.Fatalf("%s: weight %d in the session after every share was released = %+v, %v; want granted", name, tc.next, res, err)
+		}
+		if res := share(t, s, name, "own", capacity, capacity-tc.next, ""); !res.Acquired {
+			t.Fatalf("%s: the rest of the capacity (%d) by a holder of its own = %+v; want granted", name, capacity-tc.next, res)
+		}
 	}
 }
 

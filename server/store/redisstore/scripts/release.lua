@@ -56,10 +56,12 @@ if n <= 0 then
   else
     redis.call('PEXPIRE', KEYS[1], ARGV[5])
   end
-elseif cur[7] then
-  redis.call('HDEL', KEYS[1], field, 's:' .. ARGV[1])
 else
-  redis.call('HDEL', KEYS[1], field)
+  if cur[7] then
+    redis.call('HDEL', KEYS[1], field, 's:' .. ARGV[1])
+  else
+    redis.call('HDEL', KEYS[1], field)
+  end
   redis.call('HSET', KEYS[1], 'used', ms((tonumber(cur[2]) or weight) - weight), 'n', ms(n))
   local last = math.max((tonumber(cur[6]) or 0) + tonumber(ARGV[6]) + idle, now + idle, watched)
   redis.call('PEXPIREAT', KEYS[1], ms(last))
