@@ -111,8 +111,9 @@ func startedStreams(t testing.TB, coord *coordtest.Coordinator, method string) i
 	return total
 }
 
-// renew moves clock, the fake clock of l's Client, to l's next renewal and
-// waits until the renewal was answered. The coordinator's clock is real:
+// renew moves clock, the fake clock of l's Client, to l's next renewal (its
+// session's, for a lease in a session) and waits until the renewal was
+// answered. The coordinator's clock is real:
 // leases renewed this way should have a TTL longer than the test.
 func renew(t testing.TB, clock *clockwork.FakeClock, l *lease) {
 	t.Helper()
@@ -129,8 +130,12 @@ func renewAll(t testing.TB, clock *clockwork.FakeClock, leases ...*lease) {
 	s.mu.Lock()
 	for i, l := range leases {
 		before[i] = l.confirmed
-		if l.nextRenew.After(latest) {
-			latest = l.nextRenew
+		next := l.nextRenew
+		if l.session != nil { // renewed with its session
+			next = l.session.nextRenew
+		}
+		if next.After(latest) {
+			latest = next
 		}
 	}
 	s.mu.Unlock()
