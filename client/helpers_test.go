@@ -166,7 +166,7 @@ var modes = []struct {
 	name string
 	opt  Option
 }{
-	{"session", optionFunc(func(*config) {})},
+	{"stream", optionFunc(func(*config) {})},
 	{"unary", WithUnaryCalls()},
 }
 
@@ -184,5 +184,28 @@ func forEachModeAndStore(t *testing.T, test func(t *testing.T, mode Option, coor
 	t.Helper()
 	forEachMode(t, func(t *testing.T, mode Option) {
 		forEachStore(t, func(t *testing.T, coord *coordtest.Coordinator) { test(t, mode, coord) })
+	})
+}
+
+// holding is how a test holds its lease of a TTL: on its own (WithTTL on
+// the lock), or in the Client's default session of that TTL.
+type holding struct {
+	name      string
+	client    Option
+	lock      []LockOption
+	inSession bool
+}
+
+// forEachModeAndHolding is forEachMode of both holdings of a lease of ttl.
+func forEachModeAndHolding(t *testing.T, ttl time.Duration, test func(t *testing.T, mode Option, h holding)) {
+	t.Helper()
+	holdings := []holding{
+		{name: "own", client: optionFunc(func(*config) {}), lock: []LockOption{WithTTL(ttl)}},
+		{name: "in-session", client: WithTTL(ttl), inSession: true},
+	}
+	forEachMode(t, func(t *testing.T, mode Option) {
+		for _, h := range holdings {
+			t.Run(h.name, func(t *testing.T) { test(t, mode, h) })
+		}
 	})
 }
