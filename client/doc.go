@@ -39,6 +39,12 @@
 // session of the Client, closes a session on the coordinator in one call,
 // which releases all its leases.
 //
+// As a lease in a session is not renewed on its own, the Client does not
+// notice one that was released on its behalf (an operator's Release by
+// holder and token) while the session lives: its Done stays open. A lease
+// of its own ends with ErrLost at its next renewal then. Either way the
+// fencing token is what protects the resource.
+//
 // # Renewal
 //
 // A session, and a held Lease or Leadership of its own, renews itself in
