@@ -157,7 +157,7 @@ func (c *Client) acquire(ctx context.Context, cfg lockConfig, wait bool, kind, n
 		}
 		newSessions++
 		// Known dead on the coordinator: end it, and its leases, here too.
-		_ = c.renewals.end(cfg.session.l, fmt.Errorf("%w: %s: %v", ErrLost, cfg.session.l.describe(), cause))
+		_ = c.renewals.end(cfg.session.l, fmt.Errorf("%w: %s: %w", ErrLost, cfg.session.l.describe(), cause))
 		s, err := c.sessionToJoin(ctx, wait, kind, name)
 		if err != nil || s == nil {
 			return false

@@ -383,11 +383,11 @@ func TestALeadershipInASession(t *testing.T) {
 	})
 }
 
-// TestCloseReleasesEverythingInOneCallASession: Client.Close closes each
+// TestCloseClosesEachSessionInOneCall: Client.Close closes each
 // session (the default one and those NewSession made) in one CloseSession,
 // with no release of their leases one by one, and others get every name at
 // once.
-func TestCloseReleasesEverythingInOneCallASession(t *testing.T) {
+func TestCloseClosesEachSessionInOneCall(t *testing.T) {
 	t.Parallel()
 	forEachModeAndStore(t, func(t *testing.T, mode Option, coord *coordtest.Coordinator) {
 		ctx := testCtx(t)

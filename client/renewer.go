@@ -16,9 +16,12 @@ import (
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
 )
 
-// renewer renews every lease and leadership of a Client: over the Client's
-// operation stream (renew operations), or over one KeepAlive stream of its own
-// with WithUnaryCalls or a coordinator without Stream.
+// renewer renews every session, and every lease and leadership of its own,
+// of a Client: over the Client's operation stream (renew and renew_session
+// operations), or, with WithUnaryCalls or a coordinator without Stream,
+// leases over one KeepAlive stream of its own and sessions with unary
+// RenewSession calls. A lease attached to a session is not in it: it takes
+// its session's validity at each of its renewals, and ends with it.
 //
 // One scheduler goroutine keeps the leases in a heap ordered by when each
 // next needs attention: its renewal (about ttl/3 after the last successful
