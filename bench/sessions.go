@@ -61,13 +61,14 @@ func holdAndCount(ctx context.Context, env benchEnv, rdb redis.UniversalClient, 
 		return 0, err
 	}
 	defer func() { _ = c.Close() }()
-	var opts []client.LockOption
+	// One by one: leases of their own TTL, outside the default session.
+	opts := []client.LockOption{client.WithTTL(sessionsTTL)}
 	if inSession {
 		s, err := c.NewSession(ctx, client.WithTTL(sessionsTTL))
 		if err != nil {
 			return 0, fmt.Errorf("new session: %w", err)
 		}
-		opts = append(opts, client.WithSession(s))
+		opts = []client.LockOption{client.WithSession(s)}
 	}
 	run := time.Now().UnixNano()
 	if err := closedLoopN(n, 64, func(i int) error {

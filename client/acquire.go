@@ -17,7 +17,10 @@ import (
 // errors are the coordinator's (gRPC status errors: see ErrorReason) or
 // ErrClosed.
 //
-// The lease is renewed in the background until Release, loss or Close.
+// The lease is attached to the Client's default session (Session), and
+// lives as long as it, unless WithSession attaches it to another or WithTTL
+// makes it a lease of its own, renewed in the background until Release,
+// loss or Close.
 func (c *Client) TryLock(ctx context.Context, name string, opts ...LockOption) (*Lease, error) {
 	l, err := c.acquire(ctx, c.lockConfig(opts), false, "lock", name, c.tryAcquire(name, 0, 0))
 	if err != nil {
@@ -32,7 +35,7 @@ func (c *Client) TryLock(ctx context.Context, name string, opts ...LockOption) (
 // ends first, the error is a *NotAcquiredError that matches ErrNotAcquired
 // and ctx's error.
 //
-// The lease is renewed in the background until Release, loss or Close.
+// The lease is attached as TryLock's is.
 func (c *Client) Lock(ctx context.Context, name string, opts ...LockOption) (*Lease, error) {
 	l, err := c.acquire(ctx, c.lockConfig(opts), true, "lock", name, c.tryAcquire(name, 0, 0))
 	if err != nil {
@@ -109,24 +112,60 @@ func (c *Client) acquire(ctx context.Context, cfg lockConfig, wait bool, kind, n
 	if cfg.ttl <= 0 {
 		return nil, fmt.Errorf("coordinator: %s %q: TTL %s is not positive", kind, name, cfg.ttl)
 	}
-	var session string
+	if cfg.session != nil && cfg.ownTTL {
+		return nil, fmt.Errorf("coordinator: %s %q: WithTTL and WithSession exclude each other: a lease in a session lives as long as the session", kind, name)
+	}
 	if cfg.session != nil {
 		if err := cfg.session.Err(); err != nil {
 			return nil, fmt.Errorf("coordinator: %s %q in session %s: %w", kind, name, cfg.session.ID(), err)
 		}
+	}
+	ctx, cancel := c.callCtx(ctx)
+	defer cancel()
+	// inDefault: attached to the default session, which is replaced when
+	// it turns out to have ended.
+	inDefault := cfg.session == nil && !cfg.ownTTL
+	if inDefault {
+		s, err := c.sessionToJoin(ctx, wait, kind, name)
+		if err != nil {
+			if ctx.Err() != nil && wait {
+				return nil, c.notAcquired(ctx, name, "", err)
+			}
+			return nil, callError(ctx, fmt.Sprintf("%s %q", kind, name), err)
+		}
+		cfg.session, inDefault = s, s != nil
+	}
+	var session string
+	if cfg.session != nil {
 		// The lease is valid as long as its session: its own TTL is the
 		// session's (the coordinator ignores the one sent).
 		session, cfg.ttl = cfg.session.ID(), cfg.session.TTL()
 	}
-	ctx, cancel := c.callCtx(ctx)
-	defer cancel()
 	holder := c.newHolder()
 	usable := cfg.ttl - driftMargin(cfg.ttl)
 	b := newCallBackoff()
 	var (
-		confirms int
-		lastErr  error
+		confirms    int
+		lastErr     error
+		newSessions int
 	)
+	// nextSession replaces the default session that ended (cause says
+	// how) with a new one; false when the error must be returned.
+	nextSession := func(cause error) bool {
+		if !inDefault || newSessions >= maxNewSessions {
+			return false
+		}
+		newSessions++
+		// Known dead on the coordinator: end it, and its leases, here too.
+		_ = c.renewals.end(cfg.session.l, fmt.Errorf("%w: %s: %w", ErrLost, cfg.session.l.describe(), cause))
+		s, err := c.sessionToJoin(ctx, wait, kind, name)
+		if err != nil || s == nil {
+			return false
+		}
+		cfg.session, session, cfg.ttl = s, s.ID(), s.TTL()
+		holder = c.newHolder()
+		return true
+	}
 	for {
 		var waitFor time.Duration
 		if wait && confirms == 0 {
@@ -141,6 +180,9 @@ func (c *Client) acquire(ctx context.Context, cfg lockConfig, wait bool, kind, n
 		start := time.Now()
 		g, err := call(ctx, holder, cfg.ttl, waitFor, session)
 		sent := g.sent
+		if err != nil && sessionEnded(err) && ctx.Err() == nil && nextSession(err) {
+			continue
+		}
 		if err != nil {
 			if ctx.Err() == nil && wait && transient(err) {
 				lastErr = err
@@ -179,7 +221,11 @@ func (c *Client) acquire(ctx context.Context, cfg lockConfig, wait bool, kind, n
 		b.Reset()
 		if cfg.session != nil {
 			// Valid as long as the session, whenever it was granted.
-			return c.attached(ctx, cfg.session, kind, name, holder, g, sent)
+			l, err := c.attached(ctx, cfg.session, kind, name, holder, g, sent)
+			if err != nil && ctx.Err() == nil && nextSession(err) {
+				continue // ended between the grant and now
+			}
+			return l, err
 		}
 		if remaining := c.clock.Until(sent.Add(usable)); remaining < usable/2 && confirms < maxConfirms {
 			confirms++
@@ -207,7 +253,8 @@ func (c *Client) acquire(ctx context.Context, cfg lockConfig, wait bool, kind, n
 func (c *Client) attached(ctx context.Context, s *Session, kind, name, holder string, g grant, sent time.Time) (*lease, error) {
 	l := c.newLease(kind, name, holder, g.token, g.ttl, sent)
 	l.weight = max(g.weight, 1)
-	if err := s.attach(l); err != nil {
+	l.sessionID = s.ID()
+	if err := c.renewals.attach(s.l, l); err != nil {
 		_ = c.renewals.end(l, err)
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		_, _ = c.api.Release(rctx, &coordinatorv1.ReleaseRequest{Name: name, Holder: holder, Token: g.token})

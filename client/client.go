@@ -60,10 +60,17 @@ type Client struct {
 	// opTracer traces the lease calls made as stream operations; nil
 	// without WithTracerProvider.
 	opTracer *operationTracer
-	// sess carries the lease calls (session.go); renewals renews the
-	// leases held (renewer.go).
+	// stream carries the lease calls (stream.go); renewals renews the
+	// leases and sessions held (renewer.go).
 	stream   opStream
 	renewals renewer
+
+	// The default session (Session): none with WithoutDefaultSession, nor
+	// once the coordinator turned out to have no sessions.
+	noDefaultSession    bool
+	sessionsUnsupported atomic.Bool
+	sessionTurn         chan struct{} // held (filled) while the default session is looked up or made
+	defaultSession      *Session      // guarded by sessionTurn
 }
 
 // New connects to the coordinator at target (host:port, or any gRPC target
@@ -156,6 +163,9 @@ func newClient(conn *grpc.ClientConn, cfg config) *Client {
 		cancelClose:  cancel,
 		unary:        cfg.unary,
 		opTracer:     newOperationTracer(cfg.tracer),
+
+		noDefaultSession: cfg.noDefaultSession,
+		sessionTurn:      make(chan struct{}, 1),
 	}
 	c.stream.init(c, cfg.sessionIdle)
 	c.renewals.init(c)
@@ -207,11 +217,13 @@ func (c *Client) newHolder() string {
 // (an operator's tool). Leases acquired through it are not renewed.
 func (c *Client) API() coordinatorv1.CoordinatorClient { return c.api }
 
-// Close stops every renewal and closes the connection. Every lease and
-// leadership still held ends: its Done is closed and Err returns ErrClosed
-// (before anything is released). Close then releases them, best-effort, for
-// up to the close timeout (WithCloseTimeout), so that waiters need not wait
-// for their TTLs. Calls in progress (Lock, Campaign, Observe…) return
+// Close stops every renewal and closes the connection. Every session, lease
+// and leadership still held ends: its Done is closed and Err returns
+// ErrClosed (before anything is released). Close then releases them,
+// best-effort, for up to the close timeout (WithCloseTimeout), so that
+// waiters need not wait for their TTLs: one CloseSession for each session
+// (its default session and those NewSession made), which releases every
+// lease attached to it, and a Release or Resign for each lease of its own. Calls in progress (Lock, Campaign, Observe…) return
 // ErrClosed or end. When Close returns, none of the Client's goroutines is
 // left. Close is idempotent.
 func (c *Client) Close() error {
@@ -245,6 +257,13 @@ func (c *Client) releaseAll(held []*lease) {
 	for range min(len(held), 64) {
 		wg.Go(func() {
 			for l := range work {
+				if l.kind == kindSession {
+					if err := c.closeSession(ctx, l.name); err != nil {
+						c.log.Warn("coordinator: could not close a session on close; it expires after its TTL, with its leases",
+							"session", l.name, "err", err)
+					}
+					continue
+				}
 				_, err := c.releaseCall(ctx, &coordinatorv1.ReleaseRequest{Name: l.name, Holder: l.holder, Token: l.token})
 				if err != nil {
 					c.log.Warn("coordinator: could not release a lease on close; it expires after its TTL",

@@ -16,17 +16,48 @@
 //	defer lease.Release(context.Background())
 //	work(lease.Context(ctx), lease.Token())
 //
+// # Sessions
+//
+// A Session is a liveness on the coordinator that leases attach to, as
+// etcd's concurrency.Session: one renewal keeps all of them, and they end
+// together. Every Client has a default session (Client.Session), made by
+// the first acquisition that needs it (a Client that only observes or
+// describes makes none) with the Client's TTL: TryLock, Lock, the
+// semaphore and read-write acquisitions, Campaign and RunAsLeader join it
+// unless given WithSession (another session, from NewSession) or WithTTL (a
+// lease of its own, of that TTL, renewed on its own). WithoutDefaultSession
+// makes every lease one of its own, as before sessions; so does a
+// coordinator without sessions (the Client says so once in its log).
+//
+// A lease in a session keeps its own fencing token and is released, or
+// resigned, alone; its TTL and Deadline are the session's. When the
+// session is lost (a renewal refused: the coordinator closed or expired
+// it) or expires (no renewal answered before its deadline), its Done
+// closes, and so does that of every lease in it, Err saying how the
+// session ended. A lost default session is never reused: the next
+// acquisition makes a new one. Session.Close, and Client.Close for every
+// session of the Client, closes a session on the coordinator in one call,
+// which releases all its leases.
+//
+// As a lease in a session is not renewed on its own, the Client does not
+// notice one that was released on its behalf (an operator's Release by
+// holder and token) while the session lives: its Done stays open. A lease
+// of its own ends with ErrLost at its next renewal then. Either way the
+// fencing token is what protects the resource.
+//
 // # Renewal
 //
-// A held Lease or Leadership renews itself in the background about every
-// TTL/3 (DefaultTTL is 15s; see WithTTL) until it is released, lost or its
-// Client is closed. All of a Client's leases share one scheduler goroutine,
+// A session, and a held Lease or Leadership of its own, renews itself in
+// the background about every TTL/3 (DefaultTTL is 15s; see WithTTL) until
+// it is released, lost or its Client is closed. All of a Client's sessions
+// and leases share one scheduler goroutine, and the same renewal rules,
 // which runs only while the Client holds something.
 //
 // # One stream per Client
 //
 // A Client makes its lease calls (TryLock, Lock, Campaign, Proclaim,
-// Release, Resign) and its renewals over one operation stream, opened when
+// Release, Resign) and its renewals (renew of a lease, renew_session of a
+// session) over one operation stream, opened when
 // first needed and closed after 30s with nothing in flight. Operations that
 // goroutines start together go out together in one message, and their
 // results come back the same way, so a busy process costs the coordinator
@@ -35,9 +66,11 @@
 // the stream breaks, the operations in flight fail with Unavailable: Lock
 // and Campaign retry them as the same holder, which finds a grant whose
 // answer was lost; renewals are retried while the lease is valid.
-// WithUnaryCalls makes unary calls and renews over a KeepAlive stream
-// instead, as does a coordinator without the Stream method. Observe,
-// Leader and API stay as they are.
+// WithUnaryCalls makes unary calls and renews leases over a KeepAlive
+// stream and sessions with unary RenewSession calls instead, as does a
+// coordinator without the Stream method. Observe, Leader, API and the
+// session calls other than renewals (CreateSession, CloseSession) stay
+// unary.
 //
 // Validity is measured on this process's monotonic clock, never compared
 // with the coordinator's: a lease is valid until the time its last
@@ -80,9 +113,10 @@
 // leases held through it end with ErrLost at their next renewal, while their
 // holders may still be acting: again, only fencing tokens protect then.
 //
-// Close ends every lease and leadership of the Client (ErrClosed) and
-// releases them best-effort, so that the next waiter need not wait for the
-// TTL. No goroutine of the Client outlives Close.
+// Close ends every session, lease and leadership of the Client (ErrClosed)
+// and releases them best-effort (a session in one CloseSession), so that
+// the next waiter need not wait for the TTL. No goroutine of the Client
+// outlives Close.
 //
 // # Layering
 //

@@ -68,6 +68,10 @@ func (e *Leadership) Value() []byte {
 	return bytes.Clone(e.value)
 }
 
+// SessionID is the id of the session the leadership is attached to, ""
+// for a term of its own TTL (see Lease.SessionID).
+func (e *Leadership) SessionID() string { return e.l.sessionID }
+
 // TTL is the leadership's time to live, as last granted.
 func (e *Leadership) TTL() time.Duration { return e.l.currentTTL() }
 
@@ -95,7 +99,8 @@ func (e *Leadership) String() string {
 }
 
 // Proclaim publishes a new value as the sitting leader; observers see a
-// PROCLAIMED event. It also renews the term. It campaigns in the
+// PROCLAIMED event. It also renews the term (a term in a session lives as
+// long as the session, and Proclaim sends the session's id with the term). It campaigns in the
 // leadership's term only, so it never starts a new one: when the
 // coordinator answers that the term is over (expired, resigned, or another
 // term in office), the leadership ends with ErrLost and Proclaim returns
@@ -112,6 +117,7 @@ func (e *Leadership) Proclaim(ctx context.Context, value []byte) error {
 	ttl := l.currentTTL()
 	resp, sent, err := c.campaignCall(ctx, &coordinatorv1.CampaignRequest{
 		Election: l.name, Candidate: l.holder, Value: value, Ttl: durationpb.New(ttl), Term: l.token,
+		SessionId: l.sessionID,
 	})
 	if err != nil && ErrorReason(err) != coordinatorv1.ErrorReason_LEASE_NOT_HELD.String() {
 		return callError(ctx, "proclaim in "+l.describe(), err)
@@ -128,8 +134,13 @@ func (e *Leadership) Proclaim(ctx context.Context, value []byte) error {
 		}
 		return lost
 	}
-	if !c.renewals.renewed(l, sent, ttl) {
+	// A leadership in a session is valid as long as the session: the
+	// proclamation renews nothing here.
+	if l.sessionID == "" && !c.renewals.renewed(l, sent, ttl) {
 		return e.l.err()
+	}
+	if err := l.err(); err != nil {
+		return err
 	}
 	e.value = bytes.Clone(value)
 	return nil
@@ -153,7 +164,10 @@ func (e *Leadership) Resign(ctx context.Context) error {
 // transient errors with backoff. When ctx ends first, the error is a
 // *NotAcquiredError that matches ErrNotAcquired and ctx's error.
 //
-// The leadership is renewed in the background until Resign, loss or Close.
+// The leadership is attached to the Client's default session, unless
+// WithSession attaches it to another or WithTTL makes it a lease of its
+// own, renewed in the background until Resign, loss or Close. Either way
+// its Done and Err follow what keeps it.
 func (c *Client) Campaign(ctx context.Context, election string, value []byte, opts ...LockOption) (*Leadership, error) {
 	value = bytes.Clone(value)
 	l, err := c.acquire(ctx, c.lockConfig(opts), true, "leadership", election, c.campaign(election, value))
@@ -165,10 +179,8 @@ func (c *Client) Campaign(ctx context.Context, election string, value []byte, op
 
 func (c *Client) campaign(election string, value []byte) acquireCall {
 	return func(ctx context.Context, candidate string, ttl, wait time.Duration, session string) (grant, error) {
-		if session != "" {
-			return grant{}, errors.New("coordinator: campaign: leadership cannot be attached to a session yet")
-		}
-		req := &coordinatorv1.CampaignRequest{Election: election, Candidate: candidate, Value: value, Ttl: durationpb.New(ttl)}
+		req := &coordinatorv1.CampaignRequest{Election: election, Candidate: candidate, Value: value, Ttl: durationpb.New(ttl),
+			SessionId: session}
 		if wait > 0 {
 			req.Wait = durationpb.New(wait)
 		}

@@ -26,6 +26,8 @@ func ExampleClient_TryLock() {
 	}
 	defer func() { _ = c.Close() }()
 
+	// WithTTL: a lease of its own TTL, renewed on its own, rather than one
+	// in the Client's default session.
 	lease, err := c.TryLock(ctx, "reports/nightly", client.WithTTL(10*time.Second))
 	if err != nil {
 		log.Fatal(err)
@@ -82,6 +84,52 @@ func ExampleClient_NewSession() {
 	fmt.Println(parts[2].Err())
 	// Output:
 	// holding 3 partitions in one session
+	// coordinator: released
+}
+
+func ExampleClient_Session() {
+	addr, stop := startCoordinator()
+	defer stop()
+	ctx := context.Background()
+
+	c, err := client.New(addr, client.WithTTL(15*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer func() { _ = c.Close() }() // closes the default session: one call releases its locks
+
+	// Without WithTTL or WithSession, locks and leaderships join the
+	// Client's default session, made by the first of them: one renewal
+	// keeps them all, and they end together.
+	queue, err := c.Lock(ctx, "queues/orders")
+	if err != nil {
+		log.Fatal(err)
+	}
+	leader, err := c.Campaign(ctx, "schedulers", []byte("10.0.0.7:8080"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	session, err := c.Session(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("one session:", queue.SessionID() == session.ID() && leader.SessionID() == session.ID(), session.TTL())
+
+	// Releasing one of them is a release of that lease alone.
+	if err := queue.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("session alive:", session.Err() == nil, "leading:", leader.Err() == nil)
+
+	// When the session is lost or closed, every lease in it ends.
+	if err := session.Close(ctx); err != nil {
+		log.Fatal(err)
+	}
+	<-leader.Done()
+	fmt.Println(leader.Err())
+	// Output:
+	// one session: true 15s
+	// session alive: true leading: true
 	// coordinator: released
 }
 

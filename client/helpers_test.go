@@ -111,8 +111,9 @@ func startedStreams(t testing.TB, coord *coordtest.Coordinator, method string) i
 	return total
 }
 
-// renew moves clock, the fake clock of l's Client, to l's next renewal and
-// waits until the renewal was answered. The coordinator's clock is real:
+// renew moves clock, the fake clock of l's Client, to l's next renewal (its
+// session's, for a lease in a session) and waits until the renewal was
+// answered. The coordinator's clock is real:
 // leases renewed this way should have a TTL longer than the test.
 func renew(t testing.TB, clock *clockwork.FakeClock, l *lease) {
 	t.Helper()
@@ -129,8 +130,12 @@ func renewAll(t testing.TB, clock *clockwork.FakeClock, leases ...*lease) {
 	s.mu.Lock()
 	for i, l := range leases {
 		before[i] = l.confirmed
-		if l.nextRenew.After(latest) {
-			latest = l.nextRenew
+		next := l.nextRenew
+		if l.session != nil { // renewed with its session
+			next = l.session.nextRenew
+		}
+		if next.After(latest) {
+			latest = next
 		}
 	}
 	s.mu.Unlock()
@@ -161,7 +166,7 @@ var modes = []struct {
 	name string
 	opt  Option
 }{
-	{"session", optionFunc(func(*config) {})},
+	{"stream", optionFunc(func(*config) {})},
 	{"unary", WithUnaryCalls()},
 }
 
@@ -179,5 +184,28 @@ func forEachModeAndStore(t *testing.T, test func(t *testing.T, mode Option, coor
 	t.Helper()
 	forEachMode(t, func(t *testing.T, mode Option) {
 		forEachStore(t, func(t *testing.T, coord *coordtest.Coordinator) { test(t, mode, coord) })
+	})
+}
+
+// holding is how a test holds its lease of a TTL: on its own (WithTTL on
+// the lock), or in the Client's default session of that TTL.
+type holding struct {
+	name      string
+	client    Option
+	lock      []LockOption
+	inSession bool
+}
+
+// forEachModeAndHolding is forEachMode of both holdings of a lease of ttl.
+func forEachModeAndHolding(t *testing.T, ttl time.Duration, test func(t *testing.T, mode Option, h holding)) {
+	t.Helper()
+	holdings := []holding{
+		{name: "own", client: optionFunc(func(*config) {}), lock: []LockOption{WithTTL(ttl)}},
+		{name: "in-session", client: WithTTL(ttl), inSession: true},
+	}
+	forEachMode(t, func(t *testing.T, mode Option) {
+		for _, h := range holdings {
+			t.Run(h.name, func(t *testing.T) { test(t, mode, h) })
+		}
 	})
 }

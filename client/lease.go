@@ -37,6 +37,11 @@ func (l *Lease) Token() uint64 { return l.l.token }
 // or a reader, the whole capacity for a writer.
 func (l *Lease) Weight() int64 { return l.l.weight }
 
+// SessionID is the id of the session the lease is attached to (the
+// Client's default session, or WithSession's), "" for a lease of its own
+// TTL (WithTTL, WithoutDefaultSession).
+func (l *Lease) SessionID() string { return l.l.sessionID }
+
 // TTL is the lease's time to live, as last granted.
 func (l *Lease) TTL() time.Duration { return l.l.currentTTL() }
 
@@ -81,15 +86,19 @@ func (l *Lease) String() string {
 	return fmt.Sprintf("lock %q held by %s with token %d", l.l.name, l.l.holder, l.l.token)
 }
 
-// lease is what Lease and Leadership share: a grant on a name that the
-// Client's renewer renews.
+// lease is what Lease, Leadership and Session share: a grant that the
+// Client's renewer renews, or one attached to a session, which ends with it.
+// A session is a lease of kind kindSession whose name is its id, token 0.
 type lease struct {
 	c      *Client
-	kind   string // "lock", "semaphore", "read lock", "write lock" or "leadership", for messages
+	kind   string // "lock", "semaphore", "read lock", "write lock", "leadership" or kindSession, for messages
 	name   string
 	holder string
 	token  uint64
 	weight int64 // of the name's capacity; 1 for a lock or leadership
+	// sessionID is the session the lease is attached to, "" when it has a
+	// TTL of its own. Set before the lease is handed out, never changed.
+	sessionID string
 
 	// ended is cancelled, with the reason as its cause, when the lease ends.
 	ended  context.Context
@@ -107,7 +116,14 @@ type lease struct {
 	lastErr   string           // why the last renewal failed
 	index     int              // in renewals.queue; -1 when not there
 	done      bool
+	// Of an attached lease: its session's lease, whose validity is its
+	// own. Of a session: the leases attached to it.
+	session  *lease
+	attached map[*lease]struct{}
 }
+
+// kindSession is the kind of a session's own lease.
+const kindSession = "session"
 
 func (c *Client) newLease(kind, name, holder string, token uint64, ttl time.Duration, sent time.Time) *lease {
 	ended, finish := context.WithCancelCause(context.Background())
@@ -192,6 +208,9 @@ func (l *lease) context(parent context.Context) context.Context {
 
 // describe names l in errors.
 func (l *lease) describe() string {
+	if l.kind == kindSession {
+		return "session " + l.name
+	}
 	return fmt.Sprintf("%s %q (token %d)", l.kind, l.name, l.token)
 }
 

@@ -106,12 +106,15 @@ func TestLeaseEndsBeforeCoordinatorExpiry(t *testing.T) {
 		},
 	} {
 		t.Run(f.name, func(t *testing.T) {
-			forEachMode(t, func(t *testing.T, mode Option) {
+			forEachModeAndHolding(t, f.ttl, func(t *testing.T, mode Option, h holding) {
 				coord := f.start(t)
-				c := dial(t, coord, mode)
-				lease, err := c.TryLock(testCtx(t), "fragile", WithTTL(f.ttl))
+				c := dial(t, coord, mode, h.client)
+				lease, err := c.TryLock(testCtx(t), "fragile", h.lock...)
 				if err != nil {
 					t.Fatal(err)
+				}
+				if (lease.SessionID() != "") != h.inSession {
+					t.Fatalf("lease in session %q; want in one: %t", lease.SessionID(), h.inSession)
 				}
 				waitRenewed(t, lease.l, 1)
 
@@ -426,16 +429,16 @@ func TestCloseWithoutTimeoutLeavesLeasesToExpire(t *testing.T) {
 // nothing: a lease held through it keeps being renewed over a new stream,
 // without a gap, with the same token.
 func TestLeaseSurvivesACoordinatorCrashOnRedis(t *testing.T) {
-	forEachMode(t, func(t *testing.T, mode Option) {
+	// The renewal after the restart must land before the TTL runs out:
+	// a TTL of 5s leaves over 3s for kill -9, exec and the first Redis
+	// round trip of the new process, which a loaded machine needs (2s
+	// once failed there). Waiting past one TTL shows renewals went on.
+	const ttl = 5 * time.Second
+	forEachModeAndHolding(t, ttl, func(t *testing.T, mode Option, h holding) {
 		coord := coordtest.Start(t, coordtest.Config(t, "redis"))
-		c := dial(t, coord, mode)
+		c := dial(t, coord, mode, h.client)
 		ctx := testCtx(t)
-		// The renewal after the restart must land before the TTL runs out:
-		// a TTL of 5s leaves over 3s for kill -9, exec and the first Redis
-		// round trip of the new process, which a loaded machine needs (2s
-		// once failed there). Waiting past one TTL shows renewals went on.
-		const ttl = 5 * time.Second
-		lease, err := c.TryLock(ctx, "crash-survivor", WithTTL(ttl))
+		lease, err := c.TryLock(ctx, "crash-survivor", h.lock...)
 		if err != nil {
 			t.Fatal(err)
 		}

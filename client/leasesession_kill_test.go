@@ -19,29 +19,35 @@ import (
 const holderEnv = "COORDINATOR_TEST_SESSION_HOLDER"
 
 // TestHelperSessionHolder is the client process of TestAKilledSessionHolder:
-// it holds every name of $COORDINATOR_TEST_SESSION_NAMES in one session,
-// says "ready" and waits to be killed. It skips in a normal run.
+// it holds every name of $COORDINATOR_TEST_SESSION_NAMES in one session
+// (the Client's default session, or one of NewSession's with
+// $COORDINATOR_TEST_SESSION_EXPLICIT), says "ready" and waits to be killed.
+// It skips in a normal run.
 func TestHelperSessionHolder(t *testing.T) {
 	addr := os.Getenv(holderEnv)
 	if addr == "" {
 		t.Skip("the holder process of TestAKilledSessionHolder")
 	}
-	c, err := New(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := testCtx(t)
 	ttl, err := time.ParseDuration(os.Getenv("COORDINATOR_TEST_SESSION_TTL"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := c.NewSession(ctx, WithTTL(ttl))
+	c, err := New(addr, WithTTL(ttl))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range strings.Fields(os.Getenv("COORDINATOR_TEST_SESSION_NAMES")) {
-		if _, err := c.TryLock(ctx, name, WithSession(s)); err != nil {
+	ctx := testCtx(t)
+	var opts []LockOption // the default session's
+	if os.Getenv("COORDINATOR_TEST_SESSION_EXPLICIT") != "" {
+		s, err := c.NewSession(ctx, WithTTL(ttl))
+		if err != nil {
 			t.Fatal(err)
+		}
+		opts = append(opts, WithSession(s))
+	}
+	for _, name := range strings.Fields(os.Getenv("COORDINATOR_TEST_SESSION_NAMES")) {
+		if l, err := c.TryLock(ctx, name, opts...); err != nil || l.SessionID() == "" {
+			t.Fatalf("%s in session %q: %v", name, l.SessionID(), err)
 		}
 	}
 	fmt.Println("ready")
@@ -54,6 +60,14 @@ func TestHelperSessionHolder(t *testing.T) {
 // issue's 100 ms is a bench figure; the test logs what it measured).
 func TestAKilledSessionHolder(t *testing.T) {
 	t.Parallel()
+	for _, explicit := range []string{"", "1"} {
+		t.Run(map[string]string{"": "default", "1": "explicit"}[explicit], func(t *testing.T) {
+			testAKilledSessionHolder(t, explicit)
+		})
+	}
+}
+
+func testAKilledSessionHolder(t *testing.T, explicit string) {
 	forEachStore(t, func(t *testing.T, coord *coordtest.Coordinator) {
 		const ttl, margin, n = 2 * time.Second, 3 * time.Second, 20
 		names := make([]string, n)
@@ -62,7 +76,8 @@ func TestAKilledSessionHolder(t *testing.T) {
 		}
 		holder := exec.Command(os.Args[0], "-test.run=^TestHelperSessionHolder$", "-test.v")
 		holder.Env = append(os.Environ(), holderEnv+"="+coord.Addr(),
-			"COORDINATOR_TEST_SESSION_TTL="+ttl.String(), "COORDINATOR_TEST_SESSION_NAMES="+strings.Join(names, " "))
+			"COORDINATOR_TEST_SESSION_TTL="+ttl.String(), "COORDINATOR_TEST_SESSION_NAMES="+strings.Join(names, " "),
+			"COORDINATOR_TEST_SESSION_EXPLICIT="+explicit)
 		out, err := holder.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)

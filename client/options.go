@@ -38,12 +38,17 @@ type config struct {
 	clock        clockwork.Clock
 	unary        bool
 	sessionIdle  time.Duration
+	// noDefaultSession is WithoutDefaultSession's.
+	noDefaultSession bool
 	// tracer is WithTracerProvider's; nil: no tracing.
 	tracer trace.TracerProvider
 }
 
 type lockConfig struct {
 	ttl time.Duration
+	// ownTTL: WithTTL was given, for a lease of its own rather than one in
+	// the default session.
+	ownTTL bool
 	// session, when set, is the session the lease attaches to (WithSession).
 	session *Session
 }
@@ -58,14 +63,27 @@ func (f optionFunc) applyClient(c *config) { f(c) }
 // (5 minutes by default).
 type TTLOption time.Duration
 
-// WithTTL sets the time to live of leases: the Client's default when given to
-// New, one acquisition's when given to TryLock, Lock, Campaign or
-// RunAsLeader. A held lease is renewed about every ttl/3, so the TTL is how
-// long a holder that stopped (crashed, partitioned) keeps others waiting.
+// WithTTL sets the time to live of leases. Given to New, it is the
+// Client's default: its default session's TTL, and that of the leases of
+// their own. Given to TryLock, Lock (and their semaphore and read-write
+// variants), Campaign or RunAsLeader, it makes that acquisition a lease of
+// its own, of that TTL and renewed on its own, rather than one attached to
+// the default session. Given to NewSession, it is the session's TTL. A held
+// lease or session is renewed about every ttl/3, so the TTL is how long a
+// holder that stopped (crashed, partitioned) keeps others waiting.
 func WithTTL(ttl time.Duration) TTLOption { return TTLOption(ttl) }
 
-func (o TTLOption) applyClient(c *config)   { c.ttl = time.Duration(o) }
-func (o TTLOption) applyLock(c *lockConfig) { c.ttl = time.Duration(o) }
+func (o TTLOption) applyClient(c *config) { c.ttl = time.Duration(o) }
+func (o TTLOption) applyLock(c *lockConfig) {
+	c.ttl, c.ownTTL = time.Duration(o), true
+}
+
+// WithoutDefaultSession makes a Client without a default session: every
+// lease and leadership acquired without WithSession is then a lease of its
+// own, renewed on its own, as before sessions. Client.Session fails.
+func WithoutDefaultSession() Option {
+	return optionFunc(func(c *config) { c.noDefaultSession = true })
+}
 
 // WithIdentity sets the Client's identity, which prefixes the holder of every
 // lease and the candidate of every campaign it makes: each acquisition holds

@@ -16,9 +16,12 @@ import (
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
 )
 
-// renewer renews every lease and leadership of a Client: over the Client's
-// operation stream (renew operations), or over one KeepAlive stream of its own
-// with WithUnaryCalls or a coordinator without Stream.
+// renewer renews every session, and every lease and leadership of its own,
+// of a Client: over the Client's operation stream (renew and renew_session
+// operations), or, with WithUnaryCalls or a coordinator without Stream,
+// leases over one KeepAlive stream of its own and sessions with unary
+// RenewSession calls. A lease attached to a session is not in it: it takes
+// its session's validity at each of its renewals, and ends with it.
 //
 // One scheduler goroutine keeps the leases in a heap ordered by when each
 // next needs attention: its renewal (about ttl/3 after the last successful
@@ -123,7 +126,33 @@ func (s *renewer) endLocked(l *lease, err error) {
 	if l.index >= 0 {
 		heap.Remove(&s.queue, l.index)
 	}
+	if l.session != nil {
+		delete(l.session.attached, l)
+	}
+	// A session's leases end with it, for the same reason.
+	attached := l.attached
+	l.attached = nil
+	for a := range attached {
+		s.endLocked(a, err)
+	}
 	s.poke()
+}
+
+// attach makes l a lease of the session sl: valid as long as sl, and ended
+// with it. It fails when sl has ended.
+func (s *renewer) attach(sl, l *lease) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sl.done {
+		return fmt.Errorf("coordinator: %s: %w", sl.describe(), sl.err())
+	}
+	if sl.attached == nil {
+		sl.attached = map[*lease]struct{}{}
+	}
+	sl.attached[l] = struct{}{}
+	l.session = sl
+	l.ttl, l.confirmed, l.deadline = sl.ttl, sl.confirmed, sl.deadline
+	return nil
 }
 
 // renewed records a successful renewal of l sent at sent (by KeepAlive or
@@ -144,6 +173,9 @@ func (s *renewer) renewedLocked(l *lease, sent time.Time, ttl time.Duration) boo
 		return false
 	}
 	l.granted(sent, ttl)
+	for a := range l.attached {
+		a.ttl, a.confirmed, a.deadline = l.ttl, l.confirmed, l.deadline
+	}
 	if l.index >= 0 {
 		heap.Fix(&s.queue, l.index)
 	}
@@ -243,7 +275,10 @@ func (s *renewer) tick(ctx context.Context) (time.Time, bool) {
 		return time.Time{}, false
 	}
 	if len(s.pending) > 0 && !s.c.unary && s.c.stream.usable() {
-		s.sendOnSessionLocked()
+		s.sendOnStreamLocked()
+	}
+	if len(s.pending) > 0 {
+		s.renewSessionsUnaryLocked(ctx)
 	}
 	if len(s.pending) > 0 {
 		switch {
@@ -462,21 +497,19 @@ func (h *leaseHeap) Pop() any {
 	return l
 }
 
-// sendOnSessionLocked queues the pending renewals as renew operations on
-// the Client's session. A renewal the session refuses (it closed, or the
-// coordinator turned out to lack it) stays pending, for the KeepAlive
-// stream.
-func (s *renewer) sendOnSessionLocked() {
+// sendOnStreamLocked queues the pending renewals as renew (a lease's) and
+// renew_session (a session's) operations on the Client's operation stream.
+// A renewal the stream refuses (it closed, or the coordinator turned out to
+// lack it) stays pending, for the KeepAlive stream or a unary call.
+func (s *renewer) sendOnStreamLocked() {
 	kept := s.pending[:0]
 	for _, l := range s.pending {
 		if l.done || !l.wantSend {
 			continue
 		}
-		op := &coordinatorv1.StreamOperation{Operation: &coordinatorv1.StreamOperation_Renew{Renew: &coordinatorv1.RenewRequest{
-			Name: l.name, Holder: l.holder, Token: l.token, Ttl: durationpb.New(l.ttl),
-		}}}
+		op := renewOp(l)
 		o, err := s.c.stream.submit(op, func(o *streamOp, res *coordinatorv1.StreamResult, err error) {
-			s.sessionAnswered(l, o, res, err)
+			s.streamAnswered(l, o, res, err)
 		})
 		if err != nil {
 			kept = append(kept, l)
@@ -489,8 +522,20 @@ func (s *renewer) sendOnSessionLocked() {
 	s.pending = kept
 }
 
-// sessionAnswered applies the outcome of the renew operation o of l.
-func (s *renewer) sessionAnswered(l *lease, o *streamOp, res *coordinatorv1.StreamResult, err error) {
+// renewOp is the stream operation that renews l.
+func renewOp(l *lease) *coordinatorv1.StreamOperation {
+	if l.kind == kindSession {
+		return &coordinatorv1.StreamOperation{Operation: &coordinatorv1.StreamOperation_RenewSession{
+			RenewSession: &coordinatorv1.RenewSessionRequest{SessionId: l.name},
+		}}
+	}
+	return &coordinatorv1.StreamOperation{Operation: &coordinatorv1.StreamOperation_Renew{Renew: &coordinatorv1.RenewRequest{
+		Name: l.name, Holder: l.holder, Token: l.token, Ttl: durationpb.New(l.ttl),
+	}}}
+}
+
+// streamAnswered applies the outcome of the renewal operation o of l.
+func (s *renewer) streamAnswered(l *lease, o *streamOp, res *coordinatorv1.StreamResult, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if l.done || l.inflight != o {
@@ -500,10 +545,69 @@ func (s *renewer) sessionAnswered(l *lease, o *streamOp, res *coordinatorv1.Stre
 	if err == nil {
 		err = resultError(res)
 	}
+	var ttl *durationpb.Duration
+	if err == nil {
+		switch {
+		case l.kind == kindSession && res.GetRenewSession().GetSession() != nil:
+			ttl = res.GetRenewSession().GetSession().GetTtl()
+		case l.kind != kindSession && res.GetRenew().GetLease() != nil:
+			ttl = res.GetRenew().GetLease().GetTtl()
+		default:
+			err = unexpected(res, "renew")
+		}
+	}
+	s.answeredLocked(l, o.sent, ttl, err)
+}
+
+// unaryRenewal marks a session renewal in flight as a unary RenewSession.
+type unaryRenewal struct{}
+
+// renewSessionsUnaryLocked renews the pending sessions with unary
+// RenewSession calls (WithUnaryCalls, or a coordinator without the
+// operation stream: KeepAlive renews leases, not sessions), one goroutine a
+// renewal, each bounded by the session's deadline.
+func (s *renewer) renewSessionsUnaryLocked(ctx context.Context) {
+	kept := s.pending[:0]
+	for _, l := range s.pending {
+		if l.done || !l.wantSend {
+			continue
+		}
+		if l.kind != kindSession {
+			kept = append(kept, l)
+			continue
+		}
+		mark := &unaryRenewal{}
+		l.wantSend, l.inflight = false, mark
+		sent, until := s.c.clock.Now(), s.c.clock.Until(l.deadline)
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			rctx, cancel := context.WithTimeout(ctx, until)
+			resp, err := s.c.api.RenewSession(rctx, &coordinatorv1.RenewSessionRequest{SessionId: l.name})
+			cancel()
+			if ctx.Err() != nil {
+				return // the scheduler stopped: the Client closes, or nothing is held
+			}
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if l.done || l.inflight != mark {
+				return
+			}
+			l.inflight = nil
+			s.answeredLocked(l, sent, resp.GetSession().GetTtl(), err)
+		}()
+	}
+	clear(s.pending[len(kept):])
+	s.pending = kept
+}
+
+// answeredLocked applies the outcome of a renewal of l sent at sent: the
+// TTL granted, or the error.
+func (s *renewer) answeredLocked(l *lease, sent time.Time, ttl *durationpb.Duration, err error) {
 	var broke *streamBrokeError
 	switch {
 	case errors.As(err, &broke) || errors.Is(err, errUseUnary):
-		// Retried at once: on the next stream, or over KeepAlive.
+		// Retried at once: on the next stream, over KeepAlive or unary.
 		l.lastErr = err.Error()
 		l.nextRenew = s.c.clock.Now()
 		heap.Fix(&s.queue, l.index)
@@ -519,11 +623,6 @@ func (s *renewer) sessionAnswered(l *lease, o *streamOp, res *coordinatorv1.Stre
 			s.failed(l, st.Code().String()+": "+st.Message())
 		}
 	default:
-		lease := res.GetRenew().GetLease()
-		if lease == nil {
-			s.failed(l, unexpected(res, "renew").Error())
-			return
-		}
-		s.renewedLocked(l, o.sent, durationOr(lease.GetTtl(), l.ttl))
+		s.renewedLocked(l, sent, durationOr(ttl, l.ttl))
 	}
 }

@@ -49,6 +49,8 @@ func TestManyLeasesShareOneStream(t *testing.T) {
 	})
 }
 
+// TestNoGoroutineOutlivesAReleasedLease: once its leases are released and
+// its default session closed, a Client runs no goroutine.
 func TestNoGoroutineOutlivesAReleasedLease(t *testing.T) {
 	forEachMode(t, func(t *testing.T, mode Option) {
 		coord := coordtest.Start(t, coordtest.Config(t, "memory"))
@@ -74,6 +76,17 @@ func TestNoGoroutineOutlivesAReleasedLease(t *testing.T) {
 		}
 		<-lctx.Done()
 		if err := e.Resign(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// They were in the default session, which lives on until closed.
+		s, err := c.Session(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.SessionID() != s.ID() || e.SessionID() != s.ID() {
+			t.Fatalf("leases in sessions %q and %q; want the default session %s", l.l.sessionID, e.l.sessionID, s.ID())
+		}
+		if err := s.Close(ctx); err != nil {
 			t.Fatal(err)
 		}
 		// The operation stream closes once idle.

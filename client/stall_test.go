@@ -17,11 +17,12 @@ import (
 // expiry, with a larger token; and the Client must work again once its
 // keepalive has given up the dead connection, without being rebuilt.
 func TestAStalledNetworkEndsTheLeaseAndTheClientRecovers(t *testing.T) {
-	forEachMode(t, func(t *testing.T, mode Option) {
+	const ttl = 3 * time.Second
+	forEachModeAndHolding(t, ttl, func(t *testing.T, mode Option, h holding) {
 		t.Parallel() // most of it is waiting out the keepalive
 		coord := coordtest.Start(t, coordtest.Config(t, "redis"))
 		stall := testproxy.New(t, coord.Addr())
-		c, err := New(stall.Addr(), mode, WithCloseTimeout(time.Second))
+		c, err := New(stall.Addr(), mode, h.client, WithCloseTimeout(time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -29,8 +30,7 @@ func TestAStalledNetworkEndsTheLeaseAndTheClientRecovers(t *testing.T) {
 		next := dial(t, coord, mode)
 		ctx := testCtx(t)
 
-		const ttl = 3 * time.Second
-		lease, err := c.TryLock(ctx, "stalled", WithTTL(ttl))
+		lease, err := c.TryLock(ctx, "stalled", h.lock...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -78,7 +78,7 @@ func TestAStalledNetworkEndsTheLeaseAndTheClientRecovers(t *testing.T) {
 		eventually(t, "a lock through the Client after the stall", func() bool {
 			ctx, cancel := context.WithTimeout(ctx, time.Second)
 			defer cancel()
-			l, err := c.TryLock(ctx, "after-the-stall", WithTTL(ttl))
+			l, err := c.TryLock(ctx, "after-the-stall", h.lock...) // in a new default session, or of its own
 			if err != nil {
 				return false
 			}

@@ -235,6 +235,10 @@ func (a *cli) warnf(format string, args ...any) {
 func (a *cli) dial() (*client.Client, error) {
 	opts := []client.Option{
 		client.WithTTL(a.ttl),
+		// lock and elect hold one lease: of its own, renewed on its own,
+		// whose renewal notices a release behind its back (an operator's
+		// release), which a lease in a session cannot.
+		client.WithoutDefaultSession(),
 		// Renewal trouble, retries and reconnects are worth seeing.
 		client.WithLogger(slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))),
 	}
