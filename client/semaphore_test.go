@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"errors"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -74,13 +73,6 @@ func TestSemaphoreAcquireWaitsAndNeverOverGrants(t *testing.T) {
 
 func testSemaphoreNeverOverGrants(t *testing.T, opt Option) {
 	forEachStore(t, func(t *testing.T, coord *coordtest.Coordinator) {
-		if strings.HasSuffix(t.Name(), "in-session/redis") {
-			// Found with the default session: on the Redis store, shares
-			// queued in one session are not granted when the capacity
-			// frees (the memory store grants them). A store bug, reported;
-			// remove this skip with its fix.
-			t.Skip("the Redis store does not grant queued semaphore shares of one session")
-		}
 		c := dial(t, coord, opt)
 		ctx := testCtx(t)
 		const capacity, workers = 4, 12
