@@ -154,7 +154,9 @@ func TestTheDefaultSessionIsMadeOnFirstNeed(t *testing.T) {
 // RenewSession calls and no KeepAlive stream.
 func TestOneRenewalKeepsEveryLeaseOfASession(t *testing.T) {
 	t.Parallel()
-	const ttl, window = time.Second, 3 * time.Second
+	// A TTL a loaded 2-core machine renews in time (a 1s one lost its
+	// session there once).
+	const ttl, window = 3 * time.Second, 6 * time.Second
 	forEachModeAndStore(t, func(t *testing.T, mode Option, coord *coordtest.Coordinator) {
 		for _, n := range []int{1, 100} {
 			ctx := testCtx(t)
@@ -184,9 +186,10 @@ func TestOneRenewalKeepsEveryLeaseOfASession(t *testing.T) {
 				t.Errorf("%d session renewals the other way (unary calls: %t)", other1-other0, c.unary)
 			}
 			t.Logf("%d leases in a session of TTL %s: %d session renewals in %s", n, ttl, renewals, window)
-			// About window/(ttl/3) = 9; at least a third of that on a
-			// loaded machine, and never one a lease.
-			if renewals < 3 || renewals > 15 {
+			// About window/(ttl/3) = 6; at least a third of that on a
+			// loaded machine, at most twice it with retries, and never one
+			// a lease.
+			if renewals < 2 || renewals > 12 {
 				t.Errorf("%d session renewals in %s with a TTL of %s; want about %d", renewals, window, ttl, int(window/(ttl/3)))
 			}
 			if leases1 != leases0 || startedStreams(t, coord, "KeepAlive") != 0 {
