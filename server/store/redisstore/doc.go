@@ -69,10 +69,11 @@
 //	                          refreshed (when its names last learned its
 //	                          expiry); expires the retention after the session
 //	                          would end
-//	<prefix>:{<id>}:names     SET of the names the session attached grants to:
-//	                          added before each grant, removed at a release
-//	                          (best effort: a stale entry costs a close one
-//	                          call that finds nothing)
+//	<prefix>:{<id>}:names     HASH from each name the session attached grants
+//	                          to, to when it last did (ms): set before each
+//	                          grant, kept at a release, pruned by a refresh
+//	                          once it holds none of the session's grants and
+//	                          its last attach is 2 TTLs old (see session.lua)
 //	<prefix>:events           pub/sub channel carrying the name of a lease or queue
 //	                          that changed, published only while the name's
 //	                          lease key says waiters are queued or it is watched
@@ -134,7 +135,12 @@
 // idle retention and an hour, and a renewal carries the session's expiry
 // to all its names (settle.lua, one script a name, pipelined) once per half
 // of that: an hour's keys for an amortised script per lease every half
-// hour, beside the one renewal every TTL/3.
+// hour, beside the one renewal every TTL/3. A name is never removed from
+// the session's names while it may hold one of its grants, since it would
+// then miss the refresh and lose its key under its holder: a release keeps
+// it, and the refresh forgets it only once it held no grant of the session
+// when settled and was last attached longer ago than any attach takes to
+// become a grant (a proof of life is spent within the session's TTL).
 //
 // CloseSession marks the session closed and gets its names in one script,
 // then settles each name with the proof of its close (pipelined, announced).

@@ -124,8 +124,8 @@ func decodeSession(v any) (sessionReply, error) {
 	return a, r.err
 }
 
-// session runs session.lua's op on session id.
-func (s *Store) session(ctx context.Context, op, id, owner string, ttl time.Duration, name string) (sessionReply, error) {
+// session runs session.lua's op on session id; names are prune's.
+func (s *Store) session(ctx context.Context, op, id, owner string, ttl time.Duration, name string, names ...string) (sessionReply, error) {
 	if !validSessionID(id) {
 		return sessionReply{err: store.ErrSessionNotFound}, nil
 	}
@@ -134,8 +134,11 @@ func (s *Store) session(ctx context.Context, op, id, owner string, ttl time.Dura
 		ttlMS = durationMS(ttl)
 	}
 	keep := s.sessionKeepMS()
-	v, replicated, err := s.callWait(ctx, "session "+op, op != "check" && op != "describe", sessionScript, s.sessionKeys(id),
-		op, owner, ttlMS, s.quarantineMS, keep, name, keep/2)
+	args := append(make([]any, 0, 7+len(names)), op, owner, ttlMS, s.quarantineMS, keep, name, keep/2)
+	for _, n := range names {
+		args = append(args, n)
+	}
+	v, replicated, err := s.callWait(ctx, "session "+op, op != "check" && op != "describe", sessionScript, s.sessionKeys(id), args...)
 	if err != nil {
 		return sessionReply{}, err
 	}
@@ -185,8 +188,9 @@ func (s *Store) CreateSession(ctx context.Context, owner string, ttl time.Durati
 // RenewSession implements store.Sessions: one script in the session's slot.
 // When the session's names are due a refresh (every sessionKeep/2), it then
 // carries the session's expiry to each of them, one pipelined script a name,
-// so that their keys outlive the session; a failed refresh is retried at the
-// next renewal.
+// so that their keys outlive the session, and forgets the names that hold
+// none of its grants any more (session.lua says why only then); a failed
+// refresh is retried at the next renewal.
 func (s *Store) RenewSession(ctx context.Context, id, owner string) (store.Session, error) {
 	reply, err := s.session(ctx, "renew", id, owner, 0, "")
 	if err != nil {
@@ -198,9 +202,17 @@ func (s *Store) RenewSession(ctx context.Context, id, owner string) (store.Sessi
 	if len(reply.names) > 0 {
 		got := time.Now()
 		proofs := proofSet{id: {kind: 'a', n: reply.remaining, got: got}}
-		if err := s.settleNames(ctx, reply.names, proofs); err != nil {
+		free, err := s.settleNames(ctx, reply.names, proofs, id)
+		if err != nil {
 			s.log.Warn("a session's names were not refreshed; the next renewal tries again", "session", id, "error", err)
 			_ = s.client.HSet(ctx, s.sessionKeys(id)[0], "refreshed", "0").Err()
+		}
+		if len(free) > 0 {
+			// More than any attach takes to become a grant: a proof of
+			// life is spent within the session's ttl.
+			if _, err := s.session(ctx, "prune", id, owner, 2*reply.ttl+time.Second, "", free...); err != nil {
+				s.log.Warn("a session's released names were not pruned; the next refresh tries again", "session", id, "error", err)
+			}
 		}
 	}
 	return store.Session{ID: id, Owner: owner, TTL: reply.ttl, ExpiresAt: reply.expires}, nil
@@ -219,12 +231,13 @@ func (s *Store) CloseSession(ctx context.Context, id, owner string) error {
 	if reply.err != nil {
 		return sessionErr("close session", id, reply.err)
 	}
-	return s.settleNames(ctx, reply.names, proofSet{id: {kind: 'c'}})
+	_, err = s.settleNames(ctx, reply.names, proofSet{id: {kind: 'c'}}, "")
+	return err
 }
 
-// DescribeSession implements store.Sessions. Its names are those the
-// session attached grants to and did not release; one whose grant ended
-// otherwise (re-acquired without the session) may still be listed.
+// DescribeSession implements store.Sessions. Its names are those where the
+// session holds a grant: the session's names (which keep a released name
+// until a refresh prunes it) each read once, in one pipeline.
 func (s *Store) DescribeSession(ctx context.Context, id, owner string) (store.SessionDescription, error) {
 	reply, err := s.session(ctx, "describe", id, owner, 0, "")
 	if err != nil {
@@ -233,12 +246,47 @@ func (s *Store) DescribeSession(ctx context.Context, id, owner string) (store.Se
 	if reply.err != nil {
 		return store.SessionDescription{}, sessionErr("describe session", id, reply.err)
 	}
-	names := reply.names
+	names, err := s.namesHolding(ctx, id, reply.names)
+	if err != nil {
+		return store.SessionDescription{}, fmt.Errorf("redisstore: describe session %s: %w", id, err)
+	}
 	slices.Sort(names)
 	return store.SessionDescription{
 		Session: store.Session{ID: id, Owner: owner, TTL: reply.ttl, ExpiresAt: reply.expires},
 		Names:   names,
 	}, nil
+}
+
+// namesHolding returns those of names whose lease key holds a grant
+// attached to session id: a field 's:' + holder valued id ':' token beside
+// the holder's record of that token (holders.lua, attached.lua). The
+// session is alive, so a grant past its bound is still held.
+func (s *Store) namesHolding(ctx context.Context, id string, names []string) ([]string, error) {
+	if len(names) == 0 {
+		return nil, nil
+	}
+	cmds := make([]*redis.MapStringStringCmd, len(names))
+	if _, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, name := range names {
+			cmds[i] = p.HGetAll(ctx, s.keys(name).lease)
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	prefix := id + ":"
+	var held []string
+	for i, cmd := range cmds {
+		for f, v := range cmd.Val() {
+			holder, attached := strings.CutPrefix(f, "s:")
+			token, ours := strings.CutPrefix(v, prefix)
+			if attached && ours && strings.HasPrefix(cmd.Val()["h:"+holder], token+":") {
+				held = append(held, names[i])
+				break
+			}
+		}
+	}
+	return held, nil
 }
 
 // proof is what a session's slot said of it: kind a (alive, n remaining,
@@ -377,8 +425,9 @@ const settleConcurrency = 64
 
 // settleNames applies proofs to each name's attached grants, many names at
 // once (their calls batched into pipelines), each once more when it asked
-// for proofs of other sessions.
-func (s *Store) settleNames(ctx context.Context, names []string, p proofSet) error {
+// for proofs of other sessions. With a session id (held), free is the
+// names that hold none of that session's grants once settled.
+func (s *Store) settleNames(ctx context.Context, names []string, p proofSet, held string) (free []string, err error) {
 	var (
 		mu   sync.Mutex
 		errs []error
@@ -395,11 +444,16 @@ func (s *Store) settleNames(ctx context.Context, names []string, p proofSet) err
 			mu.Unlock()
 			k := s.keys(name)
 			err := s.withProofs(ctx, own, func(proofs string) ([]string, error) {
-				v, err := s.call(ctx, "settle", settleScript, []string{k.lease}, proofs, s.channel, name, s.lockDelayMS, s.sessionKeepMS())
+				v, err := s.call(ctx, "settle", settleScript, []string{k.lease}, proofs, s.channel, name, s.lockDelayMS, s.sessionKeepMS(), held)
 				if err != nil {
 					return nil, err
 				}
-				need, _, err := decodeNeed("settle", v)
+				need, holds, err := decodeSettle(v)
+				if err == nil && need == nil && held != "" && !holds {
+					mu.Lock()
+					free = append(free, name)
+					mu.Unlock()
+				}
 				return need, err
 			})
 			if err != nil {
@@ -410,5 +464,19 @@ func (s *Store) settleNames(ctx context.Context, names []string, p proofSet) err
 		}()
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	return free, errors.Join(errs...)
+}
+
+// decodeSettle reads settle.lua's reply: the sessions it needs proofs of,
+// or whether the name holds a grant of the session asked about.
+func decodeSettle(v any) (need []string, held bool, err error) {
+	if need, isNeed, err := decodeNeed("settle", v); isNeed || err != nil {
+		return need, false, err
+	}
+	r := newReplyReader("settle", v)
+	if r.int(0) != 0 {
+		r.fail(0, "settle status")
+	}
+	held = r.flag(1)
+	return nil, held, r.err
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -251,4 +252,76 @@ func TestSessionConformanceOnACluster(t *testing.T) {
 		s := newStore(t, client, Options{LockDelay: opts.LockDelay, IdleNameTTL: opts.IdleNameTTL})
 		return storetest.Subject{Store: s, Remembers: func(name string) bool { return remembers(t, s, name) }}
 	})
+}
+
+// TestARefreshForgetsOnlyNamesThatCannotHoldTheSessionsGrants: a release
+// leaves its name among the session's names (removing it could race
+// another attach of the name and forget a held one); a refresh forgets a
+// name only when it holds none of the session's grants and its last attach
+// is older than any attach takes to become a grant.
+func TestARefreshForgetsOnlyNamesThatCannotHoldTheSessionsGrants(t *testing.T) {
+	t.Parallel()
+	s := newStore(t, nil, Options{})
+	ctx := testCtx(t)
+	sess, err := s.CreateSession(ctx, "alice", time.Minute) // outlives the test on a loaded machine
+	if err != nil {
+		t.Fatal(err)
+	}
+	namesKey := s.sessionKeys(sess.ID)[1]
+	leases := map[string]store.Lease{}
+	for _, name := range []string{"held", "released-long-ago", "released-just-now", "shared"} {
+		leases[name] = mustGrant(t, s, inSession(name, "w", sess))
+	}
+	// Two shares of "shared" in the session: releasing one must not make
+	// the name forgettable while the other holds it.
+	share := inSession("shared-pool", "w1", sess)
+	share.Capacity = 2
+	mustGrant(t, s, share)
+	other := share
+	other.Holder = "w2"
+	second := mustGrant(t, s, other)
+	for _, name := range []string{"released-long-ago", "released-just-now", "shared"} {
+		if ok, err := s.Release(ctx, name, "w", leases[name].Token); err != nil || !ok {
+			t.Fatalf("Release(%s) = %v, %v", name, ok, err)
+		}
+	}
+	if ok, err := s.Release(ctx, "shared-pool", "w2", second.Token); err != nil || !ok {
+		t.Fatalf("Release of one share = %v, %v", ok, err)
+	}
+	d, err := s.DescribeSession(ctx, sess.ID, "alice")
+	if err != nil || !slices.Equal(d.Names, []string{"held", "shared-pool"}) {
+		t.Fatalf("DescribeSession = %v, %v; want the names still held: held, shared-pool", d.Names, err)
+	}
+	if n, err := s.client.HLen(ctx, namesKey).Result(); err != nil || n != 5 {
+		t.Fatalf("the session's names hold %d (%v); want all 5 kept by the releases", n, err)
+	}
+
+	// As if attached long ago: "shared" and "released-long-ago" may go,
+	// "held" and "shared-pool" hold grants; "released-just-now" was
+	// attached too recently (a grant may still be on its way).
+	for _, name := range []string{"held", "released-long-ago", "shared", "shared-pool"} {
+		if err := s.client.HSet(ctx, namesKey, name, "0").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.client.HSet(ctx, s.sessionKeys(sess.ID)[0], "refreshed", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.RenewSession(ctx, sess.ID, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	kept, err := s.client.HKeys(ctx, namesKey).Result()
+	slices.Sort(kept)
+	if want := []string{"held", "released-just-now", "shared-pool"}; err != nil || !slices.Equal(kept, want) {
+		t.Fatalf("after the refresh the session's names are %v (%v); want %v", kept, err, want)
+	}
+
+	// A pruned name attached again is known again, and a close ends it.
+	again := mustGrant(t, s, inSession("shared", "w", sess))
+	if err := s.CloseSession(ctx, sess.ID, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := s.Acquire(ctx, store.AcquireRequest{Name: "shared", Holder: "next", TTL: time.Minute}); err != nil || !res.Acquired || res.Lease.Token <= again.Token {
+		t.Fatalf("after the close, shared = %+v, %v; want granted with a larger token than %d", res, err, again.Token)
+	}
 }

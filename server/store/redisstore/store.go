@@ -569,12 +569,9 @@ func (s *Store) Release(ctx context.Context, name, holder string, token uint64) 
 	if err != nil {
 		return false, err
 	}
-	released, session, err := decodeRelease(v)
-	if err == nil && session != "" {
-		// Best effort: a name left in the session's names costs a close
-		// one call that finds nothing.
-		_ = s.client.SRem(ctx, s.sessionKeys(session)[1], name).Err()
-	}
+	// The session's names keep the name (see session.lua: a refresh
+	// prunes it).
+	released, _, err := decodeRelease(v)
 	return released, err
 }
 

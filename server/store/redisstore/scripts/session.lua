@@ -6,9 +6,11 @@
 -- describes them.
 -- ARGV[1] op: create, renew, attach (check, as the owner, and add ARGV[6]
 --         to the names), check (anyone: a name's script asked for a proof),
---         close or describe
+--         close, describe or prune (forget the names ARGV[8..] that hold
+--         none of its grants, unless attached to since ARGV[3] ms ago)
 -- ARGV[2] owner (ignored by check)
--- ARGV[3] ttl (ms, >= 1; create only)
+-- ARGV[3] ttl (ms, >= 1; create only); for prune, how long ago an attach
+--         must be for its name to be forgotten
 -- ARGV[4] quarantine (ms, 0 disables)
 -- ARGV[5] retention (ms): how long the keys outlive the session's end, so
 --         that a dead session is reported dead rather than unknown
@@ -16,14 +18,27 @@
 -- ARGV[7] refresh interval (ms; renew only): how often, at most, a renewal
 --         returns the names, for the coordinator to carry the session's
 --         expiry to them (the lease keys' lifetime follows it)
+-- ARGV[8..] names (prune only)
+--
+-- The names key is a hash from each name to when the session last attached
+-- a grant there (ms). A release does not remove its name: a removal racing
+-- another attach of the same name (a semaphore's shares, or a release and
+-- an acquire by two goroutines of one client) could forget a name that
+-- holds a grant, and a name forgotten while held would miss the refresh
+-- and lose its key. Instead a refresh finds the names holding none of the
+-- session's grants and prunes them here, each only if its last attach is
+-- older than ARGV[3]: more than any attach takes to become a grant (the
+-- coordinator gives up a proof of life once its remaining time is spent,
+-- and that is at most the session's ttl), so that a grant on its way is
+-- never forgotten.
 --
 -- The session's slot checks its own data-loss marker, exactly as a grant
 -- does (marker.lua, put in by scripts.go, is acquire.lua's check too): a lost session may still be believed alive by its holder, so its
 -- slot is quarantined and every op refused until then; after it a lost
 -- session is unknown, which a name treats as dead (see doc.go).
 --
--- Redis calls: renew 5 (TIME, GET marker, HMGET, HSET, PEXPIREAT) and one
--- more for the names key, SMEMBERS when a refresh is due.
+-- Redis calls: renew 5 (TIME, GET marker, HMGET, HSET, PEXPIREAT) and two
+-- more when a refresh is due (PEXPIREAT and HKEYS of the names).
 --
 -- Returns, with lost = 1 when this call found the marker missing, else 0:
 --   {-1, lost, retry_after_ms}  quarantined
@@ -32,7 +47,8 @@
 --   {-4, lost}                  closed
 --   {-5, lost, ago_ms}          expired ago_ms ago
 --   {1, lost, ttl_ms, remaining_ms, expires_ms, names...}: alive (names for
---   describe, for close, which closed it, and for a renewal due a refresh)
+--   describe, for close, which closed it, and for a renewal due a refresh;
+--   for prune, those it forgot)
 -- A close of a closed session answers {1, ...} with the names too, so that
 -- a close interrupted midway can be carried out again. decodeSession in
 -- session.go is the one reader of this reply.
@@ -63,7 +79,7 @@ if op ~= 'check' and cur[1] ~= owner then return {-3, lost} end
 local ttl, expires = tonumber(cur[2]), tonumber(cur[3])
 
 local function with_names(reply)
-  for _, n in ipairs(redis.call('SMEMBERS', names)) do reply[#reply + 1] = n end
+  for _, n in ipairs(redis.call('HKEYS', names)) do reply[#reply + 1] = n end
   return reply
 end
 
@@ -89,7 +105,7 @@ if op == 'renew' then
   return {1, lost, ttl, ttl, expires}
 end
 if op == 'attach' then
-  redis.call('SADD', names, ARGV[6])
+  redis.call('HSET', names, ARGV[6], ms(now))
   redis.call('PEXPIREAT', names, ms(expires + keep))
   return {1, lost, ttl, expires - now, expires}
 end
@@ -99,5 +115,16 @@ if op == 'close' then
 end
 if op == 'describe' then
   return with_names({1, lost, ttl, expires - now, expires})
+end
+if op == 'prune' then
+  local before, reply = now - tonumber(ARGV[3]), {1, lost, ttl, expires - now, expires}
+  for i = 8, #ARGV do
+    local at = tonumber(redis.call('HGET', names, ARGV[i]))
+    if at and at <= before then
+      redis.call('HDEL', names, ARGV[i])
+      reply[#reply + 1] = ARGV[i]
+    end
+  end
+  return reply
 end
 return {1, lost, ttl, expires - now, expires} -- check

@@ -9,16 +9,19 @@
 -- ARGV[3] name (published on the channel)
 -- ARGV[4] lock delay (ms)
 -- ARGV[5] how long the key outlives its attached grants' lock delay (ms)
+-- ARGV[6] a session id, or "": whether the name still holds a grant of it
+--         once settled is the reply's second element (a refresh prunes the
+--         session's names that hold none)
 --
--- Returns {0} when settled, or {-4, id...}: the sessions whose proofs it
--- needs first (a bound passed), having changed nothing. decodeSettle in
--- session.go is the one reader of this reply.
+-- Returns {0, held} when settled (held 1 or 0), or {-4, id...}: the
+-- sessions whose proofs it needs first (a bound passed), having changed
+-- nothing. decodeSettle in session.go is the one reader of this reply.
 
 if redis.replicate_commands then redis.replicate_commands() end
 
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-if redis.call('EXISTS', KEYS[1]) == 0 then return {0} end
+if redis.call('EXISTS', KEYS[1]) == 0 then return {0, 0} end
 local need, ended, fields = settle(KEYS[1], now, parse_proofs(ARGV[1]), tonumber(ARGV[4]), tonumber(ARGV[5]))
 if need then
   table.insert(need, 1, -4)
@@ -27,4 +30,16 @@ end
 if ended and (fields['queued'] == '1' or (tonumber(fields['watched']) or 0) > now) then
   redis.call('PUBLISH', ARGV[2], ARGV[3])
 end
-return {0}
+local held = 0
+if ARGV[6] ~= '' then
+  local prefix = ARGV[6] .. ':'
+  for f, a in pairs(fields) do
+    if string.sub(f, 1, 2) == ATTACHED and string.sub(a, 1, #prefix) == prefix then
+      -- Ended by the proofs only for a closed or expired session, which
+      -- is not pruned: a refresh carries a proof of life.
+      local g = unpack_grant(string.sub(f, 3), fields[HOLDER .. string.sub(f, 3)])
+      if g and g.token == string.sub(a, #prefix + 1) then held = 1 end
+    end
+  end
+end
+return {0, held}
