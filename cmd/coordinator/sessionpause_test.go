@@ -44,18 +44,7 @@ func TestHelperPausedSessionHolder(t *testing.T) {
 	defer func() { _ = c.Close() }()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	s, err := c.NewSession(ctx, client.WithTTL(faultTTL))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var leases []*client.Lease
-	for _, name := range strings.Fields(os.Getenv("COORDINATOR_TEST_PAUSED_NAMES")) {
-		l, err := c.Lock(ctx, name, client.WithSession(s))
-		if err != nil {
-			t.Fatal(err)
-		}
-		leases = append(leases, l)
-	}
+	leases := holdInOneSession(ctx, t, c, strings.Fields(os.Getenv("COORDINATOR_TEST_PAUSED_NAMES")))
 	replies := bufio.NewScanner(os.Stdin)
 	for len(leases) > 0 {
 		held := leases[:0]
@@ -80,6 +69,33 @@ func TestHelperPausedSessionHolder(t *testing.T) {
 	}
 	fmt.Println("done")
 	_, _ = io.Copy(io.Discard, os.Stdin) // until the test ends
+}
+
+// holdInOneSession locks every name in one new session. A session lost
+// before all are held (a loaded machine can starve a 2s session's
+// renewals) is closed and another tried: the test is about what follows.
+func holdInOneSession(ctx context.Context, t *testing.T, c *client.Client, names []string) []*client.Lease {
+	for attempt := 1; ; attempt++ {
+		s, err := c.NewSession(ctx, client.WithTTL(faultTTL))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var leases []*client.Lease
+		for _, name := range names {
+			var l *client.Lease
+			if l, err = c.Lock(ctx, name, client.WithSession(s)); err != nil {
+				break
+			}
+			leases = append(leases, l)
+		}
+		if len(leases) == len(names) && s.Err() == nil {
+			return leases
+		}
+		_ = s.Close(ctx)
+		if attempt == 5 || ctx.Err() != nil {
+			t.Fatalf("no session held all of %v in %d attempts: %v (the session: %v)", names, attempt, err, s.Err())
+		}
+	}
 }
 
 // claimResource is the fenced resources of the names, as a process sees
@@ -189,6 +205,7 @@ func pausedHolderRound(t *testing.T, addr string, round int) {
 		lost     = map[string]string{} // why, by name
 		resumed  time.Time             // zero until SIGCONT
 		afterErr []string              // claims let in after SIGCONT
+		said     []string              // the holder's other lines (its test's failure)
 	)
 	served := make(chan error, 1)
 	go func() {
@@ -225,6 +242,10 @@ func pausedHolderRound(t *testing.T, addr string, round int) {
 			case len(f) == 1 && f[0] == "done":
 				served <- nil
 				return
+			default:
+				mu.Lock()
+				said = append(said, sc.Text())
+				mu.Unlock()
 			}
 		}
 		served <- fmt.Errorf("the holder's output ended: %w", sc.Err())
@@ -234,6 +255,11 @@ func pausedHolderRound(t *testing.T, addr string, round int) {
 	testwait.Until(t, 30*time.Second, "the holder acting on its names", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
+		select {
+		case err := <-served:
+			t.Fatalf("the holder ended before acting on every name (%v): %s", err, strings.Join(said, "\n"))
+		default:
+		}
 		return len(tokens) == len(names)
 	})
 	time.Sleep(faultTTL / 2)
