@@ -179,3 +179,31 @@ func TestExclusiveCycleCost(t *testing.T) {
 		}
 	}
 }
+
+// TestHandoffCostDoesNotGrowWithTheQueue: the next waiter of a released
+// lock, the head of its queue, is granted with the same commands whether 2
+// or 2,000 wait, and reads no batch of the queue (one ZRANGE: the head).
+func TestHandoffCostDoesNotGrowWithTheQueue(t *testing.T) {
+	t.Parallel()
+	s, stats := storeOnOwnRedis(t, Options{})
+	handoff := func(name string, waiters int) (map[string]int, int) {
+		holder := mustGrant(t, s, req(name, "holder", time.Minute, ""))
+		for i := range waiters {
+			id := fmt.Sprintf("waiter-%04d", i)
+			mustRefuse(t, s, store.AcquireRequest{Name: name, Holder: id, TTL: time.Minute, Waiter: id, WaiterTTL: time.Minute})
+		}
+		mustRelease(t, s, holder)
+		stats.reset(t)
+		mustGrant(t, s, store.AcquireRequest{Name: name, Holder: "waiter-0000", TTL: time.Minute, Waiter: "waiter-0000", WaiterTTL: time.Minute})
+		return stats.since(t)
+	}
+	short, shortTotal := handoff("short", 2)
+	long, longTotal := handoff("long", 2000)
+	t.Logf("the head's grant: %d commands %v with 2 waiters, %d %v with 2,000", shortTotal, short, longTotal, long)
+	if longTotal != shortTotal {
+		t.Errorf("the head's grant cost %d commands with 2,000 waiters, %d with 2", longTotal, shortTotal)
+	}
+	if long["zrange"] != 1 {
+		t.Errorf("the head's grant ran ZRANGE %d times, want 1 (the head)", long["zrange"])
+	}
+}

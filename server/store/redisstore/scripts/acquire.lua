@@ -407,9 +407,12 @@ if used + weight > cap_now then
   end)
   return refuse(at or 0, true)
 end
-if head then
+if head and head ~= waiter then
   -- 6. Live waiters: the caller passes those ahead of it only when they
-  -- would all fit beside it; one that does not wait passes none.
+  -- would all fit beside it; one that does not wait passes none. The head
+  -- of the queue (the next waiter of a handoff) has nobody ahead, and
+  -- reads no batch of the queue: one would cost Redis as much as the rest
+  -- of the grant with a long queue.
   local room = cap_now - used - weight
   local fits = waiter ~= ''
   local ahead, from, done = 0, 0, false
