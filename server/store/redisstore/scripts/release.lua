@@ -2,7 +2,8 @@
 --
 -- KEYS[1] lease: the name's key, as the key layout in doc.go describes it;
 -- the release is announced while waiters are queued or the name is observed.
--- holders.lua comes first (scripts.go): the grant records.
+-- holders.lua comes first (scripts.go), after the settings line: the grant
+-- records.
 -- ARGV[1] holder
 -- ARGV[2] token (decimal)
 -- ARGV[3] pub/sub channel

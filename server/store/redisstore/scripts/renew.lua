@@ -1,7 +1,8 @@
 -- renew.lua: compare-and-set expiry of one held grant.
 --
 -- KEYS[1] lease: the name's key, as the key layout in doc.go describes it.
--- holders.lua comes first (scripts.go): the grant records.
+-- holders.lua comes first (scripts.go), after the settings line: the grant
+-- records.
 -- ARGV[1] holder
 -- ARGV[2] token (decimal)
 -- ARGV[3] ttl (ms, >= 1); may shorten the grant
