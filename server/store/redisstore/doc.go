@@ -46,12 +46,13 @@
 //	                          waiters may be queued; watched: the time until
 //	                          which some coordinator observes the name; ex:
 //	                          the key's expiry as the scripts last set it
-//	                          (see below). The key expires between one and
-//	                          two idle retentions after the last grant and
-//	                          its lock delay would end (as of each grant and
-//	                          renewal), after the last release, never before
-//	                          the observation mark nor the latest waiter's
-//	                          deadline at its arrival
+//	                          (see below). The key expires the idle
+//	                          retention, and up to a quarter of it more,
+//	                          after the last grant and its lock delay would
+//	                          end (as of each grant and renewal), after the
+//	                          last release, never before the observation
+//	                          mark nor the latest waiter's deadline at its
+//	                          arrival
 //	<prefix>:{<enc>}:queue    ZSET waiter -> arrival order * 2^20 + weight: the
 //	                          order first, the weight the waiter asked for in
 //	                          the low 20 bits (holders.lua), exact in a double
@@ -84,12 +85,15 @@
 // HMGET, HSET; release 3: HMGET, TIME, HDEL) where it cost 13 when the
 // counter and the observation mark were keys of their own, and 9 when each
 // script also set the key's expiry. A script that must move the expiry sets
-// it half a retention past what it needs and records it in ex; acquire,
-// renew and release leave the expiry alone while ex covers what they need
-// by no more than a retention (a PEXPIREAT about once per half retention
-// per name, and at the first grant), and a release that finds it further
-// out brings it down to one retention and drops ex. So an idle name is
-// forgotten between one and two retentions after its last use. The summary
+// it an eighth of a retention past what it needs and records it in ex;
+// acquire, renew and release leave the expiry alone while ex covers what
+// they need by no more than a quarter of a retention (a PEXPIREAT at a
+// name's first grant and about once per eighth of a retention), and a
+// release that finds it further out (a grant whose TTL and lock delay pass
+// an eighth of the retention) brings it down to one retention and drops
+// ex. So an idle name is forgotten the retention, and at most a quarter of
+// it more, after its last use: for names used once each, up to a quarter
+// more of them in Redis at once. The summary
 // fields keep the cost so for semaphores too: a grant beside others costs
 // the same while none of them ran out, a release beside others one HSET
 // more.

@@ -35,7 +35,7 @@ type Options struct {
 	// was only paused cannot act beside its successor. 0 disables it.
 	LockDelay time.Duration
 	// IdleNameTTL is how long a name's keys outlive its last use, at least
-	// (at most twice as long: see the package doc); 0 means
+	// (at most a quarter more: see the package doc); 0 means
 	// store.DefaultIdleNameTTL.
 	IdleNameTTL time.Duration
 	// CallTimeout bounds every store call; 0 means store.DefaultCallTimeout.

@@ -55,7 +55,7 @@
 --
 -- Redis calls: an uncontended grant runs 4 (TIME, GET marker, HMGET,
 -- HSET), and PEXPIREAT when the key's expiry must move ('ex', below: about
--- once per half retention); it ran 5, PEXPIRE always, before 'ex'. A
+-- once per eighth of a retention); it ran 5, PEXPIRE always, before 'ex'. A
 -- renewal by the holder 4 or 5 the same way; a refusal without waiting of
 -- an exclusive lock 4 (TIME, GET, HMGET, HGETALL to name the holder).
 --
@@ -123,7 +123,8 @@ end
 -- prune or count and no one to tell, in fewer commands and with the fields
 -- written as they came: the uncontended lock. The key must outlive the
 -- grant by the lock delay and the retention; 'ex' says when it
--- already does, so that PEXPIREAT runs only about once per half retention.
+-- already does, so that PEXPIREAT runs about once per eighth of a
+-- retention.
 if (not cur[8] or cur[8] == '0') and cur[5] ~= '1' and sess == '' and expected == ''
   and (not cur[6] or tonumber(cur[6]) <= now) then
   local token = next_token()
@@ -138,7 +139,7 @@ if (not cur[8] or cur[8] == '0') and cur[5] ~= '1' and sess == '' and expected =
         'cap', ARGV[10])
     end
   else
-    local at = ms(need + math.floor(IDLE / 2))
+    local at = ms(need + math.floor(IDLE / 8))
     local fields = {field, record, 'token', token, 'used', ARGV[11], 'n', '1', 'low', expires, 'high', expires, 'ex', at}
     if (cur[2] or '1') ~= ARGV[10] then
       fields[#fields + 1], fields[#fields + 2] = 'cap', ARGV[10]
@@ -215,16 +216,17 @@ end
 
 -- The lease key outlives the last grant by the lock delay and the idle
 -- retention (keep), and the name's observation mark. A script that must
--- move the key's expiry sets it half a retention past what it needs and
--- records it in 'ex', so that later calls whose needs it covers, by no
--- more than a retention, skip the PEXPIREAT: the key outlives each need
--- by between one and two retentions. keep_key adds 'ex' to fields (those
--- of the HSET about to run) and returns the expiry to set, or nil.
+-- move the key's expiry sets it an eighth of a retention past what it
+-- needs and records it in 'ex', so that later calls whose needs it covers,
+-- by no more than a quarter of a retention, skip the PEXPIREAT: the key
+-- outlives each need by up to a quarter of a retention more. keep_key
+-- adds 'ex' to fields (those of the HSET about to run) and returns the
+-- expiry to set, or nil.
 local function keep_key(fields)
   local last = high + delay + keep
   if watched > last then last = watched end
-  if ex and ex >= last and ex <= last + keep then return nil end
-  local at = ms(last + math.floor(keep / 2))
+  if ex and ex >= last and ex <= last + keep / 4 then return nil end
+  local at = ms(last + math.floor(keep / 8))
   fields[#fields + 1], fields[#fields + 2] = 'ex', at
   return at
 end

@@ -58,13 +58,14 @@ if cur[8] then idle = math.max(idle, KEEP) end
 -- The key must outlive the release by the retention, and the name's
 -- observation mark. 'ex' is its expiry as the scripts last set it (see
 -- acquire.lua's keep_key): while that covers the need by no more than a
--- retention, the key is left as it is; else it expires at the need, and
--- 'ex' goes.
+-- quarter of a retention (a grant of a TTL and lock delay below an eighth
+-- of one, released), the key is left as it is; else it expires at the
+-- need, and 'ex' goes.
 local ex = tonumber(cur[9])
 if not cur[3] or cur[3] == '1' or (tonumber(cur[3]) or 1) <= 1 then
   local last = now + idle
   if watched > last then last = watched end
-  local kept = ex and ex >= last and ex <= last + idle
+  local kept = ex and ex >= last and ex <= last + idle / 4
   if kept and not cur[7] and not cur[8] then
     -- The exclusive lock's release: only the fields it has.
     redis.call('HDEL', KEYS[1], field, 'used', 'n', 'low', 'high')
@@ -78,7 +79,7 @@ else
   weight = tonumber(weight)
   redis.call('HSET', KEYS[1], 'used', ms((tonumber(cur[2]) or weight) - weight), 'n', ms(tonumber(cur[3]) - 1))
   local last = math.max((tonumber(cur[6]) or 0) + LOCK_DELAY + idle, now + idle, watched)
-  if ex and ex >= last and ex <= last + idle then
+  if ex and ex >= last and ex <= last + idle / 4 then
     redis.call('HDEL', KEYS[1], field)
   else
     redis.call('HDEL', KEYS[1], field, 'ex')

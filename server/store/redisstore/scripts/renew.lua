@@ -20,7 +20,7 @@
 -- it goes below it; one that pushes it out need not touch it.
 --
 -- Redis calls: 3 (HMGET, TIME, HSET), and PEXPIREAT when the key's expiry
--- must move (about once per half retention); 4 before 'ex'.
+-- must move (about once per eighth of a retention); 4 before 'ex'.
 --
 -- Returns {0} when (holder, token) does not hold an unexpired grant, {2}
 -- when it is attached to a session, else
@@ -55,14 +55,14 @@ if not low or expires < low then
 end
 -- The key lives on, and never less than the name's observation mark. While
 -- 'ex' (its expiry as the scripts last set it: acquire.lua's keep_key)
--- covers that by no more than the span, it stays; else it moves half a
--- span past the need.
+-- covers that by no more than a quarter of the span, it stays; else it
+-- moves an eighth of the span past the need.
 local span = LOCK_DELAY + IDLE
 if cur[7] then span = math.max(span, LOCK_DELAY + KEEP) end
 local last = math.max(high + span, tonumber(cur[2]) or 0)
 local ex, at = tonumber(cur[8]), nil
-if not (ex and ex >= last and ex <= last + span) then
-  at = ms(last + math.floor(span / 2))
+if not (ex and ex >= last and ex <= last + span / 4) then
+  at = ms(last + math.floor(span / 8))
   fields[#fields + 1], fields[#fields + 2] = 'ex', at
 end
 redis.call('HSET', KEYS[1], unpack(fields))
