@@ -13,8 +13,10 @@
 //
 // State is bounded by the names in use: a name that nobody has held, waited
 // for or watched for the idle retention (DefaultIdleNameTTL unless the store
-// is configured otherwise) is forgotten, its fencing counter included. That
-// is safe because a token never depends on the counter alone (below).
+// is configured otherwise) is forgotten, its fencing counter included (a
+// store may take longer: the Redis store's keys expire up to a quarter of
+// a retention later, which spares most calls setting an expiry). That is safe because a token never depends on
+// the counter alone (below).
 //
 // Guarantees every implementation keeps (the conformance suite in storetest
 // proves them):

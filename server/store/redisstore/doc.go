@@ -44,12 +44,15 @@
 //	                          last issued token, kept after the grants end as
 //	                          the name's fencing counter; queued: "1" while
 //	                          waiters may be queued; watched: the time until
-//	                          which some coordinator observes the name. The
-//	                          key expires the idle retention after the last
-//	                          grant and its lock delay would end (set at each
-//	                          grant and renewal), the retention after the last
-//	                          release, never before the observation mark nor
-//	                          the latest waiter's deadline at its arrival
+//	                          which some coordinator observes the name; ex:
+//	                          the key's expiry as the scripts last set it
+//	                          (see below). The key expires the idle
+//	                          retention, and up to a quarter of it more,
+//	                          after the last grant and its lock delay would
+//	                          end (as of each grant and renewal), after the
+//	                          last release, never before the observation
+//	                          mark nor the latest waiter's deadline at its
+//	                          arrival
 //	<prefix>:{<enc>}:queue    ZSET waiter -> arrival order * 2^20 + weight: the
 //	                          order first, the weight the waiter asked for in
 //	                          the low 20 bits (holders.lua), exact in a double
@@ -79,12 +82,27 @@
 //	                          lease key says waiters are queued or it is watched
 //
 // One key holds what an uncontended grant and release need, so that a cycle
-// costs Redis 9 commands in its two scripts (acquire 5: TIME, GET marker,
-// HMGET, HSET, PEXPIRE; release 4: HMGET, TIME, HDEL, PEXPIRE) where it cost
-// 13 when the counter and the observation mark were keys of their own. The
-// summary fields keep it so for semaphores too: a grant beside others costs
+// costs Redis 7 commands in its two scripts (acquire 4: TIME, GET marker,
+// HMGET, HSET; release 3: HMGET, TIME, HDEL) where it cost 13 when the
+// counter and the observation mark were keys of their own, and 9 when each
+// script also set the key's expiry. A script that must move the expiry sets
+// it an eighth of a retention past what it needs and records it in ex;
+// acquire, renew and release leave the expiry alone while ex covers what
+// they need by no more than a quarter of a retention (a PEXPIREAT at a
+// name's first grant and about once per eighth of a retention), and a
+// release that finds it further out (a grant whose TTL and lock delay pass
+// an eighth of the retention) brings it down to one retention and drops
+// ex. So an idle name is forgotten the retention, and at most a quarter of
+// it more, after its last use: for names used once each, up to a quarter
+// more of them in Redis at once. The summary
+// fields keep the cost so for semaphores too: a grant beside others costs
 // the same while none of them ran out, a release beside others one HSET
 // more.
+//
+// The scripts of a cycle (acquire, renew, release) take the store's
+// settings (quarantine, lock delay, retention, session keep) as constants
+// of the store's own copy, not as arguments: each argument costs Redis a
+// string per call, and each number it converts about as much again.
 //
 // Observing costs little while nothing changes: Watch reads many names in one
 // script call per 200 names (per slot on a Cluster), all in one pipeline,

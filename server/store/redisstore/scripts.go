@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"bytes"
 	_ "embed"
 	"fmt"
 	"strconv"
@@ -50,9 +51,6 @@ var (
 	//go:embed scripts/marker.lua
 	markerSrc string
 
-	acquireScript        = redis.NewScript(holdersSrc + withGrants(withMarker(acquireSrc)))
-	renewScript          = redis.NewScript(holdersSrc + renewSrc)
-	releaseScript        = redis.NewScript(holdersSrc + releaseSrc)
 	dequeueScript        = redis.NewScript(dequeueSrc)
 	describeScript       = redis.NewScript(holdersSrc + grantsSrc + attachedSrc + describeSrc)
 	watchScript          = redis.NewScript(holdersSrc + grantsSrc + attachedSrc + watchSrc)
@@ -60,11 +58,38 @@ var (
 	startScript          = redis.NewScript(startSrc)
 	quarantineScript     = redis.NewScript(quarantineSrc)
 
-	allScripts = []*redis.Script{
-		acquireScript, renewScript, releaseScript, dequeueScript, describeScript, watchScript, refreshWaitersScript,
-		quarantineScript, sessionScript, settleScript,
+	// sharedScripts are the scripts every store runs as they are; each
+	// store has its own copy of the others (storeScripts).
+	sharedScripts = []*redis.Script{
+		dequeueScript, describeScript, watchScript, refreshWaitersScript, quarantineScript, sessionScript, settleScript,
 	}
 )
+
+// storeScripts are the scripts of one cycle (acquire, renew, release),
+// which run far more often than the others: the settings every call of a
+// store would pass are constants of the store's copy instead (a line put
+// in front, settingsLine), since each argument costs Redis a string at
+// every call, and converting it a number. Stores of one configuration
+// share one script in Redis' cache.
+type storeScripts struct {
+	acquire, renew, release *redis.Script
+}
+
+// settingsLine declares the constants of storeScripts (ms): the
+// quarantine, the lock delay, the idle retention and how long a lease key
+// outlives attached grants' bounds.
+const settingsLine = "local QUARANTINE, LOCK_DELAY, IDLE, KEEP = %d, %d, %d, %d\n"
+
+func newStoreScripts(quarantineMS, lockDelayMS, idleMS, keepMS int64) storeScripts {
+	settings := fmt.Sprintf(settingsLine, quarantineMS, lockDelayMS, idleMS, keepMS)
+	return storeScripts{
+		acquire: redis.NewScript(settings + holdersSrc + withGrants(withMarker(acquireSrc))),
+		renew:   redis.NewScript(settings + holdersSrc + renewSrc),
+		release: redis.NewScript(settings + holdersSrc + releaseSrc),
+	}
+}
+
+func (s storeScripts) all() []*redis.Script { return []*redis.Script{s.acquire, s.renew, s.release} }
 
 // grantsLine is the line of acquire.lua that grants.lua and attached.lua
 // replace; markerLine the line of acquire.lua and session.lua that
@@ -106,14 +131,17 @@ type acquireReply struct {
 	result store.AcquireResult
 }
 
-// decodeAcquire reads acquire.lua's reply:
+// decodeAcquire reads acquire.lua's reply to a call asking for asked (the
+// grant the caller would get: name, holder, value, ttl, weight, session;
+// no token, no expiry):
 //
 //	{-1, lost, retry_after_ms}
 //	{-2, lost, capacity}
 //	{-3, lost, max_holders}
 //	{-4, lost, session_id...}
+//	{2, lost, token, expires_ms}   granted as asked
 //	{status, lost, holder, token, value, ttl_ms, expires_ms, retry_at_ms, weight, session}
-func decodeAcquire(name string, v any) (acquireReply, error) {
+func decodeAcquire(asked store.Lease, v any) (acquireReply, error) {
 	r := newReplyReader("acquire", v)
 	var a acquireReply
 	status := r.int(0)
@@ -136,9 +164,23 @@ func decodeAcquire(name string, v any) (acquireReply, error) {
 	case -4:
 		a.need = r.ids(2)
 		return a, r.err
+	case 2:
+		a.result.Acquired = true
+		a.result.Lease = asked
+		if a.result.Lease.Token = r.token(2); a.result.Lease.Token == 0 {
+			r.fail(2, "token, never 0")
+		}
+		a.result.Lease.ExpiresAt = time.UnixMilli(r.int(3))
+		// A value of its own, as a long reply gives; the empty value is
+		// nil, as the memory store has it.
+		a.result.Lease.Value = nil
+		if len(asked.Value) > 0 {
+			a.result.Lease.Value = bytes.Clone(asked.Value)
+		}
+		return a, r.err
 	}
 	a.result.Acquired = status == 1
-	a.result.Lease = r.lease(2, name)
+	a.result.Lease = r.lease(2, asked.Name)
 	a.result.Lease.Weight = r.weight(8, a.result.Lease.Holder != "")
 	a.result.Lease.Session = r.session(9, a.result.Lease.Holder != "")
 	if a.result.Acquired && a.result.Lease.Holder == "" {

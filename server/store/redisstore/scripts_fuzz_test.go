@@ -134,6 +134,12 @@ func replySeeds() []any {
 		[]any{int64(0), int64(0), "", "", "", int64(0), int64(0), int64(0), int64(0), sid},
 		[]any{int64(0), int64(0), "", "", "", int64(0), int64(0), int64(0), int64(1), ""},
 		[]any{int64(2), int64(0), "", "", "", int64(0), int64(0), int64(0), int64(0), ""},
+		[]any{int64(3), int64(0), "42", at},
+		[]any{int64(2), int64(0), "42", at},
+		[]any{int64(2), int64(1), "42", at},
+		[]any{int64(2), int64(0), "0", at},
+		[]any{int64(2), int64(0), "42"},
+		[]any{int64(2), int64(0), int64(42), at},
 		[]any{int64(-4), int64(0), sid},
 		[]any{int64(-4), int64(1), sid, sid},
 		[]any{int64(-4), int64(0)},
@@ -187,8 +193,8 @@ func FuzzDecodeReplies(f *testing.F) {
 		d := &replyDecoder{b: b}
 		v, _ := d.node(0)
 
-		a, err := decodeAcquire("job", v)
-		if want, ok := acquireSpec("job", v); ok != (err == nil) {
+		a, err := decodeAcquire(fuzzAsked, v)
+		if want, ok := acquireSpec(fuzzAsked, v); ok != (err == nil) {
 			t.Fatalf("decodeAcquire(%#v) = %+v, %v; the reply is documented: %v", v, a, err, ok)
 		} else if ok && !sameAcquire(a, want) {
 			t.Fatalf("decodeAcquire(%#v) = %+v; want %+v", v, a, want)
@@ -347,7 +353,11 @@ func specGrants(r []any, i int, name string) ([]store.Lease, int, bool) {
 // max_holders} or {status, lost, holder, token, value, ttl_ms, expires_ms,
 // retry_at_ms, weight} with status 1 (granted, to a holder) or 0, lost 1
 // or 0, and a weight for a holder (0 without).
-func acquireSpec(name string, v any) (acquireReply, bool) {
+// fuzzAsked is the grant the fuzzed acquire replies answer.
+var fuzzAsked = store.Lease{Name: "job", Holder: "h", Value: []byte("v"), TTL: 1500 * time.Millisecond, Weight: 2}
+
+func acquireSpec(asked store.Lease, v any) (acquireReply, bool) {
+	name := asked.Name
 	r, ok := v.([]any)
 	if !ok || len(r) < 3 {
 		return acquireReply{}, false
@@ -373,6 +383,20 @@ func acquireSpec(name string, v any) (acquireReply, bool) {
 	case -4:
 		a.need, ok = specIDs(r, 2)
 		return a, ok
+	case 2:
+		// Granted as asked: a token (decimal, not 0) and an expiry.
+		if len(r) < 4 {
+			return acquireReply{}, false
+		}
+		tok, isStr := r[2].(string)
+		token, err := strconv.ParseUint(tok, 10, 64)
+		at, isInt := r[3].(int64)
+		if !isStr || err != nil || token == 0 || !isInt {
+			return acquireReply{}, false
+		}
+		a.result.Acquired, a.result.Lease = true, asked
+		a.result.Lease.Token, a.result.Lease.ExpiresAt = token, time.UnixMilli(at)
+		return a, true
 	case 0, 1:
 	default:
 		return acquireReply{}, false

@@ -41,7 +41,17 @@ func TestDecodeAcquire(t *testing.T) {
 		{"a grant without a weight", []any{int64(1), int64(0), "h", "42", "v", int64(1500), int64(at), int64(0), int64(0), ""}, acquireReply{}, true},
 		{"a capacity of 0", []any{int64(-2), int64(0), int64(0)}, acquireReply{}, true},
 		{"a token that is not a number", []any{int64(1), int64(0), "h", "x", "", int64(1), int64(at), int64(0), int64(1), ""}, acquireReply{}, true},
-		{"an unknown status", []any{int64(2), int64(0), "", "", "", int64(0), int64(0), int64(0), int64(0), ""}, acquireReply{}, true},
+		{"granted as asked", []any{int64(2), int64(0), "42", int64(at)},
+			acquireReply{result: store.AcquireResult{Acquired: true, Lease: store.Lease{
+				Name: "job", Holder: "h", Token: 42, Value: []byte("v"), TTL: 1500 * time.Millisecond, ExpiresAt: time.UnixMilli(at), Weight: 3, Session: sid,
+			}}}, false},
+		{"granted as asked, after a loss", []any{int64(2), int64(1), "42", int64(at)},
+			acquireReply{lost: true, result: store.AcquireResult{Acquired: true, Lease: store.Lease{
+				Name: "job", Holder: "h", Token: 42, Value: []byte("v"), TTL: 1500 * time.Millisecond, ExpiresAt: time.UnixMilli(at), Weight: 3, Session: sid,
+			}}}, false},
+		{"granted as asked without an expiry", []any{int64(2), int64(0), "42"}, acquireReply{}, true},
+		{"granted as asked under token 0", []any{int64(2), int64(0), "0", int64(at)}, acquireReply{}, true},
+		{"an unknown status", []any{int64(3), int64(0), "", "", "", int64(0), int64(0), int64(0), int64(0), ""}, acquireReply{}, true},
 		{"granted in a session", []any{int64(1), int64(0), "h", "42", "v", int64(1500), int64(at), int64(0), int64(3), sid},
 			acquireReply{result: store.AcquireResult{Acquired: true, Lease: store.Lease{
 				Name: "job", Holder: "h", Token: 42, Value: []byte("v"), TTL: 1500 * time.Millisecond, ExpiresAt: time.UnixMilli(at), Weight: 3, Session: sid,
@@ -52,7 +62,8 @@ func TestDecodeAcquire(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := decodeAcquire("job", tc.reply)
+			asked := store.Lease{Name: "job", Holder: "h", Value: []byte("v"), TTL: 1500 * time.Millisecond, Weight: 3, Session: sid}
+			got, err := decodeAcquire(asked, tc.reply)
 			if (err != nil) != tc.wantErr {
 				t.Fatalf("err = %v, want error: %v", err, tc.wantErr)
 			}
@@ -167,9 +178,8 @@ func TestDecodeWatch(t *testing.T) {
 func TestAcquireArgsFollowTheScript(t *testing.T) {
 	t.Parallel()
 	// One header line per argument: "-- ARGV[i] <what>", in this order.
-	want := []string{"holder", "ttl (ms", "value", "waiter id", "waiter ttl", "quarantine", "pub/sub channel", "name",
-		"lock delay", `"1" to keep`, "idle retention", "token (decimal)", "capacity", "weight", "max holders", "ttl + lock delay + idle retention",
-		"session id", "the session's ttl", "proofs", "how long the key outlives"}
+	want := []string{"holder", "ttl (ms", "value", "waiter id", "waiter ttl", "pub/sub channel", "name",
+		`"1" to keep`, "token (decimal)", "capacity", "weight", "max holders", "session id", "the session's ttl", "proofs"}
 	var got []string
 	for _, line := range strings.Split(acquireSrc, "\n") {
 		if rest, ok := strings.CutPrefix(line, "-- ARGV["); ok {
@@ -188,14 +198,14 @@ func TestAcquireArgsFollowTheScript(t *testing.T) {
 			t.Errorf("ARGV[%d] is %q in the header, %q in acquireArgs", i+1, got[i], want[i])
 		}
 	}
-	a := acquireArgs{holder: "h", ttlMS: 2, value: []byte("v"), waiter: "w", waiterTTL: int64(5), quarantine: 6, channel: "c",
-		name: "n", lockDelay: int64(9), keepValue: "1", idle: int64(11), expected: "12", capacity: 13, weight: 14, maxHolders: 15, keyLifetime: 16,
-		session: "s", sessionTTL: 18, proofs: "p", keep: 20}
+	a := acquireArgs{holder: "h", ttlMS: 2, value: []byte("v"), waiter: "w", waiterTTL: int64(5), channel: "c",
+		name: "n", keepValue: "1", expected: "9", capacity: 10, weight: 11, maxHolders: 12,
+		session: "s", sessionTTL: 14, proofs: "p"}
 	vals := a.argv()
 	if len(vals) != len(want) {
 		t.Fatalf("argv has %d values, the header %d", len(vals), len(want))
 	}
-	for i, v := range []any{"h", int64(2), []byte("v"), "w", int64(5), int64(6), "c", "n", int64(9), "1", int64(11), "12", int64(13), int64(14), 15, int64(16), "s", int64(18), "p", int64(20)} {
+	for i, v := range []any{"h", int64(2), []byte("v"), "w", int64(5), "c", "n", "1", "9", int64(10), int64(11), 12, "s", int64(14), "p"} {
 		if fmt.Sprint(vals[i]) != fmt.Sprint(v) {
 			t.Errorf("argv[%d] = %v, want %v", i, vals[i], v)
 		}

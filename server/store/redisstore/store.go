@@ -34,7 +34,8 @@ type Options struct {
 	// released) from being granted again for this long, so that a holder that
 	// was only paused cannot act beside its successor. 0 disables it.
 	LockDelay time.Duration
-	// IdleNameTTL is how long a name's keys outlive its last use; 0 means
+	// IdleNameTTL is how long a name's keys outlive its last use, at least
+	// (at most a quarter more: see the package doc); 0 means
 	// store.DefaultIdleNameTTL.
 	IdleNameTTL time.Duration
 	// CallTimeout bounds every store call; 0 means store.DefaultCallTimeout.
@@ -85,10 +86,13 @@ type Store struct {
 	prefix  string
 	channel string
 	marker  string // the data-loss marker's key (not on a Cluster)
+	// scripts are this store's copies of the cycle's scripts, its
+	// settings built in.
+	scripts storeScripts
 	// boxed are arguments that every call of a script passes, boxed once:
 	// boxing a string or an int64 for each call allocates.
 	boxed struct {
-		channel, lockDelayMS, idleMS, waiterTTL any
+		channel, waiterTTL any
 	}
 	quarantineMS int64
 	lockDelayMS  int64
@@ -135,7 +139,7 @@ func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Stor
 	if err := s.checkMarkers(ctx, opts.NewStore); err != nil {
 		return nil, err
 	}
-	for _, sc := range allScripts {
+	for _, sc := range append(s.scripts.all(), sharedScripts...) {
 		cctx, cancel := s.bound(ctx)
 		err := sc.Load(cctx, client).Err()
 		cancel()
@@ -195,8 +199,8 @@ func build(client redis.UniversalClient, opts Options) (*Store, error) {
 	}
 	s.idleMS = durationMS(cmp.Or(opts.IdleNameTTL, store.DefaultIdleNameTTL))
 	s.callTimeout = cmp.Or(opts.CallTimeout, store.DefaultCallTimeout)
-	s.boxed.channel, s.boxed.lockDelayMS = s.channel, s.lockDelayMS
-	s.boxed.idleMS, s.boxed.waiterTTL = s.idleMS, durationMS(store.DefaultWaiterTTL)
+	s.boxed.channel, s.boxed.waiterTTL = s.channel, durationMS(store.DefaultWaiterTTL)
+	s.scripts = newStoreScripts(s.quarantineMS, s.lockDelayMS, s.idleMS, s.sessionKeepMS())
 	if err := s.setReplicas(opts); err != nil {
 		return nil, err
 	}
@@ -414,31 +418,34 @@ type acquireArgs struct {
 	value      []byte
 	waiter     string
 	waiterTTL  any // int64 ms, boxed once for the default
-	quarantine int64
 	channel    any
 	name       string
-	lockDelay  any
 	keepValue  string // "1" or ""
-	idle       any
 	expected   string // decimal token or ""
 	capacity   int64
 	weight     int64
 	maxHolders int
-	// keyLifetime is ttl + lock delay + idle retention, ms.
-	keyLifetime int64
 	// session is the id of the session to attach to, or ""; sessionTTL its
-	// ttl (ms); proofs the proofs of sessions (attached.lua); keep how long
-	// the key outlives attached grants (ms).
+	// ttl (ms); proofs the proofs of sessions (attached.lua).
 	session    string
 	sessionTTL int64
 	proofs     string
-	keep       int64
 }
 
 func (a acquireArgs) argv() []any {
-	return []any{a.holder, a.ttlMS, a.value, a.waiter, a.waiterTTL, a.quarantine, a.channel, a.name,
-		a.lockDelay, a.keepValue, a.idle, a.expected, a.capacity, a.weight, a.maxHolders, a.keyLifetime,
-		a.session, a.sessionTTL, a.proofs, a.keep}
+	return []any{a.holder, a.ttlMS, a.value, a.waiter, a.waiterTTL, a.channel, a.name, a.keepValue, a.expected,
+		a.capacity, a.weight, a.maxHolders, a.session, a.sessionTTL, a.proofs}
+}
+
+// asked is the grant req would get from this call: acquire.lua's reply
+// for a grant as asked carries only its token and expiry.
+func (a acquireArgs) asked(req store.AcquireRequest) store.Lease {
+	l := store.Lease{Name: req.Name, Holder: req.Holder, Value: req.Value, TTL: time.Duration(a.ttlMS) * time.Millisecond,
+		Weight: a.weight, Session: a.session}
+	if a.session != "" {
+		l.TTL = time.Duration(a.sessionTTL) * time.Millisecond
+	}
+	return l
 }
 
 // Acquire implements store.Leases.
@@ -460,7 +467,7 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 	args := acquireArgs{
 		capacity: capacity, weight: weight, maxHolders: req.MaxHoldersOrDefault(),
 		holder: req.Holder, ttlMS: durationMS(req.TTL), value: req.Value, waiter: req.Waiter, waiterTTL: s.boxed.waiterTTL,
-		quarantine: s.quarantineMS, channel: s.boxed.channel, name: req.Name, lockDelay: s.boxed.lockDelayMS, idle: s.boxed.idleMS,
+		channel: s.boxed.channel, name: req.Name,
 	}
 	if req.WaiterTTL > 0 {
 		args.waiterTTL = durationMS(req.WaiterTTL)
@@ -471,7 +478,6 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 	if req.Token != 0 {
 		args.expected = strconv.FormatUint(req.Token, 10)
 	}
-	args.keep = s.sessionKeepMS()
 	proofs := proofSet{}
 	if req.Session != "" {
 		if err := s.proveOwn(ctx, proofs, req); err != nil {
@@ -495,13 +501,12 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 			}
 			args.ttlMS, args.sessionTTL = own, proofs[req.Session].ttl.Milliseconds()
 		}
-		args.keyLifetime = args.ttlMS + s.lockDelayMS + s.idleMS
-		v, rep, err := s.callWait(ctx, "acquire", true, acquireScript,
+		v, rep, err := s.callWait(ctx, "acquire", true, s.scripts.acquire,
 			[]string{k.lease, k.queue, k.waiters, k.marker}, args.argv()...)
 		if err != nil {
 			return nil, err
 		}
-		if reply, err = decodeAcquire(req.Name, v); err != nil {
+		if reply, err = decodeAcquire(args.asked(req), v); err != nil {
 			return nil, err
 		}
 		if reply.lost {
@@ -546,8 +551,8 @@ func (s *Store) Renew(ctx context.Context, name, holder string, token uint64, tt
 	}
 	k := s.keys(name)
 	ttlMS := durationMS(ttl)
-	v, replicated, err := s.callWait(ctx, "renew", true, renewScript, []string{k.lease},
-		holder, strconv.FormatUint(token, 10), ttlMS, s.lockDelayMS+s.idleMS, s.lockDelayMS+s.sessionKeepMS())
+	v, replicated, err := s.callWait(ctx, "renew", true, s.scripts.renew, []string{k.lease},
+		holder, strconv.FormatUint(token, 10), ttlMS)
 	if err != nil {
 		return store.Lease{}, err
 	}
@@ -564,8 +569,8 @@ func (s *Store) Renew(ctx context.Context, name, holder string, token uint64, tt
 // Release implements store.Leases.
 func (s *Store) Release(ctx context.Context, name, holder string, token uint64) (bool, error) {
 	k := s.keys(name)
-	v, err := s.call(ctx, "release", releaseScript, []string{k.lease},
-		holder, strconv.FormatUint(token, 10), s.boxed.channel, name, s.boxed.idleMS, s.boxed.lockDelayMS, s.sessionKeepMS())
+	v, err := s.call(ctx, "release", s.scripts.release, []string{k.lease},
+		holder, strconv.FormatUint(token, 10), s.boxed.channel, name)
 	if err != nil {
 		return false, err
 	}

@@ -11,34 +11,34 @@
 -- ARGV[3] value
 -- ARGV[4] waiter id, or "" for a caller that does not wait
 -- ARGV[5] waiter ttl (ms, >= 1)
--- ARGV[6] quarantine (ms, 0 disables)
--- ARGV[7] pub/sub channel
--- ARGV[8] name (published on the channel)
--- ARGV[9] lock delay (ms): how long a grant that expired (was not released)
---         keeps its weight from being granted again
--- ARGV[10] "1" to keep the stored value when ARGV[1] already holds the name
---          (a lock call on an election's name), else ""
--- ARGV[11] idle retention (ms): how long the lease key outlives the grants
---          and their lock delay, keeping the fencing counter
--- ARGV[12] token (decimal) the caller must hold the name under, or "": with
---          it the call only renews that grant, and is otherwise refused
---          (status 0, no holder) without a grant or a place in the queue
--- ARGV[13] capacity (1 .. store.MaxCapacity) the caller expects the name to
+-- ARGV[6] pub/sub channel
+-- ARGV[7] name (published on the channel)
+-- ARGV[8] "1" to keep the stored value when ARGV[1] already holds the name
+--         (a lock call on an election's name), else ""
+-- ARGV[9] token (decimal) the caller must hold the name under, or "": with
+--         it the call only renews that grant, and is otherwise refused
+--         (status 0, no holder) without a grant or a place in the queue
+-- ARGV[10] capacity (1 .. store.MaxCapacity) the caller expects the name to
 --          have
--- ARGV[14] weight (1 .. capacity) to hold
--- ARGV[15] max holders: the most grants (lock delays included) the name may
---          carry at once
--- ARGV[16] ttl + lock delay + idle retention (ms): how long the lease key
---          lives after an uncontended grant (ARGV[13] and ARGV[14] are
+-- ARGV[11] weight (1 .. capacity) to hold (ARGV[10] and ARGV[11] are
 --          decimal strings too: the uncontended grant stores them as they
 --          came, formatting no numbers but the token and the expiry)
--- ARGV[17] session id to attach the grant to, or "" for a grant of its own
+-- ARGV[12] max holders: the most grants (lock delays included) the name may
+--          carry at once
+-- ARGV[13] session id to attach the grant to, or "" for a grant of its own
 --          TTL; with one, ARGV[2] is what the session's proof left
 --          (remaining ms): the grant's bound (attached.lua)
--- ARGV[18] the session's ttl (ms): an attached grant's recorded ttl
--- ARGV[19] proofs of sessions (attached.lua), the attaching one's included
--- ARGV[20] how long the key outlives attached grants' bounds and lock delay
---          (ms), instead of the idle retention
+-- ARGV[14] the session's ttl (ms): an attached grant's recorded ttl
+-- ARGV[15] proofs of sessions (attached.lua), the attaching one's included
+--
+-- The store's settings are constants of its copy of the script (scripts.go
+-- puts them first), not arguments, since each argument costs Redis a string
+-- at every call and converting it a number: QUARANTINE (ms, 0 disables);
+-- LOCK_DELAY (ms): how long a grant that expired (was not released) keeps
+-- its weight from being granted again; IDLE, the idle retention (ms): how
+-- long the lease key outlives the grants and their lock delay, keeping the
+-- fencing counter; KEEP (ms): how long it outlives attached grants' bounds
+-- and lock delay instead.
 --
 -- Grants attached to sessions are trusted only until their bounds
 -- (attached.lua): when one passed, the script first settles them with the
@@ -53,18 +53,23 @@
 -- summary fields say one may have run out (now >= low + lock delay) or a
 -- refusal must name a holder.
 --
--- Redis calls: an uncontended grant runs 5 (TIME, GET marker, HMGET, HSET,
--- PEXPIRE); a renewal by the holder 5 (PEXPIREAT last); a refusal without waiting of an
--- exclusive lock 4 (TIME, GET, HMGET, HGETALL to name the holder).
+-- Redis calls: an uncontended grant runs 4 (TIME, GET marker, HMGET,
+-- HSET), and PEXPIREAT when the key's expiry must move ('ex', below: about
+-- once per eighth of a retention); it ran 5, PEXPIRE always, before 'ex'. A
+-- renewal by the holder 4 or 5 the same way; a refusal without waiting of
+-- an exclusive lock 4 (TIME, GET, HMGET, HGETALL to name the holder).
 --
 -- Returns, with lost = 1 when this call found the marker missing (Redis lost
 -- its data), else 0, and every time in unix ms of Redis' clock:
 --   {-1, lost, retry_after_ms}                                       quarantined
 --   {-2, lost, capacity}       the name has another capacity, held or awaited
---   {-3, lost, max_holders}    the grant would take the name past ARGV[15]
+--   {-3, lost, max_holders}    the grant would take the name past ARGV[12]
 --   {-4, lost, session_id...}  proofs of these sessions are needed first
+--   {2, lost, token, expires_ms}  granted to ARGV[1] as asked (a new grant:
+--                              its value, weight, session and ttl, ARGV[14]
+--                              when attached, are the call's)
 --   {status, lost, holder, token, value, ttl_ms, expires_ms, retry_at_ms, weight, session}
--- status 1: granted or renewed for ARGV[1]; 0: refused. holder .. expires_ms
+-- status 1: renewed for ARGV[1]; 0: refused. holder .. expires_ms
 -- weight and session (its id, or "") are the grant, or, refused, the live
 -- grant that ends first ("", "", "", 0, 0, 0 and "" when there is none: the weight is in lock delays,
 -- or older waiters come first); token is a decimal string. retry_at_ms, when
@@ -75,11 +80,8 @@
 if redis.replicate_commands then redis.replicate_commands() end
 
 local lease, queue, waiters, marker = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local holder, ttl, value, waiter = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
-local waiter_ttl, quarantine, channel, name = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7], ARGV[8]
-local delay, keep_value, idle, expected = tonumber(ARGV[9]), ARGV[10] == '1', tonumber(ARGV[11]), ARGV[12]
-local capacity, weight, max_holders = tonumber(ARGV[13]), tonumber(ARGV[14]), tonumber(ARGV[15])
-local sess = ARGV[17]
+local holder, value, expected, sess = ARGV[1], ARGV[3], ARGV[9], ARGV[13]
+local ttl, quarantine = tonumber(ARGV[2]), QUARANTINE
 local field = HOLDER .. holder
 
 local time = redis.call('TIME')
@@ -93,47 +95,74 @@ local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 -- live or in their lock delay, 'n' counts them; 'low' is at most the
 -- earliest expiry among them, 'high' at least the latest.
 -- 'slow' is at most the earliest bound of the grants attached to sessions.
-local cur = redis.call('HMGET', lease, 'token', 'cap', 'used', 'low', 'queued', 'watched', field, 'n', 'high', 'slow', 's:' .. holder)
-local cap_now = tonumber(cur[2]) or 1
-local used, low = tonumber(cur[3]) or 0, tonumber(cur[4])
-local queued, watched = cur[5] == '1', tonumber(cur[6]) or 0
-local mine = unpack_grant(holder, cur[7])
-local n, high = tonumber(cur[8]) or 0, tonumber(cur[9]) or 0
-local mine_live = mine and mine.expires > now
-local stale = cur[10] and now >= tonumber(cur[10])
-if expected ~= '' and not stale and not (mine_live and mine.token == expected) then
-  return {0, lost, '', '', '', 0, 0, 0, 0, ''}
-end
+-- 'ex' is the key's expiry as the scripts last set it (see keep_key).
+local cur = redis.call('HMGET', lease, 'token', 'cap', 'used', 'low', 'queued', 'watched', field, 'n', 'high', 'slow',
+  's:' .. holder, 'ex')
 
 -- The next token: the counter plus one, but never below the clock in
 -- microseconds: a counter that is gone (the name was idle past its
 -- retention, or data loss) or behind (a failover to a replica that missed
 -- the last grants) still yields a token above every one issued before, as
--- long as the clock does not step back. A decimal string.
+-- long as the clock does not step back. A decimal string. Both are
+-- compared as decimal strings without leading zeros (longer is larger):
+-- converting numbers is most of what the uncontended grant costs Redis.
 local function next_token()
-  local token = (tonumber(cur[1]) or 0) + 1
-  if token <= tonumber(time[1]) * 1000000 + tonumber(time[2]) then
-    return time[1] .. string.format('%06d', tonumber(time[2]))
+  local us = time[2]
+  if #us < 6 then us = string.rep('0', 6 - #us) .. us end
+  local clock, last = time[1] .. us, cur[1]
+  if last and (#last > #clock or (#last == #clock and last >= clock)) then
+    local n = tonumber(last)
+    if n then return ms(n + 1) end
   end
-  return ms(token)
+  return clock
 end
 
 -- 0. Nobody holds (not even in a lock delay), queues for the name or
--- observes it: grant at once, taking the request's capacity. This is 5.
--- below with nothing to sweep, prune or count and no one to tell, in fewer
--- commands and with the fields written as they came: the uncontended lock.
-if n == 0 and not queued and watched <= now and sess == '' then
+-- observes it, and the caller asks for a grant of its own: grant at once,
+-- taking the request's capacity. This is 5. below with nothing to sweep,
+-- prune or count and no one to tell, in fewer commands and with the fields
+-- written as they came: the uncontended lock. The key must outlive the
+-- grant by the lock delay and the retention; 'ex' says when it
+-- already does, so that PEXPIREAT runs about once per eighth of a
+-- retention.
+if (not cur[8] or cur[8] == '0') and cur[5] ~= '1' and sess == '' and expected == ''
+  and (not cur[6] or tonumber(cur[6]) <= now) then
   local token = next_token()
   local expires = ms(now + ttl)
-  local record = pack_grant(token, ARGV[14], ARGV[2], expires, value)
-  if (cur[2] or '1') == ARGV[13] then
-    redis.call('HSET', lease, field, record, 'token', token, 'used', ARGV[14], 'n', '1', 'low', expires, 'high', expires)
+  local record = pack_grant(token, ARGV[11], ARGV[2], expires, value)
+  local need = now + ttl + LOCK_DELAY + IDLE
+  if cur[12] and tonumber(cur[12]) >= need then
+    if (cur[2] or '1') == ARGV[10] then
+      redis.call('HSET', lease, field, record, 'token', token, 'used', ARGV[11], 'n', '1', 'low', expires, 'high', expires)
+    else
+      redis.call('HSET', lease, field, record, 'token', token, 'used', ARGV[11], 'n', '1', 'low', expires, 'high', expires,
+        'cap', ARGV[10])
+    end
   else
-    redis.call('HSET', lease, field, record, 'token', token, 'used', ARGV[14], 'n', '1', 'low', expires, 'high', expires,
-      'cap', ARGV[13])
+    local at = ms(need + math.floor(IDLE / 8))
+    local fields = {field, record, 'token', token, 'used', ARGV[11], 'n', '1', 'low', expires, 'high', expires, 'ex', at}
+    if (cur[2] or '1') ~= ARGV[10] then
+      fields[#fields + 1], fields[#fields + 2] = 'cap', ARGV[10]
+    end
+    redis.call('HSET', lease, unpack(fields))
+    redis.call('PEXPIREAT', lease, at)
   end
-  redis.call('PEXPIRE', lease, ARGV[16])
-  return {1, lost, holder, token, value, ttl, now + ttl, 0, weight, ''}
+  return {2, lost, token, now + ttl}
+end
+
+local waiter, waiter_ttl, channel, name = ARGV[4], tonumber(ARGV[5]), ARGV[6], ARGV[7]
+local delay, keep_value, idle = LOCK_DELAY, ARGV[8] == '1', IDLE
+local capacity, weight, max_holders = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12])
+local cap_now = tonumber(cur[2]) or 1
+local used, low = tonumber(cur[3]) or 0, tonumber(cur[4])
+local queued, watched = cur[5] == '1', tonumber(cur[6]) or 0
+local mine = unpack_grant(holder, cur[7])
+local n, high = tonumber(cur[8]) or 0, tonumber(cur[9]) or 0
+local ex = tonumber(cur[12])
+local mine_live = mine and mine.expires > now
+local stale = cur[10] and now >= tonumber(cur[10])
+if expected ~= '' and not stale and not (mine_live and mine.token == expected) then
+  return {0, lost, '', '', '', 0, 0, 0, 0, ''}
 end
 
 -- (grants.lua goes here: scripts.go)
@@ -141,32 +170,34 @@ end
 -- 1. Sessions: no attached grant is trusted past its bound. Settling may
 -- end some (a closed session's are released: announced below).
 local keep, rec_ttl = idle, ttl
-if sess ~= '' then rec_ttl = tonumber(ARGV[18]) end
+if sess ~= '' then rec_ttl = tonumber(ARGV[14]) end
 local settled_ended = false
 if stale then
-  local need, ended = settle(lease, now, parse_proofs(ARGV[19]), delay, tonumber(ARGV[20]))
+  local need, ended = settle(lease, now, parse_proofs(ARGV[15]), delay, KEEP)
   if need then
     table.insert(need, 1, lost)
     table.insert(need, 1, -4)
     return need
   end
   settled_ended = ended
-  cur = redis.call('HMGET', lease, 'token', 'cap', 'used', 'low', 'queued', 'watched', field, 'n', 'high', 'slow', 's:' .. holder)
+  cur = redis.call('HMGET', lease, 'token', 'cap', 'used', 'low', 'queued', 'watched', field, 'n', 'high', 'slow',
+    's:' .. holder, 'ex')
   cap_now = tonumber(cur[2]) or 1
   used, low = tonumber(cur[3]) or 0, tonumber(cur[4])
   queued, watched = cur[5] == '1', tonumber(cur[6]) or 0
   mine = unpack_grant(holder, cur[7])
   n, high = tonumber(cur[8]) or 0, tonumber(cur[9]) or 0
+  ex = tonumber(cur[12])
   mine_live = mine and mine.expires > now
   if expected ~= '' and not (mine_live and mine.token == expected) then
     if settled_ended and (queued or watched > now) then redis.call('PUBLISH', channel, name) end
     return {0, lost, '', '', '', 0, 0, 0, 0, ''}
   end
 end
--- While grants are attached, the key outlives them by ARGV[20]: their
+-- While grants are attached, the key outlives them by KEEP: their
 -- bounds may be stale, and their sessions' renewals refresh them only
 -- that often.
-if cur[10] or sess ~= '' then keep = tonumber(ARGV[20]) end
+if cur[10] or sess ~= '' then keep = KEEP end
 local mine_att = cur[11]
 
 -- Records the caller's grant (token) as attached to its session, or as a
@@ -184,11 +215,20 @@ local function attach_mine(token, expires)
 end
 
 -- The lease key outlives the last grant by the lock delay and the idle
--- retention, and the name's observation mark.
-local function keep_key()
+-- retention (keep), and the name's observation mark. A script that must
+-- move the key's expiry sets it an eighth of a retention past what it
+-- needs and records it in 'ex', so that later calls whose needs it covers,
+-- by no more than a quarter of a retention, skip the PEXPIREAT: the key
+-- outlives each need by up to a quarter of a retention more. keep_key
+-- adds 'ex' to fields (those of the HSET about to run) and returns the
+-- expiry to set, or nil.
+local function keep_key(fields)
   local last = high + delay + keep
   if watched > last then last = watched end
-  redis.call('PEXPIREAT', lease, ms(last))
+  if ex and ex >= last and ex <= last + keep / 4 then return nil end
+  local at = ms(last + math.floor(keep / 8))
+  fields[#fields + 1], fields[#fields + 2] = 'ex', at
+  return at
 end
 
 -- Grants weight to ARGV[1] beside the other grants and returns the token.
@@ -200,12 +240,13 @@ local function grant()
   if expires > high then high = expires end
   local fields = {field, pack_grant(token, weight, rec_ttl, expires, value), 'token', token,
     'used', ms(used), 'n', ms(n), 'low', ms(low), 'high', ms(high)}
-  if (cur[2] or '1') ~= ARGV[13] then
-    fields[#fields + 1], fields[#fields + 2] = 'cap', ARGV[13]
+  if (cur[2] or '1') ~= ARGV[10] then
+    fields[#fields + 1], fields[#fields + 2] = 'cap', ARGV[10]
   end
+  local at = keep_key(fields)
   redis.call('HSET', lease, unpack(fields))
   attach_mine(token, expires)
-  keep_key()
+  if at then redis.call('PEXPIREAT', lease, at) end
   return token
 end
 
@@ -234,9 +275,10 @@ if mine_live then
   if not low or expires < low then
     fields[#fields + 1], fields[#fields + 2] = 'low', ms(expires)
   end
+  local at = keep_key(fields)
   redis.call('HSET', lease, unpack(fields))
   attach_mine(mine.token, expires)
-  keep_key()
+  if at then redis.call('PEXPIREAT', lease, at) end
   if waiter ~= '' then unqueue() end
   if mine.value ~= value or settled_ended then announce() end
   return {1, lost, holder, mine.token, value, rec_ttl, expires, 0, mine.weight, sess}
@@ -367,9 +409,12 @@ if used + weight > cap_now then
   end)
   return refuse(at or 0, true)
 end
-if head then
+if head and head ~= waiter then
   -- 6. Live waiters: the caller passes those ahead of it only when they
-  -- would all fit beside it; one that does not wait passes none.
+  -- would all fit beside it; one that does not wait passes none. The head
+  -- of the queue (the next waiter of a handoff) has nobody ahead, and
+  -- reads no batch of the queue: one would cost Redis as much as the rest
+  -- of the grant with a long queue.
   local room = cap_now - used - weight
   local fits = waiter ~= ''
   local ahead, from, done = 0, 0, false
@@ -402,4 +447,4 @@ end
 local token = grant()
 if waiter ~= '' then unqueue() end
 announce()
-return {1, lost, holder, token, value, rec_ttl, now + ttl, 0, weight, sess}
+return {2, lost, token, now + ttl}

@@ -38,12 +38,3 @@ local function unpack_grant(holder, rec)
   return {holder = holder, token = token, weight = tonumber(weight), ttl = tonumber(ttl),
     expires = tonumber(expires), value = value}
 end
-
--- Returns the token (a string), weight and expiry of the grant packed in
--- rec, without its value; nil for nil or a record that is not one.
-local function grant_head(rec)
-  if not rec then return nil end
-  local token, weight, expires = string.match(rec, '^(%d+):(%d+):%d+:(%d+):')
-  if not token then return nil end
-  return token, tonumber(weight), tonumber(expires)
-end

@@ -2,17 +2,19 @@
 --
 -- KEYS[1] lease: the name's key, as the key layout in doc.go describes it;
 -- the release is announced while waiters are queued or the name is observed.
--- holders.lua comes first (scripts.go): the grant records.
+-- holders.lua comes first (scripts.go), after the settings line: the grant
+-- records.
 -- ARGV[1] holder
 -- ARGV[2] token (decimal)
 -- ARGV[3] pub/sub channel
 -- ARGV[4] name (published on the channel)
--- ARGV[5] idle retention (ms): how long the lease key, and with it the
---         fencing counter (its 'token'), outlives the release
--- ARGV[6] lock delay (ms): the other grants' records outlive their expiry
---         by it, and the key outlives them
--- ARGV[7] how long the key outlives attached grants' bounds (ms), instead
---         of the idle retention, while any grant is attached to a session
+--
+-- Constants of the store's copy (scripts.go; acquire.lua says why): IDLE,
+-- the idle retention (ms): how long the lease key, and with it the fencing
+-- counter (its 'token'), outlives the release; LOCK_DELAY (ms): the other
+-- grants' records outlive their expiry by it, and the key outlives them;
+-- KEEP (ms): how long the key outlives attached grants' bounds instead of
+-- IDLE, while any grant is attached to a session.
 --
 -- A grant attached to a session (attached.lua) is released by its holder
 -- even past its bound, which may be stale: its holder gives it up either
@@ -22,9 +24,10 @@
 -- change of 'low' (the earliest expiry): removing a grant only raises the
 -- true minimum.
 --
--- Redis calls: the last grant of a name (an exclusive lock) 4 (HMGET, TIME,
--- HDEL, PEXPIRE); one of several 5 (HMGET, TIME, HDEL, HSET, PEXPIREAT);
--- and PUBLISH when someone listens.
+-- Redis calls: the last grant of a name (an exclusive lock) 3 (HMGET, TIME,
+-- HDEL), 4 with PEXPIREAT when the key's expiry must move (see 'ex'
+-- below); one of several 4 (HMGET, TIME, HSET, HDEL), or 5; and PUBLISH
+-- when someone listens. Before 'ex', 4 and 5.
 --
 -- Returns 1 when the grant was released, its session's id (a string) when
 -- it was attached to one, 0 when (holder, token) did not hold it. A grant that already expired is not released: its lock delay,
@@ -32,39 +35,57 @@
 
 if redis.replicate_commands then redis.replicate_commands() end
 
-local field = HOLDER .. ARGV[1]
-local cur = redis.call('HMGET', KEYS[1], field, 'used', 'n', 'queued', 'watched', 'high', 's:' .. ARGV[1], 'slow')
-local token, weight, expires = grant_head(cur[1])
-if not token or token ~= ARGV[2] then
+local field, token = HOLDER .. ARGV[1], ARGV[2]
+local cur = redis.call('HMGET', KEYS[1], field, 'used', 'n', 'queued', 'watched', 'high', 's:' .. ARGV[1], 'slow', 'ex')
+-- The record's token, weight and expiry, as strings (holders.lua packs
+-- them); numbers only where needed: converting them is much of what a
+-- release costs Redis.
+local tok, weight, expires
+if cur[1] then tok, weight, expires = string.match(cur[1], '^(%d+):(%d+):%d+:(%d+):') end
+if not tok or tok ~= token then
   return 0
 end
 local session
 if cur[7] then
-  local id, tok = string.match(cur[7], '^(.*):(%d+)$')
-  if tok == token then session = id end
+  local id, attached = string.match(cur[7], '^(.*):(%d+)$')
+  if attached == token then session = id end
 end
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-if expires <= now and not session then return 0 end
-local watched, idle = tonumber(cur[5]) or 0, tonumber(ARGV[5])
-if cur[8] then idle = math.max(idle, tonumber(ARGV[7])) end
-local n = (tonumber(cur[3]) or 1) - 1
-if n <= 0 then
-  redis.call('HDEL', KEYS[1], field, 'used', 'n', 'low', 'high', 's:' .. ARGV[1], 'slow')
-  if watched > now + idle then
-    redis.call('PEXPIREAT', KEYS[1], cur[5])
+if tonumber(expires) <= now and not session then return 0 end
+local watched, idle = tonumber(cur[5]) or 0, IDLE
+if cur[8] then idle = math.max(idle, KEEP) end
+-- The key must outlive the release by the retention, and the name's
+-- observation mark. 'ex' is its expiry as the scripts last set it (see
+-- acquire.lua's keep_key): while that covers the need by no more than a
+-- quarter of a retention (a grant of a TTL and lock delay below an eighth
+-- of one, released), the key is left as it is; else it expires at the
+-- need, and 'ex' goes.
+local ex = tonumber(cur[9])
+if not cur[3] or cur[3] == '1' or (tonumber(cur[3]) or 1) <= 1 then
+  local last = now + idle
+  if watched > last then last = watched end
+  local kept = ex and ex >= last and ex <= last + idle / 4
+  if kept and not cur[7] and not cur[8] then
+    -- The exclusive lock's release: only the fields it has.
+    redis.call('HDEL', KEYS[1], field, 'used', 'n', 'low', 'high')
   else
-    redis.call('PEXPIRE', KEYS[1], ARGV[5])
+    redis.call('HDEL', KEYS[1], field, 'used', 'n', 'low', 'high', 's:' .. ARGV[1], 'slow', 'ex')
   end
+  if not kept or cur[7] or cur[8] then redis.call('PEXPIREAT', KEYS[1], ms(last)) end
 else
-  if cur[7] then
-    redis.call('HDEL', KEYS[1], field, 's:' .. ARGV[1])
-  else
-    redis.call('HDEL', KEYS[1], field)
+  -- One of several grants (a semaphore's share, attached to a session or
+  -- not): its weight goes back.
+  weight = tonumber(weight)
+  redis.call('HSET', KEYS[1], 'used', ms((tonumber(cur[2]) or weight) - weight), 'n', ms(tonumber(cur[3]) - 1))
+  local last = math.max((tonumber(cur[6]) or 0) + LOCK_DELAY + idle, now + idle, watched)
+  local gone = {field}
+  if cur[7] then gone[2] = 's:' .. ARGV[1] end
+  if not (ex and ex >= last and ex <= last + idle / 4) then
+    gone[#gone + 1] = 'ex'
+    redis.call('PEXPIREAT', KEYS[1], ms(last))
   end
-  redis.call('HSET', KEYS[1], 'used', ms((tonumber(cur[2]) or weight) - weight), 'n', ms(n))
-  local last = math.max((tonumber(cur[6]) or 0) + tonumber(ARGV[6]) + idle, now + idle, watched)
-  redis.call('PEXPIREAT', KEYS[1], ms(last))
+  redis.call('HDEL', KEYS[1], unpack(gone))
 end
 if cur[4] == '1' or watched > now then
   redis.call('PUBLISH', ARGV[3], ARGV[4])

@@ -1,14 +1,17 @@
 -- renew.lua: compare-and-set expiry of one held grant.
 --
 -- KEYS[1] lease: the name's key, as the key layout in doc.go describes it.
--- holders.lua comes first (scripts.go): the grant records.
+-- holders.lua comes first (scripts.go), after the settings line: the grant
+-- records.
 -- ARGV[1] holder
 -- ARGV[2] token (decimal)
 -- ARGV[3] ttl (ms, >= 1); may shorten the grant
--- ARGV[4] lock delay + idle retention (ms): how long the lease key, which
---         keeps the fencing counter, outlives the last grant
--- ARGV[5] lock delay + how long the key outlives attached grants' bounds
---         (ms), used instead while any grant is attached to a session
+--
+-- Constants of the store's copy (scripts.go; acquire.lua says why):
+-- LOCK_DELAY + IDLE (ms) is how long the lease key, which keeps the fencing
+-- counter, outlives the last grant; LOCK_DELAY + KEEP (ms) how long it
+-- outlives attached grants' bounds, used instead while any grant is
+-- attached to a session.
 --
 -- A grant attached to a session (attached.lua) is not renewed here: its
 -- session's renewal keeps it, and the reply is {2}.
@@ -16,7 +19,8 @@
 -- A renewal that shortens the grant lowers 'low' (the earliest expiry) when
 -- it goes below it; one that pushes it out need not touch it.
 --
--- Redis calls: 4 (HMGET, TIME, HSET, PEXPIREAT).
+-- Redis calls: 3 (HMGET, TIME, HSET), and PEXPIREAT when the key's expiry
+-- must move (about once per eighth of a retention); 4 before 'ex'.
 --
 -- Returns {0} when (holder, token) does not hold an unexpired grant, {2}
 -- when it is attached to a session, else
@@ -27,7 +31,7 @@
 if redis.replicate_commands then redis.replicate_commands() end
 
 local field = HOLDER .. ARGV[1]
-local cur = redis.call('HMGET', KEYS[1], field, 'watched', 'n', 'high', 'low', 's:' .. ARGV[1], 'slow')
+local cur = redis.call('HMGET', KEYS[1], field, 'watched', 'n', 'high', 'low', 's:' .. ARGV[1], 'slow', 'ex')
 local g = unpack_grant(ARGV[1], cur[1])
 if not g or g.token ~= ARGV[2] then
   return {0}
@@ -49,10 +53,18 @@ local low = tonumber(cur[5])
 if not low or expires < low then
   fields[#fields + 1], fields[#fields + 2] = 'low', ms(expires)
 end
-redis.call('HSET', KEYS[1], unpack(fields))
--- The key lives on, and never less than the name's observation mark.
-local span = tonumber(ARGV[4])
-if cur[7] then span = math.max(span, tonumber(ARGV[5])) end
+-- The key lives on, and never less than the name's observation mark. While
+-- 'ex' (its expiry as the scripts last set it: acquire.lua's keep_key)
+-- covers that by no more than a quarter of the span, it stays; else it
+-- moves an eighth of the span past the need.
+local span = LOCK_DELAY + IDLE
+if cur[7] then span = math.max(span, LOCK_DELAY + KEEP) end
 local last = math.max(high + span, tonumber(cur[2]) or 0)
-redis.call('PEXPIREAT', KEYS[1], ms(last))
+local ex, at = tonumber(cur[8]), nil
+if not (ex and ex >= last and ex <= last + span / 4) then
+  at = ms(last + math.floor(span / 8))
+  fields[#fields + 1], fields[#fields + 2] = 'ex', at
+end
+redis.call('HSET', KEYS[1], unpack(fields))
+if at then redis.call('PEXPIREAT', KEYS[1], at) end
 return {1, ARGV[1], g.token, g.value, ttl, expires, g.weight}
