@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -205,5 +206,52 @@ func TestHandoffCostDoesNotGrowWithTheQueue(t *testing.T) {
 	}
 	if long["zrange"] != 1 {
 		t.Errorf("the head's grant ran ZRANGE %d times, want 1 (the head)", long["zrange"])
+	}
+}
+
+// TestAnAttachedCycleCostsWhatAnOwnCycleCosts: a name taken and released
+// again and again in one session (a default session's lock in a loop)
+// asks the session's slot once, at its first attach; from then on each
+// cycle runs the scripts a lease of its own runs, and no more commands.
+func TestAnAttachedCycleCostsWhatAnOwnCycleCosts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, stats := storeOnOwnRedis(t, Options{})
+	sess, err := s.CreateSession(ctx, "alice", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cycle := func(req store.AcquireRequest) (scripts, total int) {
+		t.Helper()
+		stats.reset(t)
+		l := mustGrant(t, s, req)
+		if ok, err := s.Release(ctx, req.Name, req.Holder, l.Token); err != nil || !ok {
+			t.Fatalf("Release = %v, %v", ok, err)
+		}
+		byName, total := stats.since(t)
+		t.Logf("%s: %d commands %v", req.Name, total, byName)
+		return byName["evalsha"], total
+	}
+	own := store.AcquireRequest{Name: "own", Holder: "w", TTL: time.Minute}
+	attached := inSession("attached", "w", sess)
+	cycle(own)
+	firstScripts, _ := cycle(attached)
+	_, ownCost := cycle(own)
+	if firstScripts != 3 {
+		t.Fatalf("the first attached cycle ran %d scripts; want 3 (attach, acquire, release)", firstScripts)
+	}
+	for i := range 3 {
+		// The grant records its session (a field more to write).
+		if scripts, total := cycle(attached); scripts != 2 || total > ownCost+2 {
+			t.Fatalf("attached cycle %d ran %d scripts, %d commands; want 2 scripts and about a lease of its own's %d commands", i+2, scripts, total, ownCost)
+		}
+	}
+
+	// A session refused (closed here) is asked again, and refuses.
+	if err := s.CloseSession(ctx, sess.ID, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Acquire(ctx, attached); !errors.Is(err, store.ErrSessionClosed) {
+		t.Fatalf("Acquire in the closed session: %v; want ErrSessionClosed", err)
 	}
 }

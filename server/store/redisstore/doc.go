@@ -146,7 +146,11 @@
 // can never be stale, and a proof of life, if stale, only yields a bound
 // the session had reached anyway. Attaching checks the session (as its
 // owner, adding the name to its names) before the grant, and the grant's
-// bound is that proof's.
+// bound is that proof's; a coordinator that attached the name less than
+// half a TTL ago, with a proof of life that has half a TTL left, grants
+// with that proof and skips the session's script (attachments.go says why
+// that is safe), so a name used in a loop in one session costs a cycle
+// what a lease of its own costs.
 //
 // Bounds of names nobody visits go stale, so the lease key of a name with
 // attached grants outlives its bounds and lock delay by the larger of the

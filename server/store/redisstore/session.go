@@ -124,17 +124,14 @@ func decodeSession(v any) (sessionReply, error) {
 	return a, r.err
 }
 
-// session runs session.lua's op on session id; names are prune's.
-func (s *Store) session(ctx context.Context, op, id, owner string, ttl time.Duration, name string, names ...string) (sessionReply, error) {
+// session runs session.lua's op on session id: arg is create's ttl (ms)
+// and prune's time, names are prune's.
+func (s *Store) session(ctx context.Context, op, id, owner string, arg int64, name string, names ...string) (sessionReply, error) {
 	if !validSessionID(id) {
 		return sessionReply{err: store.ErrSessionNotFound}, nil
 	}
-	var ttlMS int64
-	if ttl > 0 {
-		ttlMS = durationMS(ttl)
-	}
 	keep := s.sessionKeepMS()
-	args := append(make([]any, 0, 7+len(names)), op, owner, ttlMS, s.quarantineMS, keep, name, keep/2)
+	args := append(make([]any, 0, 7+len(names)), op, owner, arg, s.quarantineMS, keep, name, keep/2)
 	for _, n := range names {
 		args = append(args, n)
 	}
@@ -175,7 +172,7 @@ func (s *Store) CreateSession(ctx context.Context, owner string, ttl time.Durati
 	if err != nil {
 		return store.Session{}, err
 	}
-	reply, err := s.session(ctx, "create", id, owner, ttl, "")
+	reply, err := s.session(ctx, "create", id, owner, durationMS(ttl), "")
 	if err != nil {
 		return store.Session{}, err
 	}
@@ -197,8 +194,10 @@ func (s *Store) RenewSession(ctx context.Context, id, owner string) (store.Sessi
 		return store.Session{}, err
 	}
 	if reply.err != nil {
+		s.attachments.forget(id)
 		return store.Session{}, sessionErr("renew session", id, reply.err)
 	}
+	s.attachments.renewed(id, owner, proof{kind: 'a', n: reply.remaining, got: time.Now(), ttl: reply.ttl})
 	if len(reply.names) > 0 {
 		got := time.Now()
 		proofs := proofSet{id: {kind: 'a', n: reply.remaining, got: got}}
@@ -208,14 +207,24 @@ func (s *Store) RenewSession(ctx context.Context, id, owner string) (store.Sessi
 			_ = s.client.HSet(ctx, s.sessionKeys(id)[0], "refreshed", "0").Err()
 		}
 		if len(free) > 0 {
-			// More than any attach takes to become a grant: a proof of
-			// life is spent within the session's ttl.
-			if _, err := s.session(ctx, "prune", id, owner, 2*reply.ttl+time.Second, "", free...); err != nil {
+			if _, err := s.session(ctx, "prune", id, owner, s.pruneBefore(reply), "", free...); err != nil {
 				s.log.Warn("a session's released names were not pruned; the next refresh tries again", "session", id, "error", err)
 			}
 		}
 	}
 	return store.Session{ID: id, Owner: owner, TTL: reply.ttl, ExpiresAt: reply.expires}, nil
+}
+
+// pruneBefore is the time, on the clock of the session's slot, at or
+// before which a name's last attach must lie for a refresh that began with
+// renewal to forget it: an hour (the session retention) and two TTLs
+// before the renewal, more than a call can take between the attach and its
+// grant (a proof of life is spent within a TTL; a stalled connection
+// delivers or drops a call within minutes), so that a grant made after the
+// refresh read the name always comes from a later attach.
+func (s *Store) pruneBefore(renewal sessionReply) int64 {
+	began := renewal.expires.Add(-renewal.ttl) // renew sets expires to now + ttl
+	return began.Add(-2*renewal.ttl - time.Duration(s.sessionKeepMS())*time.Millisecond).UnixMilli()
 }
 
 // CloseSession implements store.Sessions: the session's script marks it
@@ -224,6 +233,7 @@ func (s *Store) RenewSession(ctx context.Context, id, owner string) (store.Sessi
 // grants that end when their bounds pass, the check then finding the
 // session closed; a second close does the releases again.
 func (s *Store) CloseSession(ctx context.Context, id, owner string) error {
+	s.attachments.forget(id)
 	reply, err := s.session(ctx, "close", id, owner, 0, "")
 	if err != nil {
 		return err
@@ -319,9 +329,11 @@ func (s *Store) proveOwn(ctx context.Context, p proofSet, req store.AcquireReque
 		return err
 	}
 	if reply.err != nil {
+		s.attachments.forget(req.Session)
 		return sessionErr(fmt.Sprintf("acquire %q in session", req.Name), req.Session, reply.err)
 	}
 	p[req.Session] = proof{kind: 'a', n: reply.remaining, got: time.Now(), ttl: reply.ttl}
+	s.attachments.attached(req.Session, req.SessionOwner, req.Name, p[req.Session])
 	return nil
 }
 

@@ -317,6 +317,10 @@ func TestARefreshForgetsOnlyNamesThatCannotHoldTheSessionsGrants(t *testing.T) {
 	}
 
 	// A pruned name attached again is known again, and a close ends it.
+	// (This store attached it just now by its own clock, which the times
+	// written above pretend was long ago: it forgets, as a coordinator
+	// would have by then.)
+	s.attachments.forget(sess.ID)
 	again := mustGrant(t, s, inSession("shared", "w", sess))
 	if err := s.CloseSession(ctx, sess.ID, "alice"); err != nil {
 		t.Fatal(err)

@@ -106,10 +106,11 @@ type Store struct {
 	primary      primaryWatch
 	infoRefused  sync.Once
 
-	pipeline  *pipeliner // nil with Options.NoPipelining
-	events    events
-	closeOnce sync.Once
-	closeErr  error
+	pipeline    *pipeliner // nil with Options.NoPipelining
+	events      events
+	attachments attachments
+	closeOnce   sync.Once
+	closeErr    error
 }
 
 var _ store.Store = (*Store)(nil)
@@ -480,7 +481,9 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 	}
 	proofs := proofSet{}
 	if req.Session != "" {
-		if err := s.proveOwn(ctx, proofs, req); err != nil {
+		if p, ok := s.attachments.proof(req.Session, req.SessionOwner, req.Name, time.Now()); ok {
+			proofs[req.Session] = p
+		} else if err := s.proveOwn(ctx, proofs, req); err != nil {
 			return store.AcquireResult{}, err
 		}
 		args.session = req.Session

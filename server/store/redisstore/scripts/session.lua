@@ -6,11 +6,11 @@
 -- describes them.
 -- ARGV[1] op: create, renew, attach (check, as the owner, and add ARGV[6]
 --         to the names), check (anyone: a name's script asked for a proof),
---         close, describe or prune (forget the names ARGV[8..] that hold
---         none of its grants, unless attached to since ARGV[3] ms ago)
+--         close, describe or prune (forget those of the names ARGV[8..],
+--         which hold none of its grants, last attached at or before ARGV[3])
 -- ARGV[2] owner (ignored by check)
--- ARGV[3] ttl (ms, >= 1; create only); for prune, how long ago an attach
---         must be for its name to be forgotten
+-- ARGV[3] ttl (ms, >= 1; create only); for prune, a time of this slot's
+--         clock (ms)
 -- ARGV[4] quarantine (ms, 0 disables)
 -- ARGV[5] retention (ms): how long the keys outlive the session's end, so
 --         that a dead session is reported dead rather than unknown
@@ -26,11 +26,11 @@
 -- an acquire by two goroutines of one client) could forget a name that
 -- holds a grant, and a name forgotten while held would miss the refresh
 -- and lose its key. Instead a refresh finds the names holding none of the
--- session's grants and prunes them here, each only if its last attach is
--- older than ARGV[3]: more than any attach takes to become a grant (the
--- coordinator gives up a proof of life once its remaining time is spent,
--- and that is at most the session's ttl), so that a grant on its way is
--- never forgotten.
+-- session's grants and prunes them here, each only if its last attach came
+-- long enough before the refresh began (ARGV[3], see RenewSession in
+-- session.go) that no grant of that attach can still be on its way to the
+-- name: one landing after the refresh read the name comes from a later
+-- attach, which moved the name's time past ARGV[3].
 --
 -- The session's slot checks its own data-loss marker, exactly as a grant
 -- does (marker.lua, put in by scripts.go, is acquire.lua's check too): a lost session may still be believed alive by its holder, so its
@@ -117,7 +117,7 @@ if op == 'describe' then
   return with_names({1, lost, ttl, expires - now, expires})
 end
 if op == 'prune' then
-  local before, reply = now - tonumber(ARGV[3]), {1, lost, ttl, expires - now, expires}
+  local before, reply = tonumber(ARGV[3]), {1, lost, ttl, expires - now, expires}
   for i = 8, #ARGV do
     local at = tonumber(redis.call('HGET', names, ARGV[i]))
     if at and at <= before then
