@@ -241,9 +241,8 @@ func TestAnAttachedCycleCostsWhatAnOwnCycleCosts(t *testing.T) {
 		t.Fatalf("the first attached cycle ran %d scripts; want 3 (attach, acquire, release)", firstScripts)
 	}
 	for i := range 3 {
-		// The grant records its session (a field more to write).
-		if scripts, total := cycle(attached); scripts != 2 || total > ownCost+2 {
-			t.Fatalf("attached cycle %d ran %d scripts, %d commands; want 2 scripts and about a lease of its own's %d commands", i+2, scripts, total, ownCost)
+		if scripts, total := cycle(attached); scripts != 2 || total != ownCost {
+			t.Fatalf("attached cycle %d ran %d scripts, %d commands; want 2 scripts and a lease of its own's %d commands", i+2, scripts, total, ownCost)
 		}
 	}
 

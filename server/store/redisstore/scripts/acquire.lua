@@ -55,8 +55,9 @@
 --
 -- Redis calls: an uncontended grant runs 4 (TIME, GET marker, HMGET,
 -- HSET), and PEXPIREAT when the key's expiry must move ('ex', below: about
--- once per eighth of a retention); it ran 5, PEXPIRE always, before 'ex'. A
--- renewal by the holder 4 or 5 the same way; a refusal without waiting of
+-- once per eighth of a retention); it ran 5, PEXPIRE always, before 'ex'.
+-- A grant attached to a session costs the same (its session's fields ride
+-- in the one HSET). A renewal by the holder 4 or 5 the same way; a refusal without waiting of
 -- an exclusive lock 4 (TIME, GET, HMGET, HGETALL to name the holder).
 --
 -- Returns, with lost = 1 when this call found the marker missing (Redis lost
@@ -200,15 +201,15 @@ end
 if cur[10] or sess ~= '' then keep = KEEP end
 local mine_att = cur[11]
 
--- Records the caller's grant (token) as attached to its session, or as a
--- grant of its own TTL, expiring at expires.
-local function attach_mine(token, expires)
+-- Records the caller's grant (token) as attached to its session, adding
+-- to fields (those of the HSET about to run), or as a grant of its own
+-- TTL, expiring at expires.
+local function attach_mine(fields, token, expires)
   if sess ~= '' then
-    local fields = {ATTACHED .. holder, sess .. ':' .. token}
+    fields[#fields + 1], fields[#fields + 2] = ATTACHED .. holder, sess .. ':' .. token
     if not cur[10] or expires < tonumber(cur[10]) then
-      fields[3], fields[4] = 'slow', ms(expires)
+      fields[#fields + 1], fields[#fields + 2] = 'slow', ms(expires)
     end
-    redis.call('HSET', lease, unpack(fields))
   elseif mine_att then
     redis.call('HDEL', lease, ATTACHED .. holder)
   end
@@ -244,8 +245,8 @@ local function grant()
     fields[#fields + 1], fields[#fields + 2] = 'cap', ARGV[10]
   end
   local at = keep_key(fields)
+  attach_mine(fields, token, expires)
   redis.call('HSET', lease, unpack(fields))
-  attach_mine(token, expires)
   if at then redis.call('PEXPIREAT', lease, at) end
   return token
 end
@@ -276,8 +277,8 @@ if mine_live then
     fields[#fields + 1], fields[#fields + 2] = 'low', ms(expires)
   end
   local at = keep_key(fields)
+  attach_mine(fields, mine.token, expires)
   redis.call('HSET', lease, unpack(fields))
-  attach_mine(mine.token, expires)
   if at then redis.call('PEXPIREAT', lease, at) end
   if waiter ~= '' then unqueue() end
   if mine.value ~= value or settled_ended then announce() end

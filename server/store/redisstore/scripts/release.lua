@@ -25,8 +25,8 @@
 -- true minimum.
 --
 -- Redis calls: the last grant of a name (an exclusive lock) 3 (HMGET, TIME,
--- HDEL), 4 with PEXPIREAT when the key's expiry must move (see 'ex'
--- below); one of several 4 (HMGET, TIME, HSET, HDEL), or 5; and PUBLISH
+-- HDEL), attached to a session or not, 4 with PEXPIREAT when the key's
+-- expiry must move (see 'ex' below); one of several 4 (HMGET, TIME, HSET, HDEL), or 5; and PUBLISH
 -- when someone listens. Before 'ex', 4 and 5.
 --
 -- Returns 1 when the grant was released, its session's id (a string) when
@@ -69,10 +69,13 @@ if not cur[3] or cur[3] == '1' or (tonumber(cur[3]) or 1) <= 1 then
   if kept and not cur[7] and not cur[8] then
     -- The exclusive lock's release: only the fields it has.
     redis.call('HDEL', KEYS[1], field, 'used', 'n', 'low', 'high')
+  elseif kept then
+    -- The same, attached to a session (the last grant: no other bound).
+    redis.call('HDEL', KEYS[1], field, 'used', 'n', 'low', 'high', 's:' .. ARGV[1], 'slow')
   else
     redis.call('HDEL', KEYS[1], field, 'used', 'n', 'low', 'high', 's:' .. ARGV[1], 'slow', 'ex')
   end
-  if not kept or cur[7] or cur[8] then redis.call('PEXPIREAT', KEYS[1], ms(last)) end
+  if not kept then redis.call('PEXPIREAT', KEYS[1], ms(last)) end
 else
   -- One of several grants (a semaphore's share, attached to a session or
   -- not): its weight goes back.
