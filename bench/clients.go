@@ -110,7 +110,7 @@ func buildTypeScriptBench(root string) (string, error) {
 }
 
 // clientBenchLine is a line of the Python and TypeScript benchmarks:
-// "python-session c=16 1015 cycles/s".
+// "python-stream c=16 1015 cycles/s".
 var clientBenchLine = regexp.MustCompile(`^(\w+)-(\w+) c=(\d+) ([\d.]+) cycles/s`)
 
 func parseClientBench(out []byte, record func(method string, c int, perSecond float64)) error {
@@ -127,7 +127,7 @@ func parseClientBench(out []byte, record func(method string, c int, perSecond fl
 			return err
 		}
 		transport := "unary calls"
-		if m[2] == "session" {
+		if m[2] == "stream" {
 			transport = "operation stream"
 		}
 		record(fmt.Sprintf("%s (%s)", m[1], transport), c, rate)

@@ -98,9 +98,9 @@ type measured struct {
 	// redisReads counts the read events Redis processed (INFO stats
 	// total_reads_processed): a pipeline of calls arriving together is one.
 	redisReads int64
-	// sessionMsgs counts the operation stream messages the Redis-store
+	// streamMsgs counts the operation stream messages the Redis-store
 	// coordinator received.
-	sessionMsgs float64
+	streamMsgs float64
 }
 
 // scriptsPerRead is how many script calls one Redis read carried.
@@ -200,6 +200,11 @@ func leaseSuite(env benchEnv) error {
 		return err
 	}
 	defer func() { _ = sdk.Close() }()
+	sdkOwn, err := client.New(viaRedis.addr, client.WithTTL(benchTTL), client.WithIdentity("bench-sdk-own"), client.WithoutDefaultSession())
+	if err != nil {
+		return err
+	}
+	defer func() { _ = sdkOwn.Close() }()
 	sdkUnary, err := client.New(viaRedis.addr, client.WithTTL(benchTTL), client.WithIdentity("bench-sdk-unary"), client.WithUnaryCalls())
 	if err != nil {
 		return err
@@ -220,16 +225,16 @@ func leaseSuite(env benchEnv) error {
 	defer func() { _ = sdkTracedUnary.Close() }()
 	// Each client its own connection: the SDK's, the raw unary calls' (the
 	// coordinator's own), the operation stream's, the echo's.
-	sessionConn, err := dial(viaRedis.addr)
+	streamConn, err := dial(viaRedis.addr)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = sessionConn.Close() }()
-	session, err := openStream(coordinatorv1.NewCoordinatorClient(sessionConn))
+	defer func() { _ = streamConn.Close() }()
+	stream, err := openStream(coordinatorv1.NewCoordinatorClient(streamConn))
 	if err != nil {
 		return err
 	}
-	defer session.close()
+	defer stream.close()
 	echoConn, err := dial(echoAddr)
 	if err != nil {
 		return err
@@ -278,8 +283,10 @@ func leaseSuite(env benchEnv) error {
 	meter.addRedis(ctx, rdb)
 
 	methods := []*method{
-		{key: "coordinator-redis-sdk", label: "coordinator redis: Go SDK, operation stream (default)",
+		{key: "coordinator-redis-sdk", label: "coordinator redis: Go SDK, operation stream, default session (default)",
 			cycle: sdkCycle(sdk, names("bench/sdk/", maxWorkers)), try: sdkTry(sdk, hot("bench/hot-sdk/"))},
+		{key: "coordinator-redis-sdk-own", label: "coordinator redis: Go SDK, operation stream, leases of their own (WithoutDefaultSession)",
+			cycle: sdkCycle(sdkOwn, names("bench/sdk-own/", maxWorkers)), try: sdkTry(sdkOwn, hot("bench/hot-sdk-own/"))},
 		{key: "coordinator-redis-sdk-unary", label: "coordinator redis: Go SDK, WithUnaryCalls",
 			cycle: sdkCycle(sdkUnary, names("bench/sdk-unary/", maxWorkers)), try: sdkTry(sdkUnary, hot("bench/hot-sdk-unary/"))},
 		{key: "coordinator-redis-sdk-traced", label: "coordinator redis: Go SDK, operation stream, traced (every call sampled)",
@@ -293,8 +300,8 @@ func leaseSuite(env benchEnv) error {
 		{key: "coordinator-redis-semaphore", label: fmt.Sprintf("coordinator redis: semaphore cap %d (%d workers a name), raw gRPC unary", semaphoreCapacity, semaphoreCapacity),
 			cycle: semaphoreCycle(viaRedis.client, shared("bench/semaphore/", maxWorkers)),
 			try:   semaphoreTry(viaRedis.client, slices.Repeat([]string{"bench/hot-semaphore"}, hotWorkers))},
-		{key: "coordinator-redis-session", label: "coordinator redis: raw gRPC operation stream",
-			cycle: streamCycle(session, names("bench/session/", maxWorkers)), try: streamTry(session, hot("bench/hot-session/"))},
+		{key: "coordinator-redis-stream", label: "coordinator redis: raw gRPC operation stream",
+			cycle: streamCycle(stream, names("bench/stream/", maxWorkers)), try: streamTry(stream, hot("bench/hot-stream/"))},
 		{key: "coordinator-memory-unary", label: "coordinator memory: raw gRPC unary",
 			cycle: grpcCycle(viaMemory.client, names("bench/unary/", maxWorkers)), try: grpcTry(viaMemory.client, hot("bench/hot-unary/"))},
 		{key: "coordinator-memory-statedir-unary", label: "coordinator memory + state dir: raw gRPC unary",
@@ -377,7 +384,7 @@ func leaseSuite(env benchEnv) error {
 					}
 					run.cpu = meter.since(before)
 					msgsAfter, _ := scrapeSum(viaRedis.metricsURL, "grpc_server_msg_received_total", `grpc_method="Stream"`)
-					run.sessionMsgs = msgsAfter - msgsBefore
+					run.streamMsgs = msgsAfter - msgsBefore
 					if readsAfter, err := infoStat(ctx, rdb, "total_reads_processed"); err == nil {
 						run.redisReads = readsAfter - readsBefore - 2 // the INFO calls of the count
 					}
@@ -426,7 +433,7 @@ func leaseSuite(env benchEnv) error {
 	fmt.Println("   etcd's TryLock writes its key, then deletes it again when an older key exists: a refused attempt is two writes, and a")
 	fmt.Println("   name is free only when no refused attempt's key is in flight, so busy retries starve its grants.")
 	rt := table{header: []string{"ratio of grants/s", "value"}}
-	for _, k := range []string{"coordinator-redis-sdk", "coordinator-redis-sdk-unary", "coordinator-redis-unary", "coordinator-redis-session", "coordinator-memory-unary"} {
+	for _, k := range []string{"coordinator-redis-sdk", "coordinator-redis-sdk-own", "coordinator-redis-sdk-unary", "coordinator-redis-unary", "coordinator-redis-stream", "coordinator-memory-unary"} {
 		if grants[k] > 0 {
 			rt.add(byKey[k].label+" ÷ etcd", ratio(grants[k], grants["etcd-mutex"]))
 		}
@@ -606,8 +613,8 @@ func printLeases(env benchEnv, methods []*method, byKey map[string]*method, mete
 				continue
 			}
 			perMsg := "-"
-			if r.sessionMsgs > 0 {
-				perMsg = fmt.Sprintf("%.1f", 2*float64(r.ops)/r.sessionMsgs) // a cycle is two operations
+			if r.streamMsgs > 0 {
+				perMsg = fmt.Sprintf("%.1f", 2*float64(r.ops)/r.streamMsgs) // a cycle is two operations
 			}
 			row = append(row, perMsg, fmt.Sprintf("%.1f", r.scriptsPerRead()))
 		}
@@ -643,7 +650,7 @@ func printLeases(env benchEnv, methods []*method, byKey map[string]*method, mete
 		row(m.label+" ÷ the exclusive lock (raw gRPC unary)", m.rate, byKey["coordinator-redis-unary"].rate)
 		rt.rule()
 	}
-	coordinatorRedis := []string{"coordinator-redis-sdk", "coordinator-redis-sdk-unary", "coordinator-redis-unary", "coordinator-redis-session"}
+	coordinatorRedis := []string{"coordinator-redis-sdk", "coordinator-redis-sdk-own", "coordinator-redis-sdk-unary", "coordinator-redis-unary", "coordinator-redis-stream"}
 	for _, k := range coordinatorRedis {
 		if m := byKey[k]; m.na == "" {
 			row(m.label+" ÷ (echo ÷ 2)", m.rate, func(n int) float64 { return echo.rate(n) / 2 })

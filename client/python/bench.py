@@ -4,17 +4,17 @@
 Each worker thread loops try_lock then release on a lock name of its own,
 for a fixed duration, at concurrency 1 and 16 (all threads share one
 Client, as an application would), in both transports: over the operation
-stream (the default; printed as "session", which bench/clients.go reads)
+stream (the default; printed as "stream", which bench/clients.go reads)
 and as unary calls (use_stream=False). Prints one
 line per transport and concurrency:
 
-    python-session c=1 N cycles/s
-    python-session c=16 N cycles/s
+    python-stream c=1 N cycles/s
+    python-stream c=16 N cycles/s
     python-unary c=1 N cycles/s
     python-unary c=16 N cycles/s
 
 Usage: /usr/bin/python3 client/python/bench.py HOST:PORT [--duration SECONDS] [--concurrency 1,16]
-       [--modes session,unary] [--token TOKEN] [--ttl SECONDS]
+       [--modes stream,unary] [--token TOKEN] [--ttl SECONDS]
 """
 
 from __future__ import annotations
@@ -77,20 +77,20 @@ def main() -> int:
     ap.add_argument("target", nargs="?", default=os.environ.get("COORDINATOR_ADDR", "127.0.0.1:7400"))
     ap.add_argument("--duration", type=float, default=5.0, help="seconds per concurrency (default 5)")
     ap.add_argument("--concurrency", default="1,16", help="comma-separated thread counts (default 1,16)")
-    ap.add_argument("--modes", default="session,unary", help="comma-separated transports (default session,unary)")
+    ap.add_argument("--modes", default="stream,unary", help="comma-separated transports (default stream,unary)")
     ap.add_argument("--ttl", type=float, default=15.0, help="lease TTL in seconds (default 15)")
     ap.add_argument("--token", default=None, help="bearer token (sent over plaintext)")
     args = ap.parse_args()
 
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     for m in modes:
-        if m not in ("session", "unary"):
-            ap.error(f"unknown mode {m!r}: session or unary")
+        if m not in ("stream", "unary"):
+            ap.error(f"unknown mode {m!r}: stream or unary")
     for m in modes:
         with coordinator.Client(args.target, token=args.token, insecure_token=bool(args.token),
-                                use_stream=(m == "session")) as client:
+                                use_stream=(m == "stream")) as client:
             client.describe("bench/python/warmup")  # connect first
-            if m == "session":  # open the stream first
+            if m == "stream":  # open the stream first
                 with client.lock(f"bench/python/warmup/{uuid.uuid4().hex[:8]}", ttl=args.ttl, wait=0):
                     pass
             for c in (int(x) for x in args.concurrency.split(",") if x.strip()):

@@ -2,15 +2,14 @@
 // tryLock then release, one lock name per worker, with 1 and 16 concurrent
 // async workers sharing one Client, each for a fixed duration; once with
 // the operations on the operation stream (the default) and once as unary
-// calls (useStream: false), each mode on a Client of its own. The mode
-// "session" is the operation stream's: bench/clients.go (make bench) reads
-// "-session" lines as the operation stream's, the Python client's too.
+// calls (useStream: false), each mode on a Client of its own;
+// bench/clients.go (make bench) reads the lines, the Python client's too.
 //
 //   node build/bench/bench.js ADDRESS [SECONDS] [MODES]
 //
-// prints "typescript-session c=1 N cycles/s", "typescript-session c=16 …",
+// prints "typescript-stream c=1 N cycles/s", "typescript-stream c=16 …",
 // "typescript-unary c=1 …" and "typescript-unary c=16 …". MODES is
-// "session,unary" (the default), "session" or "unary".
+// "stream,unary" (the default), "stream" or "unary".
 // COORDINATOR_TOKEN adds a bearer token (sent over plaintext).
 
 import { randomBytes } from "node:crypto";
@@ -18,13 +17,13 @@ import { Client } from "../src/index.js";
 
 const [address, secondsArg, modesArg] = process.argv.slice(2);
 if (!address) {
-  console.error("usage: node build/bench/bench.js ADDRESS [SECONDS] [session,unary]");
+  console.error("usage: node build/bench/bench.js ADDRESS [SECONDS] [stream,unary]");
   process.exit(2);
 }
-const modes = (modesArg ?? "session,unary").split(",").filter((m) => m !== "");
+const modes = (modesArg ?? "stream,unary").split(",").filter((m) => m !== "");
 for (const m of modes) {
-  if (m !== "session" && m !== "unary") {
-    console.error(`bench: unknown mode ${JSON.stringify(m)}: session or unary`);
+  if (m !== "stream" && m !== "unary") {
+    console.error(`bench: unknown mode ${JSON.stringify(m)}: stream or unary`);
     process.exit(2);
   }
 }
@@ -60,7 +59,7 @@ async function measure(client: Client, mode: string, concurrency: number): Promi
 }
 
 for (const mode of modes) {
-  const client = new Client({ address, useStream: mode === "session", ...(token ? { token, insecureToken: true } : {}) });
+  const client = new Client({ address, useStream: mode === "stream", ...(token ? { token, insecureToken: true } : {}) });
   try {
     for (const c of [1, 16]) {
       const rate = await measure(client, mode, c);
