@@ -215,9 +215,8 @@ func TestHandoffCostDoesNotGrowWithTheQueue(t *testing.T) {
 // cycle runs the scripts a lease of its own runs, and no more commands.
 func TestAnAttachedCycleCostsWhatAnOwnCycleCosts(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	s, stats := storeOnOwnRedis(t, Options{})
-	sess, err := s.CreateSession(ctx, "alice", time.Minute)
+	sess, err := s.CreateSession(context.Background(), "alice", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +224,7 @@ func TestAnAttachedCycleCostsWhatAnOwnCycleCosts(t *testing.T) {
 		t.Helper()
 		stats.reset(t)
 		l := mustGrant(t, s, req)
-		if ok, err := s.Release(ctx, req.Name, req.Holder, l.Token); err != nil || !ok {
+		if ok, err := s.Release(context.Background(), req.Name, req.Holder, l.Token); err != nil || !ok {
 			t.Fatalf("Release = %v, %v", ok, err)
 		}
 		byName, total := stats.since(t)
@@ -247,10 +246,10 @@ func TestAnAttachedCycleCostsWhatAnOwnCycleCosts(t *testing.T) {
 	}
 
 	// A session refused (closed here) is asked again, and refuses.
-	if err := s.CloseSession(ctx, sess.ID, "alice"); err != nil {
+	if err := s.CloseSession(context.Background(), sess.ID, "alice"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Acquire(ctx, attached); !errors.Is(err, store.ErrSessionClosed) {
+	if _, err := s.Acquire(context.Background(), attached); !errors.Is(err, store.ErrSessionClosed) {
 		t.Fatalf("Acquire in the closed session: %v; want ErrSessionClosed", err)
 	}
 }
