@@ -15,21 +15,13 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
+	"github.com/coordinator-dev/coordinator/internal/testkit/readme"
 )
 
 // readmeSection returns the text of README.md's "## title" section.
 func readmeSection(t *testing.T, title string) string {
 	t.Helper()
-	b, err := os.ReadFile("../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, rest, ok := strings.Cut(string(b), "\n## "+title+"\n")
-	if !ok {
-		t.Fatalf("README.md has no ## %s section", title)
-	}
-	section, _, _ := strings.Cut(rest, "\n## ")
-	return section
+	return readme.Section(t, "../README.md", title)
 }
 
 var grpcurlCall = regexp.MustCompile(`^grpcurl -plaintext -d '([^']*)' 127\.0\.0\.1:7400 coordinator\.v1\.Coordinator/(\w+)\s*(?:#\s*(.*))?$`)

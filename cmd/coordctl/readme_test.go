@@ -23,6 +23,7 @@ import (
 
 	"github.com/coordinator-dev/coordinator/coordinatord/coordtest"
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
+	"github.com/coordinator-dev/coordinator/internal/testkit/readme"
 )
 
 // grpcurl is the part of grpcurl that README.md's blocks use, for the tests
@@ -106,16 +107,7 @@ func cmpOr(s, def string) string {
 // readmeSection returns the text of README.md's "## title" section.
 func readmeSection(t *testing.T, title string) string {
 	t.Helper()
-	b, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, rest, ok := strings.Cut(string(b), "\n## "+title+"\n")
-	if !ok {
-		t.Fatalf("README.md has no ## %s section", title)
-	}
-	section, _, _ := strings.Cut(rest, "\n## ")
-	return section
+	return readme.Section(t, "../../README.md", title)
 }
 
 // shBlocks returns the ```sh blocks of section.

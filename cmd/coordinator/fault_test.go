@@ -241,14 +241,7 @@ func contend(t *testing.T, addr string, capacity int64, workers int, recoveryBou
 		testwait.Until(t, 10*faultTTL, "granting before the fault", func() bool { return c.grants.Load() > before+faultNames })
 		time.Sleep(faultTTL / 2)
 		healed := fault(round)
-		testwait.Until(t, recoveryBound+10*faultTTL, "granting after the fault", func() bool {
-			return c.lastGrant.Load() > healed.UnixNano()
-		})
-		recovery := time.Unix(0, c.lastGrant.Load()).Sub(healed)
-		t.Logf("round %d: first grant %s after the fault healed (bound %s)", round, recovery.Round(time.Millisecond), recoveryBound)
-		if recovery > recoveryBound {
-			t.Errorf("round %d: grants resumed %s after the fault healed; want at most %s", round, recovery, recoveryBound)
-		}
+		awaitGrantAfter(t, round, "a grant", &c.lastGrant, healed, recoveryBound)
 	}
 	cancel()
 	wg.Wait()
@@ -356,4 +349,17 @@ func TestFaultsOnASemaphore(t *testing.T) {
 			return time.Now()
 		})
 	})
+}
+
+// awaitGrantAfter waits for what (a grant whose time, in unix nanoseconds,
+// last holds) after the fault of round healed, and fails t when it came
+// more than bound after.
+func awaitGrantAfter(t *testing.T, round int, what string, last *atomic.Int64, healed time.Time, bound time.Duration) {
+	t.Helper()
+	testwait.Until(t, bound+10*faultTTL, what+" after the fault", func() bool { return last.Load() > healed.UnixNano() })
+	took := time.Unix(0, last.Load()).Sub(healed)
+	t.Logf("round %d: %s %s after the fault healed (bound %s)", round, what, took.Round(time.Millisecond), bound)
+	if took > bound {
+		t.Errorf("round %d: %s came %s after the fault healed; want at most %s", round, what, took, bound)
+	}
 }

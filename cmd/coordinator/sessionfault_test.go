@@ -207,23 +207,9 @@ func contendInSessions(t *testing.T, addr, proxyAddr string, viaProxy func(worke
 		testwait.Until(t, 20*faultTTL, "a holder inside its leases", func() bool { return holders.Load() > 0 })
 		time.Sleep(faultTTL / 2)
 		healed := fault(round)
-		testwait.Until(t, recoveryBound+10*faultTTL, "granting after the fault", func() bool {
-			return c.lastGrant.Load() > healed.UnixNano()
-		})
-		recovery := time.Unix(0, c.lastGrant.Load()).Sub(healed)
-		t.Logf("round %d: first grant %s after the fault healed (bound %s)", round, recovery.Round(time.Millisecond), recoveryBound)
-		if recovery > recoveryBound {
-			t.Errorf("round %d: grants resumed %s after the fault healed; want at most %s", round, recovery, recoveryBound)
-		}
+		awaitGrantAfter(t, round, "a grant", &c.lastGrant, healed, recoveryBound)
 		if viaProxy != nil {
-			testwait.Until(t, groupBound+10*faultTTL, "a grant to a worker the fault cut off", func() bool {
-				return c.groupGrant.Load() > healed.UnixNano()
-			})
-			took := time.Unix(0, c.groupGrant.Load()).Sub(healed)
-			t.Logf("round %d: a cut-off worker granted %s after the fault healed (bound %s)", round, took.Round(time.Millisecond), groupBound)
-			if took > groupBound {
-				t.Errorf("round %d: a cut-off worker was granted %s after the fault healed; want at most %s", round, took, groupBound)
-			}
+			awaitGrantAfter(t, round, "a grant to a worker the fault cut off", &c.groupGrant, healed, groupBound)
 		}
 	}
 	cancel()
