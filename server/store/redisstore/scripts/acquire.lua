@@ -126,8 +126,31 @@ end
 -- grant by the lock delay and the retention; 'ex' says when it
 -- already does, so that PEXPIREAT runs about once per eighth of a
 -- retention.
-if (not cur[8] or cur[8] == '0') and cur[5] ~= '1' and sess == '' and expected == ''
-  and (not cur[6] or tonumber(cur[6]) <= now) then
+local free = (not cur[8] or cur[8] == '0') and cur[5] ~= '1' and expected == ''
+  and (not cur[6] or tonumber(cur[6]) <= now)
+if free and sess ~= '' then
+  -- The same, attached to the caller's session (ttl is what its proof
+  -- left): the record's ttl is the session's, the attachment
+  -- ('s:' .. holder, attached.lua) and the earliest bound ('slow') ride in
+  -- the HSET, and the key outlives the bound by KEEP.
+  local token = next_token()
+  local expires = ms(now + ttl)
+  local need = now + ttl + LOCK_DELAY + KEEP
+  local fields = {field, pack_grant(token, ARGV[11], ARGV[14], expires, value), 'token', token, 'used', ARGV[11],
+    'n', '1', 'low', expires, 'high', expires, 's:' .. holder, sess .. ':' .. token, 'slow', expires}
+  if (cur[2] or '1') ~= ARGV[10] then
+    fields[#fields + 1], fields[#fields + 2] = 'cap', ARGV[10]
+  end
+  local at
+  if not (cur[12] and tonumber(cur[12]) >= need) then
+    at = ms(need + math.floor(KEEP / 8))
+    fields[#fields + 1], fields[#fields + 2] = 'ex', at
+  end
+  redis.call('HSET', lease, unpack(fields))
+  if at then redis.call('PEXPIREAT', lease, at) end
+  return {2, lost, token, now + ttl}
+end
+if free then
   local token = next_token()
   local expires = ms(now + ttl)
   local record = pack_grant(token, ARGV[11], ARGV[2], expires, value)
