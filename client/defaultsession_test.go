@@ -6,14 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -21,7 +19,6 @@ import (
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
 	"github.com/coordinator-dev/coordinator/internal/testkit/testlog"
 	"github.com/coordinator-dev/coordinator/server"
-	"github.com/coordinator-dev/coordinator/server/store/memstore"
 )
 
 // counted sums the coordinator's Prometheus counter metric over the series
@@ -455,22 +452,9 @@ func (noSessions) CreateSession(context.Context, *coordinatorv1.CreateSessionReq
 func TestACoordinatorWithoutSessionsGetsLeasesOfTheirOwn(t *testing.T) {
 	t.Parallel()
 	forEachMode(t, func(t *testing.T, mode Option) {
-		st := memstore.New()
-		t.Cleanup(func() { _ = st.Close() })
-		svc := server.NewService(st, server.ServiceOptions{})
-		g := grpc.NewServer()
-		coordinatorv1.RegisterCoordinatorServer(g, noSessions{svc})
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		go func() { _ = g.Serve(lis) }()
-		t.Cleanup(func() {
-			svc.Stop()
-			g.Stop()
-		})
+		addr := serveOlderCoordinator(t, func(svc *server.Service) coordinatorv1.CoordinatorServer { return noSessions{svc} })
 		var logs testlog.Buffer
-		c, err := New(lis.Addr().String(), mode, WithTTL(sessionTTL),
+		c, err := New(addr, mode, WithTTL(sessionTTL),
 			WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))))
 		if err != nil {
 			t.Fatal(err)

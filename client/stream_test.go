@@ -286,19 +286,16 @@ func TestProclaimNeverStartsANewTerm(t *testing.T) {
 	})
 }
 
-// noStream is a coordinator from before the operation stream.
-type noStream struct{ *server.Service }
-
-func (noStream) Stream(coordinatorv1.Coordinator_StreamServer) error {
-	return status.Error(codes.Unimplemented, "unknown method Stream")
-}
-
-func TestACoordinatorWithoutStreamGetsUnaryCalls(t *testing.T) {
+// serveOlderCoordinator serves, on the memory store, the service that
+// older wraps: a coordinator from before some method, whose wrapper
+// answers it Unimplemented. It returns the address.
+func serveOlderCoordinator(t *testing.T, older func(*server.Service) coordinatorv1.CoordinatorServer) string {
+	t.Helper()
 	st := memstore.New()
 	t.Cleanup(func() { _ = st.Close() })
 	svc := server.NewService(st, server.ServiceOptions{})
 	g := grpc.NewServer()
-	coordinatorv1.RegisterCoordinatorServer(g, noStream{svc})
+	coordinatorv1.RegisterCoordinatorServer(g, older(svc))
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -308,7 +305,19 @@ func TestACoordinatorWithoutStreamGetsUnaryCalls(t *testing.T) {
 		svc.Stop()
 		g.Stop()
 	})
-	c, err := New(lis.Addr().String())
+	return lis.Addr().String()
+}
+
+// noStream is a coordinator from before the operation stream.
+type noStream struct{ *server.Service }
+
+func (noStream) Stream(coordinatorv1.Coordinator_StreamServer) error {
+	return status.Error(codes.Unimplemented, "unknown method Stream")
+}
+
+func TestACoordinatorWithoutStreamGetsUnaryCalls(t *testing.T) {
+	addr := serveOlderCoordinator(t, func(svc *server.Service) coordinatorv1.CoordinatorServer { return noStream{svc} })
+	c, err := New(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
