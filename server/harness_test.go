@@ -43,11 +43,12 @@ func serveService(t *testing.T, opts server.ServiceOptions) (*server.Service, co
 }
 
 // serveStore serves a bare Service over st on a real loopback listener,
-// until the end of t; closing st is the caller's.
-func serveStore(t *testing.T, st store.Store, opts server.ServiceOptions) (*server.Service, *grpc.ClientConn) {
+// with the server options given, until the end of t; closing st is the
+// caller's.
+func serveStore(t *testing.T, st store.Store, opts server.ServiceOptions, serverOpts ...grpc.ServerOption) (*server.Service, *grpc.ClientConn) {
 	t.Helper()
 	svc := server.NewService(st, opts)
-	g := grpc.NewServer()
+	g := grpc.NewServer(serverOpts...)
 	coordinatorv1.RegisterCoordinatorServer(g, svc)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -2,14 +2,12 @@ package server_test
 
 import (
 	"context"
-	"net"
 	"testing"
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -26,33 +24,19 @@ func serveAsPrincipals(t *testing.T) coordinatorv1.CoordinatorClient {
 	t.Helper()
 	st := memstore.New()
 	t.Cleanup(func() { _ = st.Close() })
-	svc := server.NewService(st, server.ServiceOptions{})
 	as := func(ctx context.Context) context.Context {
 		if p := metadata.ValueFromIncomingContext(ctx, "principal"); len(p) > 0 {
 			return principal.With(ctx, p[0])
 		}
 		return ctx
 	}
-	g := grpc.NewServer(grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-		return h(as(ctx), req)
-	}), grpc.StreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-		return h(srv, &principalStream{ServerStream: ss, ctx: as(ss.Context())})
-	}))
-	coordinatorv1.RegisterCoordinatorServer(g, svc)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = g.Serve(lis) }()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = conn.Close()
-		svc.Stop()
-		g.Stop()
-	})
+	_, conn := serveStore(t, st, server.ServiceOptions{},
+		grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			return h(as(ctx), req)
+		}),
+		grpc.StreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+			return h(srv, &principalStream{ServerStream: ss, ctx: as(ss.Context())})
+		}))
 	return coordinatorv1.NewCoordinatorClient(conn)
 }
 
