@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 
 	"google.golang.org/grpc"
@@ -19,10 +20,9 @@ import (
 // operation streams. Each operation runs on a goroutine of its own through the
 // unary handler of the same name (and the interceptors added for it, see
 // package streamops), so it has exactly that call's semantics, limits
-// and errors; its result goes out as soon as it is ready. One sender
-// goroutine writes the results: whatever is ready when it is free to send
-// goes out in one StreamResponse, so that many operations in flight cost
-// few messages.
+// and errors; its result goes out as soon as it is ready, with whatever
+// else is ready when it finds the stream free to send: many operations in
+// flight cost few messages.
 //
 // Limits: a message carries at most MaxStreamOperations operations; more fail the
 // stream with InvalidArgument (field "operations"), as a malformed message
@@ -55,17 +55,19 @@ const (
 func (s *Service) Stream(stream coordinatorv1.Coordinator_StreamServer) error {
 	ss := s.newOpStream(stream)
 	defer ss.cancelOps()
-	go ss.out.run()
 	go ss.receive()
-	return ss.end(ss.dispatch())
+	return ss.end(ss.await())
 }
 
-// opStream is one operation stream, in three parts that hand work on through
-// channels: the receiver (receive) reads the requests; the dispatcher
-// (dispatch, on the handler's goroutine) starts each operation, on a worker
-// or, when it may wait, on a goroutine of its own; the sender (streamSender)
-// writes the results. The dispatcher alone watches for the end of the stream
-// (await), and end is its one shutdown.
+// opStream is one operation stream, in three parts: the receiver (receive)
+// reads the requests and starts each operation, on a worker or, when it
+// may wait, on a goroutine of its own; each operation sends its own result
+// (streamSender), with whatever else is ready; the handler's goroutine
+// watches for the end of the stream (await), and end is its one shutdown.
+// No operation changes goroutines between its arrival and its result but
+// once, from the receiver to its worker: on a loaded machine every
+// hand-off to a parked goroutine is a wake-up, and wake-ups are most of an
+// operation's latency.
 type opStream struct {
 	s      *Service
 	stream coordinatorv1.Coordinator_StreamServer
@@ -75,9 +77,9 @@ type opStream struct {
 	opsCtx    context.Context
 	cancelOps context.CancelFunc
 
-	// From the receiver to the dispatcher.
-	requests chan *coordinatorv1.StreamRequest
-	recvErr  chan error
+	// received is how the receiver ends the stream: when Recv fails, or a
+	// request is refused.
+	received chan streamEnd
 
 	// ops counts the operations in flight. slots holds one token per
 	// operation without a wait in flight (at most streamInFlight), jobs
@@ -87,6 +89,13 @@ type opStream struct {
 	slots   chan struct{}
 	jobs    chan func()
 	waiting waitingOps
+
+	// stopped, once set by end, keeps the receiver from starting more
+	// operations (stop is closed with it, for a receiver waiting for a
+	// slot): end then waits for those in flight.
+	mu      sync.Mutex
+	stopped bool
+	stop    chan struct{}
 
 	out *streamSender
 }
@@ -109,63 +118,66 @@ func (s *Service) newOpStream(stream coordinatorv1.Coordinator_StreamServer) *op
 		chain:     streamops.Interceptors(ctx),
 		opsCtx:    opsCtx,
 		cancelOps: cancelOps,
-		requests:  make(chan *coordinatorv1.StreamRequest),
-		recvErr:   make(chan error, 1),
+		received:  make(chan streamEnd, 1),
 		slots:     make(chan struct{}, streamInFlight),
 		jobs:      make(chan func()),
+		stop:      make(chan struct{}),
 		out:       newStreamSender(stream),
 	}
 }
 
-// receive is the receiver: it hands each request to the dispatcher until
-// Recv fails (io.EOF once the client is done sending). Recv blocks, so it
-// runs on its own goroutine and the dispatcher can also watch for the end.
-// It ends when the handler returns: gRPC then cancels the stream, which
-// fails the pending Recv.
+// receive is the receiver: it starts the operations of each request, in
+// order, until Recv fails (io.EOF once the client is done sending), a
+// request is refused, or end stops it. Recv blocks, so it runs on a
+// goroutine of its own and the handler's can watch for the end. It ends
+// when the handler returns at the latest: gRPC then cancels the stream,
+// which fails the pending Recv.
 func (ss *opStream) receive() {
 	for {
 		req, err := ss.stream.Recv()
 		if err != nil {
-			ss.recvErr <- err
+			ss.received <- ss.recvEnd(err)
 			return
-		}
-		select {
-		case ss.requests <- req:
-		case <-ss.ctx.Done():
-			return
-		}
-	}
-}
-
-// dispatch is the dispatcher: it starts the operations of each request
-// until the stream must end, and says how.
-func (ss *opStream) dispatch() streamEnd {
-	for {
-		req, end := ss.await(true)
-		if end != nil {
-			return *end
 		}
 		if n := len(req.GetOperations()); n > MaxStreamOperations {
-			return streamEnd{err: InvalidField("operations", fmt.Sprintf("has %d operations; at most %d are allowed in one message", n, MaxStreamOperations)), abandon: true}
+			ss.received <- streamEnd{err: InvalidField("operations", fmt.Sprintf("has %d operations; at most %d are allowed in one message", n, MaxStreamOperations)), abandon: true}
+			return
 		}
 		for _, op := range req.GetOperations() {
-			if end := ss.start(op); end != nil {
-				return *end
+			if !ss.start(op) {
+				return
 			}
 		}
 	}
 }
 
+// recvEnd is the end of a stream whose Recv failed with err.
+func (ss *opStream) recvEnd(err error) streamEnd {
+	switch {
+	case errors.Is(err, io.EOF): // the client is done sending
+		return streamEnd{}
+	case ss.ctx.Err() != nil:
+		return ss.cancelled()
+	}
+	// The codec's InvalidArgument for a message it could not decode, a
+	// message over the size limit, or the transport's failure.
+	return streamEnd{err: err, abandon: true}
+}
+
 // start starts op: a cancel at once, an operation that may wait on a
 // goroutine of its own (the limiter's waiting-call caps bound those), any
-// other on a worker once it has a slot.
-func (ss *opStream) start(op *coordinatorv1.StreamOperation) *streamEnd {
+// other on a worker once it has a slot (while all are taken the receiver
+// stops reading: flow control pushes back on the client). It reports false
+// when the stream is ending and op was not started.
+func (ss *opStream) start(op *coordinatorv1.StreamOperation) bool {
 	if c, ok := op.GetOperation().(*coordinatorv1.StreamOperation_Cancel); ok {
 		ss.waiting.cancel(c.Cancel)
-		return nil
+		return true
 	}
 	if opWaits(op) {
-		ss.ops.Add(1)
+		if !ss.enter() {
+			return false
+		}
 		opCtx, cancel := context.WithCancel(ss.opsCtx)
 		forget := ss.waiting.add(op.GetId(), cancel)
 		go func() {
@@ -173,67 +185,56 @@ func (ss *opStream) start(op *coordinatorv1.StreamOperation) *streamEnd {
 			defer forget()
 			ss.out.push(ss.s.streamOp(opCtx, ss.chain, op))
 		}()
-		return nil
+		return true
 	}
 	select {
 	case ss.slots <- struct{}{}:
-	default: // all taken: wait for one (flow control pushes back on the client), or for the end
-		if _, end := ss.await(false); end != nil {
-			return end
-		}
+	case <-ss.stop:
+		return false
 	}
-	ss.ops.Add(1)
+	if !ss.enter() {
+		<-ss.slots
+		return false
+	}
 	ss.runOnWorker(func() {
 		defer ss.ops.Done()
 		defer func() { <-ss.slots }()
 		ss.out.push(ss.s.streamOp(ss.opsCtx, ss.chain, op))
 	})
-	return nil
+	return true
 }
 
-// await blocks until the dispatcher has a request (forRequest) or a slot
-// (otherwise), or the stream must end: the one place that watches for the
-// end, which it returns.
-func (ss *opStream) await(forRequest bool) (*coordinatorv1.StreamRequest, *streamEnd) {
-	var (
-		requests <-chan *coordinatorv1.StreamRequest
-		recvErr  <-chan error
-		slots    chan<- struct{}
-	)
-	if forRequest {
-		requests, recvErr = ss.requests, ss.recvErr
-	} else {
-		slots = ss.slots
+// enter counts an operation in flight, unless end stopped the stream.
+func (ss *opStream) enter() bool {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.stopped {
+		return false
 	}
+	ss.ops.Add(1)
+	return true
+}
+
+// await blocks until the stream must end, and says how: the one place
+// that watches for the end.
+func (ss *opStream) await() streamEnd {
 	select {
-	case req := <-requests:
-		return req, nil
-	case slots <- struct{}{}:
-		return nil, nil
-	case err := <-recvErr:
-		switch {
-		case errors.Is(err, io.EOF): // the client is done sending
-			return nil, &streamEnd{}
-		case ss.ctx.Err() != nil:
-			return nil, ss.cancelled()
-		}
-		// The codec's InvalidArgument for a message it could not decode, a
-		// message over the size limit, or the transport's failure.
-		return nil, &streamEnd{err: err, abandon: true}
+	case e := <-ss.received:
+		return e
 	case <-ss.ctx.Done():
-		return nil, ss.cancelled()
+		return ss.cancelled()
 	case <-ss.out.failed:
-		return nil, &streamEnd{abandon: true}
+		return streamEnd{abandon: true}
 	case <-ss.s.stopping:
 		// Waits end at once with Unavailable; the results of what was in
 		// flight are sent.
-		return nil, &streamEnd{err: errStopping}
+		return streamEnd{err: errStopping}
 	}
 }
 
 // cancelled is the end of a stream the client cancelled or lost.
-func (ss *opStream) cancelled() *streamEnd {
-	return &streamEnd{err: status.FromContextError(ss.ctx.Err()).Err(), abandon: true}
+func (ss *opStream) cancelled() streamEnd {
+	return streamEnd{err: status.FromContextError(ss.ctx.Err()).Err(), abandon: true}
 }
 
 // runOnWorker runs an operation without a wait on one of the stream's
@@ -258,19 +259,24 @@ func (ss *opStream) worker(job func()) {
 }
 
 // end is the stream's one shutdown: it gives up the operations in flight
-// when the end abandons them, waits for them, lets the sender send their
-// results, stops the workers, and returns the stream's error (the sender's
-// when a Send failed).
+// when the end abandons them, stops the receiver from starting more, waits
+// for those in flight (each sends its own result), stops the workers, and
+// returns the stream's error (the sender's when a Send failed).
 func (ss *opStream) end(e streamEnd) error {
 	if e.abandon {
 		ss.cancelOps()
 	}
+	ss.mu.Lock()
+	ss.stopped = true
+	close(ss.stop)
+	ss.mu.Unlock()
+	// Every operation counted in ops was handed to its worker or goroutine
+	// before enter let the next one in, so none sends on jobs once they
+	// are done.
 	ss.ops.Wait()
 	close(ss.jobs)
-	close(ss.out.results)
-	<-ss.out.done
-	if e.err == nil && ss.out.err != nil {
-		return ss.out.err
+	if err := ss.out.failure(); e.err == nil && err != nil {
+		return err
 	}
 	return e.err
 }
@@ -433,54 +439,81 @@ func streamError(err error) *coordinatorv1.StreamResult_Error {
 }
 
 // streamSender writes a stream's results, as many as are ready in each
-// message.
+// message. It has no goroutine of its own: an operation whose result finds
+// no Send in progress sends it itself, with whatever else is ready, and one
+// that finds a Send in progress leaves its result to that sender, which
+// sends until nothing is left. A lone result then costs no hand-off to
+// another goroutine, and results ready together share a message.
 type streamSender struct {
-	stream  coordinatorv1.Coordinator_StreamServer
-	results chan *coordinatorv1.StreamResult
-	failed  chan struct{} // closed when a Send failed; err says why
-	done    chan struct{} // closed when run returned
+	stream coordinatorv1.Coordinator_StreamServer
+	failed chan struct{} // closed when a Send failed; failure says why
+
+	mu      sync.Mutex
+	space   sync.Cond // signalled when the queue shrinks, or a Send fails
+	queue   []*coordinatorv1.StreamResult
+	sending bool
 	err     error
 }
 
+// maxQueuedResults bounds the results waiting for a Send in progress: past
+// it, push waits, so that a client that does not read its results holds up
+// the operations that produced them, their slots, and so the receiver.
+const maxQueuedResults = 256
+
 func newStreamSender(stream coordinatorv1.Coordinator_StreamServer) *streamSender {
-	return &streamSender{
-		stream:  stream,
-		results: make(chan *coordinatorv1.StreamResult, 256),
-		failed:  make(chan struct{}),
-		done:    make(chan struct{}),
-	}
+	o := &streamSender{stream: stream, failed: make(chan struct{})}
+	o.space.L = &o.mu
+	return o
 }
 
-// push hands a result to the sender. It does not block for long: the sender
-// takes results until the channel is closed, even after a failed Send.
-func (o *streamSender) push(r *coordinatorv1.StreamResult) { o.results <- r }
-
-// run sends results until results is closed.
-func (o *streamSender) run() {
-	defer close(o.done)
-	for r := range o.results {
-		resp := &coordinatorv1.StreamResponse{Results: []*coordinatorv1.StreamResult{r}}
-		size := proto.Size(r)
-	drain:
-		for len(resp.Results) < maxStreamResults && size < maxStreamResponseBytes {
-			select {
-			case r, ok := <-o.results:
-				if !ok {
-					break drain
-				}
-				resp.Results = append(resp.Results, r)
-				size += proto.Size(r)
-			default:
-				break drain
-			}
-		}
-		if err := o.stream.Send(resp); err != nil {
-			o.err = err
+// push sends r, or leaves it to the Send in progress. After a failed Send
+// results are dropped: the stream is gone.
+func (o *streamSender) push(r *coordinatorv1.StreamResult) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for len(o.queue) >= maxQueuedResults && o.err == nil {
+		o.space.Wait()
+	}
+	if o.err != nil {
+		return
+	}
+	o.queue = append(o.queue, r)
+	if o.sending {
+		return
+	}
+	o.sending = true
+	defer func() { o.sending = false }()
+	for len(o.queue) > 0 {
+		resp := o.takeLocked()
+		o.space.Broadcast()
+		o.mu.Unlock()
+		err := o.stream.Send(resp)
+		o.mu.Lock()
+		if err != nil {
+			o.err, o.queue = err, nil
 			close(o.failed)
-			for range o.results {
-				// dropped: the stream is gone
-			}
+			o.space.Broadcast()
 			return
 		}
 	}
+}
+
+// takeLocked removes the next message's results from the queue: as many as
+// maxStreamResults and maxStreamResponseBytes allow, at least one.
+func (o *streamSender) takeLocked() *coordinatorv1.StreamResponse {
+	n, size := 0, 0
+	for n < len(o.queue) && n < maxStreamResults && size < maxStreamResponseBytes {
+		size += proto.Size(o.queue[n])
+		n++
+	}
+	resp := &coordinatorv1.StreamResponse{Results: slices.Clone(o.queue[:n])}
+	o.queue = slices.Delete(o.queue, 0, n)
+	return resp
+}
+
+// failure is the error of the Send that failed, if one did.
+func (o *streamSender) failure() error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.err
 }

@@ -1,8 +1,10 @@
 package server
 
 import (
+	"errors"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -41,19 +43,21 @@ func sendWhileHeld(t *testing.T, results []*coordinatorv1.StreamResult) [][]uint
 	t.Helper()
 	stream := newHeldStream()
 	out := newStreamSender(stream)
-	go out.run()
-	out.push(results[0])
+	first := make(chan struct{})
+	go func() {
+		defer close(first)
+		out.push(results[0]) // the sender until nothing is left
+	}()
 	select {
 	case <-stream.holding:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the first result was not sent")
 	}
 	for _, r := range results[1:] {
-		out.push(r) // never blocks: the channel holds them all
+		out.push(r) // returns at once: the queue holds them all
 	}
 	close(stream.release)
-	close(out.results)
-	<-out.done
+	<-first
 	close(stream.sent)
 	var msgs [][]uint64
 	for resp := range stream.sent {
@@ -78,7 +82,7 @@ func ids(from, to uint64) []uint64 {
 // is free: every result, in order, in as few messages as the size bound
 // allows.
 func TestStreamSenderSendsWhatIsReadyInOneMessage(t *testing.T) {
-	ready := cap(newStreamSender(nil).results) // what the channel holds while the first is sent
+	ready := maxQueuedResults // what the queue holds while the first is sent
 	results := make([]*coordinatorv1.StreamResult, 1+ready)
 	for i := range results {
 		results[i] = &coordinatorv1.StreamResult{Id: uint64(i + 1)}
@@ -100,8 +104,8 @@ func TestStreamSenderBoundsAMessage(t *testing.T) {
 	size := proto.Size(big(2))
 	perMessage := (maxStreamResponseBytes + size - 1) / size // the one that passes the bound goes in too
 	n := 2*perMessage + 1
-	if n > cap(newStreamSender(nil).results) {
-		t.Fatalf("%d results do not fit in the sender's channel", n)
+	if n > maxQueuedResults {
+		t.Fatalf("%d results do not fit in the sender's queue", n)
 	}
 	results := make([]*coordinatorv1.StreamResult, 1+n)
 	for i := range results {
@@ -113,4 +117,64 @@ func TestStreamSenderBoundsAMessage(t *testing.T) {
 	if !slices.EqualFunc(got, want, slices.Equal) {
 		t.Fatalf("messages of %d-byte results %v; want %v", size, got, want)
 	}
+}
+
+// failingStream is an operation stream whose Sends wait until release is
+// closed, then fail.
+type failingStream struct {
+	coordinatorv1.Coordinator_StreamServer
+	holding chan struct{} // closed when the first Send waits
+	release chan struct{}
+	once    sync.Once
+}
+
+func (s *failingStream) Send(*coordinatorv1.StreamResponse) error {
+	s.once.Do(func() { close(s.holding) })
+	<-s.release
+	return errors.New("the stream broke")
+}
+
+// While a Send is held, pushes return at once until maxQueuedResults
+// results wait; the next waits for room, so that a client that reads
+// nothing holds up the operations. When the Send fails, that push and
+// those after return, their results dropped, and the failure is kept.
+func TestStreamSenderHoldsUpPushesPastItsBoundUntilTheSendEnds(t *testing.T) {
+	stream := &failingStream{holding: make(chan struct{}), release: make(chan struct{})}
+	out := newStreamSender(stream)
+	first := make(chan struct{})
+	go func() {
+		defer close(first)
+		out.push(&coordinatorv1.StreamResult{Id: 1})
+	}()
+	<-stream.holding
+	for i := range maxQueuedResults {
+		out.push(&coordinatorv1.StreamResult{Id: uint64(i + 2)})
+	}
+	blocked := make(chan struct{})
+	go func() {
+		defer close(blocked)
+		out.push(&coordinatorv1.StreamResult{Id: maxQueuedResults + 2})
+	}()
+	select {
+	case <-blocked:
+		t.Fatal("a push past the bound returned while the Send was held")
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(stream.release)
+	for _, done := range []chan struct{}{first, blocked} {
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatal("a push did not return after the Send failed")
+		}
+	}
+	select {
+	case <-out.failed:
+	default:
+		t.Fatal("failed is not closed after a failed Send")
+	}
+	if err := out.failure(); err == nil {
+		t.Fatal("failure() is nil after a failed Send")
+	}
+	out.push(&coordinatorv1.StreamResult{Id: 1000}) // dropped, at once
 }
