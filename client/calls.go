@@ -122,7 +122,7 @@ func resignOp(election, candidate string, term uint64) *coordinatorv1.StreamOper
 // caller had left by then, so that the next waiter need not wait for its
 // TTL. Best-effort: it goes over the stream without waiting for the answer.
 func (c *Client) giveUpLate(name string, op *coordinatorv1.StreamOperation) {
-	_, err := c.stream.submit(op, func(_ *streamOp, res *coordinatorv1.StreamResult, err error) {
+	_, err := c.stream.submit(op, false, func(_ *streamOp, res *coordinatorv1.StreamResult, err error) {
 		if err == nil {
 			err = resultError(res)
 		}

@@ -508,7 +508,7 @@ func (s *renewer) sendOnStreamLocked() {
 			continue
 		}
 		op := renewOp(l)
-		o, err := s.c.stream.submit(op, func(o *streamOp, res *coordinatorv1.StreamResult, err error) {
+		o, err := s.c.stream.submit(op, false, func(o *streamOp, res *coordinatorv1.StreamResult, err error) {
 			s.streamAnswered(l, o, res, err)
 		})
 		if err != nil {

@@ -20,10 +20,13 @@ import (
 // stream carries a Client's lease operations (acquire, renew, release,
 // campaign, resign) over one operation stream, shared by every goroutine.
 //
-// Operations are queued; a sender goroutine writes whatever is queued when
-// it is free to send as one StreamRequest (up to maxStreamOps operations
-// and about maxStreamBatchBytes), so that an operation alone goes out at
-// once and many from many goroutines share messages. Each operation is
+// Operations are queued, and whatever is queued when the stream is free to
+// send goes out as one StreamRequest (up to maxStreamOps operations and
+// about maxStreamBatchBytes), so that an operation alone goes out at once
+// and many from many goroutines share messages. The goroutine that queues
+// an operation sends it itself when no other is sending and few operations
+// are in flight (see maxInlineInFlight); otherwise the stream's sender
+// goroutine does. Each operation is
 // stamped, on the Client's clock, when the message carrying it is written:
 // a grant's or renewal's validity counts from there. Results are matched to
 // operations by id.
@@ -100,8 +103,22 @@ const (
 // streamConn is one open operation stream.
 type streamConn struct {
 	stream grpc.BidiStreamingClient[coordinatorv1.StreamRequest, coordinatorv1.StreamResponse]
+	cancel context.CancelFunc // ends the stream
 	poke   chan struct{}
+	// sending says that a goroutine is writing the queue on the stream
+	// (flush). Guarded by opStream.mu.
+	sending bool
 }
+
+// maxInlineInFlight bounds the operations in flight below which the
+// goroutine that queues an operation sends it itself, saving the wake-up
+// of the sender goroutine (most of an operation's latency on a loaded
+// machine). With so few in flight the coordinator is reading the stream
+// (it stops only with a thousand of them running), so a Send on the
+// caller's goroutine does not wait for flow control, which the caller's
+// context could not cut short; with more, the sender goroutine sends, and
+// its batches are what count.
+const maxInlineInFlight = 16
 
 func (s *opStream) init(c *Client, idle time.Duration) {
 	s.c, s.idle = c, idle
@@ -122,8 +139,10 @@ func (s *opStream) usable() bool {
 }
 
 // submit queues op; done gets its outcome. It fails with ErrClosed or
-// errUseUnary, and then done is not called.
-func (s *opStream) submit(op *coordinatorv1.StreamOperation, done func(o *streamOp, res *coordinatorv1.StreamResult, err error)) (*streamOp, error) {
+// errUseUnary, and then done is not called. With inline, submit may send
+// what is queued itself (see maxInlineInFlight): callers that queue many
+// operations at once, or hold a lock, leave it to the sender goroutine.
+func (s *opStream) submit(op *coordinatorv1.StreamOperation, inline bool, done func(o *streamOp, res *coordinatorv1.StreamResult, err error)) (*streamOp, error) {
 	size := proto.Size(op)
 	if size > maxStreamOpBytes {
 		return nil, errUseUnary
@@ -140,13 +159,24 @@ func (s *opStream) submit(op *coordinatorv1.StreamOperation, done func(o *stream
 	o := &streamOp{id: s.nextID, op: op, size: size, done: done}
 	op.Id = o.id
 	s.queue = append(s.queue, o)
-	if s.cur != nil {
+	var flushOn *streamConn
+	switch {
+	case s.cur == nil:
+	case inline && !s.cur.sending && len(s.inflight) < maxInlineInFlight:
+		s.cur.sending = true
+		flushOn = s.cur
+	default:
 		poke(s.cur.poke)
 	}
 	if !s.running {
 		s.running = true
 		s.wg.Add(1)
 		go s.serve()
+	}
+	if flushOn != nil {
+		s.mu.Unlock()
+		s.flush(flushOn)
+		s.mu.Lock() // for the deferred Unlock
 	}
 	return o, nil
 }
@@ -187,7 +217,7 @@ func (s *opStream) call(ctx context.Context, op *coordinatorv1.StreamOperation, 
 		lateMu    sync.Mutex
 		abandoned bool
 	)
-	o, err := s.submit(op, func(o *streamOp, res *coordinatorv1.StreamResult, err error) {
+	o, err := s.submit(op, true, func(o *streamOp, res *coordinatorv1.StreamResult, err error) {
 		ch <- outcome{res, err}
 		lateMu.Lock()
 		gone := abandoned
@@ -302,15 +332,22 @@ func (s *opStream) stream(ctx context.Context) (bool, error) {
 		s.fail(err, true)
 		return false, err
 	}
-	conn := &streamConn{stream: st, poke: make(chan struct{}, 1)}
+	conn := &streamConn{stream: st, cancel: cancel, poke: make(chan struct{}, 1)}
 	s.mu.Lock()
 	s.cur = conn
 	poke(conn.poke)
 	s.mu.Unlock()
 
 	answered, err := serveStream(cancel,
-		func() { s.sendLoop(sctx, cancel, conn) },
+		func() { s.sendLoop(sctx, conn) },
 		func() (bool, error) { return s.recvLoop(conn) })
+	// Before fail: no flush takes operations in flight on conn from now on,
+	// and those taken before are in s.inflight for fail to end.
+	s.mu.Lock()
+	if s.cur == conn {
+		s.cur = nil
+	}
+	s.mu.Unlock()
 	if err == nil {
 		err = io.ErrUnexpectedEOF // results were outstanding, or more may be queued
 		s.mu.Lock()
@@ -325,11 +362,6 @@ func (s *opStream) stream(ctx context.Context) (bool, error) {
 	if err != nil {
 		s.fail(err, false)
 	}
-	s.mu.Lock()
-	if s.cur == conn {
-		s.cur = nil
-	}
-	s.mu.Unlock()
 	return answered, err
 }
 
@@ -388,9 +420,9 @@ func (e *streamBrokeError) GRPCStatus() *status.Status {
 	return status.New(codes.Unavailable, e.Error())
 }
 
-// sendLoop writes the queued operations on conn until its stream ends, and
-// closes it after s.idle with nothing queued or in flight.
-func (s *opStream) sendLoop(ctx context.Context, cancel context.CancelFunc, conn *streamConn) {
+// sendLoop writes the queued operations on conn, when poked, until its
+// stream ends, and closes it after s.idle with nothing queued or in flight.
+func (s *opStream) sendLoop(ctx context.Context, conn *streamConn) {
 	idle := time.NewTimer(s.idle)
 	defer idle.Stop()
 	for {
@@ -398,14 +430,14 @@ func (s *opStream) sendLoop(ctx context.Context, cancel context.CancelFunc, conn
 		case <-conn.poke:
 		case <-idle.C:
 			s.mu.Lock()
-			quiet := len(s.queue) == 0 && len(s.inflight) == 0
+			quiet := len(s.queue) == 0 && len(s.inflight) == 0 && !conn.sending
 			if quiet {
 				s.cur = nil // what is queued from now on waits for the next stream
 			}
 			s.mu.Unlock()
 			if quiet {
 				if err := conn.stream.CloseSend(); err != nil {
-					cancel()
+					conn.cancel()
 				}
 				return
 			}
@@ -414,26 +446,45 @@ func (s *opStream) sendLoop(ctx context.Context, cancel context.CancelFunc, conn
 		case <-ctx.Done():
 			return
 		}
-		for {
-			req := s.take(conn)
-			if req == nil {
-				break
-			}
-			if err := conn.stream.Send(req); err != nil {
-				cancel() // Recv reports why
-				return
-			}
+		s.mu.Lock()
+		mine := !conn.sending
+		conn.sending = true
+		s.mu.Unlock()
+		if mine { // else the goroutine sending takes what was queued
+			s.flush(conn)
 		}
 		idle.Reset(s.idle)
 	}
 }
 
+// flush writes what is queued on conn until nothing is, or its stream
+// fails (Recv then reports why). The caller set conn.sending; flush clears
+// it, under the same lock as it finds the queue empty, so that an
+// operation queued meanwhile is either taken here or finds it clear.
+func (s *opStream) flush(conn *streamConn) {
+	for {
+		req := s.take(conn)
+		if req == nil {
+			return
+		}
+		if err := conn.stream.Send(req); err != nil {
+			s.mu.Lock()
+			conn.sending = false
+			s.mu.Unlock()
+			conn.cancel()
+			return
+		}
+	}
+}
+
 // take moves the next batch of queued operations in flight on conn, stamped
-// as sent now, and returns it; nil when nothing is queued.
+// as sent now, and returns it; nil, clearing conn.sending, when nothing is
+// queued or conn is no longer the stream.
 func (s *opStream) take(conn *streamConn) *coordinatorv1.StreamRequest {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cur != conn || len(s.queue) == 0 {
+		conn.sending = false
 		return nil
 	}
 	now := s.c.clock.Now()
