@@ -187,9 +187,11 @@ type Leases interface {
 	// Dequeue removes a waiter that gave up.
 	Dequeue(ctx context.Context, name, waiter string) error
 	// RefreshWaiters pushes the deadline of each listed waiter still queued
-	// for name to ttl (positive) from now, in one state change; waiters no
-	// longer queued are ignored, never queued again. One call keeps all of a
-	// coordinator's parked waiters of a name alive.
+	// for name to ttl (positive) from now; waiters no longer queued are
+	// ignored, never queued again. One call keeps all of a coordinator's
+	// parked waiters of a name alive. Each waiter's deadline moves on its
+	// own, so a store may move those of a long list in several state
+	// changes.
 	RefreshWaiters(ctx context.Context, name string, waiters []string, ttl time.Duration) error
 	// Describe reports the name's lease, last token and waiters.
 	Describe(ctx context.Context, name string) (Description, error)

@@ -121,8 +121,9 @@ func TestIdleObservingIsCheap(t *testing.T) {
 	}
 	refresh, refreshTotal := stats.since(t)
 	t.Logf("RefreshWaiters of %d waiters: %d commands %v", waiters, refreshTotal, refresh)
-	if max := 6 + waiters/500; refreshTotal > max { // one ZADD a 500 waiters
-		t.Errorf("RefreshWaiters of %d waiters cost %d commands, want at most %d", waiters, refreshTotal, max)
+	batches = (waiters + refreshWaitersBatch - 1) / refreshWaitersBatch
+	if max := 7 * batches; refreshTotal > max { // a script call of six commands a batch
+		t.Errorf("RefreshWaiters of %d waiters cost %d commands, want at most %d (%d batches)", waiters, refreshTotal, max, batches)
 	}
 }
 

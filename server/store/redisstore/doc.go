@@ -108,8 +108,10 @@
 // script call per 200 names (per slot on a Cluster), all in one pipeline,
 // with one HGETALL a name, and marks a name again (HSET, PTTL, PEXPIREAT) only
 // when due.
-// RefreshWaiters keeps any number of waiters of a name queued with one call
-// of about ten commands.
+// RefreshWaiters keeps any number of waiters of a name queued with one script
+// call of about ten commands per refreshWaitersBatch waiters, each call on
+// its own outside the pipeline, so that a line of thousands holds up
+// neither Redis nor the coordinator's other calls longer than one batch.
 //
 // # Sessions
 //

@@ -787,18 +787,32 @@ func (s *Store) RefreshWaiters(ctx context.Context, name string, waiters []strin
 		return nil
 	}
 	k := s.keys(name)
-	args := make([]any, 0, 3+len(waiters))
-	args = append(args, durationMS(ttl), s.channel, name)
-	for _, w := range waiters {
-		args = append(args, w)
+	keys := []string{k.queue, k.waiters, k.lease}
+	args := make([]any, 0, 3+min(len(waiters), refreshWaitersBatch))
+	for batch := range slices.Chunk(waiters, refreshWaitersBatch) {
+		args = append(args[:0], durationMS(ttl), s.channel, name)
+		for _, w := range batch {
+			args = append(args, w)
+		}
+		v, err := s.runAside(ctx, refreshWaitersScript, keys, args...).Result()
+		if err != nil {
+			return s.wrapErr(ctx, "refresh waiters", err)
+		}
+		if _, err := decodeRefresh(v); err != nil {
+			return err
+		}
 	}
-	v, err := s.call(ctx, "refresh waiters", refreshWaitersScript, []string{k.queue, k.waiters, k.lease}, args...)
-	if err != nil {
-		return err
-	}
-	_, err = decodeRefresh(v)
-	return err
+	return nil
 }
+
+// refreshWaitersBatch is how many waiters one script call of
+// RefreshWaiters refreshes. A line's refresh is the one call whose work
+// grows with a queue (a ZADD of every parked waiter, about half a
+// millisecond of Redis per thousand), and Redis runs a script alone: so
+// the batches of a long line go one after another, each on a connection of
+// its own, and neither Redis nor this coordinator's pipeline, where a
+// handoff may be waiting, is held up for longer than one batch.
+const refreshWaitersBatch = 250
 
 // Ping implements store.Leases: Redis answers PING within the call timeout.
 func (s *Store) Ping(ctx context.Context) error {
@@ -836,11 +850,20 @@ func (s *Store) run(ctx context.Context, deadline time.Time, wait bool, script *
 			call.deadline = time.Now().Add(s.callTimeout)
 		}
 		runAlone(ctx, s.client, call, s.replicas)
-		cmd, acked = call.cmd, call.acked
-		recycle(call)
-		return cmd, acked
+		return answer(call)
 	}
 	return s.pipeline.run(ctx, call)
+}
+
+// runAside runs a script call on a connection of its own, outside the
+// pipeline, bounded by the call timeout: for a call long enough to hold up
+// the calls that would share its pipeline.
+func (s *Store) runAside(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
+	call := newScriptCall()
+	call.deadline, call.script, call.keys, call.args = time.Now().Add(s.callTimeout), script, keys, args
+	runAlone(ctx, s.client, call, s.replicas)
+	cmd, _ := answer(call)
+	return cmd
 }
 
 // durationMS rounds d up to whole milliseconds, at least 1.
