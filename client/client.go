@@ -69,8 +69,10 @@ type Client struct {
 	// once the coordinator turned out to have no sessions.
 	noDefaultSession    bool
 	sessionsUnsupported atomic.Bool
-	sessionTurn         chan struct{} // held (filled) while the default session is looked up or made
-	defaultSession      *Session      // guarded by sessionTurn
+	sessionTurn         chan struct{} // held (filled) while the default session is made
+	// defaultSession is read without the turn, by every acquisition, and
+	// written holding it.
+	defaultSession atomic.Pointer[Session]
 }
 
 // New connects to the coordinator at target (host:port, or any gRPC target

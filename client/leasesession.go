@@ -152,6 +152,9 @@ func (c *Client) Session(ctx context.Context) (*Session, error) {
 	if c.noDefaultSession {
 		return nil, errNoDefaultSession
 	}
+	if s := c.defaultSession.Load(); s != nil && s.Err() == nil {
+		return s, nil
+	}
 	select {
 	case c.sessionTurn <- struct{}{}:
 	case <-ctx.Done():
@@ -160,14 +163,14 @@ func (c *Client) Session(ctx context.Context) (*Session, error) {
 		return nil, ErrClosed
 	}
 	defer func() { <-c.sessionTurn }()
-	if s := c.defaultSession; s != nil && s.Err() == nil {
+	if s := c.defaultSession.Load(); s != nil && s.Err() == nil { // made meanwhile
 		return s, nil
 	}
 	s, err := c.NewSession(ctx)
 	if err != nil {
 		return nil, err
 	}
-	c.defaultSession = s
+	c.defaultSession.Store(s)
 	return s, nil
 }
 
