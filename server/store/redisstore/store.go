@@ -449,6 +449,26 @@ func (a acquireArgs) asked(req store.AcquireRequest) store.Lease {
 	return l
 }
 
+// acquireArgs lays out req for acquire.lua, but for its session's proofs
+// and remaining time (Acquire adds them).
+func (s *Store) acquireArgs(req store.AcquireRequest, capacity, weight int64) acquireArgs {
+	args := acquireArgs{
+		capacity: capacity, weight: weight, maxHolders: req.MaxHoldersOrDefault(),
+		holder: req.Holder, ttlMS: durationMS(req.TTL), value: req.Value, waiter: req.Waiter, waiterTTL: s.boxed.waiterTTL,
+		channel: s.boxed.channel, name: req.Name,
+	}
+	if req.WaiterTTL > 0 {
+		args.waiterTTL = durationMS(req.WaiterTTL)
+	}
+	if req.KeepValue {
+		args.keepValue = "1"
+	}
+	if req.Token != 0 {
+		args.expected = strconv.FormatUint(req.Token, 10)
+	}
+	return args
+}
+
 // Acquire implements store.Leases.
 //
 // With a Session, it asks the session's slot first (as its owner, adding
@@ -465,20 +485,7 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 		return store.AcquireResult{}, fmt.Errorf("redisstore: acquire %q: weight %d, capacity %d: want 1 <= weight <= capacity <= %d",
 			req.Name, weight, capacity, store.MaxCapacity)
 	}
-	args := acquireArgs{
-		capacity: capacity, weight: weight, maxHolders: req.MaxHoldersOrDefault(),
-		holder: req.Holder, ttlMS: durationMS(req.TTL), value: req.Value, waiter: req.Waiter, waiterTTL: s.boxed.waiterTTL,
-		channel: s.boxed.channel, name: req.Name,
-	}
-	if req.WaiterTTL > 0 {
-		args.waiterTTL = durationMS(req.WaiterTTL)
-	}
-	if req.KeepValue {
-		args.keepValue = "1"
-	}
-	if req.Token != 0 {
-		args.expected = strconv.FormatUint(req.Token, 10)
-	}
+	args := s.acquireArgs(req, capacity, weight)
 	proofs := proofSet{}
 	if req.Session != "" {
 		if p, ok := s.attachments.proof(req.Session, req.SessionOwner, req.Name, time.Now()); ok {
@@ -569,11 +576,15 @@ func (s *Store) Renew(ctx context.Context, name, holder string, token uint64, tt
 	return l, nil
 }
 
+// releaseArgs are release.lua's ARGV.
+func (s *Store) releaseArgs(name, holder string, token uint64) []any {
+	return []any{holder, strconv.FormatUint(token, 10), s.boxed.channel, name}
+}
+
 // Release implements store.Leases.
 func (s *Store) Release(ctx context.Context, name, holder string, token uint64) (bool, error) {
 	k := s.keys(name)
-	v, err := s.call(ctx, "release", s.scripts.release, []string{k.lease},
-		holder, strconv.FormatUint(token, 10), s.boxed.channel, name)
+	v, err := s.call(ctx, "release", s.scripts.release, []string{k.lease}, s.releaseArgs(name, holder, token)...)
 	if err != nil {
 		return false, err
 	}
