@@ -8,7 +8,10 @@
 // made by redis.NewFailoverClient) or *redis.ClusterClient (Cluster mode,
 // detected from the type). NewFromURL builds one from a URL of any form
 // package internal/redisurl accepts: redis://, rediss://, unix://,
-// redis+sentinel:// and redis+cluster://.
+// redis+sentinel:// and redis+cluster://. Both refuse a Redis older than 7
+// (MinRedisVersion, on every master of a Cluster): the scripts read TIME
+// before they write and rely on Redis 7 replicating their effects, which
+// older versions had to be asked for at every call.
 //
 // # Keys
 //

@@ -136,6 +136,9 @@ func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Stor
 	if err := s.Ping(ctx); err != nil {
 		return nil, err
 	}
+	if err := s.checkVersion(ctx); err != nil {
+		return nil, err
+	}
 	s.checkEvictionPolicy(ctx)
 	if err := s.checkMarkers(ctx, opts.NewStore); err != nil {
 		return nil, err
@@ -282,6 +285,55 @@ func (s *Store) checkAcked(ctx context.Context, op string, acked *redis.Cmd) err
 	if n < int64(s.replicas.n) {
 		return fmt.Errorf("redisstore: %s: %w: %d of %d replicas acknowledged the write within %s; "+
 			"the lease is left to expire", op, store.ErrUnavailable, n, s.replicas.n, s.replicas.timeout)
+	}
+	return nil
+}
+
+// MinRedisVersion is the oldest Redis the store runs on: its scripts rely on
+// Redis 7's replication of a script's effects (its writes, never the script
+// itself, which reads TIME), which older versions need to be asked for at
+// every call.
+const MinRedisVersion = 7
+
+// checkVersion refuses a Redis older than MinRedisVersion, on every master of
+// a Cluster. A Redis whose INFO cannot be read (a renamed command) is only
+// warned of.
+func (s *Store) checkVersion(ctx context.Context) error {
+	check := func(ctx context.Context, c redis.Cmdable, addr string) error {
+		ctx, cancel := s.bound(ctx)
+		defer cancel()
+		info, err := c.Info(ctx, "server").Result()
+		if err != nil {
+			s.log.Warn("could not read the Redis version (INFO server): the store needs Redis 7 or newer",
+				"addr", addr, "error", err)
+			return nil
+		}
+		if err := versionError(info); err != nil {
+			return fmt.Errorf("redisstore: %s: %w", addr, err)
+		}
+		return nil
+	}
+	if cc, ok := s.client.(*redis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+			return check(ctx, c, c.Options().Addr)
+		})
+	}
+	return check(ctx, s.client, "Redis")
+}
+
+// versionError reads redis_version from an INFO server reply: an error when
+// it is older than MinRedisVersion, nil when newer or not there to read.
+func versionError(info string) error {
+	for _, line := range strings.Split(info, "\n") {
+		v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:")
+		if !ok {
+			continue
+		}
+		major, _, _ := strings.Cut(v, ".")
+		if n, err := strconv.Atoi(major); err == nil && n < MinRedisVersion {
+			return fmt.Errorf("redis_version %s is older than %d.0, the oldest the store runs on", v, MinRedisVersion)
+		}
+		return nil
 	}
 	return nil
 }

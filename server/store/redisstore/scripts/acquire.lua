@@ -78,8 +78,6 @@
 -- of a lock delay; 0 when the grant waits for older waiters instead, and
 -- when granted. decodeAcquire in scripts.go is the one reader of this reply.
 
-if redis.replicate_commands then redis.replicate_commands() end
-
 local lease, queue, waiters, marker = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local holder, value, expected, sess = ARGV[1], ARGV[3], ARGV[9], ARGV[13]
 local ttl, quarantine = tonumber(ARGV[2]), QUARANTINE

@@ -33,8 +33,6 @@
 -- it was attached to one, 0 when (holder, token) did not hold it. A grant that already expired is not released: its lock delay,
 -- if any, runs its course. decodeRelease in scripts.go reads the reply.
 
-if redis.replicate_commands then redis.replicate_commands() end
-
 local field, token = HOLDER .. ARGV[1], ARGV[2]
 local cur = redis.call('HMGET', KEYS[1], field, 'used', 'n', 'queued', 'watched', 'high', 's:' .. ARGV[1], 'slow', 'ex')
 -- The record's token, weight and expiry, as strings (holders.lua packs

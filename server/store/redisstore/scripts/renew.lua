@@ -28,8 +28,6 @@
 -- expiring at expires_ms (unix ms, Redis' clock). decodeRenew in scripts.go
 -- is the one reader of this reply.
 
-if redis.replicate_commands then redis.replicate_commands() end
-
 local field = HOLDER .. ARGV[1]
 local cur = redis.call('HMGET', KEYS[1], field, 'watched', 'n', 'high', 'low', 's:' .. ARGV[1], 'slow', 'ex')
 local g = unpack_grant(ARGV[1], cur[1])

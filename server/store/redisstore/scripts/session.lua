@@ -53,8 +53,6 @@
 -- a close interrupted midway can be carried out again. decodeSession in
 -- session.go is the one reader of this reply.
 
-if redis.replicate_commands then redis.replicate_commands() end
-
 local session, names, marker = KEYS[1], KEYS[2], KEYS[3]
 local op, owner, quarantine, keep = ARGV[1], ARGV[2], tonumber(ARGV[4]), tonumber(ARGV[5])
 
