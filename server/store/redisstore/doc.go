@@ -31,13 +31,16 @@
 //	                          h:<holder>: one grant, live or in its lock delay
 //	                          (until expires + lock delay), its value packing
 //	                          token:weight:ttl_ms:expires:value (holders.lua
-//	                          encodes and decodes it, alone); used: the sum of
-//	                          the grants' weights; n: their number; low: at
-//	                          most the earliest of their expiries (set at each
-//	                          grant to the minimum, exact after a sweep), so
-//	                          that a script reads the grants (HGETALL) only
-//	                          when now >= low + lock delay, when one may have
-//	                          run out; high: at least the latest expiry; cap:
+//	                          encodes and decodes it, alone); sum: the
+//	                          grants' summary, packing n:used:low:high
+//	                          (holders.lua too), absent while there is no
+//	                          grant: n their number, used the sum of their
+//	                          weights, low at most the earliest of their
+//	                          expiries (set at each grant to the minimum,
+//	                          exact after a sweep), so that a script reads
+//	                          the grants (HGETALL) only when now >= low +
+//	                          lock delay, when one may have run out, and high
+//	                          at least the latest expiry; cap:
 //	                          the capacity (absent: 1); s:<holder>: the grant
 //	                          is attached to a session, valued <id>:<token>
 //	                          (stale when the token is not the record's), its

@@ -75,18 +75,36 @@ type storeScripts struct {
 	acquire, renew, release *redis.Script
 }
 
-// settingsLine declares the constants of storeScripts (ms): the
-// quarantine, the lock delay, the idle retention and how long a lease key
-// outlives attached grants' bounds.
-const settingsLine = "local QUARANTINE, LOCK_DELAY, IDLE, KEEP = %d, %d, %d, %d\n"
+// settingsLine declares the constants of storeScripts: the quarantine, the
+// lock delay, the idle retention and how long a lease key outlives attached
+// grants' bounds (ms), and the store's pub/sub channel.
+const settingsLine = "local QUARANTINE, LOCK_DELAY, IDLE, KEEP, CHANNEL = %d, %d, %d, %d, %s\n"
 
-func newStoreScripts(quarantineMS, lockDelayMS, idleMS, keepMS int64) storeScripts {
-	settings := fmt.Sprintf(settingsLine, quarantineMS, lockDelayMS, idleMS, keepMS)
+func newStoreScripts(quarantineMS, lockDelayMS, idleMS, keepMS int64, channel string) storeScripts {
+	settings := fmt.Sprintf(settingsLine, quarantineMS, lockDelayMS, idleMS, keepMS, luaString(channel))
 	return storeScripts{
 		acquire: redis.NewScript(settings + holdersSrc + withGrants(withMarker(acquireSrc))),
 		renew:   redis.NewScript(settings + holdersSrc + renewSrc),
 		release: redis.NewScript(settings + holdersSrc + releaseSrc),
 	}
+}
+
+// luaString is s as a Lua string literal that reads back as s whatever its
+// bytes (a key prefix may hold any but braces): every byte but letters,
+// digits and ":_-./" as a three-digit decimal escape.
+func luaString(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for i := range len(s) {
+		c := s[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte(":_-./", c) >= 0 {
+			b.WriteByte(c)
+		} else {
+			fmt.Fprintf(&b, "\\%03d", c)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
 }
 
 func (s storeScripts) all() []*redis.Script { return []*redis.Script{s.acquire, s.renew, s.release} }

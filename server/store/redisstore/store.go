@@ -89,10 +89,10 @@ type Store struct {
 	// scripts are this store's copies of the cycle's scripts, its
 	// settings built in.
 	scripts storeScripts
-	// boxed are arguments that every call of a script passes, boxed once:
-	// boxing a string or an int64 for each call allocates.
+	// boxed are arguments that calls of a script pass, boxed once: boxing
+	// an int64 for each call allocates.
 	boxed struct {
-		channel, waiterTTL any
+		waiterTTL any
 	}
 	quarantineMS int64
 	lockDelayMS  int64
@@ -203,8 +203,8 @@ func build(client redis.UniversalClient, opts Options) (*Store, error) {
 	}
 	s.idleMS = durationMS(cmp.Or(opts.IdleNameTTL, store.DefaultIdleNameTTL))
 	s.callTimeout = cmp.Or(opts.CallTimeout, store.DefaultCallTimeout)
-	s.boxed.channel, s.boxed.waiterTTL = s.channel, durationMS(store.DefaultWaiterTTL)
-	s.scripts = newStoreScripts(s.quarantineMS, s.lockDelayMS, s.idleMS, s.sessionKeepMS())
+	s.boxed.waiterTTL = durationMS(store.DefaultWaiterTTL)
+	s.scripts = newStoreScripts(s.quarantineMS, s.lockDelayMS, s.idleMS, s.sessionKeepMS(), s.channel)
 	if err := s.setReplicas(opts); err != nil {
 		return nil, err
 	}
@@ -469,25 +469,40 @@ type acquireArgs struct {
 	holder     string
 	ttlMS      int64
 	value      []byte
-	waiter     string
-	waiterTTL  any // int64 ms, boxed once for the default
-	channel    any
-	name       string
-	keepValue  string // "1" or ""
-	expected   string // decimal token or ""
 	capacity   int64
 	weight     int64
 	maxHolders int
+	name       string
 	// session is the id of the session to attach to, or ""; sessionTTL its
 	// ttl (ms); proofs the proofs of sessions (attached.lua).
 	session    string
 	sessionTTL int64
 	proofs     string
+	waiter     string
+	waiterTTL  any    // int64 ms, boxed once for the default
+	expected   string // decimal token or ""
+	keepValue  string // "1" or ""
 }
 
+// argv lays the arguments out, leaving out the trailing ones that are ""
+// (the script reads an absent one as ""; the waiter's ttl goes with the
+// waiter, the session's with the session and its proofs): each costs Redis
+// about 1k instructions, and a grant of its own that does not wait needs
+// none of them.
 func (a acquireArgs) argv() []any {
-	return []any{a.holder, a.ttlMS, a.value, a.waiter, a.waiterTTL, a.channel, a.name, a.keepValue, a.expected,
-		a.capacity, a.weight, a.maxHolders, a.session, a.sessionTTL, a.proofs}
+	v := []any{a.holder, a.ttlMS, a.value, a.capacity, a.weight, a.maxHolders, a.name,
+		a.session, a.sessionTTL, a.proofs, a.waiter, a.waiterTTL, a.expected, a.keepValue}
+	switch {
+	case a.keepValue != "":
+		return v
+	case a.expected != "":
+		return v[:13]
+	case a.waiter != "":
+		return v[:12]
+	case a.session != "" || a.proofs != "":
+		return v[:10]
+	}
+	return v[:7]
 }
 
 // asked is the grant req would get from this call: acquire.lua's reply
@@ -507,7 +522,7 @@ func (s *Store) acquireArgs(req store.AcquireRequest, capacity, weight int64) ac
 	args := acquireArgs{
 		capacity: capacity, weight: weight, maxHolders: req.MaxHoldersOrDefault(),
 		holder: req.Holder, ttlMS: durationMS(req.TTL), value: req.Value, waiter: req.Waiter, waiterTTL: s.boxed.waiterTTL,
-		channel: s.boxed.channel, name: req.Name,
+		name: req.Name,
 	}
 	if req.WaiterTTL > 0 {
 		args.waiterTTL = durationMS(req.WaiterTTL)
@@ -630,7 +645,7 @@ func (s *Store) Renew(ctx context.Context, name, holder string, token uint64, tt
 
 // releaseArgs are release.lua's ARGV.
 func (s *Store) releaseArgs(name, holder string, token uint64) []any {
-	return []any{holder, strconv.FormatUint(token, 10), s.boxed.channel, name}
+	return []any{holder, strconv.FormatUint(token, 10), name}
 }
 
 // Release implements store.Leases.
@@ -725,7 +740,7 @@ func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) (sto
 		cmds := make([]*redis.SliceCmd, len(ckeys))
 		if _, err := c.Pipelined(cctx, func(p redis.Pipeliner) error {
 			for i, key := range ckeys {
-				cmds[i] = p.HMGet(cctx, key, "used", "high", "slow")
+				cmds[i] = p.HMGet(cctx, key, "sum", "slow")
 			}
 			return nil
 		}); err != nil {
@@ -734,18 +749,19 @@ func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) (sto
 		var out []string
 		for i, cmd := range cmds {
 			v := cmd.Val()
-			// 'high' is at least the latest expiry of the grants; 'slow'
-			// says grants are attached to sessions, whose bounds may be
-			// stale: describe settles them.
-			if len(v) != 3 || v[0] == nil {
+			// 'sum' (holders.lua) ends with high, at least the latest
+			// expiry of the grants; 'slow' says grants are attached to
+			// sessions, whose bounds may be stale: describe settles them.
+			if len(v) != 2 || v[0] == nil {
 				continue
 			}
-			if v[2] != nil {
+			if v[1] != nil {
 				out = append(out, candidates[i])
 				continue
 			}
-			expires, _ := v[1].(string)
-			if ms, err := strconv.ParseInt(expires, 10, 64); err == nil && ms > start.UnixMilli() {
+			sum, _ := v[0].(string)
+			high := sum[strings.LastIndexByte(sum, ':')+1:]
+			if ms, err := strconv.ParseInt(high, 10, 64); err == nil && ms > start.UnixMilli() {
 				out = append(out, candidates[i])
 			}
 		}
