@@ -88,8 +88,15 @@ local holder, value, expected, sess = ARGV[1], ARGV[3], ARGV[13] or '', ARGV[8] 
 local ttl, quarantine = tonumber(ARGV[2]), QUARANTINE
 local field = HOLDER .. holder
 
+-- Redis' time, from one conversion (each costs Redis about 1.7k
+-- instructions): clock in microseconds and now_ms in milliseconds as
+-- decimal strings, now as a number.
 local time = redis.call('TIME')
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local us = time[2]
+if #us < 6 then us = string.rep('0', 6 - #us) .. us end
+local clock = time[1] .. us
+local now_ms = string.sub(clock, 1, -4)
+local now = tonumber(now_ms)
 
 -- 1. Data loss.
 -- (marker.lua goes here: scripts.go)
@@ -111,9 +118,7 @@ local cur = redis.call('HMGET', lease, 'token', 'cap', 'sum', 'queued', 'watched
 -- compared as decimal strings without leading zeros (longer is larger):
 -- converting numbers is most of what the uncontended grant costs Redis.
 local function next_token()
-  local us = time[2]
-  if #us < 6 then us = string.rep('0', 6 - #us) .. us end
-  local clock, last = time[1] .. us, cur[1]
+  local last = cur[1]
   if last and (#last > #clock or (#last == #clock and last >= clock)) then
     local n = tonumber(last)
     if n then return ms(n + 1) end

@@ -35,11 +35,11 @@
 
 local field, token = HOLDER .. ARGV[1], ARGV[2]
 local cur = redis.call('HMGET', KEYS[1], field, 'sum', 'queued', 'watched', 's:' .. ARGV[1], 'slow', 'ex')
--- The record's token, weight and expiry, as strings (holders.lua packs
--- them); numbers only where needed: converting them is much of what a
--- release costs Redis.
-local tok, weight, expires
-if cur[1] then tok, weight, expires = string.match(cur[1], '^(%d+):(%d+):%d+:(%d+):') end
+-- The record's token and expiry, as strings (holders.lua packs them);
+-- numbers only where needed: converting them is much of what a release
+-- costs Redis.
+local tok, expires
+if cur[1] then tok, expires = string.match(cur[1], '^(%d+):%d+:%d+:(%d+):') end
 if not tok or tok ~= token then
   return 0
 end
@@ -48,9 +48,14 @@ if cur[5] then
   local id, attached = string.match(cur[5], '^(.*):(%d+)$')
   if attached == token then session = id end
 end
+-- Redis' time in ms, as a decimal string to compare the record's expiry
+-- with (longer is larger), and as a number: one conversion.
 local time = redis.call('TIME')
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-if tonumber(expires) <= now and not session then return 0 end
+local us = time[2]
+if #us < 6 then us = string.rep('0', 6 - #us) .. us end
+local now_ms = string.sub(time[1] .. us, 1, -4)
+if not session and (#expires < #now_ms or (#expires == #now_ms and expires <= now_ms)) then return 0 end
+local now = tonumber(now_ms)
 local watched, idle = tonumber(cur[4]) or 0, IDLE
 if cur[6] then idle = math.max(idle, KEEP) end
 -- The key must outlive the release by the retention, and the name's
@@ -85,7 +90,7 @@ if last_grant then
 else
   -- One of several grants (a semaphore's share, attached to a session or
   -- not): its weight goes back.
-  redis.call('HSET', KEYS[1], 'sum', pack_sum(n - 1, used - tonumber(weight), low, high))
+  redis.call('HSET', KEYS[1], 'sum', pack_sum(n - 1, used - unpack_grant(ARGV[1], cur[1]).weight, low, high))
   local last = math.max(high + LOCK_DELAY + idle, now + idle, watched)
   local gone = {field}
   if cur[5] then gone[2] = 's:' .. ARGV[1] end
