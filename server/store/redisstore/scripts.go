@@ -83,9 +83,9 @@ const settingsLine = "local QUARANTINE, LOCK_DELAY, IDLE, KEEP, CHANNEL = %d, %d
 func newStoreScripts(quarantineMS, lockDelayMS, idleMS, keepMS int64, channel string) storeScripts {
 	settings := fmt.Sprintf(settingsLine, quarantineMS, lockDelayMS, idleMS, keepMS, luaString(channel))
 	return storeScripts{
-		acquire: redis.NewScript(settings + holdersSrc + withGrants(withMarker(acquireSrc))),
+		acquire: redis.NewScript(settings + holdersHead + withGrants(withMarker(withDecoders(acquireSrc)))),
 		renew:   redis.NewScript(settings + holdersSrc + renewSrc),
-		release: redis.NewScript(settings + holdersSrc + releaseSrc),
+		release: redis.NewScript(settings + holdersHead + withDecoders(releaseSrc)),
 	}
 }
 
@@ -111,11 +111,32 @@ func (s storeScripts) all() []*redis.Script { return []*redis.Script{s.acquire, 
 
 // grantsLine is the line of acquire.lua that grants.lua and attached.lua
 // replace; markerLine the line of acquire.lua and session.lua that
-// marker.lua replaces.
+// marker.lua replaces; decodersLine the line of acquire.lua and release.lua,
+// after their uncontended paths, that holders.lua's decoders replace (the
+// part after its decodersFrom line): each local function a script defines
+// costs Redis about 400 instructions at every call, and those paths need
+// none of them.
 const (
-	grantsLine = "-- (grants.lua goes here: scripts.go)\n"
-	markerLine = "-- (marker.lua goes here: scripts.go)\n"
+	grantsLine   = "-- (grants.lua goes here: scripts.go)\n"
+	markerLine   = "-- (marker.lua goes here: scripts.go)\n"
+	decodersLine = "-- (holders.lua's decoders go here: scripts.go)\n"
+	decodersFrom = "-- (holders.lua's decoders follow: scripts.go)\n"
 )
+
+// holdersHead is holders.lua up to its decoders, holdersDecoders the rest.
+var holdersHead, holdersDecoders = splitAt(holdersSrc, decodersFrom)
+
+// withDecoders puts holders.lua's decoders into src at decodersLine.
+func withDecoders(src string) string { return insertAt(src, decodersLine, holdersDecoders) }
+
+// splitAt returns src before and after line, which it must hold once.
+func splitAt(src, line string) (string, string) {
+	if strings.Count(src, line) != 1 {
+		panic("redisstore: a script has not one " + strings.TrimSpace(line) + " line")
+	}
+	before, after, _ := strings.Cut(src, line)
+	return before, after
+}
 
 // withGrants puts grants.lua and attached.lua into src at grantsLine.
 func withGrants(src string) string { return insertAt(src, grantsLine, grantsSrc+attachedSrc) }

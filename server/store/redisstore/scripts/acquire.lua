@@ -117,13 +117,12 @@ local cur = redis.call('HMGET', lease, 'token', 'cap', 'sum', 'queued', 'watched
 -- long as the clock does not step back. A decimal string. Both are
 -- compared as decimal strings without leading zeros (longer is larger):
 -- converting numbers is most of what the uncontended grant costs Redis.
-local function next_token()
-  local last = cur[1]
-  if last and (#last > #clock or (#last == #clock and last >= clock)) then
-    local n = tonumber(last)
-    if n then return ms(n + 1) end
-  end
-  return clock
+-- A value, not a function: a call grants once at most, and each function a
+-- script defines costs Redis at every call.
+local next_token = clock
+if cur[1] and (#cur[1] > #clock or (#cur[1] == #clock and cur[1] >= clock)) then
+  local n = tonumber(cur[1])
+  if n then next_token = ms(n + 1) end
 end
 
 -- 0. Nobody holds (not even in a lock delay), queues for the name or
@@ -140,7 +139,7 @@ if free and sess ~= '' then
   -- left): the record's ttl is the session's, the attachment
   -- ('s:' .. holder, attached.lua) and the earliest bound ('slow') ride in
   -- the HSET, and the key outlives the bound by KEEP.
-  local token = next_token()
+  local token = next_token
   local expires = ms(now + ttl)
   local need = now + ttl + LOCK_DELAY + KEEP
   local fields = {field, pack_grant(token, ARGV[5], ARGV[9], expires, value), 'token', token,
@@ -158,7 +157,7 @@ if free and sess ~= '' then
   return {2, lost, token, now + ttl}
 end
 if free then
-  local token = next_token()
+  local token = next_token
   local expires = ms(now + ttl)
   local record = pack_grant(token, ARGV[5], ARGV[2], expires, value)
   local sum = '1:' .. ARGV[5] .. ':' .. expires .. ':' .. expires
@@ -180,6 +179,8 @@ if free then
   end
   return {2, lost, token, now + ttl}
 end
+
+-- (holders.lua's decoders go here: scripts.go)
 
 local waiter, waiter_ttl, channel, name = ARGV[11] or '', tonumber(ARGV[12]), CHANNEL, ARGV[7]
 local delay, keep_value, idle = LOCK_DELAY, ARGV[14] == '1', IDLE
@@ -261,7 +262,7 @@ end
 
 -- Grants weight to ARGV[1] beside the other grants and returns the token.
 local function grant()
-  local token = next_token()
+  local token = next_token
   local expires = now + ttl
   used, n = used + weight, n + 1
   if not low or expires < low then low = expires end

@@ -2,7 +2,10 @@
 -- into queue scores. scripts.go puts this file in front of every script
 -- that reads either, so that both are encoded and decoded here alone (with
 -- grants.lua, which reads many records). It defines as little as it can:
--- every local function is made again at each call of a script.
+-- every local function is made again at each call of a script (about 400
+-- instructions each). So the encoders come first and the decoders after the
+-- decoders line below, which scripts.go puts in acquire and release after
+-- their uncontended paths, and in the others right here.
 --
 -- A grant is the lease key's field 'h:' .. holder, whose value packs
 --   token ':' weight ':' ttl_ms ':' expires_ms ':' value
@@ -35,6 +38,8 @@ local function ms(n) return string.format('%d', n) end
 local function pack_grant(token, weight, ttl, expires, value)
   return token .. ':' .. weight .. ':' .. ttl .. ':' .. expires .. ':' .. value
 end
+
+-- (holders.lua's decoders follow: scripts.go)
 
 -- Returns the grant packed in rec, or nil for nil (or a record that is not
 -- one: it is treated as absent).

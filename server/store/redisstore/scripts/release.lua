@@ -65,41 +65,43 @@ if cur[6] then idle = math.max(idle, KEEP) end
 -- of one, released), the key is left as it is; else it expires at the
 -- need, and 'ex' goes.
 local ex = tonumber(cur[7])
--- The last grant when the summary ('sum', holders.lua) counts one: its
--- number comes first, so that telling needs no conversion.
-local n, used, low, high
-local last_grant = not cur[2] or string.sub(cur[2], 1, 2) == '1:'
-if not last_grant then
-  n, used, low, high = unpack_sum(cur[2])
-  last_grant = n <= 1
-end
-if last_grant then
-  local last = now + idle
-  if watched > last then last = watched end
-  local kept = ex and ex >= last and ex <= last + idle / 4
-  if kept and not cur[5] and not cur[6] then
-    -- The exclusive lock's release: only the fields it has.
-    redis.call('HDEL', KEYS[1], field, 'sum')
-  elseif kept then
-    -- The same, attached to a session (the last grant: no other bound).
-    redis.call('HDEL', KEYS[1], field, 'sum', 's:' .. ARGV[1], 'slow')
-  else
-    redis.call('HDEL', KEYS[1], field, 'sum', 's:' .. ARGV[1], 'slow', 'ex')
-  end
-  if not kept then redis.call('PEXPIREAT', KEYS[1], ms(last)) end
-else
+if cur[2] and string.sub(cur[2], 1, 2) ~= '1:' then
   -- One of several grants (a semaphore's share, attached to a session or
-  -- not): its weight goes back.
-  redis.call('HSET', KEYS[1], 'sum', pack_sum(n - 1, used - unpack_grant(ARGV[1], cur[1]).weight, low, high))
-  local last = math.max(high + LOCK_DELAY + idle, now + idle, watched)
-  local gone = {field}
-  if cur[5] then gone[2] = 's:' .. ARGV[1] end
-  if not (ex and ex >= last and ex <= last + idle / 4) then
-    gone[#gone + 1] = 'ex'
-    redis.call('PEXPIREAT', KEYS[1], ms(last))
+  -- not): its weight goes back. The summary ('sum', holders.lua) counts
+  -- the grants first, so that telling the last one needs no conversion; one
+  -- that counts no more than one (not a summary) is the last one's.
+  -- (holders.lua's decoders go here: scripts.go)
+  local n, used, low, high = unpack_sum(cur[2])
+  if n > 1 then
+    redis.call('HSET', KEYS[1], 'sum', pack_sum(n - 1, used - unpack_grant(ARGV[1], cur[1]).weight, low, high))
+    local last = math.max(high + LOCK_DELAY + idle, now + idle, watched)
+    local gone = {field}
+    if cur[5] then gone[2] = 's:' .. ARGV[1] end
+    if not (ex and ex >= last and ex <= last + idle / 4) then
+      gone[#gone + 1] = 'ex'
+      redis.call('PEXPIREAT', KEYS[1], ms(last))
+    end
+    redis.call('HDEL', KEYS[1], unpack(gone))
+    if cur[3] == '1' or watched > now then
+      redis.call('PUBLISH', CHANNEL, ARGV[3])
+    end
+    return session or 1
   end
-  redis.call('HDEL', KEYS[1], unpack(gone))
 end
+-- The last grant.
+local last = now + idle
+if watched > last then last = watched end
+local kept = ex and ex >= last and ex <= last + idle / 4
+if kept and not cur[5] and not cur[6] then
+  -- The exclusive lock's release: only the fields it has.
+  redis.call('HDEL', KEYS[1], field, 'sum')
+elseif kept then
+  -- The same, attached to a session (the last grant: no other bound).
+  redis.call('HDEL', KEYS[1], field, 'sum', 's:' .. ARGV[1], 'slow')
+else
+  redis.call('HDEL', KEYS[1], field, 'sum', 's:' .. ARGV[1], 'slow', 'ex')
+end
+if not kept then redis.call('PEXPIREAT', KEYS[1], ms(last)) end
 if cur[3] == '1' or watched > now then
   redis.call('PUBLISH', CHANNEL, ARGV[3])
 end
