@@ -100,15 +100,20 @@
 // an eighth of the retention) brings it down to one retention and drops
 // ex. So an idle name is forgotten the retention, and at most a quarter of
 // it more, after its last use: for names used once each, up to a quarter
-// more of them in Redis at once. The summary
-// fields keep the cost so for semaphores too: a grant beside others costs
-// the same while none of them ran out, a release beside others one HSET
-// more.
+// more of them in Redis at once. The summary (sum, one field for the
+// grants' number, weights and expiry bounds, so that the uncontended grant
+// reads 9 fields and writes 3 pairs, and the release reads 7 and deletes
+// 2) keeps the cost so for semaphores too: a grant beside others costs the
+// same while none of them ran out, a release beside others one HSET more.
 //
 // The scripts of a cycle (acquire, renew, release) take the store's
-// settings (quarantine, lock delay, retention, session keep) as constants
-// of the store's own copy, not as arguments: each argument costs Redis a
-// string per call, and each number it converts about as much again.
+// settings (quarantine, lock delay, retention, session keep, the pub/sub
+// channel) as constants of the store's own copy, not as arguments, and
+// acquire's arguments that are rarely set come last and are left out at
+// their defaults (7 for a grant of its own that does not wait): each
+// argument costs Redis a string per call, and each number it converts
+// about as much again. scripts/callgrind-cycle.sh counts the instructions
+// a cycle costs Redis (bench/README.md, "Where a cycle's time goes").
 //
 // Observing costs little while nothing changes: Watch reads many names in one
 // script call per 200 names (per slot on a Cluster), all in one pipeline,

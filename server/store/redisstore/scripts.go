@@ -38,7 +38,9 @@ var (
 	//go:embed scripts/quarantine.lua
 	quarantineSrc string
 	// holdersSrc goes in front of every script that reads grant records or
-	// queue weights: their encoding lives in it alone. grantsSrc, which reads
+	// queue weights: their encoding lives in it alone (acquire and release
+	// take its decoders after their uncontended paths: holdersDecoders).
+	// grantsSrc, which reads
 	// all of a name's grants, goes in front of describe and watch, and into
 	// acquire at grantsLine, after its uncontended path: a script's local
 	// functions are made at each call, so that path makes as few as it can.
