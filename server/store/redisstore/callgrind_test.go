@@ -103,22 +103,22 @@ func TestCallgrindCycle(t *testing.T) {
 		return w
 	}
 	ownW := measure("own", func() []uint64 {
-		return callgrindAcquire(t, s, own, func(name string) store.AcquireRequest {
+		return callgrindAcquire(ctx, t, s, own, func(name string) store.AcquireRequest {
 			return store.AcquireRequest{Name: name, Holder: "w", TTL: time.Minute}
 		}, "")
-	}, func(tokens []uint64) { callgrindRelease(t, s, own, tokens) })
+	}, func(tokens []uint64) { callgrindRelease(ctx, t, s, own, tokens) })
 	attW := measure("attached", func() []uint64 {
-		return callgrindAcquire(t, s, attached, func(name string) store.AcquireRequest {
+		return callgrindAcquire(ctx, t, s, attached, func(name string) store.AcquireRequest {
 			return inSession(name, "w", sess)
 		}, sess.ID)
-	}, func(tokens []uint64) { callgrindRelease(t, s, attached, tokens) })
+	}, func(tokens []uint64) { callgrindRelease(ctx, t, s, attached, tokens) })
 	plainW := measure("yardstick", func() []uint64 {
-		callgrindPlain(t, s.client, plain, func(p redis.Pipeliner, key string) *redis.Cmd {
+		callgrindPlain(ctx, t, s.client, plain, func(p redis.Pipeliner, key string) *redis.Cmd {
 			return yardstickObtain.EvalSha(ctx, p, []string{key}, "0123456789abcdefghijkl", "22", "60000")
 		})
 		return nil
 	}, func([]uint64) {
-		callgrindPlain(t, s.client, plain, func(p redis.Pipeliner, key string) *redis.Cmd {
+		callgrindPlain(ctx, t, s.client, plain, func(p redis.Pipeliner, key string) *redis.Cmd {
 			return yardstickRelease.EvalSha(ctx, p, []string{key}, "0123456789abcdefghijkl")
 		})
 	})
@@ -139,9 +139,8 @@ func TestCallgrindCycle(t *testing.T) {
 // and returns the tokens. With session, the grants attach to it through the
 // store's remembered proof of life (attachments), as Acquire's does when it
 // skips the session's script.
-func callgrindAcquire(t *testing.T, s *Store, names []string, reqFor func(string) store.AcquireRequest, session string) []uint64 {
+func callgrindAcquire(ctx context.Context, t *testing.T, s *Store, names []string, reqFor func(string) store.AcquireRequest, session string) []uint64 {
 	t.Helper()
-	ctx := context.Background()
 	tokens := make([]uint64, 0, len(names))
 	for from := 0; from < len(names); from += callgrindPipeline {
 		batch := names[from:min(from+callgrindPipeline, len(names))]
@@ -184,9 +183,8 @@ func callgrindAcquire(t *testing.T, s *Store, names []string, reqFor func(string
 }
 
 // callgrindRelease releases names[i] held by "w" under tokens[i], pipelined.
-func callgrindRelease(t *testing.T, s *Store, names []string, tokens []uint64) {
+func callgrindRelease(ctx context.Context, t *testing.T, s *Store, names []string, tokens []uint64) {
 	t.Helper()
-	ctx := context.Background()
 	for from := 0; from < len(names); from += callgrindPipeline {
 		to := min(from+callgrindPipeline, len(names))
 		cmds := make([]*redis.Cmd, 0, to-from)
@@ -208,9 +206,8 @@ func callgrindRelease(t *testing.T, s *Store, names []string, tokens []uint64) {
 }
 
 // callgrindPlain runs call for each key, pipelined, and fails on an error.
-func callgrindPlain(t *testing.T, c redis.UniversalClient, keys []string, call func(redis.Pipeliner, string) *redis.Cmd) {
+func callgrindPlain(ctx context.Context, t *testing.T, c redis.UniversalClient, keys []string, call func(redis.Pipeliner, string) *redis.Cmd) {
 	t.Helper()
-	ctx := context.Background()
 	for from := 0; from < len(keys); from += callgrindPipeline {
 		_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for _, k := range keys[from:min(from+callgrindPipeline, len(keys))] {
