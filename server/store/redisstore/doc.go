@@ -8,7 +8,10 @@
 // made by redis.NewFailoverClient) or *redis.ClusterClient (Cluster mode,
 // detected from the type). NewFromURL builds one from a URL of any form
 // package internal/redisurl accepts: redis://, rediss://, unix://,
-// redis+sentinel:// and redis+cluster://.
+// redis+sentinel:// and redis+cluster://. Both refuse a Redis older than 7
+// (MinRedisVersion, on every master of a Cluster): the scripts read TIME
+// before they write and rely on Redis 7 replicating their effects, which
+// older versions had to be asked for at every call.
 //
 // # Keys
 //
@@ -28,13 +31,16 @@
 //	                          h:<holder>: one grant, live or in its lock delay
 //	                          (until expires + lock delay), its value packing
 //	                          token:weight:ttl_ms:expires:value (holders.lua
-//	                          encodes and decodes it, alone); used: the sum of
-//	                          the grants' weights; n: their number; low: at
-//	                          most the earliest of their expiries (set at each
-//	                          grant to the minimum, exact after a sweep), so
-//	                          that a script reads the grants (HGETALL) only
-//	                          when now >= low + lock delay, when one may have
-//	                          run out; high: at least the latest expiry; cap:
+//	                          encodes and decodes it, alone); sum: the
+//	                          grants' summary, packing n:used:low:high
+//	                          (holders.lua too), absent while there is no
+//	                          grant: n their number, used the sum of their
+//	                          weights, low at most the earliest of their
+//	                          expiries (set at each grant to the minimum,
+//	                          exact after a sweep), so that a script reads
+//	                          the grants (HGETALL) only when now >= low +
+//	                          lock delay, when one may have run out, and high
+//	                          at least the latest expiry; cap:
 //	                          the capacity (absent: 1); s:<holder>: the grant
 //	                          is attached to a session, valued <id>:<token>
 //	                          (stale when the token is not the record's), its
@@ -94,15 +100,20 @@
 // an eighth of the retention) brings it down to one retention and drops
 // ex. So an idle name is forgotten the retention, and at most a quarter of
 // it more, after its last use: for names used once each, up to a quarter
-// more of them in Redis at once. The summary
-// fields keep the cost so for semaphores too: a grant beside others costs
-// the same while none of them ran out, a release beside others one HSET
-// more.
+// more of them in Redis at once. The summary (sum, one field for the
+// grants' number, weights and expiry bounds, so that the uncontended grant
+// reads 9 fields and writes 3 pairs, and the release reads 7 and deletes
+// 2) keeps the cost so for semaphores too: a grant beside others costs the
+// same while none of them ran out, a release beside others one HSET more.
 //
 // The scripts of a cycle (acquire, renew, release) take the store's
-// settings (quarantine, lock delay, retention, session keep) as constants
-// of the store's own copy, not as arguments: each argument costs Redis a
-// string per call, and each number it converts about as much again.
+// settings (quarantine, lock delay, retention, session keep, the pub/sub
+// channel) as constants of the store's own copy, not as arguments, and
+// acquire's arguments that are rarely set come last and are left out at
+// their defaults (7 for a grant of its own that does not wait): each
+// argument costs Redis a string per call, and each number it converts
+// about as much again. scripts/callgrind-cycle.sh counts the instructions
+// a cycle costs Redis (bench/README.md, "Where a cycle's time goes").
 //
 // Observing costs little while nothing changes: Watch reads many names in one
 // script call per 200 names (per slot on a Cluster), all in one pipeline,

@@ -44,6 +44,9 @@ func Init(ctx context.Context, client redis.UniversalClient, opts Options) (int6
 	if err := s.Ping(ctx); err != nil {
 		return 0, err
 	}
+	if err := s.checkVersion(ctx); err != nil {
+		return 0, err
+	}
 	s.checkEvictionPolicy(ctx)
 	total := int64(1)
 	if s.cluster {

@@ -38,7 +38,9 @@ var (
 	//go:embed scripts/quarantine.lua
 	quarantineSrc string
 	// holdersSrc goes in front of every script that reads grant records or
-	// queue weights: their encoding lives in it alone. grantsSrc, which reads
+	// queue weights: their encoding lives in it alone (acquire and release
+	// take its decoders after their uncontended paths: holdersDecoders).
+	// grantsSrc, which reads
 	// all of a name's grants, goes in front of describe and watch, and into
 	// acquire at grantsLine, after its uncontended path: a script's local
 	// functions are made at each call, so that path makes as few as it can.
@@ -75,29 +77,68 @@ type storeScripts struct {
 	acquire, renew, release *redis.Script
 }
 
-// settingsLine declares the constants of storeScripts (ms): the
-// quarantine, the lock delay, the idle retention and how long a lease key
-// outlives attached grants' bounds.
-const settingsLine = "local QUARANTINE, LOCK_DELAY, IDLE, KEEP = %d, %d, %d, %d\n"
+// settingsLine declares the constants of storeScripts: the quarantine, the
+// lock delay, the idle retention and how long a lease key outlives attached
+// grants' bounds (ms), and the store's pub/sub channel.
+const settingsLine = "local QUARANTINE, LOCK_DELAY, IDLE, KEEP, CHANNEL = %d, %d, %d, %d, %s\n"
 
-func newStoreScripts(quarantineMS, lockDelayMS, idleMS, keepMS int64) storeScripts {
-	settings := fmt.Sprintf(settingsLine, quarantineMS, lockDelayMS, idleMS, keepMS)
+func newStoreScripts(quarantineMS, lockDelayMS, idleMS, keepMS int64, channel string) storeScripts {
+	settings := fmt.Sprintf(settingsLine, quarantineMS, lockDelayMS, idleMS, keepMS, luaString(channel))
 	return storeScripts{
-		acquire: redis.NewScript(settings + holdersSrc + withGrants(withMarker(acquireSrc))),
+		acquire: redis.NewScript(settings + holdersHead + withGrants(withMarker(withDecoders(acquireSrc)))),
 		renew:   redis.NewScript(settings + holdersSrc + renewSrc),
-		release: redis.NewScript(settings + holdersSrc + releaseSrc),
+		release: redis.NewScript(settings + holdersHead + withDecoders(releaseSrc)),
 	}
+}
+
+// luaString is s as a Lua string literal that reads back as s whatever its
+// bytes (a key prefix may hold any but braces): every byte but letters,
+// digits and ":_-./" as a three-digit decimal escape.
+func luaString(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for i := range len(s) {
+		c := s[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte(":_-./", c) >= 0 {
+			b.WriteByte(c)
+		} else {
+			fmt.Fprintf(&b, "\\%03d", c)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
 }
 
 func (s storeScripts) all() []*redis.Script { return []*redis.Script{s.acquire, s.renew, s.release} }
 
 // grantsLine is the line of acquire.lua that grants.lua and attached.lua
 // replace; markerLine the line of acquire.lua and session.lua that
-// marker.lua replaces.
+// marker.lua replaces; decodersLine the line of acquire.lua and release.lua,
+// after their uncontended paths, that holders.lua's decoders replace (the
+// part after its decodersFrom line): each local function a script defines
+// costs Redis about 400 instructions at every call, and those paths need
+// none of them.
 const (
-	grantsLine = "-- (grants.lua goes here: scripts.go)\n"
-	markerLine = "-- (marker.lua goes here: scripts.go)\n"
+	grantsLine   = "-- (grants.lua goes here: scripts.go)\n"
+	markerLine   = "-- (marker.lua goes here: scripts.go)\n"
+	decodersLine = "-- (holders.lua's decoders go here: scripts.go)\n"
+	decodersFrom = "-- (holders.lua's decoders follow: scripts.go)\n"
 )
+
+// holdersHead is holders.lua up to its decoders, holdersDecoders the rest.
+var holdersHead, holdersDecoders = splitAt(holdersSrc, decodersFrom)
+
+// withDecoders puts holders.lua's decoders into src at decodersLine.
+func withDecoders(src string) string { return insertAt(src, decodersLine, holdersDecoders) }
+
+// splitAt returns src before and after line, which it must hold once.
+func splitAt(src, line string) (string, string) {
+	if strings.Count(src, line) != 1 {
+		panic("redisstore: a script has not one " + strings.TrimSpace(line) + " line")
+	}
+	before, after, _ := strings.Cut(src, line)
+	return before, after
+}
 
 // withGrants puts grants.lua and attached.lua into src at grantsLine.
 func withGrants(src string) string { return insertAt(src, grantsLine, grantsSrc+attachedSrc) }

@@ -178,8 +178,8 @@ func TestDecodeWatch(t *testing.T) {
 func TestAcquireArgsFollowTheScript(t *testing.T) {
 	t.Parallel()
 	// One header line per argument: "-- ARGV[i] <what>", in this order.
-	want := []string{"holder", "ttl (ms", "value", "waiter id", "waiter ttl", "pub/sub channel", "name",
-		`"1" to keep`, "token (decimal)", "capacity", "weight", "max holders", "session id", "the session's ttl", "proofs"}
+	want := []string{"holder", "ttl (ms", "value", "capacity", "weight", "max holders", "name", "session id", "the session's ttl",
+		"proofs", "waiter id", "waiter ttl", "token (decimal)", `"1" to keep`}
 	var got []string
 	for _, line := range strings.Split(acquireSrc, "\n") {
 		if rest, ok := strings.CutPrefix(line, "-- ARGV["); ok {
@@ -198,16 +198,48 @@ func TestAcquireArgsFollowTheScript(t *testing.T) {
 			t.Errorf("ARGV[%d] is %q in the header, %q in acquireArgs", i+1, got[i], want[i])
 		}
 	}
-	a := acquireArgs{holder: "h", ttlMS: 2, value: []byte("v"), waiter: "w", waiterTTL: int64(5), channel: "c",
-		name: "n", keepValue: "1", expected: "9", capacity: 10, weight: 11, maxHolders: 12,
-		session: "s", sessionTTL: 14, proofs: "p"}
+	a := acquireArgs{holder: "h", ttlMS: 2, value: []byte("v"), capacity: 4, weight: 5, maxHolders: 6, name: "n",
+		session: "s", sessionTTL: 9, proofs: "p", waiter: "w", waiterTTL: int64(12), expected: "13", keepValue: "1"}
 	vals := a.argv()
 	if len(vals) != len(want) {
 		t.Fatalf("argv has %d values, the header %d", len(vals), len(want))
 	}
-	for i, v := range []any{"h", int64(2), []byte("v"), "w", int64(5), "c", "n", "1", "9", int64(10), int64(11), 12, "s", int64(14), "p"} {
+	for i, v := range []any{"h", int64(2), []byte("v"), int64(4), int64(5), 6, "n", "s", int64(9), "p", "w", int64(12), "13", "1"} {
 		if fmt.Sprint(vals[i]) != fmt.Sprint(v) {
 			t.Errorf("argv[%d] = %v, want %v", i, vals[i], v)
+		}
+	}
+
+	// The trailing arguments that are "" are left out: the script reads
+	// them as "".
+	own := acquireArgs{holder: "h", ttlMS: 2, capacity: 1, weight: 1, maxHolders: 6, name: "n", waiterTTL: int64(12)}
+	for _, tc := range []struct {
+		what string
+		args func(acquireArgs) acquireArgs
+		n    int
+	}{
+		{"a grant of its own", func(a acquireArgs) acquireArgs { return a }, 7},
+		{"attached", func(a acquireArgs) acquireArgs { a.session, a.sessionTTL, a.proofs = "s", 9, "p"; return a }, 10},
+		{"of its own, with proofs of others' sessions", func(a acquireArgs) acquireArgs { a.proofs = "p"; return a }, 10},
+		{"a waiter", func(a acquireArgs) acquireArgs { a.waiter = "w"; return a }, 12},
+		{"a renewal by token", func(a acquireArgs) acquireArgs { a.expected = "13"; return a }, 13},
+		{"keeping the value", func(a acquireArgs) acquireArgs { a.keepValue = "1"; return a }, 14},
+	} {
+		if got := len(tc.args(own).argv()); got != tc.n {
+			t.Errorf("%s: %d arguments, want %d", tc.what, got, tc.n)
+		}
+	}
+}
+
+// TestLuaStringReadsBack: the store's channel, a constant of its scripts,
+// reads back in Lua as it is, whatever bytes its key prefix holds.
+func TestLuaStringReadsBack(t *testing.T) {
+	t.Parallel()
+	c := newClient(t)
+	for _, s := range []string{"", "coordinator:events", `a"b'c\d`, "new\nline", "\x00\x01\xff", "é ü 中", "]]--[[", "9 1"} {
+		got, err := c.Eval(testCtx(t), "local s = "+luaString(s)+"\nreturn s", nil).Text()
+		if err != nil || got != s {
+			t.Errorf("%q as %s reads back as %q, %v", s, luaString(s), got, err)
 		}
 	}
 }

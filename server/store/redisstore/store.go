@@ -89,10 +89,10 @@ type Store struct {
 	// scripts are this store's copies of the cycle's scripts, its
 	// settings built in.
 	scripts storeScripts
-	// boxed are arguments that every call of a script passes, boxed once:
-	// boxing a string or an int64 for each call allocates.
+	// boxed are arguments that calls of a script pass, boxed once: boxing
+	// an int64 for each call allocates.
 	boxed struct {
-		channel, waiterTTL any
+		waiterTTL any
 	}
 	quarantineMS int64
 	lockDelayMS  int64
@@ -134,6 +134,9 @@ func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Stor
 			"a Redis that hangs holds calls for the client's read timeout rather than the store's call timeout")
 	}
 	if err := s.Ping(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.checkVersion(ctx); err != nil {
 		return nil, err
 	}
 	s.checkEvictionPolicy(ctx)
@@ -200,8 +203,8 @@ func build(client redis.UniversalClient, opts Options) (*Store, error) {
 	}
 	s.idleMS = durationMS(cmp.Or(opts.IdleNameTTL, store.DefaultIdleNameTTL))
 	s.callTimeout = cmp.Or(opts.CallTimeout, store.DefaultCallTimeout)
-	s.boxed.channel, s.boxed.waiterTTL = s.channel, durationMS(store.DefaultWaiterTTL)
-	s.scripts = newStoreScripts(s.quarantineMS, s.lockDelayMS, s.idleMS, s.sessionKeepMS())
+	s.boxed.waiterTTL = durationMS(store.DefaultWaiterTTL)
+	s.scripts = newStoreScripts(s.quarantineMS, s.lockDelayMS, s.idleMS, s.sessionKeepMS(), s.channel)
 	if err := s.setReplicas(opts); err != nil {
 		return nil, err
 	}
@@ -282,6 +285,55 @@ func (s *Store) checkAcked(ctx context.Context, op string, acked *redis.Cmd) err
 	if n < int64(s.replicas.n) {
 		return fmt.Errorf("redisstore: %s: %w: %d of %d replicas acknowledged the write within %s; "+
 			"the lease is left to expire", op, store.ErrUnavailable, n, s.replicas.n, s.replicas.timeout)
+	}
+	return nil
+}
+
+// MinRedisVersion is the oldest Redis the store runs on: its scripts rely on
+// Redis 7's replication of a script's effects (its writes, never the script
+// itself, which reads TIME), which older versions need to be asked for at
+// every call.
+const MinRedisVersion = 7
+
+// checkVersion refuses a Redis older than MinRedisVersion, on every master of
+// a Cluster. A Redis whose INFO cannot be read (a renamed command) is only
+// warned of.
+func (s *Store) checkVersion(ctx context.Context) error {
+	check := func(ctx context.Context, c redis.Cmdable, addr string) error {
+		ctx, cancel := s.bound(ctx)
+		defer cancel()
+		info, err := c.Info(ctx, "server").Result()
+		if err != nil {
+			s.log.Warn("could not read the Redis version (INFO server): the store needs Redis 7 or newer",
+				"addr", addr, "error", err)
+			return nil
+		}
+		if err := versionError(info); err != nil {
+			return fmt.Errorf("redisstore: %s: %w", addr, err)
+		}
+		return nil
+	}
+	if cc, ok := s.client.(*redis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+			return check(ctx, c, c.Options().Addr)
+		})
+	}
+	return check(ctx, s.client, "Redis")
+}
+
+// versionError reads redis_version from an INFO server reply: an error when
+// it is older than MinRedisVersion, nil when newer or not there to read.
+func versionError(info string) error {
+	for _, line := range strings.Split(info, "\n") {
+		v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:")
+		if !ok {
+			continue
+		}
+		major, _, _ := strings.Cut(v, ".")
+		if n, err := strconv.Atoi(major); err == nil && n < MinRedisVersion {
+			return fmt.Errorf("redis_version %s is older than %d.0, the oldest the store runs on", v, MinRedisVersion)
+		}
+		return nil
 	}
 	return nil
 }
@@ -417,25 +469,40 @@ type acquireArgs struct {
 	holder     string
 	ttlMS      int64
 	value      []byte
-	waiter     string
-	waiterTTL  any // int64 ms, boxed once for the default
-	channel    any
-	name       string
-	keepValue  string // "1" or ""
-	expected   string // decimal token or ""
 	capacity   int64
 	weight     int64
 	maxHolders int
+	name       string
 	// session is the id of the session to attach to, or ""; sessionTTL its
 	// ttl (ms); proofs the proofs of sessions (attached.lua).
 	session    string
 	sessionTTL int64
 	proofs     string
+	waiter     string
+	waiterTTL  any    // int64 ms, boxed once for the default
+	expected   string // decimal token or ""
+	keepValue  string // "1" or ""
 }
 
+// argv lays the arguments out, leaving out the trailing ones that are ""
+// (the script reads an absent one as ""; the waiter's ttl goes with the
+// waiter, the session's with the session and its proofs): each costs Redis
+// about 1k instructions, and a grant of its own that does not wait needs
+// none of them.
 func (a acquireArgs) argv() []any {
-	return []any{a.holder, a.ttlMS, a.value, a.waiter, a.waiterTTL, a.channel, a.name, a.keepValue, a.expected,
-		a.capacity, a.weight, a.maxHolders, a.session, a.sessionTTL, a.proofs}
+	v := []any{a.holder, a.ttlMS, a.value, a.capacity, a.weight, a.maxHolders, a.name,
+		a.session, a.sessionTTL, a.proofs, a.waiter, a.waiterTTL, a.expected, a.keepValue}
+	switch {
+	case a.keepValue != "":
+		return v
+	case a.expected != "":
+		return v[:13]
+	case a.waiter != "":
+		return v[:12]
+	case a.session != "" || a.proofs != "":
+		return v[:10]
+	}
+	return v[:7]
 }
 
 // asked is the grant req would get from this call: acquire.lua's reply
@@ -447,6 +514,26 @@ func (a acquireArgs) asked(req store.AcquireRequest) store.Lease {
 		l.TTL = time.Duration(a.sessionTTL) * time.Millisecond
 	}
 	return l
+}
+
+// acquireArgs lays out req for acquire.lua, but for its session's proofs
+// and remaining time (Acquire adds them).
+func (s *Store) acquireArgs(req store.AcquireRequest, capacity, weight int64) acquireArgs {
+	args := acquireArgs{
+		capacity: capacity, weight: weight, maxHolders: req.MaxHoldersOrDefault(),
+		holder: req.Holder, ttlMS: durationMS(req.TTL), value: req.Value, waiter: req.Waiter, waiterTTL: s.boxed.waiterTTL,
+		name: req.Name,
+	}
+	if req.WaiterTTL > 0 {
+		args.waiterTTL = durationMS(req.WaiterTTL)
+	}
+	if req.KeepValue {
+		args.keepValue = "1"
+	}
+	if req.Token != 0 {
+		args.expected = strconv.FormatUint(req.Token, 10)
+	}
+	return args
 }
 
 // Acquire implements store.Leases.
@@ -465,20 +552,7 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 		return store.AcquireResult{}, fmt.Errorf("redisstore: acquire %q: weight %d, capacity %d: want 1 <= weight <= capacity <= %d",
 			req.Name, weight, capacity, store.MaxCapacity)
 	}
-	args := acquireArgs{
-		capacity: capacity, weight: weight, maxHolders: req.MaxHoldersOrDefault(),
-		holder: req.Holder, ttlMS: durationMS(req.TTL), value: req.Value, waiter: req.Waiter, waiterTTL: s.boxed.waiterTTL,
-		channel: s.boxed.channel, name: req.Name,
-	}
-	if req.WaiterTTL > 0 {
-		args.waiterTTL = durationMS(req.WaiterTTL)
-	}
-	if req.KeepValue {
-		args.keepValue = "1"
-	}
-	if req.Token != 0 {
-		args.expected = strconv.FormatUint(req.Token, 10)
-	}
+	args := s.acquireArgs(req, capacity, weight)
 	proofs := proofSet{}
 	if req.Session != "" {
 		if p, ok := s.attachments.proof(req.Session, req.SessionOwner, req.Name, time.Now()); ok {
@@ -569,11 +643,15 @@ func (s *Store) Renew(ctx context.Context, name, holder string, token uint64, tt
 	return l, nil
 }
 
+// releaseArgs are release.lua's ARGV.
+func (s *Store) releaseArgs(name, holder string, token uint64) []any {
+	return []any{holder, strconv.FormatUint(token, 10), name}
+}
+
 // Release implements store.Leases.
 func (s *Store) Release(ctx context.Context, name, holder string, token uint64) (bool, error) {
 	k := s.keys(name)
-	v, err := s.call(ctx, "release", s.scripts.release, []string{k.lease},
-		holder, strconv.FormatUint(token, 10), s.boxed.channel, name)
+	v, err := s.call(ctx, "release", s.scripts.release, []string{k.lease}, s.releaseArgs(name, holder, token)...)
 	if err != nil {
 		return false, err
 	}
@@ -662,7 +740,7 @@ func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) (sto
 		cmds := make([]*redis.SliceCmd, len(ckeys))
 		if _, err := c.Pipelined(cctx, func(p redis.Pipeliner) error {
 			for i, key := range ckeys {
-				cmds[i] = p.HMGet(cctx, key, "used", "high", "slow")
+				cmds[i] = p.HMGet(cctx, key, "sum", "slow")
 			}
 			return nil
 		}); err != nil {
@@ -671,18 +749,19 @@ func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) (sto
 		var out []string
 		for i, cmd := range cmds {
 			v := cmd.Val()
-			// 'high' is at least the latest expiry of the grants; 'slow'
-			// says grants are attached to sessions, whose bounds may be
-			// stale: describe settles them.
-			if len(v) != 3 || v[0] == nil {
+			// 'sum' (holders.lua) ends with high, at least the latest
+			// expiry of the grants; 'slow' says grants are attached to
+			// sessions, whose bounds may be stale: describe settles them.
+			if len(v) != 2 || v[0] == nil {
 				continue
 			}
-			if v[2] != nil {
+			if v[1] != nil {
 				out = append(out, candidates[i])
 				continue
 			}
-			expires, _ := v[1].(string)
-			if ms, err := strconv.ParseInt(expires, 10, 64); err == nil && ms > start.UnixMilli() {
+			sum, _ := v[0].(string)
+			high := sum[strings.LastIndexByte(sum, ':')+1:]
+			if ms, err := strconv.ParseInt(high, 10, 64); err == nil && ms > start.UnixMilli() {
 				out = append(out, candidates[i])
 			}
 		}

@@ -419,7 +419,7 @@ func TestDataLoss(t *testing.T) {
 		}},
 		{"quarantine 0 grants at once and still reports the loss", func(t *testing.T, s *Store, losses *atomic.Int32, lose func()) {
 			s.quarantine, s.quarantineMS = 0, 0
-			s.scripts = newStoreScripts(s.quarantineMS, s.lockDelayMS, s.idleMS, s.sessionKeepMS())
+			s.scripts = newStoreScripts(s.quarantineMS, s.lockDelayMS, s.idleMS, s.sessionKeepMS(), s.channel)
 			mustGrant(t, s, req("job", "a", time.Second, ""))
 			lose()
 			mustGrant(t, s, req("other", "a", time.Second, ""))

@@ -9,31 +9,36 @@
 -- ARGV[1] holder
 -- ARGV[2] ttl (ms, >= 1)
 -- ARGV[3] value
--- ARGV[4] waiter id, or "" for a caller that does not wait
--- ARGV[5] waiter ttl (ms, >= 1)
--- ARGV[6] pub/sub channel
+-- ARGV[4] capacity (1 .. store.MaxCapacity) the caller expects the name to
+--         have
+-- ARGV[5] weight (1 .. capacity) to hold (ARGV[4] and ARGV[5] are decimal
+--         strings too: the uncontended grant stores them as they came,
+--         formatting no numbers but the token and the expiry)
+-- ARGV[6] max holders: the most grants (lock delays included) the name may
+--         carry at once
 -- ARGV[7] name (published on the channel)
--- ARGV[8] "1" to keep the stored value when ARGV[1] already holds the name
---         (a lock call on an election's name), else ""
--- ARGV[9] token (decimal) the caller must hold the name under, or "": with
---         it the call only renews that grant, and is otherwise refused
---         (status 0, no holder) without a grant or a place in the queue
--- ARGV[10] capacity (1 .. store.MaxCapacity) the caller expects the name to
---          have
--- ARGV[11] weight (1 .. capacity) to hold (ARGV[10] and ARGV[11] are
---          decimal strings too: the uncontended grant stores them as they
---          came, formatting no numbers but the token and the expiry)
--- ARGV[12] max holders: the most grants (lock delays included) the name may
---          carry at once
--- ARGV[13] session id to attach the grant to, or "" for a grant of its own
---          TTL; with one, ARGV[2] is what the session's proof left
---          (remaining ms): the grant's bound (attached.lua)
--- ARGV[14] the session's ttl (ms): an attached grant's recorded ttl
--- ARGV[15] proofs of sessions (attached.lua), the attaching one's included
+-- ARGV[8] session id to attach the grant to, or "" for a grant of its own
+--         TTL; with one, ARGV[2] is what the session's proof left
+--         (remaining ms): the grant's bound (attached.lua)
+-- ARGV[9] the session's ttl (ms): an attached grant's recorded ttl
+-- ARGV[10] proofs of sessions (attached.lua), the attaching one's included
+-- ARGV[11] waiter id, or "" for a caller that does not wait
+-- ARGV[12] waiter ttl (ms, >= 1)
+-- ARGV[13] token (decimal) the caller must hold the name under, or "": with
+--          it the call only renews that grant, and is otherwise refused
+--          (status 0, no holder) without a grant or a place in the queue
+-- ARGV[14] "1" to keep the stored value when ARGV[1] already holds the name
+--          (a lock call on an election's name), else ""
+--
+-- The arguments from ARGV[8] on are left out after the last one that is not
+-- "" (acquireArgs.argv): an absent one reads as "". A grant of its own that
+-- does not wait sends 7 arguments, an attached one 10; each argument costs
+-- Redis about 1k instructions at every call.
 --
 -- The store's settings are constants of its copy of the script (scripts.go
 -- puts them first), not arguments, since each argument costs Redis a string
--- at every call and converting it a number: QUARANTINE (ms, 0 disables);
+-- at every call and converting it a number: CHANNEL, the store's pub/sub
+-- channel; QUARANTINE (ms, 0 disables);
 -- LOCK_DELAY (ms): how long a grant that expired (was not released) keeps
 -- its weight from being granted again; IDLE, the idle retention (ms): how
 -- long the lease key outlives the grants and their lock delay, keeping the
@@ -64,10 +69,10 @@
 -- its data), else 0, and every time in unix ms of Redis' clock:
 --   {-1, lost, retry_after_ms}                                       quarantined
 --   {-2, lost, capacity}       the name has another capacity, held or awaited
---   {-3, lost, max_holders}    the grant would take the name past ARGV[12]
+--   {-3, lost, max_holders}    the grant would take the name past ARGV[6]
 --   {-4, lost, session_id...}  proofs of these sessions are needed first
 --   {2, lost, token, expires_ms}  granted to ARGV[1] as asked (a new grant:
---                              its value, weight, session and ttl, ARGV[14]
+--                              its value, weight, session and ttl, ARGV[9]
 --                              when attached, are the call's)
 --   {status, lost, holder, token, value, ttl_ms, expires_ms, retry_at_ms, weight, session}
 -- status 1: renewed for ARGV[1]; 0: refused. holder .. expires_ms
@@ -78,27 +83,32 @@
 -- of a lock delay; 0 when the grant waits for older waiters instead, and
 -- when granted. decodeAcquire in scripts.go is the one reader of this reply.
 
-if redis.replicate_commands then redis.replicate_commands() end
-
 local lease, queue, waiters, marker = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local holder, value, expected, sess = ARGV[1], ARGV[3], ARGV[9], ARGV[13]
+local holder, value, expected, sess = ARGV[1], ARGV[3], ARGV[13] or '', ARGV[8] or ''
 local ttl, quarantine = tonumber(ARGV[2]), QUARANTINE
 local field = HOLDER .. holder
 
+-- Redis' time, from one conversion (each costs Redis about 1.7k
+-- instructions): clock in microseconds and now_ms in milliseconds as
+-- decimal strings, now as a number.
 local time = redis.call('TIME')
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local us = time[2]
+if #us < 6 then us = string.rep('0', 6 - #us) .. us end
+local clock = time[1] .. us
+local now_ms = string.sub(clock, 1, -4)
+local now = tonumber(now_ms)
 
 -- 1. Data loss.
 -- (marker.lua goes here: scripts.go)
 
 -- 'token' is the last token issued: it stays when the grants end, as the
--- name's fencing counter. 'used' sums the weights of the grant records,
--- live or in their lock delay, 'n' counts them; 'low' is at most the
--- earliest expiry among them, 'high' at least the latest.
--- 'slow' is at most the earliest bound of the grants attached to sessions.
--- 'ex' is the key's expiry as the scripts last set it (see keep_key).
-local cur = redis.call('HMGET', lease, 'token', 'cap', 'used', 'low', 'queued', 'watched', field, 'n', 'high', 'slow',
-  's:' .. holder, 'ex')
+-- name's fencing counter. 'sum' summarises the grant records, live or in
+-- their lock delay (holders.lua): their number, the sum of their weights,
+-- at most the earliest expiry among them and at least the latest; it is
+-- absent while there is none. 'slow' is at most the earliest bound of the
+-- grants attached to sessions. 'ex' is the key's expiry as the scripts last
+-- set it (see keep_key).
+local cur = redis.call('HMGET', lease, 'token', 'cap', 'sum', 'queued', 'watched', field, 'slow', 's:' .. holder, 'ex')
 
 -- The next token: the counter plus one, but never below the clock in
 -- microseconds: a counter that is gone (the name was idle past its
@@ -107,15 +117,12 @@ local cur = redis.call('HMGET', lease, 'token', 'cap', 'used', 'low', 'queued', 
 -- long as the clock does not step back. A decimal string. Both are
 -- compared as decimal strings without leading zeros (longer is larger):
 -- converting numbers is most of what the uncontended grant costs Redis.
-local function next_token()
-  local us = time[2]
-  if #us < 6 then us = string.rep('0', 6 - #us) .. us end
-  local clock, last = time[1] .. us, cur[1]
-  if last and (#last > #clock or (#last == #clock and last >= clock)) then
-    local n = tonumber(last)
-    if n then return ms(n + 1) end
-  end
-  return clock
+-- A value, not a function: a call grants once at most, and each function a
+-- script defines costs Redis at every call.
+local next_token = clock
+if cur[1] and (#cur[1] > #clock or (#cur[1] == #clock and cur[1] >= clock)) then
+  local n = tonumber(cur[1])
+  if n then next_token = ms(n + 1) end
 end
 
 -- 0. Nobody holds (not even in a lock delay), queues for the name or
@@ -126,23 +133,22 @@ end
 -- grant by the lock delay and the retention; 'ex' says when it
 -- already does, so that PEXPIREAT runs about once per eighth of a
 -- retention.
-local free = (not cur[8] or cur[8] == '0') and cur[5] ~= '1' and expected == ''
-  and (not cur[6] or tonumber(cur[6]) <= now)
+local free = not cur[3] and cur[4] ~= '1' and expected == '' and (not cur[5] or tonumber(cur[5]) <= now)
 if free and sess ~= '' then
   -- The same, attached to the caller's session (ttl is what its proof
   -- left): the record's ttl is the session's, the attachment
   -- ('s:' .. holder, attached.lua) and the earliest bound ('slow') ride in
   -- the HSET, and the key outlives the bound by KEEP.
-  local token = next_token()
+  local token = next_token
   local expires = ms(now + ttl)
   local need = now + ttl + LOCK_DELAY + KEEP
-  local fields = {field, pack_grant(token, ARGV[11], ARGV[14], expires, value), 'token', token, 'used', ARGV[11],
-    'n', '1', 'low', expires, 'high', expires, 's:' .. holder, sess .. ':' .. token, 'slow', expires}
-  if (cur[2] or '1') ~= ARGV[10] then
-    fields[#fields + 1], fields[#fields + 2] = 'cap', ARGV[10]
+  local fields = {field, pack_grant(token, ARGV[5], ARGV[9], expires, value), 'token', token,
+    'sum', '1:' .. ARGV[5] .. ':' .. expires .. ':' .. expires, 's:' .. holder, sess .. ':' .. token, 'slow', expires}
+  if (cur[2] or '1') ~= ARGV[4] then
+    fields[#fields + 1], fields[#fields + 2] = 'cap', ARGV[4]
   end
   local at
-  if not (cur[12] and tonumber(cur[12]) >= need) then
+  if not (cur[9] and tonumber(cur[9]) >= need) then
     at = ms(need + math.floor(KEEP / 8))
     fields[#fields + 1], fields[#fields + 2] = 'ex', at
   end
@@ -151,22 +157,22 @@ if free and sess ~= '' then
   return {2, lost, token, now + ttl}
 end
 if free then
-  local token = next_token()
+  local token = next_token
   local expires = ms(now + ttl)
-  local record = pack_grant(token, ARGV[11], ARGV[2], expires, value)
+  local record = pack_grant(token, ARGV[5], ARGV[2], expires, value)
+  local sum = '1:' .. ARGV[5] .. ':' .. expires .. ':' .. expires
   local need = now + ttl + LOCK_DELAY + IDLE
-  if cur[12] and tonumber(cur[12]) >= need then
-    if (cur[2] or '1') == ARGV[10] then
-      redis.call('HSET', lease, field, record, 'token', token, 'used', ARGV[11], 'n', '1', 'low', expires, 'high', expires)
+  if cur[9] and tonumber(cur[9]) >= need then
+    if (cur[2] or '1') == ARGV[4] then
+      redis.call('HSET', lease, field, record, 'token', token, 'sum', sum)
     else
-      redis.call('HSET', lease, field, record, 'token', token, 'used', ARGV[11], 'n', '1', 'low', expires, 'high', expires,
-        'cap', ARGV[10])
+      redis.call('HSET', lease, field, record, 'token', token, 'sum', sum, 'cap', ARGV[4])
     end
   else
     local at = ms(need + math.floor(IDLE / 8))
-    local fields = {field, record, 'token', token, 'used', ARGV[11], 'n', '1', 'low', expires, 'high', expires, 'ex', at}
-    if (cur[2] or '1') ~= ARGV[10] then
-      fields[#fields + 1], fields[#fields + 2] = 'cap', ARGV[10]
+    local fields = {field, record, 'token', token, 'sum', sum, 'ex', at}
+    if (cur[2] or '1') ~= ARGV[4] then
+      fields[#fields + 1], fields[#fields + 2] = 'cap', ARGV[4]
     end
     redis.call('HSET', lease, unpack(fields))
     redis.call('PEXPIREAT', lease, at)
@@ -174,17 +180,18 @@ if free then
   return {2, lost, token, now + ttl}
 end
 
-local waiter, waiter_ttl, channel, name = ARGV[4], tonumber(ARGV[5]), ARGV[6], ARGV[7]
-local delay, keep_value, idle = LOCK_DELAY, ARGV[8] == '1', IDLE
-local capacity, weight, max_holders = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12])
+-- (holders.lua's decoders go here: scripts.go)
+
+local waiter, waiter_ttl, channel, name = ARGV[11] or '', tonumber(ARGV[12]), CHANNEL, ARGV[7]
+local delay, keep_value, idle = LOCK_DELAY, ARGV[14] == '1', IDLE
+local capacity, weight, max_holders = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local cap_now = tonumber(cur[2]) or 1
-local used, low = tonumber(cur[3]) or 0, tonumber(cur[4])
-local queued, watched = cur[5] == '1', tonumber(cur[6]) or 0
-local mine = unpack_grant(holder, cur[7])
-local n, high = tonumber(cur[8]) or 0, tonumber(cur[9]) or 0
-local ex = tonumber(cur[12])
+local n, used, low, high = unpack_sum(cur[3])
+local queued, watched = cur[4] == '1', tonumber(cur[5]) or 0
+local mine = unpack_grant(holder, cur[6])
+local ex = tonumber(cur[9])
 local mine_live = mine and mine.expires > now
-local stale = cur[10] and now >= tonumber(cur[10])
+local stale = cur[7] and now >= tonumber(cur[7])
 if expected ~= '' and not stale and not (mine_live and mine.token == expected) then
   return {0, lost, '', '', '', 0, 0, 0, 0, ''}
 end
@@ -194,24 +201,22 @@ end
 -- 1. Sessions: no attached grant is trusted past its bound. Settling may
 -- end some (a closed session's are released: announced below).
 local keep, rec_ttl = idle, ttl
-if sess ~= '' then rec_ttl = tonumber(ARGV[14]) end
+if sess ~= '' then rec_ttl = tonumber(ARGV[9]) end
 local settled_ended = false
 if stale then
-  local need, ended = settle(lease, now, parse_proofs(ARGV[15]), delay, KEEP)
+  local need, ended = settle(lease, now, parse_proofs(ARGV[10] or ''), delay, KEEP)
   if need then
     table.insert(need, 1, lost)
     table.insert(need, 1, -4)
     return need
   end
   settled_ended = ended
-  cur = redis.call('HMGET', lease, 'token', 'cap', 'used', 'low', 'queued', 'watched', field, 'n', 'high', 'slow',
-    's:' .. holder, 'ex')
+  cur = redis.call('HMGET', lease, 'token', 'cap', 'sum', 'queued', 'watched', field, 'slow', 's:' .. holder, 'ex')
   cap_now = tonumber(cur[2]) or 1
-  used, low = tonumber(cur[3]) or 0, tonumber(cur[4])
-  queued, watched = cur[5] == '1', tonumber(cur[6]) or 0
-  mine = unpack_grant(holder, cur[7])
-  n, high = tonumber(cur[8]) or 0, tonumber(cur[9]) or 0
-  ex = tonumber(cur[12])
+  n, used, low, high = unpack_sum(cur[3])
+  queued, watched = cur[4] == '1', tonumber(cur[5]) or 0
+  mine = unpack_grant(holder, cur[6])
+  ex = tonumber(cur[9])
   mine_live = mine and mine.expires > now
   if expected ~= '' and not (mine_live and mine.token == expected) then
     if settled_ended and (queued or watched > now) then redis.call('PUBLISH', channel, name) end
@@ -221,8 +226,8 @@ end
 -- While grants are attached, the key outlives them by KEEP: their
 -- bounds may be stale, and their sessions' renewals refresh them only
 -- that often.
-if cur[10] or sess ~= '' then keep = KEEP end
-local mine_att = cur[11]
+if cur[7] or sess ~= '' then keep = KEEP end
+local mine_att = cur[8]
 
 -- Records the caller's grant (token) as attached to its session, adding
 -- to fields (those of the HSET about to run), or as a grant of its own
@@ -230,7 +235,7 @@ local mine_att = cur[11]
 local function attach_mine(fields, token, expires)
   if sess ~= '' then
     fields[#fields + 1], fields[#fields + 2] = ATTACHED .. holder, sess .. ':' .. token
-    if not cur[10] or expires < tonumber(cur[10]) then
+    if not cur[7] or expires < tonumber(cur[7]) then
       fields[#fields + 1], fields[#fields + 2] = 'slow', ms(expires)
     end
   elseif mine_att then
@@ -257,15 +262,15 @@ end
 
 -- Grants weight to ARGV[1] beside the other grants and returns the token.
 local function grant()
-  local token = next_token()
+  local token = next_token
   local expires = now + ttl
   used, n = used + weight, n + 1
   if not low or expires < low then low = expires end
   if expires > high then high = expires end
   local fields = {field, pack_grant(token, weight, rec_ttl, expires, value), 'token', token,
-    'used', ms(used), 'n', ms(n), 'low', ms(low), 'high', ms(high)}
-  if (cur[2] or '1') ~= ARGV[10] then
-    fields[#fields + 1], fields[#fields + 2] = 'cap', ARGV[10]
+    'sum', pack_sum(n, used, low, high)}
+  if (cur[2] or '1') ~= ARGV[4] then
+    fields[#fields + 1], fields[#fields + 2] = 'cap', ARGV[4]
   end
   local at = keep_key(fields)
   attach_mine(fields, token, expires)
@@ -295,10 +300,8 @@ if mine_live then
   if keep_value then value = mine.value end
   local expires = now + ttl
   if n <= 1 or expires > high then high = expires end
-  local fields = {field, pack_grant(mine.token, mine.weight, rec_ttl, expires, value), 'high', ms(high)}
-  if not low or expires < low then
-    fields[#fields + 1], fields[#fields + 2] = 'low', ms(expires)
-  end
+  if not low or expires < low then low = expires end
+  local fields = {field, pack_grant(mine.token, mine.weight, rec_ttl, expires, value), 'sum', pack_sum(n, used, low, high)}
   local at = keep_key(fields)
   attach_mine(fields, mine.token, expires)
   redis.call('HSET', lease, unpack(fields))
@@ -328,9 +331,9 @@ if low and now >= low + delay then
     redis.call('HDEL', lease, unpack(gone, i, math.min(i + 499, #gone)))
   end
   if n == 0 then
-    redis.call('HDEL', lease, 'used', 'n', 'low', 'high')
+    redis.call('HDEL', lease, 'sum')
   else
-    redis.call('HSET', lease, 'used', ms(used), 'n', ms(n), 'low', ms(low), 'high', ms(high))
+    redis.call('HSET', lease, 'sum', pack_sum(n, used, low, high))
   end
   if mine and mine.expires + delay <= now then mine = nil end
 end

@@ -70,8 +70,7 @@ local function settle(lease, now, proofs, delay, keep)
   end
   if #need > 0 then return need, false, fields end
 
-  local used, n = tonumber(fields['used']) or 0, tonumber(fields['n']) or 0
-  local low, high = tonumber(fields['low']), tonumber(fields['high']) or 0
+  local n, used, low, high = unpack_sum(fields['sum'])
   local set, del, slow, ended = {}, {}, nil, false
   for holder, a in pairs(att) do
     local id, tok = string.match(a, '^(.*):(%d+)$')
@@ -106,11 +105,9 @@ local function settle(lease, now, proofs, delay, keep)
     end
   end
   if n <= 0 then
-    del[#del + 1], del[#del + 2], del[#del + 3], del[#del + 4] = 'used', 'n', 'low', 'high'
+    del[#del + 1] = 'sum'
   else
-    set[#set + 1], set[#set + 2], set[#set + 3], set[#set + 4] = 'used', ms(used), 'n', ms(n)
-    if low then set[#set + 1], set[#set + 2] = 'low', ms(low) end
-    set[#set + 1], set[#set + 2] = 'high', ms(high)
+    set[#set + 1], set[#set + 2] = 'sum', pack_sum(n, used, low, high)
   end
   if slow then
     set[#set + 1], set[#set + 2] = 'slow', ms(slow)

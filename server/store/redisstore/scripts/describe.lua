@@ -29,8 +29,6 @@
 -- its grant; and it is below every token issued later. Both hold as long as
 -- the clock does not step back.
 
-if redis.replicate_commands then redis.replicate_commands() end
-
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local all = redis.call('HGETALL', KEYS[1])

@@ -2,11 +2,21 @@
 -- into queue scores. scripts.go puts this file in front of every script
 -- that reads either, so that both are encoded and decoded here alone (with
 -- grants.lua, which reads many records). It defines as little as it can:
--- every local function is made again at each call of a script.
+-- every local function is made again at each call of a script (about 400
+-- instructions each). So the encoders come first and the decoders after the
+-- decoders line below, which scripts.go puts in acquire and release after
+-- their uncontended paths, and in the others right here.
 --
 -- A grant is the lease key's field 'h:' .. holder, whose value packs
 --   token ':' weight ':' ttl_ms ':' expires_ms ':' value
 -- (decimal integers; the value last, since it may hold any bytes).
+--
+-- The grants' summary is the lease key's field 'sum', whose value packs
+--   n ':' used ':' low ':' high
+-- (decimal integers): how many grant records there are, live or in their
+-- lock delay, the sum of their weights, at most the earliest of their
+-- expiries and at least the latest. It is absent while there is none, so
+-- that the uncontended grant reads one field, and writes one, for all four.
 --
 -- A waiter's queue score is order * WEIGHT_SPAN + weight: arrival order
 -- first, so that ZRANGE still lists waiters in arrival order, and the weight
@@ -29,6 +39,8 @@ local function pack_grant(token, weight, ttl, expires, value)
   return token .. ':' .. weight .. ':' .. ttl .. ':' .. expires .. ':' .. value
 end
 
+-- (holders.lua's decoders follow: scripts.go)
+
 -- Returns the grant packed in rec, or nil for nil (or a record that is not
 -- one: it is treated as absent).
 local function unpack_grant(holder, rec)
@@ -37,4 +49,20 @@ local function unpack_grant(holder, rec)
   if not token then return nil end
   return {holder = holder, token = token, weight = tonumber(weight), ttl = tonumber(ttl),
     expires = tonumber(expires), value = value}
+end
+
+-- Returns n, used, low, high of the summary packed in s: 0, 0, nil, 0 for
+-- nil (no grants), and for a value that is not one (a low of 0 then sends
+-- the next grant to read the records, which sets the summary exactly).
+local function unpack_sum(s)
+  if not s then return 0, 0, nil, 0 end
+  local n, used, low, high = string.match(s, '^(%d+):(%d+):(%d+):(%d+)$')
+  if not n then return 0, 0, 0, 0 end
+  return tonumber(n), tonumber(used), tonumber(low), tonumber(high)
+end
+
+-- Packs a summary; a low that is not known (nil) is 0: a grant may have run
+-- out.
+local function pack_sum(n, used, low, high)
+  return ms(n) .. ':' .. ms(used) .. ':' .. ms(low or 0) .. ':' .. ms(high)
 end

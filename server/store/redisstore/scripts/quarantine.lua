@@ -9,8 +9,6 @@
 -- Returns the Redis time (unix ms) until which grants are refused. A marker
 -- holding a later time keeps it.
 
-if redis.replicate_commands then redis.replicate_commands() end
-
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local until_ms = now + tonumber(ARGV[1])

@@ -16,8 +16,6 @@
 -- Returns how many deadlines moved (ZADD CH: a waiter refreshed twice in one
 -- millisecond counts once); decodeRefresh in scripts.go reads the reply.
 
-if redis.replicate_commands then redis.replicate_commands() end
-
 local queue, waiters, lease = KEYS[1], KEYS[2], KEYS[3]
 local ttl, channel, name = tonumber(ARGV[1]), ARGV[2], ARGV[3]
 

@@ -6,10 +6,10 @@
 -- records.
 -- ARGV[1] holder
 -- ARGV[2] token (decimal)
--- ARGV[3] pub/sub channel
--- ARGV[4] name (published on the channel)
+-- ARGV[3] name (published on the store's channel)
 --
--- Constants of the store's copy (scripts.go; acquire.lua says why): IDLE,
+-- Constants of the store's copy (scripts.go; acquire.lua says why): CHANNEL,
+-- the store's pub/sub channel; IDLE,
 -- the idle retention (ms): how long the lease key, and with it the fencing
 -- counter (its 'token'), outlives the release; LOCK_DELAY (ms): the other
 -- grants' records outlive their expiry by it, and the key outlives them;
@@ -33,64 +33,76 @@
 -- it was attached to one, 0 when (holder, token) did not hold it. A grant that already expired is not released: its lock delay,
 -- if any, runs its course. decodeRelease in scripts.go reads the reply.
 
-if redis.replicate_commands then redis.replicate_commands() end
-
 local field, token = HOLDER .. ARGV[1], ARGV[2]
-local cur = redis.call('HMGET', KEYS[1], field, 'used', 'n', 'queued', 'watched', 'high', 's:' .. ARGV[1], 'slow', 'ex')
--- The record's token, weight and expiry, as strings (holders.lua packs
--- them); numbers only where needed: converting them is much of what a
--- release costs Redis.
-local tok, weight, expires
-if cur[1] then tok, weight, expires = string.match(cur[1], '^(%d+):(%d+):%d+:(%d+):') end
+local cur = redis.call('HMGET', KEYS[1], field, 'sum', 'queued', 'watched', 's:' .. ARGV[1], 'slow', 'ex')
+-- The record's token and expiry, as strings (holders.lua packs them);
+-- numbers only where needed: converting them is much of what a release
+-- costs Redis.
+local tok, expires
+if cur[1] then tok, expires = string.match(cur[1], '^(%d+):%d+:%d+:(%d+):') end
 if not tok or tok ~= token then
   return 0
 end
 local session
-if cur[7] then
-  local id, attached = string.match(cur[7], '^(.*):(%d+)$')
+if cur[5] then
+  local id, attached = string.match(cur[5], '^(.*):(%d+)$')
   if attached == token then session = id end
 end
+-- Redis' time in ms, as a decimal string to compare the record's expiry
+-- with (longer is larger), and as a number: one conversion.
 local time = redis.call('TIME')
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-if tonumber(expires) <= now and not session then return 0 end
-local watched, idle = tonumber(cur[5]) or 0, IDLE
-if cur[8] then idle = math.max(idle, KEEP) end
+local us = time[2]
+if #us < 6 then us = string.rep('0', 6 - #us) .. us end
+local now_ms = string.sub(time[1] .. us, 1, -4)
+if not session and (#expires < #now_ms or (#expires == #now_ms and expires <= now_ms)) then return 0 end
+local now = tonumber(now_ms)
+local watched, idle = tonumber(cur[4]) or 0, IDLE
+if cur[6] then idle = math.max(idle, KEEP) end
 -- The key must outlive the release by the retention, and the name's
 -- observation mark. 'ex' is its expiry as the scripts last set it (see
 -- acquire.lua's keep_key): while that covers the need by no more than a
 -- quarter of a retention (a grant of a TTL and lock delay below an eighth
 -- of one, released), the key is left as it is; else it expires at the
 -- need, and 'ex' goes.
-local ex = tonumber(cur[9])
-if not cur[3] or cur[3] == '1' or (tonumber(cur[3]) or 1) <= 1 then
-  local last = now + idle
-  if watched > last then last = watched end
-  local kept = ex and ex >= last and ex <= last + idle / 4
-  if kept and not cur[7] and not cur[8] then
-    -- The exclusive lock's release: only the fields it has.
-    redis.call('HDEL', KEYS[1], field, 'used', 'n', 'low', 'high')
-  elseif kept then
-    -- The same, attached to a session (the last grant: no other bound).
-    redis.call('HDEL', KEYS[1], field, 'used', 'n', 'low', 'high', 's:' .. ARGV[1], 'slow')
-  else
-    redis.call('HDEL', KEYS[1], field, 'used', 'n', 'low', 'high', 's:' .. ARGV[1], 'slow', 'ex')
-  end
-  if not kept then redis.call('PEXPIREAT', KEYS[1], ms(last)) end
-else
+local ex = tonumber(cur[7])
+if cur[2] and string.sub(cur[2], 1, 2) ~= '1:' then
   -- One of several grants (a semaphore's share, attached to a session or
-  -- not): its weight goes back.
-  weight = tonumber(weight)
-  redis.call('HSET', KEYS[1], 'used', ms((tonumber(cur[2]) or weight) - weight), 'n', ms(tonumber(cur[3]) - 1))
-  local last = math.max((tonumber(cur[6]) or 0) + LOCK_DELAY + idle, now + idle, watched)
-  local gone = {field}
-  if cur[7] then gone[2] = 's:' .. ARGV[1] end
-  if not (ex and ex >= last and ex <= last + idle / 4) then
-    gone[#gone + 1] = 'ex'
-    redis.call('PEXPIREAT', KEYS[1], ms(last))
+  -- not): its weight goes back. The summary ('sum', holders.lua) counts
+  -- the grants first, so that telling the last one needs no conversion; one
+  -- that counts no more than one (not a summary) is the last one's.
+  -- (holders.lua's decoders go here: scripts.go)
+  local n, used, low, high = unpack_sum(cur[2])
+  if n > 1 then
+    redis.call('HSET', KEYS[1], 'sum', pack_sum(n - 1, used - unpack_grant(ARGV[1], cur[1]).weight, low, high))
+    local last = math.max(high + LOCK_DELAY + idle, now + idle, watched)
+    local gone = {field}
+    if cur[5] then gone[2] = 's:' .. ARGV[1] end
+    if not (ex and ex >= last and ex <= last + idle / 4) then
+      gone[#gone + 1] = 'ex'
+      redis.call('PEXPIREAT', KEYS[1], ms(last))
+    end
+    redis.call('HDEL', KEYS[1], unpack(gone))
+    if cur[3] == '1' or watched > now then
+      redis.call('PUBLISH', CHANNEL, ARGV[3])
+    end
+    return session or 1
   end
-  redis.call('HDEL', KEYS[1], unpack(gone))
 end
-if cur[4] == '1' or watched > now then
-  redis.call('PUBLISH', ARGV[3], ARGV[4])
+-- The last grant.
+local last = now + idle
+if watched > last then last = watched end
+local kept = ex and ex >= last and ex <= last + idle / 4
+if kept and not cur[5] and not cur[6] then
+  -- The exclusive lock's release: only the fields it has.
+  redis.call('HDEL', KEYS[1], field, 'sum')
+elseif kept then
+  -- The same, attached to a session (the last grant: no other bound).
+  redis.call('HDEL', KEYS[1], field, 'sum', 's:' .. ARGV[1], 'slow')
+else
+  redis.call('HDEL', KEYS[1], field, 'sum', 's:' .. ARGV[1], 'slow', 'ex')
+end
+if not kept then redis.call('PEXPIREAT', KEYS[1], ms(last)) end
+if cur[3] == '1' or watched > now then
+  redis.call('PUBLISH', CHANNEL, ARGV[3])
 end
 return session or 1

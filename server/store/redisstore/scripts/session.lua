@@ -53,15 +53,18 @@
 -- a close interrupted midway can be carried out again. decodeSession in
 -- session.go is the one reader of this reply.
 
-if redis.replicate_commands then redis.replicate_commands() end
-
 local session, names, marker = KEYS[1], KEYS[2], KEYS[3]
 local op, owner, quarantine, keep = ARGV[1], ARGV[2], tonumber(ARGV[4]), tonumber(ARGV[5])
 
 local function ms(n) return string.format('%d', n) end
 
+-- now_ms, Redis' time in ms as a decimal string, is what marker.lua
+-- compares; now the same as a number.
 local time = redis.call('TIME')
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local us = time[2]
+if #us < 6 then us = string.rep('0', 6 - #us) .. us end
+local now_ms = string.sub(time[1] .. us, 1, -4)
+local now = tonumber(now_ms)
 
 -- (marker.lua goes here: scripts.go)
 

@@ -17,8 +17,6 @@
 -- sessions whose proofs it needs first (a bound passed), having changed
 -- nothing. decodeSettle in session.go is the one reader of this reply.
 
-if redis.replicate_commands then redis.replicate_commands() end
-
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 if redis.call('EXISTS', KEYS[1]) == 0 then return {0, 0} end

@@ -12,8 +12,6 @@
 -- Returns the number of markers that were missing. A marker that exists is
 -- left as it is, with any quarantine it holds.
 
-if redis.replicate_commands then redis.replicate_commands() end
-
 local quarantine, new_store = tonumber(ARGV[1]), ARGV[2] == '1'
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)

@@ -29,8 +29,6 @@
 -- (expires_ms in unix ms of Redis' clock, token a decimal string).
 -- decodeWatch in scripts.go is the one reader of this reply.
 
-if redis.replicate_commands then redis.replicate_commands() end
-
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local mark = tonumber(ARGV[1])

@@ -1,0 +1,322 @@
+package redisstore
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/coordinator-dev/coordinator/server/store"
+)
+
+// The instructions Redis runs per uncontended cycle (acquire + release of an
+// exclusive lock), counted by valgrind's callgrind: timings on a shared
+// machine move by ±10% from one window to the next, instructions by 0.1%.
+// scripts/callgrind-cycle.sh runs it; bench/README.md ("Where a cycle's time
+// goes") has the figures.
+//
+// A private redis-server runs under callgrind; each measured window
+// (acquires of every name, then their releases) zeroes the counters first
+// and dumps them after, so that start-up, the warm-up and the test's other
+// commands count for nothing. The calls are pipelined 50 a pipeline, as a
+// busy coordinator sends them. Variants: a lease of its own, one attached to
+// a session (the Go SDK's default), and the same commands as bsm/redislock's
+// uncontended cycle (SET NX PX; GET and DEL) as the yardstick.
+const (
+	envCallgrindCycles = "COORDINATOR_CALLGRIND_CYCLES" // cycles a window; unset skips the test
+	envCallgrindOut    = "COORDINATOR_CALLGRIND_OUT"    // directory to keep the dumps in (callgrind_annotate)
+	callgrindPipeline  = 50
+)
+
+// The yardstick's scripts: the uncontended commands and arguments of
+// bsm/redislock's Obtain (value, token length, ttl) and Release (value), a
+// 22-byte value, its default token length.
+var (
+	yardstickObtain  = redis.NewScript(`return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[3])`)
+	yardstickRelease = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
+)
+
+func TestCallgrindCycle(t *testing.T) {
+	cycles, _ := strconv.Atoi(os.Getenv(envCallgrindCycles))
+	if cycles <= 0 {
+		t.Skipf("set %s (scripts/callgrind-cycle.sh) to count Redis' instructions per cycle under callgrind", envCallgrindCycles)
+	}
+	cycles = (cycles + callgrindPipeline - 1) / callgrindPipeline * callgrindPipeline
+	cg := startCallgrindRedis(t)
+	ctx := context.Background()
+	s, err := NewFromURL(ctx, cg.url, Options{CallTimeout: time.Minute, NewStore: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	// The data-loss marker as a store has it whose first coordinator
+	// started without init-store: the end of a quarantine that passed.
+	if err := s.client.Set(ctx, s.marker, strconv.FormatInt(time.Now().UnixMilli(), 10), 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	sess, err := s.CreateSession(ctx, "bench", 10*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	names := func(prefix string) []string {
+		out := make([]string, cycles)
+		for i := range out {
+			out[i] = fmt.Sprintf("%s/%05d", prefix, i)
+		}
+		return out
+	}
+	own, attached, plain := names("own"), names("attached"), names("plain")
+	// Warm-up: every name's first grant sets its key's expiry; the ones
+	// measured find it set, as a name used again and again does.
+	for _, name := range own {
+		mustRelease(t, s, mustGrant(t, s, store.AcquireRequest{Name: name, Holder: "w", TTL: time.Minute}))
+	}
+	for _, name := range attached {
+		mustRelease(t, s, mustGrant(t, s, inSession(name, "w", sess)))
+	}
+
+	for _, sc := range []*redis.Script{yardstickObtain, yardstickRelease} {
+		if err := sc.Load(ctx, s.client).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	type window struct{ acquire, release int64 }
+	measure := func(label string, acquire func() []uint64, release func([]uint64)) window {
+		var w window
+		cg.zero(t)
+		tokens := acquire()
+		w.acquire = cg.dump(t, label+"-acquire") / int64(cycles)
+		cg.zero(t)
+		release(tokens)
+		w.release = cg.dump(t, label+"-release") / int64(cycles)
+		return w
+	}
+	ownW := measure("own", func() []uint64 {
+		return callgrindAcquire(ctx, t, s, own, func(name string) store.AcquireRequest {
+			return store.AcquireRequest{Name: name, Holder: "w", TTL: time.Minute}
+		}, "")
+	}, func(tokens []uint64) { callgrindRelease(ctx, t, s, own, tokens) })
+	attW := measure("attached", func() []uint64 {
+		return callgrindAcquire(ctx, t, s, attached, func(name string) store.AcquireRequest {
+			return inSession(name, "w", sess)
+		}, sess.ID)
+	}, func(tokens []uint64) { callgrindRelease(ctx, t, s, attached, tokens) })
+	plainW := measure("yardstick", func() []uint64 {
+		callgrindPlain(ctx, t, s.client, plain, func(p redis.Pipeliner, key string) *redis.Cmd {
+			return yardstickObtain.EvalSha(ctx, p, []string{key}, "0123456789abcdefghijkl", "22", "60000")
+		})
+		return nil
+	}, func([]uint64) {
+		callgrindPlain(ctx, t, s.client, plain, func(p redis.Pipeliner, key string) *redis.Cmd {
+			return yardstickRelease.EvalSha(ctx, p, []string{key}, "0123456789abcdefghijkl")
+		})
+	})
+
+	report := fmt.Sprintf("Redis instructions per cycle (%d cycles a window, %d calls a pipeline):\n", cycles, callgrindPipeline)
+	for _, row := range []struct {
+		what string
+		w    window
+	}{{"lease of its own", ownW}, {"attached to a session", attW}, {"yardstick: SET NX PX; GET + DEL", plainW}} {
+		report += fmt.Sprintf("  %-32s acquire %7d  release %7d  cycle %7d  (%.2f× the yardstick)\n", row.what,
+			row.w.acquire, row.w.release, row.w.acquire+row.w.release,
+			float64(row.w.acquire+row.w.release)/float64(plainW.acquire+plainW.release))
+	}
+	fmt.Print(report)
+}
+
+// callgrindAcquire grants each name (the request is reqFor's), pipelined,
+// and returns the tokens. With session, the grants attach to it through the
+// store's remembered proof of life (attachments), as Acquire's does when it
+// skips the session's script.
+func callgrindAcquire(ctx context.Context, t *testing.T, s *Store, names []string, reqFor func(string) store.AcquireRequest, session string) []uint64 {
+	t.Helper()
+	tokens := make([]uint64, 0, len(names))
+	for from := 0; from < len(names); from += callgrindPipeline {
+		batch := names[from:min(from+callgrindPipeline, len(names))]
+		reqs := make([]store.AcquireRequest, len(batch))
+		args := make([]acquireArgs, len(batch))
+		cmds := make([]*redis.Cmd, len(batch))
+		_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, name := range batch {
+				reqs[i] = reqFor(name)
+				args[i] = s.acquireArgs(reqs[i], 1, 1)
+				if session != "" {
+					now := time.Now()
+					pr, ok := s.attachments.proof(session, reqs[i].SessionOwner, name, now)
+					if !ok {
+						return fmt.Errorf("no remembered proof of session %s for %s", session, name)
+					}
+					proofs := proofSet{session: pr}
+					args[i].proofs, _ = proofs.text(now)
+					args[i].session = session
+					args[i].ttlMS, _ = proofs.left(session, now)
+					args[i].sessionTTL = pr.ttl.Milliseconds()
+				}
+				k := s.keys(name)
+				cmds[i] = s.scripts.acquire.EvalSha(ctx, p, []string{k.lease, k.queue, k.waiters, k.marker}, args[i].argv()...)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, cmd := range cmds {
+			reply, err := decodeAcquire(args[i].asked(reqs[i]), cmd.Val())
+			if err != nil || !reply.result.Acquired {
+				t.Fatalf("acquire %s: %+v, %v", batch[i], reply, err)
+			}
+			tokens = append(tokens, reply.result.Lease.Token)
+		}
+	}
+	return tokens
+}
+
+// callgrindRelease releases names[i] held by "w" under tokens[i], pipelined.
+func callgrindRelease(ctx context.Context, t *testing.T, s *Store, names []string, tokens []uint64) {
+	t.Helper()
+	for from := 0; from < len(names); from += callgrindPipeline {
+		to := min(from+callgrindPipeline, len(names))
+		cmds := make([]*redis.Cmd, 0, to-from)
+		_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i := from; i < to; i++ {
+				cmds = append(cmds, s.scripts.release.EvalSha(ctx, p, []string{s.keys(names[i]).lease}, s.releaseArgs(names[i], "w", tokens[i])...))
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, cmd := range cmds {
+			if ok, _, err := decodeRelease(cmd.Val()); err != nil || !ok {
+				t.Fatalf("release %s: %v, %v", names[from+i], ok, err)
+			}
+		}
+	}
+}
+
+// callgrindPlain runs call for each key, pipelined, and fails on an error.
+func callgrindPlain(ctx context.Context, t *testing.T, c redis.UniversalClient, keys []string, call func(redis.Pipeliner, string) *redis.Cmd) {
+	t.Helper()
+	for from := 0; from < len(keys); from += callgrindPipeline {
+		_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, k := range keys[from:min(from+callgrindPipeline, len(keys))] {
+				call(p, "yardstick:{"+k+"}")
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// callgrindRedis is a redis-server running under callgrind.
+type callgrindRedis struct {
+	url, dir string
+	pid      int
+}
+
+func startCallgrindRedis(t *testing.T) *callgrindRedis {
+	t.Helper()
+	for _, tool := range []string{"valgrind", "callgrind_control", "redis-server"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("%s is not installed (Debian/Ubuntu: apt-get install valgrind redis-server)", tool)
+		}
+	}
+	dir := os.Getenv(envCallgrindOut)
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	port := freeLocalPort(t)
+	cmd := exec.Command("valgrind", "--tool=callgrind", "--callgrind-out-file="+filepath.Join(dir, "callgrind.out.%p"),
+		"redis-server", "--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--dir", dir,
+		"--save", "", "--appendonly", "no", "--maxmemory-policy", "noeviction", "--hz", "1", "--logfile", filepath.Join(dir, "redis.log"))
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start valgrind: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	c := &callgrindRedis{url: fmt.Sprintf("redis://127.0.0.1:%d/0", port), dir: dir, pid: cmd.Process.Pid}
+	client := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", port), MaxRetries: -1})
+	defer func() { _ = client.Close() }()
+	for deadline := time.Now().Add(2 * time.Minute); client.Ping(context.Background()).Err() != nil; {
+		if time.Now().After(deadline) {
+			t.Fatal("redis-server under callgrind did not answer within 2 minutes")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return c
+}
+
+func freeLocalPort(t *testing.T) int {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = lis.Close() }()
+	return lis.Addr().(*net.TCPAddr).Port
+}
+
+func (c *callgrindRedis) control(t *testing.T, args ...string) {
+	t.Helper()
+	out, err := exec.Command("callgrind_control", append(args, strconv.Itoa(c.pid))...).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "OK") {
+		t.Fatalf("callgrind_control %v: %v\n%s", args, err, out)
+	}
+}
+
+// zero starts a window.
+func (c *callgrindRedis) zero(t *testing.T) { c.control(t, "--zero") }
+
+// dump ends a window labelled label and returns its instructions (Ir).
+func (c *callgrindRedis) dump(t *testing.T, label string) int64 {
+	t.Helper()
+	c.control(t, "--dump="+label)
+	files, _ := filepath.Glob(filepath.Join(c.dir, fmt.Sprintf("callgrind.out.%d.*", c.pid)))
+	for _, f := range files {
+		ir, desc, err := callgrindSummary(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if desc == "dump "+label {
+			return ir
+		}
+	}
+	t.Fatalf("no callgrind dump labelled %q in %s", label, c.dir)
+	return 0
+}
+
+// callgrindSummary reads a dump's total instructions and its trigger.
+func callgrindSummary(path string) (ir int64, trigger string, err error) {
+	f, err := os.Open(filepath.Clean(path))
+	if err != nil {
+		return 0, "", err
+	}
+	defer func() { _ = f.Close() }()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if rest, ok := strings.CutPrefix(line, "desc: Trigger: "); ok {
+			trigger = rest
+		}
+		if rest, ok := strings.CutPrefix(line, "summary: "); ok {
+			ir, err = strconv.ParseInt(strings.Fields(rest)[0], 10, 64)
+		}
+	}
+	return ir, trigger, sc.Err()
+}
