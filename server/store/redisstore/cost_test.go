@@ -212,11 +212,15 @@ func TestHandoffCostDoesNotGrowWithTheQueue(t *testing.T) {
 
 // TestAnAttachedCycleCostsWhatAnOwnCycleCosts: a name taken and released
 // again and again in one session (a default session's lock in a loop)
-// asks the session's slot once, at its first attach; from then on each
-// cycle runs the scripts a lease of its own runs, and no more commands.
+// asks the session's slot once, at its first attach; its second grant
+// makes it hot (one PEXPIREAT); from then on each cycle runs the scripts a
+// lease of its own runs, and no more commands. Its key then lives the
+// session keep past a release, where a name used once in a session lives
+// the retention, as a lease of its own's does.
 func TestAnAttachedCycleCostsWhatAnOwnCycleCosts(t *testing.T) {
 	t.Parallel()
-	s, stats := storeOnOwnRedis(t, Options{})
+	const idle = 10 * time.Minute
+	s, stats := storeOnOwnRedis(t, Options{IdleNameTTL: idle})
 	sess, err := s.CreateSession(context.Background(), "alice", time.Minute)
 	if err != nil {
 		t.Fatal(err)
@@ -234,16 +238,29 @@ func TestAnAttachedCycleCostsWhatAnOwnCycleCosts(t *testing.T) {
 	}
 	own := store.AcquireRequest{Name: "own", Holder: "w", TTL: time.Minute}
 	attached := inSession("attached", "w", sess)
+	pttl := func(name string) time.Duration {
+		t.Helper()
+		return s.client.PTTL(context.Background(), s.keys(name).lease).Val()
+	}
 	cycle(own)
 	firstScripts, _ := cycle(attached)
-	_, ownCost := cycle(own)
 	if firstScripts != 3 {
 		t.Fatalf("the first attached cycle ran %d scripts; want 3 (attach, acquire, release)", firstScripts)
 	}
+	if d := pttl(attached.Name); d > idle*5/4 {
+		t.Errorf("a name used once in a session expires in %s after its release; want at most the retention and a quarter (%s)", d, idle*5/4)
+	}
+	_, ownCost := cycle(own)
+	if scripts, total := cycle(attached); scripts != 2 || total != ownCost+1 {
+		t.Fatalf("the second attached cycle ran %d scripts, %d commands; want 2 scripts and a lease of its own's %d commands and a PEXPIREAT", scripts, total, ownCost)
+	}
 	for i := range 3 {
 		if scripts, total := cycle(attached); scripts != 2 || total != ownCost {
-			t.Fatalf("attached cycle %d ran %d scripts, %d commands; want 2 scripts and a lease of its own's %d commands", i+2, scripts, total, ownCost)
+			t.Fatalf("attached cycle %d ran %d scripts, %d commands; want 2 scripts and a lease of its own's %d commands", i+3, scripts, total, ownCost)
 		}
+	}
+	if d, keep := pttl(attached.Name), time.Duration(s.sessionKeepMS())*time.Millisecond; d < keep {
+		t.Errorf("a hot name expires in %s after its release; want the session keep (%s) at least", d, keep)
 	}
 
 	// A session refused (closed here) is asked again, and refuses.

@@ -52,7 +52,9 @@
 //	                          waiters may be queued; watched: the time until
 //	                          which some coordinator observes the name; ex:
 //	                          the key's expiry as the scripts last set it
-//	                          (see below). The key expires the idle
+//	                          (see below); hot: "1" once a name was granted
+//	                          in a session again within a retention of its
+//	                          last grant (see below). The key expires the idle
 //	                          retention, and up to a quarter of it more,
 //	                          after the last grant and its lock delay would
 //	                          end (as of each grant and renewal), after the
@@ -100,7 +102,14 @@
 // an eighth of the retention) brings it down to one retention and drops
 // ex. So an idle name is forgotten the retention, and at most a quarter of
 // it more, after its last use: for names used once each, up to a quarter
-// more of them in Redis at once. The summary (sum, one field for the
+// more of them in Redis at once. A grant attached to a session needs its
+// key to outlive its bound by the session keep (see Sessions: an hour at
+// least), and the release of a name's last attached grant takes the
+// expiry back to one retention, so that a name used once in a session
+// goes after the retention too; but not for a hot name (granted again
+// within a retention of its last grant), whose grants keep coming back
+// and would each move the expiry up again: its key lives up to the
+// session keep after its last use. The summary (sum, one field for the
 // grants' number, weights and expiry bounds, so that the uncontended grant
 // reads 9 fields and writes 3 pairs, and the release reads 7 and deletes
 // 2) keeps the cost so for semaphores too: a grant beside others costs the

@@ -62,7 +62,12 @@
 -- HSET), and PEXPIREAT when the key's expiry must move ('ex', below: about
 -- once per eighth of a retention); it ran 5, PEXPIRE always, before 'ex'.
 -- A grant attached to a session costs the same (its session's fields ride
--- in the one HSET). A renewal by the holder 4 or 5 the same way; a refusal without waiting of
+-- in the one HSET), but its key must outlive it by KEEP, which the last
+-- attached release takes back to IDLE unless the name is hot ('hot', set
+-- when a name is granted again within a retention of its last grant): so
+-- a name used once in a session runs PEXPIREAT at its grant and at its
+-- release, and a name locked again and again no more often than a lease
+-- of its own does. A renewal by the holder 4 or 5 the same way; a refusal without waiting of
 -- an exclusive lock 4 (TIME, GET, HMGET, HGETALL to name the holder).
 --
 -- Returns, with lost = 1 when this call found the marker missing (Redis lost
@@ -151,6 +156,15 @@ if free and sess ~= '' then
   if not (cur[9] and tonumber(cur[9]) >= need) then
     at = ms(need + math.floor(KEEP / 8))
     fields[#fields + 1], fields[#fields + 2] = 'ex', at
+    -- A name granted again within a retention of its last grant is in
+    -- use: 'hot' keeps its key KEEP ahead at the releases of its attached
+    -- grants (release.lua), so that a name locked again and again in
+    -- sessions moves no expiry; a name used once goes back to IDLE when
+    -- released. (The last token is at most the clock in microseconds of
+    -- the last grant, or ahead of it: then the name counts as hot.)
+    if cur[1] and tonumber(cur[1]) >= (now - IDLE) * 1000 then
+      fields[#fields + 1], fields[#fields + 2] = 'hot', '1'
+    end
   end
   redis.call('HSET', lease, unpack(fields))
   if at then redis.call('PEXPIREAT', lease, at) end

@@ -14,7 +14,11 @@
 -- counter (its 'token'), outlives the release; LOCK_DELAY (ms): the other
 -- grants' records outlive their expiry by it, and the key outlives them;
 -- KEEP (ms): how long the key outlives attached grants' bounds instead of
--- IDLE, while any grant is attached to a session.
+-- IDLE, while any grant is attached to a session. Once the last grant is
+-- released none is, and the key outlives the release by IDLE as any
+-- name's does: a name used once in a session is gone after the retention,
+-- not after KEEP (an hour at least). A hot name's (acquire.lua) keeps KEEP:
+-- its grants come back, and need it.
 --
 -- A grant attached to a session (attached.lua) is released by its holder
 -- even past its bound, which may be stale: its holder gives it up either
@@ -25,8 +29,9 @@
 -- true minimum.
 --
 -- Redis calls: the last grant of a name (an exclusive lock) 3 (HMGET, TIME,
--- HDEL), attached to a session or not, 4 with PEXPIREAT when the key's
--- expiry must move (see 'ex' below); one of several 4 (HMGET, TIME, HSET, HDEL), or 5; and PUBLISH
+-- HDEL), 4 with PEXPIREAT when the key's expiry must move (see 'ex'
+-- below), which the release of a name's last attached grant does unless
+-- the name is hot: its acquire set the expiry KEEP ahead; one of several 4 (HMGET, TIME, HSET, HDEL), or 5; and PUBLISH
 -- when someone listens. Before 'ex', 4 and 5.
 --
 -- Returns 1 when the grant was released, its session's id (a string) when
@@ -34,7 +39,7 @@
 -- if any, runs its course. decodeRelease in scripts.go reads the reply.
 
 local field, token = HOLDER .. ARGV[1], ARGV[2]
-local cur = redis.call('HMGET', KEYS[1], field, 'sum', 'queued', 'watched', 's:' .. ARGV[1], 'slow', 'ex')
+local cur = redis.call('HMGET', KEYS[1], field, 'sum', 'queued', 'watched', 's:' .. ARGV[1], 'slow', 'ex', 'hot')
 -- The record's token and expiry, as strings (holders.lua packs them);
 -- numbers only where needed: converting them is much of what a release
 -- costs Redis.
@@ -88,10 +93,15 @@ if cur[2] and string.sub(cur[2], 1, 2) ~= '1:' then
     return session or 1
   end
 end
--- The last grant.
-local last = now + idle
+-- The last grant: no grant stays attached, so the key needs IDLE alone,
+-- unless this is an attached grant of a hot name (acquire.lua): its next
+-- acquires need KEEP again, and moving the expiry down and up at every
+-- cycle would cost two commands a cycle.
+local keep_for = IDLE
+if session and cur[8] then keep_for = math.max(IDLE, KEEP) end
+local last = now + keep_for
 if watched > last then last = watched end
-local kept = ex and ex >= last and ex <= last + idle / 4
+local kept = ex and ex >= last and ex <= last + keep_for / 4
 if kept and not cur[5] and not cur[6] then
   -- The exclusive lock's release: only the fields it has.
   redis.call('HDEL', KEYS[1], field, 'sum')
