@@ -217,11 +217,24 @@ func TestHandoffCostDoesNotGrowWithTheQueue(t *testing.T) {
 // lease of its own runs, and no more commands. Its key then lives the
 // session keep past a release, where a name used once in a session lives
 // the retention, as a lease of its own's does.
+//
+// A session's TTL longer than an eighth of the session keep (here 10
+// minutes against an hour) costs no more: the expiry its grants set is
+// that much further out, and their releases leave it.
 func TestAnAttachedCycleCostsWhatAnOwnCycleCosts(t *testing.T) {
 	t.Parallel()
+	for _, ttl := range []time.Duration{time.Minute, 10 * time.Minute} {
+		t.Run(ttl.String(), func(t *testing.T) {
+			t.Parallel()
+			testAnAttachedCycleCostsWhatAnOwnCycleCosts(t, ttl)
+		})
+	}
+}
+
+func testAnAttachedCycleCostsWhatAnOwnCycleCosts(t *testing.T, sessionTTL time.Duration) {
 	const idle = 10 * time.Minute
 	s, stats := storeOnOwnRedis(t, Options{IdleNameTTL: idle})
-	sess, err := s.CreateSession(context.Background(), "alice", time.Minute)
+	sess, err := s.CreateSession(context.Background(), "alice", sessionTTL)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -97,11 +97,16 @@ end
 -- unless this is an attached grant of a hot name (acquire.lua): its next
 -- acquires need KEEP again, and moving the expiry down and up at every
 -- cycle would cost two commands a cycle.
-local keep_for = IDLE
-if session and cur[8] then keep_for = math.max(IDLE, KEEP) end
+local keep_for, slack = IDLE, IDLE / 4
+if session and cur[8] then
+  -- Its acquire set the expiry past the bound, up to a session's TTL (the
+  -- record's ttl) ahead: that much more is no reason to move it.
+  keep_for = math.max(IDLE, KEEP)
+  slack = keep_for / 4 + LOCK_DELAY + (tonumber(string.match(cur[1], '^%d+:%d+:(%d+):')) or 0)
+end
 local last = now + keep_for
 if watched > last then last = watched end
-local kept = ex and ex >= last and ex <= last + keep_for / 4
+local kept = ex and ex >= last and ex <= last + slack
 if kept and not cur[5] and not cur[6] then
   -- The exclusive lock's release: only the fields it has.
   redis.call('HDEL', KEYS[1], field, 'sum')
