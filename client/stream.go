@@ -143,17 +143,27 @@ func (s *opStream) usable() bool {
 // what is queued itself (see maxInlineInFlight): callers that queue many
 // operations at once, or hold a lock, leave it to the sender goroutine.
 func (s *opStream) submit(op *coordinatorv1.StreamOperation, inline bool, done func(o *streamOp, res *coordinatorv1.StreamResult, err error)) (*streamOp, error) {
+	o, flushOn, err := s.enqueue(op, inline, done)
+	if flushOn != nil {
+		s.flush(flushOn)
+	}
+	return o, err
+}
+
+// enqueue is submit's part under s.mu: it queues op, and returns the
+// stream the caller is to flush itself, if any (having set its sending).
+func (s *opStream) enqueue(op *coordinatorv1.StreamOperation, inline bool, done func(o *streamOp, res *coordinatorv1.StreamResult, err error)) (*streamOp, *streamConn, error) {
 	size := proto.Size(op)
 	if size > maxStreamOpBytes {
-		return nil, errUseUnary
+		return nil, nil, errUseUnary
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	switch {
 	case s.closed:
-		return nil, ErrClosed
+		return nil, nil, ErrClosed
 	case s.unsupported:
-		return nil, errUseUnary
+		return nil, nil, errUseUnary
 	}
 	s.nextID++
 	o := &streamOp{id: s.nextID, op: op, size: size, done: done}
@@ -173,12 +183,7 @@ func (s *opStream) submit(op *coordinatorv1.StreamOperation, inline bool, done f
 		s.wg.Add(1)
 		go s.serve()
 	}
-	if flushOn != nil {
-		s.mu.Unlock()
-		s.flush(flushOn)
-		s.mu.Lock() // for the deferred Unlock
-	}
-	return o, nil
+	return o, flushOn, nil
 }
 
 // serveStream serves one stream, the Stream's or the KeepAlive one: send

@@ -873,7 +873,8 @@ func (s *Store) RefreshWaiters(ctx context.Context, name string, waiters []strin
 		for _, w := range batch {
 			args = append(args, w)
 		}
-		v, err := s.runAside(ctx, refreshWaitersScript, keys, args...).Result()
+		cmd, _ := s.runAside(ctx, time.Time{}, false, refreshWaitersScript, keys, args...)
+		v, err := cmd.Result()
 		if err != nil {
 			return s.wrapErr(ctx, "refresh waiters", err)
 		}
@@ -922,27 +923,25 @@ func (s *Store) Close() error {
 // WAIT, or nil. The call times out at deadline, or when it is zero after the
 // call timeout.
 func (s *Store) run(ctx context.Context, deadline time.Time, wait bool, script *redis.Script, keys []string, args ...any) (cmd, acked *redis.Cmd) {
+	if s.pipeline == nil {
+		return s.runAside(ctx, deadline, wait, script, keys, args...)
+	}
 	call := newScriptCall()
 	call.deadline, call.script, call.keys, call.args, call.wait = deadline, script, keys, args, wait
-	if s.pipeline == nil {
-		if call.deadline.IsZero() {
-			call.deadline = time.Now().Add(s.callTimeout)
-		}
-		runAlone(ctx, s.client, call, s.replicas)
-		return answer(call)
-	}
 	return s.pipeline.run(ctx, call)
 }
 
-// runAside runs a script call on a connection of its own, outside the
-// pipeline, bounded by the call timeout: for a call long enough to hold up
+// runAside is run on a connection of its own, outside the pipeline: for
+// every call when pipelining is off, and for a call long enough to hold up
 // the calls that would share its pipeline.
-func (s *Store) runAside(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
+func (s *Store) runAside(ctx context.Context, deadline time.Time, wait bool, script *redis.Script, keys []string, args ...any) (cmd, acked *redis.Cmd) {
 	call := newScriptCall()
-	call.deadline, call.script, call.keys, call.args = time.Now().Add(s.callTimeout), script, keys, args
+	call.deadline, call.script, call.keys, call.args, call.wait = deadline, script, keys, args, wait
+	if call.deadline.IsZero() {
+		call.deadline = time.Now().Add(s.callTimeout)
+	}
 	runAlone(ctx, s.client, call, s.replicas)
-	cmd, _ := answer(call)
-	return cmd
+	return answer(call)
 }
 
 // durationMS rounds d up to whole milliseconds, at least 1.
