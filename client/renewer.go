@@ -95,7 +95,10 @@ func (s *renewer) add(l *lease) error {
 		s.run, s.cancelRun, s.wake = ctx, cancel, make(chan struct{}, 1)
 		s.wg.Add(1)
 		go s.schedule(ctx, s.wake)
-	} else {
+	} else if l.index == 0 {
+		// Due before the one the scheduler sleeps for. Any other is due
+		// after it, and waking the scheduler for nothing costs every
+		// acquisition a wake-up and a turn of s.mu.
 		s.poke()
 	}
 	return nil
@@ -135,7 +138,12 @@ func (s *renewer) endLocked(l *lease, err error) {
 	for a := range attached {
 		s.endLocked(a, err)
 	}
-	s.poke()
+	// The scheduler stops once no lease is left. A lease that ends sooner
+	// can only make it wake early, which costs less than waking it at every
+	// release (an attached lease is not even in its queue).
+	if len(s.leases) == 0 {
+		s.poke()
+	}
 }
 
 // attach makes l a lease of the session sl: valid as long as sl, and ended
