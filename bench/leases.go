@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -328,6 +329,9 @@ func leaseSuite(env benchEnv) error {
 		m.runs = map[int][]measured{}
 		byKey[m.key] = m
 	}
+	if err := selectMethods(env.methods, methods, byKey); err != nil {
+		return err
+	}
 
 	fmt.Printf("\n== leases: acquire+release cycles, uncontended (one name per worker), %s per measurement, %d round(s), median\n", env.duration, env.rounds)
 	fmt.Printf("   one client process (this one); coordinator, echo and etcd are child processes; %s; etcd with fsync on; all on loopback, %d cores shared by all\n",
@@ -336,6 +340,9 @@ func leaseSuite(env benchEnv) error {
 	// sessions made; a method that cannot run at all is left out, saying why.
 	warm := min(500*time.Millisecond, env.duration/4)
 	for _, m := range methods {
+		if m.na != "" {
+			continue
+		}
 		if r := closedLoop(ctx, slices.Max(env.levels), warm, m.cycle); r.ops == 0 {
 			m.na = fmt.Sprintf("n/a: %v", r.firstErr)
 		}
@@ -444,6 +451,7 @@ func leaseSuite(env benchEnv) error {
 	}
 	fmt.Println()
 	rt.print()
+	printTargets(env, byKey, grants)
 	if env.coordProfile != "" {
 		if err := mergeProfiles(env.coordProfile, profiles); err != nil {
 			return err
@@ -452,6 +460,126 @@ func leaseSuite(env benchEnv) error {
 			env.coordProfile, len(profiles), env.coordProfile)
 	}
 	return nil
+}
+
+// selectMethods leaves out the methods that -methods (keys, comma-separated)
+// does not name; "" keeps them all.
+func selectMethods(keys string, methods []*method, byKey map[string]*method) error {
+	if keys == "" {
+		return nil
+	}
+	keep := map[string]bool{}
+	for _, k := range strings.Split(keys, ",") {
+		k = strings.TrimSpace(k)
+		if byKey[k] == nil {
+			var all []string
+			for _, m := range methods {
+				all = append(all, m.key)
+			}
+			return fmt.Errorf("-methods: no method %q (there are %s)", k, strings.Join(all, ", "))
+		}
+		keep[k] = true
+	}
+	for _, m := range methods {
+		if !keep[m.key] {
+			m.na = "left out (-methods)"
+		}
+	}
+	return nil
+}
+
+// issue18Targets are the cost and speed targets of the Go SDK's cycle
+// (issue 18), each a ratio within this one run.
+var issue18Targets = []struct {
+	what  string
+	limit float64
+	most  bool // the ratio must be at most limit (else at least)
+}{
+	{"Redis CPU per cycle ÷ redislock's", 1.0, true},
+	{"client + coordinator + Redis CPU per cycle ÷ redislock's client + Redis", 2.0, true},
+	{"cycles/s ÷ etcd Mutex", 3.0, false},
+	{"cycles/s ÷ redislock", 0.5, false},
+	{"p99 at c=1, ms", 1.0, true},
+	{"contended grants/s ÷ etcd", 40, false},
+}
+
+// printTargets prints the Go SDK rows against issue 18's targets, from the
+// median runs at the most workers (p99 at one worker), so that a run's
+// verdict is read off, not worked out by hand.
+func printTargets(env benchEnv, byKey map[string]*method, grants map[string]float64) {
+	first, last := env.levels[0], env.levels[len(env.levels)-1]
+	lock, etcd := byKey["redislock"], byKey["etcd-mutex"]
+	if lock.na != "" || etcd.na != "" {
+		return
+	}
+	// CPU per cycle of the bench (the client), the coordinators and Redis;
+	// not of the idle peers, which every measurement also counts.
+	perCycle := func(m *method, groups ...string) float64 {
+		r, ok := m.median(last)
+		if !ok || r.ops == 0 {
+			return 0
+		}
+		var d time.Duration
+		for name, t := range r.cpu.by {
+			for _, g := range groups {
+				if strings.HasPrefix(name, g) {
+					d += t
+				}
+			}
+		}
+		return float64(d) / float64(r.ops)
+	}
+	header := []string{fmt.Sprintf("issue 18 targets (c=%d unless said)", last), "target"}
+	var sdks []*method
+	for _, k := range []string{"coordinator-redis-sdk", "coordinator-redis-sdk-own"} {
+		if m := byKey[k]; m.na == "" {
+			sdks = append(sdks, m)
+			header = append(header, strings.TrimPrefix(m.label, "coordinator redis: Go SDK, operation stream, "))
+		}
+	}
+	if len(sdks) == 0 {
+		return
+	}
+	t := table{header: header}
+	for i, target := range issue18Targets {
+		sign := "≥"
+		if target.most {
+			sign = "≤"
+		}
+		row := []string{target.what, fmt.Sprintf("%s %g", sign, target.limit)}
+		for _, m := range sdks {
+			var v float64
+			switch i {
+			case 0:
+				v = perCycle(m, "redis") / perCycle(lock, "redis")
+			case 1:
+				v = perCycle(m, "bench", "coordinator", "redis") / perCycle(lock, "bench", "redis")
+			case 2:
+				v = m.rate(last) / etcd.rate(last)
+			case 3:
+				v = m.rate(last) / lock.rate(last)
+			case 4:
+				if first != 1 {
+					row = append(row, "-")
+					continue
+				}
+				r, _ := m.median(first)
+				v = float64(r.p99) / float64(time.Millisecond)
+			case 5:
+				v = grants[m.key] / grants["etcd-mutex"]
+			}
+			met := v > 0 && !math.IsInf(v, 0) && (target.most && v <= target.limit || !target.most && v >= target.limit)
+			mark := "missed"
+			if met {
+				mark = "met"
+			}
+			row = append(row, fmt.Sprintf("%.2f %s", v, mark))
+		}
+		t.add(row...)
+	}
+	fmt.Println()
+	t.print()
+	fmt.Println("   from the median runs; CPU of the bench process (client), the coordinator and Redis only")
 }
 
 // printLeases prints the uncontended table and its ratios.

@@ -56,6 +56,7 @@ func main() {
 	rounds := flag.Int("rounds", 1, "leases suite: measurements of each method at each concurrency, interleaved; the median is reported")
 	idleWindow := flag.Duration("idle-window", 10*time.Second, "how long the idle suite counts Redis commands")
 	concurrency := flag.String("concurrency", "1,16,64", "comma-separated worker counts for the leases suite")
+	methods := flag.String("methods", "", "leases suite: comma-separated keys of the methods to measure (as -json names them, e.g. coordinator-redis-sdk,redislock,etcd-mutex); empty: all")
 	soakDuration := flag.Duration("soak-duration", 3*time.Minute, "how long the soak churns")
 	soakRetention := flag.Duration("soak-retention", 30*time.Second, "COORDINATOR_IDLE_NAME_TTL of the soak's coordinator")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the bench process (the clients, not the servers) over the whole run to this `FILE`")
@@ -76,7 +77,7 @@ func main() {
 		os.Exit(serveEtcd(*serveEtcdSpec))
 	}
 	os.Exit(run(*suites, *concurrency, *cpuProfile, *jsonOut, benchEnv{
-		duration: *duration, rounds: max(*rounds, 1), idleWindow: *idleWindow,
+		duration: *duration, rounds: max(*rounds, 1), idleWindow: *idleWindow, methods: *methods,
 		coordProfile: *coordProfile,
 		soak:         soakConfig{duration: *soakDuration, retention: *soakRetention, maxTTL: 5 * time.Second, sample: 10 * time.Second},
 		builds:       &coordinatorBuilds{prebuilt: *coordBin},
@@ -162,6 +163,7 @@ type benchEnv struct {
 	duration     time.Duration
 	rounds       int
 	levels       []int
+	methods      string // -methods: the leases suite's methods to measure; "" for all
 	idleWindow   time.Duration
 	coordProfile string
 	soak         soakConfig
