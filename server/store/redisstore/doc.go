@@ -30,7 +30,10 @@
 //	<prefix>:{<enc>}:lease    HASH of the name's grants and their summary:
 //	                          h:<holder>: one grant, live or in its lock delay
 //	                          (until expires + lock delay), its value packing
-//	                          token:weight:ttl_ms:expires:value (holders.lua
+//	                          token:weight:ttl_ms:expires:session:value, the
+//	                          session being the id of the session the grant
+//	                          is attached to, its expires then a bound (see
+//	                          Sessions), or "" (holders.lua
 //	                          encodes and decodes it, alone); sum: the
 //	                          grants' summary, packing n:used:low:high
 //	                          (holders.lua too), absent while there is no
@@ -41,10 +44,7 @@
 //	                          the grants (HGETALL) only when now >= low +
 //	                          lock delay, when one may have run out, and high
 //	                          at least the latest expiry; cap:
-//	                          the capacity (absent: 1); s:<holder>: the grant
-//	                          is attached to a session, valued <id>:<token>
-//	                          (stale when the token is not the record's), its
-//	                          expires being a bound (see Sessions); slow: at
+//	                          the capacity (absent: 1); slow: at
 //	                          most the earliest bound of the attached grants;
 //	                          token (decimal): the
 //	                          last issued token, kept after the grants end as
@@ -111,8 +111,9 @@
 // and would each move the expiry up again: its key lives up to the
 // session keep after its last use. The summary (sum, one field for the
 // grants' number, weights and expiry bounds, so that the uncontended grant
-// reads 9 fields and writes 3 pairs, and the release reads 7 and deletes
-// 2) keeps the cost so for semaphores too: a grant beside others costs the
+// reads 8 fields and writes 3 pairs, and the release reads 7 and deletes
+// 2; an attached grant writes one pair more, slow, its release deletes
+// it) keeps the cost so for semaphores too: a grant beside others costs the
 // same while none of them ran out, a release beside others one HSET more.
 //
 // The scripts of a cycle (acquire, renew, release) take the store's

@@ -268,9 +268,9 @@ func (s *Store) DescribeSession(ctx context.Context, id, owner string) (store.Se
 }
 
 // namesHolding returns those of names whose lease key holds a grant
-// attached to session id: a field 's:' + holder valued id ':' token beside
-// the holder's record of that token (holders.lua, attached.lua). The
-// session is alive, so a grant past its bound is still held.
+// attached to session id: a record (a field 'h:' + holder) that names the
+// session (holders.lua). The session is alive, so a grant past its bound is
+// still held.
 func (s *Store) namesHolding(ctx context.Context, id string, names []string) ([]string, error) {
 	if len(names) == 0 {
 		return nil, nil
@@ -284,19 +284,26 @@ func (s *Store) namesHolding(ctx context.Context, id string, names []string) ([]
 	}); err != nil {
 		return nil, err
 	}
-	prefix := id + ":"
 	var held []string
 	for i, cmd := range cmds {
 		for f, v := range cmd.Val() {
-			holder, attached := strings.CutPrefix(f, "s:")
-			token, ours := strings.CutPrefix(v, prefix)
-			if attached && ours && strings.HasPrefix(cmd.Val()["h:"+holder], token+":") {
+			if strings.HasPrefix(f, "h:") && recordSession(v) == id {
 				held = append(held, names[i])
 				break
 			}
 		}
 	}
 	return held, nil
+}
+
+// recordSession is the session a grant record (holders.lua:
+// token:weight:ttl:expires:session:value) is attached to, or "".
+func recordSession(rec string) string {
+	parts := strings.SplitN(rec, ":", 6)
+	if len(parts) < 6 {
+		return ""
+	}
+	return parts[4]
 }
 
 // proof is what a session's slot said of it: kind a (alive, n remaining,

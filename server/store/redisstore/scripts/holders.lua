@@ -8,8 +8,13 @@
 -- their uncontended paths, and in the others right here.
 --
 -- A grant is the lease key's field 'h:' .. holder, whose value packs
---   token ':' weight ':' ttl_ms ':' expires_ms ':' value
--- (decimal integers; the value last, since it may hold any bytes).
+--   token ':' weight ':' ttl_ms ':' expires_ms ':' session ':' value
+-- (decimal integers; session the id of the session the grant is attached
+-- to, hex digits, or "" for a grant of its own TTL: attached.lua; the value
+-- last, since it may hold any bytes). The attachment lives in the record
+-- so that an attached grant and its release write and delete no field
+-- more than a grant of its own does, and no attachment can outlive or
+-- disagree with its grant.
 --
 -- The grants' summary is the lease key's field 'sum', whose value packs
 --   n ':' used ':' low ':' high
@@ -34,9 +39,9 @@ local function ms(n) return string.format('%d', n) end
 -- Each of token .. expires is a decimal string or an integer below 1e14,
 -- which Lua's concatenation writes exactly (%.14g): callers on the
 -- uncontended path pass ARGV strings as they came, since formatting numbers
--- is most of what a grant costs Redis.
-local function pack_grant(token, weight, ttl, expires, value)
-  return token .. ':' .. weight .. ':' .. ttl .. ':' .. expires .. ':' .. value
+-- is most of what a grant costs Redis. session is an id or "".
+local function pack_grant(token, weight, ttl, expires, session, value)
+  return token .. ':' .. weight .. ':' .. ttl .. ':' .. expires .. ':' .. session .. ':' .. value
 end
 
 -- (holders.lua's decoders follow: scripts.go)
@@ -45,10 +50,10 @@ end
 -- one: it is treated as absent).
 local function unpack_grant(holder, rec)
   if not rec then return nil end
-  local token, weight, ttl, expires, value = string.match(rec, '^(%d+):(%d+):(%d+):(%d+):(.*)$')
+  local token, weight, ttl, expires, session, value = string.match(rec, '^(%d+):(%d+):(%d+):(%d+):(%x*):(.*)$')
   if not token then return nil end
   return {holder = holder, token = token, weight = tonumber(weight), ttl = tonumber(ttl),
-    expires = tonumber(expires), value = value}
+    expires = tonumber(expires), session = session, value = value}
 end
 
 -- Returns n, used, low, high of the summary packed in s: 0, 0, nil, 0 for
