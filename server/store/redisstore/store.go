@@ -740,7 +740,7 @@ func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) (sto
 		cmds := make([]*redis.SliceCmd, len(ckeys))
 		if _, err := c.Pipelined(cctx, func(p redis.Pipeliner) error {
 			for i, key := range ckeys {
-				cmds[i] = p.HMGet(cctx, key, "sum", "slow")
+				cmds[i] = p.HMGet(cctx, key, "sum") // no redis.Nil to fail the pipeline
 			}
 			return nil
 		}); err != nil {
@@ -748,20 +748,24 @@ func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) (sto
 		}
 		var out []string
 		for i, cmd := range cmds {
+			// 'sum' (holders.lua) is n:used:low:high[:slow]: high at
+			// least the latest expiry of the grants; slow says grants are
+			// attached to sessions, whose bounds may be stale: describe
+			// settles them.
 			v := cmd.Val()
-			// 'sum' (holders.lua) ends with high, at least the latest
-			// expiry of the grants; 'slow' says grants are attached to
-			// sessions, whose bounds may be stale: describe settles them.
-			if len(v) != 2 || v[0] == nil {
-				continue
-			}
-			if v[1] != nil {
-				out = append(out, candidates[i])
+			if len(v) != 1 || v[0] == nil {
 				continue
 			}
 			sum, _ := v[0].(string)
-			high := sum[strings.LastIndexByte(sum, ':')+1:]
-			if ms, err := strconv.ParseInt(high, 10, 64); err == nil && ms > start.UnixMilli() {
+			parts := strings.Split(sum, ":")
+			if len(parts) > 4 {
+				out = append(out, candidates[i])
+				continue
+			}
+			if len(parts) < 4 {
+				continue
+			}
+			if ms, err := strconv.ParseInt(parts[3], 10, 64); err == nil && ms > start.UnixMilli() {
 				out = append(out, candidates[i])
 			}
 		}

@@ -62,7 +62,7 @@
 -- HSET), and PEXPIREAT when the key's expiry must move ('ex', below: about
 -- once per eighth of a retention); it ran 5, PEXPIRE always, before 'ex'.
 -- A grant attached to a session costs the same (its record names the
--- session, and 'slow' rides in the one HSET), but its key must outlive it by KEEP, which the last
+-- session, the summary its bound), but its key must outlive it by KEEP, which the last
 -- attached release takes back to IDLE unless the name is hot ('hot', set
 -- when a name is granted again within a retention of its last grant): so
 -- a name used once in a session runs PEXPIREAT at its grant and at its
@@ -109,11 +109,11 @@ local now = tonumber(now_ms)
 -- 'token' is the last token issued: it stays when the grants end, as the
 -- name's fencing counter. 'sum' summarises the grant records, live or in
 -- their lock delay (holders.lua): their number, the sum of their weights,
--- at most the earliest expiry among them and at least the latest; it is
--- absent while there is none. 'slow' is at most the earliest bound of the
--- grants attached to sessions. 'ex' is the key's expiry as the scripts last
+-- at most the earliest expiry among them and at least the latest, and at
+-- most the earliest bound of those attached to sessions (slow); it is
+-- absent while there is none. 'ex' is the key's expiry as the scripts last
 -- set it (see keep_key).
-local cur = redis.call('HMGET', lease, 'token', 'cap', 'sum', 'queued', 'watched', field, 'slow', 'ex')
+local cur = redis.call('HMGET', lease, 'token', 'cap', 'sum', 'queued', 'watched', field, 'ex')
 
 -- The next token: the counter plus one, but never below the clock in
 -- microseconds: a counter that is gone (the name was idle past its
@@ -141,19 +141,19 @@ end
 local free = not cur[3] and cur[4] ~= '1' and expected == '' and (not cur[5] or tonumber(cur[5]) <= now)
 if free and sess ~= '' then
   -- The same, attached to the caller's session (ttl is what its proof
-  -- left): the record names the session and has its ttl, the earliest
-  -- bound ('slow', attached.lua) rides in the HSET, and the key outlives
-  -- the bound by KEEP.
+  -- left): the record names the session and has its ttl, the summary
+  -- has its bound as the earliest (slow, attached.lua), and the key
+  -- outlives the bound by KEEP.
   local token = next_token
   local expires = ms(now + ttl)
   local need = now + ttl + LOCK_DELAY + KEEP
   local fields = {field, pack_grant(token, ARGV[5], ARGV[9], expires, sess, value), 'token', token,
-    'sum', '1:' .. ARGV[5] .. ':' .. expires .. ':' .. expires, 'slow', expires}
+    'sum', '1:' .. ARGV[5] .. ':' .. expires .. ':' .. expires .. ':' .. expires}
   if (cur[2] or '1') ~= ARGV[4] then
     fields[#fields + 1], fields[#fields + 2] = 'cap', ARGV[4]
   end
   local at
-  if not (cur[8] and tonumber(cur[8]) >= need) then
+  if not (cur[7] and tonumber(cur[7]) >= need) then
     at = ms(need + math.floor(KEEP / 8))
     fields[#fields + 1], fields[#fields + 2] = 'ex', at
     -- A name granted again within a retention of its last grant is in
@@ -176,7 +176,7 @@ if free then
   local record = pack_grant(token, ARGV[5], ARGV[2], expires, '', value)
   local sum = '1:' .. ARGV[5] .. ':' .. expires .. ':' .. expires
   local need = now + ttl + LOCK_DELAY + IDLE
-  if cur[8] and tonumber(cur[8]) >= need then
+  if cur[7] and tonumber(cur[7]) >= need then
     if (cur[2] or '1') == ARGV[4] then
       redis.call('HSET', lease, field, record, 'token', token, 'sum', sum)
     else
@@ -200,12 +200,12 @@ local waiter, waiter_ttl, channel, name = ARGV[11] or '', tonumber(ARGV[12]), CH
 local delay, keep_value, idle = LOCK_DELAY, ARGV[14] == '1', IDLE
 local capacity, weight, max_holders = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local cap_now = tonumber(cur[2]) or 1
-local n, used, low, high = unpack_sum(cur[3])
+local n, used, low, high, slow = unpack_sum(cur[3])
 local queued, watched = cur[4] == '1', tonumber(cur[5]) or 0
 local mine = unpack_grant(holder, cur[6])
-local ex = tonumber(cur[8])
+local ex = tonumber(cur[7])
 local mine_live = mine and mine.expires > now
-local stale = cur[7] and now >= tonumber(cur[7])
+local stale = slow and now >= slow
 if expected ~= '' and not stale and not (mine_live and mine.token == expected) then
   return {0, lost, '', '', '', 0, 0, 0, 0, ''}
 end
@@ -225,12 +225,12 @@ if stale then
     return need
   end
   settled_ended = ended
-  cur = redis.call('HMGET', lease, 'token', 'cap', 'sum', 'queued', 'watched', field, 'slow', 'ex')
+  cur = redis.call('HMGET', lease, 'token', 'cap', 'sum', 'queued', 'watched', field, 'ex')
   cap_now = tonumber(cur[2]) or 1
-  n, used, low, high = unpack_sum(cur[3])
+  n, used, low, high, slow = unpack_sum(cur[3])
   queued, watched = cur[4] == '1', tonumber(cur[5]) or 0
   mine = unpack_grant(holder, cur[6])
-  ex = tonumber(cur[8])
+  ex = tonumber(cur[7])
   mine_live = mine and mine.expires > now
   if expected ~= '' and not (mine_live and mine.token == expected) then
     if settled_ended and (queued or watched > now) then redis.call('PUBLISH', channel, name) end
@@ -240,16 +240,7 @@ end
 -- While grants are attached, the key outlives them by KEEP: their
 -- bounds may be stale, and their sessions' renewals refresh them only
 -- that often.
-if cur[7] or sess ~= '' then keep = KEEP end
-
--- The caller's grant, expiring at expires, attached to its session (its
--- record names it): 'slow' must be at most its bound. Adds to fields
--- (those of the HSET about to run).
-local function attach_mine(fields, expires)
-  if sess ~= '' and (not cur[7] or expires < tonumber(cur[7])) then
-    fields[#fields + 1], fields[#fields + 2] = 'slow', ms(expires)
-  end
-end
+if slow or sess ~= '' then keep = KEEP end
 
 -- The lease key outlives the last grant by the lock delay and the idle
 -- retention (keep), and the name's observation mark. A script that must
@@ -275,13 +266,15 @@ local function grant()
   used, n = used + weight, n + 1
   if not low or expires < low then low = expires end
   if expires > high then high = expires end
+  -- Attached to its session (its record names it): slow is at most its
+  -- bound.
+  if sess ~= '' and (not slow or expires < slow) then slow = expires end
   local fields = {field, pack_grant(token, weight, rec_ttl, expires, sess, value), 'token', token,
-    'sum', pack_sum(n, used, low, high)}
+    'sum', pack_sum(n, used, low, high, slow)}
   if (cur[2] or '1') ~= ARGV[4] then
     fields[#fields + 1], fields[#fields + 2] = 'cap', ARGV[4]
   end
   local at = keep_key(fields)
-  attach_mine(fields, expires)
   redis.call('HSET', lease, unpack(fields))
   if at then redis.call('PEXPIREAT', lease, at) end
   return token
@@ -309,9 +302,9 @@ if mine_live then
   local expires = now + ttl
   if n <= 1 or expires > high then high = expires end
   if not low or expires < low then low = expires end
-  local fields = {field, pack_grant(mine.token, mine.weight, rec_ttl, expires, sess, value), 'sum', pack_sum(n, used, low, high)}
+  if sess ~= '' and (not slow or expires < slow) then slow = expires end
+  local fields = {field, pack_grant(mine.token, mine.weight, rec_ttl, expires, sess, value), 'sum', pack_sum(n, used, low, high, slow)}
   local at = keep_key(fields)
-  attach_mine(fields, expires)
   redis.call('HSET', lease, unpack(fields))
   if at then redis.call('PEXPIREAT', lease, at) end
   if waiter ~= '' then unqueue() end
@@ -341,7 +334,7 @@ if low and now >= low + delay then
   if n == 0 then
     redis.call('HDEL', lease, 'sum')
   else
-    redis.call('HSET', lease, 'sum', pack_sum(n, used, low, high))
+    redis.call('HSET', lease, 'sum', pack_sum(n, used, low, high, slow))
   end
   if mine and mine.expires + delay <= now then mine = nil end
 end

@@ -6,9 +6,10 @@
 -- its session and whose expiry is a bound: its session's expiry as this
 -- name last learned it, from a proof that the session's slot gave as
 -- remaining milliseconds and that the name applied as its own now plus
--- those (later than the truth by the transit: the safe side). 'slow' is at
--- most the earliest bound of the attached records, so that a script looks
--- at them only when one may have passed.
+-- those (later than the truth by the transit: the safe side). The
+-- summary's slow ('sum', holders.lua) is at most the earliest bound of the
+-- attached records, so that a script looks at them only when one may have
+-- passed.
 --
 -- A proof is ARGV text "id=kind:ms,..." with kind a (alive, ms remaining),
 -- e (expired, ms ago), c (closed) or g (gone: unknown to its slot, so dead
@@ -83,12 +84,7 @@ local function settle(lease, now, proofs, delay, keep)
   if n <= 0 then
     del[#del + 1] = 'sum'
   else
-    set[#set + 1], set[#set + 2] = 'sum', pack_sum(n, used, low, high)
-  end
-  if slow then
-    set[#set + 1], set[#set + 2] = 'slow', ms(slow)
-  else
-    del[#del + 1] = 'slow'
+    set[#set + 1], set[#set + 2] = 'sum', pack_sum(n, used, low, high, slow)
   end
   if #del > 0 then redis.call('HDEL', lease, unpack(del)) end
   if #set > 0 then redis.call('HSET', lease, unpack(set)) end

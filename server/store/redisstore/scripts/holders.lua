@@ -17,11 +17,14 @@
 -- disagree with its grant.
 --
 -- The grants' summary is the lease key's field 'sum', whose value packs
---   n ':' used ':' low ':' high
+--   n ':' used ':' low ':' high [':' slow]
 -- (decimal integers): how many grant records there are, live or in their
 -- lock delay, the sum of their weights, at most the earliest of their
--- expiries and at least the latest. It is absent while there is none, so
--- that the uncontended grant reads one field, and writes one, for all four.
+-- expiries and at least the latest; slow, present while grants may be
+-- attached to sessions, at most the earliest of their bounds
+-- (attached.lua). It is absent while there is none, so that the
+-- uncontended grant reads one field, and writes one, for all five, and
+-- the release of the last grant deletes one.
 --
 -- A waiter's queue score is order * WEIGHT_SPAN + weight: arrival order
 -- first, so that ZRANGE still lists waiters in arrival order, and the weight
@@ -56,18 +59,21 @@ local function unpack_grant(holder, rec)
     expires = tonumber(expires), session = session, value = value}
 end
 
--- Returns n, used, low, high of the summary packed in s: 0, 0, nil, 0 for
--- nil (no grants), and for a value that is not one (a low of 0 then sends
--- the next grant to read the records, which sets the summary exactly).
+-- Returns n, used, low, high, slow of the summary packed in s: 0, 0, nil,
+-- 0, nil for nil (no grants), and 0, 0, 0, 0, 0 for a value that is not
+-- one (a low of 0 then sends the next grant to read the records, which
+-- sets the summary exactly, and a slow of 0 to settle the attached ones).
 local function unpack_sum(s)
-  if not s then return 0, 0, nil, 0 end
-  local n, used, low, high = string.match(s, '^(%d+):(%d+):(%d+):(%d+)$')
-  if not n then return 0, 0, 0, 0 end
-  return tonumber(n), tonumber(used), tonumber(low), tonumber(high)
+  if not s then return 0, 0, nil, 0, nil end
+  local n, used, low, high, slow = string.match(s, '^(%d+):(%d+):(%d+):(%d+):?(%d*)$')
+  if not n then return 0, 0, 0, 0, 0 end
+  return tonumber(n), tonumber(used), tonumber(low), tonumber(high), tonumber(slow)
 end
 
 -- Packs a summary; a low that is not known (nil) is 0: a grant may have run
--- out.
-local function pack_sum(n, used, low, high)
-  return ms(n) .. ':' .. ms(used) .. ':' .. ms(low or 0) .. ':' .. ms(high)
+-- out; a slow that is nil is left out: no grant is attached.
+local function pack_sum(n, used, low, high, slow)
+  local s = ms(n) .. ':' .. ms(used) .. ':' .. ms(low or 0) .. ':' .. ms(high)
+  if slow then s = s .. ':' .. ms(slow) end
+  return s
 end
