@@ -351,11 +351,16 @@ type proofSet map[string]proof
 // down from when its reply arrived: the name applies it as its own now
 // plus what is left, so the bound is no earlier than the session's expiry
 // (the check ran before the reply arrived, the name's script after it is
-// sent). One whose time ran out is left out, to be asked again.
-func (p proofSet) text(now time.Time) (string, []string) {
+// sent). One whose time ran out is left out, to be asked again; so is
+// skip's (acquire.lua makes the attaching session's own proof from its
+// remaining time, an argument it has anyway).
+func (p proofSet) text(now time.Time, skip string) (string, []string) {
 	var b strings.Builder
 	var stale []string
 	for id, pr := range p {
+		if id == skip && skip != "" {
+			continue
+		}
 		n := pr.n
 		if pr.kind == 'a' {
 			if n -= now.Sub(pr.got); n <= 0 {
@@ -405,7 +410,7 @@ func (s *Store) prove(ctx context.Context, p proofSet, ids []string) error {
 // none it lacks; attempt returns the ids of the sessions it needs proven.
 func (s *Store) withProofs(ctx context.Context, p proofSet, attempt func(proofs string) ([]string, error)) error {
 	for range maxProofRounds {
-		text, stale := p.text(time.Now())
+		text, stale := p.text(time.Now(), "")
 		if len(stale) > 0 {
 			if err := s.prove(ctx, p, stale); err != nil {
 				return err

@@ -474,7 +474,7 @@ type acquireArgs struct {
 	maxHolders int
 	name       string
 	// session is the id of the session to attach to, or ""; sessionTTL its
-	// ttl (ms); proofs the proofs of sessions (attached.lua).
+	// ttl (ms); proofs the proofs of sessions (attached.lua) but its own.
 	session    string
 	sessionTTL int64
 	proofs     string
@@ -486,9 +486,9 @@ type acquireArgs struct {
 
 // argv lays the arguments out, leaving out the trailing ones that are ""
 // (the script reads an absent one as ""; the waiter's ttl goes with the
-// waiter, the session's with the session and its proofs): each costs Redis
-// about 1k instructions, and a grant of its own that does not wait needs
-// none of them.
+// waiter, the session's ttl with the session): each costs Redis about 1k
+// instructions, and a grant of its own that does not wait needs none of
+// them, an attached one only its session and the session's ttl.
 func (a acquireArgs) argv() []any {
 	v := []any{a.holder, a.ttlMS, a.value, a.capacity, a.weight, a.maxHolders, a.name,
 		a.session, a.sessionTTL, a.proofs, a.waiter, a.waiterTTL, a.expected, a.keepValue}
@@ -499,8 +499,10 @@ func (a acquireArgs) argv() []any {
 		return v[:13]
 	case a.waiter != "":
 		return v[:12]
-	case a.session != "" || a.proofs != "":
+	case a.proofs != "":
 		return v[:10]
+	case a.session != "":
+		return v[:9]
 	}
 	return v[:7]
 }
@@ -577,6 +579,9 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 				own, _ = proofs.left(req.Session, time.Now())
 			}
 			args.ttlMS, args.sessionTTL = own, proofs[req.Session].ttl.Milliseconds()
+			// The script makes the session's own proof from ttlMS, no
+			// later than the one text held: only the others' travel.
+			args.proofs, _ = proofs.text(time.Now(), req.Session)
 		}
 		v, rep, err := s.callWait(ctx, "acquire", true, s.scripts.acquire,
 			[]string{k.lease, k.queue, k.waiters, k.marker}, args.argv()...)

@@ -21,7 +21,9 @@
 --         TTL; with one, ARGV[2] is what the session's proof left
 --         (remaining ms): the grant's bound (attached.lua)
 -- ARGV[9] the session's ttl (ms): an attached grant's recorded ttl
--- ARGV[10] proofs of sessions (attached.lua), the attaching one's included
+-- ARGV[10] proofs of sessions (attached.lua) but the attaching one's: the
+--          script makes that from ARGV[2] (what its proof left), when it
+--          needs it (an attached grant's bound passed)
 -- ARGV[11] waiter id, or "" for a caller that does not wait
 -- ARGV[12] waiter ttl (ms, >= 1)
 -- ARGV[13] token (decimal) the caller must hold the name under, or "": with
@@ -32,7 +34,7 @@
 --
 -- The arguments from ARGV[8] on are left out after the last one that is not
 -- "" (acquireArgs.argv): an absent one reads as "". A grant of its own that
--- does not wait sends 7 arguments, an attached one 10; each argument costs
+-- does not wait sends 7 arguments, an attached one 9; each argument costs
 -- Redis about 1k instructions at every call.
 --
 -- The store's settings are constants of its copy of the script (scripts.go
@@ -218,7 +220,9 @@ local keep, rec_ttl = idle, ttl
 if sess ~= '' then rec_ttl = tonumber(ARGV[9]) end
 local settled_ended = false
 if stale then
-  local need, ended = settle(lease, now, parse_proofs(ARGV[10] or ''), delay, KEEP)
+  local proofs = parse_proofs(ARGV[10] or '')
+  if sess ~= '' then proofs[sess] = {kind = 'a', n = ttl} end
+  local need, ended = settle(lease, now, proofs, delay, KEEP)
   if need then
     table.insert(need, 1, lost)
     table.insert(need, 1, -4)
