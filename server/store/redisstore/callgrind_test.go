@@ -162,7 +162,7 @@ func callgrindAcquire(ctx context.Context, t *testing.T, s *Store, names []strin
 						return fmt.Errorf("no remembered proof of session %s for %s", session, name)
 					}
 					proofs := proofSet{session: pr}
-					args[i].proofs, _ = proofs.text(now)
+					args[i].proofs, _ = proofs.text(now, session)
 					args[i].session = session
 					args[i].ttlMS, _ = proofs.left(session, now)
 					args[i].sessionTTL = pr.ttl.Milliseconds()

@@ -30,22 +30,23 @@
 //	<prefix>:{<enc>}:lease    HASH of the name's grants and their summary:
 //	                          h:<holder>: one grant, live or in its lock delay
 //	                          (until expires + lock delay), its value packing
-//	                          token:weight:ttl_ms:expires:value (holders.lua
+//	                          token:weight:ttl_ms:expires:session:value, the
+//	                          session being the id of the session the grant
+//	                          is attached to, its expires then a bound (see
+//	                          Sessions), or "" (holders.lua
 //	                          encodes and decodes it, alone); sum: the
-//	                          grants' summary, packing n:used:low:high
-//	                          (holders.lua too), absent while there is no
+//	                          grants' summary, packing n:used:low:high and
+//	                          :slow while grants may be attached (holders.lua
+//	                          too), absent while there is no
 //	                          grant: n their number, used the sum of their
 //	                          weights, low at most the earliest of their
 //	                          expiries (set at each grant to the minimum,
 //	                          exact after a sweep), so that a script reads
 //	                          the grants (HGETALL) only when now >= low +
-//	                          lock delay, when one may have run out, and high
-//	                          at least the latest expiry; cap:
-//	                          the capacity (absent: 1); s:<holder>: the grant
-//	                          is attached to a session, valued <id>:<token>
-//	                          (stale when the token is not the record's), its
-//	                          expires being a bound (see Sessions); slow: at
-//	                          most the earliest bound of the attached grants;
+//	                          lock delay, when one may have run out, high
+//	                          at least the latest expiry, and slow at most
+//	                          the earliest bound of the attached grants;
+//	                          cap: the capacity (absent: 1);
 //	                          token (decimal): the
 //	                          last issued token, kept after the grants end as
 //	                          the name's fencing counter; queued: "1" while
@@ -111,8 +112,8 @@
 // and would each move the expiry up again: its key lives up to the
 // session keep after its last use. The summary (sum, one field for the
 // grants' number, weights and expiry bounds, so that the uncontended grant
-// reads 9 fields and writes 3 pairs, and the release reads 7 and deletes
-// 2) keeps the cost so for semaphores too: a grant beside others costs the
+// reads 7 fields and writes 3 pairs, and the release reads 6 and deletes
+// 2, attached to a session or not) keeps the cost so for semaphores too: a grant beside others costs the
 // same while none of them ran out, a release beside others one HSET more.
 //
 // The scripts of a cycle (acquire, renew, release) take the store's
@@ -152,7 +153,7 @@
 //
 // Liveness is atomic with each grant because a name's script never trusts
 // an attached record past its bound. Acquire, Describe and Watch (List
-// reads through Describe) first settle a name whose 'slow' passed: every
+// reads through Describe) first settle a name whose slow passed: every
 // attached record whose bound passed needs a proof of its session, and
 // without one the script changes nothing and answers "check these
 // sessions" ({-4, ids}). The coordinator runs session.lua's check on each

@@ -219,7 +219,8 @@ func TestAcquireArgsFollowTheScript(t *testing.T) {
 		n    int
 	}{
 		{"a grant of its own", func(a acquireArgs) acquireArgs { return a }, 7},
-		{"attached", func(a acquireArgs) acquireArgs { a.session, a.sessionTTL, a.proofs = "s", 9, "p"; return a }, 10},
+		{"attached", func(a acquireArgs) acquireArgs { a.session, a.sessionTTL = "s", 9; return a }, 9},
+		{"attached, with proofs of others' sessions", func(a acquireArgs) acquireArgs { a.session, a.sessionTTL, a.proofs = "s", 9, "p"; return a }, 10},
 		{"of its own, with proofs of others' sessions", func(a acquireArgs) acquireArgs { a.proofs = "p"; return a }, 10},
 		{"a waiter", func(a acquireArgs) acquireArgs { a.waiter = "w"; return a }, 12},
 		{"a renewal by token", func(a acquireArgs) acquireArgs { a.expected = "13"; return a }, 13},

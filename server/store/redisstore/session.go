@@ -268,9 +268,9 @@ func (s *Store) DescribeSession(ctx context.Context, id, owner string) (store.Se
 }
 
 // namesHolding returns those of names whose lease key holds a grant
-// attached to session id: a field 's:' + holder valued id ':' token beside
-// the holder's record of that token (holders.lua, attached.lua). The
-// session is alive, so a grant past its bound is still held.
+// attached to session id: a record (a field 'h:' + holder) that names the
+// session (holders.lua). The session is alive, so a grant past its bound is
+// still held.
 func (s *Store) namesHolding(ctx context.Context, id string, names []string) ([]string, error) {
 	if len(names) == 0 {
 		return nil, nil
@@ -284,19 +284,26 @@ func (s *Store) namesHolding(ctx context.Context, id string, names []string) ([]
 	}); err != nil {
 		return nil, err
 	}
-	prefix := id + ":"
 	var held []string
 	for i, cmd := range cmds {
 		for f, v := range cmd.Val() {
-			holder, attached := strings.CutPrefix(f, "s:")
-			token, ours := strings.CutPrefix(v, prefix)
-			if attached && ours && strings.HasPrefix(cmd.Val()["h:"+holder], token+":") {
+			if strings.HasPrefix(f, "h:") && recordSession(v) == id {
 				held = append(held, names[i])
 				break
 			}
 		}
 	}
 	return held, nil
+}
+
+// recordSession is the session a grant record (holders.lua:
+// token:weight:ttl:expires:session:value) is attached to, or "".
+func recordSession(rec string) string {
+	parts := strings.SplitN(rec, ":", 6)
+	if len(parts) < 6 {
+		return ""
+	}
+	return parts[4]
 }
 
 // proof is what a session's slot said of it: kind a (alive, n remaining,
@@ -344,11 +351,16 @@ type proofSet map[string]proof
 // down from when its reply arrived: the name applies it as its own now
 // plus what is left, so the bound is no earlier than the session's expiry
 // (the check ran before the reply arrived, the name's script after it is
-// sent). One whose time ran out is left out, to be asked again.
-func (p proofSet) text(now time.Time) (string, []string) {
+// sent). One whose time ran out is left out, to be asked again; so is
+// skip's (acquire.lua makes the attaching session's own proof from its
+// remaining time, an argument it has anyway).
+func (p proofSet) text(now time.Time, skip string) (string, []string) {
 	var b strings.Builder
 	var stale []string
 	for id, pr := range p {
+		if id == skip && skip != "" {
+			continue
+		}
 		n := pr.n
 		if pr.kind == 'a' {
 			if n -= now.Sub(pr.got); n <= 0 {
@@ -398,7 +410,7 @@ func (s *Store) prove(ctx context.Context, p proofSet, ids []string) error {
 // none it lacks; attempt returns the ids of the sessions it needs proven.
 func (s *Store) withProofs(ctx context.Context, p proofSet, attempt func(proofs string) ([]string, error)) error {
 	for range maxProofRounds {
-		text, stale := p.text(time.Now())
+		text, stale := p.text(time.Now(), "")
 		if len(stale) > 0 {
 			if err := s.prove(ctx, p, stale); err != nil {
 				return err

@@ -329,3 +329,126 @@ func TestARefreshForgetsOnlyNamesThatCannotHoldTheSessionsGrants(t *testing.T) {
 		t.Fatalf("after the close, shared = %+v, %v; want granted with a larger token than %d", res, err, again.Token)
 	}
 }
+
+// TestAGrantsRecordCarriesItsAttachment: a grant record names the session
+// it is attached to ("" for a grant of its own TTL), and the summary's
+// fifth part (slow) is present while a grant may be attached, at most its
+// bound; a renewal as a lease of its own detaches the grant, and the last
+// release takes the summary, slow with it.
+func TestAGrantsRecordCarriesItsAttachment(t *testing.T) {
+	t.Parallel()
+	s := newStore(t, nil, Options{})
+	ctx := testCtx(t)
+	sess := mustSession(t, s, "alice")
+	own := store.AcquireRequest{Holder: "w", TTL: time.Minute}
+	for _, tc := range []struct {
+		name        string
+		steps       []store.AcquireRequest // by holder w, in order
+		release     bool
+		wantSession string // "-" for no record
+		wantSlow    bool
+	}{
+		{name: "a grant of its own names no session", steps: []store.AcquireRequest{own}, wantSession: ""},
+		{name: "an attached grant names its session, the summary its bound", steps: []store.AcquireRequest{inSession("", "w", sess)},
+			wantSession: sess.ID, wantSlow: true},
+		{name: "renewed as a lease of its own, a grant names no session", steps: []store.AcquireRequest{inSession("", "w", sess), own},
+			wantSession: "", wantSlow: true},
+		{name: "renewed attached, a grant of its own names the session", steps: []store.AcquireRequest{own, inSession("", "w", sess)},
+			wantSession: sess.ID, wantSlow: true},
+		{name: "released, an attached grant leaves no record and no summary", steps: []store.AcquireRequest{inSession("", "w", sess)},
+			release: true, wantSession: "-"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			name := "record/" + tc.name
+			var l store.Lease
+			for _, req := range tc.steps {
+				req.Name = name
+				l = mustGrant(t, s, req)
+			}
+			if tc.release {
+				mustRelease(t, s, l)
+			}
+			lease := s.keys(name).lease
+			v, err := s.client.HMGet(ctx, lease, HolderField("w"), "sum").Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.wantSession == "-" {
+				if v[0] != nil || v[1] != nil {
+					t.Fatalf("record %v, summary %v; want neither", v[0], v[1])
+				}
+				return
+			}
+			rec, _ := v[0].(string)
+			if got := recordSession(rec); got != tc.wantSession {
+				t.Errorf("record %q names session %q, want %q", rec, got, tc.wantSession)
+			}
+			d, err := s.Describe(ctx, name)
+			if err != nil || len(d.Holders) != 1 || d.Holders[0].Session != tc.wantSession {
+				t.Errorf("Describe: %+v, %v; want w's grant in session %q", d.Holders, err, tc.wantSession)
+			}
+			sum, _ := v[1].(string)
+			parts := strings.Split(sum, ":")
+			if hasSlow := len(parts) == 5; hasSlow != tc.wantSlow {
+				t.Fatalf("summary %q: slow %v, want %v", sum, hasSlow, tc.wantSlow)
+			}
+			if tc.wantSlow {
+				if slow, _ := strconv.ParseInt(parts[4], 10, 64); slow > recordExpires(t, s, name, "w") && tc.wantSession != "" {
+					t.Errorf("summary %q: slow after the bound %d", sum, recordExpires(t, s, name, "w"))
+				}
+			}
+		})
+	}
+}
+
+// TestAnAttachedAcquireProvesItsOwnSession: an attached acquire sends no
+// proof of its own session (acquire.lua makes it from what the proof
+// left), yet settles the session's grants whose bounds passed with it,
+// without asking for a proof.
+func TestAnAttachedAcquireProvesItsOwnSession(t *testing.T) {
+	t.Parallel()
+	s := newStore(t, nil, Options{})
+	ctx := testCtx(t)
+	sess, err := s.CreateSession(ctx, "alice", 300*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const name = "semaphore"
+	first := inSession(name, "a", sess)
+	first.Capacity = 2
+	mustGrant(t, s, first)
+	bound := recordExpires(t, s, name, "a")
+	// The session lives on; a's bound, its expiry as the name learned it,
+	// passes.
+	for time.Now().Before(time.UnixMilli(bound).Add(100 * time.Millisecond)) {
+		if _, err := s.RenewSession(ctx, sess.ID, sess.Owner); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	second := inSession(name, "b", sess)
+	second.Capacity = 2
+	proofs := proofSet{}
+	if err := s.proveOwn(ctx, proofs, second); err != nil {
+		t.Fatal(err)
+	}
+	args := s.acquireArgs(second, 2, 1)
+	args.session, args.sessionTTL = sess.ID, proofs[sess.ID].ttl.Milliseconds()
+	args.ttlMS, _ = proofs.left(sess.ID, time.Now())
+	args.proofs, _ = proofs.text(time.Now(), sess.ID)
+	if args.proofs != "" || len(args.argv()) != 9 {
+		t.Fatalf("argv %v: want 9 arguments, no proofs", args.argv())
+	}
+	k := s.keys(name)
+	v, err := s.scripts.acquire.Run(ctx, s.client, []string{k.lease, k.queue, k.waiters, k.marker}, args.argv()...).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	reply, err := decodeAcquire(args.asked(second), v)
+	if err != nil || len(reply.need) > 0 || !reply.result.Acquired {
+		t.Fatalf("acquire: %+v, %v; want a grant, no proofs asked", reply, err)
+	}
+	if got := recordExpires(t, s, name, "a"); got <= bound {
+		t.Errorf("a's bound %d, was %d: not pushed out by the session's own proof", got, bound)
+	}
+}

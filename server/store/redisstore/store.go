@@ -474,7 +474,7 @@ type acquireArgs struct {
 	maxHolders int
 	name       string
 	// session is the id of the session to attach to, or ""; sessionTTL its
-	// ttl (ms); proofs the proofs of sessions (attached.lua).
+	// ttl (ms); proofs the proofs of sessions (attached.lua) but its own.
 	session    string
 	sessionTTL int64
 	proofs     string
@@ -486,9 +486,9 @@ type acquireArgs struct {
 
 // argv lays the arguments out, leaving out the trailing ones that are ""
 // (the script reads an absent one as ""; the waiter's ttl goes with the
-// waiter, the session's with the session and its proofs): each costs Redis
-// about 1k instructions, and a grant of its own that does not wait needs
-// none of them.
+// waiter, the session's ttl with the session): each costs Redis about 1k
+// instructions, and a grant of its own that does not wait needs none of
+// them, an attached one only its session and the session's ttl.
 func (a acquireArgs) argv() []any {
 	v := []any{a.holder, a.ttlMS, a.value, a.capacity, a.weight, a.maxHolders, a.name,
 		a.session, a.sessionTTL, a.proofs, a.waiter, a.waiterTTL, a.expected, a.keepValue}
@@ -499,8 +499,10 @@ func (a acquireArgs) argv() []any {
 		return v[:13]
 	case a.waiter != "":
 		return v[:12]
-	case a.session != "" || a.proofs != "":
+	case a.proofs != "":
 		return v[:10]
+	case a.session != "":
+		return v[:9]
 	}
 	return v[:7]
 }
@@ -577,6 +579,9 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 				own, _ = proofs.left(req.Session, time.Now())
 			}
 			args.ttlMS, args.sessionTTL = own, proofs[req.Session].ttl.Milliseconds()
+			// The script makes the session's own proof from ttlMS, no
+			// later than the one text held: only the others' travel.
+			args.proofs, _ = proofs.text(time.Now(), req.Session)
 		}
 		v, rep, err := s.callWait(ctx, "acquire", true, s.scripts.acquire,
 			[]string{k.lease, k.queue, k.waiters, k.marker}, args.argv()...)
@@ -740,7 +745,7 @@ func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) (sto
 		cmds := make([]*redis.SliceCmd, len(ckeys))
 		if _, err := c.Pipelined(cctx, func(p redis.Pipeliner) error {
 			for i, key := range ckeys {
-				cmds[i] = p.HMGet(cctx, key, "sum", "slow")
+				cmds[i] = p.HMGet(cctx, key, "sum") // no redis.Nil to fail the pipeline
 			}
 			return nil
 		}); err != nil {
@@ -748,20 +753,24 @@ func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) (sto
 		}
 		var out []string
 		for i, cmd := range cmds {
+			// 'sum' (holders.lua) is n:used:low:high[:slow]: high at
+			// least the latest expiry of the grants; slow says grants are
+			// attached to sessions, whose bounds may be stale: describe
+			// settles them.
 			v := cmd.Val()
-			// 'sum' (holders.lua) ends with high, at least the latest
-			// expiry of the grants; 'slow' says grants are attached to
-			// sessions, whose bounds may be stale: describe settles them.
-			if len(v) != 2 || v[0] == nil {
-				continue
-			}
-			if v[1] != nil {
-				out = append(out, candidates[i])
+			if len(v) != 1 || v[0] == nil {
 				continue
 			}
 			sum, _ := v[0].(string)
-			high := sum[strings.LastIndexByte(sum, ':')+1:]
-			if ms, err := strconv.ParseInt(high, 10, 64); err == nil && ms > start.UnixMilli() {
+			parts := strings.Split(sum, ":")
+			if len(parts) > 4 {
+				out = append(out, candidates[i])
+				continue
+			}
+			if len(parts) < 4 {
+				continue
+			}
+			if ms, err := strconv.ParseInt(parts[3], 10, 64); err == nil && ms > start.UnixMilli() {
 				out = append(out, candidates[i])
 			}
 		}

@@ -21,7 +21,9 @@
 --         TTL; with one, ARGV[2] is what the session's proof left
 --         (remaining ms): the grant's bound (attached.lua)
 -- ARGV[9] the session's ttl (ms): an attached grant's recorded ttl
--- ARGV[10] proofs of sessions (attached.lua), the attaching one's included
+-- ARGV[10] proofs of sessions (attached.lua) but the attaching one's: the
+--          script makes that from ARGV[2] (what its proof left), when it
+--          needs it (an attached grant's bound passed)
 -- ARGV[11] waiter id, or "" for a caller that does not wait
 -- ARGV[12] waiter ttl (ms, >= 1)
 -- ARGV[13] token (decimal) the caller must hold the name under, or "": with
@@ -32,7 +34,7 @@
 --
 -- The arguments from ARGV[8] on are left out after the last one that is not
 -- "" (acquireArgs.argv): an absent one reads as "". A grant of its own that
--- does not wait sends 7 arguments, an attached one 10; each argument costs
+-- does not wait sends 7 arguments, an attached one 9; each argument costs
 -- Redis about 1k instructions at every call.
 --
 -- The store's settings are constants of its copy of the script (scripts.go
@@ -61,8 +63,8 @@
 -- Redis calls: an uncontended grant runs 4 (TIME, GET marker, HMGET,
 -- HSET), and PEXPIREAT when the key's expiry must move ('ex', below: about
 -- once per eighth of a retention); it ran 5, PEXPIRE always, before 'ex'.
--- A grant attached to a session costs the same (its session's fields ride
--- in the one HSET), but its key must outlive it by KEEP, which the last
+-- A grant attached to a session costs the same (its record names the
+-- session, the summary its bound), but its key must outlive it by KEEP, which the last
 -- attached release takes back to IDLE unless the name is hot ('hot', set
 -- when a name is granted again within a retention of its last grant): so
 -- a name used once in a session runs PEXPIREAT at its grant and at its
@@ -109,11 +111,11 @@ local now = tonumber(now_ms)
 -- 'token' is the last token issued: it stays when the grants end, as the
 -- name's fencing counter. 'sum' summarises the grant records, live or in
 -- their lock delay (holders.lua): their number, the sum of their weights,
--- at most the earliest expiry among them and at least the latest; it is
--- absent while there is none. 'slow' is at most the earliest bound of the
--- grants attached to sessions. 'ex' is the key's expiry as the scripts last
+-- at most the earliest expiry among them and at least the latest, and at
+-- most the earliest bound of those attached to sessions (slow); it is
+-- absent while there is none. 'ex' is the key's expiry as the scripts last
 -- set it (see keep_key).
-local cur = redis.call('HMGET', lease, 'token', 'cap', 'sum', 'queued', 'watched', field, 'slow', 's:' .. holder, 'ex')
+local cur = redis.call('HMGET', lease, 'token', 'cap', 'sum', 'queued', 'watched', field, 'ex')
 
 -- The next token: the counter plus one, but never below the clock in
 -- microseconds: a counter that is gone (the name was idle past its
@@ -141,19 +143,19 @@ end
 local free = not cur[3] and cur[4] ~= '1' and expected == '' and (not cur[5] or tonumber(cur[5]) <= now)
 if free and sess ~= '' then
   -- The same, attached to the caller's session (ttl is what its proof
-  -- left): the record's ttl is the session's, the attachment
-  -- ('s:' .. holder, attached.lua) and the earliest bound ('slow') ride in
-  -- the HSET, and the key outlives the bound by KEEP.
+  -- left): the record names the session and has its ttl, the summary
+  -- has its bound as the earliest (slow, attached.lua), and the key
+  -- outlives the bound by KEEP.
   local token = next_token
   local expires = ms(now + ttl)
   local need = now + ttl + LOCK_DELAY + KEEP
-  local fields = {field, pack_grant(token, ARGV[5], ARGV[9], expires, value), 'token', token,
-    'sum', '1:' .. ARGV[5] .. ':' .. expires .. ':' .. expires, 's:' .. holder, sess .. ':' .. token, 'slow', expires}
+  local fields = {field, pack_grant(token, ARGV[5], ARGV[9], expires, sess, value), 'token', token,
+    'sum', '1:' .. ARGV[5] .. ':' .. expires .. ':' .. expires .. ':' .. expires}
   if (cur[2] or '1') ~= ARGV[4] then
     fields[#fields + 1], fields[#fields + 2] = 'cap', ARGV[4]
   end
   local at
-  if not (cur[9] and tonumber(cur[9]) >= need) then
+  if not (cur[7] and tonumber(cur[7]) >= need) then
     at = ms(need + math.floor(KEEP / 8))
     fields[#fields + 1], fields[#fields + 2] = 'ex', at
     -- A name granted again within a retention of its last grant is in
@@ -173,10 +175,10 @@ end
 if free then
   local token = next_token
   local expires = ms(now + ttl)
-  local record = pack_grant(token, ARGV[5], ARGV[2], expires, value)
+  local record = pack_grant(token, ARGV[5], ARGV[2], expires, '', value)
   local sum = '1:' .. ARGV[5] .. ':' .. expires .. ':' .. expires
   local need = now + ttl + LOCK_DELAY + IDLE
-  if cur[9] and tonumber(cur[9]) >= need then
+  if cur[7] and tonumber(cur[7]) >= need then
     if (cur[2] or '1') == ARGV[4] then
       redis.call('HSET', lease, field, record, 'token', token, 'sum', sum)
     else
@@ -200,12 +202,12 @@ local waiter, waiter_ttl, channel, name = ARGV[11] or '', tonumber(ARGV[12]), CH
 local delay, keep_value, idle = LOCK_DELAY, ARGV[14] == '1', IDLE
 local capacity, weight, max_holders = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local cap_now = tonumber(cur[2]) or 1
-local n, used, low, high = unpack_sum(cur[3])
+local n, used, low, high, slow = unpack_sum(cur[3])
 local queued, watched = cur[4] == '1', tonumber(cur[5]) or 0
 local mine = unpack_grant(holder, cur[6])
-local ex = tonumber(cur[9])
+local ex = tonumber(cur[7])
 local mine_live = mine and mine.expires > now
-local stale = cur[7] and now >= tonumber(cur[7])
+local stale = slow and now >= slow
 if expected ~= '' and not stale and not (mine_live and mine.token == expected) then
   return {0, lost, '', '', '', 0, 0, 0, 0, ''}
 end
@@ -218,19 +220,21 @@ local keep, rec_ttl = idle, ttl
 if sess ~= '' then rec_ttl = tonumber(ARGV[9]) end
 local settled_ended = false
 if stale then
-  local need, ended = settle(lease, now, parse_proofs(ARGV[10] or ''), delay, KEEP)
+  local proofs = parse_proofs(ARGV[10] or '')
+  if sess ~= '' then proofs[sess] = {kind = 'a', n = ttl} end
+  local need, ended = settle(lease, now, proofs, delay, KEEP)
   if need then
     table.insert(need, 1, lost)
     table.insert(need, 1, -4)
     return need
   end
   settled_ended = ended
-  cur = redis.call('HMGET', lease, 'token', 'cap', 'sum', 'queued', 'watched', field, 'slow', 's:' .. holder, 'ex')
+  cur = redis.call('HMGET', lease, 'token', 'cap', 'sum', 'queued', 'watched', field, 'ex')
   cap_now = tonumber(cur[2]) or 1
-  n, used, low, high = unpack_sum(cur[3])
+  n, used, low, high, slow = unpack_sum(cur[3])
   queued, watched = cur[4] == '1', tonumber(cur[5]) or 0
   mine = unpack_grant(holder, cur[6])
-  ex = tonumber(cur[9])
+  ex = tonumber(cur[7])
   mine_live = mine and mine.expires > now
   if expected ~= '' and not (mine_live and mine.token == expected) then
     if settled_ended and (queued or watched > now) then redis.call('PUBLISH', channel, name) end
@@ -240,22 +244,7 @@ end
 -- While grants are attached, the key outlives them by KEEP: their
 -- bounds may be stale, and their sessions' renewals refresh them only
 -- that often.
-if cur[7] or sess ~= '' then keep = KEEP end
-local mine_att = cur[8]
-
--- Records the caller's grant (token) as attached to its session, adding
--- to fields (those of the HSET about to run), or as a grant of its own
--- TTL, expiring at expires.
-local function attach_mine(fields, token, expires)
-  if sess ~= '' then
-    fields[#fields + 1], fields[#fields + 2] = ATTACHED .. holder, sess .. ':' .. token
-    if not cur[7] or expires < tonumber(cur[7]) then
-      fields[#fields + 1], fields[#fields + 2] = 'slow', ms(expires)
-    end
-  elseif mine_att then
-    redis.call('HDEL', lease, ATTACHED .. holder)
-  end
-end
+if slow or sess ~= '' then keep = KEEP end
 
 -- The lease key outlives the last grant by the lock delay and the idle
 -- retention (keep), and the name's observation mark. A script that must
@@ -281,13 +270,15 @@ local function grant()
   used, n = used + weight, n + 1
   if not low or expires < low then low = expires end
   if expires > high then high = expires end
-  local fields = {field, pack_grant(token, weight, rec_ttl, expires, value), 'token', token,
-    'sum', pack_sum(n, used, low, high)}
+  -- Attached to its session (its record names it): slow is at most its
+  -- bound.
+  if sess ~= '' and (not slow or expires < slow) then slow = expires end
+  local fields = {field, pack_grant(token, weight, rec_ttl, expires, sess, value), 'token', token,
+    'sum', pack_sum(n, used, low, high, slow)}
   if (cur[2] or '1') ~= ARGV[4] then
     fields[#fields + 1], fields[#fields + 2] = 'cap', ARGV[4]
   end
   local at = keep_key(fields)
-  attach_mine(fields, token, expires)
   redis.call('HSET', lease, unpack(fields))
   if at then redis.call('PEXPIREAT', lease, at) end
   return token
@@ -315,9 +306,9 @@ if mine_live then
   local expires = now + ttl
   if n <= 1 or expires > high then high = expires end
   if not low or expires < low then low = expires end
-  local fields = {field, pack_grant(mine.token, mine.weight, rec_ttl, expires, value), 'sum', pack_sum(n, used, low, high)}
+  if sess ~= '' and (not slow or expires < slow) then slow = expires end
+  local fields = {field, pack_grant(mine.token, mine.weight, rec_ttl, expires, sess, value), 'sum', pack_sum(n, used, low, high, slow)}
   local at = keep_key(fields)
-  attach_mine(fields, mine.token, expires)
   redis.call('HSET', lease, unpack(fields))
   if at then redis.call('PEXPIREAT', lease, at) end
   if waiter ~= '' then unqueue() end
@@ -347,7 +338,7 @@ if low and now >= low + delay then
   if n == 0 then
     redis.call('HDEL', lease, 'sum')
   else
-    redis.call('HSET', lease, 'sum', pack_sum(n, used, low, high))
+    redis.call('HSET', lease, 'sum', pack_sum(n, used, low, high, slow))
   end
   if mine and mine.expires + delay <= now then mine = nil end
 end
@@ -428,7 +419,7 @@ local function refuse(retry_at, show)
     each_grant(all, function(g)
       if g.expires > now and (not f or g.expires < f.expires) then f = g end
     end)
-    if f then return {0, lost, f.holder, f.token, f.value, f.ttl, f.expires, retry_at, f.weight, grant_session(all, f)} end
+    if f then return {0, lost, f.holder, f.token, f.value, f.ttl, f.expires, retry_at, f.weight, f.session} end
   end
   return {0, lost, '', '', '', 0, 0, retry_at, 0, ''}
 end

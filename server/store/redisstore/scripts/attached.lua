@@ -2,36 +2,19 @@
 -- puts it after holders.lua in front of every script that must not trust
 -- an attached grant past its bound (acquire, describe, watch, settle).
 --
--- An attached grant is an ordinary grant record (holders.lua) whose expiry
--- is a bound: its session's expiry as this name last learned it, from a
--- proof that the session's slot gave as remaining milliseconds and that
--- the name applied as its own now plus those (later than the truth by the
--- transit: the safe side). The lease key's field 's:' .. holder, valued
--- session_id ':' token, marks the record attached (a field whose token is
--- not the record's is stale: ignored and dropped), and 'slow' is at most the
--- earliest bound of the attached records, so that a script looks at them
--- only when one may have passed.
+-- An attached grant is an ordinary grant record (holders.lua) that names
+-- its session and whose expiry is a bound: its session's expiry as this
+-- name last learned it, from a proof that the session's slot gave as
+-- remaining milliseconds and that the name applied as its own now plus
+-- those (later than the truth by the transit: the safe side). The
+-- summary's slow ('sum', holders.lua) is at most the earliest bound of the
+-- attached records, so that a script looks at them only when one may have
+-- passed.
 --
 -- A proof is ARGV text "id=kind:ms,..." with kind a (alive, ms remaining),
 -- e (expired, ms ago), c (closed) or g (gone: unknown to its slot, so dead
 -- for at least the session retention). A proof of death is never stale (a
 -- dead session never revives); a proof of life only pushes a bound out.
-
-local ATTACHED = 's:'
-
--- The id of the session g (a grant of the HGETALL reply all) is attached
--- to, or "".
-local function grant_session(all, g)
-  local f = ATTACHED .. g.holder
-  for i = 1, #all, 2 do
-    if all[i] == f then
-      local id, tok = string.match(all[i + 1], '^(.*):(%d+)$')
-      if tok == g.token then return id end
-      return ''
-    end
-  end
-  return ''
-end
 
 local function parse_proofs(text)
   local proofs = {}
@@ -50,21 +33,19 @@ end
 -- key's fields as they were.
 local function settle(lease, now, proofs, delay, keep)
   local all = redis.call('HGETALL', lease)
-  local recs, att, fields = {}, {}, {}
+  local att, fields = {}, {}
   for i = 1, #all, 2 do
-    local f, p = all[i], string.sub(all[i], 1, 2)
+    local f = all[i]
     fields[f] = all[i + 1]
-    if p == HOLDER then
-      recs[string.sub(f, 3)] = all[i + 1]
-    elseif p == ATTACHED then
-      att[string.sub(f, 3)] = all[i + 1]
+    if string.sub(f, 1, 2) == HOLDER then
+      local g = unpack_grant(string.sub(f, 3), all[i + 1])
+      if g and g.session ~= '' then att[#att + 1] = g end
     end
   end
   local need, seen = {}, {}
-  for holder, a in pairs(att) do
-    local id, tok = string.match(a, '^(.*):(%d+)$')
-    local g = unpack_grant(holder, recs[holder])
-    if g and g.token == tok and g.expires <= now and not proofs[id] and not seen[id] then
+  for _, g in ipairs(att) do
+    local id = g.session
+    if g.expires <= now and not proofs[id] and not seen[id] then
       need[#need + 1], seen[id] = id, true
     end
   end
@@ -72,47 +53,38 @@ local function settle(lease, now, proofs, delay, keep)
 
   local n, used, low, high = unpack_sum(fields['sum'])
   local set, del, slow, ended = {}, {}, nil, false
-  for holder, a in pairs(att) do
-    local id, tok = string.match(a, '^(.*):(%d+)$')
-    local g = unpack_grant(holder, recs[holder])
-    local p = proofs[id]
-    if not g or g.token ~= tok then
-      del[#del + 1] = ATTACHED .. holder
-    elseif not p then
+  for _, g in ipairs(att) do
+    local p = proofs[g.session]
+    if not p then
       if not slow or g.expires < slow then slow = g.expires end
     elseif p.kind == 'a' then
       local e = now + p.n
       if e > g.expires then
         g.expires = e
-        set[#set + 1], set[#set + 2] = HOLDER .. holder, pack_grant(g.token, g.weight, g.ttl, ms(e), g.value)
+        set[#set + 1], set[#set + 2] = HOLDER .. g.holder, pack_grant(g.token, g.weight, g.ttl, ms(e), g.session, g.value)
         if e > high then high = e end
       end
       if not slow or g.expires < slow then slow = g.expires end
     elseif p.kind == 'c' then
-      del[#del + 1], del[#del + 2] = ATTACHED .. holder, HOLDER .. holder
+      del[#del + 1] = HOLDER .. g.holder
       used, n, ended = used - g.weight, n - 1, true
     else
       -- Expired: the grant ended when its session did (or, gone, at least
       -- the retention ago); its lock delay runs from then. It is an
-      -- ordinary expired grant from now on.
+      -- ordinary expired grant from now on: its record names no session.
       local e = now - p.n
       if p.kind == 'g' then e = now - keep end
       if e < g.expires then
-        set[#set + 1], set[#set + 2] = HOLDER .. holder, pack_grant(g.token, g.weight, g.ttl, ms(e), g.value)
+        g.expires = e
         if not low or e < low then low = e end
       end
-      del[#del + 1] = ATTACHED .. holder
+      set[#set + 1], set[#set + 2] = HOLDER .. g.holder, pack_grant(g.token, g.weight, g.ttl, ms(g.expires), '', g.value)
     end
   end
   if n <= 0 then
     del[#del + 1] = 'sum'
   else
-    set[#set + 1], set[#set + 2] = 'sum', pack_sum(n, used, low, high)
-  end
-  if slow then
-    set[#set + 1], set[#set + 2] = 'slow', ms(slow)
-  else
-    del[#del + 1] = 'slow'
+    set[#set + 1], set[#set + 2] = 'sum', pack_sum(n, used, low, high, slow)
   end
   if #del > 0 then redis.call('HDEL', lease, unpack(del)) end
   if #set > 0 then redis.call('HSET', lease, unpack(set)) end

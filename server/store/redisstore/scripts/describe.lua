@@ -35,7 +35,7 @@ local all = redis.call('HGETALL', KEYS[1])
 local last, slow
 for i = 1, #all, 2 do
   if all[i] == 'token' then last = all[i + 1] end
-  if all[i] == 'slow' then slow = tonumber(all[i + 1]) end
+  if all[i] == 'sum' then slow = select(5, unpack_sum(all[i + 1])) end
 end
 -- An attached grant whose bound passed is settled first (attached.lua):
 -- a vacancy is reported only once its session is known dead.

@@ -19,8 +19,8 @@ local function queue_weight(score)
   return tonumber(score) % WEIGHT_SPAN
 end
 
--- The live grants of an HGETALL reply at now, in token order, each with
--- its session, and the capacity it records (absent: 1).
+-- The live grants of an HGETALL reply at now, in token order (each with
+-- its session: holders.lua), and the capacity it records (absent: 1).
 local function live_grants(all, now)
   local out = {}
   each_grant(all, function(g)
@@ -30,21 +30,9 @@ local function live_grants(all, now)
     if #a.token ~= #b.token then return #a.token < #b.token end
     return a.token < b.token
   end)
-  local cap, sessions = 1, {}
+  local cap = 1
   for i = 1, #all, 2 do
-    local f = all[i]
-    if f == 'cap' then
-      cap = tonumber(all[i + 1]) or 1
-    elseif string.sub(f, 1, 2) == 's:' then
-      local id, tok = string.match(all[i + 1], '^(.*):(%d+)$')
-      if id then sessions[string.sub(f, 3)] = {id = id, token = tok} end
-    end
-  end
-  -- An attached grant's session (attached.lua): "" for a grant of its own
-  -- TTL.
-  for _, g in ipairs(out) do
-    local a = sessions[g.holder]
-    g.session = (a and a.token == g.token) and a.id or ''
+    if all[i] == 'cap' then cap = tonumber(all[i + 1]) or 1 end
   end
   return out, cap
 end

@@ -39,20 +39,16 @@
 -- if any, runs its course. decodeRelease in scripts.go reads the reply.
 
 local field, token = HOLDER .. ARGV[1], ARGV[2]
-local cur = redis.call('HMGET', KEYS[1], field, 'sum', 'queued', 'watched', 's:' .. ARGV[1], 'slow', 'ex', 'hot')
--- The record's token and expiry, as strings (holders.lua packs them);
--- numbers only where needed: converting them is much of what a release
--- costs Redis.
-local tok, expires
-if cur[1] then tok, expires = string.match(cur[1], '^(%d+):%d+:%d+:(%d+):') end
+local cur = redis.call('HMGET', KEYS[1], field, 'sum', 'queued', 'watched', 'ex', 'hot')
+-- The record's token, expiry and session, as strings (holders.lua packs
+-- them); numbers only where needed: converting them is much of what a
+-- release costs Redis.
+local tok, expires, session
+if cur[1] then tok, expires, session = string.match(cur[1], '^(%d+):%d+:%d+:(%d+):(%x*):') end
 if not tok or tok ~= token then
   return 0
 end
-local session
-if cur[5] then
-  local id, attached = string.match(cur[5], '^(.*):(%d+)$')
-  if attached == token then session = id end
-end
+if session == '' then session = nil end
 -- Redis' time in ms, as a decimal string to compare the record's expiry
 -- with (longer is larger), and as a number: one conversion.
 local time = redis.call('TIME')
@@ -61,27 +57,29 @@ if #us < 6 then us = string.rep('0', 6 - #us) .. us end
 local now_ms = string.sub(time[1] .. us, 1, -4)
 if not session and (#expires < #now_ms or (#expires == #now_ms and expires <= now_ms)) then return 0 end
 local now = tonumber(now_ms)
-local watched, idle = tonumber(cur[4]) or 0, IDLE
-if cur[6] then idle = math.max(idle, KEEP) end
+local watched = tonumber(cur[4]) or 0
 -- The key must outlive the release by the retention, and the name's
 -- observation mark. 'ex' is its expiry as the scripts last set it (see
 -- acquire.lua's keep_key): while that covers the need by no more than a
 -- quarter of a retention (a grant of a TTL and lock delay below an eighth
 -- of one, released), the key is left as it is; else it expires at the
 -- need, and 'ex' goes.
-local ex = tonumber(cur[7])
+local ex = tonumber(cur[5])
 if cur[2] and string.sub(cur[2], 1, 2) ~= '1:' then
   -- One of several grants (a semaphore's share, attached to a session or
   -- not): its weight goes back. The summary ('sum', holders.lua) counts
   -- the grants first, so that telling the last one needs no conversion; one
   -- that counts no more than one (not a summary) is the last one's.
   -- (holders.lua's decoders go here: scripts.go)
-  local n, used, low, high = unpack_sum(cur[2])
+  local n, used, low, high, slow = unpack_sum(cur[2])
   if n > 1 then
-    redis.call('HSET', KEYS[1], 'sum', pack_sum(n - 1, used - unpack_grant(ARGV[1], cur[1]).weight, low, high))
+    -- While grants may be attached (slow), the key outlives them by KEEP;
+    -- slow stays, still at most the earliest bound of those left.
+    local idle = IDLE
+    if slow then idle = math.max(idle, KEEP) end
+    redis.call('HSET', KEYS[1], 'sum', pack_sum(n - 1, used - unpack_grant(ARGV[1], cur[1]).weight, low, high, slow))
     local last = math.max(high + LOCK_DELAY + idle, now + idle, watched)
     local gone = {field}
-    if cur[5] then gone[2] = 's:' .. ARGV[1] end
     if not (ex and ex >= last and ex <= last + idle / 4) then
       gone[#gone + 1] = 'ex'
       redis.call('PEXPIREAT', KEYS[1], ms(last))
@@ -98,7 +96,7 @@ end
 -- acquires need KEEP again, and moving the expiry down and up at every
 -- cycle would cost two commands a cycle.
 local keep_for, slack = IDLE, IDLE / 4
-if session and cur[8] then
+if session and cur[6] then
   -- Its acquire set the expiry past the bound, up to a session's TTL (the
   -- record's ttl) ahead: that much more is no reason to move it.
   keep_for = math.max(IDLE, KEEP)
@@ -107,14 +105,11 @@ end
 local last = now + keep_for
 if watched > last then last = watched end
 local kept = ex and ex >= last and ex <= last + slack
-if kept and not cur[5] and not cur[6] then
-  -- The exclusive lock's release: only the fields it has.
+if kept then
+  -- The summary goes with the last grant, and with it any bound (slow).
   redis.call('HDEL', KEYS[1], field, 'sum')
-elseif kept then
-  -- The same, attached to a session (the last grant: no other bound).
-  redis.call('HDEL', KEYS[1], field, 'sum', 's:' .. ARGV[1], 'slow')
 else
-  redis.call('HDEL', KEYS[1], field, 'sum', 's:' .. ARGV[1], 'slow', 'ex')
+  redis.call('HDEL', KEYS[1], field, 'sum', 'ex')
 end
 if not kept then redis.call('PEXPIREAT', KEYS[1], ms(last)) end
 if cur[3] == '1' or watched > now then

@@ -30,12 +30,12 @@
 -- is the one reader of this reply.
 
 local field = HOLDER .. ARGV[1]
-local cur = redis.call('HMGET', KEYS[1], field, 'watched', 'sum', 's:' .. ARGV[1], 'slow', 'ex')
+local cur = redis.call('HMGET', KEYS[1], field, 'watched', 'sum', 'ex')
 local g = unpack_grant(ARGV[1], cur[1])
 if not g or g.token ~= ARGV[2] then
   return {0}
 end
-if cur[4] and string.match(cur[4], ':(%d+)$') == g.token then
+if g.session ~= '' then
   return {2}
 end
 local time = redis.call('TIME')
@@ -45,21 +45,21 @@ if g.expires <= now then
 end
 local ttl = tonumber(ARGV[3])
 local expires = now + ttl
-local n, used, low, high = unpack_sum(cur[3])
+local n, used, low, high, slow = unpack_sum(cur[3])
 if n <= 1 or expires > high then high = expires end
 if not low or expires < low then low = expires end
 -- A record without a summary (never written so): count it, and let the
 -- next grant read the records (low 0) to set the summary exactly.
 if n < 1 then n, used, low = 1, g.weight, 0 end
-local fields = {field, pack_grant(g.token, g.weight, ttl, expires, g.value), 'sum', pack_sum(n, used, low, high)}
+local fields = {field, pack_grant(g.token, g.weight, ttl, expires, '', g.value), 'sum', pack_sum(n, used, low, high, slow)}
 -- The key lives on, and never less than the name's observation mark. While
 -- 'ex' (its expiry as the scripts last set it: acquire.lua's keep_key)
 -- covers that by no more than a quarter of the span, it stays; else it
 -- moves an eighth of the span past the need.
 local span = LOCK_DELAY + IDLE
-if cur[5] then span = math.max(span, LOCK_DELAY + KEEP) end
+if slow then span = math.max(span, LOCK_DELAY + KEEP) end
 local last = math.max(high + span, tonumber(cur[2]) or 0)
-local ex, at = tonumber(cur[6]), nil
+local ex, at = tonumber(cur[4]), nil
 if not (ex and ex >= last and ex <= last + span / 4) then
   at = ms(last + math.floor(span / 8))
   fields[#fields + 1], fields[#fields + 2] = 'ex', at

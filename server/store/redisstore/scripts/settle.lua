@@ -30,13 +30,12 @@ if ended and (fields['queued'] == '1' or (tonumber(fields['watched']) or 0) > no
 end
 local held = 0
 if ARGV[6] ~= '' then
-  local prefix = ARGV[6] .. ':'
-  for f, a in pairs(fields) do
-    if string.sub(f, 1, 2) == ATTACHED and string.sub(a, 1, #prefix) == prefix then
-      -- Ended by the proofs only for a closed or expired session, which
-      -- is not pruned: a refresh carries a proof of life.
-      local g = unpack_grant(string.sub(f, 3), fields[HOLDER .. string.sub(f, 3)])
-      if g and g.token == string.sub(a, #prefix + 1) then held = 1 end
+  -- Ended by the proofs only for a closed or expired session, which is
+  -- not pruned: a refresh carries a proof of life.
+  for f, rec in pairs(fields) do
+    if string.sub(f, 1, 2) == HOLDER then
+      local g = unpack_grant(string.sub(f, 3), rec)
+      if g and g.session == ARGV[6] then held = 1 end
     end
   end
 end

@@ -40,7 +40,7 @@ for i = 1, #KEYS do
   local watched, slow = 0, nil
   for j = 1, #all, 2 do
     if all[j] == 'watched' then watched = tonumber(all[j + 1]) or 0 end
-    if all[j] == 'slow' then slow = tonumber(all[j + 1]) end
+    if all[j] == 'sum' then slow = select(5, unpack_sum(all[j + 1])) end
   end
   if slow and now >= slow then
     proofs = proofs or parse_proofs(ARGV[#KEYS + 2])
