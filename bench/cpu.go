@@ -57,33 +57,44 @@ func (m *cpuMeter) addRedis(ctx context.Context, rdb *redis.Client) {
 	}
 }
 
-// cpuSample is the CPU time of each process at one moment.
-type cpuSample []time.Duration
+// cpuSample is the CPU time and the activity of each process at one
+// moment.
+type cpuSample struct {
+	cpu []time.Duration
+	act []procActivity
+}
 
 func (m *cpuMeter) read() cpuSample {
 	if m == nil {
-		return nil
+		return cpuSample{}
 	}
-	out := make(cpuSample, len(m.pids))
+	out := cpuSample{cpu: make([]time.Duration, len(m.pids)), act: make([]procActivity, len(m.pids))}
 	for i, pid := range m.pids {
-		out[i], _ = procCPU(pid)
+		out.cpu[i], _ = procCPU(pid)
+		out.act[i] = procActivityOf(pid)
 	}
 	return out
 }
 
 // cpuUse is what one measurement cost: the client's (this process's) CPU
-// and the servers' (every other process's).
+// and the servers' (every other process's), and each process's CPU and
+// activity.
 type cpuUse struct {
 	client, servers time.Duration
 	by              map[string]time.Duration
+	act             map[string]procActivity
 }
 
 func (m *cpuMeter) since(before cpuSample) cpuUse {
 	after := m.read()
-	use := cpuUse{by: map[string]time.Duration{}}
-	for i := range before {
-		d := after[i] - before[i]
+	use := cpuUse{by: map[string]time.Duration{}, act: map[string]procActivity{}}
+	for i := range before.cpu {
+		d := after.cpu[i] - before.cpu[i]
 		use.by[m.names[i]] += d
+		a := use.act[m.names[i]]
+		a.switches += after.act[i].switches - before.act[i].switches
+		a.syscalls += after.act[i].syscalls - before.act[i].syscalls
+		use.act[m.names[i]] = a
 		if m.pids[i] == os.Getpid() {
 			use.client += d
 		} else {
@@ -91,6 +102,47 @@ func (m *cpuMeter) since(before cpuSample) cpuUse {
 		}
 	}
 	return use
+}
+
+// procActivity counts what costs a process CPU beyond its own work on a
+// loaded machine: its threads' context switches (voluntary ones are
+// wake-ups: a thread that blocked, on a futex or a socket, and was woken)
+// and its read and write system calls (each socket read or write).
+// Counts, unlike CPU time, do not grow with the machine's load.
+type procActivity struct {
+	switches, syscalls int64
+}
+
+// procActivityOf sums the context switches of pid's threads
+// (/proc/PID/task/TID/status) and its read and write calls
+// (/proc/PID/io: syscr, syscw); what it cannot read counts 0.
+func procActivityOf(pid int) procActivity {
+	var a procActivity
+	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	for _, t := range tasks {
+		a.switches += procFields(fmt.Sprintf("/proc/%d/task/%s/status", pid, t.Name()), "voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:")
+	}
+	a.syscalls = procFields(fmt.Sprintf("/proc/%d/io", pid), "syscr:", "syscw:")
+	return a
+}
+
+// procFields sums the numbers that follow the given names at the start of
+// the lines of a /proc file.
+func procFields(path string, names ...string) int64 {
+	data, err := os.ReadFile(path) //nolint:gosec // a /proc path of a pid of ours
+	if err != nil {
+		return 0
+	}
+	var sum int64
+	for _, line := range strings.Split(string(data), "\n") {
+		for _, name := range names {
+			if v, ok := strings.CutPrefix(line, name); ok {
+				n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				sum += n
+			}
+		}
+	}
+	return sum
 }
 
 // procCPU is utime + stime of pid, all its threads.

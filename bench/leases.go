@@ -99,9 +99,9 @@ type measured struct {
 	// redisReads counts the read events Redis processed (INFO stats
 	// total_reads_processed): a pipeline of calls arriving together is one.
 	redisReads int64
-	// streamMsgs counts the operation stream messages the Redis-store
-	// coordinator received.
-	streamMsgs float64
+	// streamMsgs and resultMsgs count the operation stream messages the
+	// Redis-store coordinator received and sent.
+	streamMsgs, resultMsgs float64
 }
 
 // scriptsPerRead is how many script calls one Redis read carried.
@@ -384,6 +384,7 @@ func leaseSuite(env benchEnv) error {
 					cmdsBefore, _ := commandStats(ctx, rdb)
 					readsBefore, _ := infoStat(ctx, rdb, "total_reads_processed")
 					msgsBefore, _ := scrapeSum(viaRedis.metricsURL, "grpc_server_msg_received_total", `grpc_method="Stream"`)
+					sentBefore, _ := scrapeSum(viaRedis.metricsURL, "grpc_server_msg_sent_total", `grpc_method="Stream"`)
 					if m.around != nil {
 						run.result, run.note = m.around(measure)
 					} else {
@@ -392,6 +393,8 @@ func leaseSuite(env benchEnv) error {
 					run.cpu = meter.since(before)
 					msgsAfter, _ := scrapeSum(viaRedis.metricsURL, "grpc_server_msg_received_total", `grpc_method="Stream"`)
 					run.streamMsgs = msgsAfter - msgsBefore
+					sentAfter, _ := scrapeSum(viaRedis.metricsURL, "grpc_server_msg_sent_total", `grpc_method="Stream"`)
+					run.resultMsgs = sentAfter - sentBefore
 					if readsAfter, err := infoStat(ctx, rdb, "total_reads_processed"); err == nil {
 						run.redisReads = readsAfter - readsBefore - 2 // the INFO calls of the count
 					}
@@ -722,12 +725,44 @@ func printLeases(env benchEnv, methods []*method, byKey map[string]*method, mete
 	ct.print()
 	fmt.Println("   Redis cmds/op: INFO commandstats, which counts a script and, each on its own, the commands it ran")
 
+	// What the CPU goes to beside the work itself: counts, which stay put
+	// when the machine's load moves CPU times.
+	fmt.Println()
+	at := table{header: append([]string{fmt.Sprintf("context switches / read+write calls per op at c=%d", last)}, append(groups, "all")...)}
+	for _, m := range methods {
+		r, ok := m.median(last)
+		if m.na != "" || !ok || r.ops == 0 {
+			continue
+		}
+		by := map[string]procActivity{}
+		var all procActivity
+		for name, a := range r.cpu.act {
+			g := name
+			if strings.HasPrefix(name, "coordinator") {
+				g = "coordinator"
+			}
+			b := by[g]
+			b.switches, b.syscalls = b.switches+a.switches, b.syscalls+a.syscalls
+			by[g] = b
+			all.switches, all.syscalls = all.switches+a.switches, all.syscalls+a.syscalls
+		}
+		by["all"] = all
+		row := []string{m.label}
+		for _, g := range append(groups, "all") {
+			a := by[g]
+			row = append(row, fmt.Sprintf("%.1f / %.1f", float64(a.switches)/float64(r.ops), float64(a.syscalls)/float64(r.ops)))
+		}
+		at.add(row...)
+	}
+	at.print()
+	fmt.Println("   context switches of all of a process's threads (/proc/PID/task/*/status), read and write calls (/proc/PID/io syscr + syscw)")
+
 	// How much travels together: operations per Stream message (what the
 	// Redis-store coordinator received) and script calls per Redis read.
 	fmt.Println()
 	bt := table{header: []string{"batching, by concurrency"}}
 	for _, n := range env.levels {
-		bt.header = append(bt.header, fmt.Sprintf("ops/msg c=%d", n), fmt.Sprintf("scripts/read c=%d", n))
+		bt.header = append(bt.header, fmt.Sprintf("ops/msg c=%d", n), fmt.Sprintf("results/msg c=%d", n), fmt.Sprintf("scripts/read c=%d", n))
 	}
 	for _, m := range methods {
 		if m.na != "" || !strings.HasPrefix(m.label, "coordinator redis") {
@@ -737,19 +772,23 @@ func printLeases(env benchEnv, methods []*method, byKey map[string]*method, mete
 		for _, n := range env.levels {
 			r, ok := m.median(n)
 			if !ok || r.ops == 0 {
-				row = append(row, "-", "-")
+				row = append(row, "-", "-", "-")
 				continue
 			}
-			perMsg := "-"
+			perMsg, perResult := "-", "-"
 			if r.streamMsgs > 0 {
 				perMsg = fmt.Sprintf("%.1f", 2*float64(r.ops)/r.streamMsgs) // a cycle is two operations
 			}
-			row = append(row, perMsg, fmt.Sprintf("%.1f", r.scriptsPerRead()))
+			if r.resultMsgs > 0 {
+				perResult = fmt.Sprintf("%.1f", 2*float64(r.ops)/r.resultMsgs)
+			}
+			row = append(row, perMsg, perResult, fmt.Sprintf("%.1f", r.scriptsPerRead()))
 		}
 		bt.add(row...)
 	}
 	bt.print()
-	fmt.Println("   ops/msg: a cycle's two operations over the Stream messages the coordinator received (grpc_server_msg_received_total);")
+	fmt.Println("   ops/msg, results/msg: a cycle's two operations over the Stream messages the coordinator received and sent")
+	fmt.Println("   (grpc_server_msg_received_total, grpc_server_msg_sent_total);")
 	fmt.Println("   scripts/read: script calls over Redis read events (INFO stats total_reads_processed): calls pipelined together share one")
 
 	// Ratios: what matters on a machine whose absolute figures wander.
