@@ -338,7 +338,6 @@ func TestARefreshForgetsOnlyNamesThatCannotHoldTheSessionsGrants(t *testing.T) {
 func TestAGrantsRecordCarriesItsAttachment(t *testing.T) {
 	t.Parallel()
 	s := newStore(t, nil, Options{})
-	ctx := testCtx(t)
 	sess := mustSession(t, s, "alice")
 	own := store.AcquireRequest{Holder: "w", TTL: time.Minute}
 	for _, tc := range []struct {
@@ -369,7 +368,7 @@ func TestAGrantsRecordCarriesItsAttachment(t *testing.T) {
 				mustRelease(t, s, l)
 			}
 			lease := s.keys(name).lease
-			v, err := s.client.HMGet(ctx, lease, HolderField("w"), "sum").Result()
+			v, err := s.client.HMGet(testCtx(t), lease, HolderField("w"), "sum").Result()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -383,7 +382,7 @@ func TestAGrantsRecordCarriesItsAttachment(t *testing.T) {
 			if got := recordSession(rec); got != tc.wantSession {
 				t.Errorf("record %q names session %q, want %q", rec, got, tc.wantSession)
 			}
-			d, err := s.Describe(ctx, name)
+			d, err := s.Describe(testCtx(t), name)
 			if err != nil || len(d.Holders) != 1 || d.Holders[0].Session != tc.wantSession {
 				t.Errorf("Describe: %+v, %v; want w's grant in session %q", d.Holders, err, tc.wantSession)
 			}
