@@ -408,9 +408,12 @@ func (s *Store) prove(ctx context.Context, p proofSet, ids []string) error {
 
 // withProofs runs attempt with the proofs gathered so far until it needs
 // none it lacks; attempt returns the ids of the sessions it needs proven.
-func (s *Store) withProofs(ctx context.Context, p proofSet, attempt func(proofs string) ([]string, error)) error {
+// The text attempt gets leaves out the proof of session mine (when not ""),
+// which the attempt sends in a form of its own (an attached acquire's
+// remaining time) and keeps fresh itself.
+func (s *Store) withProofs(ctx context.Context, p proofSet, mine string, attempt func(proofs string) ([]string, error)) error {
 	for range maxProofRounds {
-		text, stale := p.text(time.Now(), "")
+		text, stale := p.text(time.Now(), mine)
 		if len(stale) > 0 {
 			if err := s.prove(ctx, p, stale); err != nil {
 				return err
@@ -467,7 +470,7 @@ func (s *Store) settleNames(ctx context.Context, names []string, p proofSet, hel
 			own := maps.Clone(p)
 			mu.Unlock()
 			k := s.keys(name)
-			err := s.withProofs(ctx, own, func(proofs string) ([]string, error) {
+			err := s.withProofs(ctx, own, "", func(proofs string) ([]string, error) {
 				v, err := s.call(ctx, "settle", settleScript, []string{k.lease}, proofs, s.channel, name, s.lockDelayMS, s.sessionKeepMS(), held)
 				if err != nil {
 					return nil, err

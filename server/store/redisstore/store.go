@@ -567,7 +567,9 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 	k := s.keys(req.Name)
 	var reply acquireReply
 	var replicated func() error
-	err := s.withProofs(ctx, proofs, func(text string) ([]string, error) {
+	// The script makes the attaching session's own proof from ttlMS, no
+	// later than the one the proofs hold: only the others' travel.
+	err := s.withProofs(ctx, proofs, req.Session, func(text string) ([]string, error) {
 		args.proofs = text
 		if req.Session != "" {
 			own, ok := proofs.left(req.Session, time.Now())
@@ -579,9 +581,6 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 				own, _ = proofs.left(req.Session, time.Now())
 			}
 			args.ttlMS, args.sessionTTL = own, proofs[req.Session].ttl.Milliseconds()
-			// The script makes the session's own proof from ttlMS, no
-			// later than the one text held: only the others' travel.
-			args.proofs, _ = proofs.text(time.Now(), req.Session)
 		}
 		v, rep, err := s.callWait(ctx, "acquire", true, s.scripts.acquire,
 			[]string{k.lease, k.queue, k.waiters, k.marker}, args.argv()...)
@@ -681,7 +680,7 @@ func (s *Store) Dequeue(ctx context.Context, name, waiter string) error {
 func (s *Store) Describe(ctx context.Context, name string) (store.Description, error) {
 	k := s.keys(name)
 	var d store.Description
-	err := s.withProofs(ctx, proofSet{}, func(proofs string) ([]string, error) {
+	err := s.withProofs(ctx, proofSet{}, "", func(proofs string) ([]string, error) {
 		v, err := s.call(ctx, "describe", describeScript, []string{k.lease, k.queue, k.waiters},
 			proofs, s.lockDelayMS, s.sessionKeepMS())
 		if err != nil {

@@ -119,7 +119,7 @@ func (s *Store) watchWithProofs(ctx context.Context, c watchCall, need []string)
 		return nil, err
 	}
 	var reply any
-	err := s.withProofs(ctx, proofs, func(text string) ([]string, error) {
+	err := s.withProofs(ctx, proofs, "", func(text string) ([]string, error) {
 		c.args[len(c.args)-3] = text
 		v, err := s.call(ctx, "watch", watchScript, c.keys, c.args...)
 		if err != nil {
