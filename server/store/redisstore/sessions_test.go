@@ -211,6 +211,55 @@ func TestARenewalDueARefreshCarriesTheSessionToItsNames(t *testing.T) {
 	}
 }
 
+// TestASessionsCloseAndRefreshKeepNoReleasedNameLonger: a name released in
+// a session expires one retention after its release, though the session
+// keeps it among its names until a refresh prunes it: the session's
+// refresh and close settle every one of its names, and a name that holds
+// no grant keeps the expiry its release gave it (before, both pushed it
+// out by the session keep, an hour: every name a session had locked stayed
+// in Redis an hour past its close).
+func TestASessionsCloseAndRefreshKeepNoReleasedNameLonger(t *testing.T) {
+	t.Parallel()
+	const idle = 10 * time.Second
+	for _, end := range []struct {
+		name string
+		run  func(ctx context.Context, s *Store, sess store.Session) error
+	}{
+		{"close", func(ctx context.Context, s *Store, sess store.Session) error {
+			return s.CloseSession(ctx, sess.ID, sess.Owner)
+		}},
+		{"refresh", func(ctx context.Context, s *Store, sess store.Session) error {
+			// Make the refresh due, as half the retention later.
+			if err := s.client.HSet(ctx, s.sessionKeys(sess.ID)[0], "refreshed", "0").Err(); err != nil {
+				return err
+			}
+			_, err := s.RenewSession(ctx, sess.ID, sess.Owner)
+			return err
+		}},
+	} {
+		t.Run(end.name, func(t *testing.T) {
+			t.Parallel()
+			s := newStore(t, nil, Options{IdleNameTTL: idle})
+			ctx := testCtx(t)
+			sess := mustSession(t, s, "alice")
+			mustRelease(t, s, mustGrant(t, s, inSession("released", "w", sess)))
+			mustGrant(t, s, inSession("held", "w", sess))
+			if err := end.run(ctx, s, sess); err != nil {
+				t.Fatal(err)
+			}
+			if pttl := s.client.PTTL(ctx, s.keys("released").lease).Val(); pttl <= 0 || pttl > idle {
+				t.Errorf("the released name's key lives %s more; want at most the retention %s", pttl, idle)
+			}
+			// A name still held when its session closes keeps the expiry
+			// its grant gave it; one that the refresh carries the session
+			// to outlives its bound by the session keep.
+			if pttl := s.client.PTTL(ctx, s.keys("held").lease).Val(); pttl < minSessionKeep-time.Minute {
+				t.Errorf("the held name's key lives %s more; want at least the session keep %s", pttl, minSessionKeep)
+			}
+		})
+	}
+}
+
 // TestASessionRenewalCostsTheSameForAnyNumberOfLeases: renewing a session
 // costs Redis the same few commands with 1, 100 or 1,000 leases attached,
 // where renewing each lease costs a script a lease.

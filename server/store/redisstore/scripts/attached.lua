@@ -89,10 +89,15 @@ local function settle(lease, now, proofs, delay, keep)
   if #del > 0 then redis.call('HDEL', lease, unpack(del)) end
   if #set > 0 then redis.call('HSET', lease, unpack(set)) end
   -- The key outlives the grants and their lock delay by keep, never
-  -- shortened (the observation mark and the waiters' deadlines hold it).
-  local last = high + delay + keep
-  if n <= 0 then last = now + keep end
-  local pttl = redis.call('PTTL', lease)
-  if pttl >= 0 and now + pttl < last then redis.call('PEXPIREAT', lease, ms(last)) end
+  -- shortened (the observation mark and the waiters' deadlines hold it). A
+  -- name left with no grant keeps the expiry its last grant or release
+  -- gave it: a close and a refresh settle every name of a session,
+  -- released ones too, and pushing those out by keep (an hour at least)
+  -- kept every name a session had ever locked that long past its close.
+  if n > 0 then
+    local last = high + delay + keep
+    local pttl = redis.call('PTTL', lease)
+    if pttl >= 0 and now + pttl < last then redis.call('PEXPIREAT', lease, ms(last)) end
+  end
   return nil, ended, fields
 end
