@@ -189,6 +189,10 @@
 //
 // CloseSession marks the session closed and gets its names in one script,
 // then settles each name with the proof of its close (pipelined, announced).
+// Settling (a close's or a refresh's) moves the expiry of a name that still
+// has grants, never of one left with none: a name the session released
+// keeps the one retention its release gave it, and one whose grants the
+// close released keeps what its grant set (up to the session keep).
 // A coordinator that stops in between leaves records whose bounds pass and
 // whose check then finds the session closed; a second close finishes the
 // work. Release of an attached grant by its holder succeeds even past its
