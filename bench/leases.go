@@ -491,24 +491,10 @@ func selectMethods(keys string, methods []*method, byKey map[string]*method) err
 	return nil
 }
 
-// issue18Targets are the cost and speed targets of the Go SDK's cycle
-// (issue 18), each a ratio within this one run.
-var issue18Targets = []struct {
-	what  string
-	limit float64
-	most  bool // the ratio must be at most limit (else at least)
-}{
-	{"Redis CPU per cycle ÷ redislock's", 1.0, true},
-	{"client + coordinator + Redis CPU per cycle ÷ redislock's client + Redis", 2.0, true},
-	{"cycles/s ÷ etcd Mutex", 3.0, false},
-	{"cycles/s ÷ redislock", 0.5, false},
-	{"p99 at c=1, ms", 1.0, true},
-	{"contended grants/s ÷ etcd", 40, false},
-}
-
-// printTargets prints the Go SDK rows against issue 18's targets, from the
-// median runs at the most workers (p99 at one worker), so that a run's
-// verdict is read off, not worked out by hand.
+// printTargets prints the Go SDK rows against issue 18's targets, each a
+// ratio within this one run, from the median runs at the most workers (p99
+// at one worker), so that a run's verdict is read off, not worked out by
+// hand.
 func printTargets(env benchEnv, byKey map[string]*method, grants map[string]float64) {
 	first, last := env.levels[0], env.levels[len(env.levels)-1]
 	lock, etcd := byKey["redislock"], byKey["etcd-mutex"]
@@ -532,6 +518,30 @@ func printTargets(env benchEnv, byKey map[string]*method, grants map[string]floa
 		}
 		return float64(d) / float64(r.ops)
 	}
+	// value is the target's ratio for m; ok is false when the run cannot
+	// say (p99 at one worker when 1 is not a level).
+	targets := []struct {
+		what  string
+		limit float64
+		most  bool // the ratio must be at most limit (else at least)
+		value func(m *method) (v float64, ok bool)
+	}{
+		{"Redis CPU per cycle ÷ redislock's", 1.0, true, func(m *method) (float64, bool) {
+			return perCycle(m, "redis") / perCycle(lock, "redis"), true
+		}},
+		{"client + coordinator + Redis CPU per cycle ÷ redislock's client + Redis", 2.0, true, func(m *method) (float64, bool) {
+			return perCycle(m, "bench", "coordinator", "redis") / perCycle(lock, "bench", "redis"), true
+		}},
+		{"cycles/s ÷ etcd Mutex", 3.0, false, func(m *method) (float64, bool) { return m.rate(last) / etcd.rate(last), true }},
+		{"cycles/s ÷ redislock", 0.5, false, func(m *method) (float64, bool) { return m.rate(last) / lock.rate(last), true }},
+		{"p99 at c=1, ms", 1.0, true, func(m *method) (float64, bool) {
+			r, _ := m.median(first)
+			return float64(r.p99) / float64(time.Millisecond), first == 1
+		}},
+		{"contended grants/s ÷ etcd", 40, false, func(m *method) (float64, bool) {
+			return grants[m.key] / grants["etcd-mutex"], true
+		}},
+	}
 	header := []string{fmt.Sprintf("issue 18 targets (c=%d unless said)", last), "target"}
 	var sdks []*method
 	for _, k := range []string{"coordinator-redis-sdk", "coordinator-redis-sdk-own"} {
@@ -544,36 +554,20 @@ func printTargets(env benchEnv, byKey map[string]*method, grants map[string]floa
 		return
 	}
 	t := table{header: header}
-	for i, target := range issue18Targets {
+	for _, target := range targets {
 		sign := "≥"
 		if target.most {
 			sign = "≤"
 		}
 		row := []string{target.what, fmt.Sprintf("%s %g", sign, target.limit)}
 		for _, m := range sdks {
-			var v float64
-			switch i {
-			case 0:
-				v = perCycle(m, "redis") / perCycle(lock, "redis")
-			case 1:
-				v = perCycle(m, "bench", "coordinator", "redis") / perCycle(lock, "bench", "redis")
-			case 2:
-				v = m.rate(last) / etcd.rate(last)
-			case 3:
-				v = m.rate(last) / lock.rate(last)
-			case 4:
-				if first != 1 {
-					row = append(row, "-")
-					continue
-				}
-				r, _ := m.median(first)
-				v = float64(r.p99) / float64(time.Millisecond)
-			case 5:
-				v = grants[m.key] / grants["etcd-mutex"]
+			v, ok := target.value(m)
+			if !ok {
+				row = append(row, "-")
+				continue
 			}
-			met := v > 0 && !math.IsInf(v, 0) && (target.most && v <= target.limit || !target.most && v >= target.limit)
 			mark := "missed"
-			if met {
+			if v > 0 && !math.IsInf(v, 0) && (target.most && v <= target.limit || !target.most && v >= target.limit) {
 				mark = "met"
 			}
 			row = append(row, fmt.Sprintf("%.2f %s", v, mark))
