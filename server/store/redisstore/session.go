@@ -358,7 +358,7 @@ func (p proofSet) text(now time.Time, skip string) (string, []string) {
 	var b strings.Builder
 	var stale []string
 	for id, pr := range p {
-		if id == skip && skip != "" {
+		if id == skip {
 			continue
 		}
 		n := pr.n
