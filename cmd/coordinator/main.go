@@ -30,6 +30,7 @@ func main() {
 
 	ctx, stop := app.SignalContext(context.Background())
 	defer stop()
+	app.GovernProcs(ctx, log)
 	if err := coordinatord.Run(ctx, cfg, log); err != nil {
 		log.Error("coordinator failed", "err", err)
 		stop()
@@ -77,6 +78,11 @@ does not read their absence as data lost, and exits 0. It refuses, with exit
 status 1, a Redis that has them or holds other keys of the prefix. Of the
 flags, -store (redis), -redis-url, -redis-key-prefix and -store-timeout
 matter to it.
+
+Unless GOMAXPROCS is set, the coordinator sizes it to the CPU it uses, from
+1 up to the CPUs it may use: a P it does not need costs it wake-ups of idle
+threads at every call. Unless GOGC is set, it lets its heap grow by 64 MiB
+between collections.
 
 Flags:
 `
