@@ -242,6 +242,11 @@ func (e benchEnv) startCoordinatorWith(o coordOpts) (*coordinator, error) {
 	if !o.caps {
 		env = append(env, capsOff...)
 	}
+	if e.coordProcs > 0 {
+		// Fixed, as an operator's GOMAXPROCS: the coordinator's governor
+		// (internal/app.GovernProcs) then stays off.
+		env = append(env, fmt.Sprintf("GOMAXPROCS=%d", e.coordProcs))
+	}
 	if o.profiled {
 		p := freeAddr()
 		env = append(env, "COORDINATOR_BENCH_PPROF_LISTEN="+p)
@@ -250,10 +255,10 @@ func (e benchEnv) startCoordinatorWith(o coordOpts) (*coordinator, error) {
 	env = append(env, o.env...)
 	c.cmd = exec.Command(bin)
 	// The environment without any COORDINATOR_* setting of the caller's
-	// (a token, an access file…) nor OTEL_* (tracing): only what is set
-	// here.
+	// (a token, an access file…), OTEL_* (tracing) nor GOMAXPROCS (the
+	// bench's own, or -coordinator-gomaxprocs): only what is set here.
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "COORDINATOR_") && !strings.HasPrefix(kv, "OTEL_") {
+		if !strings.HasPrefix(kv, "COORDINATOR_") && !strings.HasPrefix(kv, "OTEL_") && !strings.HasPrefix(kv, "GOMAXPROCS=") {
 			c.cmd.Env = append(c.cmd.Env, kv)
 		}
 	}

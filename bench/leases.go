@@ -102,6 +102,10 @@ type measured struct {
 	// streamMsgs and resultMsgs count the operation stream messages the
 	// Redis-store coordinator received and sent.
 	streamMsgs, resultMsgs float64
+	// procs is the Redis-store coordinator's GOMAXPROCS at the end of the
+	// measurement (go_sched_gomaxprocs_threads), which it sizes to the CPU
+	// it uses unless -coordinator-gomaxprocs fixes it.
+	procs float64
 }
 
 // scriptsPerRead is how many script calls one Redis read carried.
@@ -395,6 +399,7 @@ func leaseSuite(env benchEnv) error {
 					run.streamMsgs = msgsAfter - msgsBefore
 					sentAfter, _ := scrapeSum(viaRedis.metricsURL, "grpc_server_msg_sent_total", `grpc_method="Stream"`)
 					run.resultMsgs = sentAfter - sentBefore
+					run.procs, _ = scrapeSum(viaRedis.metricsURL, "go_sched_gomaxprocs_threads")
 					if readsAfter, err := infoStat(ctx, rdb, "total_reads_processed"); err == nil {
 						run.redisReads = readsAfter - readsBefore - 2 // the INFO calls of the count
 					}
@@ -756,7 +761,7 @@ func printLeases(env benchEnv, methods []*method, byKey map[string]*method, mete
 	fmt.Println()
 	bt := table{header: []string{"batching, by concurrency"}}
 	for _, n := range env.levels {
-		bt.header = append(bt.header, fmt.Sprintf("ops/msg c=%d", n), fmt.Sprintf("results/msg c=%d", n), fmt.Sprintf("scripts/read c=%d", n))
+		bt.header = append(bt.header, fmt.Sprintf("ops/msg c=%d", n), fmt.Sprintf("results/msg c=%d", n), fmt.Sprintf("scripts/read c=%d", n), fmt.Sprintf("Ps c=%d", n))
 	}
 	for _, m := range methods {
 		if m.na != "" || !strings.HasPrefix(m.label, "coordinator redis") {
@@ -766,24 +771,28 @@ func printLeases(env benchEnv, methods []*method, byKey map[string]*method, mete
 		for _, n := range env.levels {
 			r, ok := m.median(n)
 			if !ok || r.ops == 0 {
-				row = append(row, "-", "-", "-")
+				row = append(row, "-", "-", "-", "-")
 				continue
 			}
-			perMsg, perResult := "-", "-"
+			perMsg, perResult, procs := "-", "-", "-"
+			if r.procs > 0 && !strings.Contains(m.key, "traced") { // the traced rows' coordinator is another child
+				procs = fmt.Sprintf("%.0f", r.procs)
+			}
 			if r.streamMsgs > 0 {
 				perMsg = fmt.Sprintf("%.1f", 2*float64(r.ops)/r.streamMsgs) // a cycle is two operations
 			}
 			if r.resultMsgs > 0 {
 				perResult = fmt.Sprintf("%.1f", 2*float64(r.ops)/r.resultMsgs)
 			}
-			row = append(row, perMsg, perResult, fmt.Sprintf("%.1f", r.scriptsPerRead()))
+			row = append(row, perMsg, perResult, fmt.Sprintf("%.1f", r.scriptsPerRead()), procs)
 		}
 		bt.add(row...)
 	}
 	bt.print()
 	fmt.Println("   ops/msg, results/msg: a cycle's two operations over the Stream messages the coordinator received and sent")
 	fmt.Println("   (grpc_server_msg_received_total, grpc_server_msg_sent_total);")
-	fmt.Println("   scripts/read: script calls over Redis read events (INFO stats total_reads_processed): calls pipelined together share one")
+	fmt.Println("   scripts/read: script calls over Redis read events (INFO stats total_reads_processed): calls pipelined together share one;")
+	fmt.Println("   Ps: the coordinator's GOMAXPROCS at the measurement's end (go_sched_gomaxprocs_threads), sized to the CPU it uses unless -coordinator-gomaxprocs")
 
 	// Ratios: what matters on a machine whose absolute figures wander.
 	fmt.Println()

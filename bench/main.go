@@ -61,6 +61,7 @@ func main() {
 	soakRetention := flag.Duration("soak-retention", 30*time.Second, "COORDINATOR_IDLE_NAME_TTL of the soak's coordinator")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the bench process (the clients, not the servers) over the whole run to this `FILE`")
 	coordProfile := flag.String("coordinator-cpuprofile", "", "write a CPU profile of the leases suite's Redis-store coordinator child, over all of its measurements, to this `FILE`")
+	coordProcs := flag.Int("coordinator-gomaxprocs", 0, "run the coordinator children with GOMAXPROCS=`N` (0: unset, so that each sizes its own to the CPU it uses)")
 	coordBin := flag.String("coordinator-bin", "", "run this coordinator binary instead of building ./cmd/coordinator of the repository (-coordinator-cpuprofile needs the build)")
 	jsonOut := flag.String("json", "", "also write every measurement to this `FILE` as JSON")
 	hkInstances := flag.String("hk-instances", "3,10", "housekeeper-idle suite: comma-separated instance counts")
@@ -79,6 +80,7 @@ func main() {
 	os.Exit(run(*suites, *concurrency, *cpuProfile, *jsonOut, benchEnv{
 		duration: *duration, rounds: max(*rounds, 1), idleWindow: *idleWindow, methods: *methods,
 		coordProfile: *coordProfile,
+		coordProcs:   max(*coordProcs, 0),
 		soak:         soakConfig{duration: *soakDuration, retention: *soakRetention, maxTTL: 5 * time.Second, sample: 10 * time.Second},
 		builds:       &coordinatorBuilds{prebuilt: *coordBin},
 		hkIdle:       hkIdleConfig{instances: parseCounts(*hkInstances), warmup: *hkWarmup, window: *hkWindow, kills: max(*hkKills, 1), bin: *hkBin},
@@ -166,6 +168,7 @@ type benchEnv struct {
 	methods      string // -methods: the leases suite's methods to measure; "" for all
 	idleWindow   time.Duration
 	coordProfile string
+	coordProcs   int // -coordinator-gomaxprocs; 0: unset
 	soak         soakConfig
 	builds       *coordinatorBuilds
 	report       *report
