@@ -79,13 +79,16 @@
 //	                          32 hex digits): owner, ttl (ms), expires,
 //	                          closed ("1" once closed: dead for ever),
 //	                          refreshed (when its names last learned its
-//	                          expiry); expires the retention after the session
-//	                          would end
+//	                          expiry); expires the retention (the idle name
+//	                          TTL) after the session would end
 //	<prefix>:{<id>}:names     HASH from each name the session attached grants
 //	                          to, to when it last did (ms): set before each
 //	                          grant, kept at a release, pruned by a refresh
 //	                          once it holds none of the session's grants and
-//	                          its last attach is 2 TTLs old (see session.lua)
+//	                          its last attach is 2 TTLs old (see session.lua);
+//	                          expires the session keep after the session
+//	                          would end, deleted once its close or its
+//	                          expiry settled every name (reaper.go)
 //	<prefix>:events           pub/sub channel carrying the name of a lease or queue
 //	                          that changed, published only while the name's
 //	                          lease key says waiters are queued or it is watched
@@ -188,11 +191,19 @@
 // become a grant (a proof of life is spent within the session's TTL).
 //
 // CloseSession marks the session closed and gets its names in one script,
-// then settles each name with the proof of its close (pipelined, announced).
-// Settling (a close's or a refresh's) moves the expiry of a name that still
-// has grants, never of one left with none: a name the session released
-// keeps the one retention its release gave it, and one whose grants the
-// close released keeps what its grant set (up to the session keep).
+// then settles each name with the proof of its close (pipelined, announced)
+// and forgets the names. A session that expires without a close (its
+// client vanished) is settled so too, with the proof of its expiry, by the
+// store that last created, renewed or attached through it, about a second
+// after its expiry (reaper.go): so the names of a client that crashed
+// holding them go a retention after its session's end, not the session
+// keep; those of a session whose coordinator stopped too keep theirs.
+// Settling (a close's or a refresh's) pushes out the expiry of a name that
+// still has attached grants, and takes a name left with none back to what
+// a release would give it (the retention past its grants and their lock
+// delay): a name the session released keeps the one retention its release
+// gave it, and one whose grants the close released goes after a retention
+// too, not the session keep its attached grant had set.
 // A coordinator that stops in between leaves records whose bounds pass and
 // whose check then finds the session closed; a second close finishes the
 // work. Release of an attached grant by its holder succeeds even past its

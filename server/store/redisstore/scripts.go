@@ -413,6 +413,15 @@ func (r *replyReader) str(i int) string {
 }
 
 // bytes reads a value; the empty value is nil, as the memory store has it.
+// strs reads the strings from element i to the end.
+func (r *replyReader) strs(i int) []string {
+	var all []string
+	for ; i < len(r.v); i++ {
+		all = append(all, r.str(i))
+	}
+	return all
+}
+
 func (r *replyReader) bytes(i int) []byte {
 	if s := r.str(i); s != "" {
 		return []byte(s)

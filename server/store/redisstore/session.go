@@ -111,13 +111,12 @@ func decodeSession(v any) (sessionReply, error) {
 	case -5:
 		a.err = store.ErrSessionExpired
 		a.ago = time.Duration(r.int(2)) * time.Millisecond
+		a.names = r.strs(3)
 	case 1:
 		a.ttl = time.Duration(r.int(2)) * time.Millisecond
 		a.remaining = time.Duration(r.int(3)) * time.Millisecond
 		a.expires = time.UnixMilli(r.int(4))
-		for i := 5; i < len(r.v); i++ {
-			a.names = append(a.names, r.str(i))
-		}
+		a.names = r.strs(5)
 	default:
 		r.fail(0, "session status")
 	}
@@ -130,12 +129,11 @@ func (s *Store) session(ctx context.Context, op, id, owner string, arg int64, na
 	if !validSessionID(id) {
 		return sessionReply{err: store.ErrSessionNotFound}, nil
 	}
-	keep := s.sessionKeepMS()
-	args := append(make([]any, 0, 7+len(names)), op, owner, arg, s.quarantineMS, keep, name, keep/2)
+	args := append(make([]any, 0, 7+len(names)), op, owner, arg, s.quarantineMS, s.idleMS, name, s.sessionKeepMS())
 	for _, n := range names {
 		args = append(args, n)
 	}
-	v, replicated, err := s.callWait(ctx, "session "+op, op != "check" && op != "describe", sessionScript, s.sessionKeys(id), args...)
+	v, replicated, err := s.callWait(ctx, "session "+op, op != "check" && op != "describe" && op != "reap", sessionScript, s.sessionKeys(id), args...)
 	if err != nil {
 		return sessionReply{}, err
 	}
@@ -179,6 +177,7 @@ func (s *Store) CreateSession(ctx context.Context, owner string, ttl time.Durati
 	if reply.err != nil {
 		return store.Session{}, sessionErr("create session", id, reply.err)
 	}
+	s.reaper.expires(id, reply.remaining)
 	return store.Session{ID: id, Owner: owner, TTL: reply.ttl, ExpiresAt: reply.expires}, nil
 }
 
@@ -195,9 +194,11 @@ func (s *Store) RenewSession(ctx context.Context, id, owner string) (store.Sessi
 	}
 	if reply.err != nil {
 		s.attachments.forget(id)
+		s.reaper.ended(id, reply.err)
 		return store.Session{}, sessionErr("renew session", id, reply.err)
 	}
 	s.attachments.renewed(id, owner, proof{kind: 'a', n: reply.remaining, got: time.Now(), ttl: reply.ttl})
+	s.reaper.expires(id, reply.remaining)
 	if len(reply.names) > 0 {
 		got := time.Now()
 		proofs := proofSet{id: {kind: 'a', n: reply.remaining, got: got}}
@@ -217,7 +218,7 @@ func (s *Store) RenewSession(ctx context.Context, id, owner string) (store.Sessi
 
 // pruneBefore is the time, on the clock of the session's slot, at or
 // before which a name's last attach must lie for a refresh that began with
-// renewal to forget it: an hour (the session retention) and two TTLs
+// renewal to forget it: an hour (the session keep) and two TTLs
 // before the renewal, more than a call can take between the attach and its
 // grant (a proof of life is spent within a TTL; a stalled connection
 // delivers or drops a call within minutes), so that a grant made after the
@@ -239,10 +240,20 @@ func (s *Store) CloseSession(ctx context.Context, id, owner string) error {
 		return err
 	}
 	if reply.err != nil {
+		s.reaper.ended(id, reply.err)
 		return sessionErr("close session", id, reply.err)
 	}
-	_, err = s.settleNames(ctx, reply.names, proofSet{id: {kind: 'c'}}, "")
-	return err
+	s.reaper.forget(id)
+	if _, err := s.settleNames(ctx, reply.names, proofSet{id: {kind: 'c'}}, ""); err != nil {
+		return err
+	}
+	if len(reply.names) > 0 {
+		// Settled: the names need not outlive the session any more.
+		if _, err := s.session(ctx, "reaped", id, "", 0, ""); err != nil {
+			s.log.Debug("a closed session's names were settled but not forgotten", "session", id, "error", err)
+		}
+	}
+	return nil
 }
 
 // DescribeSession implements store.Sessions. Its names are those where the
@@ -337,8 +348,10 @@ func (s *Store) proveOwn(ctx context.Context, p proofSet, req store.AcquireReque
 	}
 	if reply.err != nil {
 		s.attachments.forget(req.Session)
+		s.reaper.ended(req.Session, reply.err)
 		return sessionErr(fmt.Sprintf("acquire %q in session", req.Name), req.Session, reply.err)
 	}
+	s.reaper.expires(req.Session, reply.remaining)
 	p[req.Session] = proof{kind: 'a', n: reply.remaining, got: time.Now(), ttl: reply.ttl}
 	s.attachments.attached(req.Session, req.SessionOwner, req.Name, p[req.Session])
 	return nil
@@ -471,7 +484,7 @@ func (s *Store) settleNames(ctx context.Context, names []string, p proofSet, hel
 			mu.Unlock()
 			k := s.keys(name)
 			err := s.withProofs(ctx, own, "", func(proofs string) ([]string, error) {
-				v, err := s.call(ctx, "settle", settleScript, []string{k.lease}, proofs, s.channel, name, s.lockDelayMS, s.sessionKeepMS(), held)
+				v, err := s.call(ctx, "settle", settleScript, []string{k.lease}, proofs, s.channel, name, s.lockDelayMS, s.sessionKeepMS(), held, s.idleMS)
 				if err != nil {
 					return nil, err
 				}

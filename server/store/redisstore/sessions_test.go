@@ -206,7 +206,7 @@ func TestARenewalDueARefreshCarriesTheSessionToItsNames(t *testing.T) {
 		}
 		pttl, err := s.client.PTTL(ctx, s.keys(name).lease).Result()
 		if err != nil || pttl < minSessionKeep-time.Minute {
-			t.Errorf("%s: the key lives %s more (%v); want at least the session retention %s", name, pttl, err, minSessionKeep)
+			t.Errorf("%s: the key lives %s more (%v); want at least the session keep %s", name, pttl, err, minSessionKeep)
 		}
 	}
 }
@@ -217,17 +217,23 @@ func TestARenewalDueARefreshCarriesTheSessionToItsNames(t *testing.T) {
 // refresh and close settle every one of its names, and a name that holds
 // no grant keeps the expiry its release gave it (before, both pushed it
 // out by the session keep, an hour: every name a session had locked stayed
-// in Redis an hour past its close).
+// in Redis an hour past its close). A name the session still held at its
+// close goes back to one retention too, as its release would take it.
 func TestASessionsCloseAndRefreshKeepNoReleasedNameLonger(t *testing.T) {
 	t.Parallel()
 	const idle = 10 * time.Second
 	for _, end := range []struct {
 		name string
 		run  func(ctx context.Context, s *Store, sess store.Session) error
+		// heldEnds: the end releases the held name's grant, so its key
+		// goes after the retention as a release's would; else the name
+		// still holds it, and its key outlives the bound by the session
+		// keep.
+		heldEnds bool
 	}{
 		{"close", func(ctx context.Context, s *Store, sess store.Session) error {
 			return s.CloseSession(ctx, sess.ID, sess.Owner)
-		}},
+		}, true},
 		{"refresh", func(ctx context.Context, s *Store, sess store.Session) error {
 			// Make the refresh due, as half the retention later.
 			if err := s.client.HSet(ctx, s.sessionKeys(sess.ID)[0], "refreshed", "0").Err(); err != nil {
@@ -235,7 +241,7 @@ func TestASessionsCloseAndRefreshKeepNoReleasedNameLonger(t *testing.T) {
 			}
 			_, err := s.RenewSession(ctx, sess.ID, sess.Owner)
 			return err
-		}},
+		}, false},
 	} {
 		t.Run(end.name, func(t *testing.T) {
 			t.Parallel()
@@ -250,11 +256,23 @@ func TestASessionsCloseAndRefreshKeepNoReleasedNameLonger(t *testing.T) {
 			if pttl := s.client.PTTL(ctx, s.keys("released").lease).Val(); pttl <= 0 || pttl > idle {
 				t.Errorf("the released name's key lives %s more; want at most the retention %s", pttl, idle)
 			}
-			// A name still held when its session closes keeps the expiry
-			// its grant gave it; one that the refresh carries the session
-			// to outlives its bound by the session keep.
-			if pttl := s.client.PTTL(ctx, s.keys("held").lease).Val(); pttl < minSessionKeep-time.Minute {
+			held := s.keys("held").lease
+			pttl := s.client.PTTL(ctx, held).Val()
+			switch {
+			case end.heldEnds && (pttl <= 0 || pttl > idle):
+				t.Errorf("the name held at the close lives %s more; want at most the retention %s", pttl, idle)
+			case !end.heldEnds && pttl < minSessionKeep-time.Minute:
 				t.Errorf("the held name's key lives %s more; want at least the session keep %s", pttl, minSessionKeep)
+			}
+			if end.heldEnds && s.client.HExists(ctx, held, "ex").Val() {
+				t.Error("the name held at the close keeps its recorded expiry 'ex', which its key no longer reaches")
+			}
+			if left := s.client.Exists(ctx, s.sessionKeys(sess.ID)[1]).Val(); end.heldEnds && left != 0 {
+				t.Error("the closed session's names outlive its close, all settled")
+			}
+			if end.heldEnds {
+				// The name is granted again as before.
+				mustRelease(t, s, mustGrant(t, s, inSession("held", "w2", mustSession(t, s, "bob"))))
 			}
 		})
 	}

@@ -109,6 +109,7 @@ type Store struct {
 	pipeline    *pipeliner // nil with Options.NoPipelining
 	events      events
 	attachments attachments
+	reaper      reaper
 	closeOnce   sync.Once
 	closeErr    error
 }
@@ -154,6 +155,7 @@ func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Stor
 	if !opts.NoPipelining {
 		s.pipeline = newPipeliner(ctx, client, s.callTimeout, s.replicas)
 	}
+	s.startReaping(ctx)
 	return s, nil
 }
 
@@ -190,6 +192,7 @@ func build(client redis.UniversalClient, opts Options) (*Store, error) {
 		quarantine: opts.Quarantine,
 		onDataLoss: opts.OnDataLoss,
 		log:        log.With("component", "redisstore"),
+		reaper:     reaper{due: make(map[string]time.Time)},
 	}
 	if opts.LockDelay < 0 {
 		return nil, fmt.Errorf("redisstore: negative lock delay %s", opts.LockDelay)
@@ -914,6 +917,7 @@ func (s *Store) Ping(ctx context.Context) error {
 // once.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
+		s.stopReaping()
 		s.events.close()
 		if s.pipeline != nil {
 			s.pipeline.close()

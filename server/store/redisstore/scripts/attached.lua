@@ -13,8 +13,9 @@
 --
 -- A proof is ARGV text "id=kind:ms,..." with kind a (alive, ms remaining),
 -- e (expired, ms ago), c (closed) or g (gone: unknown to its slot, so dead
--- for at least the session retention). A proof of death is never stale (a
--- dead session never revives); a proof of life only pushes a bound out.
+-- for at least the retention, which its key outlives it by). A proof of
+-- death is never stale (a dead session never revives); a proof of life
+-- only pushes a bound out.
 
 local function parse_proofs(text)
   local proofs = {}
@@ -29,8 +30,9 @@ end
 -- latest grant's lock delay while grants are attached. Returns the ids of
 -- the sessions it needs proofs of (a grant's bound passed and no proof was
 -- given: nothing is changed then), or nil, whether a grant ended (a
--- closed session's grant is released: the caller announces it) and the
--- key's fields as they were.
+-- closed session's grant is released: the caller announces it), the key's
+-- fields as they were, and then the grants' number and latest expiry or
+-- bound (high) and whether any grant is still attached, as they are now.
 local function settle(lease, now, proofs, delay, keep)
   local all = redis.call('HGETALL', lease)
   local att, fields = {}, {}
@@ -99,5 +101,5 @@ local function settle(lease, now, proofs, delay, keep)
     local pttl = redis.call('PTTL', lease)
     if pttl >= 0 and now + pttl < last then redis.call('PEXPIREAT', lease, ms(last)) end
   end
-  return nil, ended, fields
+  return nil, ended, fields, n, high, slow ~= nil
 end

@@ -6,18 +6,23 @@
 -- describes them.
 -- ARGV[1] op: create, renew, attach (check, as the owner, and add ARGV[6]
 --         to the names), check (anyone: a name's script asked for a proof),
---         close, describe or prune (forget those of the names ARGV[8..],
---         which hold none of its grants, last attached at or before ARGV[3])
+--         close, describe, prune (forget those of the names ARGV[8..],
+--         which hold none of its grants, last attached at or before
+--         ARGV[3]), reap (anyone: check, with the names of an expired
+--         session) or reaped (anyone: check, and forget the names of a dead
+--         session, once they are settled)
 -- ARGV[2] owner (ignored by check)
 -- ARGV[3] ttl (ms, >= 1; create only); for prune, a time of this slot's
 --         clock (ms)
 -- ARGV[4] quarantine (ms, 0 disables)
--- ARGV[5] retention (ms): how long the keys outlive the session's end, so
---         that a dead session is reported dead rather than unknown
+-- ARGV[5] retention (ms): how long the session outlives its end, so that
+--         a dead session is reported dead rather than unknown (a name treats
+--         an unknown one as dead for at least this long)
 -- ARGV[6] name (attach only)
--- ARGV[7] refresh interval (ms; renew only): how often, at most, a renewal
---         returns the names, for the coordinator to carry the session's
---         expiry to them (the lease keys' lifetime follows it)
+-- ARGV[7] the session keep (ms): how long the names outlive the session's
+--         end until they are settled, and twice how often, at most, a
+--         renewal returns the names, for the coordinator to carry the
+--         session's expiry to them (the lease keys' lifetime follows it)
 -- ARGV[8..] names (prune only)
 --
 -- The names key is a hash from each name to when the session last attached
@@ -45,16 +50,18 @@
 --   {-2, lost}                  no such session (never, or forgotten)
 --   {-3, lost}                  another owner's
 --   {-4, lost}                  closed
---   {-5, lost, ago_ms}          expired ago_ms ago
+--   {-5, lost, ago_ms, names...} expired ago_ms ago (names for reap)
 --   {1, lost, ttl_ms, remaining_ms, expires_ms, names...}: alive (names for
 --   describe, for close, which closed it, and for a renewal due a refresh;
 --   for prune, those it forgot)
 -- A close of a closed session answers {1, ...} with the names too, so that
--- a close interrupted midway can be carried out again. decodeSession in
+-- a close interrupted midway can be carried out again, until reaped
+-- forgets them once they are settled. decodeSession in
 -- session.go is the one reader of this reply.
 
 local session, names, marker = KEYS[1], KEYS[2], KEYS[3]
-local op, owner, quarantine, keep = ARGV[1], ARGV[2], tonumber(ARGV[4]), tonumber(ARGV[5])
+local op, owner, quarantine = ARGV[1], ARGV[2], tonumber(ARGV[4])
+local retention, keep = tonumber(ARGV[5]), tonumber(ARGV[7])
 
 local function ms(n) return string.format('%d', n) end
 
@@ -72,13 +79,14 @@ if op == 'create' then
   local ttl = tonumber(ARGV[3])
   local expires = now + ttl
   redis.call('HSET', session, 'owner', owner, 'ttl', ARGV[3], 'expires', ms(expires), 'refreshed', ms(now))
-  redis.call('PEXPIREAT', session, ms(expires + keep))
+  redis.call('PEXPIREAT', session, ms(expires + retention))
   return {1, lost, ttl, ttl, expires}
 end
 
 local cur = redis.call('HMGET', session, 'owner', 'ttl', 'expires', 'closed', 'refreshed')
 if not cur[1] then return {-2, lost} end
-if op ~= 'check' and cur[1] ~= owner then return {-3, lost} end
+local anyone = op == 'check' or op == 'reap' or op == 'reaped'
+if not anyone and cur[1] ~= owner then return {-3, lost} end
 local ttl, expires = tonumber(cur[2]), tonumber(cur[3])
 
 local function with_names(reply)
@@ -88,19 +96,24 @@ end
 
 if cur[4] == '1' then
   if op == 'close' then return with_names({1, lost, ttl, 0, expires}) end
+  if op == 'reaped' then redis.call('DEL', names) end
   return {-4, lost}
 end
-if expires <= now then return {-5, lost, now - expires} end
+if expires <= now then
+  if op == 'reap' then return with_names({-5, lost, now - expires}) end
+  if op == 'reaped' then redis.call('DEL', names) end
+  return {-5, lost, now - expires}
+end
 
 if op == 'renew' then
   expires = now + ttl
-  local refresh = (tonumber(cur[5]) or 0) + tonumber(ARGV[7]) <= now
+  local refresh = (tonumber(cur[5]) or 0) + keep / 2 <= now
   if refresh then
     redis.call('HSET', session, 'expires', ms(expires), 'refreshed', ms(now))
   else
     redis.call('HSET', session, 'expires', ms(expires))
   end
-  redis.call('PEXPIREAT', session, ms(expires + keep))
+  redis.call('PEXPIREAT', session, ms(expires + retention))
   if refresh then
     redis.call('PEXPIREAT', names, ms(expires + keep))
     return with_names({1, lost, ttl, ttl, expires})

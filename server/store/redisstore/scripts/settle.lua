@@ -12,6 +12,14 @@
 -- ARGV[6] a session id, or "": whether the name still holds a grant of it
 --         once settled is the reply's second element (a refresh prunes the
 --         session's names that hold none)
+-- ARGV[7] the retention (ms): how long a name with no grant attached
+--         outlives its grants' lock delay, and its last use
+--
+-- A name left with no attached grant goes back to the expiry a release
+-- would give it, the retention past its grants, when its key would
+-- otherwise outlive that by more than a quarter of a retention: a close
+-- (or the settling of an expired session's grants) ends grants whose
+-- acquire set the key to outlive them by the session keep, an hour.
 --
 -- Returns {0, held} when settled (held 1 or 0), or {-4, id...}: the
 -- sessions whose proofs it needs first (a bound passed), having changed
@@ -20,10 +28,22 @@
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 if redis.call('EXISTS', KEYS[1]) == 0 then return {0, 0} end
-local need, ended, fields = settle(KEYS[1], now, parse_proofs(ARGV[1]), tonumber(ARGV[4]), tonumber(ARGV[5]))
+local delay = tonumber(ARGV[4])
+local need, ended, fields, n, high, attached = settle(KEYS[1], now, parse_proofs(ARGV[1]), delay, tonumber(ARGV[5]))
 if need then
   table.insert(need, 1, -4)
   return need
+end
+if not attached then
+  local idle = tonumber(ARGV[7])
+  local last = math.max(now + idle, tonumber(fields['watched']) or 0)
+  if n > 0 then last = math.max(last, high + delay + idle) end
+  local pttl = redis.call('PTTL', KEYS[1])
+  if pttl >= 0 and now + pttl > last + idle / 4 then
+    -- 'ex' said the key lives longer: acquire would trust it.
+    redis.call('HDEL', KEYS[1], 'ex')
+    redis.call('PEXPIREAT', KEYS[1], ms(last))
+  end
 end
 if ended and (fields['queued'] == '1' or (tonumber(fields['watched']) or 0) > now) then
   redis.call('PUBLISH', ARGV[2], ARGV[3])
