@@ -49,7 +49,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "coordinator_store_data_loss_total",
 			Help: "Times the store was found to have lost its data (each starts a grant quarantine).",
 		}),
-		held: &heldLeases{leases: map[string]heldLease{}},
+		held: &heldLeases{leases: map[grantKey]time.Time{}},
 		streamOps: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "coordinator_stream_operations_total",
 			Help: "Operations of operation streams by op (acquire, renew, release, campaign, resign, none) and gRPC code, as the unary calls count in grpc_server_handled_total.",
@@ -69,16 +69,18 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 func (m *Metrics) DataLoss() { m.dataLoss.Inc() }
 
 // heldLeases counts the leases granted or renewed through this coordinator
-// that have neither expired nor been released, by the coordinator's clock.
+// that have neither expired nor been released, by the coordinator's clock:
+// each grant once, so that a semaphore's or a read-write lock's holders
+// count one each (a token names one grant of its name for ever).
 type heldLeases struct {
 	mu     sync.Mutex
-	leases map[string]heldLease
+	leases map[grantKey]time.Time // when each expires
 	ops    int
 }
 
-type heldLease struct {
-	token   uint64
-	expires time.Time
+type grantKey struct {
+	name  string
+	token uint64
 }
 
 var heldDesc = prometheus.NewDesc("coordinator_leases_held",
@@ -87,7 +89,7 @@ var heldDesc = prometheus.NewDesc("coordinator_leases_held",
 func (h *heldLeases) granted(name string, token uint64, ttl time.Duration) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.leases[name] = heldLease{token: token, expires: time.Now().Add(ttl)}
+	h.leases[grantKey{name, token}] = time.Now().Add(ttl)
 	if h.ops++; h.ops%4096 == 0 {
 		h.pruneLocked(time.Now())
 	}
@@ -96,15 +98,13 @@ func (h *heldLeases) granted(name string, token uint64, ttl time.Duration) {
 func (h *heldLeases) released(name string, token uint64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if l, ok := h.leases[name]; ok && l.token == token {
-		delete(h.leases, name)
-	}
+	delete(h.leases, grantKey{name, token})
 }
 
 func (h *heldLeases) pruneLocked(now time.Time) {
-	for name, l := range h.leases {
-		if !now.Before(l.expires) {
-			delete(h.leases, name)
+	for g, expires := range h.leases {
+		if !now.Before(expires) {
+			delete(h.leases, g)
 		}
 	}
 }
