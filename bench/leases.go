@@ -775,14 +775,18 @@ func printLeases(env benchEnv, methods []*method, byKey map[string]*method, mete
 				continue
 			}
 			perMsg, perResult, procs := "-", "-", "-"
-			if r.procs > 0 && !strings.Contains(m.key, "traced") { // the traced rows' coordinator is another child
-				procs = fmt.Sprintf("%.0f", r.procs)
-			}
-			if r.streamMsgs > 0 {
-				perMsg = fmt.Sprintf("%.1f", 2*float64(r.ops)/r.streamMsgs) // a cycle is two operations
-			}
-			if r.resultMsgs > 0 {
-				perResult = fmt.Sprintf("%.1f", 2*float64(r.ops)/r.resultMsgs)
+			// The counts come from the Redis-store coordinator's metrics;
+			// the traced rows' coordinator is another child.
+			if !strings.Contains(m.key, "traced") {
+				if r.procs > 0 {
+					procs = fmt.Sprintf("%.0f", r.procs)
+				}
+				if r.streamMsgs > 0 {
+					perMsg = fmt.Sprintf("%.1f", 2*float64(r.ops)/r.streamMsgs) // a cycle is two operations
+				}
+				if r.resultMsgs > 0 {
+					perResult = fmt.Sprintf("%.1f", 2*float64(r.ops)/r.resultMsgs)
+				}
 			}
 			row = append(row, perMsg, perResult, fmt.Sprintf("%.1f", r.scriptsPerRead()), procs)
 		}
