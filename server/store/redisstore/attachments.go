@@ -15,10 +15,11 @@ import (
 // released in a loop) then costs Redis what a lease of its own costs.
 //
 // Skipping is safe because the two things the attach gives are still true:
-//   - The name is among the session's names, since nothing removes it
-//     sooner: a release keeps it, and a refresh prunes only a name last
-//     attached two TTLs ago (session.lua), while this one was attached half
-//     a TTL ago at most, so the close and the refresh will find the grant.
+//   - The grant carries the attach's time, and the name refuses it once
+//     it was detached from the session after that attach (settle.lua): so
+//     a grant made with a cached attach lands only while the session's
+//     names still hold the name, where the close and the refresh find it.
+//     A refused one forgets the cached attach and attaches again.
 //   - The proof is a proof of life whose remaining time is counted from
 //     when its reply arrived, so the bound it yields is one the session
 //     reached anyway; a later renewal only makes the truth later. The one
@@ -34,8 +35,15 @@ type attachments struct {
 
 type attachedSession struct {
 	owner string
-	alive proof                // kind 'a'
-	names map[string]time.Time // when this store attached each (its clock)
+	alive proof // kind 'a'
+	names map[string]attach
+}
+
+// attach is when this store attached a name: got on its clock, at on the
+// session slot's (the time recorded in the session's names).
+type attach struct {
+	got time.Time
+	at  int64
 }
 
 // Bounds of what attachments remembers: past them it forgets everything
@@ -56,10 +64,12 @@ func (a *attachments) proof(id, owner, name string, now time.Time) (proof, bool)
 	}
 	half := s.alive.ttl / 2
 	at, ok := s.names[name]
-	if !ok || now.Sub(at) >= half || s.alive.n-now.Sub(s.alive.got) < half {
+	if !ok || now.Sub(at.got) >= half || s.alive.n-now.Sub(s.alive.got) < half {
 		return proof{}, false
 	}
-	return s.alive, true
+	p := s.alive
+	p.attachedAt = at.at
+	return p, true
 }
 
 // attached records an attach of name to session id, as owner, and its
@@ -72,14 +82,25 @@ func (a *attachments) attached(id, owner, name string, p proof) {
 		if a.sessions == nil || len(a.sessions) >= maxAttachedSessions {
 			a.sessions = map[string]*attachedSession{}
 		}
-		s = &attachedSession{owner: owner, names: map[string]time.Time{}}
+		s = &attachedSession{owner: owner, names: map[string]attach{}}
 		a.sessions[id] = s
 	}
 	if len(s.names) >= maxAttachedNames {
 		clear(s.names)
 	}
-	s.names[name] = p.got
+	s.names[name] = attach{got: p.got, at: p.attachedAt}
 	s.alive = p
+}
+
+// detached drops name from session id: the name refused a grant attached
+// as this store last did (the session's names forgot it since), so the
+// next acquire attaches again.
+func (a *attachments) detached(id, name string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if s := a.sessions[id]; s != nil {
+		delete(s.names, name)
+	}
 }
 
 // renewed records a newer proof of life of session id.

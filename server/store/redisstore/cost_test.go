@@ -44,7 +44,8 @@ func (c commands) reset(t testing.TB) {
 }
 
 // since returns the commands run since reset, by name, and their total,
-// leaving out the INFO and CONFIG calls of the count itself.
+// leaving out the INFO and CONFIG calls of the count itself and the
+// handshake of a new connection.
 func (c commands) since(t testing.TB) (map[string]int, int) {
 	t.Helper()
 	info, err := c.c.Info(context.Background(), "commandstats").Result()
@@ -59,7 +60,8 @@ func (c commands) since(t testing.TB) (map[string]int, int) {
 			continue
 		}
 		name = strings.TrimPrefix(name, "cmdstat_")
-		if strings.HasPrefix(name, "config") || name == "info" {
+		if strings.HasPrefix(name, "config") || name == "info" || name == "hello" || strings.HasPrefix(name, "client") {
+			// The count's own, and a new connection's handshake.
 			continue
 		}
 		calls, _, _ := strings.Cut(strings.TrimPrefix(rest, "calls="), ",")
@@ -234,6 +236,7 @@ func TestAnAttachedCycleCostsWhatAnOwnCycleCosts(t *testing.T) {
 func testAnAttachedCycleCostsWhatAnOwnCycleCosts(t *testing.T, sessionTTL time.Duration) {
 	const idle = 10 * time.Minute
 	s, stats := storeOnOwnRedis(t, Options{IdleNameTTL: idle})
+	s.detacher.delay = time.Hour // the cycles alone (TestAJobPerNameCycleCost)
 	sess, err := s.CreateSession(context.Background(), "alice", sessionTTL)
 	if err != nil {
 		t.Fatal(err)
@@ -282,5 +285,49 @@ func testAnAttachedCycleCostsWhatAnOwnCycleCosts(t *testing.T, sessionTTL time.D
 	}
 	if _, err := s.Acquire(context.Background(), attached); !errors.Is(err, store.ErrSessionClosed) {
 		t.Fatalf("Acquire in the closed session: %v; want ErrSessionClosed", err)
+	}
+}
+
+// TestAJobPerNameCycleCost: a session that locks a new name for each job
+// pays, beside the cycle's 3 scripts (attach, acquire, release), one
+// script a name to detach it from the session once released (settle.lua,
+// 6 commands), and per session and sweep a check and a prune (session.lua)
+// shared by the names released in the meantime. Its names then hold
+// nothing of the released names.
+func TestAJobPerNameCycleCost(t *testing.T) {
+	t.Parallel()
+	s, stats := storeOnOwnRedis(t, Options{})
+	s.detacher.delay = time.Hour // swept by hand below
+	ctx := context.Background()
+	sess, err := s.CreateSession(ctx, "alice", 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const jobs = 20
+	stats.reset(t)
+	for i := range jobs {
+		req := inSession(fmt.Sprintf("job/%d", i), "w", sess)
+		l := mustGrant(t, s, req)
+		if ok, err := s.Release(ctx, req.Name, req.Holder, l.Token); err != nil || !ok {
+			t.Fatalf("Release = %v, %v", ok, err)
+		}
+	}
+	byName, cycles := stats.since(t)
+	if byName["evalsha"] != 3*jobs {
+		t.Fatalf("%d job cycles ran %d scripts; want 3 each: %v", jobs, byName["evalsha"], byName)
+	}
+	s.detachDue(ctx, time.Now().Add(2*time.Hour))
+	byName, detach := stats.since(t)
+	t.Logf("%d job cycles: %d commands; their detach %d: %v", jobs, cycles, detach, byName)
+	if byName["evalsha"] != jobs+2 {
+		t.Errorf("the detach of %d names ran %d scripts; want one a name, a check and a prune", jobs, byName["evalsha"])
+	}
+	// settle: TIME, EXISTS, HGETALL, PTTL, HSET; check and prune: TIME,
+	// GET, HMGET (prune: HSET, then HGET and HDEL a name).
+	if want := jobs*(1+5) + 2*(1+3) + 1 + 2*jobs; detach != want {
+		t.Errorf("the detach of %d names ran %d commands; want %d", jobs, detach, want)
+	}
+	if n := s.client.HLen(ctx, s.sessionKeys(sess.ID)[1]).Val(); n != 0 {
+		t.Errorf("the session's names hold %d names after the detach; want none", n)
 	}
 }

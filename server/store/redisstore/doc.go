@@ -53,7 +53,11 @@
 //	                          waiters may be queued; watched: the time until
 //	                          which some coordinator observes the name; ex:
 //	                          the key's expiry as the scripts last set it
-//	                          (see below); hot: "1" once a name was granted
+//	                          (see below); d:<id>: when session <id> was
+//	                          last detached from the name (ms of the
+//	                          session slot's clock), so that a grant of it
+//	                          attached at or before then is refused (see
+//	                          Sessions); hot: "1" once a name was granted
 //	                          in a session again within a retention of its
 //	                          last grant (see below). The key expires the idle
 //	                          retention, and up to a quarter of it more,
@@ -79,16 +83,19 @@
 //	                          32 hex digits): owner, ttl (ms), expires,
 //	                          closed ("1" once closed: dead for ever),
 //	                          refreshed (when its names last learned its
-//	                          expiry); expires the retention (the idle name
+//	                          expiry), pruned (the latest time as of which
+//	                          its names forgot names: attaches are recorded
+//	                          later); expires the retention (the idle name
 //	                          TTL) after the session would end
 //	<prefix>:{<id>}:names     HASH from each name the session attached grants
 //	                          to, to when it last did (ms): set before each
-//	                          grant, kept at a release, pruned by a refresh
-//	                          once it holds none of the session's grants and
-//	                          its last attach is 2 TTLs old (see session.lua);
-//	                          expires the session keep after the session
-//	                          would end, deleted once its close or its
-//	                          expiry settled every name (reaper.go)
+//	                          grant, kept at a release, forgotten once the
+//	                          name, holding none of the session's grants,
+//	                          was detached from it (see Sessions: seconds
+//	                          after a release, or at a refresh); expires the
+//	                          session keep after the session would end,
+//	                          deleted once its close or its expiry settled
+//	                          every name (reaper.go)
 //	<prefix>:events           pub/sub channel carrying the name of a lease or queue
 //	                          that changed, published only while the name's
 //	                          lease key says waiters are queued or it is watched
@@ -185,10 +192,23 @@
 // of that: an hour's keys for an amortised script per lease every half
 // hour, beside the one renewal every TTL/3. A name is never removed from
 // the session's names while it may hold one of its grants, since it would
-// then miss the refresh and lose its key under its holder: a release keeps
-// it, and the refresh forgets it only once it held no grant of the session
-// when settled and was last attached longer ago than any attach takes to
-// become a grant (a proof of life is spent within the session's TTL).
+// then miss the refresh and lose its key under its holder. A release keeps
+// it; seconds later (detacher.go), or at a refresh, the name is settled and,
+// holding none of the session's grants, detached from it at a time T of
+// the session's slot: marked (d:<id>) to refuse every grant of the session
+// attached at or before T, for longer than such a grant can take to land
+// and be believed (a TTL and two call timeouts). The session's names then
+// forget it, unless it was attached again after T (session.lua prune), and
+// every attach is recorded after the latest such T. So a grant on a name
+// its session's names forgot can only come from a later attach, which put
+// the name back; a refused one attaches again. A name used once in a
+// session leaves its names seconds after its release, where it stayed an
+// hour, about 90 bytes each; the release of a hot name's last grant (see
+// above) is not detached, its next grant needing the name anyway. With a
+// retention shorter than the mark must last, a name's next grant or
+// release could take its key, mark and all, too soon: a refresh then
+// forgets only names last attached an hour and two TTLs before, as when
+// there were no marks, and releases are not detached.
 //
 // CloseSession marks the session closed and gets its names in one script,
 // then settles each name with the proof of its close (pipelined, announced)

@@ -27,15 +27,11 @@ import (
 // A coordinator that stops forgets what it had to reap: those names keep
 // their keys the session keep, as when none reaped.
 type reaper struct {
-	mu   sync.Mutex
-	due  map[string]time.Time // session id → when to look, this clock
-	stop context.CancelFunc
-	done chan struct{} // closed when run returns
+	mu  sync.Mutex
+	due map[string]time.Time // session id → when to look, this clock
 }
 
 const (
-	// reapInterval is how often the reaper looks for sessions due.
-	reapInterval = time.Second
 	// reapGrace is how long after a session's expiry, as this store
 	// learned it, the reaper looks: its slot's clock may run behind ours.
 	reapGrace = time.Second
@@ -91,35 +87,13 @@ func (r *reaper) takeDue(now time.Time) []string {
 	return ids
 }
 
-// startReaping starts the reaper's goroutine; Close stops it.
-func (s *Store) startReaping(ctx context.Context) {
-	ctx, s.reaper.stop = context.WithCancel(context.WithoutCancel(ctx))
-	s.reaper.done = make(chan struct{})
-	go func() {
-		defer close(s.reaper.done)
-		tick := time.NewTicker(reapInterval)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case now := <-tick.C:
-				for _, id := range s.reaper.takeDue(now) {
-					if ctx.Err() != nil {
-						return
-					}
-					s.reap(ctx, id)
-				}
-			}
+// reapDue reaps the sessions due at now.
+func (s *Store) reapDue(ctx context.Context, now time.Time) {
+	for _, id := range s.reaper.takeDue(now) {
+		if ctx.Err() != nil {
+			return
 		}
-	}()
-}
-
-// stopReaping stops the reaper's goroutine and waits for it.
-func (s *Store) stopReaping() {
-	if s.reaper.stop != nil {
-		s.reaper.stop()
-		<-s.reaper.done
+		s.reap(ctx, id)
 	}
 }
 
@@ -144,7 +118,7 @@ func (s *Store) reap(ctx context.Context, id string) {
 		return
 	}
 	s.attachments.forget(id)
-	if _, err := s.settleNames(ctx, reply.names, proofSet{id: {kind: 'e', n: reply.ago}}, ""); err != nil {
+	if _, err := s.settleNames(ctx, reply.names, proofSet{id: {kind: 'e', n: reply.ago}}, "", 0, 0); err != nil {
 		s.log.Debug("an expired session's names were not all settled; trying again", "session", id, "error", err)
 		s.reaper.expires(id, reapRetry)
 		return

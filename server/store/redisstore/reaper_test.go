@@ -82,8 +82,8 @@ func TestASessionRenewedThroughAnotherStoreIsNotReaped(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustGrant(t, a, inSession("kept", "w", sess))
-	// a looks after ttl + reapGrace, within a reapInterval more.
-	for end := time.Now().Add(ttl + reapGrace + 2*reapInterval); time.Now().Before(end); {
+	// a looks after ttl + reapGrace, within a sweepInterval more.
+	for end := time.Now().Add(ttl + reapGrace + 2*sweepInterval); time.Now().Before(end); {
 		if _, err := b.RenewSession(ctx, sess.ID, "alice"); err != nil {
 			t.Fatalf("RenewSession through the other store: %v", err)
 		}

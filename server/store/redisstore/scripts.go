@@ -168,8 +168,11 @@ type acquireReply struct {
 	holderLimit int
 	// need, when not empty, refuses the call until it brings proofs of
 	// these sessions.
-	need   []string
-	result store.AcquireResult
+	need []string
+	// detached refuses the call: the session was detached from the name
+	// after the attach the call carried; it attaches again.
+	detached bool
+	result   store.AcquireResult
 }
 
 // decodeAcquire reads acquire.lua's reply to a call asking for asked (the
@@ -204,6 +207,9 @@ func decodeAcquire(asked store.Lease, v any) (acquireReply, error) {
 		return a, r.err
 	case -4:
 		a.need = r.ids(2)
+		return a, r.err
+	case -5:
+		a.detached = true
 		return a, r.err
 	case 2:
 		a.result.Acquired = true

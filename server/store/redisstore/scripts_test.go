@@ -179,7 +179,7 @@ func TestAcquireArgsFollowTheScript(t *testing.T) {
 	t.Parallel()
 	// One header line per argument: "-- ARGV[i] <what>", in this order.
 	want := []string{"holder", "ttl (ms", "value", "capacity", "weight", "max holders", "name", "session id", "the session's ttl",
-		"proofs", "waiter id", "waiter ttl", "token (decimal)", `"1" to keep`}
+		"the attach's time", "proofs", "waiter id", "waiter ttl", "token (decimal)", `"1" to keep`}
 	var got []string
 	for _, line := range strings.Split(acquireSrc, "\n") {
 		if rest, ok := strings.CutPrefix(line, "-- ARGV["); ok {
@@ -199,12 +199,12 @@ func TestAcquireArgsFollowTheScript(t *testing.T) {
 		}
 	}
 	a := acquireArgs{holder: "h", ttlMS: 2, value: []byte("v"), capacity: 4, weight: 5, maxHolders: 6, name: "n",
-		session: "s", sessionTTL: 9, proofs: "p", waiter: "w", waiterTTL: int64(12), expected: "13", keepValue: "1"}
+		session: "s", sessionTTL: 9, attachedAt: 10, proofs: "p", waiter: "w", waiterTTL: int64(13), expected: "14", keepValue: "1"}
 	vals := a.argv()
 	if len(vals) != len(want) {
 		t.Fatalf("argv has %d values, the header %d", len(vals), len(want))
 	}
-	for i, v := range []any{"h", int64(2), []byte("v"), int64(4), int64(5), 6, "n", "s", int64(9), "p", "w", int64(12), "13", "1"} {
+	for i, v := range []any{"h", int64(2), []byte("v"), int64(4), int64(5), 6, "n", "s", int64(9), int64(10), "p", "w", int64(13), "14", "1"} {
 		if fmt.Sprint(vals[i]) != fmt.Sprint(v) {
 			t.Errorf("argv[%d] = %v, want %v", i, vals[i], v)
 		}
@@ -212,19 +212,22 @@ func TestAcquireArgsFollowTheScript(t *testing.T) {
 
 	// The trailing arguments that are "" are left out: the script reads
 	// them as "".
-	own := acquireArgs{holder: "h", ttlMS: 2, capacity: 1, weight: 1, maxHolders: 6, name: "n", waiterTTL: int64(12)}
+	own := acquireArgs{holder: "h", ttlMS: 2, capacity: 1, weight: 1, maxHolders: 6, name: "n", waiterTTL: int64(13)}
 	for _, tc := range []struct {
 		what string
 		args func(acquireArgs) acquireArgs
 		n    int
 	}{
 		{"a grant of its own", func(a acquireArgs) acquireArgs { return a }, 7},
-		{"attached", func(a acquireArgs) acquireArgs { a.session, a.sessionTTL = "s", 9; return a }, 9},
-		{"attached, with proofs of others' sessions", func(a acquireArgs) acquireArgs { a.session, a.sessionTTL, a.proofs = "s", 9, "p"; return a }, 10},
-		{"of its own, with proofs of others' sessions", func(a acquireArgs) acquireArgs { a.proofs = "p"; return a }, 10},
-		{"a waiter", func(a acquireArgs) acquireArgs { a.waiter = "w"; return a }, 12},
-		{"a renewal by token", func(a acquireArgs) acquireArgs { a.expected = "13"; return a }, 13},
-		{"keeping the value", func(a acquireArgs) acquireArgs { a.keepValue = "1"; return a }, 14},
+		{"attached", func(a acquireArgs) acquireArgs { a.session, a.sessionTTL, a.attachedAt = "s", 9, 10; return a }, 10},
+		{"attached, with proofs of others' sessions", func(a acquireArgs) acquireArgs {
+			a.session, a.sessionTTL, a.attachedAt, a.proofs = "s", 9, 10, "p"
+			return a
+		}, 11},
+		{"of its own, with proofs of others' sessions", func(a acquireArgs) acquireArgs { a.proofs = "p"; return a }, 11},
+		{"a waiter", func(a acquireArgs) acquireArgs { a.waiter = "w"; return a }, 13},
+		{"a renewal by token", func(a acquireArgs) acquireArgs { a.expected = "14"; return a }, 14},
+		{"keeping the value", func(a acquireArgs) acquireArgs { a.keepValue = "1"; return a }, 15},
 	} {
 		if got := len(tc.args(own).argv()); got != tc.n {
 			t.Errorf("%s: %d arguments, want %d", tc.what, got, tc.n)

@@ -90,7 +90,10 @@ type sessionReply struct {
 	ttl       time.Duration
 	remaining time.Duration
 	expires   time.Time
-	names     []string
+	// at is when the call ran, in ms of the slot's clock: for an attach,
+	// the time recorded for the name, which its grant carries.
+	at    int64
+	names []string
 }
 
 // decodeSession reads session.lua's reply (see its header).
@@ -116,7 +119,8 @@ func decodeSession(v any) (sessionReply, error) {
 		a.ttl = time.Duration(r.int(2)) * time.Millisecond
 		a.remaining = time.Duration(r.int(3)) * time.Millisecond
 		a.expires = time.UnixMilli(r.int(4))
-		a.names = r.strs(5)
+		a.at = r.int(5)
+		a.names = r.strs(6)
 	default:
 		r.fail(0, "session status")
 	}
@@ -185,47 +189,71 @@ func (s *Store) CreateSession(ctx context.Context, owner string, ttl time.Durati
 // When the session's names are due a refresh (every sessionKeep/2), it then
 // carries the session's expiry to each of them, one pipelined script a name,
 // so that their keys outlive the session, and forgets the names that hold
-// none of its grants any more (session.lua says why only then); a failed
-// refresh is retried at the next renewal.
+// none of its grants any more (detachNames); a failed refresh is retried at
+// the next renewal.
 func (s *Store) RenewSession(ctx context.Context, id, owner string) (store.Session, error) {
 	reply, err := s.session(ctx, "renew", id, owner, 0, "")
 	if err != nil {
 		return store.Session{}, err
 	}
+	got := time.Now()
 	if reply.err != nil {
 		s.attachments.forget(id)
 		s.reaper.ended(id, reply.err)
 		return store.Session{}, sessionErr("renew session", id, reply.err)
 	}
-	s.attachments.renewed(id, owner, proof{kind: 'a', n: reply.remaining, got: time.Now(), ttl: reply.ttl})
+	s.attachments.renewed(id, owner, proof{kind: 'a', n: reply.remaining, got: got, ttl: reply.ttl})
 	s.reaper.expires(id, reply.remaining)
 	if len(reply.names) > 0 {
-		got := time.Now()
-		proofs := proofSet{id: {kind: 'a', n: reply.remaining, got: got}}
-		free, err := s.settleNames(ctx, reply.names, proofs, id)
-		if err != nil {
+		if err := s.detachNames(ctx, id, reply, got, reply.names); err != nil {
 			s.log.Warn("a session's names were not refreshed; the next renewal tries again", "session", id, "error", err)
 			_ = s.client.HSet(ctx, s.sessionKeys(id)[0], "refreshed", "0").Err()
-		}
-		if len(free) > 0 {
-			if _, err := s.session(ctx, "prune", id, owner, s.pruneBefore(reply), "", free...); err != nil {
-				s.log.Warn("a session's released names were not pruned; the next refresh tries again", "session", id, "error", err)
-			}
 		}
 	}
 	return store.Session{ID: id, Owner: owner, TTL: reply.ttl, ExpiresAt: reply.expires}, nil
 }
 
-// pruneBefore is the time, on the clock of the session's slot, at or
-// before which a name's last attach must lie for a refresh that began with
-// renewal to forget it: an hour (the session keep) and two TTLs
-// before the renewal, more than a call can take between the attach and its
-// grant (a proof of life is spent within a TTL; a stalled connection
-// delivers or drops a call within minutes), so that a grant made after the
-// refresh read the name always comes from a later attach.
-func (s *Store) pruneBefore(renewal sessionReply) int64 {
-	began := renewal.expires.Add(-renewal.ttl) // renew sets expires to now + ttl
-	return began.Add(-2*renewal.ttl - time.Duration(s.sessionKeepMS())*time.Millisecond).UnixMilli()
+// detachNames settles names with the proof of life of session id that
+// alive (its slot's reply, arrived at got) gives, carrying the session's
+// expiry to them, and makes the session's names forget those that hold
+// none of its grants: each is first detached at alive.at (settle.lua), so
+// that a grant attached before then is refused if it lands later, and
+// forgotten only if not attached again since (session.lua prune).
+//
+// The mark must outlive every grant attached before it that may still land
+// and be believed (detachHold); a retention shorter than that could let a
+// grant or release of the name take its key, mark and all, sooner. With
+// such a retention a name is forgotten only once its last attach is an
+// hour (the session keep) and two TTLs old instead, more than a call takes
+// between the attach and its grant, even on a connection that stalled (it
+// delivers or drops the call within minutes).
+func (s *Store) detachNames(ctx context.Context, id string, alive sessionReply, got time.Time, names []string) error {
+	proofs := proofSet{id: {kind: 'a', n: alive.remaining, got: got, ttl: alive.ttl}}
+	hold := s.detachHold(alive.ttl)
+	detachAt, before := alive.at, alive.at
+	if hold.Milliseconds() > s.idleMS {
+		detachAt, before = 0, alive.at-(2*alive.ttl).Milliseconds()-s.sessionKeepMS()
+	}
+	free, err := s.settleNames(ctx, names, proofs, id, detachAt, hold)
+	for chunk := range slices.Chunk(free, maxPruneNames) {
+		if _, perr := s.session(ctx, "prune", id, "", before, "", chunk...); perr != nil {
+			err = errors.Join(err, fmt.Errorf("prune: %w", perr))
+		}
+	}
+	return err
+}
+
+// maxPruneNames bounds the names one prune call forgets, so that a call
+// holds Redis up no longer than about a pipeline of commands.
+const maxPruneNames = 256
+
+// detachHold is how long a name's detach mark must last at least: longer
+// than a grant attached before the mark can take to land and be believed.
+// Its attach's proof is spent within the session's TTL (ttl), and the call
+// that carries it ends within a call timeout, the attach's own before it;
+// a second more covers the slots' clocks.
+func (s *Store) detachHold(ttl time.Duration) time.Duration {
+	return ttl + 2*s.callTimeout + time.Second
 }
 
 // CloseSession implements store.Sessions: the session's script marks it
@@ -244,7 +272,7 @@ func (s *Store) CloseSession(ctx context.Context, id, owner string) error {
 		return sessionErr("close session", id, reply.err)
 	}
 	s.reaper.forget(id)
-	if _, err := s.settleNames(ctx, reply.names, proofSet{id: {kind: 'c'}}, ""); err != nil {
+	if _, err := s.settleNames(ctx, reply.names, proofSet{id: {kind: 'c'}}, "", 0, 0); err != nil {
 		return err
 	}
 	if len(reply.names) > 0 {
@@ -258,7 +286,7 @@ func (s *Store) CloseSession(ctx context.Context, id, owner string) error {
 
 // DescribeSession implements store.Sessions. Its names are those where the
 // session holds a grant: the session's names (which keep a released name
-// until a refresh prunes it) each read once, in one pipeline.
+// until it is detached) each read once, in one pipeline.
 func (s *Store) DescribeSession(ctx context.Context, id, owner string) (store.SessionDescription, error) {
 	reply, err := s.session(ctx, "describe", id, owner, 0, "")
 	if err != nil {
@@ -319,12 +347,14 @@ func recordSession(rec string) string {
 
 // proof is what a session's slot said of it: kind a (alive, n remaining,
 // as of got; ttl is the session's), e (expired n ago), c (closed) or g
-// (gone).
+// (gone). A proof from an attach has the time the slot recorded for the
+// name (attachedAt, ms of the slot's clock), which the grant carries.
 type proof struct {
-	kind byte
-	n    time.Duration
-	got  time.Time
-	ttl  time.Duration
+	kind       byte
+	n          time.Duration
+	got        time.Time
+	ttl        time.Duration
+	attachedAt int64
 }
 
 // left is what remains (ms, at least 1) at now of session id's proof of
@@ -352,7 +382,7 @@ func (s *Store) proveOwn(ctx context.Context, p proofSet, req store.AcquireReque
 		return sessionErr(fmt.Sprintf("acquire %q in session", req.Name), req.Session, reply.err)
 	}
 	s.reaper.expires(req.Session, reply.remaining)
-	p[req.Session] = proof{kind: 'a', n: reply.remaining, got: time.Now(), ttl: reply.ttl}
+	p[req.Session] = proof{kind: 'a', n: reply.remaining, got: time.Now(), ttl: reply.ttl, attachedAt: reply.at}
 	s.attachments.attached(req.Session, req.SessionOwner, req.Name, p[req.Session])
 	return nil
 }
@@ -466,8 +496,14 @@ const settleConcurrency = 64
 // settleNames applies proofs to each name's attached grants, many names at
 // once (their calls batched into pipelines), each once more when it asked
 // for proofs of other sessions. With a session id (held), free is the
-// names that hold none of that session's grants once settled.
-func (s *Store) settleNames(ctx context.Context, names []string, p proofSet, held string) (free []string, err error) {
+// names that hold none of that session's grants once settled; with a
+// detachAt too (not 0), each of those is detached from the session at
+// that time of its slot, the mark lasting hold at least (settle.lua).
+func (s *Store) settleNames(ctx context.Context, names []string, p proofSet, held string, detachAt int64, hold time.Duration) (free []string, err error) {
+	detach := ""
+	if detachAt != 0 {
+		detach = strconv.FormatInt(detachAt, 10)
+	}
 	var (
 		mu   sync.Mutex
 		errs []error
@@ -484,7 +520,8 @@ func (s *Store) settleNames(ctx context.Context, names []string, p proofSet, hel
 			mu.Unlock()
 			k := s.keys(name)
 			err := s.withProofs(ctx, own, "", func(proofs string) ([]string, error) {
-				v, err := s.call(ctx, "settle", settleScript, []string{k.lease}, proofs, s.channel, name, s.lockDelayMS, s.sessionKeepMS(), held, s.idleMS)
+				v, err := s.call(ctx, "settle", settleScript, []string{k.lease}, proofs, s.channel, name, s.lockDelayMS, s.sessionKeepMS(), held, s.idleMS,
+					detach, hold.Milliseconds())
 				if err != nil {
 					return nil, err
 				}

@@ -324,11 +324,12 @@ func TestSessionConformanceOnACluster(t *testing.T) {
 // TestARefreshForgetsOnlyNamesThatCannotHoldTheSessionsGrants: a release
 // leaves its name among the session's names (removing it could race
 // another attach of the name and forget a held one); a refresh forgets a
-// name only when it holds none of the session's grants and its last attach
-// is older than any attach takes to become a grant.
+// name only when it holds none of the session's grants, and detaches it
+// first, so that a grant attached before cannot land there.
 func TestARefreshForgetsOnlyNamesThatCannotHoldTheSessionsGrants(t *testing.T) {
 	t.Parallel()
 	s := newStore(t, nil, Options{})
+	s.detacher.delay = time.Hour // the refresh alone
 	ctx := testCtx(t)
 	sess, err := s.CreateSession(ctx, "alice", time.Minute) // outlives the test on a loaded machine
 	if err != nil {
@@ -363,14 +364,8 @@ func TestARefreshForgetsOnlyNamesThatCannotHoldTheSessionsGrants(t *testing.T) {
 		t.Fatalf("the session's names hold %d (%v); want all 5 kept by the releases", n, err)
 	}
 
-	// As if attached long ago: "shared" and "released-long-ago" may go,
-	// "held" and "shared-pool" hold grants; "released-just-now" was
-	// attached too recently (a grant may still be on its way).
-	for _, name := range []string{"held", "released-long-ago", "shared", "shared-pool"} {
-		if err := s.client.HSet(ctx, namesKey, name, "0").Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	// "held" and "shared-pool" hold grants; the others may go, even one
+	// released just now, which the refresh detaches first.
 	if err := s.client.HSet(ctx, s.sessionKeys(sess.ID)[0], "refreshed", "0").Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -379,16 +374,16 @@ func TestARefreshForgetsOnlyNamesThatCannotHoldTheSessionsGrants(t *testing.T) {
 	}
 	kept, err := s.client.HKeys(ctx, namesKey).Result()
 	slices.Sort(kept)
-	if want := []string{"held", "released-just-now", "shared-pool"}; err != nil || !slices.Equal(kept, want) {
+	if want := []string{"held", "shared-pool"}; err != nil || !slices.Equal(kept, want) {
 		t.Fatalf("after the refresh the session's names are %v (%v); want %v", kept, err, want)
 	}
 
-	// A pruned name attached again is known again, and a close ends it.
-	// (This store attached it just now by its own clock, which the times
-	// written above pretend was long ago: it forgets, as a coordinator
-	// would have by then.)
-	s.attachments.forget(sess.ID)
+	// A pruned name attached again (this store's cached attach is refused:
+	// it attaches again) is known again, and a close ends it.
 	again := mustGrant(t, s, inSession("shared", "w", sess))
+	if at, err := s.client.HGet(ctx, namesKey, "shared").Result(); err != nil || at == "" {
+		t.Fatalf("the session's names after shared was granted again: %q, %v; want it back", at, err)
+	}
 	if err := s.CloseSession(ctx, sess.ID, "alice"); err != nil {
 		t.Fatal(err)
 	}
@@ -499,11 +494,11 @@ func TestAnAttachedAcquireProvesItsOwnSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	args := s.acquireArgs(second, 2, 1)
-	args.session, args.sessionTTL = sess.ID, proofs[sess.ID].ttl.Milliseconds()
+	args.session, args.sessionTTL, args.attachedAt = sess.ID, proofs[sess.ID].ttl.Milliseconds(), proofs[sess.ID].attachedAt
 	args.ttlMS, _ = proofs.left(sess.ID, time.Now())
 	args.proofs, _ = proofs.text(time.Now(), sess.ID)
-	if args.proofs != "" || len(args.argv()) != 9 {
-		t.Fatalf("argv %v: want 9 arguments, no proofs", args.argv())
+	if args.proofs != "" || len(args.argv()) != 10 {
+		t.Fatalf("argv %v: want 10 arguments, no proofs", args.argv())
 	}
 	k := s.keys(name)
 	v, err := s.scripts.acquire.Run(ctx, s.client, []string{k.lease, k.queue, k.waiters, k.marker}, args.argv()...).Result()

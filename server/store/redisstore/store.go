@@ -110,6 +110,8 @@ type Store struct {
 	events      events
 	attachments attachments
 	reaper      reaper
+	detacher    detacher
+	sweeps      sweeps
 	closeOnce   sync.Once
 	closeErr    error
 }
@@ -155,7 +157,7 @@ func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Stor
 	if !opts.NoPipelining {
 		s.pipeline = newPipeliner(ctx, client, s.callTimeout, s.replicas)
 	}
-	s.startReaping(ctx)
+	s.startSweeps(ctx)
 	return s, nil
 }
 
@@ -480,6 +482,7 @@ type acquireArgs struct {
 	// ttl (ms); proofs the proofs of sessions (attached.lua) but its own.
 	session    string
 	sessionTTL int64
+	attachedAt int64 // the attach's time (ms, the session slot's clock)
 	proofs     string
 	waiter     string
 	waiterTTL  any    // int64 ms, boxed once for the default
@@ -491,21 +494,22 @@ type acquireArgs struct {
 // (the script reads an absent one as ""; the waiter's ttl goes with the
 // waiter, the session's ttl with the session): each costs Redis about 1k
 // instructions, and a grant of its own that does not wait needs none of
-// them, an attached one only its session and the session's ttl.
+// them, an attached one only its session, the session's ttl and the
+// attach's time.
 func (a acquireArgs) argv() []any {
 	v := []any{a.holder, a.ttlMS, a.value, a.capacity, a.weight, a.maxHolders, a.name,
-		a.session, a.sessionTTL, a.proofs, a.waiter, a.waiterTTL, a.expected, a.keepValue}
+		a.session, a.sessionTTL, a.attachedAt, a.proofs, a.waiter, a.waiterTTL, a.expected, a.keepValue}
 	switch {
 	case a.keepValue != "":
 		return v
 	case a.expected != "":
-		return v[:13]
+		return v[:14]
 	case a.waiter != "":
-		return v[:12]
+		return v[:13]
 	case a.proofs != "":
-		return v[:10]
+		return v[:11]
 	case a.session != "":
-		return v[:9]
+		return v[:10]
 	}
 	return v[:7]
 }
@@ -570,9 +574,7 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 	k := s.keys(req.Name)
 	var reply acquireReply
 	var replicated func() error
-	// The script makes the attaching session's own proof from ttlMS, no
-	// later than the one the proofs hold: only the others' travel.
-	err := s.withProofs(ctx, proofs, req.Session, func(text string) ([]string, error) {
+	attempt := func(text string) ([]string, error) {
 		args.proofs = text
 		if req.Session != "" {
 			own, ok := proofs.left(req.Session, time.Now())
@@ -583,7 +585,8 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 				}
 				own, _ = proofs.left(req.Session, time.Now())
 			}
-			args.ttlMS, args.sessionTTL = own, proofs[req.Session].ttl.Milliseconds()
+			p := proofs[req.Session]
+			args.ttlMS, args.sessionTTL, args.attachedAt = own, p.ttl.Milliseconds(), p.attachedAt
 		}
 		v, rep, err := s.callWait(ctx, "acquire", true, s.scripts.acquire,
 			[]string{k.lease, k.queue, k.waiters, k.marker}, args.argv()...)
@@ -598,9 +601,26 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 		}
 		replicated = rep
 		return reply.need, nil
-	})
-	if err != nil {
-		return store.AcquireResult{}, err
+	}
+	// The script makes the attaching session's own proof from ttlMS, no
+	// later than the one the proofs hold: only the others' travel. A name
+	// that refuses the attach (detached from the session since) is
+	// attached again: that puts it back among the session's names.
+	for round := 1; ; round++ {
+		if err := s.withProofs(ctx, proofs, req.Session, attempt); err != nil {
+			return store.AcquireResult{}, err
+		}
+		if !reply.detached {
+			break
+		}
+		s.attachments.detached(req.Session, req.Name)
+		if round == maxProofRounds {
+			return store.AcquireResult{}, fmt.Errorf("redisstore: acquire %q: %w: the name kept detaching its session (%d attaches)",
+				req.Name, store.ErrUnavailable, round)
+		}
+		if err := s.proveOwn(ctx, proofs, req); err != nil {
+			return store.AcquireResult{}, err
+		}
 	}
 	switch {
 	case reply.quarantined:
@@ -662,9 +682,10 @@ func (s *Store) Release(ctx context.Context, name, holder string, token uint64) 
 	if err != nil {
 		return false, err
 	}
-	// The session's names keep the name (see session.lua: a refresh
-	// prunes it).
-	released, _, err := decodeRelease(v)
+	released, session, err := decodeRelease(v)
+	if session != "" {
+		s.detacher.released(session, name, time.Now())
+	}
 	return released, err
 }
 
@@ -917,7 +938,7 @@ func (s *Store) Ping(ctx context.Context) error {
 // once.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
-		s.stopReaping()
+		s.stopSweeps()
 		s.events.close()
 		if s.pipeline != nil {
 			s.pipeline.close()

@@ -21,20 +21,23 @@
 --         TTL; with one, ARGV[2] is what the session's proof left
 --         (remaining ms): the grant's bound (attached.lua)
 -- ARGV[9] the session's ttl (ms): an attached grant's recorded ttl
--- ARGV[10] proofs of sessions (attached.lua) but the attaching one's: the
+-- ARGV[10] the attach's time (ms of the session slot's clock, as the
+--          session's names recorded it: session.lua): a session detached
+--          from the name since ('d:' .. session, settle.lua) is refused
+-- ARGV[11] proofs of sessions (attached.lua) but the attaching one's: the
 --          script makes that from ARGV[2] (what its proof left), when it
 --          needs it (an attached grant's bound passed)
--- ARGV[11] waiter id, or "" for a caller that does not wait
--- ARGV[12] waiter ttl (ms, >= 1)
--- ARGV[13] token (decimal) the caller must hold the name under, or "": with
+-- ARGV[12] waiter id, or "" for a caller that does not wait
+-- ARGV[13] waiter ttl (ms, >= 1)
+-- ARGV[14] token (decimal) the caller must hold the name under, or "": with
 --          it the call only renews that grant, and is otherwise refused
 --          (status 0, no holder) without a grant or a place in the queue
--- ARGV[14] "1" to keep the stored value when ARGV[1] already holds the name
+-- ARGV[15] "1" to keep the stored value when ARGV[1] already holds the name
 --          (a lock call on an election's name), else ""
 --
 -- The arguments from ARGV[8] on are left out after the last one that is not
 -- "" (acquireArgs.argv): an absent one reads as "". A grant of its own that
--- does not wait sends 7 arguments, an attached one 9; each argument costs
+-- does not wait sends 7 arguments, an attached one 10; each argument costs
 -- Redis about 1k instructions at every call.
 --
 -- The store's settings are constants of its copy of the script (scripts.go
@@ -78,6 +81,8 @@
 --   {-2, lost, capacity}       the name has another capacity, held or awaited
 --   {-3, lost, max_holders}    the grant would take the name past ARGV[6]
 --   {-4, lost, session_id...}  proofs of these sessions are needed first
+--   {-5, lost}                 the session was detached from the name after
+--                              the attach ARGV[10]: attach again
 --   {2, lost, token, expires_ms}  granted to ARGV[1] as asked (a new grant:
 --                              its value, weight, session and ttl, ARGV[9]
 --                              when attached, are the call's)
@@ -91,7 +96,7 @@
 -- when granted. decodeAcquire in scripts.go is the one reader of this reply.
 
 local lease, queue, waiters, marker = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local holder, value, expected, sess = ARGV[1], ARGV[3], ARGV[13] or '', ARGV[8] or ''
+local holder, value, expected, sess = ARGV[1], ARGV[3], ARGV[14] or '', ARGV[8] or ''
 local ttl, quarantine = tonumber(ARGV[2]), QUARANTINE
 local field = HOLDER .. holder
 
@@ -114,8 +119,17 @@ local now = tonumber(now_ms)
 -- at most the earliest expiry among them and at least the latest, and at
 -- most the earliest bound of those attached to sessions (slow); it is
 -- absent while there is none. 'ex' is the key's expiry as the scripts last
--- set it (see keep_key).
-local cur = redis.call('HMGET', lease, 'token', 'cap', 'sum', 'queued', 'watched', field, 'ex')
+-- set it (see keep_key). 'd:' .. session is when the session was last
+-- detached from the name (settle.lua): a grant attached to it by an attach
+-- at or before then would be missing from its names, where its close and
+-- refresh find it, so the caller attaches again.
+local cur
+if sess == '' then
+  cur = redis.call('HMGET', lease, 'token', 'cap', 'sum', 'queued', 'watched', field, 'ex')
+else
+  cur = redis.call('HMGET', lease, 'token', 'cap', 'sum', 'queued', 'watched', field, 'ex', 'd:' .. sess)
+  if cur[8] and tonumber(cur[8]) >= tonumber(ARGV[10]) then return {-5, lost} end
+end
 
 -- The next token: the counter plus one, but never below the clock in
 -- microseconds: a counter that is gone (the name was idle past its
@@ -198,8 +212,8 @@ end
 
 -- (holders.lua's decoders go here: scripts.go)
 
-local waiter, waiter_ttl, channel, name = ARGV[11] or '', tonumber(ARGV[12]), CHANNEL, ARGV[7]
-local delay, keep_value, idle = LOCK_DELAY, ARGV[14] == '1', IDLE
+local waiter, waiter_ttl, channel, name = ARGV[12] or '', tonumber(ARGV[13]), CHANNEL, ARGV[7]
+local delay, keep_value, idle = LOCK_DELAY, ARGV[15] == '1', IDLE
 local capacity, weight, max_holders = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local cap_now = tonumber(cur[2]) or 1
 local n, used, low, high, slow = unpack_sum(cur[3])
@@ -220,7 +234,7 @@ local keep, rec_ttl = idle, ttl
 if sess ~= '' then rec_ttl = tonumber(ARGV[9]) end
 local settled_ended = false
 if stale then
-  local proofs = parse_proofs(ARGV[10] or '')
+  local proofs = parse_proofs(ARGV[11] or '')
   if sess ~= '' then proofs[sess] = {kind = 'a', n = ttl} end
   local need, ended = settle(lease, now, proofs, delay, KEEP)
   if need then

@@ -84,7 +84,7 @@ local function settle(lease, now, proofs, delay, keep)
     end
   end
   if n <= 0 then
-    del[#del + 1] = 'sum'
+    if fields['sum'] then del[#del + 1] = 'sum' end
   else
     set[#set + 1], set[#set + 2] = 'sum', pack_sum(n, used, low, high, slow)
   end

@@ -10,10 +10,17 @@
 -- ARGV[4] lock delay (ms)
 -- ARGV[5] how long the key outlives its attached grants' lock delay (ms)
 -- ARGV[6] a session id, or "": whether the name still holds a grant of it
---         once settled is the reply's second element (a refresh prunes the
+--         once settled is the reply's second element (a detach prunes the
 --         session's names that hold none)
 -- ARGV[7] the retention (ms): how long a name with no grant attached
 --         outlives its grants' lock delay, and its last use
+-- ARGV[8] a time T of ARGV[6]'s slot (ms), or "": detach that session from
+--         the name when it holds none of its grants, so that a grant of it
+--         attached at or before T is refused from then on (acquire.lua),
+--         and the session's names may forget the name (session.lua prune)
+-- ARGV[9] with ARGV[8], how long (ms) the mark must last at least: longer
+--         than a grant attached before it can take to land and be believed
+--         (the key is made for it if there is none)
 --
 -- A name left with no attached grant goes back to the expiry a release
 -- would give it, the retention past its grants, when its key would
@@ -21,13 +28,23 @@
 -- (or the settling of an expired session's grants) ends grants whose
 -- acquire set the key to outlive them by the session keep, an hour.
 --
+-- Redis calls: 3 (TIME, EXISTS, HGETALL) and what the grants need; a
+-- detach one HSET more, and PEXPIREAT when the key would go too soon.
+--
 -- Returns {0, held} when settled (held 1 or 0), or {-4, id...}: the
 -- sessions whose proofs it needs first (a bound passed), having changed
 -- nothing. decodeSettle in session.go is the one reader of this reply.
 
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-if redis.call('EXISTS', KEYS[1]) == 0 then return {0, 0} end
+local detach, hold = ARGV[8] or '', tonumber(ARGV[9] or '0')
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  if detach ~= '' then
+    redis.call('HSET', KEYS[1], 'd:' .. ARGV[6], detach)
+    redis.call('PEXPIRE', KEYS[1], ARGV[9])
+  end
+  return {0, 0}
+end
 local delay = tonumber(ARGV[4])
 local need, ended, fields, n, high, attached = settle(KEYS[1], now, parse_proofs(ARGV[1]), delay, tonumber(ARGV[5]))
 if need then
@@ -38,8 +55,9 @@ if not attached then
   local idle = tonumber(ARGV[7])
   local last = math.max(now + idle, tonumber(fields['watched']) or 0)
   if n > 0 then last = math.max(last, high + delay + idle) end
+  if detach ~= '' then last = math.max(last, now + hold) end
   local pttl = redis.call('PTTL', KEYS[1])
-  if pttl >= 0 and now + pttl > last + idle / 4 then
+  if pttl >= 0 and (now + pttl > last + idle / 4 or pttl < hold) then
     -- 'ex' said the key lives longer: acquire would trust it.
     redis.call('HDEL', KEYS[1], 'ex')
     redis.call('PEXPIREAT', KEYS[1], ms(last))
@@ -57,6 +75,10 @@ if ARGV[6] ~= '' then
       local g = unpack_grant(string.sub(f, 3), rec)
       if g and g.session == ARGV[6] then held = 1 end
     end
+  end
+  local mark = 'd:' .. ARGV[6] -- acquire.lua reads it
+  if held == 0 and detach ~= '' and (tonumber(fields[mark]) or 0) < tonumber(detach) then
+    redis.call('HSET', KEYS[1], mark, detach)
   end
 end
 return {0, held}
