@@ -291,7 +291,7 @@ func testAnAttachedCycleCostsWhatAnOwnCycleCosts(t *testing.T, sessionTTL time.D
 // TestAJobPerNameCycleCost: a session that locks a new name for each job
 // pays, beside the cycle's 3 scripts (attach, acquire, release), one
 // script a name to detach it from the session once released (settle.lua,
-// 6 commands), and per session and sweep a check and a prune (session.lua)
+// 4 commands), and per session and sweep a check and a prune (session.lua)
 // shared by the names released in the meantime. Its names then hold
 // nothing of the released names.
 func TestAJobPerNameCycleCost(t *testing.T) {
@@ -322,9 +322,9 @@ func TestAJobPerNameCycleCost(t *testing.T) {
 	if byName["evalsha"] != jobs+2 {
 		t.Errorf("the detach of %d names ran %d scripts; want one a name, a check and a prune", jobs, byName["evalsha"])
 	}
-	// settle: TIME, EXISTS, HGETALL, PTTL, HSET; check and prune: TIME,
-	// GET, HMGET (prune: HSET, then HGET and HDEL a name).
-	if want := jobs*(1+5) + 2*(1+3) + 1 + 2*jobs; detach != want {
+	// settle: TIME, HGETALL, PTTL, HSET; check and prune: TIME, GET,
+	// HMGET (prune: HSET, then HGET and HDEL a name).
+	if want := jobs*(1+4) + 2*(1+3) + 1 + 2*jobs; detach != want {
 		t.Errorf("the detach of %d names ran %d commands; want %d", jobs, detach, want)
 	}
 	if n := s.client.HLen(ctx, s.sessionKeys(sess.ID)[1]).Val(); n != 0 {

@@ -28,8 +28,9 @@
 -- (or the settling of an expired session's grants) ends grants whose
 -- acquire set the key to outlive them by the session keep, an hour.
 --
--- Redis calls: 3 (TIME, EXISTS, HGETALL) and what the grants need; a
--- detach one HSET more, and PEXPIREAT when the key would go too soon.
+-- Redis calls: 2 (TIME, HGETALL) and what the grants need; a detach of a
+-- name with no grant PTTL and HSET, and PEXPIREAT when the key would go
+-- too soon.
 --
 -- Returns {0, held} when settled (held 1 or 0), or {-4, id...}: the
 -- sessions whose proofs it needs first (a bound passed), having changed
@@ -38,18 +39,20 @@
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local detach, hold = ARGV[8] or '', tonumber(ARGV[9] or '0')
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  if detach ~= '' then
-    redis.call('HSET', KEYS[1], 'd:' .. ARGV[6], detach)
-    redis.call('PEXPIRE', KEYS[1], ARGV[9])
-  end
-  return {0, 0}
-end
 local delay = tonumber(ARGV[4])
 local need, ended, fields, n, high, attached = settle(KEYS[1], now, parse_proofs(ARGV[1]), delay, tonumber(ARGV[5]))
 if need then
   table.insert(need, 1, -4)
   return need
+end
+if next(fields) == nil then
+  -- No key (settle changed nothing): no grant; a detach makes one for the
+  -- mark alone.
+  if detach ~= '' then
+    redis.call('HSET', KEYS[1], 'd:' .. ARGV[6], detach)
+    redis.call('PEXPIRE', KEYS[1], ARGV[9])
+  end
+  return {0, 0}
 end
 if not attached then
   local idle = tonumber(ARGV[7])
