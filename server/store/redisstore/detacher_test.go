@@ -1,8 +1,10 @@
 package redisstore
 
 import (
+	"context"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -51,11 +53,10 @@ func TestReleasedNamesLeaveTheSessionsNamesInSeconds(t *testing.T) {
 		slices.Sort(kept)
 		return slices.Equal(kept, want)
 	})
-	mark := "d:" + sess.ID
 	for _, name := range jobs {
 		k := s.keys(name).lease
-		if at, err := s.client.HGet(ctx, k, mark).Int64(); err != nil || at <= 0 {
-			t.Errorf("%q: detach mark %d, %v; want the time of the detach", name, at, err)
+		if at, until := detachMark(t, s, name, sess.ID); at <= 0 || until <= time.Now().UnixMilli() {
+			t.Errorf("%q: detach mark %d:%d; want the time of the detach and a time to come", name, at, until)
 		}
 		if pttl := s.client.PTTL(ctx, k).Val(); pttl > time.Duration(s.idleMS)*time.Millisecond*5/4 {
 			t.Errorf("%q: its key lives %s; want the retention at most (and a quarter)", name, pttl)
@@ -162,5 +163,128 @@ func TestAGrantAttachedBeforeADetachIsRefused(t *testing.T) {
 	}
 	if got, err := s.client.HGet(ctx, namesKey, "other").Result(); err != nil || got != strconv.FormatInt(ahead+1, 10) {
 		t.Fatalf("the session's names have other at %q (%v); want %d", got, err, ahead+1)
+	}
+}
+
+// detachMark reads name's mark of session id (settle.lua): its T and until,
+// or zeros.
+func detachMark(t *testing.T, s *Store, name, id string) (at, until int64) {
+	t.Helper()
+	v, err := s.client.HGet(testCtx(t), s.keys(name).lease, "d:"+id).Result()
+	if err != nil {
+		return 0, 0
+	}
+	a, u, ok := strings.Cut(v, ":")
+	at, err1 := strconv.ParseInt(a, 10, 64)
+	until, err2 := strconv.ParseInt(u, 10, 64)
+	if !ok || err1 != nil || err2 != nil {
+		t.Fatalf("%q: detach mark %q; want T:until", name, v)
+	}
+	return at, until
+}
+
+// TestADetachMarkLastsItsHold: a mark refuses the grants attached before it
+// only for as long as one of them can take to land and be believed (the
+// session's TTL and two call timeouts, and a second); then it refuses none,
+// and the next mark set on the name drops it, so that a name many sessions
+// come and go on keeps the marks of the recent ones only.
+func TestADetachMarkLastsItsHold(t *testing.T) {
+	t.Parallel()
+	s := newStore(t, nil, Options{CallTimeout: time.Second})
+	s.detacher.delay = time.Hour // detached by hand below
+	ctx := testCtx(t)
+	sess, err := s.CreateSession(ctx, "alice", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	renewing, stop := context.WithCancel(ctx)
+	renewed := make(chan struct{})
+	go func() {
+		defer close(renewed)
+		for renewing.Err() == nil {
+			_, _ = s.RenewSession(ctx, sess.ID, sess.Owner)
+			sleepCtx(renewing, 200*time.Millisecond)
+		}
+	}()
+	defer func() { stop(); <-renewed }()
+
+	const name = "stale"
+	req := inSession(name, "w", sess)
+	// Used before, so that its key outlives the marks (the retention).
+	first := mustGrant(t, s, store.AcquireRequest{Name: name, Holder: "first", TTL: time.Second})
+	if ok, err := s.Release(ctx, name, "first", first.Token); err != nil || !ok {
+		t.Fatalf("Release = %v, %v", ok, err)
+	}
+	proofs := proofSet{}
+	if err := s.proveOwn(ctx, proofs, req); err != nil {
+		t.Fatal(err)
+	}
+	early := proofs[sess.ID]
+	detach := func(id string) {
+		t.Helper()
+		check, err := s.session(ctx, "check", id, "", 0, "")
+		if err != nil || check.err != nil {
+			t.Fatalf("check: %v, %v", err, check.err)
+		}
+		if err := s.detachNames(ctx, id, check, time.Now(), []string{name}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	detach(sess.ID)
+	grantEarly := func() acquireReply {
+		t.Helper()
+		args := s.acquireArgs(req, 1, 1)
+		args.session, args.sessionTTL, args.attachedAt, args.ttlMS = sess.ID, early.ttl.Milliseconds(), early.attachedAt, 500
+		k := s.keys(name)
+		v, err := s.scripts.acquire.Run(ctx, s.client, []string{k.lease, k.queue, k.waiters, k.marker}, args.argv()...).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		reply, err := decodeAcquire(args.asked(req), v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return reply
+	}
+	if reply := grantEarly(); !reply.detached {
+		t.Fatalf("the early attach's grant under the mark: %+v; want refused", reply)
+	}
+	_, until := detachMark(t, s, name, sess.ID)
+	if hold := until - time.Now().UnixMilli(); hold < 3000 || hold > 4100 {
+		t.Fatalf("the mark lasts %d ms; want the TTL, two call timeouts and a second (4 s)", hold)
+	}
+	for time.Now().UnixMilli() <= until+100 {
+		time.Sleep(100 * time.Millisecond)
+	}
+	reply := grantEarly()
+	if reply.detached || !reply.result.Acquired {
+		t.Fatalf("the early attach's grant once the mark ran out: %+v; want granted", reply)
+	}
+	if ok, err := s.Release(ctx, name, "w", reply.result.Lease.Token); err != nil || !ok {
+		t.Fatalf("Release = %v, %v", ok, err)
+	}
+
+	// Another session's detach drops the mark that ran out.
+	other, err := s.CreateSession(ctx, "bob", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := mustGrant(t, s, inSession(name, "w2", other))
+	if ok, err := s.Release(ctx, name, "w2", l.Token); err != nil || !ok {
+		t.Fatalf("Release = %v, %v", ok, err)
+	}
+	detach(other.ID)
+	if at, _ := detachMark(t, s, name, sess.ID); at != 0 {
+		t.Errorf("the mark that ran out is still there (T %d)", at)
+	}
+	if at, _ := detachMark(t, s, name, other.ID); at == 0 {
+		t.Errorf("no mark of the second session's detach")
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
 	}
 }

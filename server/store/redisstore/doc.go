@@ -53,12 +53,13 @@
 //	                          waiters may be queued; watched: the time until
 //	                          which some coordinator observes the name; ex:
 //	                          the key's expiry as the scripts last set it
-//	                          (see below); d:<id>: when session <id> was
-//	                          last detached from the name (ms of the
-//	                          session slot's clock), so that a grant of it
-//	                          attached at or before then is refused (see
-//	                          Sessions); hot: "1" once a name was granted
-//	                          in a session again within a retention of its
+//	                          (see below); d:<id>: T:until, session <id>
+//	                          detached from the name at T (ms of the
+//	                          session slot's clock): until then (ms, this
+//	                          clock) a grant of it attached at or before T
+//	                          is refused (see Sessions); hot: "1" once a
+//	                          name was granted in a session again within a
+//	                          retention of its
 //	                          last grant (see below). The key expires the idle
 //	                          retention, and up to a quarter of it more,
 //	                          after the last grant and its lock delay would
@@ -197,7 +198,8 @@
 // holding none of the session's grants, detached from it at a time T of
 // the session's slot: marked (d:<id>) to refuse every grant of the session
 // attached at or before T, for longer than such a grant can take to land
-// and be believed (a TTL and two call timeouts). The session's names then
+// and be believed (a TTL and two call timeouts; the next mark set on the
+// name drops those that ran out). The session's names then
 // forget it, unless it was attached again after T (session.lua prune), and
 // every attach is recorded after the latest such T. So a grant on a name
 // its session's names forgot can only come from a later attach, which put

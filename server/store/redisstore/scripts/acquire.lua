@@ -22,8 +22,9 @@
 --         (remaining ms): the grant's bound (attached.lua)
 -- ARGV[9] the session's ttl (ms): an attached grant's recorded ttl
 -- ARGV[10] the attach's time (ms of the session slot's clock, as the
---          session's names recorded it: session.lua): a session detached
---          from the name since ('d:' .. session, settle.lua) is refused
+--          session's names recorded it: session.lua): a grant of a session
+--          detached from the name since ('d:' .. session, settle.lua) is
+--          refused while the detach's mark lasts
 -- ARGV[11] proofs of sessions (attached.lua) but the attaching one's: the
 --          script makes that from ARGV[2] (what its proof left), when it
 --          needs it (an attached grant's bound passed)
@@ -119,16 +120,20 @@ local now = tonumber(now_ms)
 -- at most the earliest expiry among them and at least the latest, and at
 -- most the earliest bound of those attached to sessions (slow); it is
 -- absent while there is none. 'ex' is the key's expiry as the scripts last
--- set it (see keep_key). 'd:' .. session is when the session was last
--- detached from the name (settle.lua): a grant attached to it by an attach
--- at or before then would be missing from its names, where its close and
--- refresh find it, so the caller attaches again.
+-- set it (see keep_key). 'd:' .. session is 'T:until' when the session was
+-- detached from the name at T (settle.lua): until then (this clock) a
+-- grant attached to it by an attach at or before T would be missing from
+-- its names, where its close and refresh find it, so the caller attaches
+-- again.
 local cur
 if sess == '' then
   cur = redis.call('HMGET', lease, 'token', 'cap', 'sum', 'queued', 'watched', field, 'ex')
 else
   cur = redis.call('HMGET', lease, 'token', 'cap', 'sum', 'queued', 'watched', field, 'ex', 'd:' .. sess)
-  if cur[8] and tonumber(cur[8]) >= tonumber(ARGV[10]) then return {-5, lost} end
+  if cur[8] then
+    local t, u = string.match(cur[8], '^(%d+):(%d+)$')
+    if t and tonumber(u) > now and tonumber(t) >= tonumber(ARGV[10]) then return {-5, lost} end
+  end
 end
 
 -- The next token: the counter plus one, but never below the clock in

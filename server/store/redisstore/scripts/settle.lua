@@ -16,11 +16,12 @@
 --         outlives its grants' lock delay, and its last use
 -- ARGV[8] a time T of ARGV[6]'s slot (ms), or "": detach that session from
 --         the name when it holds none of its grants, so that a grant of it
---         attached at or before T is refused from then on (acquire.lua),
---         and the session's names may forget the name (session.lua prune)
--- ARGV[9] with ARGV[8], how long (ms) the mark must last at least: longer
---         than a grant attached before it can take to land and be believed
---         (the key is made for it if there is none)
+--         attached at or before T is refused (acquire.lua) while the mark
+--         lasts, and the session's names may forget the name (session.lua
+--         prune)
+-- ARGV[9] with ARGV[8], how long (ms) the mark lasts: longer than a grant
+--         attached before it can take to land and be believed (the key
+--         outlives it, and is made for it if there is none)
 --
 -- A name left with no attached grant goes back to the expiry a release
 -- would give it, the retention past its grants, when its key would
@@ -49,7 +50,7 @@ if next(fields) == nil then
   -- No key (settle changed nothing): no grant; a detach makes one for the
   -- mark alone.
   if detach ~= '' then
-    redis.call('HSET', KEYS[1], 'd:' .. ARGV[6], detach)
+    redis.call('HSET', KEYS[1], 'd:' .. ARGV[6], detach .. ':' .. ms(now + hold))
     redis.call('PEXPIRE', KEYS[1], ARGV[9])
   end
   return {0, 0}
@@ -79,9 +80,24 @@ if ARGV[6] ~= '' then
       if g and g.session == ARGV[6] then held = 1 end
     end
   end
-  local mark = 'd:' .. ARGV[6] -- acquire.lua reads it
-  if held == 0 and detach ~= '' and (tonumber(fields[mark]) or 0) < tonumber(detach) then
-    redis.call('HSET', KEYS[1], mark, detach)
+  if held == 0 and detach ~= '' then
+    -- The mark, 'T:until' (acquire.lua reads it): T the latest detach,
+    -- until when it lasts on this clock. Marks that ran out go, so that a
+    -- name many sessions come and go on keeps only recent ones.
+    local mark, t, gone = 'd:' .. ARGV[6], tonumber(detach), {}
+    for f, v in pairs(fields) do
+      if string.sub(f, 1, 2) == 'd:' then
+        local ft, fu = string.match(v, '^(%d+):(%d+)$')
+        local live = ft and tonumber(fu) > now
+        if f == mark then
+          if live then t = math.max(t, tonumber(ft)) end
+        elseif not live then
+          gone[#gone + 1] = f
+        end
+      end
+    end
+    redis.call('HSET', KEYS[1], mark, ms(t) .. ':' .. ms(now + hold))
+    if #gone > 0 then redis.call('HDEL', KEYS[1], unpack(gone)) end
   end
 end
 return {0, held}
