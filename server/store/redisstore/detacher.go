@@ -14,7 +14,8 @@ import (
 // every name among its session's names, about 90 bytes each, for an hour.
 //
 // A release of a session's grant records the name (unless it was the last
-// grant of a hot name, whose grants come back: release.lua). detachDelay
+// grant of a hot name or of one with waiters, whose grants come back:
+// release.lua). detachDelay
 // later, the session's slot is asked for its time and a proof of life
 // (session.lua check), and the names are settled with it and detached
 // (detachNames): a name that holds a grant of the session again keeps its

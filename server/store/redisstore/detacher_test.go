@@ -17,8 +17,8 @@ import (
 // only what it holds, seconds after each release, where each name used to
 // stay until a refresh at least half an hour later, about 90 bytes each
 // (the soak's growth). A name still held, or one of a semaphore's shares
-// still held, stays; a forgotten name taken again is attached again, and a
-// close still ends its grant.
+// still held, stays, and so does one released to waiters; a forgotten
+// name taken again is attached again, and a close still ends its grant.
 func TestReleasedNamesLeaveTheSessionsNamesInSeconds(t *testing.T) {
 	t.Parallel()
 	s := newStore(t, nil, Options{})
@@ -45,8 +45,14 @@ func TestReleasedNamesLeaveTheSessionsNamesInSeconds(t *testing.T) {
 	if ok, err := s.Release(ctx, "pool", "w2", second.Token); err != nil || !ok {
 		t.Fatalf("Release of one share = %v, %v", ok, err)
 	}
+	// A name others wait for is granted again at once: not detached.
+	awaited := mustGrant(t, s, inSession("awaited", "w", sess))
+	mustRefuse(t, s, store.AcquireRequest{Name: "awaited", Holder: "next", TTL: time.Minute, Waiter: "next", WaiterTTL: time.Minute})
+	if ok, err := s.Release(ctx, "awaited", "w", awaited.Token); err != nil || !ok {
+		t.Fatalf("Release(awaited) = %v, %v", ok, err)
+	}
 
-	want := []string{"held", "pool"}
+	want := []string{"awaited", "held", "pool"}
 	var kept []string
 	testwait.Until(t, 20*time.Second, "the session's names to keep only what it holds", func() bool {
 		kept = s.client.HKeys(ctx, namesKey).Val()

@@ -205,8 +205,9 @@
 // its session's names forgot can only come from a later attach, which put
 // the name back; a refused one attaches again. A name used once in a
 // session leaves its names seconds after its release, where it stayed an
-// hour, about 90 bytes each; the release of a hot name's last grant (see
-// above) is not detached, its next grant needing the name anyway. With a
+// hour, about 90 bytes each; the release of the last grant of a hot name
+// (see above) or of one with waiters queued is not detached, its next
+// grant needing the name anyway. With a
 // retention shorter than the mark must last, a name's next grant or
 // release could take its key, mark and all, too soon: a refresh then
 // forgets only names last attached an hour and two TTLs before, as when

@@ -35,9 +35,9 @@
 -- when someone listens. Before 'ex', 4 and 5.
 --
 -- Returns 1 when the grant was released, its session's id (a string) when
--- it was attached to one, unless it was the last grant of a hot name (its
--- grants come back: its session's names keep it), 0 when (holder, token)
--- did not hold it. The coordinator detaches the name it returns a session
+-- it was attached to one, unless it was the last grant of a hot name or of
+-- one with waiters queued (its grants come back: its session's names keep
+-- it), 0 when (holder, token) did not hold it. The coordinator detaches the name it returns a session
 -- for from that session a little later, if it then holds none of the
 -- session's grants (detacher.go), so that the session's names forget it. A grant that already expired is not released: its lock delay,
 -- if any, runs its course. decodeRelease in scripts.go reads the reply.
@@ -119,6 +119,7 @@ if not kept then redis.call('PEXPIREAT', KEYS[1], ms(last)) end
 if cur[3] == '1' or watched > now then
   redis.call('PUBLISH', CHANNEL, ARGV[3])
 end
--- A hot name's session keeps it: it comes back.
-if cur[6] then return 1 end
+-- The session keeps a hot name, and one others wait for: its grants come
+-- back, and detaching it would only make them attach again.
+if cur[6] or cur[3] == '1' then return 1 end
 return session or 1
