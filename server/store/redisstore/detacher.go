@@ -100,8 +100,8 @@ func (s *Store) detachDue(ctx context.Context, now time.Time) {
 		if reply.err != nil {
 			continue
 		}
-		if s.detachHold(reply.ttl).Milliseconds() > s.idleMS {
-			continue // detachNames would keep them: see there
+		if !s.canDetach(reply.ttl) {
+			continue // detachNames would keep them
 		}
 		if err := s.detachNames(ctx, id, reply, got, names); err != nil {
 			s.log.Debug("released names were not all detached from their session; its next refresh tries again", "session", id, "error", err)

@@ -231,7 +231,7 @@ func (s *Store) detachNames(ctx context.Context, id string, alive sessionReply, 
 	proofs := proofSet{id: {kind: 'a', n: alive.remaining, got: got, ttl: alive.ttl}}
 	hold := s.detachHold(alive.ttl)
 	detachAt, before := alive.at, alive.at
-	if hold.Milliseconds() > s.idleMS {
+	if !s.canDetach(alive.ttl) {
 		detachAt, before = 0, alive.at-(2*alive.ttl).Milliseconds()-s.sessionKeepMS()
 	}
 	free, err := s.settleNames(ctx, names, proofs, id, detachAt, hold)
@@ -254,6 +254,12 @@ const maxPruneNames = 256
 // a second more covers the slots' clocks.
 func (s *Store) detachHold(ttl time.Duration) time.Duration {
 	return ttl + 2*s.callTimeout + time.Second
+}
+
+// canDetach reports whether names may be detached from a session of ttl:
+// whether the retention covers a mark's hold (detachNames says why).
+func (s *Store) canDetach(ttl time.Duration) bool {
+	return s.detachHold(ttl).Milliseconds() <= s.idleMS
 }
 
 // CloseSession implements store.Sessions: the session's script marks it

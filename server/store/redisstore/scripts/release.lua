@@ -37,10 +37,12 @@
 -- Returns 1 when the grant was released, its session's id (a string) when
 -- it was attached to one, unless it was the last grant of a hot name or of
 -- one with waiters queued (its grants come back: its session's names keep
--- it), 0 when (holder, token) did not hold it. The coordinator detaches the name it returns a session
--- for from that session a little later, if it then holds none of the
--- session's grants (detacher.go), so that the session's names forget it. A grant that already expired is not released: its lock delay,
--- if any, runs its course. decodeRelease in scripts.go reads the reply.
+-- it), 0 when (holder, token) did not hold it. The coordinator detaches
+-- the name it returns a session for from that session a little later, if
+-- it then holds none of the session's grants (detacher.go), so that the
+-- session's names forget it. A grant that already expired is not
+-- released: its lock delay, if any, runs its course. decodeRelease in
+-- scripts.go reads the reply.
 
 local field, token = HOLDER .. ARGV[1], ARGV[2]
 local cur = redis.call('HMGET', KEYS[1], field, 'sum', 'queued', 'watched', 'ex', 'hot')
