@@ -424,15 +424,31 @@ func leaseSuite(env benchEnv) error {
 	// once when refused.
 	fmt.Printf("\n== leases, contended: %d workers on %d names (worker w on name w%%%d), %s per measurement; a refused worker retries at once, without waiting\n",
 		hotWorkers, hotNames, hotNames, env.duration)
-	t := table{header: []string{"method", "grants/s", "attempts/s", "granted", "errors"}}
+	t := table{header: []string{"method", "grants/s", "attempts/s", "granted", "errors", "CPU/attempt: bench + coordinator + Redis", "Redis cmds/attempt"}}
 	grants := map[string]float64{}
 	for _, m := range methods {
 		if m.try == nil || m.na != "" {
 			continue
 		}
 		contendedLoop(ctx, hotWorkers, warm, m.try)
-		var c contended
-		if err := profiled(m, "contended", func() { c = contendedLoop(ctx, hotWorkers, env.duration, m.try) }); err != nil {
+		var (
+			c    contended
+			use  cpuUse
+			cmds int64
+		)
+		if err := profiled(m, "contended", func() {
+			before := meter.read()
+			cmdsBefore, _ := commandStats(ctx, rdb)
+			c = contendedLoop(ctx, hotWorkers, env.duration, m.try)
+			use = meter.since(before)
+			if cmdsAfter, err := commandStats(ctx, rdb); err == nil && cmdsBefore != nil {
+				for cmd, n := range cmdsAfter {
+					if cmd != "info" {
+						cmds += n - cmdsBefore[cmd]
+					}
+				}
+			}
+		}); err != nil {
 			return err
 		}
 		grants[m.key] = c.grantsPerSecond()
@@ -440,11 +456,14 @@ func leaseSuite(env benchEnv) error {
 		if c.errs > 0 {
 			errs = fmt.Sprintf("%d (first: %v)", c.errs, c.firstErr)
 		}
-		t.add(m.label, rate(c.grantsPerSecond()), rate(c.attemptsPerSecond()), fmt.Sprintf("%.0f%%", 100*float64(c.grants)/float64(max(c.attempts, 1))), errs)
+		t.add(m.label, rate(c.grantsPerSecond()), rate(c.attemptsPerSecond()), fmt.Sprintf("%.0f%%", 100*float64(c.grants)/float64(max(c.attempts, 1))), errs,
+			contendedCPU(use, c.attempts), fmt.Sprintf("%.1f", float64(cmds)/float64(max(c.attempts, 1))))
 		env.report.add(record{Suite: "leases", Case: "contended", Method: m.key, Concurrency: hotWorkers, PerSecond: c.grantsPerSecond(), Unit: "grants/s",
 			Errors: c.errs, Extra: map[string]any{"attempts_per_second": c.attemptsPerSecond(), "names": hotNames}})
 	}
 	t.print()
+	fmt.Println("   CPU/attempt: user+system time (/proc) of the bench process, the coordinators and Redis over the attempts, a grant's release")
+	fmt.Println("   included (etcd's in its own column: + etcd); Redis cmds/attempt as in the CPU table (scripts and the commands they ran)")
 	fmt.Println("   etcd's TryLock writes its key, then deletes it again when an older key exists: a refused attempt is two writes, and a")
 	fmt.Println("   name is free only when no refused attempt's key is in flight, so busy retries starve its grants.")
 	rt := table{header: []string{"ratio of grants/s", "value"}}
@@ -496,6 +515,29 @@ func selectMethods(keys string, methods []*method, byKey map[string]*method) err
 	return nil
 }
 
+// contendedCPU formats the CPU per attempt of a contended measurement: the
+// bench (client), the coordinators and Redis, and etcd when it ran.
+func contendedCPU(use cpuUse, attempts int) string {
+	if attempts == 0 || use.by == nil {
+		return "-"
+	}
+	per := func(prefix string) time.Duration {
+		var d time.Duration
+		for name, t := range use.by {
+			if strings.HasPrefix(name, prefix) {
+				d += t
+			}
+		}
+		return d / time.Duration(attempts)
+	}
+	µs := func(d time.Duration) string { return fmt.Sprintf("%.0fµs", float64(d)/float64(time.Microsecond)) }
+	out := fmt.Sprintf("%s + %s + %s", µs(per("bench")), µs(per("coordinator")), µs(per("redis")))
+	if e := per("etcd"); e >= time.Microsecond {
+		out += " + etcd " + µs(e)
+	}
+	return out
+}
+
 // printTargets prints the Go SDK rows against issue 18's targets, each a
 // ratio within this one run, from the median runs at the most workers (p99
 // at one worker), so that a run's verdict is read off, not worked out by
@@ -523,28 +565,65 @@ func printTargets(env benchEnv, byKey map[string]*method, grants map[string]floa
 		}
 		return float64(d) / float64(r.ops)
 	}
+	// present reports whether the run measured the methods of keys.
+	present := func(keys ...string) bool {
+		for _, k := range keys {
+			if m := byKey[k]; m == nil || m.na != "" {
+				return false
+			}
+		}
+		return true
+	}
+	echoCycles := func() float64 { return byKey["grpc-echo"].rate(last) / 2 }
 	// value is the target's ratio for m; ok is false when the run cannot
-	// say (p99 at one worker when 1 is not a level).
+	// say (p99 at one worker when 1 is not a level). bound is the same
+	// figure for a service that does no store work at all, measured in
+	// this run (zero: not measured): what this machine allows any gRPC
+	// service of two calls a cycle, whatever its store.
 	targets := []struct {
 		what  string
 		limit float64
 		most  bool // the ratio must be at most limit (else at least)
 		value func(m *method) (v float64, ok bool)
+		bound func() float64
 	}{
 		{"Redis CPU per cycle ÷ redislock's", 1.0, true, func(m *method) (float64, bool) {
 			return perCycle(m, "redis") / perCycle(lock, "redis"), true
-		}},
+		}, nil},
 		{"client + coordinator + Redis CPU per cycle ÷ redislock's client + Redis", 2.0, true, func(m *method) (float64, bool) {
 			return perCycle(m, "bench", "coordinator", "redis") / perCycle(lock, "bench", "redis"), true
-		}},
-		{"cycles/s ÷ etcd Mutex", 3.0, false, func(m *method) (float64, bool) { return m.rate(last) / etcd.rate(last), true }},
-		{"cycles/s ÷ redislock", 0.5, false, func(m *method) (float64, bool) { return m.rate(last) / lock.rate(last), true }},
+		}, nil},
+		{"cycles/s ÷ etcd Mutex", 3.0, false, func(m *method) (float64, bool) { return m.rate(last) / etcd.rate(last), true },
+			func() float64 {
+				if !present("grpc-echo") {
+					return 0
+				}
+				return echoCycles() / etcd.rate(last)
+			}},
+		{"cycles/s ÷ redislock", 0.5, false, func(m *method) (float64, bool) { return m.rate(last) / lock.rate(last), true },
+			func() float64 {
+				if !present("grpc-echo") {
+					return 0
+				}
+				return echoCycles() / lock.rate(last)
+			}},
 		{"p99 at c=1, ms", 1.0, true, func(m *method) (float64, bool) {
 			r, _ := m.median(first)
 			return float64(r.p99) / float64(time.Millisecond), first == 1
+		}, func() float64 {
+			if !present("coordinator-memory-unary") || first != 1 {
+				return 0
+			}
+			r, _ := byKey["coordinator-memory-unary"].median(first)
+			return float64(r.p99) / float64(time.Millisecond)
 		}},
 		{"contended grants/s ÷ etcd", 40, false, func(m *method) (float64, bool) {
 			return grants[m.key] / grants["etcd-mutex"], true
+		}, func() float64 {
+			if !present("coordinator-memory-unary") {
+				return 0
+			}
+			return grants["coordinator-memory-unary"] / grants["etcd-mutex"]
 		}},
 	}
 	header := []string{fmt.Sprintf("issue 18 targets (c=%d unless said)", last), "target"}
@@ -558,6 +637,7 @@ func printTargets(env benchEnv, byKey map[string]*method, grants map[string]floa
 	if len(sdks) == 0 {
 		return
 	}
+	header = append(header, "no store work")
 	t := table{header: header}
 	for _, target := range targets {
 		sign := "≥"
@@ -577,11 +657,19 @@ func printTargets(env benchEnv, byKey map[string]*method, grants map[string]floa
 			}
 			row = append(row, fmt.Sprintf("%.2f %s", v, mark))
 		}
-		t.add(row...)
+		bound := "-"
+		if target.bound != nil {
+			if b := target.bound(); b > 0 && !math.IsInf(b, 0) {
+				bound = fmt.Sprintf("%.2f", b)
+			}
+		}
+		t.add(append(row, bound)...)
 	}
 	fmt.Println()
 	t.print()
 	fmt.Println("   from the median runs; CPU of the bench process (client), the coordinator and Redis only")
+	fmt.Println("   no store work: the same figure, in this run, for a service of two gRPC calls a cycle that does no store work:")
+	fmt.Println("   cycles/s from the gRPC echo's calls/s ÷ 2, p99 and contended grants/s from the memory store's raw unary calls")
 }
 
 // printLeases prints the uncontended table and its ratios.
