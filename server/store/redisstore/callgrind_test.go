@@ -3,6 +3,7 @@ package redisstore
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -96,12 +97,19 @@ func TestCallgrindCycle(t *testing.T) {
 		}
 	}
 
-	type window struct{ acquire, release int64 }
-	measure := func(label string, acquire func() []uint64, release func([]uint64)) window {
+	// A window: the acquires, then (refuse, when not nil) a TryLock of
+	// another holder on every name, refused, then the releases.
+	type window struct{ acquire, refuse, release int64 }
+	measure := func(label string, acquire func() []uint64, refuse func(), release func([]uint64)) window {
 		var w window
 		cg.zero(t)
 		tokens := acquire()
 		w.acquire = cg.dump(t, label+"-acquire") / int64(cycles)
+		if refuse != nil {
+			cg.zero(t)
+			refuse()
+			w.refuse = cg.dump(t, label+"-refuse") / int64(cycles)
+		}
 		cg.zero(t)
 		release(tokens)
 		w.release = cg.dump(t, label+"-release") / int64(cycles)
@@ -111,19 +119,23 @@ func TestCallgrindCycle(t *testing.T) {
 		return callgrindAcquire(ctx, t, s, own, func(name string) store.AcquireRequest {
 			return store.AcquireRequest{Name: name, Holder: "w", TTL: time.Minute}
 		}, "")
-	}, func(tokens []uint64) { callgrindRelease(ctx, t, s, own, tokens) })
+	}, func() { callgrindRefuse(ctx, t, s, own) }, func(tokens []uint64) { callgrindRelease(ctx, t, s, own, tokens) })
 	attW := measure("attached", func() []uint64 {
 		return callgrindAcquire(ctx, t, s, attached, func(name string) store.AcquireRequest {
 			return inSession(name, "w", sess)
 		}, sess.ID)
-	}, func(tokens []uint64) { callgrindRelease(ctx, t, s, attached, tokens) })
+	}, nil, func(tokens []uint64) { callgrindRelease(ctx, t, s, attached, tokens) })
 	plainW := measure("yardstick", func() []uint64 {
-		callgrindPlain(ctx, t, s.client, plain, func(p redis.Pipeliner, key string) *redis.Cmd {
+		callgrindPlain(ctx, t, s.client, plain, false, func(p redis.Pipeliner, key string) *redis.Cmd {
 			return yardstickObtain.EvalSha(ctx, p, []string{key}, "0123456789abcdefghijkl", "22", "60000")
 		})
 		return nil
+	}, func() {
+		callgrindPlain(ctx, t, s.client, plain, true, func(p redis.Pipeliner, key string) *redis.Cmd {
+			return yardstickObtain.EvalSha(ctx, p, []string{key}, "abcdefghijkl0123456789", "22", "60000")
+		})
 	}, func([]uint64) {
-		callgrindPlain(ctx, t, s.client, plain, func(p redis.Pipeliner, key string) *redis.Cmd {
+		callgrindPlain(ctx, t, s.client, plain, false, func(p redis.Pipeliner, key string) *redis.Cmd {
 			return yardstickRelease.EvalSha(ctx, p, []string{key}, "0123456789abcdefghijkl")
 		})
 	})
@@ -133,9 +145,13 @@ func TestCallgrindCycle(t *testing.T) {
 		what string
 		w    window
 	}{{"lease of its own", ownW}, {"attached to a session", attW}, {"yardstick: SET NX PX; GET + DEL", plainW}} {
-		report += fmt.Sprintf("  %-32s acquire %7d  release %7d  cycle %7d  (%.2f× the yardstick)\n", row.what,
+		report += fmt.Sprintf("  %-32s acquire %7d  release %7d  cycle %7d  (%.2f× the yardstick)", row.what,
 			row.w.acquire, row.w.release, row.w.acquire+row.w.release,
 			float64(row.w.acquire+row.w.release)/float64(plainW.acquire+plainW.release))
+		if row.w.refuse > 0 {
+			report += fmt.Sprintf("  refused TryLock %7d (%.2f×)", row.w.refuse, float64(row.w.refuse)/float64(plainW.refuse))
+		}
+		report += "\n"
 	}
 	fmt.Print(report)
 }
@@ -187,6 +203,36 @@ func callgrindAcquire(ctx context.Context, t *testing.T, s *Store, names []strin
 	return tokens
 }
 
+// callgrindRefuse asks for each name, held by "w", as another holder that
+// does not wait, pipelined, and checks that each is refused naming "w".
+func callgrindRefuse(ctx context.Context, t *testing.T, s *Store, names []string) {
+	t.Helper()
+	for from := 0; from < len(names); from += callgrindPipeline {
+		batch := names[from:min(from+callgrindPipeline, len(names))]
+		reqs := make([]store.AcquireRequest, len(batch))
+		args := make([]acquireArgs, len(batch))
+		cmds := make([]*redis.Cmd, len(batch))
+		_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, name := range batch {
+				reqs[i] = store.AcquireRequest{Name: name, Holder: "x", TTL: time.Minute}
+				args[i] = s.acquireArgs(reqs[i], 1, 1)
+				k := s.keys(name)
+				cmds[i] = s.scripts.acquire.EvalSha(ctx, p, []string{k.lease, k.queue, k.waiters, k.marker}, args[i].argv()...)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, cmd := range cmds {
+			reply, err := decodeAcquire(args[i].asked(reqs[i]), cmd.Val())
+			if err != nil || reply.result.Acquired || reply.result.Lease.Holder != "w" {
+				t.Fatalf("refused acquire %s: %+v, %v", batch[i], reply, err)
+			}
+		}
+	}
+}
+
 // callgrindRelease releases names[i] held by "w" under tokens[i], pipelined.
 func callgrindRelease(ctx context.Context, t *testing.T, s *Store, names []string, tokens []uint64) {
 	t.Helper()
@@ -210,16 +256,25 @@ func callgrindRelease(ctx context.Context, t *testing.T, s *Store, names []strin
 	}
 }
 
-// callgrindPlain runs call for each key, pipelined, and fails on an error.
-func callgrindPlain(ctx context.Context, t *testing.T, c redis.UniversalClient, keys []string, call func(redis.Pipeliner, string) *redis.Cmd) {
+// callgrindPlain runs call for each key, pipelined, and fails on an error;
+// with refused, every call must answer nil (a SET NX on a held key).
+func callgrindPlain(ctx context.Context, t *testing.T, c redis.UniversalClient, keys []string, refused bool, call func(redis.Pipeliner, string) *redis.Cmd) {
 	t.Helper()
 	for from := 0; from < len(keys); from += callgrindPipeline {
-		_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		cmds, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for _, k := range keys[from:min(from+callgrindPipeline, len(keys))] {
 				call(p, "yardstick:{"+k+"}")
 			}
 			return nil
 		})
+		if refused {
+			for _, cmd := range cmds {
+				if !errors.Is(cmd.Err(), redis.Nil) {
+					t.Fatalf("yardstick refusal: %v", cmd.Err())
+				}
+			}
+			continue
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
