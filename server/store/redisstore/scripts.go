@@ -389,10 +389,17 @@ func (r *replyReader) fail(i int, want string) {
 	}
 }
 
+// int reads an integer, or its decimal string: a script may pass a field it
+// read on as it is, since converting it costs Redis more than the reply.
 func (r *replyReader) int(i int) int64 {
 	if i < len(r.v) {
-		if n, ok := r.v[i].(int64); ok {
-			return n
+		switch v := r.v[i].(type) {
+		case int64:
+			return v
+		case string:
+			if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+				return n
+			}
 		}
 	}
 	r.fail(i, "integer")

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"reflect"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -498,5 +499,53 @@ func TestContendedNameHasOneHolderAtATime(t *testing.T) {
 	}
 	if d := mustDescribe(t, s, "job"); d.Held || d.LastToken != last.Load() {
 		t.Errorf("Describe = %+v, want free with last token %d", d, last.Load())
+	}
+}
+
+// A TryLock refused by a busy exclusive lock takes acquire.lua's short
+// path (0b), which passes the holder's record on as strings: its answer
+// must be the one the full path gives, here a waiter's refusal, which names
+// the holder the same way.
+func TestARefusedTryLockNamesTheHolderAsTheFullPathDoes(t *testing.T) {
+	s := newStore(t, nil, Options{})
+	ctx := testCtx(t)
+	sess, err := s.CreateSession(ctx, "owner", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name  string
+		held  store.AcquireRequest
+		asker store.AcquireRequest // without a waiter: the short path
+	}{
+		{"a lease of its own, a value with colons and bytes", req("own", "a", time.Minute, "v:1:\x00\xff:"),
+			store.AcquireRequest{Name: "own", Holder: "b", TTL: time.Minute}},
+		{"an empty value", req("empty", "a", 30*time.Second, ""),
+			store.AcquireRequest{Name: "empty", Holder: "b", TTL: time.Minute}},
+		{"held in a session", inSession("attached", "a", sess),
+			store.AcquireRequest{Name: "attached", Holder: "b", TTL: time.Minute}},
+		{"asked in a session", req("asked", "a", time.Minute, "v"),
+			inSession("asked", "b", sess)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			held := mustGrant(t, s, tt.held)
+			short := mustRefuse(t, s, tt.asker)
+			waiting := tt.asker
+			waiting.Waiter, waiting.WaiterTTL = "w1", time.Minute
+			full := mustRefuse(t, s, waiting)
+			if err := s.Dequeue(ctx, waiting.Name, waiting.Waiter); err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(short, full) {
+				t.Fatalf("short path's refusal %+v;\nwant the full path's %+v", short, full)
+			}
+			want := held
+			want.Weight = max(want.Weight, 1)
+			if l := short.Lease; l.Holder != want.Holder || l.Token != want.Token || !bytes.Equal(l.Value, want.Value) ||
+				!l.ExpiresAt.Equal(want.ExpiresAt) || l.Session != want.Session || l.Weight != 1 || !short.RetryAt.Equal(want.ExpiresAt) {
+				t.Fatalf("refusal %+v; want it to name the grant %+v, retry at its expiry", short, want)
+			}
+		})
 	}
 }

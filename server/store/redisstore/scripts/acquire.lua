@@ -74,7 +74,10 @@
 -- a name used once in a session runs PEXPIREAT at its grant and at its
 -- release, and a name locked again and again no more often than a lease
 -- of its own does. A renewal by the holder 4 or 5 the same way; a refusal without waiting of
--- an exclusive lock 4 (TIME, GET, HMGET, HGETALL to name the holder).
+-- an exclusive lock 4 (TIME, GET, HMGET, HGETALL to name the holder), on
+-- a short path (0b) when one live grant holds it and nothing else needs
+-- doing: 115k instructions against 195k before it (an uncontended grant
+-- 93k, a refused SET NX 23k: scripts/callgrind-cycle.sh).
 --
 -- Returns, with lost = 1 when this call found the marker missing (Redis lost
 -- its data), else 0, and every time in unix ms of Redis' clock:
@@ -213,6 +216,32 @@ if free then
     redis.call('PEXPIREAT', lease, at)
   end
   return {2, lost, token, now + ttl}
+end
+
+-- 0b. Held by one live grant of another holder, an exclusive lock, asked
+-- for without waiting: refused, naming that grant, as 5. below would
+-- refuse it, but without its locals, functions and conversions: a busy
+-- lock's TryLock is refused many times per grant, and each of those cost
+-- Redis twice an uncontended grant. Nothing here may change: nobody is
+-- queued (no dead waiter to drop), the summary is exact and live (nothing
+-- to sweep) and no attached grant is past its bound (nothing to settle).
+-- Times are compared as decimal strings of the same clock (longer is
+-- larger), and the reply passes the record's fields on as strings.
+if cur[3] and (ARGV[12] or '') == '' and expected == '' and cur[4] ~= '1' and not cur[6] and ARGV[4] == '1' and (cur[2] or '1') == '1' then
+  local n, used, low, high, slow = string.match(cur[3], '^(%d+):(%d+):(%d+):(%d+):?(%d*)$')
+  if n == '1' and used == '1' and low == high and (#high > #now_ms or (#high == #now_ms and high > now_ms))
+    and (slow == '' or #slow > #now_ms or (#slow == #now_ms and slow > now_ms)) then
+    local all = redis.call('HGETALL', lease)
+    for i = 1, #all, 2 do
+      if string.sub(all[i], 1, 2) == HOLDER then
+        local token, weight, rec_ttl, expires, session, rec_value = string.match(all[i + 1], '^(%d+):(%d+):(%d+):(%d+):(%x*):(.*)$')
+        if expires == high then
+          return {0, lost, string.sub(all[i], 3), token, rec_value, rec_ttl, expires, expires, weight, session}
+        end
+        break
+      end
+    end
+  end
 end
 
 -- (holders.lua's decoders go here: scripts.go)
