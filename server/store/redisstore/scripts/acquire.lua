@@ -455,39 +455,35 @@ local function enqueue()
   end
 end
 
--- Refuses the caller, queueing it when it waits. With show, the reply names
--- the live grant that ends first.
-local function refuse(retry_at, show)
+-- Refuses the caller, queueing it when it waits. The reply names f, the
+-- live grant that ends first, when there is one to name.
+local function refuse(retry_at, f)
   if waiter ~= '' then enqueue() end
   -- The head may not know that it is now first in line.
   if pruned > 0 or settled_ended then announce() end
-  if show then
-    if not all then all = redis.call('HGETALL', lease) end
-    local f
-    each_grant(all, function(g)
-      if g.expires > now and (not f or g.expires < f.expires) then f = g end
-    end)
-    if f then return {0, lost, f.holder, f.token, f.value, f.ttl, f.expires, retry_at, f.weight, f.session} end
-  end
+  if f then return {0, lost, f.holder, f.token, f.value, f.ttl, f.expires, retry_at, f.weight, f.session} end
   return {0, lost, '', '', '', 0, 0, retry_at, 0, ''}
 end
 
 -- 5. The caller's own grant in its lock delay keeps its weight: it waits
 -- as anyone would.
 if mine then
-  return refuse(mine.expires + delay, false)
+  return refuse(mine.expires + delay, nil)
 end
 if used + weight > cap_now then
   -- The next weight comes free at the earliest end of a live grant, or of
-  -- a lock delay.
+  -- a lock delay; the reply names the live grant that ends first. One
+  -- pass: decoding a record is a pattern match, three conversions and a
+  -- table, and a full semaphore has a record per holder.
   if not all then all = redis.call('HGETALL', lease) end
-  local at
+  local at, first
   each_grant(all, function(g)
     local e = g.expires
+    if e > now and (not first or e < first.expires) then first = g end
     if e <= now then e = e + delay end
     if e > now and (not at or e < at) then at = e end
   end)
-  return refuse(at or 0, true)
+  return refuse(at or 0, first)
 end
 if head and head ~= waiter then
   -- 6. Live waiters: the caller passes those ahead of it only when they
@@ -517,7 +513,7 @@ if head and head ~= waiter then
     end
     from = from + 100
   end
-  if not fits then return refuse(0, false) end
+  if not fits then return refuse(0, nil) end
 end
 if n >= max_holders then
   if pruned > 0 or settled_ended then announce() end
