@@ -530,10 +530,9 @@ func contendedCPU(use cpuUse, attempts int) string {
 		}
 		return d / time.Duration(attempts)
 	}
-	µs := func(d time.Duration) string { return fmt.Sprintf("%.0fµs", float64(d)/float64(time.Microsecond)) }
-	out := fmt.Sprintf("%s + %s + %s", µs(per("bench")), µs(per("coordinator")), µs(per("redis")))
+	out := fmt.Sprintf("%.0fµs + %.0fµs + %.0fµs", micros(per("bench")), micros(per("coordinator")), micros(per("redis")))
 	if e := per("etcd"); e >= time.Microsecond {
-		out += " + etcd " + µs(e)
+		out += fmt.Sprintf(" + etcd %.0fµs", micros(e))
 	}
 	return out
 }
