@@ -508,8 +508,7 @@ func TestContendedNameHasOneHolderAtATime(t *testing.T) {
 // the holder the same way.
 func TestARefusedTryLockNamesTheHolderAsTheFullPathDoes(t *testing.T) {
 	s := newStore(t, nil, Options{})
-	ctx := testCtx(t)
-	sess, err := s.CreateSession(ctx, "owner", time.Minute)
+	sess, err := s.CreateSession(testCtx(t), "owner", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -534,7 +533,7 @@ func TestARefusedTryLockNamesTheHolderAsTheFullPathDoes(t *testing.T) {
 			waiting := tt.asker
 			waiting.Waiter, waiting.WaiterTTL = "w1", time.Minute
 			full := mustRefuse(t, s, waiting)
-			if err := s.Dequeue(ctx, waiting.Name, waiting.Waiter); err != nil {
+			if err := s.Dequeue(testCtx(t), waiting.Name, waiting.Waiter); err != nil {
 				t.Fatal(err)
 			}
 			if !reflect.DeepEqual(short, full) {
