@@ -163,6 +163,35 @@ func TestCallgrindCycle(t *testing.T) {
 func callgrindAcquire(ctx context.Context, t *testing.T, s *Store, names []string, reqFor func(string) store.AcquireRequest, session string) []uint64 {
 	t.Helper()
 	tokens := make([]uint64, 0, len(names))
+	for i, reply := range callgrindAcquires(ctx, t, s, names, reqFor, session) {
+		if !reply.result.Acquired {
+			t.Fatalf("acquire %s: %+v", names[i], reply)
+		}
+		tokens = append(tokens, reply.result.Lease.Token)
+	}
+	return tokens
+}
+
+// callgrindRefuse asks for each name, held by "w", as another holder that
+// does not wait, pipelined, and checks that each is refused naming "w".
+func callgrindRefuse(ctx context.Context, t *testing.T, s *Store, names []string) {
+	t.Helper()
+	replies := callgrindAcquires(ctx, t, s, names, func(name string) store.AcquireRequest {
+		return store.AcquireRequest{Name: name, Holder: "x", TTL: time.Minute}
+	}, "")
+	for i, reply := range replies {
+		if reply.result.Acquired || reply.result.Lease.Holder != "w" {
+			t.Fatalf("refused acquire %s: %+v", names[i], reply)
+		}
+	}
+}
+
+// callgrindAcquires runs acquire.lua for each name (the request is
+// reqFor's, attached to session when it is not ""), pipelined, and returns
+// the decoded replies.
+func callgrindAcquires(ctx context.Context, t *testing.T, s *Store, names []string, reqFor func(string) store.AcquireRequest, session string) []acquireReply {
+	t.Helper()
+	replies := make([]acquireReply, 0, len(names))
 	for from := 0; from < len(names); from += callgrindPipeline {
 		batch := names[from:min(from+callgrindPipeline, len(names))]
 		reqs := make([]store.AcquireRequest, len(batch))
@@ -194,43 +223,13 @@ func callgrindAcquire(ctx context.Context, t *testing.T, s *Store, names []strin
 		}
 		for i, cmd := range cmds {
 			reply, err := decodeAcquire(args[i].asked(reqs[i]), cmd.Val())
-			if err != nil || !reply.result.Acquired {
-				t.Fatalf("acquire %s: %+v, %v", batch[i], reply, err)
+			if err != nil {
+				t.Fatalf("acquire %s: %v", batch[i], err)
 			}
-			tokens = append(tokens, reply.result.Lease.Token)
+			replies = append(replies, reply)
 		}
 	}
-	return tokens
-}
-
-// callgrindRefuse asks for each name, held by "w", as another holder that
-// does not wait, pipelined, and checks that each is refused naming "w".
-func callgrindRefuse(ctx context.Context, t *testing.T, s *Store, names []string) {
-	t.Helper()
-	for from := 0; from < len(names); from += callgrindPipeline {
-		batch := names[from:min(from+callgrindPipeline, len(names))]
-		reqs := make([]store.AcquireRequest, len(batch))
-		args := make([]acquireArgs, len(batch))
-		cmds := make([]*redis.Cmd, len(batch))
-		_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for i, name := range batch {
-				reqs[i] = store.AcquireRequest{Name: name, Holder: "x", TTL: time.Minute}
-				args[i] = s.acquireArgs(reqs[i], 1, 1)
-				k := s.keys(name)
-				cmds[i] = s.scripts.acquire.EvalSha(ctx, p, []string{k.lease, k.queue, k.waiters, k.marker}, args[i].argv()...)
-			}
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i, cmd := range cmds {
-			reply, err := decodeAcquire(args[i].asked(reqs[i]), cmd.Val())
-			if err != nil || reply.result.Acquired || reply.result.Lease.Holder != "w" {
-				t.Fatalf("refused acquire %s: %+v, %v", batch[i], reply, err)
-			}
-		}
-	}
+	return replies
 }
 
 // callgrindRelease releases names[i] held by "w" under tokens[i], pipelined.
