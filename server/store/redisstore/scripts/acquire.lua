@@ -94,7 +94,8 @@
 -- status 1: renewed for ARGV[1]; 0: refused. holder .. expires_ms
 -- weight and session (its id, or "") are the grant, or, refused, the live
 -- grant that ends first ("", "", "", 0, 0, 0 and "" when there is none: the weight is in lock delays,
--- or older waiters come first); token is a decimal string. retry_at_ms, when
+-- or older waiters come first); token is a decimal string, and so are
+-- ttl_ms .. weight in the short refusal (0b). retry_at_ms, when
 -- refused, is the earliest some weight may come free: the end of a grant or
 -- of a lock delay; 0 when the grant waits for older waiters instead, and
 -- when granted. decodeAcquire in scripts.go is the one reader of this reply.
