@@ -229,13 +229,13 @@ end
 -- Times are compared as decimal strings of the same clock (longer is
 -- larger), and the reply passes the record's fields on as strings.
 if cur[3] and (ARGV[12] or '') == '' and expected == '' and cur[4] ~= '1' and not cur[6] and ARGV[4] == '1' and (cur[2] or '1') == '1' then
-  local n, used, low, high, slow = string.match(cur[3], '^(%d+):(%d+):(%d+):(%d+):?(%d*)$')
+  local n, used, low, high, slow = string.match(cur[3], SUM_FORMAT)
   if n == '1' and used == '1' and low == high and (#high > #now_ms or (#high == #now_ms and high > now_ms))
     and (slow == '' or #slow > #now_ms or (#slow == #now_ms and slow > now_ms)) then
     local all = redis.call('HGETALL', lease)
     for i = 1, #all, 2 do
       if string.sub(all[i], 1, 2) == HOLDER then
-        local token, weight, rec_ttl, expires, session, rec_value = string.match(all[i + 1], '^(%d+):(%d+):(%d+):(%d+):(%x*):(.*)$')
+        local token, weight, rec_ttl, expires, session, rec_value = string.match(all[i + 1], GRANT_FORMAT)
         if expires == high then
           return {0, lost, string.sub(all[i], 3), token, rec_value, rec_ttl, expires, expires, weight, session}
         end

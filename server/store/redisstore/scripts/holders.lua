@@ -35,6 +35,12 @@
 
 local HOLDER = 'h:'
 local WEIGHT_SPAN = 1048576
+-- The patterns of a grant record and of the summary, with a capture per
+-- field: unpack_grant and unpack_sum below use them, and so does
+-- acquire.lua's short refusal, which reads one record without the
+-- decoders (converting no number).
+local GRANT_FORMAT = '^(%d+):(%d+):(%d+):(%d+):(%x*):(.*)$'
+local SUM_FORMAT = '^(%d+):(%d+):(%d+):(%d+):?(%d*)$'
 
 -- Integers are formatted with %d: Lua's tostring would print 1.8e+15.
 local function ms(n) return string.format('%d', n) end
@@ -53,7 +59,7 @@ end
 -- one: it is treated as absent).
 local function unpack_grant(holder, rec)
   if not rec then return nil end
-  local token, weight, ttl, expires, session, value = string.match(rec, '^(%d+):(%d+):(%d+):(%d+):(%x*):(.*)$')
+  local token, weight, ttl, expires, session, value = string.match(rec, GRANT_FORMAT)
   if not token then return nil end
   return {holder = holder, token = token, weight = tonumber(weight), ttl = tonumber(ttl),
     expires = tonumber(expires), session = session, value = value}
@@ -65,7 +71,7 @@ end
 -- sets the summary exactly, and a slow of 0 to settle the attached ones).
 local function unpack_sum(s)
   if not s then return 0, 0, nil, 0, nil end
-  local n, used, low, high, slow = string.match(s, '^(%d+):(%d+):(%d+):(%d+):?(%d*)$')
+  local n, used, low, high, slow = string.match(s, SUM_FORMAT)
   if not n then return 0, 0, 0, 0, 0 end
   return tonumber(n), tonumber(used), tonumber(low), tonumber(high), tonumber(slow)
 end
