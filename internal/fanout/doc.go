@@ -8,6 +8,10 @@
 //   - Evict: the subscriber fell behind and must not silently miss values, so
 //     it is removed and its channel closed. Use it for event streams whose
 //     reader resynchronises from the current state.
+//   - Replace: the oldest pending value is dropped for the new one, so that a
+//     buffer of one holds the latest. Use it for "something changed" signals
+//     whose value says what changed last, when the last change subsumes the
+//     ones before it.
 //
 // Close behaviour: Hub.Close closes every subscriber's channel; a Subscribe
 // after Close returns a subscription whose channel is already closed, and a

@@ -10,6 +10,9 @@ const (
 	Coalesce Overflow = iota
 	// Evict removes the subscriber and closes its channel.
 	Evict
+	// Replace drops the oldest pending value to make room for the new one:
+	// with a buffer of one, what is pending is the latest value.
+	Replace
 )
 
 // Hub fans values out to subscribers by key. The zero Hub is ready to use.
@@ -117,11 +120,21 @@ func (h *Hub[K, T]) PublishAll(v T) {
 func (h *Hub[K, T]) deliver(s *Subscription[K, T], v T) {
 	select {
 	case s.ch <- v:
+		return
 	default:
-		if s.overflow == Evict {
-			h.remove(s)
-			close(s.ch)
+	}
+	switch s.overflow {
+	case Evict:
+		h.remove(s)
+		close(s.ch)
+	case Replace:
+		// Only publishers send, under h.mu: once one value is taken out
+		// (by this or by the reader meanwhile), v fits.
+		select {
+		case <-s.ch:
+		default:
 		}
+		s.ch <- v
 	}
 }
 

@@ -1,6 +1,7 @@
 package fanout
 
 import (
+	"slices"
 	"sync"
 	"testing"
 )
@@ -44,6 +45,7 @@ func TestOverflow(t *testing.T) {
 	}{
 		{"coalesce keeps the pending values and drops the rest", Coalesce, []int{1, 2}, false, 1},
 		{"evict closes the channel of a subscriber that fell behind", Evict, []int{1, 2}, true, 0},
+		{"replace keeps the latest values", Replace, []int{4, 5}, false, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -53,7 +55,7 @@ func TestOverflow(t *testing.T) {
 				h.Publish("k", i)
 			}
 			got, closed := received(s.C)
-			if len(got) != len(tt.wantValues) || got[0] != tt.wantValues[0] || got[1] != tt.wantValues[1] {
+			if !slices.Equal(got, tt.wantValues) {
 				t.Fatalf("received %v, want %v", got, tt.wantValues)
 			}
 			if closed != tt.wantClosed {
@@ -130,7 +132,7 @@ func TestConcurrentUse(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range 500 {
-				s := h.Subscribe(g%3, 1, Overflow(i%2))
+				s := h.Subscribe(g%3, 1, Overflow(i%3))
 				h.Publish(g%3, i)
 				h.PublishAll(i)
 				s.Cancel()
