@@ -203,14 +203,25 @@ type Leases interface {
 	Ping(ctx context.Context) error
 }
 
+// Change is an announcement of a name's change (see Notifier.Changes).
+type Change struct {
+	// Granted is the token of the grant announced, or zero for any other
+	// change (and when announcements may have been missed). A reader gets
+	// the latest announcement, which stands for every one before it: the
+	// caller that made a grant knows the name's state right after it, so
+	// when that grant is the news it need not look again.
+	Granted uint64
+}
+
 // Changes is a subscription to the announced changes of one name (see
 // Notifier.Changes). A store makes one with NewChanges from a channel of its
 // own.
 type Changes struct {
-	// C receives a value for each announcement (values coalesce). It is
-	// closed when the store closes, never by Cancel, so a reader selecting
-	// on it never sees a spurious zero value.
-	C <-chan struct{}
+	// C receives a value for each announcement; a pending value is replaced
+	// by the next, so it is always the latest. It is closed when the store
+	// closes, never by Cancel, so a reader selecting on it never sees a
+	// spurious zero value.
+	C <-chan Change
 
 	cancel func()
 }
@@ -218,7 +229,7 @@ type Changes struct {
 // NewChanges returns the subscription that receives on c and whose Cancel
 // calls cancel. Cancel may be called more than once, after the store closed
 // too, so cancel must allow that.
-func NewChanges(c <-chan struct{}, cancel func()) *Changes {
+func NewChanges(c <-chan Change, cancel func()) *Changes {
 	return &Changes{C: c, cancel: cancel}
 }
 
@@ -236,10 +247,10 @@ type Notifier interface {
 	// (Watch). It also receives one whenever announcements may have been
 	// missed: when a store that hears of changes through a subscription
 	// (Redis pub/sub) has that subscription confirmed, at first or after it
-	// broke. Values coalesce: one pending value stands for any number of
-	// changes. Expiry is not announced: callers time it from ExpiresAt. The
-	// channel is closed when the store closes; Cancel the subscription when
-	// done.
+	// broke. Values coalesce: one pending value, the latest (see Change),
+	// stands for any number of changes. Expiry is not announced: callers
+	// time it from ExpiresAt. The channel is closed when the store closes;
+	// Cancel the subscription when done.
 	Changes(name string) *Changes
 	// Watch asks for the changes of each name to be announced for at least
 	// the next ttl (positive), as for a name with waiters, and reads each

@@ -20,7 +20,7 @@ type Store struct {
 	clock     clockwork.Clock
 	lockDelay time.Duration
 	idleTTL   time.Duration
-	changes   fanout.Hub[string, struct{}]
+	changes   fanout.Hub[string, store.Change]
 
 	// quarantineEnd is when grants resume after a restart that found
 	// leases possibly still live (monotonic clock); set only by Open.
@@ -104,7 +104,7 @@ func (s *Store) sweepIfDue(now time.Time) {
 	s.nextSweep = now.Add(s.idleTTL / sweepsPerRetention)
 	for name, e := range s.names {
 		if e.queue.pruneAll(now) {
-			s.changes.Publish(name, struct{}{})
+			s.changes.Publish(name, store.Change{})
 		}
 		if e.queue.len() == 0 && !e.occupied(now, s.lockDelay) && now.Sub(e.usedUntil) >= s.idleTTL {
 			delete(s.names, name)
@@ -325,7 +325,7 @@ func (s *Store) acquire(req store.AcquireRequest) (store.AcquireResult, <-chan s
 	}
 	if capacity != e.cap() {
 		if e.queue.pruneAll(now) {
-			s.changes.Publish(req.Name, struct{}{})
+			s.changes.Publish(req.Name, store.Change{})
 		}
 		if len(e.grants) > 0 || e.queue.len() > 0 {
 			return store.AcquireResult{}, nil, &store.CapacityError{Name: req.Name, Have: e.cap(), Asked: capacity}
@@ -345,13 +345,13 @@ func (s *Store) acquire(req store.AcquireRequest) (store.AcquireResult, <-chan s
 		e.usedUntil = e.lastEnd(s.lockDelay)
 		e.queue.dequeue(req.Waiter)
 		if revalued {
-			s.changes.Publish(req.Name, struct{}{})
+			s.changes.Publish(req.Name, store.Change{})
 		}
 		return store.AcquireResult{Acquired: true, Lease: mine.lease(req.Name)}, nil, nil
 	}
 
 	if e.queue.pruneHead(now) {
-		s.changes.Publish(req.Name, struct{}{})
+		s.changes.Publish(req.Name, store.Change{})
 	}
 	refuse := func(retryAt time.Time, lease store.Lease) (store.AcquireResult, <-chan struct{}, error) {
 		e.queue.enqueue(req.Waiter, weight, now.Add(waiterTTL))
@@ -387,7 +387,7 @@ func (s *Store) acquire(req store.AcquireRequest) (store.AcquireResult, <-chan s
 	e.grants[req.Holder] = g
 	e.used += weight
 	e.usedUntil = e.lastEnd(s.lockDelay)
-	s.changes.Publish(req.Name, struct{}{})
+	s.changes.Publish(req.Name, store.Change{Granted: token})
 	return store.AcquireResult{Acquired: true, Lease: g.lease(req.Name)}, nil, nil
 }
 
@@ -452,7 +452,7 @@ func (s *Store) Release(ctx context.Context, name, holder string, token uint64) 
 	delete(e.grants, holder)
 	e.used -= g.weight
 	e.usedUntil = later(now, e.lastEnd(s.lockDelay))
-	s.changes.Publish(name, struct{}{})
+	s.changes.Publish(name, store.Change{})
 	return true, nil
 }
 
@@ -464,7 +464,7 @@ func (s *Store) Dequeue(ctx context.Context, name, waiter string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if e, ok := s.names[name]; ok && e.queue.dequeue(waiter) {
-		s.changes.Publish(name, struct{}{})
+		s.changes.Publish(name, store.Change{})
 	}
 	return nil
 }
@@ -508,7 +508,7 @@ func (s *Store) Describe(ctx context.Context, name string) (store.Description, e
 		return store.Description{LastToken: s.tokenFloor(now), Capacity: 1}, nil
 	}
 	if e.queue.pruneAll(now) {
-		s.changes.Publish(name, struct{}{})
+		s.changes.Publish(name, store.Change{})
 	}
 	d := store.Description{LastToken: e.lastToken, Capacity: e.cap(), Waiters: e.queue.len(), WaitingWeight: e.queue.weight()}
 	if d.LastToken == 0 {
@@ -551,7 +551,7 @@ func (s *Store) List(ctx context.Context, prefix, cursor string, limit int) (sto
 // Changes implements store.Notifier. Every change is announced in process,
 // which costs nothing while nobody listens.
 func (s *Store) Changes(name string) *store.Changes {
-	sub := s.changes.Subscribe(name, 1, fanout.Coalesce)
+	sub := s.changes.Subscribe(name, 1, fanout.Replace)
 	return store.NewChanges(sub.C, sub.Cancel)
 }
 
@@ -596,7 +596,7 @@ func (s *Store) RefreshWaiters(ctx context.Context, name string, waiters []strin
 	now := s.clock.Now()
 	// The dead are dropped first, so that none is revived.
 	if e.queue.pruneAll(now) {
-		s.changes.Publish(name, struct{}{})
+		s.changes.Publish(name, store.Change{})
 	}
 	deadline := now.Add(ttl)
 	for _, w := range waiters {

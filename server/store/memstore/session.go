@@ -202,7 +202,7 @@ func (s *Store) CloseSession(ctx context.Context, id, owner string) error {
 		delete(e.grants, g.holder)
 		e.used -= g.weight
 		e.usedUntil = later(now, e.lastEnd(s.lockDelay))
-		s.changes.Publish(name, struct{}{})
+		s.changes.Publish(name, store.Change{})
 	})
 	return nil
 }

@@ -98,8 +98,10 @@
 //	                          deleted once its close or its expiry settled
 //	                          every name (reaper.go)
 //	<prefix>:events           pub/sub channel carrying the name of a lease or queue
-//	                          that changed, published only while the name's
-//	                          lease key says waiters are queued or it is watched
+//	                          that changed and a newline, and after it the token
+//	                          when the change is a grant (acquire.lua); published
+//	                          only while the name's lease key says waiters are
+//	                          queued or it is watched
 //
 // One key holds what an uncontended grant and release need, so that a cycle
 // costs Redis 7 commands in its two scripts (acquire 4: TIME, GET marker,

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -35,7 +37,7 @@ type events struct {
 	// health is how long the subscription may stay silent before it is
 	// pinged; eventsHealthInterval but in tests.
 	health time.Duration
-	hub    fanout.Hub[string, struct{}]
+	hub    fanout.Hub[string, store.Change]
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -56,7 +58,7 @@ func (e *events) init(s *Store) {
 
 // changes subscribes to name, starting the Redis subscription on first use.
 func (e *events) changes(name string) *store.Changes {
-	sub := e.hub.Subscribe(name, 1, fanout.Coalesce)
+	sub := e.hub.Subscribe(name, 1, fanout.Replace)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if !e.started && !e.closed {
@@ -139,7 +141,8 @@ func (e *events) consume(ps *redis.PubSub) (subscribed bool, err error) {
 		pinged = false
 		switch m := msg.(type) {
 		case *redis.Message:
-			e.hub.Publish(m.Payload, struct{}{})
+			name, change := parseAnnouncement(m.Payload)
+			e.hub.Publish(name, change)
 		case *redis.Subscription:
 			// Also sent when go-redis subscribes again by itself after a
 			// broken read: either way, earlier announcements were missed.
@@ -148,8 +151,21 @@ func (e *events) consume(ps *redis.PubSub) (subscribed bool, err error) {
 				// A broken subscription may stand for a restarted or
 				// failed-over Redis, which lost the watched marks.
 				e.s.marks.forget()
-				e.hub.PublishAll(struct{}{})
+				e.hub.PublishAll(store.Change{})
 			}
 		}
 	}
+}
+
+// parseAnnouncement reads a message of the channel: the name, a newline and
+// the token of the grant announced, or nothing after the newline for any
+// other change. The name comes first, and the last newline ends it, so that
+// any name reads back. A payload without a newline is a name.
+func parseAnnouncement(payload string) (string, store.Change) {
+	i := strings.LastIndexByte(payload, '\n')
+	if i < 0 {
+		return payload, store.Change{}
+	}
+	token, _ := strconv.ParseUint(payload[i+1:], 10, 64) // "" or garbage: zero
+	return payload[:i], store.Change{Granted: token}
 }

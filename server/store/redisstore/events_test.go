@@ -176,3 +176,24 @@ func TestOnlyListenedNamesAreAnnounced(t *testing.T) {
 		t.Error("a name nobody listened for was announced")
 	}
 }
+
+func TestParseAnnouncement(t *testing.T) {
+	tests := []struct {
+		payload string
+		name    string
+		granted uint64
+	}{
+		{"job\n", "job", 0},
+		{"job\n1764700000000001", "job", 1764700000000001},
+		{"a\nname\nwith newlines\n7", "a\nname\nwith newlines", 7},
+		{"ends with a newline\n\n", "ends with a newline\n", 0},
+		{"\n5", "", 5},
+		{"no newline", "no newline", 0},
+	}
+	for _, tt := range tests {
+		name, change := parseAnnouncement(tt.payload)
+		if name != tt.name || change.Granted != tt.granted {
+			t.Errorf("parseAnnouncement(%q) = %q, %d; want %q, %d", tt.payload, name, change.Granted, tt.name, tt.granted)
+		}
+	}
+}

@@ -454,13 +454,36 @@ func testWaiterTTLDefault(t *testing.T, s Subject) {
 // again.
 func waitChange(t *testing.T, c *store.Changes, what string) {
 	t.Helper()
+	nextChange(t, c, what)
+}
+
+// nextChange waits for a value on c and returns it.
+func nextChange(t *testing.T, c *store.Changes, what string) store.Change {
+	t.Helper()
 	select {
-	case _, ok := <-c.C:
+	case ch, ok := <-c.C:
 		if !ok {
 			t.Fatalf("%s: the Changes channel closed", what)
 		}
+		return ch
 	case <-time.After(patience):
 		t.Fatalf("%s: nothing announced within %s", what, patience)
+	}
+	return store.Change{}
+}
+
+// waitGrant waits for the announcement of the grant of token on c, which
+// names it; hints to look again (zero values) may come first.
+func waitGrant(t *testing.T, c *store.Changes, token uint64) {
+	t.Helper()
+	for {
+		switch ch := nextChange(t, c, "grant"); ch.Granted {
+		case token:
+			return
+		case 0:
+		default:
+			t.Fatalf("the grant of token %d was announced as that of %d", token, ch.Granted)
+		}
 	}
 }
 
@@ -541,6 +564,20 @@ func testChanges(t *testing.T, s Subject) {
 	waitChange(t, c, "new value")
 	mustRelease(t, s, l)
 	waitChange(t, c, "release")
+
+	// Values arrived, so the subscription is up (a store that subscribes
+	// to Redis may have missed the first grant, hinting instead): a grant's
+	// announcement names its token, and other changes name none.
+	l = mustAcquire(t, s, "job", "a")
+	waitGrant(t, c, l.Token)
+	acquire(t, s, store.AcquireRequest{Name: "job", Holder: "a", Value: []byte("newer")})
+	if ch := nextChange(t, c, "new value"); ch.Granted != 0 {
+		t.Fatalf("a new value was announced as the grant of token %d", ch.Granted)
+	}
+	mustRelease(t, s, l)
+	if ch := nextChange(t, c, "release"); ch.Granted != 0 {
+		t.Fatalf("a release was announced as the grant of token %d", ch.Granted)
+	}
 
 	if d, err := watchOne(ctx, s, "job"); err != nil || d.Held {
 		t.Fatalf("Watch after release = %+v, %v", d, err)

@@ -16,7 +16,8 @@
 --         formatting no numbers but the token and the expiry)
 -- ARGV[6] max holders: the most grants (lock delays included) the name may
 --         carry at once
--- ARGV[7] name (published on the channel)
+-- ARGV[7] name (announced on the channel: the name and a newline, and the
+--         token after it for a grant, as doc.go's key layout says)
 -- ARGV[8] session id to attach the grant to, or "" for a grant of its own
 --         TTL; with one, ARGV[2] is what the session's proof left
 --         (remaining ms): the grant's bound (attached.lua)
@@ -286,7 +287,7 @@ if stale then
   ex = tonumber(cur[7])
   mine_live = mine and mine.expires > now
   if expected ~= '' and not (mine_live and mine.token == expected) then
-    if settled_ended and (queued or watched > now) then redis.call('PUBLISH', channel, name) end
+    if settled_ended and (queued or watched > now) then redis.call('PUBLISH', channel, name .. '\n') end
     return {0, lost, '', '', '', 0, 0, 0, 0, ''}
   end
 end
@@ -335,11 +336,12 @@ end
 
 -- Announces a change of the name on the channel, when anyone listens: a
 -- queued waiter or an observer. Uncontended locks then cost no pub/sub
--- traffic at all.
-local function announce()
+-- traffic at all. granted is the token of the grant this call made, the
+-- news it announces: whatever else changed before it led to that grant.
+local function announce(granted)
   settled_ended = false
   if queued or watched > now then
-    redis.call('PUBLISH', channel, name)
+    redis.call('PUBLISH', channel, name .. '\n' .. (granted or ''))
   end
 end
 
@@ -523,5 +525,5 @@ end
 
 local token = grant()
 if waiter ~= '' then unqueue() end
-announce()
+announce(token)
 return {2, lost, token, now + ttl}

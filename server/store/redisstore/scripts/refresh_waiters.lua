@@ -5,7 +5,8 @@
 -- layout in doc.go describes them.
 -- ARGV[1] waiter ttl (ms, >= 1): the listed waiters' new deadline is now + it
 -- ARGV[2] pub/sub channel
--- ARGV[3] name (published on the channel when the head of the queue is dropped)
+-- ARGV[3] name (announced on the channel when the head of the queue is
+--         dropped: the name and a newline, as doc.go's key layout says)
 -- ARGV[4..] waiter ids
 --
 -- Waiters whose deadline passed are dropped first (a bounded batch, as in
@@ -35,7 +36,7 @@ if #gone > 0 then
   end
   -- The new head may not know that it is now first in line.
   if head_gone and (redis.call('EXISTS', queue) > 0 or (tonumber(redis.call('HGET', lease, 'watched')) or 0) > now) then
-    redis.call('PUBLISH', channel, name)
+    redis.call('PUBLISH', channel, name .. '\n')
   end
 end
 

@@ -6,7 +6,8 @@
 -- holders.lua and attached.lua come first (scripts.go).
 -- ARGV[1] proofs (attached.lua)
 -- ARGV[2] pub/sub channel
--- ARGV[3] name (published on the channel)
+-- ARGV[3] name (announced on the channel: the name and a newline, as
+--         doc.go's key layout says)
 -- ARGV[4] lock delay (ms)
 -- ARGV[5] how long the key outlives its attached grants' lock delay (ms)
 -- ARGV[6] a session id, or "": whether the name still holds a grant of it
@@ -68,7 +69,7 @@ if not attached then
   end
 end
 if ended and (fields['queued'] == '1' or (tonumber(fields['watched']) or 0) > now) then
-  redis.call('PUBLISH', ARGV[2], ARGV[3])
+  redis.call('PUBLISH', ARGV[2], ARGV[3] .. '\n')
 end
 local held = 0
 if ARGV[6] ~= '' then
