@@ -106,7 +106,7 @@ func newWaiterID() string {
 // run is the call's life: it arrives in the name's line, then tries again
 // whenever it is its turn, until granted, its give-up time, or the caller
 // leaves.
-func (a *waitingAcquire) run(ctx context.Context) (store.AcquireResult, error) {
+func (a *waitingAcquire) run(ctx context.Context) (res store.AcquireResult, err error) {
 	defer func() { a.s.metrics.waitSeconds.Observe(time.Since(a.arrived).Seconds()) }()
 	a.line = a.s.lines.join(a.req.Name) //nolint:contextcheck // the line outlives this call: it ends with its last waiter
 	defer a.s.lines.leave(a.line)
@@ -115,7 +115,8 @@ func (a *waitingAcquire) run(ctx context.Context) (store.AcquireResult, error) {
 	if !parked {
 		return res, err
 	}
-	defer a.line.unpark(&a.waiter) // after leaveQueue: the next waiter then finds our place gone
+	// After leaveQueue: the next waiter then finds our place gone.
+	defer func() { a.line.unpark(&a.waiter, a.heldWhole(res, err)) }()
 	retryAt := a.line.refused(&a.waiter, res)
 	for {
 		if err := a.awaitTurn(ctx, retryAt); err != nil {
@@ -125,12 +126,27 @@ func (a *waitingAcquire) run(ctx context.Context) (store.AcquireResult, error) {
 		if a.line.closed() {
 			return store.AcquireResult{}, errStopping
 		}
-		res, err := a.attempt(ctx)
+		if at := a.line.deferral(&a.waiter); !at.IsZero() {
+			// The waiter before took the whole name until at.
+			retryAt = at
+			continue
+		}
+		res, err = a.attempt(ctx)
 		if err != nil || res.Acquired || a.timeUp() {
 			return a.finish(ctx, res, err)
 		}
 		retryAt = a.line.refused(&a.waiter, res)
 	}
+}
+
+// heldWhole is the call's grant when its answer res, err grants it the whole
+// of the name's capacity (an exclusive lock, a writer's share), which nobody
+// else can be granted before it ends; otherwise the zero Lease.
+func (a *waitingAcquire) heldWhole(res store.AcquireResult, err error) store.Lease {
+	if err != nil || !res.Acquired || res.Lease.Weight < a.req.CapacityOrDefault() {
+		return store.Lease{}
+	}
+	return res.Lease
 }
 
 // arrive makes the call's first attempt, holding the line's entry token so

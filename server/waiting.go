@@ -14,9 +14,11 @@ import (
 // therefore keeps its waiting calls of a name in a line, in the order of
 // their first attempts (made one at a time), so that only the first of the
 // line can be next: it alone retries when the name changes or its holder's
-// lease should end, and when it leaves, the next one retries at once. The
-// others stay parked and send nothing; one RefreshWaiters call per line and
-// heartbeat keeps all their places. A handoff then costs a few store calls,
+// lease should end, and when it leaves, the next one retries at once, or,
+// when it leaves holding the whole name, once that grant should end (or is
+// released: announced). The others stay parked and send nothing; one
+// RefreshWaiters call per line and heartbeat keeps all their places. A
+// handoff within a line then costs the store one Acquire, the grant's,
 // however long the queue.
 //
 // This file is the lines; a waiting call itself, from its arrival to its
@@ -72,14 +74,22 @@ type waitLine struct {
 	stalledSince time.Time
 	// recheck is the pause before looking again at a lease that should be
 	// over by now (see expiryRecheck); zero while none is.
-	recheck     time.Duration
+	recheck time.Duration
+	// ownGrant is the token of the last grant of the whole name to a
+	// waiter of the line that left with it: its announcement is no news to
+	// the next waiter, which unpark told when to look again.
+	ownGrant    uint64
 	storeClosed bool
 }
 
 // waiter is one waiting call.
 type waiter struct {
 	id   string
-	turn chan struct{} // buffered: try again now
+	turn chan struct{} // buffered: try again now, or see deferUntil
+	// deferUntil, when not zero, is when to try again instead of now: the
+	// waiter before it left holding the whole name until then. Guarded by
+	// waitLine.mu, like every signal.
+	deferUntil time.Time
 }
 
 func newWaitLines(st store.Store, log *slog.Logger) *waitLines {
@@ -127,7 +137,7 @@ func (ls *waitLines) run(l *waitLine) {
 	changes := l.changes.C
 	for {
 		select {
-		case _, open := <-changes:
+		case change, open := <-changes:
 			if !open { // the store closed: nothing more to wait for
 				changes = nil
 				l.closeStore()
@@ -135,7 +145,7 @@ func (ls *waitLines) run(l *waitLine) {
 			}
 			l.mu.Lock()
 			l.changeSeq++
-			if len(l.parked) > 0 {
+			if len(l.parked) > 0 && (change.Granted == 0 || change.Granted != l.ownGrant) {
 				l.parked[0].signal()
 			}
 			l.mu.Unlock()
@@ -217,8 +227,11 @@ func (l *waitLine) park(w *waiter, seq uint64) {
 }
 
 // unpark takes w out of the line. When w was first, the next waiter is first
-// now and tries at once: it takes the name, or learns when to look again.
-func (l *waitLine) unpark(w *waiter) {
+// now. If w leaves holding the whole name (held, its grant; zero when it
+// does not), the next waiter tries again when that grant should end, or at
+// the next change announced but that grant: its release is. Otherwise the
+// next waiter tries at once: it takes the name, or learns when to look again.
+func (l *waitLine) unpark(w *waiter, held store.Lease) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for i, p := range l.parked {
@@ -226,11 +239,34 @@ func (l *waitLine) unpark(w *waiter) {
 			l.parked = append(l.parked[:i], l.parked[i+1:]...)
 			if i == 0 && len(l.parked) > 0 {
 				l.stalledSince = time.Time{}
-				l.parked[0].signal()
+				next := l.parked[0]
+				// ExpiresAt is the store's clock, as RetryAt is (see refused).
+				if at := held.ExpiresAt.Add(time.Millisecond); held.Token != 0 && at.After(time.Now()) {
+					l.ownGrant = held.Token
+					next.deferTo(at)
+				} else {
+					next.signal()
+				}
 			}
 			return
 		}
 	}
+}
+
+// deferral returns, and forgets, when w was told to try again by deferTo
+// (zero: now).
+func (l *waitLine) deferral(w *waiter) time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	at := w.deferUntil
+	w.deferUntil = time.Time{}
+	if !at.After(time.Now()) {
+		return time.Time{}
+	}
+	// Held until then: not a stall, whatever an attempt of w that began
+	// before the grant found.
+	l.stalledSince = time.Time{}
+	return at
 }
 
 // refused takes the answer of an attempt of w that was not granted, and
@@ -277,7 +313,19 @@ func (l *waitLine) refused(w *waiter, res store.AcquireResult) time.Time {
 	return now.Add(waiterHeartbeat)
 }
 
+// signal tells w to try again now; its line's mu is held.
 func (w *waiter) signal() {
+	w.deferUntil = time.Time{}
+	w.wake()
+}
+
+// deferTo tells w to try again at at; its line's mu is held.
+func (w *waiter) deferTo(at time.Time) {
+	w.deferUntil = at
+	w.wake()
+}
+
+func (w *waiter) wake() {
 	select {
 	case w.turn <- struct{}{}:
 	default:
