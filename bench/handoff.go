@@ -170,12 +170,7 @@ func (c *handoffCost) stop(ctx context.Context) error {
 		return nil
 	}
 	if after, err := commandStats(ctx, c.rdb); err == nil {
-		c.cmds = map[string]int64{}
-		for cmd, n := range after {
-			if d := n - c.cmdsBefore[cmd]; d > 0 && cmd != "info" {
-				c.cmds[cmd] = d
-			}
-		}
+		c.cmds = commandsBetween(c.cmdsBefore, after)
 	}
 	return nil
 }
@@ -188,12 +183,8 @@ func (c *handoffCost) per(n int) (scripts, cmds, cpu string) {
 	}
 	scripts, cmds = "–", "–"
 	if c.cmds != nil {
-		var all int64
-		for _, v := range c.cmds {
-			all += v
-		}
 		scripts = fmt.Sprintf("%.2f", float64(c.cmds["evalsha"]+c.cmds["eval"])/float64(n))
-		cmds = fmt.Sprintf("%.1f", float64(all)/float64(n))
+		cmds = fmt.Sprintf("%.1f", float64(commandsIn(c.cmds))/float64(n))
 	}
 	each := func(name string) string {
 		d, ok := c.use.by[name]

@@ -158,13 +158,11 @@ func idleSuite(env benchEnv) error {
 		cmd   string
 		calls int64
 	}
-	var total int64
+	ran := commandsBetween(before, after)
+	total := commandsIn(ran)
 	var counts []count
-	for cmd, n := range after {
-		if d := n - before[cmd]; d > 0 && cmd != "info" {
-			total += d
-			counts = append(counts, count{cmd, d})
-		}
+	for cmd, n := range ran {
+		counts = append(counts, count{cmd, n})
 	}
 	slices.SortFunc(counts, func(a, b count) int { return cmp.Compare(b.calls, a.calls) })
 	var top []string
@@ -176,6 +174,27 @@ func idleSuite(env benchEnv) error {
 	fmt.Printf("  Redis commands over %s: %.0f/s (scripts' commands included; %d observer events)\n  top: %s\n",
 		elapsed.Round(100*time.Millisecond), float64(total)/elapsed.Seconds(), events.Load()-eventsBefore, strings.Join(top, ", "))
 	return nil
+}
+
+// commandsBetween is the calls of each command between two commandStats
+// readings, the INFO calls that took them left out.
+func commandsBetween(before, after map[string]int64) map[string]int64 {
+	ran := map[string]int64{}
+	for cmd, n := range after {
+		if d := n - before[cmd]; d > 0 && cmd != "info" {
+			ran[cmd] = d
+		}
+	}
+	return ran
+}
+
+// commandsIn sums the calls of every command of ran.
+func commandsIn(ran map[string]int64) int64 {
+	var total int64
+	for _, n := range ran {
+		total += n
+	}
+	return total
 }
 
 // commandStats returns the calls of each command Redis has run (INFO

@@ -114,11 +114,7 @@ func (m measured) scriptsPerRead() float64 {
 }
 
 func (m measured) redisPerOp() float64 {
-	var n int64
-	for _, c := range m.redisCmds {
-		n += c
-	}
-	return float64(n) / float64(max(m.ops, 1))
+	return float64(commandsIn(m.redisCmds)) / float64(max(m.ops, 1))
 }
 
 // cpuPerOp is the CPU time per operation: all processes, the client's and
@@ -404,12 +400,7 @@ func leaseSuite(env benchEnv) error {
 						run.redisReads = readsAfter - readsBefore - 2 // the INFO calls of the count
 					}
 					if cmdsAfter, err := commandStats(ctx, rdb); err == nil && cmdsBefore != nil {
-						run.redisCmds = map[string]int64{}
-						for cmd, n := range cmdsAfter {
-							if d := n - cmdsBefore[cmd]; d > 0 && cmd != "info" {
-								run.redisCmds[cmd] = d
-							}
-						}
+						run.redisCmds = commandsBetween(cmdsBefore, cmdsAfter)
 					}
 				}); err != nil {
 					return err
@@ -442,11 +433,7 @@ func leaseSuite(env benchEnv) error {
 			c = contendedLoop(ctx, hotWorkers, env.duration, m.try)
 			use = meter.since(before)
 			if cmdsAfter, err := commandStats(ctx, rdb); err == nil && cmdsBefore != nil {
-				for cmd, n := range cmdsAfter {
-					if cmd != "info" {
-						cmds += n - cmdsBefore[cmd]
-					}
-				}
+				cmds = commandsIn(commandsBetween(cmdsBefore, cmdsAfter))
 			}
 		}); err != nil {
 			return err

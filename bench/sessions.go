@@ -89,11 +89,5 @@ func holdAndCount(ctx context.Context, env benchEnv, rdb redis.UniversalClient, 
 	if err != nil {
 		return 0, err
 	}
-	var total int64
-	for cmd, calls := range after {
-		if cmd != "info" {
-			total += calls - before[cmd]
-		}
-	}
-	return float64(total) / time.Since(start).Seconds(), nil
+	return float64(commandsIn(commandsBetween(before, after))) / time.Since(start).Seconds(), nil
 }
