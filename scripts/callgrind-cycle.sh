@@ -16,4 +16,4 @@ dir=${2:-}
 if [ -n "$dir" ]; then mkdir -p "$dir"; dir=$(cd "$dir" && pwd); fi
 COORDINATOR_CALLGRIND_CYCLES=$cycles COORDINATOR_CALLGRIND_OUT=$dir \
   nice -n 10 go test -count=1 -v -run '^TestCallgrindCycle$' ./server/store/redisstore |
-  sed -n '/^Redis instructions per cycle/,/yardstick:/p'
+  sed -n '/^Redis instructions per cycle/,/a handoff/p'

@@ -31,7 +31,11 @@ import (
 // commands count for nothing. The calls are pipelined 50 a pipeline, as a
 // busy coordinator sends them. Variants: a lease of its own, one attached to
 // a session (the Go SDK's default), and the same commands as bsm/redislock's
-// uncontended cycle (SET NX PX; GET and DEL) as the yardstick.
+// uncontended cycle (SET NX PX; GET and DEL) as the yardstick; then a
+// handoff to the first of two waiters queued, in three windows: the
+// release, the waiter's grant, and the releaser's waiting acquire that
+// queues it again (the bench's handoff suite: one Acquire of a line per
+// handoff).
 const (
 	envCallgrindCycles = "COORDINATOR_CALLGRIND_CYCLES" // cycles a window; unset skips the test
 	envCallgrindOut    = "COORDINATOR_CALLGRIND_OUT"    // directory to keep the dumps in (callgrind_annotate)
@@ -77,7 +81,7 @@ func TestCallgrindCycle(t *testing.T) {
 		}
 		return out
 	}
-	own, attached, plain := names("own"), names("attached"), names("plain")
+	own, attached, plain, queued := names("own"), names("attached"), names("plain"), names("queued")
 	// Warm-up: every name's first grant sets its key's expiry; the ones
 	// measured find it set, as a name used again and again does.
 	for _, name := range own {
@@ -90,6 +94,19 @@ func TestCallgrindCycle(t *testing.T) {
 			mustRelease(t, s, mustGrant(t, s, inSession(name, "w", sess)))
 		}
 	}
+
+	// A handoff's names: held by "a", "b" and "c" queued behind, so that
+	// the queue never empties, as a busy lock's; one handoff unmeasured,
+	// so that the measured one finds the keys' expiries set.
+	waiting := func(name, holder string) store.AcquireRequest {
+		// A place that outlives the slow windows under callgrind.
+		return store.AcquireRequest{Name: name, Holder: holder, TTL: time.Minute, Waiter: holder, WaiterTTL: time.Hour}
+	}
+	holding := callgrindAcquire(ctx, t, s, queued, func(name string) store.AcquireRequest { return waiting(name, "a") }, "")
+	for _, w := range []string{"b", "c"} {
+		callgrindQueue(ctx, t, s, queued, func(name string) store.AcquireRequest { return waiting(name, w) })
+	}
+	holding = callgrindHandoff(ctx, t, s, queued, "a", "b", holding, waiting, nil)
 
 	for _, sc := range []*redis.Script{yardstickObtain, yardstickRelease} {
 		if err := sc.Load(ctx, s.client).Err(); err != nil {
@@ -119,12 +136,12 @@ func TestCallgrindCycle(t *testing.T) {
 		return callgrindAcquire(ctx, t, s, own, func(name string) store.AcquireRequest {
 			return store.AcquireRequest{Name: name, Holder: "w", TTL: time.Minute}
 		}, "")
-	}, func() { callgrindRefuse(ctx, t, s, own) }, func(tokens []uint64) { callgrindRelease(ctx, t, s, own, tokens) })
+	}, func() { callgrindRefuse(ctx, t, s, own) }, func(tokens []uint64) { callgrindRelease(ctx, t, s, own, tokens, "w") })
 	attW := measure("attached", func() []uint64 {
 		return callgrindAcquire(ctx, t, s, attached, func(name string) store.AcquireRequest {
 			return inSession(name, "w", sess)
 		}, sess.ID)
-	}, nil, func(tokens []uint64) { callgrindRelease(ctx, t, s, attached, tokens) })
+	}, nil, func(tokens []uint64) { callgrindRelease(ctx, t, s, attached, tokens, "w") })
 	plainW := measure("yardstick", func() []uint64 {
 		callgrindPlain(ctx, t, s.client, plain, false, func(p redis.Pipeliner, key string) *redis.Cmd {
 			return yardstickObtain.EvalSha(ctx, p, []string{key}, "0123456789abcdefghijkl", "22", "60000")
@@ -140,6 +157,13 @@ func TestCallgrindCycle(t *testing.T) {
 		})
 	})
 
+	var handoff [3]int64
+	callgrindHandoff(ctx, t, s, queued, "b", "c", holding, waiting, func(step int, run func()) {
+		cg.zero(t)
+		run()
+		handoff[step] = cg.dump(t, fmt.Sprintf("handoff-%d", step)) / int64(cycles)
+	})
+
 	report := fmt.Sprintf("Redis instructions per cycle (%d cycles a window, %d calls a pipeline):\n", cycles, callgrindPipeline)
 	for _, row := range []struct {
 		what string
@@ -153,7 +177,41 @@ func TestCallgrindCycle(t *testing.T) {
 		}
 		report += "\n"
 	}
+	report += fmt.Sprintf("  %-32s release %7d  the next's grant %7d  the releaser queued again %7d  handoff %7d\n", "a handoff, two waiters queued",
+		handoff[0], handoff[1], handoff[2], handoff[0]+handoff[1]+handoff[2])
 	fmt.Print(report)
+}
+
+// callgrindHandoff hands each name, held by holder under tokens[i] with
+// next queued, to next: holder releases, next's waiting acquire is
+// granted, and holder asks again as a waiter and is queued. It returns
+// next's tokens. measure, when not nil, runs each of the three steps
+// (0, 1, 2) in a window of its own.
+func callgrindHandoff(ctx context.Context, t *testing.T, s *Store, names []string, holder, next string, tokens []uint64,
+	waiting func(name, holder string) store.AcquireRequest, measure func(step int, run func()),
+) []uint64 {
+	t.Helper()
+	if measure == nil {
+		measure = func(_ int, run func()) { run() }
+	}
+	var granted []uint64
+	measure(0, func() { callgrindRelease(ctx, t, s, names, tokens, holder) })
+	measure(1, func() {
+		granted = callgrindAcquire(ctx, t, s, names, func(name string) store.AcquireRequest { return waiting(name, next) }, "")
+	})
+	measure(2, func() { callgrindQueue(ctx, t, s, names, func(name string) store.AcquireRequest { return waiting(name, holder) }) })
+	return granted
+}
+
+// callgrindQueue asks for each name as reqFor's waiter, pipelined, and
+// checks that each is refused (and so queued).
+func callgrindQueue(ctx context.Context, t *testing.T, s *Store, names []string, reqFor func(string) store.AcquireRequest) {
+	t.Helper()
+	for i, reply := range callgrindAcquires(ctx, t, s, names, reqFor, "") {
+		if reply.result.Acquired {
+			t.Fatalf("queued acquire %s: granted %+v", names[i], reply)
+		}
+	}
 }
 
 // callgrindAcquire grants each name (the request is reqFor's), pipelined,
@@ -232,15 +290,16 @@ func callgrindAcquires(ctx context.Context, t *testing.T, s *Store, names []stri
 	return replies
 }
 
-// callgrindRelease releases names[i] held by "w" under tokens[i], pipelined.
-func callgrindRelease(ctx context.Context, t *testing.T, s *Store, names []string, tokens []uint64) {
+// callgrindRelease releases names[i] held by holder under tokens[i],
+// pipelined.
+func callgrindRelease(ctx context.Context, t *testing.T, s *Store, names []string, tokens []uint64, holder string) {
 	t.Helper()
 	for from := 0; from < len(names); from += callgrindPipeline {
 		to := min(from+callgrindPipeline, len(names))
 		cmds := make([]*redis.Cmd, 0, to-from)
 		_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i := from; i < to; i++ {
-				cmds = append(cmds, s.scripts.release.EvalSha(ctx, p, []string{s.keys(names[i]).lease}, s.releaseArgs(names[i], "w", tokens[i])...))
+				cmds = append(cmds, s.scripts.release.EvalSha(ctx, p, []string{s.keys(names[i]).lease}, s.releaseArgs(names[i], holder, tokens[i])...))
 			}
 			return nil
 		})
