@@ -199,7 +199,9 @@ func callgrindHandoff(ctx context.Context, t *testing.T, s *Store, names []strin
 	measure(1, func() {
 		granted = callgrindAcquire(ctx, t, s, names, func(name string) store.AcquireRequest { return waiting(name, next) }, "")
 	})
-	measure(2, func() { callgrindQueue(ctx, t, s, names, func(name string) store.AcquireRequest { return waiting(name, holder) }) })
+	measure(2, func() {
+		callgrindQueue(ctx, t, s, names, func(name string) store.AcquireRequest { return waiting(name, holder) })
+	})
 	return granted
 }
 

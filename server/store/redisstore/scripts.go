@@ -111,15 +111,18 @@ func luaString(s string) string {
 
 func (s storeScripts) all() []*redis.Script { return []*redis.Script{s.acquire, s.renew, s.release} }
 
-// grantsLine is the line of acquire.lua that grants.lua and attached.lua
-// replace; markerLine the line of acquire.lua and session.lua that
-// marker.lua replaces; decodersLine the line of acquire.lua and release.lua,
-// after their uncontended paths, that holders.lua's decoders replace (the
-// part after its decodersFrom line): each local function a script defines
-// costs Redis about 400 instructions at every call, and those paths need
-// none of them.
+// grantsLine is the line of acquire.lua that grants.lua replaces, up to its
+// grantsEnd line, and attachedLine the one attached.lua replaces;
+// markerLine the line of acquire.lua and session.lua that marker.lua
+// replaces; decodersLine the line of acquire.lua and release.lua, after
+// their uncontended paths, that holders.lua's decoders replace (the part
+// after its decodersFrom line): each local function a script defines costs
+// Redis about 400 instructions at every call (more with many upvalues), and
+// those paths need none of them.
 const (
 	grantsLine   = "-- (grants.lua goes here: scripts.go)\n"
+	grantsEnd    = "-- (acquire.lua's part of grants.lua ends here: scripts.go)\n"
+	attachedLine = "  -- (attached.lua goes here: scripts.go)\n"
 	markerLine   = "-- (marker.lua goes here: scripts.go)\n"
 	decodersLine = "-- (holders.lua's decoders go here: scripts.go)\n"
 	decodersFrom = "-- (holders.lua's decoders follow: scripts.go)\n"
@@ -140,8 +143,16 @@ func splitAt(src, line string) (string, string) {
 	return before, after
 }
 
-// withGrants puts grants.lua and attached.lua into src at grantsLine.
-func withGrants(src string) string { return insertAt(src, grantsLine, grantsSrc+attachedSrc) }
+// grantsHead is the part of grants.lua that acquire.lua uses.
+var grantsHead, _ = splitAt(grantsSrc, grantsEnd)
+
+// withGrants puts acquire.lua's part of grants.lua into src at grantsLine,
+// and attached.lua at attachedLine: in the block that settles attached
+// grants, so that the calls that need not settle define none of its
+// functions.
+func withGrants(src string) string {
+	return insertAt(insertAt(src, grantsLine, grantsHead), attachedLine, attachedSrc)
+}
 
 // withMarker puts marker.lua into src at markerLine.
 func withMarker(src string) string { return insertAt(src, markerLine, markerSrc) }

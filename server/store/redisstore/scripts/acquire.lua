@@ -248,9 +248,11 @@ end
 
 -- (holders.lua's decoders go here: scripts.go)
 
-local waiter, waiter_ttl, channel, name = ARGV[12] or '', tonumber(ARGV[13]), CHANNEL, ARGV[7]
+local waiter, channel, name = ARGV[12] or '', CHANNEL, ARGV[7]
 local delay, keep_value, idle = LOCK_DELAY, ARGV[15] == '1', IDLE
-local capacity, weight, max_holders = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+-- (ARGV[6] and ARGV[13] are converted where used: each conversion costs
+-- Redis about 1.7k instructions.)
+local capacity, weight = tonumber(ARGV[4]), tonumber(ARGV[5])
 local cap_now = tonumber(cur[2]) or 1
 local n, used, low, high, slow = unpack_sum(cur[3])
 local queued, watched = cur[4] == '1', tonumber(cur[5]) or 0
@@ -270,6 +272,7 @@ local keep, rec_ttl = idle, ttl
 if sess ~= '' then rec_ttl = tonumber(ARGV[9]) end
 local settled_ended = false
 if stale then
+  -- (attached.lua goes here: scripts.go)
   local proofs = parse_proofs(ARGV[11] or '')
   if sess ~= '' then proofs[sess] = {kind = 'a', n = ttl} end
   local need, ended = settle(lease, now, proofs, delay, KEEP)
@@ -444,7 +447,7 @@ local function enqueue()
     if last[2] then order = math.floor(tonumber(last[2]) / WEIGHT_SPAN) + 1 end
     redis.call('ZADD', queue, ms(order * WEIGHT_SPAN + weight), waiter)
   end
-  redis.call('ZADD', waiters, ms(now + waiter_ttl), waiter)
+  redis.call('ZADD', waiters, ms(now + tonumber(ARGV[13])), waiter)
   local latest = tonumber(redis.call('ZRANGE', waiters, -1, -1, 'WITHSCORES')[2])
   redis.call('PEXPIREAT', queue, ms(latest))
   redis.call('PEXPIREAT', waiters, ms(latest))
@@ -518,6 +521,7 @@ if head and head ~= waiter then
   end
   if not fits then return refuse(0, nil) end
 end
+local max_holders = tonumber(ARGV[6])
 if n >= max_holders then
   if pruned > 0 or settled_ended then announce() end
   return {-3, lost, max_holders}

@@ -2,7 +2,8 @@
 -- the weights of queued waiters, with holders.lua's decoder. scripts.go puts
 -- it in front of describe.lua and watch.lua, and into acquire.lua where
 -- that script asks for it, after its uncontended path, which needs none of
--- it: local functions cost every call that defines them.
+-- it, up to the line below: local functions cost every call that defines
+-- them.
 
 -- Calls f(grant) for each grant in an HGETALL reply.
 local function each_grant(all, f)
@@ -18,6 +19,8 @@ end
 local function queue_weight(score)
   return tonumber(score) % WEIGHT_SPAN
 end
+
+-- (acquire.lua's part of grants.lua ends here: scripts.go)
 
 -- The live grants of an HGETALL reply at now, in token order (each with
 -- its session: holders.lua), and the capacity it records (absent: 1).
