@@ -221,6 +221,9 @@ func (s *Service) release(ctx context.Context, name, holder string, token uint64
 	if err != nil {
 		return false, storeError(err)
 	}
+	if released {
+		s.lines.released(name, token)
+	}
 	s.metrics.held.released(name, token)
 	return released, nil
 }

@@ -16,7 +16,8 @@ import (
 // line can be next: it alone retries when the name changes or its holder's
 // lease should end, and when it leaves, the next one retries at once, or,
 // when it leaves holding the whole name, once that grant should end (or is
-// released: announced). The others stay parked and send nothing; one
+// released: announced, and told at once when the release was made through
+// this coordinator). The others stay parked and send nothing; one
 // RefreshWaiters call per line and heartbeat keeps all their places. A
 // handoff within a line then costs the store one Acquire, the grant's,
 // however long the queue.
@@ -78,7 +79,11 @@ type waitLine struct {
 	// ownGrant is the token of the last grant of the whole name to a
 	// waiter of the line that left with it: its announcement is no news to
 	// the next waiter, which unpark told when to look again.
-	ownGrant    uint64
+	ownGrant uint64
+	// lastRelease is the token of the last release the line heard of,
+	// either from this coordinator's own Release or from its announcement:
+	// whichever comes second is no news.
+	lastRelease uint64
 	storeClosed bool
 }
 
@@ -143,12 +148,7 @@ func (ls *waitLines) run(l *waitLine) {
 				l.closeStore()
 				continue
 			}
-			l.mu.Lock()
-			l.changeSeq++
-			if len(l.parked) > 0 && (change.Granted == 0 || change.Granted != l.ownGrant) {
-				l.parked[0].signal()
-			}
-			l.mu.Unlock()
+			l.heard(change)
 		case <-heartbeat.C:
 			ids := l.ids()
 			if inFlight || len(ids) == 0 {
@@ -177,6 +177,36 @@ func (ls *waitLines) run(l *waitLine) {
 		case <-l.done:
 			return
 		}
+	}
+}
+
+// released tells the line of name, if any, of a release of token made
+// through this coordinator, as soon as the store granted it: the line's
+// first waiter need not wait for the release's announcement to come back.
+func (ls *waitLines) released(name string, token uint64) {
+	ls.mu.Lock()
+	l := ls.lines[name]
+	ls.mu.Unlock()
+	if l != nil {
+		l.heard(store.Change{Released: token})
+	}
+}
+
+// heard tells the line's first waiter of a change, unless it is no news: the
+// announcement of the whole-name grant a waiter of the line left with (the
+// next one was told when to look again), or a release heard of already.
+func (l *waitLine) heard(change store.Change) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case change.Released != 0 && change.Released == l.lastRelease:
+		return
+	case change.Released != 0:
+		l.lastRelease = change.Released
+	}
+	l.changeSeq++
+	if len(l.parked) > 0 && (change.Granted == 0 || change.Granted != l.ownGrant) {
+		l.parked[0].signal()
 	}
 }
 

@@ -33,6 +33,15 @@ type countingStore struct {
 	// unrefreshed is a holder whose place RefreshWaiters leaves out, as if
 	// its refreshes were lost.
 	unrefreshed string
+	// deaf, when set, loses every announcement: Changes never delivers.
+	deaf bool
+}
+
+func (c *countingStore) Changes(name string) *store.Changes {
+	if c.deaf {
+		return store.NewChanges(make(chan store.Change), func() {})
+	}
+	return c.Store.Changes(name)
 }
 
 func (c *countingStore) Acquire(ctx context.Context, req store.AcquireRequest) (store.AcquireResult, error) {
@@ -166,6 +175,31 @@ func TestAReleaseWakesOnlyTheNextWaiter(t *testing.T) {
 				time.Sleep(300 * time.Millisecond)
 				if n := st.waiterAcquires.Load() - before; n != 1 {
 					t.Fatalf("handoff %d (%s) cost %d Acquire calls with %d waiters queued; want 1, the grant", i, took, n, waiters-i)
+				}
+			}
+		})
+	}
+}
+
+// TestAReleaseHereWakesTheNextWaiterAtOnce loses every announcement: a
+// release made through the coordinator of the waiters still wakes the next
+// one, since the coordinator tells its line itself, both when the holder
+// came from outside the line and when it was the waiter before (whom the
+// next one was told to wait out: a minute, longer than the test).
+func TestAReleaseHereWakesTheNextWaiterAtOnce(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			st := &countingStore{Store: openStore(t, kind), deaf: true}
+			_, conn := serveStore(t, st, server.ServiceOptions{})
+			c := &coordinator{client: coordinatorv1.NewCoordinatorClient(conn), conn: conn}
+			held := c.mustAcquire(t, "deaf", "owner", time.Minute)
+			granted := parkWaiters(t, c, "deaf", 3)
+			for i := range 3 {
+				release(t, c, held)
+				held = nextGrant(t, granted, 20*time.Second)
+				if want := fmt.Sprintf("w%d", i); held.GetHolder() != want {
+					t.Fatalf("handoff %d went to %s, want %s", i, held.GetHolder(), want)
 				}
 			}
 		})

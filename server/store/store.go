@@ -211,6 +211,11 @@ type Change struct {
 	// caller that made a grant knows the name's state right after it, so
 	// when that grant is the news it need not look again.
 	Granted uint64
+	// Released is the token of the grant whose release is announced, or
+	// zero for any other change. A coordinator that made the release tells
+	// its own waiters at once, and its announcement, coming back later, is
+	// then no news to them.
+	Released uint64
 }
 
 // Changes is a subscription to the announced changes of one name (see

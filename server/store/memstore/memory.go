@@ -452,7 +452,7 @@ func (s *Store) Release(ctx context.Context, name, holder string, token uint64) 
 	delete(e.grants, holder)
 	e.used -= g.weight
 	e.usedUntil = later(now, e.lastEnd(s.lockDelay))
-	s.changes.Publish(name, store.Change{})
+	s.changes.Publish(name, store.Change{Released: token})
 	return true, nil
 }
 

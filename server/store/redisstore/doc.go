@@ -99,7 +99,9 @@
 //	                          every name (reaper.go)
 //	<prefix>:events           pub/sub channel carrying the name of a lease or queue
 //	                          that changed and a newline, and after it the token
-//	                          when the change is a grant (acquire.lua); published
+//	                          when the change is a grant (acquire.lua), a minus
+//	                          and the token when it is a release (release.lua);
+//	                          published
 //	                          only while the name's lease key says waiters are
 //	                          queued or it is watched
 //

@@ -158,14 +158,20 @@ func (e *events) consume(ps *redis.PubSub) (subscribed bool, err error) {
 }
 
 // parseAnnouncement reads a message of the channel: the name, a newline and
-// the token of the grant announced, or nothing after the newline for any
-// other change. The name comes first, and the last newline ends it, so that
-// any name reads back. A payload without a newline is a name.
+// the token of the grant announced, or a minus and the token of the grant
+// whose release is announced, or nothing after the newline for any other
+// change. The name comes first, and the last newline ends it, so that any
+// name reads back. A payload without a newline is a name.
 func parseAnnouncement(payload string) (string, store.Change) {
 	i := strings.LastIndexByte(payload, '\n')
 	if i < 0 {
 		return payload, store.Change{}
 	}
-	token, _ := strconv.ParseUint(payload[i+1:], 10, 64) // "" or garbage: zero
-	return payload[:i], store.Change{Granted: token}
+	name, what := payload[:i], payload[i+1:]
+	if released, ok := strings.CutPrefix(what, "-"); ok {
+		token, _ := strconv.ParseUint(released, 10, 64) // garbage: zero
+		return name, store.Change{Released: token}
+	}
+	token, _ := strconv.ParseUint(what, 10, 64) // "" or garbage: zero
+	return name, store.Change{Granted: token}
 }

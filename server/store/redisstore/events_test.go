@@ -181,19 +181,23 @@ func TestParseAnnouncement(t *testing.T) {
 	tests := []struct {
 		payload string
 		name    string
-		granted uint64
+		change  store.Change
 	}{
-		{"job\n", "job", 0},
-		{"job\n1764700000000001", "job", 1764700000000001},
-		{"a\nname\nwith newlines\n7", "a\nname\nwith newlines", 7},
-		{"ends with a newline\n\n", "ends with a newline\n", 0},
-		{"\n5", "", 5},
-		{"no newline", "no newline", 0},
+		{"job\n", "job", store.Change{}},
+		{"job\n1764700000000001", "job", store.Change{Granted: 1764700000000001}},
+		{"job\n-1764700000000001", "job", store.Change{Released: 1764700000000001}},
+		{"a\nname\nwith newlines\n7", "a\nname\nwith newlines", store.Change{Granted: 7}},
+		{"a\nname\n-with newlines\n-7", "a\nname\n-with newlines", store.Change{Released: 7}},
+		{"ends with a newline\n\n", "ends with a newline\n", store.Change{}},
+		{"\n5", "", store.Change{Granted: 5}},
+		{"\n-", "", store.Change{}},
+		{"job\n-x", "job", store.Change{}},
+		{"no newline", "no newline", store.Change{}},
 	}
 	for _, tt := range tests {
 		name, change := parseAnnouncement(tt.payload)
-		if name != tt.name || change.Granted != tt.granted {
-			t.Errorf("parseAnnouncement(%q) = %q, %d; want %q, %d", tt.payload, name, change.Granted, tt.name, tt.granted)
+		if name != tt.name || change != tt.change {
+			t.Errorf("parseAnnouncement(%q) = %q, %+v; want %q, %+v", tt.payload, name, change, tt.name, tt.change)
 		}
 	}
 }

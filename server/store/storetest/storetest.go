@@ -567,7 +567,8 @@ func testChanges(t *testing.T, s Subject) {
 
 	// Values arrived, so the subscription is up (a store that subscribes
 	// to Redis may have missed the first grant, hinting instead): a grant's
-	// announcement names its token, and other changes name none.
+	// announcement names its token, a release's the token released, and
+	// other changes name none.
 	l = mustAcquire(t, s, "job", "a")
 	waitGrant(t, c, l.Token)
 	acquire(t, s, store.AcquireRequest{Name: "job", Holder: "a", Value: []byte("newer")})
@@ -575,9 +576,25 @@ func testChanges(t *testing.T, s Subject) {
 		t.Fatalf("a new value was announced as the grant of token %d", ch.Granted)
 	}
 	mustRelease(t, s, l)
-	if ch := nextChange(t, c, "release"); ch.Granted != 0 {
-		t.Fatalf("a release was announced as the grant of token %d", ch.Granted)
+	if ch := nextChange(t, c, "release"); ch != (store.Change{Released: l.Token}) {
+		t.Fatalf("the release of token %d was announced as %+v", l.Token, ch)
 	}
+	// So is a share's, released beside another.
+	var shares []store.Lease
+	for _, holder := range []string{"a", "b"} {
+		res := acquire(t, s, store.AcquireRequest{Name: "job", Holder: holder, Capacity: 2})
+		if !res.Acquired {
+			t.Fatalf("%s was refused a share of capacity 2: %+v", holder, res)
+		}
+		waitGrant(t, c, res.Lease.Token)
+		shares = append(shares, res.Lease)
+	}
+	mustRelease(t, s, shares[0])
+	if ch := nextChange(t, c, "a share's release"); ch != (store.Change{Released: shares[0].Token}) {
+		t.Fatalf("the release of share %d was announced as %+v", shares[0].Token, ch)
+	}
+	mustRelease(t, s, shares[1])
+	waitChange(t, c, "the last share's release")
 
 	if d, err := watchOne(ctx, s, "job"); err != nil || d.Held {
 		t.Fatalf("Watch after release = %+v, %v", d, err)

@@ -6,8 +6,8 @@
 -- records.
 -- ARGV[1] holder
 -- ARGV[2] token (decimal)
--- ARGV[3] name (announced on the store's channel: the name and a newline,
---         as doc.go's key layout says)
+-- ARGV[3] name (announced on the store's channel: the name, a newline, a
+--         minus and the token released, as doc.go's key layout says)
 --
 -- Constants of the store's copy (scripts.go; acquire.lua says why): CHANNEL,
 -- the store's pub/sub channel; IDLE,
@@ -93,7 +93,7 @@ if cur[2] and string.sub(cur[2], 1, 2) ~= '1:' then
     end
     redis.call('HDEL', KEYS[1], unpack(gone))
     if cur[3] == '1' or watched > now then
-      redis.call('PUBLISH', CHANNEL, ARGV[3] .. '\n')
+      redis.call('PUBLISH', CHANNEL, ARGV[3] .. '\n-' .. token)
     end
     return session or 1
   end
@@ -120,7 +120,7 @@ else
 end
 if not kept then redis.call('PEXPIREAT', KEYS[1], ms(last)) end
 if cur[3] == '1' or watched > now then
-  redis.call('PUBLISH', CHANNEL, ARGV[3] .. '\n')
+  redis.call('PUBLISH', CHANNEL, ARGV[3] .. '\n-' .. token)
 end
 -- The session keeps a hot name, and one others wait for: its grants come
 -- back, and detaching it would only make them attach again.
