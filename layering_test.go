@@ -29,7 +29,7 @@ var layers = []layer{
 	{
 		name: "binaries",
 		pkgs: []string{"cmd/..."},
-		may:  []string{"process", "housekeeper", "sdk", "api", "leaves"},
+		may:  []string{"process", "housekeeper", "housekeeper storage", "sdk", "api", "leaves"},
 	},
 	{
 		name: "process",
@@ -71,7 +71,14 @@ var layers = []layer{
 	{
 		name: "housekeeper",
 		pkgs: []string{"housekeeper"},
-		may:  []string{"sdk", "api", "leaves"},
+		may:  []string{"housekeeper storage", "sdk", "api", "leaves"},
+	},
+	{
+		// Deckard's MongoDB storage, as the housekeeper's storage tasks
+		// read and delete it: nothing of Redis, views or schedules.
+		name:    "housekeeper storage",
+		pkgs:    []string{"housekeeper/storage"},
+		noRedis: true,
 	},
 	{
 		name:    "sdk",
