@@ -137,6 +137,15 @@ func (m *CoordinatorMembership) Live() bool {
 	return l != nil && !isDone(l)
 }
 
+// Deadline implements Membership: the membership lease's deadline by this
+// process's clock; the zero time while none is held.
+func (m *CoordinatorMembership) Deadline() time.Time {
+	if l := m.lease.Load(); l != nil {
+		return l.Deadline()
+	}
+	return time.Time{}
+}
+
 // setView replaces the view; offer only with a newer one.
 func (m *CoordinatorMembership) setView(v View, onlyNewer bool) {
 	m.mu.Lock()

@@ -23,6 +23,7 @@ type metrics struct {
 	duration  *prometheus.HistogramVec // task
 	fenced    *prometheus.CounterVec   // task
 	probes    prometheus.Counter       // sets whose head was read
+	recovered prometheus.Counter       // messages recovery put back into the cache
 	owned     *prometheus.GaugeVec     // task
 	viewToken prometheus.Gauge
 	members   prometheus.Gauge
@@ -58,6 +59,11 @@ func newMetrics(reg prometheus.Registerer, q *Queues) (*metrics, error) {
 			Help:        "Sets whose earliest entry this instance read (one Redis command each).",
 			ConstLabels: labels,
 		}),
+		recovered: prometheus.NewCounter(prometheus.CounterOpts{
+			Name:        "housekeeper_messages_recovered_total",
+			Help:        "Messages the recovery task copied from storage back into the cache.",
+			ConstLabels: labels,
+		}),
 		owned: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name:        "housekeeper_sets_owned",
 			Help:        "Sets this instance works under the view in force (task: unlock for lock_ack and lock_nack, timeout for tmp).",
@@ -91,6 +97,9 @@ func newMetrics(reg prometheus.Registerer, q *Queues) (*metrics, error) {
 	if m.probes, err = register(reg, m.probes); err != nil {
 		return nil, err
 	}
+	if m.recovered, err = register(reg, m.recovered); err != nil {
+		return nil, err
+	}
 	if m.owned, err = register(reg, m.owned); err != nil {
 		return nil, err
 	}
@@ -104,8 +113,10 @@ func newMetrics(reg prometheus.Registerer, q *Queues) (*metrics, error) {
 		return nil, err
 	}
 	for _, t := range []task{taskUnlock, taskTimeout} {
-		m.fenced.WithLabelValues(string(t))
 		m.owned.WithLabelValues(string(t))
+	}
+	for _, t := range []task{taskUnlock, taskTimeout, taskTTL, taskMaxElements, taskRecovery, taskMetrics} {
+		m.fenced.WithLabelValues(string(t))
 	}
 	return m, nil
 }

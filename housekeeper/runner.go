@@ -49,6 +49,9 @@ type Config struct {
 	QuietProbeInterval time.Duration
 	Logger             *slog.Logger          // slog.Default() when nil
 	Registerer         prometheus.Registerer // where metrics go; none are registered when nil
+	// Storage configures the tasks on Deckard's storage (TTL, max elements,
+	// recovery, metrics); with no Storage.Storage only the Redis tasks run.
+	Storage StorageConfig
 }
 
 // Membership tells a Runner the view it works under: CoordinatorMembership
@@ -62,6 +65,9 @@ type Membership interface {
 	// Live reports whether this instance's membership holds now, by its
 	// own clock: checked before every batch.
 	Live() bool
+	// Deadline is when the membership ends by this process's clock unless
+	// renewed first: the storage tasks' batches are refused by Redis after it.
+	Deadline() time.Time
 }
 
 // Runner works the sets that its instance owns under the current view. See
@@ -72,6 +78,7 @@ type Runner struct {
 	cfg     Config
 	log     *slog.Logger
 	m       *metrics
+	deckard *deckardMetrics
 	running atomic.Bool
 	leading atomic.Bool
 	wakeups atomic.Int64 // of the schedule loop, for tests
@@ -119,6 +126,9 @@ func New(rdb redis.UniversalClient, member Membership, cfg Config) (*Runner, err
 		return nil, err
 	}
 	cfg.Prefix = q.ks.prefix
+	if err := cfg.Storage.setDefaults(); err != nil {
+		return nil, err
+	}
 	m, err := newMetrics(cfg.Registerer, q)
 	if err != nil {
 		return nil, fmt.Errorf("housekeeper: register metrics: %w", err)
@@ -127,13 +137,17 @@ func New(rdb redis.UniversalClient, member Membership, cfg Config) (*Runner, err
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Runner{
+	r := &Runner{
 		queues: q,
 		member: member,
 		cfg:    cfg,
 		log:    log.With("component", "housekeeper", "prefix", cfg.Prefix),
 		m:      m,
-	}, nil
+	}
+	if r.deckard, err = newDeckardMetrics(cfg.Registerer, r.ownsMetrics); err != nil {
+		return nil, fmt.Errorf("housekeeper: register metrics: %w", err)
+	}
+	return r, nil
 }
 
 // SetLeader turns the housekeeper_queue_messages gauges of the Runner's
@@ -179,7 +193,12 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 	defer r.running.Store(false)
 	s := &schedule{r: r, sets: make(map[workSet]*setState), events: make(chan func(), 16), slots: r.cfg.Parallelism}
+	var storageDone sync.WaitGroup
+	if r.cfg.Storage.Storage != nil {
+		storageDone.Go(func() { r.runStorage(ctx) })
+	}
 	s.run(ctx)
+	storageDone.Wait()
 	return nil
 }
 
@@ -514,6 +533,7 @@ func (r *Runner) drain(ctx context.Context, w workSet, view View) drainOutcome {
 		cancel()
 		r.m.duration.WithLabelValues(string(t)).Observe(time.Since(start).Seconds())
 		if n > 0 {
+			r.deckard.moved(w.queue, w.kind, n)
 			switch w.kind {
 			case kindTmp:
 				r.m.timedOut.WithLabelValues(w.queue).Add(float64(n))

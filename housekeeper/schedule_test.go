@@ -35,6 +35,8 @@ func (soloMember) View() (View, <-chan struct{}) {
 }
 func (soloMember) Live() bool { return true }
 
+func (soloMember) Deadline() time.Time { return time.Now().Add(time.Minute) }
+
 // An idle Runner sleeps until its next read, discovery or due head, also
 // while a slow discovery is in flight: it never spins.
 func TestAnIdleRunnerDoesNotSpin(t *testing.T) {

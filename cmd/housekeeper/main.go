@@ -21,6 +21,7 @@ import (
 
 	"github.com/coordinator-dev/coordinator/client"
 	"github.com/coordinator-dev/coordinator/housekeeper"
+	"github.com/coordinator-dev/coordinator/housekeeper/storage"
 	"github.com/coordinator-dev/coordinator/internal/app"
 	"github.com/coordinator-dev/coordinator/internal/envflag"
 	"github.com/coordinator-dev/coordinator/internal/redisurl"
@@ -38,11 +39,14 @@ type config struct {
 	coordinatorTLS bool
 	tls            app.TLSFiles
 	redisURL       string
-	instanceID     string
-	metricsListen  string
-	log            app.LogConfig
-	membership     housekeeper.MembershipConfig
-	runner         housekeeper.Config
+	// storage is Deckard's MongoDB (storage.URI empty: the storage tasks
+	// are off).
+	storage       storage.Config
+	instanceID    string
+	metricsListen string
+	log           app.LogConfig
+	membership    housekeeper.MembershipConfig
+	runner        housekeeper.Config
 	// printVersion (-version) asks for the version instead of a run.
 	printVersion bool
 	// tracing is what the OTEL_* variables ask of tracing: when on, the
@@ -51,8 +55,9 @@ type config struct {
 }
 
 const (
-	envToken    = "HOUSEKEEPER_COORDINATOR_TOKEN"
-	envRedisURL = "HOUSEKEEPER_REDIS_URL"
+	envToken      = "HOUSEKEEPER_COORDINATOR_TOKEN"
+	envRedisURL   = "HOUSEKEEPER_REDIS_URL"
+	envStorageURI = "HOUSEKEEPER_STORAGE_URI"
 )
 
 func parseConfig(fs *flag.FlagSet, args []string, lookupEnv func(string) (string, bool)) (config, error) {
@@ -73,6 +78,22 @@ func parseConfig(fs *flag.FlagSet, args []string, lookupEnv func(string) (string
 	v.String(&c.tls.Key, "coordinator-tls-key", "HOUSEKEEPER_COORDINATOR_TLS_KEY", "", "PEM private key file of -coordinator-tls-cert")
 	v.Secret(&c.redisURL, "redis-url", envRedisURL, "redis://127.0.0.1:6379/0",
 		"Deckard's Redis (standalone, redis+sentinel:// or redis+cluster://)")
+	v.Secret(&c.storage.URI, "storage-uri", envStorageURI, "",
+		"Deckard's MongoDB (mongodb:// or mongodb+srv://, as Deckard's DECKARD_STORAGE_URI): turns on the TTL, max-elements, recovery and metrics tasks; empty: unlock and timeout only")
+	v.String(&c.storage.Database, "mongo-database", "HOUSEKEEPER_MONGO_DATABASE", storage.DefaultDatabase, "Deckard's database (its mongo.database)")
+	v.String(&c.storage.Collection, "mongo-collection", "HOUSEKEEPER_MONGO_COLLECTION", storage.DefaultCollection, "Deckard's messages collection (its mongo.collection)")
+	v.String(&c.storage.ConfigurationCollection, "mongo-queue-configuration-collection", "HOUSEKEEPER_MONGO_QUEUE_CONFIGURATION_COLLECTION",
+		storage.DefaultConfigurationCollection, "Deckard's queue configurations (its mongo.queue_configuration_collection)")
+	v.Duration(&c.runner.Storage.Interval, "storage-interval", "HOUSEKEEPER_STORAGE_INTERVAL", housekeeper.DefaultStorageInterval,
+		"how often TTL, max elements and recovery look for work (Deckard's task delays); a task with work left goes on at once")
+	v.Duration(&c.runner.Storage.MetricsInterval, "metrics-interval", "HOUSEKEEPER_METRICS_INTERVAL", housekeeper.DefaultMetricsInterval,
+		"how often the queue metrics (deckard_total_messages, deckard_oldest_message) are read from storage")
+	v.Duration(&c.runner.Storage.ConfigInterval, "max-elements-read-interval", "HOUSEKEEPER_MAX_ELEMENTS_READ_INTERVAL", housekeeper.DefaultConfigInterval,
+		"how often the queues' max_elements are read from storage")
+	v.Duration(&c.runner.Storage.RecheckInterval, "max-elements-recount-interval", "HOUSEKEEPER_MAX_ELEMENTS_RECOUNT_INTERVAL", housekeeper.DefaultRecheckInterval,
+		"how often a queue with max_elements is counted in storage although its cache did not grow past it")
+	v.Int(&c.runner.Storage.TTLBatch, "ttl-batch", "HOUSEKEEPER_TTL_BATCH", housekeeper.DefaultTTLBatch, "most expired messages one TTL step reads and deletes (Deckard's 10000)")
+	v.Int(&c.runner.Storage.RecoveryBatch, "recovery-batch", "HOUSEKEEPER_RECOVERY_BATCH", housekeeper.DefaultRecoveryBatch, "most messages one recovery batch copies (Deckard's 4000)")
 	v.String(&c.runner.Prefix, "prefix", "HOUSEKEEPER_PREFIX", housekeeper.DefaultPrefix, "Deckard's Redis key prefix")
 	v.String(&c.instanceID, "instance-id", "HOUSEKEEPER_INSTANCE_ID", fmt.Sprintf("%s-%d", host, os.Getpid()), "this instance's name, as the coordinator sees it")
 	v.String(&c.metricsListen, "metrics-listen", "HOUSEKEEPER_METRICS_LISTEN", "127.0.0.1:7402", "Prometheus /metrics listen address (empty: off)")
@@ -112,6 +133,8 @@ func parseConfig(fs *flag.FlagSet, args []string, lookupEnv func(string) (string
 	}{
 		{"discovery-interval", c.runner.DiscoveryInterval}, {"probe-interval", c.runner.ProbeInterval},
 		{"quiet-probe-interval", c.runner.QuietProbeInterval}, {"lease-ttl", c.membership.TTL},
+		{"storage-interval", c.runner.Storage.Interval}, {"metrics-interval", c.runner.Storage.MetricsInterval},
+		{"max-elements-read-interval", c.runner.Storage.ConfigInterval}, {"max-elements-recount-interval", c.runner.Storage.RecheckInterval},
 	} {
 		if d.v <= 0 {
 			errs = append(errs, fmt.Errorf("%s: must be positive", d.name))
@@ -129,6 +152,12 @@ func parseConfig(fs *flag.FlagSet, args []string, lookupEnv func(string) (string
 	if c.runner.BatchSize < 1 || c.runner.Parallelism < 1 {
 		errs = append(errs, errors.New("batch-size and parallelism: must be at least 1"))
 	}
+	if c.runner.Storage.TTLBatch < 1 || c.runner.Storage.RecoveryBatch < 1 {
+		errs = append(errs, errors.New("ttl-batch and recovery-batch: must be at least 1"))
+	}
+	if u := c.storage.URI; u != "" && !strings.HasPrefix(u, "mongodb://") && !strings.HasPrefix(u, "mongodb+srv://") {
+		errs = append(errs, errors.New("storage-uri: must start with mongodb:// or mongodb+srv://"))
+	}
 	if _, err := redisurl.Parse(c.redisURL); err != nil {
 		errs = append(errs, fmt.Errorf("redis-url: %w", err))
 	}
@@ -143,6 +172,10 @@ func parseConfig(fs *flag.FlagSet, args []string, lookupEnv func(string) (string
 	c.membership.ID = c.instanceID
 	return c, errors.Join(errs...)
 }
+
+// storageConnectTimeout bounds the first contact with the storage: an
+// instance that cannot reach it exits, for its supervisor to restart it.
+const storageConnectTimeout = 30 * time.Second
 
 func main() {
 	fs := flag.NewFlagSet("housekeeper", flag.ContinueOnError)
@@ -230,6 +263,23 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	// after ctx has ended.
 	defer func() { _ = coord.Close() }()
 
+	if cfg.storage.URI == "" {
+		log.Warn("no -storage-uri: running unlock and timeout only; keep Deckard's own housekeeper on for TTL, max elements, recovery and the queue metrics")
+	} else {
+		sctx, cancel := context.WithTimeout(ctx, storageConnectTimeout)
+		st, err := storage.Open(sctx, cfg.storage)
+		cancel()
+		if err != nil {
+			return err
+		}
+		defer func() {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			_ = st.Close(dctx) // nothing to act on at exit
+		}()
+		cfg.runner.Storage.Storage = st
+	}
+
 	registry := app.NewRegistry()
 	var runner *housekeeper.Runner
 	mcfg := cfg.membership
@@ -270,7 +320,8 @@ func run(ctx context.Context, cfg config, log *slog.Logger) error {
 	}
 
 	log.Info("housekeeper running", "coordinator", cfg.coordinatorAddr, "tls", cfg.coordinatorTLS,
-		"redis", redisurl.Redact(cfg.redisURL), "prefix", rcfg.Prefix, "parallelism", rcfg.Parallelism, "lease_ttl", mcfg.TTL)
+		"redis", redisurl.Redact(cfg.redisURL), "prefix", rcfg.Prefix, "parallelism", rcfg.Parallelism, "lease_ttl", mcfg.TTL,
+		"storage", cfg.storage.URI != "", "database", cfg.storage.Database)
 	var wg sync.WaitGroup
 	var memberErr error
 	wg.Go(func() {

@@ -7,6 +7,7 @@ package housekeepertest
 import (
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/coordinator-dev/coordinator/housekeeper"
 )
@@ -79,6 +80,16 @@ func (m *Member) Live() bool {
 	m.g.mu.Lock()
 	defer m.g.mu.Unlock()
 	return m.live
+}
+
+// Deadline implements housekeeper.Membership: a live member's membership
+// holds for another minute (a test's member never expires by time), a
+// member that left has none.
+func (m *Member) Deadline() time.Time {
+	if !m.Live() {
+		return time.Time{}
+	}
+	return time.Now().Add(time.Minute)
 }
 
 // Leave ends the membership and publishes a view without it, as a clean
