@@ -157,14 +157,18 @@ func (q *Queues) Recovery(ctx context.Context) (RecoveryState, error) {
 	return RecoveryState{Running: cmds[0].Val() == "true", StorageBreakpoint: cmds[1].Val(), UpTo: cmds[2].Val()}, nil
 }
 
-// Recovering reports whether Deckard's "{recovery}" flag is set: TTL and
-// max elements wait while it is, as in Deckard.
-func (q *Queues) Recovering(ctx context.Context) (bool, error) {
-	v, err := q.rdb.Get(ctx, q.ks.deckardKey(recoveryRunning)).Result()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return false, fmt.Errorf("housekeeper: read the recovery flag: %w", err)
+// RecoveryPending reports whether the cache may still lack stored messages:
+// a recovery runs (Deckard's "{recovery}" flag is "true") or is yet to run
+// (the storage breakpoint is not "recovery_finished", as after the cache
+// lost its data). TTL and max elements wait meanwhile: Deckard waits on the
+// flag alone, and a removal from storage and cache between a recovery's
+// read and its insert would leave the message in the cache.
+func (q *Queues) RecoveryPending(ctx context.Context) (bool, error) {
+	s, err := q.Recovery(ctx)
+	if err != nil {
+		return false, err
 	}
-	return v == "true", nil
+	return s.Running || !s.Finished(), nil
 }
 
 // setRecovery writes Deckard's recovery flag and, when upTo is not empty,

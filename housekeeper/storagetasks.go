@@ -182,7 +182,7 @@ func (t *storageTasks) ttl(ctx context.Context, view View) error {
 func (t *storageTasks) ttlStep(ctx context.Context) (done bool, err error) {
 	sctx, cancel := stepContext(ctx)
 	defer cancel()
-	if recovering, err := t.r.queues.Recovering(sctx); recovering || err != nil {
+	if recovering, err := t.r.queues.RecoveryPending(sctx); recovering || err != nil {
 		return true, err
 	}
 	now := time.Now()
@@ -237,7 +237,7 @@ func (t *storageTasks) maxElements(ctx context.Context, view View) error {
 		return nil
 	}
 	slices.Sort(owned)
-	if recovering, err := t.r.queues.Recovering(sctx); recovering || err != nil {
+	if recovering, err := t.r.queues.RecoveryPending(sctx); recovering || err != nil {
 		return err
 	}
 	sizes, err := t.r.queues.Sizes(sctx, owned)
