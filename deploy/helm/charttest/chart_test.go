@@ -481,6 +481,9 @@ func TestFullValues(t *testing.T) {
 	envValue(t, h, "HOUSEKEEPER_COORDINATOR_TLS_CA", "/etc/housekeeper/coordinator-ca/ca.crt")
 	envValue(t, h, "HOUSEKEEPER_COORDINATOR_TLS_CERT", "/etc/housekeeper/client-cert/tls.crt")
 	envSecret(t, h, "HOUSEKEEPER_REDIS_URL", "deckard-redis", "url")
+	envSecret(t, h, "HOUSEKEEPER_STORAGE_URI", "deckard-mongodb", "uri")
+	envValue(t, h, "HOUSEKEEPER_MONGO_DATABASE", "deckard-prod")
+	envValue(t, h, "HOUSEKEEPER_MONGO_COLLECTION", "queue")
 	envSecret(t, h, "HOUSEKEEPER_COORDINATOR_TOKEN", "housekeeper-token", "token")
 	if env(h, "HOUSEKEEPER_COORDINATOR_INSECURE_TOKEN") != nil {
 		t.Error("the housekeeper sends its token over plaintext although TLS is on")
