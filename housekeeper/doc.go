@@ -81,14 +81,15 @@
 // of the six suffixes; other keys are skipped.
 //
 // A set is not run every cycle. Its earliest entry, the head, is read (one
-// ZRANGE, pipelined with the others due and one TIME) when the instance
-// first owns it, again Config.ProbeInterval after it changed or was worked,
-// and otherwise at intervals doubling up to Config.QuietProbeInterval; the
-// set is drained when its head falls due, by a timer. So an idle instance
-// costs Redis about (its sets / QuietProbeInterval) commands a second plus
-// its SCAN, and a message is moved when it falls due, except one that falls
-// due before the head its set had when last read (a lock shorter than every
-// lock in the set), which is moved within QuietProbeInterval.
+// ZRANGE 0 0 WITHSCORES) every Config.ProbeInterval: each round reads every
+// set the instance owns in one pipeline (a pipeline per 500 sets) with one
+// TIME. A set is also read at once when the instance first owns it and
+// after it was drained, and it is drained when its head falls due, by a
+// timer. So an idle instance costs Redis about (its sets / ProbeInterval)
+// ZRANGEs a second, pipelined, plus its share of discovery, and every
+// message is moved within about ProbeInterval of falling due: at its due
+// time when it was its set's head when read, otherwise at the first round
+// after (a lock shorter than every lock already in its set, say).
 //
 // # Metrics
 //

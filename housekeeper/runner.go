@@ -16,20 +16,14 @@ import (
 
 // Defaults of Config's zero fields.
 const (
-	DefaultBatchSize          = 1000
-	DefaultParallelism        = 5
-	DefaultDiscoveryInterval  = time.Second
-	DefaultProbeInterval      = time.Second
-	DefaultQuietProbeInterval = 10 * time.Second
+	DefaultBatchSize         = 1000
+	DefaultParallelism       = 5
+	DefaultDiscoveryInterval = time.Second
+	DefaultProbeInterval     = 500 * time.Millisecond
 )
 
 // batchTimeout bounds one batch script call.
 const batchTimeout = 5 * time.Second
-
-// probeSlack: when one set must be read, those due to be read within this
-// much later are read in the same pipeline, so that an instance wakes a few
-// times a second at most however many sets it owns.
-const probeSlack = 100 * time.Millisecond
 
 // Config configures a Runner. Zero fields take the defaults.
 type Config struct {
@@ -40,15 +34,13 @@ type Config struct {
 	// which the members take in turn (a new queue, or a set that was empty,
 	// is found within two of it); DefaultDiscoveryInterval.
 	DiscoveryInterval time.Duration
-	// ProbeInterval is how soon a set is read again after its head changed
-	// or it was worked; DefaultProbeInterval.
+	// ProbeInterval is the time between the rounds that read the head of
+	// every set the instance owns, pipelined: a message that falls due before
+	// the head its set had when last read is moved within about it;
+	// DefaultProbeInterval.
 	ProbeInterval time.Duration
-	// QuietProbeInterval is the longest a set whose head does not change
-	// goes unread: the bound on how late a message is moved that falls due
-	// before the head its set had when last read; DefaultQuietProbeInterval.
-	QuietProbeInterval time.Duration
-	Logger             *slog.Logger          // slog.Default() when nil
-	Registerer         prometheus.Registerer // where metrics go; none are registered when nil
+	Logger        *slog.Logger          // slog.Default() when nil
+	Registerer    prometheus.Registerer // where metrics go; none are registered when nil
 	// Storage configures the tasks on Deckard's storage (TTL, max elements,
 	// recovery, metrics); with no Storage.Storage only the Redis tasks run.
 	Storage StorageConfig
@@ -97,7 +89,6 @@ func New(rdb redis.UniversalClient, member Membership, cfg Config) (*Runner, err
 	}{
 		{"DiscoveryInterval", &cfg.DiscoveryInterval, DefaultDiscoveryInterval},
 		{"ProbeInterval", &cfg.ProbeInterval, DefaultProbeInterval},
-		{"QuietProbeInterval", &cfg.QuietProbeInterval, DefaultQuietProbeInterval},
 	} {
 		switch {
 		case *v.ptr < 0:
@@ -105,9 +96,6 @@ func New(rdb redis.UniversalClient, member Membership, cfg Config) (*Runner, err
 		case *v.ptr == 0:
 			*v.ptr = v.def
 		}
-	}
-	if cfg.QuietProbeInterval < cfg.ProbeInterval {
-		return nil, fmt.Errorf("housekeeper: QuietProbeInterval %v is below ProbeInterval %v", cfg.QuietProbeInterval, cfg.ProbeInterval)
 	}
 	for _, v := range []struct {
 		name string
@@ -166,13 +154,12 @@ func (r *Runner) SetLeader(leader bool) {
 
 // setState is what a Runner knows of one set.
 type setState struct {
-	owned   bool          // this instance works it under the current view
-	known   bool          // read since it was found or became owned
-	head    head          // as last read
-	due     time.Time     // when head falls due, by this process's clock
-	probeAt time.Time     // when to read it again
-	quiet   time.Duration // the interval of its next read while it does not change
-	busy    bool          // a probe or a drain of it is in flight
+	owned   bool      // this instance works it under the current view
+	readNow bool      // read it at once, not at the next round: newly owned, or just drained
+	known   bool      // head is good to drain by: read, and no read or batch failed since
+	head    head      // as last read
+	due     time.Time // when head falls due, by this process's clock
+	busy    bool      // a probe or a drain of it is in flight
 	// fencedUnder is the view whose batch was refused by the set's fence:
 	// a newer view is in force elsewhere, so the set waits for it here.
 	fencedUnder uint64
@@ -180,13 +167,13 @@ type setState struct {
 
 // Run works until ctx is cancelled. One goroutine keeps the schedule: every
 // DiscoveryInterval the members in turn SCAN for the sets and publish them in
-// an index that the others read; each owned set's head is read
-// (probed) when it is new to this instance, after its head changed or it
-// was worked, and otherwise at intervals doubling up to QuietProbeInterval;
-// a set is drained, batch after batch, when its head falls due. Once ctx is
-// cancelled it lets the batches in flight finish (their script calls are
-// not cancelled) and returns nil. Redis failures are logged and retried,
-// never returned. A Runner runs once at a time.
+// an index that the others read; every ProbeInterval the heads of all the
+// owned sets are read (probed) together, pipelined, and a set's head is
+// also read at once when the set is new to this instance or was just
+// drained; a set is drained, batch after batch, when its head falls due.
+// Once ctx is cancelled it lets the batches in flight finish (their script
+// calls are not cancelled) and returns nil. Redis failures are logged and
+// retried, never returned. A Runner runs once at a time.
 func (r *Runner) Run(ctx context.Context) error {
 	if !r.running.CompareAndSwap(false, true) {
 		return errors.New("housekeeper: Runner is already running")
@@ -213,6 +200,7 @@ type schedule struct {
 
 	slots         int // drains that may still start
 	probing       bool
+	nextRound     time.Time // when every owned set is next read
 	discovering   bool
 	nextDiscovery time.Time
 	indexSeen     int64 // highest sequence number read from the index
@@ -267,27 +255,36 @@ func (s *schedule) run(ctx context.Context) {
 }
 
 // work starts the probes and drains due now and returns when the schedule
-// must next wake, at the latest wake.
+// must next wake, at the latest wake. When a round is due, every owned set
+// that is not being drained is read, in one probe; otherwise the sets to
+// read at once are. While a probe is in flight no other starts: its result
+// wakes the loop.
 func (s *schedule) work(ctx context.Context, now, wake time.Time) time.Time {
+	round := !s.probing && !now.Before(s.nextRound)
 	var probe []workSet
 	for w, st := range s.sets {
 		if !st.owned || st.busy {
 			continue
 		}
-		if !st.known || !now.Add(probeSlack).Before(st.probeAt) {
+		if round || st.readNow {
 			if !s.probing {
 				probe = append(probe, w)
 			}
 			continue
 		}
-		if !st.head.empty && s.view.Token > st.fencedUnder {
+		if st.known && !st.head.empty && s.view.Token > st.fencedUnder {
 			if now.Before(st.due) {
 				wake = earliest(wake, st.due)
 			} else if s.slots > 0 {
 				s.drain(ctx, w, st)
 			}
 		}
-		wake = earliest(wake, st.probeAt)
+	}
+	if round {
+		s.nextRound = now.Add(s.r.cfg.ProbeInterval)
+	}
+	if !s.probing {
+		wake = earliest(wake, s.nextRound)
 	}
 	if len(probe) > 0 {
 		s.probe(ctx, probe)
@@ -330,8 +327,7 @@ func (s *schedule) report() map[task]int {
 func (s *schedule) own(w workSet, st *setState) {
 	owned := s.view.Token != 0 && s.view.Owner(w.task(), w.queue) == s.r.member.ID()
 	if owned && !st.owned {
-		st.known = false
-		st.quiet = s.r.cfg.ProbeInterval
+		st.known, st.readNow = false, true
 	}
 	st.owned = owned
 }
@@ -401,7 +397,7 @@ func (s *schedule) discovered(found map[workSet]struct{}, complete bool) {
 	changed := false
 	for w := range found {
 		if _, ok := s.sets[w]; !ok {
-			st := &setState{quiet: s.r.cfg.ProbeInterval}
+			st := &setState{}
 			s.own(w, st)
 			s.sets[w] = st
 			changed = true
@@ -445,7 +441,9 @@ func (s *schedule) probe(ctx context.Context, sets []workSet) {
 					if err == nil && ctx.Err() == nil {
 						s.r.log.Warn("reading a set's head failed", "err", errs[i])
 					}
-					st.probeAt = read.Add(s.r.cfg.QuietProbeInterval)
+					// Not drained until a read succeeds, tried again at the
+					// next round.
+					st.known, st.readNow = false, false
 					continue
 				}
 				s.probed(st, heads[i], redisNow, read)
@@ -455,17 +453,9 @@ func (s *schedule) probe(ctx context.Context, sets []workSet) {
 }
 
 // probed records a set's head read at local time read, when Redis' clock
-// said redisNow: a head that changed is read again after ProbeInterval,
-// an unchanged one after twice the last interval, up to QuietProbeInterval.
+// said redisNow.
 func (s *schedule) probed(st *setState, h head, redisNow, read time.Time) {
-	cfg := s.r.cfg
-	if !st.known || h != st.head {
-		st.quiet = cfg.ProbeInterval
-	} else {
-		st.quiet = min(2*st.quiet, cfg.QuietProbeInterval)
-	}
-	st.known, st.head = true, h
-	st.probeAt = read.Add(st.quiet)
+	st.known, st.readNow, st.head = true, false, h
 	if !h.empty {
 		// Due means score <= Redis' clock in ms; read is no earlier than
 		// the moment Redis read its clock, so due is never early.
@@ -498,17 +488,14 @@ func (s *schedule) drain(ctx context.Context, w workSet, st *setState) {
 				return
 			}
 			st.busy = false
-			now := time.Now()
 			switch outcome {
-			case drainFenced:
+			case drainFenced: // read at the rounds, not drained under this view
 				st.fencedUnder = view.Token
-				st.probeAt = now.Add(s.r.cfg.ProbeInterval)
-			case drainFailed:
-				st.probeAt = now.Add(s.r.cfg.ProbeInterval)
+			case drainFailed: // drained again after the next round's read
+				st.known = false
 			default: // read it again at once: its head has moved
-				st.probeAt = now
+				st.readNow = true
 			}
-			st.quiet = s.r.cfg.ProbeInterval
 		}
 	})
 }

@@ -30,7 +30,7 @@ type runner struct {
 }
 
 // fast reads and finds sets often, so that tests take milliseconds.
-var fast = housekeeper.Config{DiscoveryInterval: 50 * time.Millisecond, ProbeInterval: 50 * time.Millisecond, QuietProbeInterval: 200 * time.Millisecond}
+var fast = housekeeper.Config{DiscoveryInterval: 50 * time.Millisecond, ProbeInterval: 50 * time.Millisecond}
 
 // alone is the membership of an instance that is the only one.
 func alone() housekeeper.Membership { return hkt.NewGroup().Join("solo") }
@@ -326,7 +326,7 @@ func TestRunnerStopsAtTheNextBatchOnceItsMembershipIsLost(t *testing.T) {
 	cfg.BatchSize = 1000
 	r := startRunner(t, rdb, d, member, cfg)
 	testwait.Until(t, 10*time.Second, "the first batch", func() bool { return r.moved(t) > 0 })
-	time.Sleep(10 * cfg.QuietProbeInterval) // time enough for more batches, were any started
+	time.Sleep(20 * cfg.ProbeInterval) // time enough for more batches, were any started
 	if snap := d.Snapshot(t, rdb, "q"); len(snap[hkt.Active]) != 1000 || len(snap[hkt.LockAck]) != 1500 {
 		t.Fatalf("active %d, lock_ack %d; want 1000 and 1500: work must stop at the first batch boundary",
 			len(snap[hkt.Active]), len(snap[hkt.LockAck]))
@@ -358,7 +358,7 @@ func TestRunnersWorkOnlyWhatTheyOwnAndTakeOverWhenAMemberLeaves(t *testing.T) {
 	seedDue(t, rdb, d, ownedBy(t, view, "timeout", "theirs"), hkt.Tmp, 10)
 	r := startRunner(t, rdb, d, mine, fast) // "theirs" is a member that does not run
 	testwait.Until(t, 10*time.Second, "mine moved", func() bool { return r.moved(t) == 10 })
-	time.Sleep(5 * fast.QuietProbeInterval)
+	time.Sleep(20 * fast.ProbeInterval) // time enough to work theirs too, were it worked here
 	if got := r.moved(t); got != 10 {
 		t.Fatalf("%v moved, want mine's 10: a queue owned by another member was worked", got)
 	}
@@ -389,7 +389,12 @@ func TestAnInstanceStillOnAnOldViewIsFencedOffOnceTheNewOwnerWorked(t *testing.T
 	testwait.Until(t, 10*time.Second, "a fenced batch", func() bool {
 		return metric(t, old.reg, "housekeeper_batches_fenced_total", "task", "timeout") >= 1
 	})
-	time.Sleep(10 * fast.QuietProbeInterval) // it reads q again, but does not retry under the same view
+	// It reads q again, round after round, but does not retry under the
+	// same view.
+	reads := metric(t, old.reg, "housekeeper_set_reads_total")
+	testwait.Until(t, 10*time.Second, "q read 10 times more", func() bool {
+		return metric(t, old.reg, "housekeeper_set_reads_total") >= reads+10
+	})
 	if n := metric(t, old.reg, "housekeeper_batches_fenced_total", "task", "timeout"); n != 1 {
 		t.Errorf("%v fenced batches, want 1: a fenced set waits for a newer view", n)
 	}
@@ -436,7 +441,7 @@ func TestASetIsWorkedWhenItsHeadFallsDueWithoutBeingReadMeanwhile(t *testing.T) 
 		d.Put(context.Background(), p, "q", hkt.LockNack, "soon", float64(due))
 		d.Put(context.Background(), p, "q", hkt.LockNack, "later", float64(now+3_600_000))
 	})
-	cfg := housekeeper.Config{DiscoveryInterval: 50 * time.Millisecond, ProbeInterval: time.Minute, QuietProbeInterval: time.Minute}
+	cfg := housekeeper.Config{DiscoveryInterval: 50 * time.Millisecond, ProbeInterval: time.Minute}
 	r := startRunner(t, rdb, d, alone(), cfg)
 	testwait.Until(t, 20*time.Second, "soon moved", func() bool { return r.moved(t) == 1 })
 	if at := hkt.NowMs(t, rdb); at < due {
@@ -451,10 +456,70 @@ func TestASetIsWorkedWhenItsHeadFallsDueWithoutBeingReadMeanwhile(t *testing.T) 
 	}
 }
 
-// A message that falls due before its set's known head is found by the
-// next read, within QuietProbeInterval, and sets that do not change are
-// read less and less often.
-func TestQuietSetsAreReadLessOftenButWithinTheQuietInterval(t *testing.T) {
+// However long a set's head stays, the set is read every ProbeInterval: a
+// message that falls due before that head (a lock shorter than every lock
+// already in its set, say) is moved within about ProbeInterval of falling
+// due, not when the head does.
+func TestAMessageDueBeforeItsSetsHeadIsMovedWithinAboutAProbeInterval(t *testing.T) {
+	tests := []struct {
+		name string
+		set  hkt.Set
+		in   time.Duration // from its addition to its due time
+	}{
+		{"nacked with a lock that ends at once", hkt.LockNack, 0},
+		{"acked with a 100ms lock", hkt.LockAck, 100 * time.Millisecond},
+		{"pulled with a 100ms deadline", hkt.Tmp, 100 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rdb := redistest.Client(t)
+			d := newDeckard(t, rdb)
+			ctx := context.Background()
+			now := hkt.NowMs(t, rdb)
+			d.Seed(t, rdb, func(p redis.Pipeliner) { d.Put(ctx, p, "q", tt.set, "later", float64(now+10*60_000)) })
+			cfg := housekeeper.Config{DiscoveryInterval: 50 * time.Millisecond, ProbeInterval: 100 * time.Millisecond}
+			r := startRunner(t, rdb, d, alone(), cfg)
+			testwait.Until(t, 30*time.Second, "the set's head read 8 times, unchanged", func() bool {
+				return metric(t, r.reg, "housekeeper_set_reads_total") >= 8
+			})
+			due := hkt.NowMs(t, rdb) + tt.in.Milliseconds()
+			d.Seed(t, rdb, func(p redis.Pipeliner) { d.Put(ctx, p, "q", tt.set, "sooner", float64(due)) })
+			// Well above ProbeInterval, for a loaded machine; far below the
+			// 10 minutes until the head falls due.
+			const bound = 3 * time.Second
+			testwait.Until(t, tt.in+bound, "sooner moved", func() bool { return r.moved(t) == 1 })
+			r.stop(t)
+			snap := d.Snapshot(t, rdb, "q")
+			if _, ok := snap[hkt.Active]["sooner"]; !ok || len(snap[hkt.Active]) != 1 {
+				t.Errorf("active pool %v, want sooner alone", snap[hkt.Active])
+			}
+			if _, ok := snap[tt.set]["later"]; !ok || len(snap[tt.set]) != 1 {
+				t.Errorf("%s %v, want later alone", tt.set, snap[tt.set])
+			}
+		})
+	}
+}
+
+// countProbes counts the pipelines that read sets' heads (ZRANGE).
+type countProbes struct{ n atomic.Int64 }
+
+func (h *countProbes) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *countProbes) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return next
+}
+func (h *countProbes) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return c.Name() == "zrange" }) {
+			h.n.Add(1)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// An idle instance reads the head of every set it owns each ProbeInterval,
+// all of them in one pipeline: its cost is (its sets / ProbeInterval)
+// pipelined ZRANGEs a second, and it wakes once an interval, not once a set.
+func TestAnIdleInstanceReadsEverySetInOnePipelineEachProbeInterval(t *testing.T) {
 	rdb := redistest.Client(t)
 	d := newDeckard(t, rdb)
 	ctx := context.Background()
@@ -465,22 +530,28 @@ func TestQuietSetsAreReadLessOftenButWithinTheQuietInterval(t *testing.T) {
 			d.Put(ctx, p, fmt.Sprint("q", i), hkt.Tmp, "later", float64(now+3_600_000))
 		}
 	})
-	cfg := housekeeper.Config{DiscoveryInterval: 50 * time.Millisecond, ProbeInterval: 50 * time.Millisecond, QuietProbeInterval: 400 * time.Millisecond}
+	probes := &countProbes{}
+	rdb.AddHook(probes)
+	cfg := housekeeper.Config{DiscoveryInterval: 50 * time.Millisecond, ProbeInterval: 100 * time.Millisecond}
 	r := startRunner(t, rdb, d, alone(), cfg)
-	testwait.Until(t, 10*time.Second, "every set read", func() bool { return metric(t, r.reg, "housekeeper_set_reads_total") >= sets })
-	start := time.Now()
-	before := metric(t, r.reg, "housekeeper_set_reads_total")
-	time.Sleep(3 * time.Second)
-	reads := (metric(t, r.reg, "housekeeper_set_reads_total") - before) / sets
+	reads := func() float64 { return metric(t, r.reg, "housekeeper_set_reads_total") }
+	testwait.Until(t, 10*time.Second, "every set read", func() bool { return reads() >= sets })
+	const rounds = 20
+	start, readsBefore, probesBefore := time.Now(), reads(), probes.n.Load()
+	// 2s at ProbeInterval; the timeout leaves room for a loaded machine.
+	testwait.Until(t, 10*time.Second, fmt.Sprintf("every set read %d times more", rounds), func() bool {
+		return reads() >= readsBefore+rounds*sets
+	})
 	elapsed := time.Since(start)
-	// Reads every 50, 100, 200, then 400 ms: at most elapsed/400ms + 4.
-	if most := elapsed.Seconds()/cfg.QuietProbeInterval.Seconds() + 4; reads > most {
-		t.Errorf("%.1f reads a set in %v, want at most %.1f", reads, elapsed, most)
+	read, pipelines := reads()-readsBefore, probes.n.Load()-probesBefore
+	// Rounds are ProbeInterval apart, and each reads every set in one
+	// pipeline (give or take one at either end of the window).
+	if most := int64(elapsed/cfg.ProbeInterval) + 2; pipelines > most {
+		t.Errorf("%d pipelines read the sets in %v, want one a ProbeInterval (at most %d)", pipelines, elapsed, most)
 	}
-	// Now a message due at once goes in ahead of q0's head.
-	now = hkt.NowMs(t, rdb)
-	d.Seed(t, rdb, func(p redis.Pipeliner) { d.Put(ctx, p, "q0", hkt.Tmp, "early", float64(now-1)) })
-	testwait.Until(t, 10*time.Second, "the early message moved", func() bool { return r.moved(t) == 1 })
+	if most := int64(read/sets) + 2; pipelines > most {
+		t.Errorf("%d pipelines made %v reads of %d sets, want one pipeline a round (at most %d)", pipelines, read, sets, most)
+	}
 }
 
 func TestRunnersShareTheWorkAndMoveEachDueMessageExactlyOnce(t *testing.T) {
@@ -811,7 +882,6 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"negative parallelism", alone(), housekeeper.Config{Parallelism: -1}},
 		{"negative discovery interval", alone(), housekeeper.Config{DiscoveryInterval: -time.Second}},
 		{"negative probe interval", alone(), housekeeper.Config{ProbeInterval: -time.Second}},
-		{"quiet interval below the probe interval", alone(), housekeeper.Config{ProbeInterval: time.Second, QuietProbeInterval: time.Millisecond}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

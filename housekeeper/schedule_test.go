@@ -47,7 +47,7 @@ func TestAnIdleRunnerDoesNotSpin(t *testing.T) {
 		rdb.ZAdd(t.Context(), fmt.Sprintf("%s:queue:{q%d}:tmp", prefix, q), redis.Z{Score: later, Member: "m"})
 	}
 	rdb.AddHook(slowScan{100 * time.Millisecond})
-	r, err := New(rdb, soloMember{}, Config{Prefix: prefix, DiscoveryInterval: 50 * time.Millisecond, ProbeInterval: 100 * time.Millisecond, QuietProbeInterval: 200 * time.Millisecond})
+	r, err := New(rdb, soloMember{}, Config{Prefix: prefix, DiscoveryInterval: 50 * time.Millisecond, ProbeInterval: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,8 +57,8 @@ func TestAnIdleRunnerDoesNotSpin(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	cancel()
 	<-done
-	// A discovery every 150 ms, a read every 200 ms at most, each waking
-	// the loop twice (start and result): about 25 a second.
+	// A discovery every 150 ms and a round of reads every 200 ms, each
+	// waking the loop twice (start and result): about 25 a second.
 	if n := r.wakeups.Load(); n > 100 {
 		t.Errorf("the schedule woke %d times in 2s, want fewer than 100", n)
 	}

@@ -23,7 +23,7 @@ func TestParseConfig(t *testing.T) {
 		{"defaults", nil, nil, func(c config) bool {
 			return c.coordinatorAddr == "127.0.0.1:7400" && c.runner.Prefix == "deckard_v1" && c.runner.BatchSize == 1000 &&
 				c.runner.Parallelism == 5 && c.membership.TTL == time.Second && c.runner.DiscoveryInterval == time.Second &&
-				c.runner.ProbeInterval == time.Second && c.runner.QuietProbeInterval == 10*time.Second && c.membership.CheckInterval == 0 &&
+				c.runner.ProbeInterval == 500*time.Millisecond && c.membership.CheckInterval == 0 &&
 				c.membership.Election == "housekeeper/leader" && c.membership.ID == c.instanceID && c.instanceID != "" && c.redisURL == "redis://127.0.0.1:6379/0" &&
 				!c.coordinatorTLS && c.log.Level == slog.LevelInfo && c.log.Format == "text"
 		}, ""},
@@ -63,16 +63,15 @@ func TestParseConfig(t *testing.T) {
 		{"zero batch size", []string{"-batch-size", "0"}, nil, nil, "batch-size"},
 		{"zero lease ttl", []string{"-lease-ttl", "0s"}, nil, nil, "lease-ttl"},
 		{"zero discovery interval", []string{"-discovery-interval", "0s"}, nil, nil, "discovery-interval"},
-		{"quiet interval below the probe interval", []string{"-probe-interval", "2s", "-quiet-probe-interval", "1s"}, nil, nil, "quiet-probe-interval"},
+		{"zero probe interval", []string{"-probe-interval", "0s"}, nil, nil, "probe-interval"},
 		{"negative membership check", []string{"-membership-check", "-1s"}, nil, nil, "membership-check"},
 		{"instance id with a slash", []string{"-instance-id", "a/b"}, nil, nil, "instance-id"},
 		{"intervals from the environment", nil, map[string]string{
-			"HOUSEKEEPER_DISCOVERY_INTERVAL": "3s", "HOUSEKEEPER_PROBE_INTERVAL": "500ms", "HOUSEKEEPER_QUIET_PROBE_INTERVAL": "20s",
+			"HOUSEKEEPER_DISCOVERY_INTERVAL": "3s", "HOUSEKEEPER_PROBE_INTERVAL": "2s",
 			"HOUSEKEEPER_MEMBERSHIP_CHECK": "100ms", "HOUSEKEEPER_ELECTION": "hk/lead",
 		}, func(c config) bool {
-			return c.runner.DiscoveryInterval == 3*time.Second && c.runner.ProbeInterval == 500*time.Millisecond &&
-				c.runner.QuietProbeInterval == 20*time.Second && c.membership.CheckInterval == 100*time.Millisecond &&
-				c.membership.Election == "hk/lead"
+			return c.runner.DiscoveryInterval == 3*time.Second && c.runner.ProbeInterval == 2*time.Second &&
+				c.membership.CheckInterval == 100*time.Millisecond && c.membership.Election == "hk/lead"
 		}, ""},
 		{"bad redis url", []string{"-redis-url", "http://x"}, nil, nil, "redis-url"},
 		{"bad redis url from env", nil, map[string]string{"HOUSEKEEPER_REDIS_URL": "http://x"}, nil, "redis-url"},

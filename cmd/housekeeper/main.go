@@ -100,9 +100,7 @@ func parseConfig(fs *flag.FlagSet, args []string, lookupEnv func(string) (string
 	v.Duration(&c.runner.DiscoveryInterval, "discovery-interval", "HOUSEKEEPER_DISCOVERY_INTERVAL", housekeeper.DefaultDiscoveryInterval,
 		"time between the SCANs that find the queues, which the instances take in turn: a new queue, or a set that was empty, is found within two of it")
 	v.Duration(&c.runner.ProbeInterval, "probe-interval", "HOUSEKEEPER_PROBE_INTERVAL", housekeeper.DefaultProbeInterval,
-		"how soon a set is read again after its earliest message changed or it was worked")
-	v.Duration(&c.runner.QuietProbeInterval, "quiet-probe-interval", "HOUSEKEEPER_QUIET_PROBE_INTERVAL", housekeeper.DefaultQuietProbeInterval,
-		"the longest a set that does not change goes unread: how late a message may be moved that falls due before its set's earliest one when last read")
+		"how often the earliest message of every set this instance owns is read, pipelined: every message is moved within about this of falling due, and an idle instance costs Redis about (its sets / this) ZRANGEs a second")
 	v.Int(&c.runner.BatchSize, "batch-size", "HOUSEKEEPER_BATCH_SIZE", housekeeper.DefaultBatchSize, "most messages one batch moves")
 	v.Int(&c.runner.Parallelism, "parallelism", "HOUSEKEEPER_PARALLELISM", housekeeper.DefaultParallelism, "most batches in flight at once")
 	v.Duration(&c.membership.TTL, "lease-ttl", "HOUSEKEEPER_LEASE_TTL", housekeeper.DefaultMembershipTTL,
@@ -131,8 +129,7 @@ func parseConfig(fs *flag.FlagSet, args []string, lookupEnv func(string) (string
 		name string
 		v    time.Duration
 	}{
-		{"discovery-interval", c.runner.DiscoveryInterval}, {"probe-interval", c.runner.ProbeInterval},
-		{"quiet-probe-interval", c.runner.QuietProbeInterval}, {"lease-ttl", c.membership.TTL},
+		{"discovery-interval", c.runner.DiscoveryInterval}, {"probe-interval", c.runner.ProbeInterval}, {"lease-ttl", c.membership.TTL},
 		{"storage-interval", c.runner.Storage.Interval}, {"metrics-interval", c.runner.Storage.MetricsInterval},
 		{"max-elements-read-interval", c.runner.Storage.ConfigInterval}, {"max-elements-recount-interval", c.runner.Storage.RecheckInterval},
 	} {
@@ -142,9 +139,6 @@ func parseConfig(fs *flag.FlagSet, args []string, lookupEnv func(string) (string
 	}
 	if c.membership.CheckInterval < 0 {
 		errs = append(errs, errors.New("membership-check: must not be negative"))
-	}
-	if c.runner.QuietProbeInterval < c.runner.ProbeInterval {
-		errs = append(errs, errors.New("quiet-probe-interval: must not be below -probe-interval"))
 	}
 	if strings.Contains(c.instanceID, "/") || c.instanceID == "" {
 		errs = append(errs, errors.New("instance-id: must be non-empty, without '/'"))
