@@ -1,5 +1,7 @@
 # make run       the coordinator on the embedded memory store (no Redis needed)
 # make test      go vet and every test (Go with -race, the image's, Python, TypeScript), against a throwaway Redis
+#                and, for the housekeeper's storage tasks, a throwaway FerretDB (a MongoDB wire protocol, built
+#                once from the Go module proxy by scripts/ferretdb.sh and cached)
 # make test-under-load  the suite three times with every core kept busy
 # make fault-soak the fault suite (kill -9, Redis restarts, flushes, failover), five rounds of each
 # make bench     the benchmarks, side by side in one run
@@ -44,7 +46,7 @@ test: test-go test-image test-python test-typescript
 
 test-go:
 	$(GO) vet ./...
-	./scripts/with-redis.sh $(GO) test -race -count=1 ./...
+	./scripts/with-redis.sh ./scripts/with-ferretdb.sh $(GO) test -race -count=1 ./...
 
 # The image test (deploy/image_test.go) on its own, after the others: it
 # builds the image, which would load the machine under timing-sensitive
@@ -65,12 +67,12 @@ test-under-load:
 
 # The fault suite of make test, each fault striking five times in a row.
 fault-soak:
-	COORDINATOR_FAULT_ROUNDS=5 ./scripts/with-redis.sh $(GO) test -race -count=1 -run TestFaults -v ./cmd/coordinator/
+	COORDINATOR_FAULT_ROUNDS=5 ./scripts/with-redis.sh ./scripts/with-ferretdb.sh $(GO) test -race -count=1 -run TestFaults -v ./cmd/coordinator/
 
 # bench/ is a module of its own (the peers it measures are no dependency of
 # the SDK); relative file flags (-json, -cpuprofile) are relative to bench/.
 bench:
-	cd bench && ../scripts/with-redis.sh $(GO) run . $(BENCHFLAGS)
+	cd bench && ../scripts/with-redis.sh ../scripts/with-ferretdb.sh $(GO) run . $(BENCHFLAGS)
 
 # The targets and the settings (FUZZPARALLEL, FUZZMINIMIZETIME) are in
 # scripts/fuzz.sh; a failing input lands in the package's testdata/fuzz/.

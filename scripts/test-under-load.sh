@@ -16,7 +16,7 @@ done
 for i in $(seq "$runs"); do
   start=$(date +%s)
   echo "test-under-load: run $i of $runs, $(nproc) busy loops beside it" >&2
-  ./scripts/with-redis.sh go test -race -count=1 ./...
+  ./scripts/with-redis.sh ./scripts/with-ferretdb.sh go test -race -count=1 ./...
   ./scripts/with-redis.sh ./scripts/test-python.sh
   ./scripts/with-redis.sh ./scripts/test-typescript.sh
   echo "test-under-load: run $i passed in $(( $(date +%s) - start ))s" >&2
