@@ -1,5 +1,9 @@
-// Package housekeeper moves Deckard's messages back into their queues when
-// their time comes, from several instances side by side on one Redis.
+// Package housekeeper does Deckard's six housekeeping tasks from several
+// instances side by side: it moves messages back into their queues when
+// their time comes (unlock, timeout), on Deckard's Redis, and, given its
+// MongoDB, deletes expired messages (TTL) and a queue's excess (max
+// elements), copies the storage back into a cache that lost it (recovery)
+// and reports the queue metrics.
 //
 // # Tasks
 //
@@ -91,6 +95,44 @@
 // time when it was its set's head when read, otherwise at the first round
 // after (a lock shorter than every lock already in its set, say).
 //
+// # The storage tasks
+//
+// With Config.Storage.Storage set, four more tasks work on Deckard's
+// MongoDB (package storage) and the cache, under the same views: TTL,
+// recovery and the queue metrics each belong to the member View.Owner
+// names for the task with an empty queue; max elements is divided by queue.
+// Each task's loop (storagetasks.go) runs every Storage.Interval, at once
+// when the view changes, and step after step while a step was full; before
+// each step it checks that the membership holds and the view is the one
+// the work was planned under.
+//
+//   - TTL deletes, earliest expiry first, the messages whose expiry_date has
+//     passed: from storage, only those still expired when the delete runs,
+//     then from the cache with Deckard's remove script (scripts/remove.lua).
+//   - Max elements deletes a queue's messages ranked after its newest
+//     max_elements by expiry (storage.Excess): racing trims cannot take a
+//     queue below its maximum. A queue is counted in storage only when its
+//     cache holds more than the maximum, when it changes hands, and every
+//     Storage.RecheckInterval.
+//   - Recovery copies the storage back into a cache that lost it, with
+//     Deckard's state keys (P:{recovery}, P:{recovery_storage_breakpoint},
+//     P:{recovery_breakpoint}) and insert semantics. Each batch's inserts
+//     (scripts/recover.lua, one per queue) are fenced per queue in
+//     P:housekeeper:{Q}:fence:recovery and refused by Redis once its clock
+//     passes the membership lease's deadline, converted to Redis' clock
+//     with a TIME read before the batch; the breakpoint then moves by a
+//     fenced compare-and-set (scripts/recovery_advance.lua) whose fence,
+//     P:housekeeper:{recovery_storage_breakpoint}:fence, shares its slot.
+//     So a deposed instance can neither move the breakpoint once its
+//     successor has, nor insert into a queue its successor has recovered
+//     into, nor insert anything after its lease ended (given clocks that
+//     run at the same rate). A kill between the inserts and the move copies
+//     that batch again, and the inserts skip what is there.
+//   - TTL and max elements wait while a recovery is due or runs.
+//   - The metrics task reads deckard_total_messages and
+//     deckard_oldest_message per queue prefix every Storage.MetricsInterval;
+//     only its owner reports them.
+//
 // # Metrics
 //
 // A Runner registers on Config.Registerer, every series labelled with its
@@ -99,13 +141,16 @@
 //
 //	housekeeper_messages_unlocked_total{queue,lock_type}  lock_type: ack, nack
 //	housekeeper_messages_timed_out_total{queue}
-//	housekeeper_batch_duration_seconds{task}              histogram; task: unlock, timeout
+//	housekeeper_batch_duration_seconds{task}              histogram; task: unlock, timeout, or a storage task's run
 //	housekeeper_batches_fenced_total{task}
+//	housekeeper_messages_recovered_total
 //	housekeeper_set_reads_total                           sets whose head was read (a command each)
 //	housekeeper_sets_owned{task}                          gauge: sets worked under the view in force
 //	housekeeper_view_token, housekeeper_view_members      gauges: the view in force; token 0: none
 //	housekeeper_leader                                    gauge: 1 while SetLeader(true)
 //	housekeeper_queue_messages{queue,set}                 gauge; only while SetLeader(true)
+//
+// and Deckard's own metrics under Deckard's names (deckardmetrics.go).
 //
 // The queue gauges are measured at scrape time (a SCAN and four ZCARDs per
 // queue), which is why only the elected leader reports them. Runners of one
