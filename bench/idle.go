@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -240,4 +241,33 @@ func infoStat(ctx context.Context, rdb redis.UniversalClient, field string) (int
 		}
 	}
 	return 0, fmt.Errorf("redis INFO stats: no %s", field)
+}
+
+// redisCPU is the CPU time Redis reports having used, system and user
+// (INFO cpu: used_cpu_sys + used_cpu_user): its own figure, whoever else
+// shares the machine.
+func redisCPU(ctx context.Context, rdb redis.UniversalClient) (time.Duration, error) {
+	info, err := rdb.Info(ctx, "cpu").Result()
+	if err != nil {
+		return 0, fmt.Errorf("redis INFO cpu: %w", err)
+	}
+	var secs float64
+	found := 0
+	for _, line := range strings.Split(info, "\n") {
+		line = strings.TrimSpace(line)
+		for _, field := range []string{"used_cpu_sys:", "used_cpu_user:"} {
+			if v, ok := strings.CutPrefix(line, field); ok {
+				f, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					return 0, fmt.Errorf("redis INFO cpu: %s %q: %w", field, v, err)
+				}
+				secs += f
+				found++
+			}
+		}
+	}
+	if found != 2 {
+		return 0, errors.New("redis INFO cpu: no used_cpu_sys and used_cpu_user")
+	}
+	return time.Duration(secs * float64(time.Second)), nil
 }
