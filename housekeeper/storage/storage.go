@@ -53,8 +53,8 @@ type Storage struct {
 	messages *mongo.Collection
 	configs  *mongo.Collection
 	// noMinAccumulator is set once the server refused $min in $group
-	// (FerretDB v1 does): Stats then reads the oldest message per prefix as
-	// Deckard does, one find each.
+	// (FerretDB v1 does): Stats then reads every message's prefix and
+	// last_usage in one find.
 	noMinAccumulator bool
 }
 
@@ -310,51 +310,56 @@ type PrefixStats struct {
 	Oldest time.Time
 }
 
-// Stats returns the metrics of every queue prefix stored: one aggregation
-// where the server has $min, else the count in one aggregation and the
-// oldest message of each prefix read as Deckard reads it.
+// Stats returns the metrics of every queue prefix stored, in one
+// aggregation where the server has $min in $group; elsewhere (FerretDB v1)
+// in one read of every message's prefix and last_usage, rather than
+// Deckard's count and find per prefix.
 func (s *Storage) Stats(ctx context.Context) (map[string]PrefixStats, error) {
-	groups, err := s.group(ctx, "queue_prefix", nil, !s.noMinAccumulator)
-	if err != nil && !s.noMinAccumulator && notImplemented(err) {
-		s.noMinAccumulator = true
-		groups, err = s.group(ctx, "queue_prefix", nil, false)
-	}
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[string]PrefixStats, len(groups))
-	for _, g := range groups {
-		st := PrefixStats{Total: g.Total}
-		if g.Oldest != nil {
-			st.Oldest = *g.Oldest
-		}
-		if s.noMinAccumulator {
-			if st.Oldest, err = s.oldest(ctx, g.Key); err != nil {
-				return nil, err
+	if !s.noMinAccumulator {
+		groups, err := s.group(ctx, "queue_prefix", nil, true)
+		if err == nil {
+			out := make(map[string]PrefixStats, len(groups))
+			for _, g := range groups {
+				st := PrefixStats{Total: g.Total}
+				if g.Oldest != nil {
+					st.Oldest = *g.Oldest
+				}
+				out[g.Key] = st
 			}
+			return out, nil
 		}
-		out[g.Key] = st
+		if !notImplemented(err) {
+			return nil, err
+		}
+		s.noMinAccumulator = true
+	}
+	cur, err := s.messages.Find(ctx, bson.D{}, options.Find().
+		SetProjection(bson.D{{Key: "queue_prefix", Value: 1}, {Key: "last_usage", Value: 1}, {Key: "_id", Value: 0}}).
+		SetBatchSize(10_000))
+	if err != nil {
+		return nil, fmt.Errorf("storage: find the messages' prefixes: %w", err)
+	}
+	defer func() { _ = cur.Close(context.WithoutCancel(ctx)) }()
+	out := make(map[string]PrefixStats)
+	for cur.Next(ctx) {
+		var doc struct {
+			Prefix    string     `bson:"queue_prefix"`
+			LastUsage *time.Time `bson:"last_usage"`
+		}
+		if err := cur.Decode(&doc); err != nil {
+			return nil, fmt.Errorf("storage: read a message's prefix: %w", err)
+		}
+		st := out[doc.Prefix]
+		st.Total++
+		if doc.LastUsage != nil && (st.Oldest.IsZero() || doc.LastUsage.Before(st.Oldest)) {
+			st.Oldest = *doc.LastUsage
+		}
+		out[doc.Prefix] = st
+	}
+	if err := cur.Err(); err != nil {
+		return nil, fmt.Errorf("storage: read the messages' prefixes: %w", err)
 	}
 	return out, nil
-}
-
-// oldest is Deckard's read of a prefix's least recently used message.
-func (s *Storage) oldest(ctx context.Context, prefix string) (time.Time, error) {
-	cur, err := s.messages.Find(ctx, bson.D{{Key: "queue_prefix", Value: prefix}}, options.Find().
-		SetSort(bson.D{{Key: "last_usage", Value: 1}}).SetLimit(1).SetProjection(bson.D{{Key: "last_usage", Value: 1}, {Key: "_id", Value: 0}}))
-	if err != nil {
-		return time.Time{}, fmt.Errorf("storage: find the oldest message of %q: %w", prefix, err)
-	}
-	var docs []struct {
-		LastUsage *time.Time `bson:"last_usage"`
-	}
-	if err := cur.All(ctx, &docs); err != nil {
-		return time.Time{}, fmt.Errorf("storage: read the oldest message of %q: %w", prefix, err)
-	}
-	if len(docs) == 0 || docs[0].LastUsage == nil {
-		return time.Time{}, nil
-	}
-	return *docs[0].LastUsage, nil
 }
 
 type group struct {
