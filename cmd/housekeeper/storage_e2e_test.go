@@ -171,7 +171,7 @@ func TestStorageTasksWithInstancesJoiningLeavingAndKilled(t *testing.T) {
 		housekeepertest.Store(t, db, more...)
 		d.Seed(t, rdb, func(p redis.Pipeliner) {
 			for _, m := range more {
-				d.Put(ctx, p, m.Queue, housekeepertest.Active, m.ID, m.Score)
+				d.Put(t.Context(), p, m.Queue, housekeepertest.Active, m.ID, m.Score)
 			}
 		})
 	}
