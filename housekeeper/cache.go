@@ -101,30 +101,15 @@ func (q *Queues) RemoveMessages(ctx context.Context, byQueue map[string][]string
 }
 
 // Sizes returns how many messages each of queues holds in the cache: its
-// active pool, :tmp and both lock sets, pipelined ZCARDs.
+// active pool, :tmp and both lock sets.
 func (q *Queues) Sizes(ctx context.Context, queues []string) (map[string]int64, error) {
-	sets := [...]kind{kindActive, kindTmp, kindLockAck, kindLockNack}
-	out := make(map[string]int64, len(queues))
-	for start := 0; start < len(queues); start += sizesChunk {
-		chunk := queues[start:min(start+sizesChunk, len(queues))]
-		cmds := make([]*redis.IntCmd, 0, len(chunk)*len(sets))
-		if _, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for _, queue := range chunk {
-				for _, k := range sets {
-					cmds = append(cmds, p.ZCard(ctx, q.ks.set(queue, k)))
-				}
-			}
-			return nil
-		}); err != nil {
-			return nil, fmt.Errorf("housekeeper: measure queues: %w", err)
-		}
-		for i, queue := range chunk {
-			var n int64
-			for _, c := range cmds[i*len(sets) : (i+1)*len(sets)] {
-				n += c.Val()
-			}
-			out[queue] = n
-		}
+	sizes, err := q.measure(ctx, queues)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]int64, len(sizes))
+	for queue, s := range sizes {
+		out[queue] = s.total()
 	}
 	return out, nil
 }

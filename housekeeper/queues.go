@@ -353,6 +353,15 @@ func (q *Queues) sizes(ctx context.Context) (map[string]queueSizes, error) {
 	for queue := range seen {
 		names = append(names, queue)
 	}
+	return q.measure(ctx, names)
+}
+
+// total is the number of messages in the queue, whatever their state.
+func (s queueSizes) total() int64 { return s.active + s.tmp + s.lockAck + s.lockNack }
+
+// measure reads the size of each of names' four message sets: ZCARDs,
+// pipelined sizesChunk queues at a time.
+func (q *Queues) measure(ctx context.Context, names []string) (map[string]queueSizes, error) {
 	sets := [...]kind{kindActive, kindTmp, kindLockAck, kindLockNack}
 	out := make(map[string]queueSizes, len(names))
 	for start := 0; start < len(names); start += sizesChunk {

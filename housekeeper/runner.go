@@ -82,32 +82,13 @@ func New(rdb redis.UniversalClient, member Membership, cfg Config) (*Runner, err
 	if member == nil {
 		return nil, errors.New("housekeeper: nil Membership")
 	}
-	for _, v := range []struct {
-		name string
-		ptr  *time.Duration
-		def  time.Duration
-	}{
-		{"DiscoveryInterval", &cfg.DiscoveryInterval, DefaultDiscoveryInterval},
-		{"ProbeInterval", &cfg.ProbeInterval, DefaultProbeInterval},
-	} {
-		switch {
-		case *v.ptr < 0:
-			return nil, fmt.Errorf("housekeeper: %s %v is negative", v.name, *v.ptr)
-		case *v.ptr == 0:
-			*v.ptr = v.def
-		}
-	}
-	for _, v := range []struct {
-		name string
-		ptr  *int
-		def  int
-	}{{"BatchSize", &cfg.BatchSize, DefaultBatchSize}, {"Parallelism", &cfg.Parallelism, DefaultParallelism}} {
-		switch {
-		case *v.ptr < 0:
-			return nil, fmt.Errorf("housekeeper: %s %d is negative", v.name, *v.ptr)
-		case *v.ptr == 0:
-			*v.ptr = v.def
-		}
+	if err := errors.Join(
+		orDefault("DiscoveryInterval", &cfg.DiscoveryInterval, DefaultDiscoveryInterval),
+		orDefault("ProbeInterval", &cfg.ProbeInterval, DefaultProbeInterval),
+		orDefault("BatchSize", &cfg.BatchSize, DefaultBatchSize),
+		orDefault("Parallelism", &cfg.Parallelism, DefaultParallelism),
+	); err != nil {
+		return nil, err
 	}
 	q, err := NewQueues(rdb, cfg.Prefix)
 	if err != nil {
@@ -136,6 +117,17 @@ func New(rdb redis.UniversalClient, member Membership, cfg Config) (*Runner, err
 		return nil, fmt.Errorf("housekeeper: register metrics: %w", err)
 	}
 	return r, nil
+}
+
+// orDefault sets a zero *v to def, and refuses a negative one.
+func orDefault[T int | time.Duration](name string, v *T, def T) error {
+	switch {
+	case *v < 0:
+		return fmt.Errorf("housekeeper: %s %v is negative", name, *v)
+	case *v == 0:
+		*v = def
+	}
+	return nil
 }
 
 // SetLeader turns the housekeeper_queue_messages gauges of the Runner's

@@ -3,7 +3,6 @@ package housekeeper
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -52,36 +51,14 @@ type StorageConfig struct {
 }
 
 func (c *StorageConfig) setDefaults() error {
-	for _, v := range []struct {
-		name string
-		ptr  *time.Duration
-		def  time.Duration
-	}{
-		{"Storage.Interval", &c.Interval, DefaultStorageInterval},
-		{"Storage.MetricsInterval", &c.MetricsInterval, DefaultMetricsInterval},
-		{"Storage.ConfigInterval", &c.ConfigInterval, DefaultConfigInterval},
-		{"Storage.RecheckInterval", &c.RecheckInterval, DefaultRecheckInterval},
-	} {
-		switch {
-		case *v.ptr < 0:
-			return fmt.Errorf("housekeeper: %s %v is negative", v.name, *v.ptr)
-		case *v.ptr == 0:
-			*v.ptr = v.def
-		}
-	}
-	for _, v := range []struct {
-		name string
-		ptr  *int
-		def  int
-	}{{"Storage.TTLBatch", &c.TTLBatch, DefaultTTLBatch}, {"Storage.RecoveryBatch", &c.RecoveryBatch, DefaultRecoveryBatch}} {
-		switch {
-		case *v.ptr < 0:
-			return fmt.Errorf("housekeeper: %s %d is negative", v.name, *v.ptr)
-		case *v.ptr == 0:
-			*v.ptr = v.def
-		}
-	}
-	return nil
+	return errors.Join(
+		orDefault("Storage.Interval", &c.Interval, DefaultStorageInterval),
+		orDefault("Storage.MetricsInterval", &c.MetricsInterval, DefaultMetricsInterval),
+		orDefault("Storage.ConfigInterval", &c.ConfigInterval, DefaultConfigInterval),
+		orDefault("Storage.RecheckInterval", &c.RecheckInterval, DefaultRecheckInterval),
+		orDefault("Storage.TTLBatch", &c.TTLBatch, DefaultTTLBatch),
+		orDefault("Storage.RecoveryBatch", &c.RecoveryBatch, DefaultRecoveryBatch),
+	)
 }
 
 // storageTasks runs the storage tasks of one Run. TTL, recovery and the
