@@ -244,48 +244,63 @@ func (t *storageTasks) maxElements(ctx context.Context, view View) error {
 		}
 	}
 	cancel()
-	for _, queue := range trim {
-		if !t.stillOn(ctx, view) {
-			return nil
-		}
-		if err := t.trim(ctx, view, queue, t.limits[queue]); err != nil {
+	for len(trim) > 0 && t.stillOn(ctx, view) {
+		var err error
+		if trim, err = t.trimStep(ctx, trim); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// trimBatch is the most messages one max-elements step deletes per queue,
+// and trimReaders how many queues' excess a step reads at once.
+const (
+	trimBatch   = 10_000
+	trimReaders = 4
+)
+
+// trimStep deletes the messages of queues beyond their newest
+// max_elements, at most trimBatch a queue: each queue's excess read on its
+// own (storage.Excess), all of them deleted together, from storage and
+// then the cache. It returns the queues that had more.
+func (t *storageTasks) trimStep(ctx context.Context, queues []string) (more []string, err error) {
+	sctx, cancel := stepContext(ctx)
+	defer cancel()
+	excess := make([][]storage.Ref, len(queues))
+	errs := make([]error, len(queues))
+	sem := make(chan struct{}, trimReaders)
+	var wg sync.WaitGroup
+	for i, queue := range queues {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			excess[i], errs[i] = t.st.Excess(sctx, queue, t.limits[queue], trimBatch)
+		})
+	}
+	wg.Wait()
+	var refs []storage.Ref
+	for i, queue := range queues {
+		refs = append(refs, excess[i]...)
+		if len(excess[i]) == trimBatch {
+			more = append(more, queue)
 		}
 		t.counted[queue] = time.Now()
 	}
-	return nil
-}
-
-// trimBatch is the most messages one max-elements step deletes.
-const trimBatch = 10_000
-
-// trim deletes queue's messages beyond its newest max, storage first and
-// then the cache, in steps of trimBatch.
-func (t *storageTasks) trim(ctx context.Context, view View, queue string, max int64) error {
-	for t.stillOn(ctx, view) {
-		done, err := t.trimStep(ctx, queue, max)
-		if err != nil || done {
-			return err
-		}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
-	return nil
-}
-
-func (t *storageTasks) trimStep(ctx context.Context, queue string, max int64) (done bool, err error) {
-	sctx, cancel := stepContext(ctx)
-	defer cancel()
-	refs, err := t.st.Excess(sctx, queue, max, trimBatch)
-	if err != nil || len(refs) == 0 {
-		return true, err
+	if len(refs) == 0 {
+		return nil, nil
 	}
 	deleted, err := t.st.Delete(sctx, refs)
 	t.r.deckard.removed(taskMaxElements, deleted, nil)
 	if err != nil {
-		return true, err
+		return nil, err
 	}
 	cacheRemoved, err := t.r.queues.RemoveMessages(sctx, idsByQueue(deleted))
 	t.r.deckard.removed(taskMaxElements, nil, cacheRemoved)
-	return len(refs) < trimBatch, err
+	return more, err
 }
 
 // recovery copies the storage back into the cache after the cache lost it,
