@@ -27,6 +27,7 @@ const (
 	DefaultTTLBatch        = 10_000           // Deckard's TTL find limit
 	DefaultRecoveryBatch   = 4_000            // Deckard's recovery page
 	storageTimeout         = 60 * time.Second // bounds one storage step (a read, or a delete and its cache removal)
+	stepGrace              = 5 * time.Second  // how long a step goes on after shutdown began
 )
 
 // StorageConfig configures the storage tasks. Zero fields take the
@@ -134,10 +135,25 @@ func (t *storageTasks) stillOn(ctx context.Context, view View) bool {
 	return cur.Token == view.Token
 }
 
-// stepContext bounds one step; a step begun finishes even when ctx ends
-// meanwhile, so that a storage delete is followed by its cache removal.
+// stepContext bounds one step by storageTimeout. A step begun goes on for
+// stepGrace after ctx ends, so that a storage delete is followed by its cache
+// removal, but no longer: a storage that stopped answering does not hold a
+// shutdown up.
 func stepContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), storageTimeout)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storageTimeout)
+	stop := context.AfterFunc(ctx, func() {
+		t := time.NewTimer(stepGrace)
+		defer t.Stop()
+		select {
+		case <-sctx.Done():
+		case <-t.C:
+			cancel()
+		}
+	})
+	return sctx, func() {
+		stop()
+		cancel()
+	}
 }
 
 // ttl deletes the expired messages, storage first and then the cache, as

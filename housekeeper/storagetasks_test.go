@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/coordinator-dev/coordinator/housekeeper"
 	hkt "github.com/coordinator-dev/coordinator/housekeeper/housekeepertest"
@@ -307,3 +309,39 @@ func TestQueueMetricsComeFromOneInstance(t *testing.T) {
 }
 
 func errorsIs(err, target error) bool { return errors.Is(err, target) }
+
+// A storage that stopped answering holds neither the Redis tasks nor a
+// shutdown up: Run returns within the steps' grace once ctx ends.
+func TestAStorageThatDoesNotAnswerDoesNotHoldAShutdownUp(t *testing.T) {
+	rdb := redistest.Client(t)
+	d := newDeckard(t, rdb)
+	finishedRecovery(t, rdb, d)
+	lis, err := net.Listen("tcp", "127.0.0.1:0") // accepts, never answers
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = lis.Close() }()
+	client, err := mongo.Connect(options.Client().ApplyURI("mongodb://" + lis.Addr().String() + "/").SetServerSelectionTimeout(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = client.Disconnect(ctx)
+	}()
+	cfg := fast
+	cfg.Storage = housekeeper.StorageConfig{Storage: storage.New(client.Database("deckard"), "", "", nil), Interval: 50 * time.Millisecond}
+	cfg.Logger = discardLogger
+	ctx := context.Background()
+	now := hkt.NowMs(t, rdb)
+	d.Seed(t, rdb, func(p redis.Pipeliner) { d.Put(ctx, p, "q", hkt.Tmp, "abandoned", float64(now-10)) })
+	r := newRunner(t, rdb, d, alone(), cfg)
+	r.start(ctx)
+	testwait.Until(t, 10*time.Second, "the timeout task moves its message", func() bool { return r.moved(t) == 1 })
+	began := time.Now()
+	r.stop(t)
+	if took := time.Since(began); took > 8*time.Second {
+		t.Fatalf("Run returned %v after its context ended, want within the 5 s grace", took)
+	}
+}
