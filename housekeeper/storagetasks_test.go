@@ -345,3 +345,39 @@ func TestAStorageThatDoesNotAnswerDoesNotHoldAShutdownUp(t *testing.T) {
 		t.Fatalf("Run returned %v after its context ended, want within the 5 s grace", took)
 	}
 }
+
+// While the storage is down the Redis tasks go on; once it is back, the
+// storage tasks finish their work.
+func TestTheStorageTasksResumeWhenTheStorageComesBack(t *testing.T) {
+	rdb := redistest.Client(t)
+	d := newDeckard(t, rdb)
+	finishedRecovery(t, rdb, d)
+	srv := mongotest.Start(t)
+	client, err := mongo.Connect(options.Client().ApplyURI(srv.URI()).SetServerSelectionTimeout(2 * time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		_ = client.Disconnect(ctx)
+	}()
+	db := client.Database("deckard")
+	cfg := withStorage(db)
+	cfg.Logger = discardLogger
+	r := startRunner(t, rdb, d, alone(), cfg)
+	ctx := context.Background()
+
+	srv.Kill()
+	now := hkt.NowMs(t, rdb)
+	d.Seed(t, rdb, func(p redis.Pipeliner) { d.Put(ctx, p, "q", hkt.Tmp, "abandoned", float64(now-10)) })
+	testwait.Until(t, 10*time.Second, "the timeout task works while the storage is down", func() bool { return r.moved(t) == 1 })
+
+	srv.Restart()
+	hkt.Store(t, db, hkt.Stored{Queue: "q", ID: "expired", Expiry: time.Now().Add(-time.Minute)})
+	d.Seed(t, rdb, func(p redis.Pipeliner) { d.Put(ctx, p, "q", hkt.Active, "expired", 1) })
+	testwait.Until(t, 30*time.Second, "the expired message gone from storage and cache", func() bool {
+		_, cached := d.Snapshot(t, rdb, "q")[hkt.Active]["expired"]
+		return !cached && len(hkt.StoredIDs(t, db, "q")) == 0
+	})
+}
