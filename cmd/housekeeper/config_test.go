@@ -73,6 +73,21 @@ func TestParseConfig(t *testing.T) {
 			return c.runner.DiscoveryInterval == 3*time.Second && c.runner.ProbeInterval == 2*time.Second &&
 				c.membership.CheckInterval == 100*time.Millisecond && c.membership.Election == "hk/lead"
 		}, ""},
+		{"storage off by default, with Deckard's names", nil, nil, func(c config) bool {
+			return c.storage.URI == "" && c.storage.Database == "deckard" && c.storage.Collection == "queue" &&
+				c.storage.ConfigurationCollection == "queue_configuration" && c.runner.Storage.Interval == time.Second &&
+				c.runner.Storage.MetricsInterval == time.Minute && c.runner.Storage.TTLBatch == 10000 && c.runner.Storage.RecoveryBatch == 4000
+		}, ""},
+		{"storage from the environment", nil, map[string]string{
+			"HOUSEKEEPER_STORAGE_URI": "mongodb://u:p@mongo:27017/?replicaSet=rs0", "HOUSEKEEPER_MONGO_DATABASE": "dk",
+			"HOUSEKEEPER_MONGO_COLLECTION": "msgs", "HOUSEKEEPER_STORAGE_INTERVAL": "250ms", "HOUSEKEEPER_TTL_BATCH": "500",
+		}, func(c config) bool {
+			return c.storage.URI == "mongodb://u:p@mongo:27017/?replicaSet=rs0" && c.storage.Database == "dk" && c.storage.Collection == "msgs" &&
+				c.runner.Storage.Interval == 250*time.Millisecond && c.runner.Storage.TTLBatch == 500
+		}, ""},
+		{"a storage uri that is not MongoDB's", []string{"-storage-uri", "postgres://x"}, nil, nil, "storage-uri"},
+		{"zero storage interval", []string{"-storage-interval", "0s"}, nil, nil, "storage-interval"},
+		{"zero ttl batch", []string{"-ttl-batch", "0"}, nil, nil, "ttl-batch"},
 		{"bad redis url", []string{"-redis-url", "http://x"}, nil, nil, "redis-url"},
 		{"bad redis url from env", nil, map[string]string{"HOUSEKEEPER_REDIS_URL": "http://x"}, nil, "redis-url"},
 		{"bad log format", []string{"-log-format", "xml"}, nil, nil, "log-format"},
@@ -114,20 +129,21 @@ func TestHelpNamesTheVariablesAndHidesSecrets(t *testing.T) {
 	env := map[string]string{
 		"HOUSEKEEPER_COORDINATOR_TOKEN": "token-s3cret",
 		"HOUSEKEEPER_REDIS_URL":         "redis://:password-s3cret@deckard:6379/0",
+		"HOUSEKEEPER_STORAGE_URI":       "mongodb://u:mongo-s3cret@mongo:27017/",
 	}
 	_, err := parseConfig(fs, []string{"-help"}, func(k string) (string, bool) { v, ok := env[k]; return v, ok })
 	if code := app.ParseError(io.Discard, "housekeeper", err); code != app.ExitOK {
 		t.Errorf("-help: exit status %d (err %v), want %d", code, err, app.ExitOK)
 	}
 	help := out.String()
-	for _, secret := range []string{"token-s3cret", "password-s3cret"} {
+	for _, secret := range []string{"token-s3cret", "password-s3cret", "mongo-s3cret"} {
 		if strings.Contains(help, secret) {
 			t.Errorf("-help prints %q:\n%s", secret, help)
 		}
 	}
 	for _, want := range []string{
 		"$HOUSEKEEPER_COORDINATOR_TOKEN", "$HOUSEKEEPER_COORDINATOR_INSECURE_TOKEN", "$HOUSEKEEPER_COORDINATOR_TLS]",
-		"$HOUSEKEEPER_COORDINATOR_TLS_CERT", "$HOUSEKEEPER_REDIS_URL", "$HOUSEKEEPER_LOG_LEVEL", "$HOUSEKEEPER_LOG_FORMAT",
+		"$HOUSEKEEPER_COORDINATOR_TLS_CERT", "$HOUSEKEEPER_REDIS_URL", "$HOUSEKEEPER_STORAGE_URI", "$HOUSEKEEPER_LOG_LEVEL", "$HOUSEKEEPER_LOG_FORMAT",
 		"plaintext",
 	} {
 		if !strings.Contains(help, want) {
