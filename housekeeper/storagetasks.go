@@ -262,7 +262,7 @@ func (t *storageTasks) maxElements(ctx context.Context, view View) error {
 	cancel()
 	for len(trim) > 0 && t.stillOn(ctx, view) {
 		var err error
-		if trim, err = t.trimStep(ctx, trim); err != nil {
+		if trim, err = t.trimStep(ctx, trim, sizes); err != nil {
 			return err
 		}
 	}
@@ -270,24 +270,53 @@ func (t *storageTasks) maxElements(ctx context.Context, view View) error {
 }
 
 // trimBatch is the most messages one max-elements step deletes per queue,
-// and trimReaders how many queues' excess a step reads at once.
+// trimReaders how many queues' excess a step reads at once, and
+// trimTogether the most messages, by the cache's count, of the queues whose
+// excess a step reads in one query.
 const (
-	trimBatch   = 10_000
-	trimReaders = 4
+	trimBatch    = 10_000
+	trimReaders  = 4
+	trimTogether = 100_000
 )
 
 // trimStep deletes the messages of queues beyond their newest
-// max_elements, at most trimBatch a queue: each queue's excess read on its
-// own (storage.Excess), all of them deleted together, from storage and
-// then the cache. It returns the queues that had more.
-func (t *storageTasks) trimStep(ctx context.Context, queues []string) (more []string, err error) {
+// max_elements, at most trimBatch a queue, storage first and then the
+// cache, all in one delete. The small queues' excess (up to trimTogether
+// messages in all, by their cache's sizes) is read in one query
+// (storage.ExcessOf), each large queue's on its own (storage.Excess),
+// trimReaders at a time. It returns the queues that had more.
+func (t *storageTasks) trimStep(ctx context.Context, queues []string, sizes map[string]int64) (more []string, err error) {
 	sctx, cancel := stepContext(ctx)
 	defer cancel()
 	excess := make([][]storage.Ref, len(queues))
 	errs := make([]error, len(queues))
+	together := map[string]int64{}
+	var budget int64
+	for _, queue := range queues {
+		if n := sizes[queue]; budget+n <= trimTogether {
+			together[queue] = t.limits[queue]
+			budget += n
+		}
+	}
+	if len(together) > 1 {
+		small, err := t.st.ExcessOf(sctx, together)
+		if err != nil {
+			return nil, err
+		}
+		for i, queue := range queues {
+			if _, ok := together[queue]; ok {
+				excess[i] = small[queue]
+			}
+		}
+	} else {
+		clear(together)
+	}
 	sem := make(chan struct{}, trimReaders)
 	var wg sync.WaitGroup
 	for i, queue := range queues {
+		if _, ok := together[queue]; ok {
+			continue
+		}
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()

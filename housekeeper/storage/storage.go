@@ -15,9 +15,11 @@
 package storage
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -194,6 +196,53 @@ func (s *Storage) Excess(ctx context.Context, queue string, max int64, limit int
 		SetLimit(int64(limit)).
 		SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "queue", Value: 1}, {Key: "id", Value: 1}})
 	return s.refs(ctx, "excess of queue "+queue, bson.D{{Key: "queue", Value: queue}}, opts)
+}
+
+// ExcessOf is Excess for several queues (queue -> max) in one read: every
+// message of those queues is read, and each queue's ranked here. It costs
+// one query where Excess costs one a queue, and reads every message of the
+// queues where Excess reads only the excess: for queues whose size is known
+// to be small.
+func (s *Storage) ExcessOf(ctx context.Context, limits map[string]int64) (map[string][]Ref, error) {
+	queues := make([]string, 0, len(limits))
+	for q := range limits {
+		queues = append(queues, q)
+	}
+	cur, err := s.messages.Find(ctx, bson.D{{Key: "queue", Value: bson.D{{Key: "$in", Value: queues}}}}, options.Find().
+		SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "queue", Value: 1}, {Key: "id", Value: 1}, {Key: "expiry_date", Value: 1}}).
+		SetBatchSize(10_000))
+	if err != nil {
+		return nil, fmt.Errorf("storage: find the messages of %d queues: %w", len(queues), err)
+	}
+	var docs []struct {
+		Ref    `bson:",inline"`
+		Expiry time.Time `bson:"expiry_date"`
+	}
+	if err := cur.All(ctx, &docs); err != nil {
+		return nil, fmt.Errorf("storage: read the messages of %d queues: %w", len(queues), err)
+	}
+	byQueue := make(map[string][]int)
+	for i, d := range docs {
+		byQueue[d.Queue] = append(byQueue[d.Queue], i)
+	}
+	out := make(map[string][]Ref)
+	for queue, idx := range byQueue {
+		max := limits[queue]
+		if int64(len(idx)) <= max {
+			continue
+		}
+		// Excess's order: expiry_date, then _id, latest first.
+		slices.SortFunc(idx, func(a, b int) int {
+			if c := docs[b].Expiry.Compare(docs[a].Expiry); c != 0 {
+				return c
+			}
+			return bytes.Compare(docs[b].InternalID[:], docs[a].InternalID[:])
+		})
+		for _, i := range idx[max:] {
+			out[queue] = append(out[queue], docs[i].Ref)
+		}
+	}
+	return out, nil
 }
 
 func (s *Storage) refs(ctx context.Context, what string, filter bson.D, opts *options.FindOptionsBuilder) ([]Ref, error) {

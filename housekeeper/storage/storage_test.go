@@ -248,3 +248,32 @@ func TestStatsCountsAndAgesEachPrefix(t *testing.T) {
 		}
 	}
 }
+
+// ExcessOf, one read for several queues, picks what Excess picks for each.
+func TestExcessOfPicksWhatExcessPicksForEachQueue(t *testing.T) {
+	s, db := open(t)
+	now := time.Now().Truncate(time.Millisecond)
+	var msgs []housekeepertest.Stored
+	for i := range 60 {
+		// Ties in expiry_date are broken by _id, as Excess's sort does.
+		msgs = append(msgs, housekeepertest.Stored{Queue: fmt.Sprint("q", i%3), ID: fmt.Sprint(i), Expiry: now.Add(time.Duration(i%7) * time.Minute)})
+	}
+	housekeepertest.Store(t, db, msgs...)
+	limits := map[string]int64{"q0": 5, "q1": 20, "q2": 0, "none": 3}
+	got, err := s.ExcessOf(t.Context(), limits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for queue, max := range limits {
+		want, err := s.Excess(t.Context(), queue, max, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, g := ids(want), ids(got[queue])
+		sort.Strings(w)
+		sort.Strings(g)
+		if !slices.Equal(w, g) {
+			t.Errorf("queue %s: ExcessOf %v, Excess %v", queue, g, w)
+		}
+	}
+}
