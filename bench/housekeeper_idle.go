@@ -142,7 +142,9 @@ type hkProcess struct {
 	done    chan struct{}
 }
 
-func startHousekeeper(bin, id, coordAddr, redisURL, prefix string) (*hkProcess, error) {
+// startHousekeeper starts an instance; extra are more HOUSEKEEPER_*
+// settings (KEY=VALUE).
+func startHousekeeper(bin, id, coordAddr, redisURL, prefix string, extra ...string) (*hkProcess, error) {
 	p := &hkProcess{id: id, metrics: freeAddr(), done: make(chan struct{})}
 	p.cmd = exec.Command(bin)
 	for _, kv := range os.Environ() {
@@ -154,6 +156,7 @@ func startHousekeeper(bin, id, coordAddr, redisURL, prefix string) (*hkProcess, 
 		"HOUSEKEEPER_COORDINATOR_ADDR="+coordAddr, "HOUSEKEEPER_REDIS_URL="+redisURL, "HOUSEKEEPER_PREFIX="+prefix,
 		"HOUSEKEEPER_INSTANCE_ID="+id, "HOUSEKEEPER_METRICS_LISTEN="+p.metrics, "HOUSEKEEPER_LEASE_NAMESPACE="+prefix,
 		"HOUSEKEEPER_LOG_LEVEL=error")
+	p.cmd.Env = append(p.cmd.Env, extra...)
 	p.cmd.Stderr = os.Stderr
 	p.cmd.SysProcAttr = childAttr()
 	if err := p.cmd.Start(); err != nil {

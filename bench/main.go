@@ -25,6 +25,7 @@
 //	-suite idle        Redis commands/s of an idle coordinator: 5,000 observed elections, 2,000 parked waiters
 //	-suite housekeeper messages unlocked on 1,000 queues: 1, 3 and 10 instances vs the batch script direct
 //	-suite housekeeper-idle housekeeper processes on 1,000 idle queues: cost per process and Redis, kill -9 takeover
+//	-suite housekeeper-storage TTL, recovery, max elements and idle cost of the storage tasks vs Deckard's own, replayed
 //	-suite clients     acquire+release through the Go, Python and TypeScript clients, one coordinator
 //	-suite soak        minutes of churn: Redis keys and memory, coordinator RSS and
 //	                   goroutines stay flat (not in the default list: it runs for -soak-duration)
@@ -44,14 +45,14 @@ import (
 	"time"
 )
 
-const defaultSuites = "leases,streams,handoff,idle,sessions,housekeeper,housekeeper-idle,clients"
+const defaultSuites = "leases,streams,handoff,idle,sessions,housekeeper,housekeeper-idle,housekeeper-storage,clients"
 
 func main() {
 	// Child modes: this binary re-executed as a server of the bench.
 	serveEchoAddr := flag.String("serve-echo", "", "internal: serve the gRPC health service alone on `ADDR` until stdin closes (the bench's echo child)")
 	serveEtcdSpec := flag.String("serve-etcd", "", "internal: serve an embedded etcd, `CLIENT_ADDR,PEER_ADDR,DATA_DIR`, until stdin closes (the bench's etcd child)")
 
-	suites := flag.String("suite", defaultSuites, "comma-separated suites to run: leases, streams, handoff, idle, sessions, housekeeper, housekeeper-idle, clients, soak")
+	suites := flag.String("suite", defaultSuites, "comma-separated suites to run: leases, streams, handoff, idle, sessions, housekeeper, housekeeper-idle, housekeeper-storage, clients, soak")
 	duration := flag.Duration("duration", 2*time.Second, "how long each measurement runs")
 	rounds := flag.Int("rounds", 1, "leases suite: measurements of each method at each concurrency, interleaved; the median is reported")
 	idleWindow := flag.Duration("idle-window", 10*time.Second, "how long the idle suite counts Redis commands")
@@ -69,6 +70,9 @@ func main() {
 	hkWindow := flag.Duration("hk-window", 20*time.Second, "housekeeper-idle suite: how long the idle cost is measured")
 	hkKills := flag.Int("hk-kills", 5, "housekeeper-idle suite: kill -9 runs per instance count (the first kills the leader)")
 	hkBin := flag.String("housekeeper-bin", "", "housekeeper-idle suite: run this housekeeper binary instead of building ./cmd/housekeeper of the repository")
+	hksMessages := flag.Int("hk-storage-messages", 20_000, "housekeeper-storage suite: messages of its TTL and recovery runs")
+	hksLimit := flag.Duration("hk-storage-limit", time.Minute, "housekeeper-storage suite: the longest a side of a run may take before its time is extrapolated from its progress")
+	hksWindow := flag.Duration("hk-storage-window", 20*time.Second, "housekeeper-storage suite: how long the idle run is measured")
 	flag.Parse()
 
 	switch {
@@ -84,6 +88,7 @@ func main() {
 		soak:         soakConfig{duration: *soakDuration, retention: *soakRetention, maxTTL: 5 * time.Second, sample: 10 * time.Second},
 		builds:       &coordinatorBuilds{prebuilt: *coordBin},
 		hkIdle:       hkIdleConfig{instances: parseCounts(*hkInstances), warmup: *hkWarmup, window: *hkWindow, kills: max(*hkKills, 1), bin: *hkBin},
+		hkStorage:    hkStorageConfig{messages: max(*hksMessages, 1), limit: *hksLimit, window: *hksWindow},
 	}))
 }
 
@@ -138,6 +143,8 @@ func run(suites, concurrency, cpuProfile, jsonOut string, env benchEnv) int {
 			} else {
 				err = housekeeperIdleSuite(env)
 			}
+		case "housekeeper-storage":
+			err = housekeeperStorageSuite(env)
 		case "soak":
 			err = soakSuite(env, env.soak)
 		case "clients":
@@ -173,6 +180,7 @@ type benchEnv struct {
 	builds       *coordinatorBuilds
 	report       *report
 	hkIdle       hkIdleConfig
+	hkStorage    hkStorageConfig
 }
 
 // parseCounts reads a comma-separated list of positive counts; nil when
