@@ -98,9 +98,11 @@
 // # The storage tasks
 //
 // With Config.Storage.Storage set, four more tasks work on Deckard's
-// MongoDB (package storage) and the cache, under the same views: TTL,
-// recovery and the queue metrics each belong to the member View.Owner
-// names for the task with an empty queue; max elements is divided by queue.
+// MongoDB (package storage) and the cache, under the same views: each
+// belongs to the member View.Owner names for the task with an empty queue,
+// so that the storage's cost does not grow with the number of instances (a
+// step serves every queue at once), and a dead owner's task moves on with
+// the view.
 // Each task's loop (storagetasks.go) runs every Storage.Interval, at once
 // when the view changes, and step after step while a step was full; before
 // each step it checks that the membership holds and the view is the one

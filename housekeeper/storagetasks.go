@@ -3,6 +3,7 @@ package housekeeper
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -62,9 +63,10 @@ func (c *StorageConfig) setDefaults() error {
 	)
 }
 
-// storageTasks runs the storage tasks of one Run. TTL, recovery and the
-// metrics each belong to one member of the view (View.Owner with an empty
-// queue); max elements is divided by queue like unlock and timeout. Every
+// storageTasks runs the storage tasks of one Run. Each belongs to one
+// member of the view (View.Owner with an empty queue), so that the
+// storage's cost does not grow with the number of instances: a step serves
+// every queue at once. Every
 // step checks first that the membership holds and that the view is still
 // the one the work was planned under, so that a member that left or lost a
 // task stops at the next step.
@@ -203,9 +205,13 @@ func idsByQueue(refs []storage.Ref) map[string][]string {
 
 // maxElements trims the queues this instance owns whose max_elements they
 // exceed. A queue is counted in storage only when its cache holds more than
-// its max_elements, when it has just become this instance's, and every
+// its max_elements, when the task has just come here, and every
 // RecheckInterval: the work follows what changed.
 func (t *storageTasks) maxElements(ctx context.Context, view View) error {
+	if !t.owns(view, taskMaxElements) {
+		t.limits = nil // read afresh when it is this instance's again
+		return nil
+	}
 	sctx, cancel := stepContext(ctx)
 	defer cancel()
 	if t.limits == nil || time.Since(t.limitsRead) >= t.cfg.ConfigInterval {
@@ -216,16 +222,11 @@ func (t *storageTasks) maxElements(ctx context.Context, view View) error {
 		t.limits, t.limitsRead = limits, time.Now()
 	}
 	if view.Token != t.countedFor {
-		// Queues that changed hands are counted again by their new owner.
+		// A new view may have moved the task here: count every queue.
 		clear(t.counted)
 		t.countedFor = view.Token
 	}
-	var owned []string
-	for queue := range t.limits {
-		if view.Owner(taskMaxElements, queue) == t.r.member.ID() {
-			owned = append(owned, queue)
-		}
-	}
+	owned := slices.Collect(maps.Keys(t.limits))
 	if len(owned) == 0 {
 		return nil
 	}
