@@ -199,7 +199,11 @@ func (d *deckardReplay) recovery(ctx context.Context) bool {
 		lte, _ := bson.ObjectIDFromHex(upTo)
 		idFilter["$lte"] = lte
 	}
-	docs := d.find(ctx, bson.M{"_id": idFilter},
+	filter := bson.M{}
+	if len(idFilter) > 0 {
+		filter["_id"] = idFilter
+	}
+	docs := d.find(ctx, filter,
 		options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetLimit(4000).
 			SetProjection(bson.M{"id": 1, "score": 1, "queue": 1, "last_score": 1, "last_usage": 1, "lock_ms": 1}))
 	byQueue := map[string][]any{}

@@ -336,7 +336,7 @@ func (s *storageBench) recovery() error {
 		took = time.Since(start)
 		if ok {
 			if got := s.cached(prefix); got != int64(n) {
-				return 0, false, fmt.Errorf("after the recovery the cache holds %d messages, want %d", got, n)
+				return 0, false, fmt.Errorf("after the recovery (housekeeper %v, killed %v, %d Deckard replicas) the cache holds %d messages, want %d", ours, kill, replicas, got, n)
 			}
 		}
 		return took, ok, nil
