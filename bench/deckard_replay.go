@@ -108,7 +108,7 @@ type replayDoc struct {
 }
 
 func (d *deckardReplay) find(ctx context.Context, filter any, opts *options.FindOptionsBuilder) []replayDoc {
-	cur, err := d.messages.Find(ctx, filter, opts)
+	cur, err := d.messages.Find(ctx, filter, opts.SetBatchSize(10_000)) // Deckard asks for batches of up to 10,000: no getMore for these reads
 	if err != nil {
 		return nil
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -62,7 +63,7 @@ func housekeeperStorageSuite(env benchEnv) error {
 
 	fmt.Printf("\n== housekeeper storage tasks vs Deckard's own housekeeping (replayed), FerretDB v1 (SQLite), %d queues\n", storageQueues)
 	fmt.Println("   FerretDB scans the collection for nearly every query: the number of queries is what costs.")
-	for _, run := range []func() error{s.ttl, s.recovery, s.maxElements, s.idle} {
+	for _, run := range []func() error{s.ttl, s.recovery, s.maxElements, s.takeover, s.idle} {
 		if err := run(); err != nil {
 			return err
 		}
@@ -434,6 +435,85 @@ func (s *storageBench) maxElements() error {
 	return nil
 }
 
+// takeover: 3 instances; 5 times, 1,000 messages (one a queue) expire at
+// the instant the instance that owns TTL is killed with SIGKILL; the time
+// from that instant until they are gone from storage. The owner is found
+// by letting a message expire first and reading whose counter moved; the
+// victim is started again after each run.
+func (s *storageBench) takeover() error {
+	const instances, runs = 3, 5
+	fmt.Printf("\n  takeover: the instance that owns TTL killed (SIGKILL) as 1,000 messages expire; time until they are gone, %d runs\n", runs)
+	db, prefix := s.fresh("takeover")
+	ctx := context.Background()
+	defer func() { _ = db.Drop(ctx) }()
+	defer func() { _ = dropIdleQueues(s.deckard.rdb, prefix) }()
+	if err := s.seed(db, prefix, storageQueues, storageQueues, func(int) time.Time { return time.Now().Add(24 * time.Hour) }, false); err != nil {
+		return err
+	}
+	procs, err := s.start(instances, db, prefix)
+	if err != nil {
+		return err
+	}
+	defer func() { stopAll(procs) }()
+	var took []time.Duration
+	for run := range runs {
+		// Which instance removes an expired message?
+		removed := func(p *hkProcess) float64 {
+			v, _ := scrapeSum("http://"+p.metrics+"/metrics", "deckard_ttl_messages_removed_total")
+			return v
+		}
+		before := make([]float64, len(procs))
+		for i, p := range procs {
+			before[i] = removed(p)
+		}
+		if _, err := db.Collection("queue").InsertOne(ctx, bson.M{"id": fmt.Sprint("probe-", run), "queue": "probe", "queue_prefix": "probe",
+			"expiry_date": time.Now(), "score": 1, "last_usage": time.Now()}); err != nil {
+			return err
+		}
+		owner := -1
+		if _, ok := until(30*time.Second, 50*time.Millisecond, func() bool {
+			for i, p := range procs {
+				if removed(p) > before[i] {
+					owner = i
+					return true
+				}
+			}
+			return false
+		}); !ok {
+			return errors.New("takeover: no instance ran TTL within 30s")
+		}
+		at := time.Now().Add(2 * time.Second)
+		var docs []any
+		for q := range storageQueues {
+			docs = append(docs, bson.M{"id": fmt.Sprint("exp-", run, "-", q), "queue": queueName(q), "queue_prefix": queueName(q),
+				"expiry_date": at, "score": 1, "last_usage": time.Now()})
+		}
+		if _, err := db.Collection("queue").InsertMany(ctx, docs); err != nil {
+			return err
+		}
+		time.Sleep(time.Until(at))
+		procs[owner].signal(syscall.SIGKILL)
+		d, ok := until(s.cfg.limit, 50*time.Millisecond, func() bool {
+			n, _ := db.Collection("queue").CountDocuments(ctx, bson.M{"expiry_date": bson.M{"$lte": at}})
+			return n == 0
+		})
+		if !ok {
+			return fmt.Errorf("takeover: expired messages still stored %s after the kill", d)
+		}
+		took = append(took, d)
+		p, err := startHousekeeper(s.bin, procs[owner].id, s.coord.addr, s.deckard.url, prefix,
+			"HOUSEKEEPER_STORAGE_URI="+s.fdb.uri, "HOUSEKEEPER_MONGO_DATABASE="+db.Name())
+		if err != nil {
+			return err
+		}
+		procs[owner] = p
+		time.Sleep(5 * time.Second) // it joins again, and the view settles
+	}
+	slices.Sort(took)
+	fmt.Printf("    worst %s, median %s (target <= 2 s)\n", took[len(took)-1].Round(time.Millisecond), took[len(took)/2].Round(time.Millisecond))
+	return nil
+}
+
 // idle: 1,000 queues of 5 messages, 100 with a max_elements they do not
 // reach, nothing expiring; 10 instances against one Deckard replica: the
 // storage queries a second, the processes' CPU and Deckard Redis' own.
@@ -500,7 +580,8 @@ func (s *storageBench) idle() error {
 
 	fmt.Printf("    storage queries/s: housekeeper, %d instances %.1f (its metrics: 1 read a minute); Deckard, 1 replica %.1f (its metrics: %.1f/s)\n",
 		instances, oursQ, theirQ, theirMetrics)
-	fmt.Printf("    housekeeper ÷ Deckard: %.2f× (target <= 1.0×, stretch <= 0.2×)\n", oursQ/theirQ)
+	fmt.Printf("    housekeeper ÷ Deckard: %.2f× (target <= 1.0×, stretch <= 0.2×); Deckard's metrics are counted as if they ran in no time:\n", oursQ/theirQ)
+	fmt.Println("    on this storage a run of them takes minutes, and its next starts a minute after, so its sustained rate is lower")
 	fmt.Printf("    CPU, housekeepers + coordinator %.1f %% of a core (target <= 20 %%); Deckard Redis %.2f %% (target <= 5 %%)\n",
 		(used.by["housekeeper"]+used.by["coordinator"]).Seconds()/secs*100, oursRedis)
 	return nil
