@@ -181,8 +181,7 @@ func until(limit, interval time.Duration, done func() bool) (time.Duration, bool
 }
 
 // cached counts the members of prefix's active pools.
-func (s *storageBench) cached(prefix string) int64 {
-	ctx := context.Background()
+func (s *storageBench) cached(ctx context.Context, prefix string) int64 {
 	cmds := make([]*redis.IntCmd, storageQueues)
 	_, _ = s.deckard.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for q := range cmds {
@@ -256,8 +255,8 @@ func (s *storageBench) ttl() error {
 		time.Sleep(time.Until(at))
 		var left int64
 		took, ok := until(s.cfg.limit, 500*time.Millisecond, func() bool {
-			left, _ = db.Collection("queue").CountDocuments(context.Background(), bson.M{"expiry_date": bson.M{"$lte": at}})
-			return left == 0 && s.cached(prefix) == storageQueues
+			left, _ = db.Collection("queue").CountDocuments(ctx, bson.M{"expiry_date": bson.M{"$lte": at}})
+			return left == 0 && s.cached(ctx, prefix) == storageQueues
 		})
 		kept, _ := db.Collection("queue").CountDocuments(context.Background(), bson.M{"expiry_date": bson.M{"$gt": at}})
 		if kept != storageQueues {
@@ -333,10 +332,10 @@ func (s *storageBench) recovery() error {
 				}
 			}
 		}
-		took, ok := until(s.cfg.limit, 100*time.Millisecond, finished)
-		took = time.Since(start)
+		_, ok := until(s.cfg.limit, 100*time.Millisecond, finished)
+		took := time.Since(start)
 		if ok {
-			if got := s.cached(prefix); got != int64(n) {
+			if got := s.cached(ctx, prefix); got != int64(n) {
 				return 0, false, fmt.Errorf("after the recovery (housekeeper %v, killed %v, %d Deckard replicas) the cache holds %d messages, want %d", ours, kill, replicas, got, n)
 			}
 		}
@@ -408,7 +407,7 @@ func (s *storageBench) maxElements() error {
 		if _, err := pipe.Exec(ctx); err != nil {
 			return err
 		}
-		took, ok := until(s.cfg.limit, 50*time.Millisecond, func() bool {
+		_, ok := until(s.cfg.limit, 50*time.Millisecond, func() bool {
 			cur, err := db.Collection("queue").Aggregate(ctx, mongo.Pipeline{{{Key: "$group", Value: bson.D{{Key: "_id", Value: "$queue"}, {Key: "n", Value: bson.D{{Key: "$sum", Value: 1}}}}}}})
 			if err != nil {
 				return false
@@ -424,9 +423,9 @@ func (s *storageBench) maxElements() error {
 					return false
 				}
 			}
-			return s.cached(prefix) == queues*limit
+			return s.cached(ctx, prefix) == queues*limit
 		})
-		took = time.Since(arrived)
+		took := time.Since(arrived)
 		stopAll(procs)
 		_ = db.Drop(ctx)
 		_ = dropIdleQueues(s.deckard.rdb, prefix)
