@@ -358,7 +358,11 @@ func (s *storageBench) recovery() error {
 		return err
 	}
 	fmt.Printf("    housekeeper, 3 instances                    %s (from the instances' start)\n", side(ours, oursOK, 1, 1))
-	fmt.Printf("    the same, recovering instance killed midway %s (killed once it had copied %d)\n", side(killed, killedOK, 1, 1), killedAt)
+	how := fmt.Sprintf("killed once it had copied %d", killedAt)
+	if killedAt == 0 {
+		how = "no kill: the recovery finished in one batch"
+	}
+	fmt.Printf("    the same, recovering instance killed midway %s (%s)\n", side(killed, killedOK, 1, 1), how)
 	fmt.Printf("    Deckard, 1 replica                          %s\n", side(theirs, theirsOK, 1, 1))
 	fmt.Printf("    Deckard, 3 replicas                         %s\n", side(three, threeOK, 1, 1))
 	fmt.Printf("    housekeeper ÷ Deckard                       %s, %s killed (target <= 1.0×); every message in the active pool once\n",
