@@ -3149,7 +3149,7 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\n" +
 	"RWCapacity\x12\x1b\n" +
 	"\x17RW_CAPACITY_UNSPECIFIED\x10\x00\x12\x11\n" +
-	"\vRW_CAPACITY\x10\xc0\x84=2\x87\n" +
+	"\vRW_CAPACITY\x10\xc0\x84=2\xab\n" +
 	"\n" +
 	"\vCoordinator\x12S\n" +
 	"\n" +
@@ -3167,10 +3167,11 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\rCreateSession\x12$.coordinator.v1.CreateSessionRequest\x1a%.coordinator.v1.CreateSessionResponse\x12Y\n" +
 	"\fRenewSession\x12#.coordinator.v1.RenewSessionRequest\x1a$.coordinator.v1.RenewSessionResponse\x12Y\n" +
 	"\fCloseSession\x12#.coordinator.v1.CloseSessionRequest\x1a$.coordinator.v1.CloseSessionResponse\x12b\n" +
-	"\x0fDescribeSession\x12&.coordinator.v1.DescribeSessionRequest\x1a'.coordinator.v1.DescribeSessionResponse\x1a5\xd2\xf3\x181\b\x98u\x10\xd0\x0f\x18\x1c d(\x05028\xd0\x0f@\x14H\x03P\n" +
+	"\x0fDescribeSession\x12&.coordinator.v1.DescribeSessionRequest\x1a'.coordinator.v1.DescribeSessionResponse\x1aY\xd2\xf3\x18U\b\x98u\x10\xd0\x0f\x18\x1c d(\x05028\xd0\x0f@\x14H\x03P\n" +
 	"X\x05`\x19h\n" +
 	"p\n" +
-	"x2\x80\x012\x88\x01\xe0\xd4\x03\x90\x01d\x98\x01\xb0\xea\x01BIZGgithub.com/coordinator-dev/coordinator/gen/coordinator/v1;coordinatorv1b\x06proto3"
+	"x2\x80\x012\x88\x01\xe0\xd4\x03\x90\x01d\x98\x01\xb0\xea\x01\xa0\x01\x01\xaa\x01\x05\x0e\b\n" +
+	"\x04\x01\xb2\x01\x05\x01\x04\x0e\x02\r\xba\x01\x0ecoordinator.v1BIZGgithub.com/coordinator-dev/coordinator/gen/coordinator/v1;coordinatorv1b\x06proto3"
 
 var (
 	file_coordinator_v1_coordinator_proto_rawDescOnce sync.Once

@@ -7,6 +7,7 @@
 package coordinatorv1
 
 import (
+	code "google.golang.org/genproto/googleapis/rpc/code"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	descriptorpb "google.golang.org/protobuf/types/descriptorpb"
@@ -205,7 +206,10 @@ func (x *FieldRules) GetMaxValue() uint32 {
 // are milliseconds; fractions of a TTL are percentages.
 type ClientRules struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The lease TTL when neither the client nor the call sets one.
+	// The TTL of a client's sessions (and so of the leases it holds in
+	// them) when neither the client nor the call sets one. A client keeps
+	// every lease it holds in a session, created when first needed, renewed
+	// over its one operation stream and closed when the client closes.
 	DefaultTtlMillis uint32 `protobuf:"varint,1,opt,name=default_ttl_millis,json=defaultTtlMillis,proto3" json:"default_ttl_millis,omitempty"`
 	// How long closing a client spends, by default, releasing the leases and
 	// leaderships it still holds.
@@ -260,8 +264,25 @@ type ClientRules struct {
 	LeaderEarlyReturnMillis uint32 `protobuf:"varint,17,opt,name=leader_early_return_millis,json=leaderEarlyReturnMillis,proto3" json:"leader_early_return_millis,omitempty"`
 	LeaderRetryMinMillis    uint32 `protobuf:"varint,18,opt,name=leader_retry_min_millis,json=leaderRetryMinMillis,proto3" json:"leader_retry_min_millis,omitempty"`
 	LeaderRetryMaxMillis    uint32 `protobuf:"varint,19,opt,name=leader_retry_max_millis,json=leaderRetryMaxMillis,proto3" json:"leader_retry_max_millis,omitempty"`
-	unknownFields           protoimpl.UnknownFields
-	sizeCache               protoimpl.SizeCache
+	// Whether running as leader campaigns again each time a leadership ends
+	// (lost, expired, resigned after the function failed or returned), until
+	// the caller stops it; when false it campaigns once.
+	LeaderCampaignsAgain bool `protobuf:"varint,20,opt,name=leader_campaigns_again,json=leaderCampaignsAgain,proto3" json:"leader_campaigns_again,omitempty"`
+	// The codes after which the same call, or stream operation, may succeed
+	// when tried again: a client retries them, with the retry_* backoff,
+	// while the caller's deadline allows. A client's own cancellation or
+	// deadline is never retried, whatever its code.
+	TransientCodes []code.Code `protobuf:"varint,21,rep,packed,name=transient_codes,json=transientCodes,proto3,enum=google.rpc.Code" json:"transient_codes,omitempty"`
+	// The codes after which a call may have changed state on the coordinator
+	// without its caller hearing of it (the reply, not the request, was
+	// lost): an acquisition that failed so releases what it may have been
+	// granted, under the holder it asked with, before it gives up.
+	OutcomeUnknownCodes []code.Code `protobuf:"varint,22,rep,packed,name=outcome_unknown_codes,json=outcomeUnknownCodes,proto3,enum=google.rpc.Code" json:"outcome_unknown_codes,omitempty"`
+	// The google.rpc.ErrorInfo domain of the coordinator's errors: a client
+	// reads an ErrorInfo's reason as an ErrorReason only under this domain.
+	ErrorDomain   string `protobuf:"bytes,23,opt,name=error_domain,json=errorDomain,proto3" json:"error_domain,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ClientRules) Reset() {
@@ -427,6 +448,34 @@ func (x *ClientRules) GetLeaderRetryMaxMillis() uint32 {
 	return 0
 }
 
+func (x *ClientRules) GetLeaderCampaignsAgain() bool {
+	if x != nil {
+		return x.LeaderCampaignsAgain
+	}
+	return false
+}
+
+func (x *ClientRules) GetTransientCodes() []code.Code {
+	if x != nil {
+		return x.TransientCodes
+	}
+	return nil
+}
+
+func (x *ClientRules) GetOutcomeUnknownCodes() []code.Code {
+	if x != nil {
+		return x.OutcomeUnknownCodes
+	}
+	return nil
+}
+
+func (x *ClientRules) GetErrorDomain() string {
+	if x != nil {
+		return x.ErrorDomain
+	}
+	return ""
+}
+
 var file_coordinator_v1_rules_proto_extTypes = []protoimpl.ExtensionInfo{
 	{
 		ExtendedType:  (*descriptorpb.FieldOptions)(nil),
@@ -473,10 +522,10 @@ var (
 // Extension fields to descriptorpb.EnumValueOptions.
 var (
 	// On an ErrorReason: a renewal refused with this reason means the lease
-	// is gone for good (expired, taken, or the request can never succeed).
-	// KeepAlive answers it lost, and a client stops renewing the lease and
-	// reports it lost at once. A renewal that failed with any other reason,
-	// or none, may still succeed: a client retries it while the lease lasts.
+	// is gone for good (expired, taken, or the request can never succeed):
+	// a client stops renewing the lease and reports it lost at once. A
+	// renewal that failed with any other reason, or none, may still succeed:
+	// a client retries it while the lease lasts.
 	//
 	// optional bool ends_lease = 51003;
 	E_EndsLease = &file_coordinator_v1_rules_proto_extTypes[2]
@@ -486,7 +535,7 @@ var File_coordinator_v1_rules_proto protoreflect.FileDescriptor
 
 const file_coordinator_v1_rules_proto_rawDesc = "" +
 	"\n" +
-	"\x1acoordinator/v1/rules.proto\x12\x0ecoordinator.v1\x1a google/protobuf/descriptor.proto\"\xf5\x01\n" +
+	"\x1acoordinator/v1/rules.proto\x12\x0ecoordinator.v1\x1a google/protobuf/descriptor.proto\x1a\x15google/rpc/code.proto\"\xf5\x01\n" +
 	"\n" +
 	"FieldRules\x12\x1a\n" +
 	"\brequired\x18\x01 \x01(\bR\brequired\x12\x1b\n" +
@@ -498,7 +547,7 @@ const file_coordinator_v1_rules_proto_rawDesc = "" +
 	"max_millis\x18\x05 \x01(\rR\tmaxMillis\x12\x1f\n" +
 	"\vmax_setting\x18\x06 \x01(\tR\n" +
 	"maxSetting\x12\x1b\n" +
-	"\tmax_value\x18\a \x01(\rR\bmaxValue\"\xea\a\n" +
+	"\tmax_value\x18\a \x01(\rR\bmaxValue\"\xc4\t\n" +
 	"\vClientRules\x12,\n" +
 	"\x12default_ttl_millis\x18\x01 \x01(\rR\x10defaultTtlMillis\x120\n" +
 	"\x14close_timeout_millis\x18\x02 \x01(\rR\x12closeTimeoutMillis\x12.\n" +
@@ -519,7 +568,11 @@ const file_coordinator_v1_rules_proto_rawDesc = "" +
 	"\x1bvalidity_margin_max_percent\x18\x10 \x01(\rR\x18validityMarginMaxPercent\x12;\n" +
 	"\x1aleader_early_return_millis\x18\x11 \x01(\rR\x17leaderEarlyReturnMillis\x125\n" +
 	"\x17leader_retry_min_millis\x18\x12 \x01(\rR\x14leaderRetryMinMillis\x125\n" +
-	"\x17leader_retry_max_millis\x18\x13 \x01(\rR\x14leaderRetryMaxMillis*w\n" +
+	"\x17leader_retry_max_millis\x18\x13 \x01(\rR\x14leaderRetryMaxMillis\x124\n" +
+	"\x16leader_campaigns_again\x18\x14 \x01(\bR\x14leaderCampaignsAgain\x129\n" +
+	"\x0ftransient_codes\x18\x15 \x03(\x0e2\x10.google.rpc.CodeR\x0etransientCodes\x12D\n" +
+	"\x15outcome_unknown_codes\x18\x16 \x03(\x0e2\x10.google.rpc.CodeR\x13outcomeUnknownCodes\x12!\n" +
+	"\ferror_domain\x18\x17 \x01(\tR\verrorDomain*w\n" +
 	"\n" +
 	"TextFormat\x12\x1b\n" +
 	"\x17TEXT_FORMAT_UNSPECIFIED\x10\x00\x12\x19\n" +
@@ -549,22 +602,25 @@ var file_coordinator_v1_rules_proto_goTypes = []any{
 	(TextFormat)(0),                       // 0: coordinator.v1.TextFormat
 	(*FieldRules)(nil),                    // 1: coordinator.v1.FieldRules
 	(*ClientRules)(nil),                   // 2: coordinator.v1.ClientRules
-	(*descriptorpb.FieldOptions)(nil),     // 3: google.protobuf.FieldOptions
-	(*descriptorpb.ServiceOptions)(nil),   // 4: google.protobuf.ServiceOptions
-	(*descriptorpb.EnumValueOptions)(nil), // 5: google.protobuf.EnumValueOptions
+	(code.Code)(0),                        // 3: google.rpc.Code
+	(*descriptorpb.FieldOptions)(nil),     // 4: google.protobuf.FieldOptions
+	(*descriptorpb.ServiceOptions)(nil),   // 5: google.protobuf.ServiceOptions
+	(*descriptorpb.EnumValueOptions)(nil), // 6: google.protobuf.EnumValueOptions
 }
 var file_coordinator_v1_rules_proto_depIdxs = []int32{
 	0, // 0: coordinator.v1.FieldRules.format:type_name -> coordinator.v1.TextFormat
-	3, // 1: coordinator.v1.rules:extendee -> google.protobuf.FieldOptions
-	4, // 2: coordinator.v1.client_rules:extendee -> google.protobuf.ServiceOptions
-	5, // 3: coordinator.v1.ends_lease:extendee -> google.protobuf.EnumValueOptions
-	1, // 4: coordinator.v1.rules:type_name -> coordinator.v1.FieldRules
-	2, // 5: coordinator.v1.client_rules:type_name -> coordinator.v1.ClientRules
-	6, // [6:6] is the sub-list for method output_type
-	6, // [6:6] is the sub-list for method input_type
-	4, // [4:6] is the sub-list for extension type_name
-	1, // [1:4] is the sub-list for extension extendee
-	0, // [0:1] is the sub-list for field type_name
+	3, // 1: coordinator.v1.ClientRules.transient_codes:type_name -> google.rpc.Code
+	3, // 2: coordinator.v1.ClientRules.outcome_unknown_codes:type_name -> google.rpc.Code
+	4, // 3: coordinator.v1.rules:extendee -> google.protobuf.FieldOptions
+	5, // 4: coordinator.v1.client_rules:extendee -> google.protobuf.ServiceOptions
+	6, // 5: coordinator.v1.ends_lease:extendee -> google.protobuf.EnumValueOptions
+	1, // 6: coordinator.v1.rules:type_name -> coordinator.v1.FieldRules
+	2, // 7: coordinator.v1.client_rules:type_name -> coordinator.v1.ClientRules
+	8, // [8:8] is the sub-list for method output_type
+	8, // [8:8] is the sub-list for method input_type
+	6, // [6:8] is the sub-list for extension type_name
+	3, // [3:6] is the sub-list for extension extendee
+	0, // [0:3] is the sub-list for field type_name
 }
 
 func init() { file_coordinator_v1_rules_proto_init() }

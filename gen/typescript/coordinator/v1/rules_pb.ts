@@ -6,13 +6,15 @@ import type { GenEnum, GenExtension, GenFile, GenMessage } from "@bufbuild/proto
 import { enumDesc, extDesc, fileDesc, messageDesc } from "@bufbuild/protobuf/codegenv2";
 import type { EnumValueOptions, FieldOptions, ServiceOptions } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_descriptor } from "@bufbuild/protobuf/wkt";
+import type { Code } from "../../google/rpc/code_pb.js";
+import { file_google_rpc_code } from "../../google/rpc/code_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file coordinator/v1/rules.proto.
  */
 export const file_coordinator_v1_rules: GenFile = /*@__PURE__*/
-  fileDesc("Chpjb29yZGluYXRvci92MS9ydWxlcy5wcm90bxIOY29vcmRpbmF0b3IudjEirQEKCkZpZWxkUnVsZXMSEAoIcmVxdWlyZWQYASABKAgSEQoJbWF4X2J5dGVzGAIgASgNEioKBmZvcm1hdBgDIAEoDjIaLmNvb3JkaW5hdG9yLnYxLlRleHRGb3JtYXQSEgoKbWluX21pbGxpcxgEIAEoDRISCgptYXhfbWlsbGlzGAUgASgNEhMKC21heF9zZXR0aW5nGAYgASgJEhEKCW1heF92YWx1ZRgHIAEoDSLeBAoLQ2xpZW50UnVsZXMSGgoSZGVmYXVsdF90dGxfbWlsbGlzGAEgASgNEhwKFGNsb3NlX3RpbWVvdXRfbWlsbGlzGAIgASgNEhsKE2hvbGRlcl9zdWZmaXhfYnl0ZXMYAyABKA0SHAoUYW5zd2VyX21hcmdpbl9taWxsaXMYBCABKA0SFAoMbWF4X2NvbmZpcm1zGAUgASgNEhgKEHJldHJ5X21pbl9taWxsaXMYBiABKA0SGAoQcmV0cnlfbWF4X21pbGxpcxgHIAEoDRIcChRyZXRyeV9qaXR0ZXJfcGVyY2VudBgIIAEoDRIYChByZW5ld2Fsc19wZXJfdHRsGAkgASgNEh4KFnJlbmV3YWxfaml0dGVyX3BlcmNlbnQYCiABKA0SIQoZcmVuZXdhbF9yZXRyeV9taW5fcGVyY2VudBgLIAEoDRIhChlyZW5ld2FsX3JldHJ5X21heF9wZXJjZW50GAwgASgNEiIKGnJlbmV3YWxfcmV0cnlfZmxvb3JfbWlsbGlzGA0gASgNEh8KF3ZhbGlkaXR5X21hcmdpbl9wZXJjZW50GA4gASgNEiIKGnZhbGlkaXR5X21hcmdpbl9taW5fbWlsbGlzGA8gASgNEiMKG3ZhbGlkaXR5X21hcmdpbl9tYXhfcGVyY2VudBgQIAEoDRIiChpsZWFkZXJfZWFybHlfcmV0dXJuX21pbGxpcxgRIAEoDRIfChdsZWFkZXJfcmV0cnlfbWluX21pbGxpcxgSIAEoDRIfChdsZWFkZXJfcmV0cnlfbWF4X21pbGxpcxgTIAEoDSp3CgpUZXh0Rm9ybWF0EhsKF1RFWFRfRk9STUFUX1VOU1BFQ0lGSUVEEAASGQoVVEVYVF9GT1JNQVRfUFJJTlRBQkxFEAESFAoQVEVYVF9GT1JNQVRfTkFNRRACEhsKF1RFWFRfRk9STUFUX05BTUVfUFJFRklYEAM6UQoFcnVsZXMSHS5nb29nbGUucHJvdG9idWYuRmllbGRPcHRpb25zGLmOAyABKAsyGi5jb29yZGluYXRvci52MS5GaWVsZFJ1bGVzUgVydWxlczphCgxjbGllbnRfcnVsZXMSHy5nb29nbGUucHJvdG9idWYuU2VydmljZU9wdGlvbnMYuo4DIAEoCzIbLmNvb3JkaW5hdG9yLnYxLkNsaWVudFJ1bGVzUgtjbGllbnRSdWxlczpCCgplbmRzX2xlYXNlEiEuZ29vZ2xlLnByb3RvYnVmLkVudW1WYWx1ZU9wdGlvbnMYu44DIAEoCFIJZW5kc0xlYXNlQklaR2dpdGh1Yi5jb20vY29vcmRpbmF0b3ItZGV2L2Nvb3JkaW5hdG9yL2dlbi9jb29yZGluYXRvci92MTtjb29yZGluYXRvcnYxYgZwcm90bzM", [file_google_protobuf_descriptor]);
+  fileDesc("Chpjb29yZGluYXRvci92MS9ydWxlcy5wcm90bxIOY29vcmRpbmF0b3IudjEirQEKCkZpZWxkUnVsZXMSEAoIcmVxdWlyZWQYASABKAgSEQoJbWF4X2J5dGVzGAIgASgNEioKBmZvcm1hdBgDIAEoDjIaLmNvb3JkaW5hdG9yLnYxLlRleHRGb3JtYXQSEgoKbWluX21pbGxpcxgEIAEoDRISCgptYXhfbWlsbGlzGAUgASgNEhMKC21heF9zZXR0aW5nGAYgASgJEhEKCW1heF92YWx1ZRgHIAEoDSLwBQoLQ2xpZW50UnVsZXMSGgoSZGVmYXVsdF90dGxfbWlsbGlzGAEgASgNEhwKFGNsb3NlX3RpbWVvdXRfbWlsbGlzGAIgASgNEhsKE2hvbGRlcl9zdWZmaXhfYnl0ZXMYAyABKA0SHAoUYW5zd2VyX21hcmdpbl9taWxsaXMYBCABKA0SFAoMbWF4X2NvbmZpcm1zGAUgASgNEhgKEHJldHJ5X21pbl9taWxsaXMYBiABKA0SGAoQcmV0cnlfbWF4X21pbGxpcxgHIAEoDRIcChRyZXRyeV9qaXR0ZXJfcGVyY2VudBgIIAEoDRIYChByZW5ld2Fsc19wZXJfdHRsGAkgASgNEh4KFnJlbmV3YWxfaml0dGVyX3BlcmNlbnQYCiABKA0SIQoZcmVuZXdhbF9yZXRyeV9taW5fcGVyY2VudBgLIAEoDRIhChlyZW5ld2FsX3JldHJ5X21heF9wZXJjZW50GAwgASgNEiIKGnJlbmV3YWxfcmV0cnlfZmxvb3JfbWlsbGlzGA0gASgNEh8KF3ZhbGlkaXR5X21hcmdpbl9wZXJjZW50GA4gASgNEiIKGnZhbGlkaXR5X21hcmdpbl9taW5fbWlsbGlzGA8gASgNEiMKG3ZhbGlkaXR5X21hcmdpbl9tYXhfcGVyY2VudBgQIAEoDRIiChpsZWFkZXJfZWFybHlfcmV0dXJuX21pbGxpcxgRIAEoDRIfChdsZWFkZXJfcmV0cnlfbWluX21pbGxpcxgSIAEoDRIfChdsZWFkZXJfcmV0cnlfbWF4X21pbGxpcxgTIAEoDRIeChZsZWFkZXJfY2FtcGFpZ25zX2FnYWluGBQgASgIEikKD3RyYW5zaWVudF9jb2RlcxgVIAMoDjIQLmdvb2dsZS5ycGMuQ29kZRIvChVvdXRjb21lX3Vua25vd25fY29kZXMYFiADKA4yEC5nb29nbGUucnBjLkNvZGUSFAoMZXJyb3JfZG9tYWluGBcgASgJKncKClRleHRGb3JtYXQSGwoXVEVYVF9GT1JNQVRfVU5TUEVDSUZJRUQQABIZChVURVhUX0ZPUk1BVF9QUklOVEFCTEUQARIUChBURVhUX0ZPUk1BVF9OQU1FEAISGwoXVEVYVF9GT1JNQVRfTkFNRV9QUkVGSVgQAzpRCgVydWxlcxIdLmdvb2dsZS5wcm90b2J1Zi5GaWVsZE9wdGlvbnMYuY4DIAEoCzIaLmNvb3JkaW5hdG9yLnYxLkZpZWxkUnVsZXNSBXJ1bGVzOmEKDGNsaWVudF9ydWxlcxIfLmdvb2dsZS5wcm90b2J1Zi5TZXJ2aWNlT3B0aW9ucxi6jgMgASgLMhsuY29vcmRpbmF0b3IudjEuQ2xpZW50UnVsZXNSC2NsaWVudFJ1bGVzOkIKCmVuZHNfbGVhc2USIS5nb29nbGUucHJvdG9idWYuRW51bVZhbHVlT3B0aW9ucxi7jgMgASgIUgllbmRzTGVhc2VCSVpHZ2l0aHViLmNvbS9jb29yZGluYXRvci1kZXYvY29vcmRpbmF0b3IvZ2VuL2Nvb3JkaW5hdG9yL3YxO2Nvb3JkaW5hdG9ydjFiBnByb3RvMw", [file_google_protobuf_descriptor, file_google_rpc_code]);
 
 /**
  * FieldRules are the limits the coordinator enforces on one request field.
@@ -104,7 +106,10 @@ export const FieldRulesSchema: GenMessage<FieldRules> = /*@__PURE__*/
  */
 export type ClientRules = Message<"coordinator.v1.ClientRules"> & {
   /**
-   * The lease TTL when neither the client nor the call sets one.
+   * The TTL of a client's sessions (and so of the leases it holds in
+   * them) when neither the client nor the call sets one. A client keeps
+   * every lease it holds in a session, created when first needed, renewed
+   * over its one operation stream and closed when the client closes.
    *
    * @generated from field: uint32 default_ttl_millis = 1;
    */
@@ -245,6 +250,43 @@ export type ClientRules = Message<"coordinator.v1.ClientRules"> & {
    * @generated from field: uint32 leader_retry_max_millis = 19;
    */
   leaderRetryMaxMillis: number;
+
+  /**
+   * Whether running as leader campaigns again each time a leadership ends
+   * (lost, expired, resigned after the function failed or returned), until
+   * the caller stops it; when false it campaigns once.
+   *
+   * @generated from field: bool leader_campaigns_again = 20;
+   */
+  leaderCampaignsAgain: boolean;
+
+  /**
+   * The codes after which the same call, or stream operation, may succeed
+   * when tried again: a client retries them, with the retry_* backoff,
+   * while the caller's deadline allows. A client's own cancellation or
+   * deadline is never retried, whatever its code.
+   *
+   * @generated from field: repeated google.rpc.Code transient_codes = 21;
+   */
+  transientCodes: Code[];
+
+  /**
+   * The codes after which a call may have changed state on the coordinator
+   * without its caller hearing of it (the reply, not the request, was
+   * lost): an acquisition that failed so releases what it may have been
+   * granted, under the holder it asked with, before it gives up.
+   *
+   * @generated from field: repeated google.rpc.Code outcome_unknown_codes = 22;
+   */
+  outcomeUnknownCodes: Code[];
+
+  /**
+   * The google.rpc.ErrorInfo domain of the coordinator's errors: a client
+   * reads an ErrorInfo's reason as an ErrorReason only under this domain.
+   *
+   * @generated from field: string error_domain = 23;
+   */
+  errorDomain: string;
 };
 
 /**
@@ -315,10 +357,10 @@ export const client_rules: GenExtension<ServiceOptions, ClientRules> = /*@__PURE
 
 /**
  * On an ErrorReason: a renewal refused with this reason means the lease
- * is gone for good (expired, taken, or the request can never succeed).
- * KeepAlive answers it lost, and a client stops renewing the lease and
- * reports it lost at once. A renewal that failed with any other reason,
- * or none, may still succeed: a client retries it while the lease lasts.
+ * is gone for good (expired, taken, or the request can never succeed):
+ * a client stops renewing the lease and reports it lost at once. A
+ * renewal that failed with any other reason, or none, may still succeed:
+ * a client retries it while the lease lasts.
  *
  * @generated from extension: bool ends_lease = 51003;
  */
