@@ -176,7 +176,7 @@ func (q *Queues) setRecovery(ctx context.Context, running bool, upTo string) err
 // only takes the fence) under token. It fails with ErrFenced when a newer
 // token has acted, and ErrRecoveryMoved when the breakpoint is not read.
 func (q *Queues) AdvanceRecovery(ctx context.Context, token uint64, read, next string) error {
-	keys := []string{q.ks.deckardKey(recoveryStorageBreakpoint), q.ks.recoveryFence()}
+	keys := []string{q.ks.recoveryFence(), q.ks.deckardKey(recoveryStorageBreakpoint)}
 	err := recoveryAdvanceScript.Run(ctx, q.rdb, keys, strconv.FormatUint(token, 10), read, next).Err()
 	if err == nil {
 		return nil
@@ -213,8 +213,8 @@ func (q *Queues) InsertRecovered(ctx context.Context, msgs map[string][]Recovere
 		if checkQueue(queue) != nil {
 			continue // Deckard refuses such names: no message of one is stored
 		}
-		keys := []string{q.ks.set(queue, kindActive), q.ks.set(queue, kindLockNack), q.ks.set(queue, kindLockAck),
-			q.ks.set(queue, kindTmp), q.ks.fence(queue, taskRecovery)}
+		keys := []string{q.ks.fence(queue, taskRecovery), q.ks.set(queue, kindActive), q.ks.set(queue, kindLockNack),
+			q.ks.set(queue, kindLockAck), q.ks.set(queue, kindTmp)}
 		args := make([]any, 0, 2+2*len(ms))
 		args = append(args, tok, until)
 		for _, m := range ms {

@@ -15,7 +15,8 @@ import (
 
 // One script per batch kind; each file's header lists its KEYS, ARGV and
 // reply. Script.Run sends EVALSHA and falls back to EVAL on NOSCRIPT.
-// The batch scripts share their fencing check, fence.lua, prepended to each.
+// Every fenced script starts with fence.lua, prepended to it: the fencing
+// check of KEYS[1] against ARGV[1], and Redis' time.
 var (
 	//go:embed scripts/fence.lua
 	fenceSrc string
@@ -94,7 +95,7 @@ func (q *Queues) UnlockBatch(ctx context.Context, queue string, lock LockType, t
 	default:
 		return 0, fmt.Errorf("housekeeper: unknown lock type %q", lock)
 	}
-	keys := []string{q.ks.set(queue, set), q.ks.set(queue, scores), q.ks.set(queue, kindActive), q.ks.fence(queue, taskUnlock)}
+	keys := []string{q.ks.fence(queue, taskUnlock), q.ks.set(queue, set), q.ks.set(queue, scores), q.ks.set(queue, kindActive)}
 	n, err := unlockScript.Run(ctx, q.rdb, keys, strconv.FormatUint(token, 10), limit, dflt).Int()
 	return n, batchErr(err, taskUnlock, queue, token)
 }
@@ -107,7 +108,7 @@ func (q *Queues) TimeoutBatch(ctx context.Context, queue string, token uint64, l
 	if err := checkBatch(queue, limit); err != nil {
 		return 0, err
 	}
-	keys := []string{q.ks.set(queue, kindTmp), q.ks.set(queue, kindActive), q.ks.fence(queue, taskTimeout)}
+	keys := []string{q.ks.fence(queue, taskTimeout), q.ks.set(queue, kindTmp), q.ks.set(queue, kindActive)}
 	n, err := timeoutScript.Run(ctx, q.rdb, keys, strconv.FormatUint(token, 10), limit).Int()
 	return n, batchErr(err, taskTimeout, queue, token)
 }

@@ -1,30 +1,33 @@
--- fence.lua: the fencing check both batch scripts start with; queues.go
--- prepends it to each, so it is not a script of its own.
+-- fence.lua: the fencing check every fenced script starts with; it is
+-- prepended to each (queues.go, cache.go), so it is not a script of its own.
 --
--- check_fence(key, token) accepts a decimal uint64 token that is at least the
--- highest seen in key (a STRING), storing it, and returns nil; for a lower
--- token it returns the error "FENCED <highest>" for the script to return.
+-- KEYS[1] fence  STRING the highest fencing token seen
+-- ARGV[1] fencing token: decimal, no leading zeros, at most 20 digits (uint64)
 --
--- now_ms() is Redis TIME in unix milliseconds, as an exact decimal string.
+-- A token at least the one in KEYS[1] is accepted and stored, and the script
+-- goes on with `now`, Redis TIME in unix milliseconds as an exact decimal
+-- string. A lower token ends the script with the error "FENCED <highest>"
+-- before it changes anything.
 
 if redis.replicate_commands then redis.replicate_commands() end -- Redis < 5: allow TIME before writes
 
-local function check_fence(key, token)
+do
+  local token = ARGV[1]
   if not string.match(token, '^%d+$') or #token > 20 then
     return redis.error_reply('ERR fencing token must be a decimal uint64')
   end
-  local highest = redis.call('GET', key)
+  local highest = redis.call('GET', KEYS[1])
   -- Decimal strings without leading zeros: shorter is smaller, equal lengths compare as text.
   if highest and (#token < #highest or (#token == #highest and token < highest)) then
     return redis.error_reply('FENCED ' .. highest)
   end
   if highest ~= token then
-    redis.call('SET', key, token)
+    redis.call('SET', KEYS[1], token)
   end
-  return nil
 end
 
-local function now_ms()
+local now
+do
   local t = redis.call('TIME')
-  return t[1] .. string.format('%03d', math.floor(tonumber(t[2]) / 1000))
+  now = t[1] .. string.format('%03d', math.floor(tonumber(t[2]) / 1000))
 end

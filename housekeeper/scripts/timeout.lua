@@ -1,27 +1,21 @@
 -- timeout.lua: moves in-flight messages whose ack deadline passed back to the
 -- active pool with score 0, first to be pulled again.
 --
--- KEYS[1] in flight    <prefix>:queue:{Q}:tmp                     ZSET id -> ack deadline (unix ms)
--- KEYS[2] active pool  <prefix>:queue:{Q}                         ZSET id -> priority
--- KEYS[3] fence        <prefix>:housekeeper:{Q}:fence:timeout     STRING highest token seen
+-- KEYS[1] fence        <prefix>:housekeeper:{Q}:fence:timeout     STRING highest token seen
+-- KEYS[2] in flight    <prefix>:queue:{Q}:tmp                     ZSET id -> ack deadline (unix ms)
+-- KEYS[3] active pool  <prefix>:queue:{Q}                         ZSET id -> priority
 -- ARGV[1] fencing token: decimal, no leading zeros, at most 20 digits (uint64)
 -- ARGV[2] limit: most ids moved by this call
 --
 -- Returns the number of ids moved: fewer than ARGV[2] means nothing due is left.
 -- Returns the error "FENCED <highest>" and moves nothing when ARGV[1] is below
--- the token in KEYS[3]; an equal or higher token is accepted and stored.
+-- the token in KEYS[1]; an equal or higher token is accepted and stored.
 --
 -- Due means deadline <= Redis TIME.
 
--- check_fence and now_ms come from fence.lua, prepended to this script.
+-- fence.lua, prepended to this script, has checked the token and set now.
 
-local refused = check_fence(KEYS[3], ARGV[1])
-if refused then
-  return refused
-end
-local now = now_ms()
-
-local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, ARGV[2])
+local ids = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, ARGV[2])
 if #ids == 0 then
   return 0
 end
@@ -34,7 +28,7 @@ for i = 1, #ids, step do
     args[#args + 1] = '0'
     args[#args + 1] = ids[j]
   end
-  redis.call('ZADD', KEYS[2], unpack(args))
-  redis.call('ZREM', KEYS[1], unpack(ids, i, last))
+  redis.call('ZADD', KEYS[3], unpack(args))
+  redis.call('ZREM', KEYS[2], unpack(ids, i, last))
 end
 return #ids
