@@ -4,7 +4,16 @@ import (
 	"context"
 	"slices"
 	"strings"
+
+	"github.com/jonboulle/clockwork"
 )
+
+// WithClock returns cfg with its schedule on clock, for tests that drive
+// time by hand.
+func WithClock(cfg Config, clock clockwork.Clock) Config {
+	cfg.clock = clock
+	return cfg
+}
 
 // OwnerOf is View.Owner for a task named as the metrics name it.
 func OwnerOf(v View, t string, queue string) string { return v.Owner(task(t), queue) }

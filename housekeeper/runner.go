@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 )
@@ -44,6 +45,12 @@ type Config struct {
 	// Storage configures the tasks on Deckard's storage (TTL, max elements,
 	// recovery, metrics); with no Storage.Storage only the Redis tasks run.
 	Storage StorageConfig
+
+	// clock schedules the work: the intervals, the rounds, when a read head
+	// falls due. The real clock unless a test sets a fake one
+	// (export_test.go). What bounds a call to Redis or the storage, and what
+	// is compared with stored timestamps, stays on the real clock.
+	clock clockwork.Clock
 }
 
 // Membership tells a Runner the view it works under: CoordinatorMembership
@@ -95,6 +102,9 @@ func New(rdb redis.UniversalClient, member Membership, cfg Config) (*Runner, err
 		return nil, err
 	}
 	cfg.Prefix = q.ks.prefix
+	if cfg.clock == nil {
+		cfg.clock = clockwork.NewRealClock()
+	}
 	if err := cfg.Storage.setDefaults(); err != nil {
 		return nil, err
 	}
@@ -201,14 +211,15 @@ type schedule struct {
 
 func (s *schedule) run(ctx context.Context) {
 	r := s.r
-	timer := time.NewTimer(0)
+	clock := r.cfg.clock
+	timer := clock.NewTimer(0)
 	defer timer.Stop()
 	for ctx.Err() == nil {
 		view, viewChanged := r.member.View()
 		if view.Token != s.view.Token || !slices.Equal(view.Members, s.view.Members) {
 			s.reassign(view)
 		}
-		now := time.Now()
+		now := clock.Now()
 		// A discovery in flight wakes the loop with its result; an instance
 		// outside the view neither discovers nor works.
 		wake := now.Add(time.Hour)
@@ -221,13 +232,13 @@ func (s *schedule) run(ctx context.Context) {
 			}
 			wake = s.work(ctx, now, wake)
 		}
-		timer.Reset(max(0, time.Until(wake)))
+		timer.Reset(max(0, clock.Until(wake)))
 		select {
 		case <-ctx.Done():
 		case <-viewChanged:
 		case f := <-s.events:
 			f()
-		case <-timer.C:
+		case <-timer.Chan():
 		}
 		r.wakeups.Add(1)
 	}
@@ -345,7 +356,7 @@ func (s *schedule) onDuty(now time.Time) bool {
 // since the last read or, every fullIndexRead reads, all of it.
 func (s *schedule) discover(ctx context.Context) {
 	s.discovering = true
-	duty := s.onDuty(time.Now())
+	duty := s.onDuty(s.r.cfg.clock.Now())
 	after := s.indexSeen
 	if s.indexReads%fullIndexRead == 0 {
 		after = 0
@@ -364,7 +375,7 @@ func (s *schedule) discover(ctx context.Context) {
 		}
 		s.events <- func() {
 			s.discovering = false
-			s.nextDiscovery = time.Now().Add(s.r.cfg.DiscoveryInterval)
+			s.nextDiscovery = s.r.cfg.clock.Now().Add(s.r.cfg.DiscoveryInterval)
 			if pubErr != nil && ctx.Err() == nil {
 				s.r.log.Warn("publishing the sets found failed; the other instances learn of them at their turn", "err", pubErr)
 			}
@@ -416,7 +427,7 @@ func (s *schedule) probe(ctx context.Context, sets []workSet) {
 	}
 	s.wg.Go(func() {
 		redisNow, heads, errs, err := s.r.queues.heads(context.WithoutCancel(ctx), sets)
-		read := time.Now()
+		read := s.r.cfg.clock.Now()
 		s.events <- func() {
 			s.probing = false
 			s.r.m.probes.Add(float64(len(sets)))

@@ -95,7 +95,7 @@ func (r *Runner) runStorage(ctx context.Context) {
 // loop runs step every interval, and at once when the view changes, while
 // this instance is a live member of the view in force.
 func (t *storageTasks) loop(ctx context.Context, name task, interval time.Duration, step func(context.Context, View) error) {
-	timer := time.NewTimer(0)
+	timer := t.r.cfg.clock.NewTimer(0)
 	defer timer.Stop()
 	for {
 		view, changed := t.r.member.View()
@@ -116,7 +116,7 @@ func (t *storageTasks) loop(ctx context.Context, name task, interval time.Durati
 		case <-ctx.Done():
 			return
 		case <-changed:
-		case <-timer.C:
+		case <-timer.Chan():
 		}
 	}
 }
@@ -214,12 +214,13 @@ func (t *storageTasks) maxElements(ctx context.Context, view View) error {
 	}
 	sctx, cancel := stepContext(ctx)
 	defer cancel()
-	if t.limits == nil || time.Since(t.limitsRead) >= t.cfg.ConfigInterval {
+	clock := t.r.cfg.clock
+	if t.limits == nil || clock.Since(t.limitsRead) >= t.cfg.ConfigInterval {
 		limits, err := t.st.MaxElements(sctx)
 		if err != nil {
 			return err
 		}
-		t.limits, t.limitsRead = limits, time.Now()
+		t.limits, t.limitsRead = limits, clock.Now()
 	}
 	if view.Token != t.countedFor {
 		// A new view may have moved the task here: count every queue.
@@ -239,7 +240,7 @@ func (t *storageTasks) maxElements(ctx context.Context, view View) error {
 		return err
 	}
 	var trim, recount []string
-	now := time.Now()
+	now := clock.Now()
 	for _, queue := range owned {
 		switch {
 		case sizes[queue] > t.limits[queue]:
@@ -331,7 +332,7 @@ func (t *storageTasks) trimStep(ctx context.Context, queues []string, sizes map[
 		if len(excess[i]) == trimBatch {
 			more = append(more, queue)
 		}
-		t.counted[queue] = time.Now()
+		t.counted[queue] = t.r.cfg.clock.Now()
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -460,7 +461,7 @@ func (t *storageTasks) metrics(ctx context.Context, view View) error {
 	if !t.owns(view, taskMetrics) {
 		return nil
 	}
-	if last := t.r.deckard.statsRead(); !last.IsZero() && time.Since(last) < t.cfg.MetricsInterval/2 {
+	if last := t.r.deckard.statsRead(); !last.IsZero() && t.r.cfg.clock.Since(last) < t.cfg.MetricsInterval/2 {
 		return nil // a view change woke the loop; the figures are fresh
 	}
 	sctx, cancel := stepContext(ctx)
@@ -469,7 +470,7 @@ func (t *storageTasks) metrics(ctx context.Context, view View) error {
 	if err != nil {
 		return err
 	}
-	t.r.deckard.setStats(stats, time.Now())
+	t.r.deckard.setStats(stats, t.r.cfg.clock.Now())
 	return nil
 }
 
