@@ -18,20 +18,21 @@ import (
 	"github.com/coordinator-dev/coordinator/internal/testkit/readme"
 )
 
-// readmeSection returns the text of README.md's "## title" section.
-func readmeSection(t *testing.T, title string) string {
+// docSection returns the text of the "## title" section of doc, a markdown
+// file named from the repository's root.
+func docSection(t *testing.T, doc, title string) string {
 	t.Helper()
-	return readme.Section(t, "../README.md", title)
+	return readme.Section(t, "../"+doc, title)
 }
 
 var grpcurlCall = regexp.MustCompile(`^grpcurl -plaintext -d '([^']*)' 127\.0\.0\.1:7400 coordinator\.v1\.Coordinator/(\w+)\s*(?:#\s*(.*))?$`)
 
 // TestREADMESemaphoreGrpcurlExamplesRunAsWritten sends every grpcurl call
-// of README.md's semaphore section, its JSON as grpcurl would (protojson),
+// of docs/semaphores.md's grpcurl section, its JSON as grpcurl would (protojson),
 // to a coordinator, in order, and checks the outcome its comment states:
 // "granted, weight N", "refused…", or "fails: CODE REASON".
 func TestREADMESemaphoreGrpcurlExamplesRunAsWritten(t *testing.T) {
-	section := readmeSection(t, "Semaphores and read-write locks")
+	section := docSection(t, "docs/semaphores.md", "With grpcurl")
 	_, block, ok := strings.Cut(section, "```sh\n# A semaphore")
 	if !ok {
 		t.Fatal("no grpcurl block in the section")
@@ -65,17 +66,17 @@ func TestREADMESemaphoreGrpcurlExamplesRunAsWritten(t *testing.T) {
 		switch {
 		case strings.HasPrefix(want, "fails"):
 			if err == nil || !strings.Contains(want, status.Code(err).String()) || !strings.Contains(want, reasonOf(err)) {
-				t.Fatalf("%s: %v; the README says it %s", body, err, want)
+				t.Fatalf("%s: %v; the doc says it %s", body, err, want)
 			}
 		case err != nil:
 			t.Fatalf("%s: %v", body, err)
 		case strings.HasPrefix(want, "granted"), strings.HasPrefix(want, "refused"):
 			r := resp.(*coordinatorv1.TryAcquireResponse)
 			if r.GetAcquired() != strings.HasPrefix(want, "granted") {
-				t.Fatalf("%s: %v; the README says %s", body, r, want)
+				t.Fatalf("%s: %v; the doc says %s", body, r, want)
 			}
 			if w, ok := strings.CutPrefix(want, "granted, weight "); ok && w != strconv.FormatUint(uint64(r.GetLease().GetWeight()), 10) {
-				t.Fatalf("%s: weight %d; the README says %s", body, r.GetLease().GetWeight(), want)
+				t.Fatalf("%s: weight %d; the doc says %s", body, r.GetLease().GetWeight(), want)
 			}
 		}
 	}
@@ -84,7 +85,7 @@ func TestREADMESemaphoreGrpcurlExamplesRunAsWritten(t *testing.T) {
 	}
 	d, err := c.client.Describe(ctx, &coordinatorv1.DescribeRequest{Name: "demo/pool"})
 	if err != nil || len(d.GetHolders()) != 2 || d.GetCapacity() != 3 {
-		t.Fatalf("after the README's calls, Describe = %v, %v", d, err)
+		t.Fatalf("after the doc's calls, Describe = %v, %v", d, err)
 	}
 }
 
@@ -97,11 +98,11 @@ func dynamicMessage(t *testing.T, name protoreflect.FullName) proto.Message {
 	return mt.New().Interface()
 }
 
-// TestREADMESemaphoreGoExamplesAreTheRunnableOnes: the Go blocks of the
-// section are, line for line, parts of client/example_test.go's runnable
-// examples (which go test runs and checks the output of).
+// TestREADMESemaphoreGoExamplesAreTheRunnableOnes: the Go blocks of
+// docs/semaphores.md are, line for line, parts of client/example_test.go's
+// runnable examples (which go test runs and checks the output of).
 func TestREADMESemaphoreGoExamplesAreTheRunnableOnes(t *testing.T) {
-	section := readmeSection(t, "Semaphores and read-write locks")
+	section := docSection(t, "docs/semaphores.md", "Go")
 	src, err := os.ReadFile("../client/example_test.go")
 	if err != nil {
 		t.Fatal(err)
@@ -120,7 +121,7 @@ func TestREADMESemaphoreGoExamplesAreTheRunnableOnes(t *testing.T) {
 	for _, part := range strings.Split(section, "```go\n")[1:] {
 		block, _, _ := strings.Cut(part, "```")
 		if !strings.Contains(example, strings.Join(trim(block), "\n")) {
-			t.Errorf("README.md's Go block is not in client/example_test.go:\n%s", block)
+			t.Errorf("docs/semaphores.md's Go block is not in client/example_test.go:\n%s", block)
 		}
 		blocks++
 	}

@@ -26,7 +26,7 @@ import (
 	"github.com/coordinator-dev/coordinator/internal/testkit/readme"
 )
 
-// grpcurl is the part of grpcurl that README.md's blocks use, for the tests
+// grpcurl is the part of grpcurl that the docs' blocks use, for the tests
 // to run them as written with sh (there is no grpcurl here): grpcurl
 // -plaintext -d JSON ADDR coordinator.v1.Coordinator/METHOD sends JSON as
 // grpcurl would (protojson), and prints the answer as grpcurl does (JSON
@@ -104,10 +104,11 @@ func cmpOr(s, def string) string {
 	return s
 }
 
-// readmeSection returns the text of README.md's "## title" section.
-func readmeSection(t *testing.T, title string) string {
+// docSection returns the text of the "## title" section of doc, a markdown
+// file named from the repository's root (README.md, docs/sessions.md…).
+func docSection(t *testing.T, doc, title string) string {
 	t.Helper()
-	return readme.Section(t, "../../README.md", title)
+	return readme.Section(t, "../../"+doc, title)
 }
 
 // shBlocks returns the ```sh blocks of section.
@@ -147,26 +148,26 @@ func runREADMEBlock(t *testing.T, coord *coordtest.Coordinator, block string) st
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		t.Fatalf("README block failed: %v\n%s\nstdout:\n%s\nstderr:\n%s", err, block, stdout.String(), stderr.String())
+		t.Fatalf("the doc's block failed: %v\n%s\nstdout:\n%s\nstderr:\n%s", err, block, stdout.String(), stderr.String())
 	}
 	return stdout.String()
 }
 
 var sessionIDInOutput = regexp.MustCompile(`"id": "([0-9a-f]{32})"`)
 
-// TestREADMESessionsGrpcurlBlockRunsAsWritten runs the Sessions section's
+// TestREADMESessionsGrpcurlBlockRunsAsWritten runs docs/sessions.md's
 // grpcurl block with sh, as written, and checks what it claims: three
 // leases attached to one session, which describe and List name, until
 // CloseSession releases them all.
 func TestREADMESessionsGrpcurlBlockRunsAsWritten(t *testing.T) {
 	var block string
-	for _, b := range shBlocks(readmeSection(t, "Sessions: one renewal for all of a client's leases")) {
+	for _, b := range shBlocks(docSection(t, "docs/sessions.md", "With grpcurl")) {
 		if strings.Contains(b, "grpcurl ") {
 			block = b
 		}
 	}
 	if block == "" {
-		t.Fatal("no grpcurl block in the Sessions section")
+		t.Fatal("no grpcurl block in docs/sessions.md's With grpcurl")
 	}
 	for _, store := range []string{"memory", "redis"} {
 		t.Run(store, func(t *testing.T) {
@@ -198,17 +199,17 @@ func TestREADMESessionsGrpcurlBlockRunsAsWritten(t *testing.T) {
 	}
 }
 
-// TestREADMESessionsCoordctlBlockRunsAsWritten runs the Sessions section's
+// TestREADMESessionsCoordctlBlockRunsAsWritten runs docs/sessions.md's
 // coordctl block with sh, as written.
 func TestREADMESessionsCoordctlBlockRunsAsWritten(t *testing.T) {
 	var block string
-	for _, b := range shBlocks(readmeSection(t, "Sessions: one renewal for all of a client's leases")) {
+	for _, b := range shBlocks(docSection(t, "docs/sessions.md", "With coordctl")) {
 		if strings.Contains(b, "coordctl session") {
 			block = b
 		}
 	}
 	if block == "" {
-		t.Fatal("no coordctl block in the Sessions section")
+		t.Fatal("no coordctl block in docs/sessions.md's With coordctl")
 	}
 	coord := coordtest.Start(t, coordtest.Config(t, "memory"))
 	out := runREADMEBlock(t, coord, block)

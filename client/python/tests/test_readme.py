@@ -1,5 +1,5 @@
-"""The README examples in Python run as written, against a real
-coordinator: README.md's of semaphores and read-write locks, and
+"""The documentation's examples in Python run as written, against a real
+coordinator: docs/semaphores.md's of semaphores and read-write locks, and
 client/python/README.md's of sessions."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def _run_example(readme: Path, title: str, address: str) -> List[str]:
 
 
 def test_readme_semaphore_example(server) -> None:
-    assert _run_example(REPO / "README.md", "Semaphores and read-write locks", server.address) == [
+    assert _run_example(REPO / "docs" / "semaphores.md", "Python", server.address) == [
         "held: 5 tokens increase: True",
         "full: True",
         "writer refused beside a reader: True",

@@ -1,4 +1,4 @@
-// README.md's TypeScript example of semaphores and read-write locks is the
+// docs/semaphores.md's TypeScript example of semaphores and read-write locks is the
 // heart of examples/semaphore-example.ts, and client/typescript/README.md's
 // of sessions that of examples/session-example.ts; both run as written
 // against a real coordinator.
@@ -52,8 +52,8 @@ const dedent = (s: string): string =>
     .join("\n");
 
 describe("the semaphore example", { timeout: 60_000 }, () => {
-  it("is what README.md shows", () => {
-    sameAsReadme("README.md", "## Semaphores and read-write locks", "semaphore-example.ts");
+  it("is what docs/semaphores.md shows", () => {
+    sameAsReadme("docs/semaphores.md", "## TypeScript", "semaphore-example.ts");
   });
 
   it("runs as written", async () => {
