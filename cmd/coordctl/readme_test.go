@@ -225,3 +225,81 @@ func TestREADMESessionsCoordctlBlockRunsAsWritten(t *testing.T) {
 		}
 	}
 }
+
+// TestREADMEGrpcurlBlockRunsAsWritten runs README.md's grpcurl block with
+// sh, as written, and checks what it shows: alice's token, bob told who
+// holds it after his wait, alice's renewal and release under that token,
+// and alice elected and named the leader.
+func TestREADMEGrpcurlBlockRunsAsWritten(t *testing.T) {
+	blocks := shBlocks(docSection(t, "README.md", "Try it with grpcurl"))
+	if len(blocks) != 1 {
+		t.Fatalf("%d sh blocks in README.md's Try it with grpcurl; want 1", len(blocks))
+	}
+	coord := coordtest.Start(t, coordtest.Config(t, "memory"))
+	out := runREADMEBlock(t, coord, blocks[0])
+	token := regexp.MustCompile(`(?m)^token ([0-9]+)$`).FindStringSubmatch(out)
+	if token == nil {
+		t.Fatalf("no token echoed:\n%s", out)
+	}
+	for _, want := range []struct {
+		text  string
+		count int
+	}{
+		{`"retryAfter"`, 1},                // bob is refused after his wait…
+		{`"holder": "alice"`, 2},           // …told who holds it, and Describe names her
+		{`"token": "` + token[1] + `"`, 3}, // Describe's lease and holder, the renewal
+		{`"released": true`, 1},
+		{`"elected": true`, 1},
+		{`"hasLeader": true`, 1},
+		{`"candidate": "alice"`, 2}, // the campaign and Leader
+	} {
+		if got := strings.Count(out, want.text); got < want.count {
+			t.Errorf("%q %d times in the output; want at least %d:\n%s", want.text, got, want.count, out)
+		}
+	}
+	c := dial(t, coord)
+	if d, err := c.API().Describe(context.Background(), &coordinatorv1.DescribeRequest{Name: "demo/job"}); err != nil || len(d.GetHolders()) != 0 {
+		t.Fatalf("after the block, Describe(demo/job) = %v, %v; want released", d, err)
+	}
+}
+
+// TestREADMECoordctlBlocksRunAsWritten runs the coordctl blocks of
+// README.md, docs/coordctl.md and docs/semaphores.md with sh, as written,
+// and checks that each command under a lock got its fencing token.
+func TestREADMECoordctlBlocksRunAsWritten(t *testing.T) {
+	for _, tc := range []struct {
+		doc, section string
+		want         []*regexp.Regexp
+	}{
+		{"README.md", "Use it from a shell", []*regexp.Regexp{
+			regexp.MustCompile(`(?m)^token [0-9]+$`),
+			regexp.MustCompile(`demo/report`),
+		}},
+		{"docs/coordctl.md", "Commands", []*regexp.Regexp{
+			regexp.MustCompile(`(?m)^token [0-9]+$`),
+			regexp.MustCompile(`(?m)^leading in term [0-9]+$`),
+			regexp.MustCompile(`host-a:8080`),
+			regexp.MustCompile(`"name": ?"demo/`),
+		}},
+		{"docs/semaphores.md", "coordctl", []*regexp.Regexp{
+			regexp.MustCompile(`(?m)^slot token [0-9]+$`),
+			regexp.MustCompile(`(?m)^reading$`),
+			regexp.MustCompile(`(?m)^writing with token [0-9]+$`),
+			regexp.MustCompile(`demo/migrations`),
+		}},
+	} {
+		t.Run(tc.doc, func(t *testing.T) {
+			blocks := shBlocks(docSection(t, tc.doc, tc.section))
+			if len(blocks) != 1 {
+				t.Fatalf("%d sh blocks in %s's %s; want 1", len(blocks), tc.doc, tc.section)
+			}
+			coord := coordtest.Start(t, coordtest.Config(t, "memory"))
+			out := runREADMEBlock(t, coord, blocks[0])
+			for _, want := range tc.want {
+				if !want.MatchString(out) {
+					t.Errorf("no match for %s in the output:\n%s", want, out)
+				}
+			}
+		})
+	}
+}
