@@ -2,7 +2,9 @@ package readme_test
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -109,5 +111,62 @@ func TestLinksAndAnchors(t *testing.T) {
 	}
 	if len(anchors) != 5 {
 		t.Errorf("Anchors = %v, want 5", anchors)
+	}
+}
+
+// TestREADMEGoFragmentsCompile builds each Go fragment of README.md and
+// docs/sessions.md, as the body of a function that declares what the
+// fragment takes as given, against the SDK as it is: a fragment that
+// names a call the SDK no longer has, or uses one the wrong way, fails.
+// (docs/semaphores.md's fragments are parts of client/example_test.go,
+// which coordinatord's README tests check.)
+func TestREADMEGoFragmentsCompile(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a program")
+	}
+	for _, tc := range []struct {
+		doc, section string
+		params, tail string
+	}{
+		{"README.md", "Use it from Go", "writeReport func(context.Context, uint64) error", "return err"},
+		{"docs/sessions.md", "How the SDKs keep leases alive", "c *client.Client, partitions []string, work func(context.Context, string, uint64)", "return nil"},
+	} {
+		t.Run(tc.doc, func(t *testing.T) {
+			section := readme.Section(t, filepath.Join(root, tc.doc), tc.section)
+			_, block, ok := strings.Cut(section, "```go\n")
+			if !ok {
+				t.Fatalf("no Go block in %s's %s", tc.doc, tc.section)
+			}
+			block, _, _ = strings.Cut(block, "```")
+			src := "package main\n\nimport (\n\t\"context\"\n\t\"time\"\n\n\t\"github.com/coordinator-dev/coordinator/client\"\n)\n\n" +
+				"var _ = time.Second\n\n" +
+				"func fragment(ctx context.Context, " + tc.params + ") error {\n" + block + tc.tail + "\n}\n\n" +
+				"func main() { _ = fragment }\n"
+			buildFragment(t, src)
+		})
+	}
+}
+
+// buildFragment builds src as a main package of this module, placed by an
+// overlay in a folder that does not exist, so that nothing is written to
+// the tree.
+func buildFragment(t *testing.T, src string) {
+	t.Helper()
+	dir := t.TempDir()
+	abs, err := filepath.Abs(filepath.Join(root, "internal", "testkit", "readme", "fragment", "main.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, "main.go")
+	overlay := filepath.Join(dir, "overlay.json")
+	if err := os.WriteFile(file, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(overlay, []byte(`{"Replace": {`+strconv.Quote(abs)+`: `+strconv.Quote(file)+`}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("go", "build", "-overlay", overlay, "-o", os.DevNull, "./fragment")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("the fragment does not build: %v\n%s\n%s", err, out, src)
 	}
 }
