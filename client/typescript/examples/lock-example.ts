@@ -22,7 +22,7 @@ const token = process.env["COORDINATOR_TOKEN"];
 const client = new Client({ address, ...(token ? { token, insecureToken: true } : {}) });
 
 try {
-  // A lock: at most one holder at a time, renewed in the background.
+  // A lock: at most one holder at a time, in the Client's session, renewed in the background.
   const result = await client.withLock(
     "examples/reports/nightly",
     async (lease, signal) => {
@@ -35,13 +35,13 @@ try {
       }
       return "report done";
     },
-    { ttl: 3000, wait: 10_000 },
+    { wait: 10_000 },
   );
   console.log(result, "- lock released");
 
   // Somebody else's lock: tryLock does not wait.
-  const held = await client.tryLock("examples/busy", { ttl: 5000 });
-  const again = await client.lock("examples/busy", { ttl: 5000, wait: 0 }).catch((e: unknown) => e);
+  const held = await client.tryLock("examples/busy");
+  const again = await client.lock("examples/busy", { wait: 0 }).catch((e: unknown) => e);
   if (again instanceof NotAcquiredError) {
     console.log(`examples/busy is held by ${again.holder}; retry in ${again.retryAfter}ms`);
   }
@@ -54,7 +54,7 @@ try {
       console.log(`  observed ${ev.kind}${ev.initial ? " (initial)" : ""}${ev.leader ? `: ${ev.leader.valueText}, term ${ev.leader.term}` : ""}`);
     }
   })();
-  const leadership = await client.campaign("examples/leader", "10.0.0.1:8080", { ttl: 5000, wait: 10_000 });
+  const leadership = await client.campaign("examples/leader", "10.0.0.1:8080", { wait: 10_000 });
   console.log(`leading examples/leader in term ${leadership.term}`);
   await leadership.proclaim("10.0.0.2:8080");
   await leadership.resign();

@@ -8,7 +8,8 @@
 //   npm ci && npm run build
 //   node build/examples/session-example.js
 //
-// COORDINATOR_ADDRESS overrides the address. README.md's "Sessions" shows
+// COORDINATOR_ADDRESS overrides the address. client/typescript/README.md's
+// "Sessions: how leases stay alive" shows
 // the part between the markers below, which test/examples.test.ts checks
 // is the same, and runs.
 //
@@ -26,7 +27,7 @@ try {
   const parts = [];
   for (const part of ["a", "b", "c"]) {
     const lease = await client.tryLock(`examples/partitions/${part}`, { session });
-    if (lease) parts.push(lease); // not renewed on its own: its session keeps it
+    if (lease) parts.push(lease); // its session keeps it
   }
   const leader = await client.campaign("examples/partitions/leader", "worker-1", { session, wait: 10_000 });
   console.log("partitions held:", parts.length, "in session:", parts.every((l) => l.session === session));
@@ -41,7 +42,7 @@ try {
   await session.close();
   console.log("ended:", parts.every((l) => l.ended?.kind === "released") && leader.ended?.kind === "released");
 
-  // Without ttl or session, locks attach to the Client's default session.
+  // Without a session option, locks attach to the Client's default session.
   const lease = await client.tryLock("examples/partitions/a");
   console.log("default session:", lease?.session === (await client.defaultSession()));
   // README end

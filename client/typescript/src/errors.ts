@@ -14,9 +14,10 @@ import {
   RetryInfoSchema,
 } from "./gen/google/rpc/error_details_pb.js";
 import { ErrorReason } from "./gen/coordinator/v1/coordinator_pb.js";
+import { ERROR_DOMAIN, OUTCOME_UNKNOWN_CODES, TRANSIENT_CODES } from "./rules.js";
 
-/** The google.rpc.ErrorInfo domain of the coordinator's errors. */
-export const ERROR_DOMAIN = "coordinator.v1";
+/** The google.rpc.ErrorInfo domain of the coordinator's errors (ClientRules.error_domain). */
+export { ERROR_DOMAIN };
 
 /** The reasons the coordinator gives, as ErrorInfo.reason strings. */
 export type ErrorReasonName =
@@ -176,26 +177,6 @@ function fromConnect(err: ConnectError): CoordinatorError {
 }
 
 /**
- * The error of a KeepAlive renewal that was lost or failed, built like the
- * unary call's from the reason and code it carries.
- */
-export function renewalError(
-  reason: ErrorReason,
-  code: number,
-  message: string,
-  retryAfter?: number,
-): CoordinatorError {
-  const name = reason === ErrorReason.ERROR_REASON_UNSPECIFIED ? undefined : ErrorReason[reason];
-  const c = (code in Code ? code : Code.Unknown) as Code;
-  const Cls = classFor(c, name);
-  return new Cls(`coordinator: ${Code[c] ?? c}${name ? ` ${name}` : ""}: ${message}`, {
-    code: c,
-    reason: name,
-    retryAfter,
-  });
-}
-
-/**
  * The name (or election) was not granted: someone else holds it (tryLock,
  * or a wait that ran out), or the wait was cancelled.
  */
@@ -227,12 +208,13 @@ export type LeaseEndKind = "released" | "lost" | "expired" | "closed";
  * Why a lease or leadership ended: the reason of its AbortSignal.
  *
  * - released: released (or resigned) through this client;
- * - lost: the coordinator refused a renewal (the lease expired there or is
- *   held under another holder or token), or a proclamation found the term
- *   over; cause is the coordinator's error;
- * - expired: no renewal succeeded before the lease's validity ran out on this
- *   process's clock (coordinator or store unreachable). Nobody else can have
- *   been granted the name yet; the coordinator's own expiry comes later;
+ * - lost: the coordinator refused its session's renewal (the session
+ *   expired or was closed there), or a proclamation found the term over;
+ *   cause is the session's SessionEndedError or the coordinator's error;
+ * - expired: no renewal of its session succeeded before the session's
+ *   validity ran out on this process's clock (coordinator or store
+ *   unreachable). Nobody else can have been granted the name yet; the
+ *   coordinator's own expiry comes later;
  * - closed: the client was closed.
  */
 export class LeaseEndedError extends Error {
@@ -293,31 +275,16 @@ export class ClientClosedError extends Error {
   }
 }
 
-/** Whether a call that failed with err may succeed when tried again. */
+/** Whether a call that failed with err may succeed when tried again (ClientRules.transient_codes). */
 export function isTransient(err: unknown): boolean {
-  if (!(err instanceof CoordinatorError)) return false;
-  switch (err.code) {
-    case Code.Unavailable:
-    case Code.ResourceExhausted:
-    case Code.Aborted:
-    case Code.DeadlineExceeded:
-      return true;
-    default:
-      return false;
-  }
+  return err instanceof CoordinatorError && TRANSIENT_CODES.has(err.code);
 }
 
-/** Whether a call that failed with err may still have changed state on the coordinator. */
+/**
+ * Whether a call that failed with err may still have changed state on the
+ * coordinator (ClientRules.outcome_unknown_codes); so may one that failed
+ * without a status.
+ */
 export function outcomeUnknown(err: unknown): boolean {
-  if (!(err instanceof CoordinatorError)) return true;
-  switch (err.code) {
-    case Code.Canceled:
-    case Code.DeadlineExceeded:
-    case Code.Unavailable:
-    case Code.Unknown:
-    case Code.Internal:
-      return true;
-    default:
-      return false;
-  }
+  return !(err instanceof CoordinatorError) || OUTCOME_UNKNOWN_CODES.has(err.code);
 }

@@ -1,15 +1,19 @@
 // @coordinator-dev/coordinator: the TypeScript client of the Coordinator
 // lock and election lease service.
 
-import { Client, type ClientOptions } from "./client.js";
+import { Client } from "./client.js";
+import type { ClientOptions } from "./options.js";
 
-export { Client, DEFAULT_TTL, MAX_CAPACITY, RW_CAPACITY, Semaphore, RWLock } from "./client.js";
-export type { ClientOptions, LockOptions, TryLockOptions, SessionOptions, RunAsLeaderOptions, NameState, HolderState } from "./client.js";
+export { Client, DEFAULT_TTL } from "./client.js";
+export { MAX_CAPACITY, RW_CAPACITY, Semaphore, RWLock } from "./semaphore.js";
+export type { ClientOptions, LockOptions, TryLockOptions, SessionOptions, RunAsLeaderOptions } from "./options.js";
+export type { NameState, HolderState, LeaseInfo } from "./names.js";
 export type { TlsOptions, CoordinatorApi } from "./api.js";
 export { Lease } from "./lease.js";
 export { Leadership } from "./election.js";
+export type { LeaderFn } from "./leader.js";
 export { Session } from "./session.js";
-export type { HolderInfo, LeaderEvent, LeaderEventKind, LeaderInfo } from "./election.js";
+export type { HolderInfo, LeaderEvent, LeaderEventKind, LeaderInfo } from "./observe.js";
 export {
   Code,
   CapacityMismatchError,

@@ -1,71 +1,41 @@
-// Leases: a lock held through a Client, renewed in the background over the
-// Client's operation (or KeepAlive) stream until it is released, lost or
-// expires; or attached to a session, which keeps it alive instead.
+// Leases: a lock, a semaphore or read-write lock share, held through a
+// Client in one of its sessions, valid while the session is, until it is
+// released or the session ends.
 
 import { setMaxListeners } from "node:events";
-import { LeaseEndedError } from "./errors.js";
+import { LeaseEndedError, isTransient } from "./errors.js";
 import type { LeaseEndKind } from "./errors.js";
-import type { Backoff } from "./util.js";
 import type { Session } from "./session.js";
-import { RENEWAL_JITTER, RENEWALS_PER_TTL } from "./rules.js";
-import { callBackoff, driftMargin, jitter, now, sleep } from "./util.js";
-import { isTransient } from "./errors.js";
+import type { StreamTransport } from "./stream.js";
+import { callBackoff, now, sleep } from "./util.js";
 
 /** What a grant is, for messages. */
 export type LeaseKind = "lock" | "semaphore" | "read lock" | "write lock" | "leadership";
 
 /**
- * LeaseCore is what a Lease and a Leadership share: a grant on a name that
- * its keeper keeps alive: the Client's Renewals, or the session it is
- * attached to. Times are performance.now() milliseconds.
+ * LeaseCore is what a Lease and a Leadership share: a grant on a name,
+ * attached to the session that keeps it and ends it.
  */
 export class LeaseCore {
-  /** Local validity: the send time of the last successful grant or renewal + ttl − drift margin. */
-  deadline = 0;
-  /** When the last successful grant or renewal was sent. */
-  confirmedAt = 0;
-  /** When the next renewal is due. */
-  nextRenew = 0;
-  ttl = 0;
   /** Set when the lease ended; the AbortSignal's reason. */
   ended: LeaseEndedError | undefined;
   readonly controller = new AbortController();
-
-  // The Renewals' bookkeeping.
-  inflight: bigint | undefined;
-  sentAt = 0;
-  retry: Backoff | undefined;
-  lastErr = "";
-  renewTimer: ReturnType<typeof setTimeout> | undefined;
-  deadlineTimer: ReturnType<typeof setTimeout> | undefined;
-  /** Tells the deadline check of the current schedule from older ones. */
-  deadlineGen = 0;
-
-  /** How much of the name's capacity the grant holds: 1 for a lock or leadership. */
-  weight = 1;
-  /** The session it is attached to; undefined for a lease of its own TTL. */
-  session: Session | undefined;
 
   constructor(
     readonly kind: LeaseKind,
     readonly name: string,
     readonly holder: string,
     readonly token: bigint,
-    ttl: number,
-    sent: number,
+    /** How much of the name's capacity the grant holds: 1 for a lock or leadership. */
+    readonly weight: number,
+    readonly session: Session,
   ) {
     setMaxListeners(0, this.controller.signal);
-    this.granted(sent, ttl);
   }
 
-  /** granted records a successful grant or renewal sent at sent. */
-  granted(sent: number, ttl: number): void {
-    this.ttl = ttl;
-    this.confirmedAt = sent;
-    this.deadline = sent + ttl - driftMargin(ttl);
-    this.nextRenew = sent + jitter(ttl / RENEWALS_PER_TTL, RENEWAL_JITTER);
-    this.retry = undefined;
-    this.lastErr = "";
+  /** Milliseconds of validity left: the session's; 0 once the lease ended. */
+  remaining(): number {
+    return this.ended ? 0 : Math.max(0, this.session.deadline - now());
   }
 
   describe(): string {
@@ -76,65 +46,46 @@ export class LeaseCore {
     return new LeaseEndedError(kind, this.name, this.token, detail, cause);
   }
 
-  /** finish marks the lease ended with err and aborts its signal; its keeper's bookkeeping is the keeper's. */
+  /** finish marks the lease ended with err and aborts its signal. */
   finish(err: LeaseEndedError): void {
     this.ended = err;
     this.controller.abort(err);
   }
-}
 
-/**
- * What a lease needs of what keeps it alive: its Client's Renewals (a
- * lease of its own TTL) or its Session.
- */
-export interface LeaseKeeper {
-  /** Ends l with err unless it ended already; returns how it had ended before, if it had. */
-  end(l: LeaseCore, err: LeaseEndedError): LeaseEndedError | undefined;
   /**
-   * renewed records that a request sent at sent (a proclamation) renewed l
-   * for ttl, and reports whether l is still held.
+   * release ends the lease as released, then gives it up on the coordinator
+   * with call, retrying transient errors for up to timeoutMs. It resolves
+   * true when the coordinator released it now, false when it had already
+   * ended (lost, expired, closed, released) or the coordinator no longer
+   * held it: a no-op, not an error.
    */
-  renewed(l: LeaseCore, sent: number, ttl: number): boolean;
-  /** Aborts when the Client closes. */
-  readonly closeSignal: AbortSignal;
-}
-
-/**
- * releaseCore ends l as released, then gives it up on the coordinator with
- * call, retrying transient errors for up to timeoutMs. It resolves true when
- * the coordinator released it now, false when it had already ended (lost,
- * expired, closed, released) or the coordinator no longer held it.
- */
-export async function releaseCore(
-  keeper: LeaseKeeper,
-  l: LeaseCore,
-  call: (signal: AbortSignal) => Promise<boolean>,
-  timeoutMs: number,
-): Promise<boolean> {
-  const prior = keeper.end(l, l.endError("released", ""));
-  const signal = AbortSignal.timeout(timeoutMs);
-  if (prior) {
-    if (prior.kind === "expired") {
-      // The coordinator may hold it yet: give it up there too.
-      await call(signal).catch(() => false);
+  async release(call: (signal: AbortSignal) => Promise<boolean>, timeoutMs: number): Promise<boolean> {
+    const prior = this.session.detach(this, this.endError("released", ""));
+    const signal = AbortSignal.timeout(timeoutMs);
+    if (prior) {
+      // Expired here only: the coordinator may hold it yet, for the waiters' sake give it up there too.
+      if (prior.kind === "expired") await call(signal).catch(() => false);
+      return false;
     }
-    return false;
-  }
-  const b = callBackoff();
-  for (;;) {
-    try {
-      return await call(signal);
-    } catch (e) {
-      if (isTransient(e) && !signal.aborted && (await sleep(b.delay(), signal))) continue;
-      throw e;
+    const b = callBackoff();
+    for (;;) {
+      try {
+        return await call(signal);
+      } catch (e) {
+        if (isTransient(e) && !signal.aborted && (await sleep(b.delay(), signal))) continue;
+        throw e;
+      }
     }
   }
 }
 
+/** How long release() retries by default. */
+export const RELEASE_TIMEOUT = 5000;
+
 /**
- * Lease is a lock held through a Client: an exclusive, time-bounded grant of
- * a name, renewed in the background about every ttl/3 until it is released
- * or lost.
+ * Lease is a lock (or a semaphore or read-write lock share) held through a
+ * Client: an exclusive, time-bounded grant of a name, attached to a session
+ * that keeps it alive until it is released or the session ends.
  *
  * Check signal (or pass it on) before and while acting on what the lock
  * protects, and hand token to the protected resource so that it can refuse
@@ -144,9 +95,8 @@ export class Lease {
   /** @internal */
   constructor(
     private readonly core: LeaseCore,
-    private readonly keeper: LeaseKeeper,
-    private readonly releaseCall: (signal: AbortSignal) => Promise<boolean>,
-    private readonly releaseTimeoutMs: number,
+    private readonly transport: StreamTransport,
+    private readonly callTimeoutMs: number,
   ) {}
 
   /** The lock's name. */
@@ -157,7 +107,7 @@ export class Lease {
   get holder(): string {
     return this.core.holder;
   }
-  /** The fencing token: larger than every earlier grant's of the name; the same across renewals. */
+  /** The fencing token: larger than every earlier grant's of the name; the same while held. */
   get token(): bigint {
     return this.core.token;
   }
@@ -165,26 +115,25 @@ export class Lease {
   get weight(): number {
     return this.core.weight;
   }
-  /** The time to live last granted, in milliseconds. */
+  /** The TTL of its session, in milliseconds. */
   get ttl(): number {
-    return this.core.ttl;
+    return this.core.session.ttl;
   }
   /**
-   * When the lease stops being valid unless renewed before, on the
-   * performance.now() clock: the send time of the last successful grant or
-   * renewal, plus the ttl, minus a drift margin. The coordinator's expiry is
-   * later.
+   * When the lease stops being valid unless its session is renewed before,
+   * on the performance.now() clock: its session's deadline. The
+   * coordinator's expiry is later.
    */
   get expires(): number {
-    return this.core.deadline;
+    return this.core.session.deadline;
   }
-  /** When the last successful grant or renewal was sent (performance.now() ms). */
+  /** When its session's last successful renewal was sent (performance.now() ms). */
   get renewedAt(): number {
-    return this.core.confirmedAt;
+    return this.core.session.renewedAt;
   }
   /** Milliseconds of validity left; 0 once the lease ended. */
   remaining(): number {
-    return this.core.ended ? 0 : Math.max(0, this.core.deadline - now());
+    return this.core.remaining();
   }
   /** Aborted the moment the lease ends; its reason is a LeaseEndedError. */
   get signal(): AbortSignal {
@@ -194,21 +143,22 @@ export class Lease {
   get ended(): LeaseEndedError | undefined {
     return this.core.ended;
   }
-  /**
-   * The session the lease is attached to, which renews it and ends it when
-   * it ends; undefined for a lease of its own TTL, renewed on its own.
-   */
-  get session(): Session | undefined {
+  /** The session the lease is attached to, which keeps it and ends it when it ends. */
+  get session(): Session {
     return this.core.session;
   }
   /**
-   * release stops renewing the lease (its signal aborts with kind
-   * "released") and gives it up on the coordinator, retrying transient
-   * errors. It resolves true when the coordinator released it, false when it
-   * had already ended or expired there. Calling it again resolves false.
+   * release gives the lease up on the coordinator (its signal aborts with
+   * kind "released"), retrying transient errors, and leaves its session as
+   * it is. It resolves true when the coordinator released it, false when it
+   * was no longer held (lost, expired or released already): a no-op.
    */
   release(opts: { timeoutMs?: number } = {}): Promise<boolean> {
-    return releaseCore(this.keeper, this.core, this.releaseCall, opts.timeoutMs ?? this.releaseTimeoutMs);
+    const { name, holder, token } = this.core;
+    return this.core.release(
+      async (signal) => (await this.transport.run("release", { name, holder, token }, signal, this.callTimeoutMs)).value.released,
+      opts.timeoutMs ?? RELEASE_TIMEOUT,
+    );
   }
 
   toString(): string {

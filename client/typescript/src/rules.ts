@@ -3,7 +3,8 @@
 // Coordinator service's (coordinator.v1.client_rules) option (rules.proto)
 // gives the timings, the FieldRules of the request fields the request
 // limits, and the ErrorReason values marked (coordinator.v1.ends_lease) the
-// reasons that end a lease. test/rules.test.ts compares what the client does
+// reasons that end a lease; the transient and outcome-unknown codes and the
+// error domain are ClientRules too. test/rules.test.ts compares what the client does
 // with them. Durations are in milliseconds, as everywhere in this client.
 
 import { getOption, hasOption, type DescField } from "@bufbuild/protobuf";
@@ -37,7 +38,7 @@ export function fieldRules(field: DescField): FieldRules {
 /** The Coordinator service's ClientRules. */
 export const RULES: Readonly<ClientRules> = readClientRules();
 
-/** The lease TTL when neither the Client nor the call sets one: 15 s. */
+/** The TTL of a Client's default session when the Client sets none: 15 s. */
 export const DEFAULT_TTL = RULES.defaultTtlMillis;
 /** How long close() spends releasing what is still held by default: 2 s. */
 export const CLOSE_TIMEOUT = RULES.closeTimeoutMillis;
@@ -45,8 +46,6 @@ export const CLOSE_TIMEOUT = RULES.closeTimeoutMillis;
 export const MAX_IDENTITY_BYTES = fieldRules(TryAcquireRequestSchema.field.holder).maxBytes - RULES.holderSuffixBytes;
 /** The longest wait the coordinator accepts in one call: 5 min. */
 export const MAX_WAIT = fieldRules(TryAcquireRequestSchema.field.wait).maxMillis;
-/** How many times in a row an acquisition re-confirms a grant that arrived too late. */
-export const MAX_CONFIRMS = RULES.maxConfirms;
 
 /** Retries of a call or a stream: from RETRY_MIN, doubling, at most RETRY_MAX. */
 export const RETRY_MIN = RULES.retryMinMillis;
@@ -92,6 +91,19 @@ export const LEASE_ENDING_REASONS: ReadonlySet<string> = new Set(
 export function endsLease(reason: string | undefined): boolean {
   return reason !== undefined && LEASE_ENDING_REASONS.has(reason);
 }
+
+/** runAsLeader campaigns again each time a leadership ends, until stopped (true). */
+export const LEADER_CAMPAIGNS_AGAIN = RULES.leaderCampaignsAgain;
+
+/**
+ * The gRPC status codes (google.rpc.Code numbers, which are Connect's Code
+ * numbers) after which a call may succeed when tried again.
+ */
+export const TRANSIENT_CODES: ReadonlySet<number> = new Set(RULES.transientCodes);
+/** The codes after which a call may have changed state on the coordinator without its caller hearing of it. */
+export const OUTCOME_UNKNOWN_CODES: ReadonlySet<number> = new Set(RULES.outcomeUnknownCodes);
+/** The google.rpc.ErrorInfo domain under which a reason is an ErrorReason: "coordinator.v1". */
+export const ERROR_DOMAIN = RULES.errorDomain;
 
 /** The ErrorInfo reason of a lease that is not held (any more). */
 export const LEASE_NOT_HELD = ErrorReason[ErrorReason.LEASE_NOT_HELD];

@@ -1,6 +1,6 @@
-// The operation stream: a Client's lease operations (acquire, renew,
-// release, campaign, resign) over one bidirectional Stream call, as the
-// Go SDK does (client/stream.go).
+// The operation stream: every lease operation of a Client (acquire,
+// release, campaign, resign, and its sessions' renewals) over one
+// bidirectional Stream call, as the Go SDK does (client/stream.go).
 //
 // Operations are queued; the stream's request side takes whatever is queued
 // whenever Connect asks for the next message, as one StreamRequest (up to
@@ -17,9 +17,9 @@
 // a grant it did not hear of), and those still queued go out on the next
 // stream, opened after a backoff. When the coordinator refuses the stream
 // itself (Unauthenticated…), the queued operations fail with its error, as
-// their unary calls would. A coordinator without the Stream method
-// (Unimplemented) turns the Client to unary calls for good (UseUnaryError).
+// their unary calls would.
 
+import { inspect } from "node:util";
 import { create, toBinary, type MessageInitShape } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import {
@@ -31,7 +31,7 @@ import {
 } from "./gen/coordinator/v1/coordinator_pb.js";
 import type { Status } from "./gen/google/rpc/status_pb.js";
 import type { CoordinatorApi } from "./api.js";
-import { ClientClosedError, CoordinatorError, decodeError, isTransient } from "./errors.js";
+import { ClientClosedError, CoordinatorError, decodeError, isTransient, outcomeUnknown } from "./errors.js";
 import { callBackoff, sleep } from "./util.js";
 import { now } from "./util.js";
 
@@ -39,21 +39,11 @@ import { now } from "./util.js";
 const MAX_OPS = 1000;
 /** About the most bytes of operations in one StreamRequest (the coordinator's limit is 96 KiB by default). */
 const MAX_BATCH_BYTES = 64 << 10;
-/** An operation larger than this goes as a unary call, which fails alone. */
-export const MAX_OP_BYTES = 70 << 10;
 /** How long the stream stays open with nothing queued or in flight. */
 const IDLE_MS = 30_000;
 
 /** The operation part of a StreamOperation (its oneof). */
 export type Operation = NonNullable<MessageInitShape<typeof StreamOperationSchema>["operation"]>;
-
-/** The operation cannot go over the stream (the coordinator lacks it): make the unary call. */
-export class UseUnaryError extends Error {
-  constructor() {
-    super("coordinator: use the unary call");
-    this.name = "UseUnaryError";
-  }
-}
 
 /**
  * The error of an operation in flight when its operation stream broke:
@@ -61,7 +51,7 @@ export class UseUnaryError extends Error {
  */
 export class StreamBrokeError extends CoordinatorError {
   constructor(cause: unknown) {
-    const why = cause instanceof Error ? cause.message : cause === undefined ? "the stream ended" : String(cause);
+    const why = cause instanceof Error ? cause.message : cause === undefined ? "the stream ended" : inspect(cause);
     super(`coordinator: Unavailable: the operation stream broke with the operation in flight: ${why}`, {
       code: Code.Unavailable,
       cause,
@@ -113,6 +103,10 @@ export function statusError(st: Status): CoordinatorError {
 
 type ResultCase = Exclude<NonNullable<StreamResult["result"]["case"]>, "error">;
 type ResultValue<K extends ResultCase> = Extract<StreamResult["result"], { case: K }> extends { value: infer V } ? V : never;
+type OperationValue<K extends ResultCase> = Extract<Operation, { case: K }> extends { value: infer V } ? V : never;
+
+/** What becomes of an operation whose caller left while it was in flight. */
+export type Late = (res: StreamResult | undefined, err: unknown) => void;
 
 /** resultOf returns the value of res's expected case, throwing the error it carries instead. */
 export function resultOf<K extends ResultCase>(res: StreamResult, kind: K): ResultValue<K> {
@@ -182,7 +176,6 @@ class Conn implements AsyncIterable<StreamRequest> {
 
 export class StreamTransport {
   private closed = false;
-  private unsupported = false;
   private queue: Op[] = [];
   private readonly inflight = new Map<bigint, Op>();
   private nextId = 0n;
@@ -196,22 +189,17 @@ export class StreamTransport {
     private readonly onWarn: (msg: string, err?: unknown) => void,
   ) {}
 
-  /** Whether operations may go over the stream. */
-  get usable(): boolean {
-    return !this.closed && !this.unsupported;
+  /** Whether the stream is open now. */
+  get open(): boolean {
+    return this.cur !== undefined;
   }
 
-  /**
-   * submit queues operation; done gets its outcome once. It throws
-   * ClientClosedError or UseUnaryError (then done is never called).
-   */
+  /** submit queues operation; done gets its outcome once. It throws ClientClosedError (then done is never called). */
   submit(operation: Operation, done: OpDone): Op {
     if (this.closed) throw new ClientClosedError();
-    if (this.unsupported) throw new UseUnaryError();
     const id = ++this.nextId;
     const op = create(StreamOperationSchema, { id, operation });
     const size = toBinary(StreamOperationSchema, op).length;
-    if (size > MAX_OP_BYTES) throw new UseUnaryError();
     const o: Op = { id, op, size, sent: 0, state: "queued", done };
     this.queue.push(o);
     if (this.cur) this.cur.poke();
@@ -230,12 +218,7 @@ export class StreamTransport {
    * not wait for its grant and release; late still gets its outcome (a
    * Canceled error, or the grant when that came first).
    */
-  call(
-    operation: Operation,
-    signal: AbortSignal,
-    timeoutMs: number,
-    late?: (res: StreamResult | undefined, err: unknown) => void,
-  ): Promise<{ res: StreamResult; sent: number }> {
+  call(operation: Operation, signal: AbortSignal, timeoutMs: number, late?: Late): Promise<{ res: StreamResult; sent: number }> {
     return new Promise((resolve, reject) => {
       let settled = false;
       let timer: ReturnType<typeof setTimeout> | undefined;
@@ -250,7 +233,7 @@ export class StreamTransport {
           return;
         }
         cleanup();
-        if (err !== undefined || !res) reject(err ?? new StreamBrokeError(undefined));
+        if (err !== undefined || !res) reject(err !== undefined ? decodeError(err) : new StreamBrokeError(undefined));
         else resolve({ res, sent });
       });
       const giveUp = (err: unknown): void => {
@@ -263,7 +246,7 @@ export class StreamTransport {
         } else if (o.state === "sent" && mayWait(o.op)) {
           this.queueCancel(o.id);
         }
-        reject(err);
+        reject(decodeError(err));
       };
       const onAbort = (): void => giveUp(signal.reason);
       if (signal.aborted) return onAbort();
@@ -282,9 +265,21 @@ export class StreamTransport {
     });
   }
 
+  /** run is call for an operation of kind, resolving with its result's value (throwing the error it carries instead). */
+  async run<K extends ResultCase>(
+    kind: K,
+    value: OperationValue<K>,
+    signal: AbortSignal,
+    timeoutMs: number,
+    late?: Late,
+  ): Promise<{ value: ResultValue<K>; sent: number }> {
+    const { res, sent } = await this.call({ case: kind, value } as Operation, signal, timeoutMs, late);
+    return { value: resultOf(res, kind), sent };
+  }
+
   /** queueCancel queues a cancel of the waiting operation id. It has no result: it is finished once written. */
   private queueCancel(id: bigint): void {
-    if (this.closed || this.unsupported) return;
+    if (this.closed) return;
     const cid = ++this.nextId;
     const op = create(StreamOperationSchema, { id: cid, operation: { case: "cancel", value: id } });
     const size = toBinary(StreamOperationSchema, op).length;
@@ -364,7 +359,7 @@ export class StreamTransport {
     void new Promise<void>((r) => setImmediate(r))
       .then(() => this.serve())
       .finally(() => {
-      this.running = false;
+        this.running = false;
         if (!this.closed && this.queue.length > 0) this.ensureStream();
       });
   }
@@ -405,7 +400,7 @@ export class StreamTransport {
         continue;
       }
       this.fail(err);
-      if (this.closed || this.unsupported) return;
+      if (this.closed) return;
       if (this.queue.length > 0) {
         this.onWarn("coordinator: operation stream ended; reconnecting", err);
         const retryAfter = err instanceof CoordinatorError ? (err.retryAfter ?? 0) : 0;
@@ -417,19 +412,15 @@ export class StreamTransport {
   /**
    * fail ends the operations in flight after the stream failed with err,
    * and the queued ones too when they cannot go on the next stream: the
-   * client closed, the coordinator lacks the method, or it refuses the
-   * stream itself (Unauthenticated, PermissionDenied…).
+   * client closed, or the coordinator refuses the stream itself
+   * (Unauthenticated, PermissionDenied, Unimplemented…).
    */
   private fail(err: unknown): void {
-    const code = err instanceof CoordinatorError ? err.code : undefined;
     let inflightErr: unknown;
     let queuedErr: unknown;
     if (err instanceof ClientClosedError) {
       inflightErr = queuedErr = err;
-    } else if (code === Code.Unimplemented) {
-      this.unsupported = true;
-      inflightErr = queuedErr = new UseUnaryError();
-    } else if (err !== undefined && !isTransient(err) && code !== Code.Internal && code !== Code.Unknown && code !== Code.Canceled) {
+    } else if (err !== undefined && !isTransient(err) && !outcomeUnknown(err)) {
       inflightErr = queuedErr = err;
     } else {
       inflightErr = new StreamBrokeError(err);

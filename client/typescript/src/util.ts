@@ -1,12 +1,14 @@
 // Small helpers shared by the client's modules.
 
 import {
+  RENEWAL_JITTER,
   RENEWAL_RETRY_FLOOR,
   RENEWAL_RETRY_MAX,
   RENEWAL_RETRY_MIN,
   RETRY_JITTER,
   RETRY_MAX,
   RETRY_MIN,
+  RENEWALS_PER_TTL,
   VALIDITY_MARGIN,
   VALIDITY_MARGIN_MAX,
   VALIDITY_MARGIN_MIN,
@@ -61,6 +63,9 @@ export const callBackoff = (): Backoff => new Backoff(RETRY_MIN, RETRY_MAX);
  */
 export const renewalBackoff = (ttl: number): Backoff =>
   new Backoff(Math.max(ttl * RENEWAL_RETRY_MIN, RENEWAL_RETRY_FLOOR), Math.max(ttl * RENEWAL_RETRY_MAX, RENEWAL_RETRY_FLOOR));
+
+/** renewalDelay is how long after a renewal of ttl was sent the next one is due: ttl/3 ± 10% (ClientRules.renewal*). */
+export const renewalDelay = (ttl: number): number => jitter(ttl / RENEWALS_PER_TTL, RENEWAL_JITTER);
 
 /** sleep waits ms, or until signal aborts; it resolves true when ms passed. */
 export function sleep(ms: number, signal?: AbortSignal): Promise<boolean> {
@@ -123,58 +128,4 @@ export function linkSignals(...signals: (AbortSignal | undefined)[]): LinkedSign
 export function toBytes(value: string | Uint8Array | undefined): Uint8Array {
   if (value === undefined) return new Uint8Array();
   return typeof value === "string" ? new TextEncoder().encode(value) : new Uint8Array(value);
-}
-
-/**
- * AsyncQueue is a push-driven AsyncIterable: the request side of a
- * client stream.
- */
-export class AsyncQueue<T> implements AsyncIterable<T> {
-  private items: T[] = [];
-  private waiting: ((r: IteratorResult<T>) => void) | undefined;
-  private ended = false;
-
-  push(item: T): boolean {
-    if (this.ended) return false;
-    if (this.waiting) {
-      const w = this.waiting;
-      this.waiting = undefined;
-      w({ value: item, done: false });
-    } else {
-      this.items.push(item);
-    }
-    return true;
-  }
-
-  end(): void {
-    if (this.ended) return;
-    this.ended = true;
-    this.items = [];
-    if (this.waiting) {
-      const w = this.waiting;
-      this.waiting = undefined;
-      w({ value: undefined, done: true });
-    }
-  }
-
-  [Symbol.asyncIterator](): AsyncIterator<T> {
-    return {
-      next: (): Promise<IteratorResult<T>> => {
-        const item = this.items.shift();
-        if (item !== undefined) return Promise.resolve({ value: item, done: false });
-        if (this.ended) return Promise.resolve({ value: undefined, done: true });
-        return new Promise((resolve) => {
-          this.waiting = resolve;
-        });
-      },
-      return: (): Promise<IteratorResult<T>> => {
-        this.end();
-        return Promise.resolve({ value: undefined, done: true });
-      },
-      throw: (e?: unknown): Promise<IteratorResult<T>> => {
-        this.end();
-        return Promise.reject(e instanceof Error ? e : new Error(String(e)));
-      },
-    };
-  }
 }

@@ -2,10 +2,16 @@
 
 import assert from "node:assert/strict";
 import { after, describe, it } from "node:test";
-import { Client, Code, UnauthenticatedError } from "../src/index.js";
-import { haveOpenssl, newClient, selfSignedCert, shutdown, sleep, startCoordinator, uniq } from "./helpers.js";
+import { Client, Code, UnauthenticatedError, type Lease } from "../src/index.js";
+import { haveOpenssl, newClient, selfSignedCert, shutdown, startCoordinator, uniq, waitFor } from "./helpers.js";
 
 after(shutdown);
+
+/** renewedTwice waits until lease's session was renewed twice after the grant (or the lease ended). */
+async function renewedTwice(lease: Lease): Promise<void> {
+  const granted = lease.renewedAt;
+  await waitFor("two renewals", () => lease.renewedAt > granted + lease.ttl / 2 || lease.signal.aborted, 10_000);
+}
 
 describe("auth", { concurrency: true, timeout: 60_000 }, () => {
   it("needs the bearer token: none or a wrong one is Unauthenticated, the right one works", async () => {
@@ -14,7 +20,7 @@ describe("auth", { concurrency: true, timeout: 60_000 }, () => {
     assert.throws(() => new Client({ address: coord.address, token: "secret" }), /plaintext/);
 
     const anon = newClient({ address: coord.address });
-    const err = await anon.tryLock(uniq("auth/x"), { ttl: 1000 }).catch((e: unknown) => e);
+    const err = await anon.tryLock(uniq("auth/x")).catch((e: unknown) => e);
     assert.ok(err instanceof UnauthenticatedError, String(err));
     assert.equal(err.code, Code.Unauthenticated);
     await assert.rejects(
@@ -25,12 +31,12 @@ describe("auth", { concurrency: true, timeout: 60_000 }, () => {
     );
 
     const wrong = newClient({ address: coord.address, token: "guess", insecureToken: true });
-    assert.ok((await wrong.tryLock(uniq("auth/x"), { ttl: 1000 }).catch((e: unknown) => e)) instanceof UnauthenticatedError);
+    assert.ok((await wrong.tryLock(uniq("auth/x")).catch((e: unknown) => e)) instanceof UnauthenticatedError);
 
-    const right = newClient({ address: coord.address, token: "secret", insecureToken: true });
-    const lease = await right.tryLock(uniq("auth/x"), { ttl: 2000 });
+    const right = newClient({ address: coord.address, token: "secret", insecureToken: true, ttl: 1000 });
+    const lease = await right.tryLock(uniq("auth/x"));
     assert.ok(lease);
-    await sleep(3000); // renewed over KeepAlive, with the token
+    await renewedTwice(lease); // over the operation stream, with the token
     assert.equal(lease.signal.aborted, false, lease.ended?.message);
     assert.equal(await lease.release(), true);
   });
@@ -41,10 +47,10 @@ describe("auth", { concurrency: true, timeout: 60_000 }, () => {
     const coord = await startCoordinator({
       env: { COORDINATOR_TLS_CERT: certFile, COORDINATOR_TLS_KEY: keyFile, COORDINATOR_AUTH_TOKEN: "secret" },
     });
-    const c = newClient({ address: coord.address, tls: { ca: cert }, token: "secret" });
-    const lease = await c.tryLock(uniq("tls/x"), { ttl: 2000 });
+    const c = newClient({ address: coord.address, tls: { ca: cert }, token: "secret", ttl: 1000 });
+    const lease = await c.tryLock(uniq("tls/x"));
     assert.ok(lease);
-    await sleep(3000);
+    await renewedTwice(lease);
     assert.equal(lease.signal.aborted, false, lease.ended?.message);
     assert.equal(await lease.release(), true);
 

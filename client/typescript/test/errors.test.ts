@@ -17,8 +17,6 @@ import {
 } from "../src/index.js";
 import {
   haveRedisServer,
-  modeOpts,
-  modes,
   newClient,
   shutdown,
   startCoordinator,
@@ -41,18 +39,18 @@ async function rejection(p: Promise<unknown>): Promise<unknown> {
 
 const redisUrl = process.env["COORDINATOR_TEST_REDIS_URL"];
 
-for (const mode of modes) describe(`error reasons (${mode})`, { concurrency: true, timeout: 60_000 }, () => {
+describe("error reasons", { concurrency: true, timeout: 60_000 }, () => {
   let coord: Coordinator;
   let c: Client;
 
   before(async () => {
     coord = await startCoordinator();
-    c = newClient({ address: coord.address, ...modeOpts(mode) });
+    c = newClient({ address: coord.address });
   });
 
   it("LEASE_NOT_HELD: renewing with a wrong token", async () => {
     const name = uniq("errors/not-held");
-    const lease = await c.tryLock(name, { ttl: 10_000 });
+    const lease = await c.tryLock(name);
     assert.ok(lease);
     const err = await rejection(
       c.api.renew({ name, holder: lease.holder, token: lease.token + 1n, ttl: { seconds: 10n } }),
@@ -66,12 +64,12 @@ for (const mode of modes) describe(`error reasons (${mode})`, { concurrency: tru
     await lease.release();
   });
 
-  it("INVALID_FIELD: an empty name, a name too long, a ttl too short", async () => {
+  it("INVALID_FIELD: an empty name, a name too long, a session ttl too short", async () => {
     for (const [call, field] of [
-      [() => c.tryLock("", { ttl: 1000 }), "name"],
-      [() => c.tryLock("x".repeat(300), { ttl: 1000 }), "name"],
-      [() => c.tryLock(uniq("errors/ttl"), { ttl: 50 }), "ttl"],
-      [() => c.campaign("", "v", { ttl: 1000, wait: 0 }), "election"],
+      [() => c.tryLock(""), "name"],
+      [() => c.tryLock("x".repeat(300)), "name"],
+      [() => c.session({ ttl: 50 }), "ttl"],
+      [() => c.campaign("", "v", { wait: 0 }), "election"],
     ] as const) {
       const err = await rejection(call());
       assert.ok(err instanceof InvalidFieldError, String(err));
@@ -85,20 +83,20 @@ for (const mode of modes) describe(`error reasons (${mode})`, { concurrency: tru
   it("PERMISSION_DENIED: a name outside the access file's prefixes; Unauthenticated: an unknown token", async () => {
     const file = tempFile("access", "# credential  prefixes\ntok-team-a  team-a/ shared/\n");
     const guarded = await startCoordinator({ env: { COORDINATOR_ACCESS_FILE: file } });
-    const teamA = newClient({ address: guarded.address, token: "tok-team-a", insecureToken: true, ...modeOpts(mode) });
-    const lease = await teamA.tryLock(uniq("team-a/job"), { ttl: 5000 });
+    const teamA = newClient({ address: guarded.address, token: "tok-team-a", insecureToken: true });
+    const lease = await teamA.tryLock(uniq("team-a/job"));
     assert.ok(lease, "a name under the credential's prefix is granted");
     await lease.release();
 
     const name = uniq("team-b/job");
-    const err = await rejection(teamA.tryLock(name, { ttl: 5000 }));
+    const err = await rejection(teamA.tryLock(name));
     assert.ok(err instanceof PermissionDeniedError, String(err));
     assert.equal(err.code, Code.PermissionDenied);
     assert.equal(err.reason, "PERMISSION_DENIED");
     assert.equal(err.metadata["name"], name);
 
-    const stranger = newClient({ address: guarded.address, token: "nope", insecureToken: true, ...modeOpts(mode) });
-    const unauth = await rejection(stranger.tryLock(uniq("team-a/job"), { ttl: 5000 }));
+    const stranger = newClient({ address: guarded.address, token: "nope", insecureToken: true });
+    const unauth = await rejection(stranger.tryLock(uniq("team-a/job")));
     assert.ok(unauth instanceof UnauthenticatedError, String(unauth));
     assert.equal(unauth.code, Code.Unauthenticated);
   });
@@ -110,9 +108,9 @@ for (const mode of modes) describe(`error reasons (${mode})`, { concurrency: tru
       url = (await startRedis()).url;
     }
     const q = await startCoordinator({ store: "redis", redisUrl: url, newStore: false });
-    const qc = newClient({ address: q.address, ...modeOpts(mode) });
+    const qc = newClient({ address: q.address });
     const name = uniq("errors/quarantine");
-    const err = await rejection(qc.tryLock(name, { ttl: 5000 }));
+    const err = await rejection(qc.tryLock(name));
     assert.ok(err instanceof DataLossQuarantineError, String(err));
     assert.equal(err.code, Code.Unavailable);
     assert.equal(err.reason, "DATA_LOSS_QUARANTINE");
@@ -120,13 +118,13 @@ for (const mode of modes) describe(`error reasons (${mode})`, { concurrency: tru
     assert.ok(Number(err.metadata["retry_after"]) > 0);
 
     // Waiting retries it, and gives up when the wait runs out.
-    const waited = await rejection(qc.lock(name, { ttl: 5000, wait: 300 }));
+    const waited = await rejection(qc.lock(name, { wait: 300 }));
     assert.ok(waited instanceof NotAcquiredError, String(waited));
     assert.ok(waited.cause instanceof DataLossQuarantineError);
     assert.ok(waited.retryAfter !== undefined && waited.retryAfter > 0);
   });
 
-  it("STORE_UNAVAILABLE: the Redis store's server is gone; held leases end as expired, not lost", async (t) => {
+  it("STORE_UNAVAILABLE: the Redis store's server is gone; held leases end with their session as expired, not lost", async (t) => {
     if (!haveRedisServer()) return t.skip("redis-server is not installed");
     const redis = await startRedis();
     const sc = await startCoordinator({
@@ -134,8 +132,8 @@ for (const mode of modes) describe(`error reasons (${mode})`, { concurrency: tru
       redisUrl: redis.url,
       env: { COORDINATOR_STORE_TIMEOUT: "500ms" },
     });
-    const client = newClient({ address: sc.address, ...modeOpts(mode) });
-    const lease = await client.tryLock(uniq("errors/store"), { ttl: 2000 });
+    const client = newClient({ address: sc.address, ttl: 2000 });
+    const lease = await client.tryLock(uniq("errors/store"));
     assert.ok(lease);
     await redis.kill();
 
@@ -143,7 +141,7 @@ for (const mode of modes) describe(`error reasons (${mode})`, { concurrency: tru
     await waitFor(
       "a StoreUnavailableError",
       async () => {
-        err = await client.tryLock(uniq("errors/store2"), { ttl: 2000 }).catch((e: unknown) => e);
+        err = await client.tryLock(uniq("errors/store2")).catch((e: unknown) => e);
         return err instanceof StoreUnavailableError;
       },
       15_000,

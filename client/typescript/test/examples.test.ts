@@ -12,7 +12,7 @@ import { repoRoot, shutdown, startCoordinator } from "./helpers.js";
 
 after(shutdown);
 
-/** readmeSection is the text of the section heading (e.g. "## Sessions") of readme, up to the next of its level. */
+/** readmeSection is the text of the section heading (e.g. "## Sessions") of a Markdown file, up to the next of its level. */
 function readmeSection(readme: string, heading: string): string {
   const text = readFileSync(join(repoRoot(), readme), "utf8");
   const start = text.indexOf(`\n${heading}\n`);
@@ -68,7 +68,7 @@ describe("the semaphore example", { timeout: 60_000 }, () => {
 
 describe("the session example", { timeout: 60_000 }, () => {
   it("is what client/typescript/README.md shows", () => {
-    sameAsReadme("client/typescript/README.md", "### Sessions", "session-example.ts");
+    sameAsReadme("client/typescript/README.md", "### Sessions: how leases stay alive", "session-example.ts");
   });
 
   it("runs as written", async () => {

@@ -8,6 +8,7 @@ import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { randomBytes } from "node:crypto";
+import { connect } from "../src/api.js";
 import { Client, type ClientOptions } from "../src/index.js";
 
 const cleanups: (() => void)[] = [];
@@ -128,21 +129,23 @@ export function stores(): StoreKind[] {
   return process.env["COORDINATOR_TEST_REDIS_URL"] ? ["memory", "redis"] : ["memory"];
 }
 
-/** How a Client carries its lease operations: over the operation stream (the default) or as unary calls. */
-export type Mode = "stream" | "unary";
-
-/** Both modes: the tests that matter run in each. */
-export const modes: Mode[] = ["stream", "unary"];
-
-/** The Client options of mode. */
-export function modeOpts(mode: Mode): { useStream: boolean } {
-  return { useStream: mode === "stream" };
-}
-
 /** usesStream reports whether c has its operation stream open now (white-box: checks the transport). */
 export function usesStream(c: Client): boolean {
-  const t = (c as unknown as { transport?: { usable: boolean; cur?: unknown } }).transport;
-  return t !== undefined && t.usable && t.cur !== undefined;
+  return (c as unknown as { ctx: { transport: { open: boolean } } }).ctx.transport.open;
+}
+
+/**
+ * closeSessionBehindItsBack closes session id over a connection of its own,
+ * as an operator (or an expiry) would: the Client that holds it learns of
+ * it only from its next renewal.
+ */
+export async function closeSessionBehindItsBack(address: string, sessionId: string, token?: string): Promise<void> {
+  const raw = connect(`http://${address}`, undefined, token);
+  try {
+    await raw.api.closeSession({ sessionId });
+  } finally {
+    raw.close();
+  }
 }
 
 export interface Coordinator {
@@ -232,9 +235,9 @@ interface ListeningChild {
   /** Resolves true once the child accepts connections on its port, false when it exited or timed out. */
   listening: Promise<boolean>;
   /** What the child wrote to stdout and stderr so far. */
-  log(): string;
+  log: () => string;
   /** kill sends sig (SIGTERM by default) unless the child has exited, and waits for its exit. */
-  kill(sig?: NodeJS.Signals): Promise<void>;
+  kill: (sig?: NodeJS.Signals) => Promise<void>;
 }
 
 /**
@@ -251,8 +254,8 @@ function spawnListening(
 ): ListeningChild {
   let out = "";
   const proc = spawn(cmd, args, { env, stdio: ["ignore", "pipe", "pipe"] });
-  proc.stdout!.on("data", (d: Buffer) => (out += d.toString()));
-  proc.stderr!.on("data", (d: Buffer) => (out += d.toString()));
+  proc.stdout.on("data", (d: Buffer) => (out += d.toString()));
+  proc.stderr.on("data", (d: Buffer) => (out += d.toString()));
   let exited = false;
   const exit = new Promise<void>((r) => proc.once("exit", () => ((exited = true), r())));
   cleanups.push(() => {

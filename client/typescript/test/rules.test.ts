@@ -12,9 +12,8 @@ import {
 } from "../src/gen/coordinator/v1/coordinator_pb.js";
 import { ClientRulesSchema, client_rules, ends_lease, rules } from "../src/gen/coordinator/v1/rules_pb.js";
 import { Client, DEFAULT_TTL } from "../src/index.js";
-import { LeaseCore } from "../src/lease.js";
-import { LEASE_ENDING_REASONS, MAX_CONFIRMS, MAX_WAIT, endsLease } from "../src/rules.js";
-import { Backoff, callBackoff, driftMargin, renewalBackoff } from "../src/util.js";
+import { ERROR_DOMAIN, LEASE_ENDING_REASONS, MAX_WAIT, endsLease } from "../src/rules.js";
+import { Backoff, callBackoff, driftMargin, renewalBackoff, renewalDelay } from "../src/util.js";
 
 /** The Coordinator service's ClientRules, read as any client of the proto would. */
 const spec = getOption(Coordinator, client_rules);
@@ -37,14 +36,13 @@ describe("client rules from the proto", () => {
     assert.equal(DEFAULT_TTL, spec.defaultTtlMillis);
     const c = new Client({ address: "127.0.0.1:1" }); // connects lazily: never here
     try {
-      const fields = c as unknown as { ttl: number; closeTimeoutMs: number };
-      assert.equal(fields.ttl, spec.defaultTtlMillis, "a Client's default TTL");
-      assert.equal(fields.closeTimeoutMs, spec.closeTimeoutMillis, "a Client's default close timeout");
+      assert.equal(c.ttl, spec.defaultTtlMillis, "a Client's default session TTL");
+      assert.equal((c as unknown as { closeTimeoutMs: number }).closeTimeoutMs, spec.closeTimeoutMillis, "a Client's default close timeout");
     } finally {
       void c.close();
     }
     assert.equal(MAX_WAIT, wait.maxMillis);
-    assert.equal(MAX_CONFIRMS, spec.maxConfirms);
+    assert.equal(ERROR_DOMAIN, spec.errorDomain);
 
     // The identity limit, as the Client applies it.
     const limit = holder.maxBytes - spec.holderSuffixBytes;
@@ -72,7 +70,7 @@ describe("client rules from the proto", () => {
     ["the last retry of a call", spec.retryMaxMillis, retry, true, () => last(callBackoff())],
     ["the first retry of a renewal", Math.max((ttl * spec.renewalRetryMinPercent) / 100, floor), retry, false, () => renewalBackoff(ttl).delay()],
     ["the last retry of a renewal", Math.max((ttl * spec.renewalRetryMaxPercent) / 100, floor), retry, true, () => last(renewalBackoff(ttl))],
-    ["a renewal", ttl / spec.renewalsPerTtl, spec.renewalJitterPercent / 100, false, () => new LeaseCore("lock", "n", "h", 1n, ttl, 0).nextRenew],
+    ["a renewal", ttl / spec.renewalsPerTtl, spec.renewalJitterPercent / 100, false, () => renewalDelay(ttl)],
   ];
   for (const [what, nominal, jitter, capped, sample] of cases) {
     it(`spreads ${what} as the proto says`, () => {

@@ -1,8 +1,8 @@
-// The operation stream: batching, stream breaks, the unary fallback, and
+// The operation stream: batching, stream breaks, a refused stream, and
 // google.rpc.Status results decoded like unary errors.
 
 import assert from "node:assert/strict";
-import { after, describe, it } from "node:test";
+import { describe, it } from "node:test";
 import { create } from "@bufbuild/protobuf";
 import { anyPack, durationFromMs } from "@bufbuild/protobuf/wkt";
 import {
@@ -16,10 +16,8 @@ import { StatusSchema } from "../src/gen/google/rpc/status_pb.js";
 import { BadRequestSchema, ErrorInfoSchema, RetryInfoSchema } from "../src/gen/google/rpc/error_details_pb.js";
 import type { CoordinatorApi } from "../src/api.js";
 import { Code, CoordinatorError, DataLossQuarantineError, InvalidFieldError, LeaseNotHeldError, isTransient } from "../src/errors.js";
-import { StreamBrokeError, StreamTransport, UseUnaryError, resultOf, statusError } from "../src/stream.js";
-import { newClient, shutdown, sleep, startCoordinator, uniq, usesStream } from "./helpers.js";
-
-after(shutdown);
+import { StreamBrokeError, StreamTransport, resultOf, statusError } from "../src/stream.js";
+import { sleep } from "./helpers.js";
 
 /** A fake API whose stream() runs serve with the request stream and yields what it yields. */
 function fakeApi(serve: (reqs: AsyncIterator<StreamRequest>, n: number) => AsyncGenerator<StreamResponse>): CoordinatorApi {
@@ -136,32 +134,17 @@ describe("operation stream", { concurrency: true, timeout: 30_000 }, () => {
     t.close();
   });
 
-  it("turns to unary calls for good when the coordinator lacks Stream", async () => {
+  it("fails what is queued with the coordinator's error when it refuses the stream itself", async () => {
     let opened = 0;
-    const api = fakeApi(async function* () {
+    const api = fakeApi(async function* (reqs) {
       opened++;
-      throw new CoordinatorError("coordinator: Unimplemented: unknown method Stream", { code: Code.Unimplemented });
+      const first = await reqs.next();
+      if (!first.done) throw new CoordinatorError("coordinator: Unimplemented: unknown method Stream", { code: Code.Unimplemented });
+      yield create(StreamResponseSchema, {});
     });
     const t = new StreamTransport(api, new AbortController().signal, () => undefined);
-    await assert.rejects(t.call(acquire("a"), new AbortController().signal, 5000), UseUnaryError);
-    assert.equal(t.usable, false);
-    assert.throws(() => t.submit(acquire("b"), () => undefined), UseUnaryError);
+    await assert.rejects(t.call(acquire("a"), new AbortController().signal, 5000), (e: unknown) => e instanceof CoordinatorError && e.code === Code.Unimplemented);
     assert.equal(opened, 1);
-  });
-
-  it("a Client falls back to unary calls and KeepAlive against a coordinator without Stream", async () => {
-    const coord = await startCoordinator();
-    const c = newClient({ address: coord.address });
-    const t = (c as unknown as { transport: { api: CoordinatorApi } }).transport;
-    t.api = fakeApi(async function* () {
-      throw new CoordinatorError("coordinator: Unimplemented: unknown method Stream", { code: Code.Unimplemented });
-    });
-    const name = uniq("stream/fallback");
-    const lease = await c.tryLock(name, { ttl: 1000 });
-    assert.ok(lease, "granted by the unary call");
-    assert.equal(usesStream(c), false);
-    await sleep(1500); // renewed over KeepAlive
-    assert.equal(lease.signal.aborted, false, lease.ended?.message);
-    assert.equal(await lease.release(), true);
+    t.close();
   });
 });

@@ -1,0 +1,287 @@
+// The language-neutral behaviour cases of client/testdata/behaviour.json,
+// which the Go SDK and the Python client run too, interpreted step by step
+// against a real coordinator on every store available. A step this
+// interpreter does not know fails its case.
+
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { after, before, describe, it } from "node:test";
+import { CodeSchema } from "../src/gen/google/rpc/code_pb.js";
+import { Client, CoordinatorError, Leadership, Lease } from "../src/index.js";
+import { isTransient, outcomeUnknown } from "../src/errors.js";
+import { leaderBackoff, runAsLeader } from "../src/leader.js";
+import { RENEWAL_JITTER, RENEWALS_PER_TTL } from "../src/rules.js";
+import { callBackoff, type Backoff } from "../src/util.js";
+import { closeSessionBehindItsBack, repoRoot, shutdown, startCoordinator, stores, uniq, type Coordinator } from "./helpers.js";
+
+after(shutdown);
+
+interface Step {
+  do: string;
+  [field: string]: unknown;
+}
+
+interface Case {
+  name: string;
+  steps: Step[];
+}
+
+const { cases } = JSON.parse(readFileSync(join(repoRoot(), "client", "testdata", "behaviour.json"), "utf8")) as { cases: Case[] };
+
+/** How long lock and campaign wait (the doc's 10 s). */
+const WAIT_MS = 10_000;
+
+/** Grant is what a step may hold: a lease (a lock or a share) or a leadership. */
+type Grant = Lease | Leadership;
+
+const tokenOf = (g: Grant): bigint => (g instanceof Leadership ? g.term : g.token);
+
+/** Run holds the state of one case: its clients and grants, its name prefix. */
+class Run {
+  private readonly clients = new Map<string, Client>();
+  private readonly grants = new Map<string, Grant>();
+  /** Describes and lists: a client that holds nothing, so makes no session. */
+  private reader: Client | undefined;
+  private readonly prefix = uniq("behaviour");
+
+  constructor(private readonly coord: Coordinator | undefined) {}
+
+  async step(s: Step): Promise<void> {
+    switch (s.do) {
+      case "connect":
+        this.clients.set(str(s, "client"), new Client({ address: this.address() }));
+        return;
+      case "lock":
+        this.hold(s, await this.client(s).lock(this.name(s), { wait: WAIT_MS }));
+        return;
+      case "try_lock":
+        return this.tried(s, this.client(s).tryLock(this.name(s)));
+      case "acquire":
+        return this.tried(s, this.client(s).semaphore(this.name(s), num(s, "capacity")).tryAcquire(num(s, "weight")));
+      case "read_lock":
+        return this.tried(s, this.client(s).rwlock(this.name(s)).tryReadLock());
+      case "write_lock":
+        return this.tried(s, this.client(s).rwlock(this.name(s)).tryWriteLock());
+      case "release": {
+        const g = this.grant(s, "lease");
+        const released = g instanceof Leadership ? await g.resign() : await g.release();
+        assert.equal(released ? "released" : "noop", str(s, "expect"), `release of ${str(s, "lease")}`);
+        return;
+      }
+      case "resign":
+        assert.equal(await (this.grant(s, "lease") as Leadership).resign(), true, "resigned");
+        return;
+      case "end_session": {
+        const session = await this.client(s).defaultSession();
+        await closeSessionBehindItsBack(this.address(), session.id);
+        return;
+      }
+      case "expect_lost": {
+        const g = this.grant(s, "lease");
+        const within = lossAllowance(g, num(s, "within_ms"));
+        const aborted = new Promise<boolean>((resolve) => {
+          const timer = setTimeout(() => resolve(false), within);
+          g.signal.addEventListener("abort", () => (clearTimeout(timer), resolve(true)), { once: true });
+          if (g.signal.aborted) resolve(true);
+        });
+        assert.ok(await aborted, `${str(s, "lease")} not reported lost within ${within}ms`);
+        assert.ok(g.ended?.kind === "lost" || g.ended?.kind === "expired", `ended as ${g.ended?.kind}: ${g.ended?.message}`);
+        return;
+      }
+      case "expect_held": {
+        const g = this.grant(s, "lease");
+        assert.equal(g.signal.aborted, false, g.ended?.message);
+        assert.ok(g.remaining() > 0, "valid");
+        return;
+      }
+      case "expect_token":
+        assert.ok(tokenOf(this.grant(s, "lease")) > tokenOf(this.grant(s, "above")), `${str(s, "lease")}'s token above ${str(s, "above")}'s`);
+        return;
+      case "expect_same_session": {
+        const names = s["leases"] as string[];
+        const sessions = new Set(names.map((n) => this.grants.get(n)?.session));
+        assert.equal(sessions.size, 1, `${names.join(", ")} in one session`);
+        const [session] = sessions;
+        assert.ok(session && session.id !== "" && session.size >= names.length, `the session holds them: ${String(session)}`);
+        return;
+      }
+      case "describe": {
+        const want = s["expect"] as { holders: number; waiters?: number };
+        const d = await this.read().describe(this.name(s));
+        assert.equal(d.holders.length, want.holders, "holders");
+        if (want.waiters !== undefined) assert.equal(d.waiters, want.waiters, "waiters");
+        return;
+      }
+      case "list": {
+        let count = 0;
+        for await (const l of this.read().list(`${this.prefix}/${str(s, "prefix_of")}`, { pageSize: 1 })) {
+          assert.ok(l.name.startsWith(this.prefix), l.name);
+          count++;
+        }
+        assert.equal(count, (s["expect"] as { count: number }).count, "listed");
+        return;
+      }
+      case "campaign":
+        this.hold(s, await this.client(s).campaign(this.name(s, "election"), str(s, "value"), { wait: WAIT_MS }));
+        return;
+      case "leader": {
+        const want = s["expect"] as { value?: string; vacant?: boolean };
+        const leader = await this.client(s).leader(this.name(s, "election"));
+        if (want.vacant) assert.equal(leader, undefined, `vacant, not led by ${leader?.candidate}`);
+        else assert.equal(leader?.valueText, want.value);
+        return;
+      }
+      case "close":
+        await this.client(s).close();
+        return;
+      case "classify": {
+        const code = CodeSchema.values.find((v) => v.name === str(s, "code"));
+        assert.ok(code, `no google.rpc.Code ${str(s, "code")}`);
+        const err = new CoordinatorError(`coordinator: ${code.name}`, { code: code.number });
+        const want = s["expect"] as { transient: boolean; outcome_unknown: boolean };
+        assert.deepEqual({ transient: isTransient(err), outcome_unknown: outcomeUnknown(err) }, want, code.name);
+        return;
+      }
+      case "backoff":
+        return backoffWithin(s);
+      case "leader_campaigns_again":
+        assert.equal(await campaignsAgain(), s["expect"]);
+        return;
+      default:
+        assert.fail(`unknown step ${JSON.stringify(s.do)}`);
+    }
+  }
+
+  async close(): Promise<void> {
+    await Promise.allSettled([...this.clients.values(), ...(this.reader ? [this.reader] : [])].map((c) => c.close()));
+  }
+
+  private address(): string {
+    assert.ok(this.coord, "a step that needs a coordinator");
+    return this.coord.address;
+  }
+
+  private client(s: Step): Client {
+    const c = this.clients.get(str(s, "client"));
+    assert.ok(c, `no client ${str(s, "client")} connected`);
+    return c;
+  }
+
+  private read(): Client {
+    this.reader ??= new Client({ address: this.address() });
+    return this.reader;
+  }
+
+  private name(s: Step, field = "name"): string {
+    return `${this.prefix}/${str(s, field)}`;
+  }
+
+  private grant(s: Step, field: string): Grant {
+    const g = this.grants.get(str(s, field));
+    assert.ok(g, `no grant ${str(s, field)}`);
+    return g;
+  }
+
+  private hold(s: Step, g: Grant): void {
+    if (s["as"] !== undefined) this.grants.set(str(s, "as"), g);
+  }
+
+  /** tried checks a one-try acquisition against expect (default granted). */
+  private async tried(s: Step, attempt: Promise<Lease | undefined>): Promise<void> {
+    const got = await attempt;
+    assert.equal(got ? "granted" : "not_acquired", s["expect"] ?? "granted", s.do);
+    if (got) this.hold(s, got);
+  }
+}
+
+/**
+ * lossAllowance is within_ms, or, when later, the session's next renewal at
+ * the latest (ttl/3 + 10% jitter after the last one was sent, ClientRules)
+ * and 500 ms for its answer: the client learns that its session ended from
+ * that renewal's refusal. With the default 15 s TTL the next renewal may be
+ * 5.5 s away, beyond the cases' 5000 ms.
+ */
+function lossAllowance(g: Grant, withinMs: number): number {
+  const latestRenewal = g.session.renewedAt + (g.session.ttl / RENEWALS_PER_TTL) * (1 + RENEWAL_JITTER);
+  return Math.max(withinMs, latestRenewal + 500 - performance.now());
+}
+
+function str(s: Step, field: string): string {
+  const v = s[field];
+  assert.equal(typeof v, "string", `${s.do} needs a string ${field}`);
+  return v as string;
+}
+
+function num(s: Step, field: string): number {
+  const v = s[field];
+  assert.equal(typeof v, "number", `${s.do} needs a number ${field}`);
+  return v as number;
+}
+
+/** backoffWithin checks that every delay of the schedule lies in its [min, max], over many schedules (the jitter is random). */
+function backoffWithin(s: Step): void {
+  const schedules: Record<string, () => Backoff> = { retry: callBackoff, leader: leaderBackoff };
+  const make = schedules[str(s, "schedule")];
+  assert.ok(make, `unknown schedule ${str(s, "schedule")}`);
+  const want = s["expect_ms"] as [number, number][];
+  assert.equal(want.length, num(s, "attempts"));
+  for (let run = 0; run < 500; run++) {
+    const b = make();
+    want.forEach(([min, max], i) => {
+      const d = b.delay();
+      assert.ok(d >= min && d <= max, `attempt ${i + 1} of the ${str(s, "schedule")} schedule: ${d}ms, not within [${min}, ${max}]`);
+    });
+  }
+}
+
+/**
+ * campaignsAgain runs runAsLeader with a campaign that is elected at once
+ * and a function that returns at once, and reports whether it campaigned a
+ * second time (then stopped) rather than returning after the first term.
+ */
+async function campaignsAgain(): Promise<boolean> {
+  const stop = new AbortController();
+  let campaigns = 0;
+  const term = (): Leadership =>
+    ({ signal: new AbortController().signal, ended: undefined, resign: () => Promise.resolve(true) }) as unknown as Leadership;
+  await runAsLeader(
+    () => {
+      if (++campaigns === 2) stop.abort();
+      return Promise.resolve(term());
+    },
+    () => undefined,
+    undefined,
+    stop.signal,
+  );
+  return campaigns >= 2;
+}
+
+const needsCoordinator = (c: Case): boolean => c.steps.some((s) => s.do === "connect");
+
+for (const store of stores()) {
+  describe(`behaviour cases (${store} store)`, { concurrency: true, timeout: 60_000 }, () => {
+    let coord: Coordinator;
+    before(async () => {
+      coord = await startCoordinator({ store });
+    });
+    for (const c of cases) {
+      if (!needsCoordinator(c) && store !== "memory") continue; // no coordinator involved: once is enough
+      it(c.name, async () => {
+        const run = new Run(needsCoordinator(c) ? coord : undefined);
+        try {
+          for (const [i, s] of c.steps.entries()) {
+            try {
+              await run.step(s);
+            } catch (e) {
+              if (e instanceof Error) e.message = `step ${i + 1} (${JSON.stringify(s)}): ${e.message}`;
+              throw e;
+            }
+          }
+        } finally {
+          await run.close();
+        }
+      });
+    }
+  });
+}
