@@ -58,7 +58,6 @@ func clientsSuite(env benchEnv) error {
 			opts   []client.Option
 		}{
 			{"go (operation stream)", nil},
-			{"go (unary calls)", []client.Option{client.WithUnaryCalls()}},
 		} {
 			c, err := client.New(coord.addr, append(mode.opts, client.WithTTL(benchTTL), client.WithIdentity(fmt.Sprintf("bench-clients-%d", round)))...)
 			if err != nil {

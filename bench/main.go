@@ -15,11 +15,11 @@
 // bench process is the one client process of every comparison.
 //
 //	-suite leases      acquire+release, uncontended, at each -concurrency: the coordinator
-//	                   (Go SDK over its operation stream and WithUnaryCalls, raw unary gRPC,
+//	                   (Go SDK over its operation stream, raw unary gRPC,
 //	                   raw operation stream; Redis and memory stores), a gRPC echo (the
 //	                   ceiling), bsm/redislock, go-redsync and etcd's concurrency.Mutex,
 //	                   with CPU per cycle by process; then 8 names contended by 64 workers
-//	-suite streams     observers and KeepAlive
+//	-suite streams     leader changes to 2,000 observers
 //	-suite handoff     release -> next waiter granted, resign -> next leader elected,
 //	                   10 vs 2,000 waiters on one name; etcd Mutex and Election beside
 //	-suite idle        Redis commands/s of an idle coordinator: 5,000 observed elections, 2,000 parked waiters

@@ -11,16 +11,15 @@ import (
 	"github.com/coordinator-dev/coordinator/internal/redisurl"
 )
 
-// sessionsTTL is the leases' and the session's TTL in the sessions suite:
-// the SDK renews about every TTL/3, so a window of 10s sees two rounds.
+// sessionsTTL is the session's TTL in the sessions suite: the SDK renews
+// about every TTL/3, so a window of 10s sees two rounds.
 const sessionsTTL = 15 * time.Second
 
 // sessionsSuite measures what keeping leases alive costs Redis: one Go SDK
-// Client holds n leases, renewed one by one (each its own TTL, the SDK's
-// renewals batched over its operation stream), then n leases attached to one
-// session, for each n; Redis counts the commands (INFO commandstats, those
-// inside scripts included) over -idle-window while nothing else happens.
-// Redis must be the suite's alone, as under `make bench`.
+// Client holds n leases, all in its default session (the one way the SDK
+// holds leases), for each n; Redis counts the commands (INFO commandstats,
+// those inside scripts included) over -idle-window while nothing else
+// happens. Redis must be the suite's alone, as under `make bench`.
 func sessionsSuite(env benchEnv) error {
 	rdb, err := redisurl.NewClient(env.redisURL)
 	if err != nil {
@@ -35,44 +34,31 @@ func sessionsSuite(env benchEnv) error {
 	ctx := context.Background()
 
 	fmt.Printf("\n== sessions: Redis commands/s that keep n leases alive, one Go SDK Client, TTL %s, counted over %s\n", sessionsTTL, env.idleWindow)
-	fmt.Printf("%-8s  %22s  %22s  %8s\n", "leases", "renewed one by one /s", "in one session /s", "ratio")
+	fmt.Printf("%-8s  %22s\n", "leases", "in one session /s")
 	for _, n := range []int{1, 100, 10000} {
-		individual, err := holdAndCount(ctx, env, rdb, c.addr, n, false)
+		attached, err := holdAndCount(ctx, env, rdb, c.addr, n)
 		if err != nil {
 			return err
 		}
-		attached, err := holdAndCount(ctx, env, rdb, c.addr, n, true)
-		if err != nil {
-			return err
-		}
-		fmt.Printf("%-8d  %22.1f  %22.1f  %7.2f%%\n", n, individual, attached, 100*attached/individual)
+		fmt.Printf("%-8d  %22.1f\n", n, attached)
 	}
 	fmt.Println("   in one session: the session's renewals; a name's key is refreshed from the session once per half of")
 	fmt.Println("   max(idle retention, 1h), one script a name, which a window this short does not see (bench/README.md)")
 	return nil
 }
 
-// holdAndCount acquires n leases through a new Client (attached to one
-// session when inSession), waits a renewal period, and returns the Redis
-// commands per second over the window; then it closes the Client.
-func holdAndCount(ctx context.Context, env benchEnv, rdb redis.UniversalClient, addr string, n int, inSession bool) (float64, error) {
-	c, err := client.New(addr, client.WithTTL(sessionsTTL), client.WithIdentity(fmt.Sprintf("bench-sessions-%d-%t", n, inSession)))
+// holdAndCount acquires n leases through a new Client, in its default
+// session, waits a renewal period, and returns the Redis commands per
+// second over the window; then it closes the Client.
+func holdAndCount(ctx context.Context, env benchEnv, rdb redis.UniversalClient, addr string, n int) (float64, error) {
+	c, err := client.New(addr, client.WithTTL(sessionsTTL), client.WithIdentity(fmt.Sprintf("bench-sessions-%d", n)))
 	if err != nil {
 		return 0, err
 	}
 	defer func() { _ = c.Close() }()
-	// One by one: leases of their own TTL, outside the default session.
-	opts := []client.LockOption{client.WithTTL(sessionsTTL)}
-	if inSession {
-		s, err := c.NewSession(ctx, client.WithTTL(sessionsTTL))
-		if err != nil {
-			return 0, fmt.Errorf("new session: %w", err)
-		}
-		opts = []client.LockOption{client.WithSession(s)}
-	}
 	run := time.Now().UnixNano()
 	if err := closedLoopN(n, 64, func(i int) error {
-		_, err := c.TryLock(ctx, fmt.Sprintf("bench/sessions/%d/%d", run, i), opts...)
+		_, err := c.TryLock(ctx, fmt.Sprintf("bench/sessions/%d/%d", run, i))
 		return err
 	}); err != nil {
 		return 0, err

@@ -233,7 +233,7 @@ func soakLockOnce(ctx context.Context, addr string, cfg soakConfig, cycles *atom
 		if err != nil {
 			continue
 		}
-		_ = lease.Release(ctx)
+		_, _ = lease.Release(ctx)
 		cycles.Add(1)
 	}
 }
@@ -256,7 +256,7 @@ func soakWaiters(ctx context.Context, addr string, worker int, cfg soakConfig, c
 					continue
 				}
 				time.Sleep(time.Duration(rand.IntN(5)) * time.Millisecond)
-				_ = lease.Release(ctx)
+				_, _ = lease.Release(ctx)
 				cycles.Add(1)
 			}
 		})
@@ -281,7 +281,7 @@ func soakElections(ctx context.Context, addr string, worker int, cfg soakConfig,
 		}
 		if l, err := c.Campaign(octx, election, []byte("soak")); err == nil {
 			time.Sleep(100 * time.Millisecond)
-			_ = l.Resign(ctx)
+			_, _ = l.Resign(ctx)
 		}
 		stop()
 		wg.Wait()

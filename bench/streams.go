@@ -14,25 +14,20 @@ import (
 )
 
 const (
-	observers      = 2000
-	leaderChanges  = 100
-	keepAliveCount = 10000
+	observers     = 2000
+	leaderChanges = 100
 )
 
 // streamSuite measures the streaming calls: how fast a leader change reaches
-// 2,000 observers, and KeepAlive renewals of 10,000 leases on one stream
-// against unary Renew calls.
+// 2,000 observers.
 func streamSuite(env benchEnv) error {
-	fmt.Println("\n== streams: leader changes to 2,000 observers; renewals of 10,000 leases, one KeepAlive stream vs unary Renew")
+	fmt.Println("\n== streams: leader changes to 2,000 observers")
 	for _, kind := range []string{"redis", "memory"} {
 		c, err := env.startCoordinator(kind)
 		if err != nil {
 			return err
 		}
 		err = observeBench(c, kind)
-		if err == nil {
-			err = keepAliveBench(c, kind)
-		}
 		c.stop()
 		if err != nil {
 			return err
@@ -138,74 +133,6 @@ func observeBench(c *coordinator, kind string) error {
 	fmt.Printf("observe, %s store: %d observers, %d leader changes: %.0f notifications/s; change to last observer p50 %s p99 %s\n",
 		kind, observers, leaderChanges, float64(observers*leaderChanges)/elapsed.Seconds(),
 		percentile(lastArrivals, 0.5).Round(time.Microsecond), percentile(lastArrivals, 0.99).Round(time.Microsecond))
-	return nil
-}
-
-// keepAliveBench renews keepAliveCount leases over one KeepAlive stream, and
-// the same leases with unary Renew calls from 64 workers.
-func keepAliveBench(c *coordinator, kind string) error {
-	ctx := context.Background()
-	ttl := durationpb.New(time.Minute)
-	tokens := make([]uint64, keepAliveCount)
-	names := make([]string, keepAliveCount)
-	acquire := closedLoopN(keepAliveCount, 64, func(i int) error {
-		names[i] = fmt.Sprintf("bench/ka/%d", i)
-		resp, err := c.client.TryAcquire(ctx, &coordinatorv1.TryAcquireRequest{Name: names[i], Holder: "bench", Ttl: ttl})
-		if err != nil {
-			return err
-		}
-		tokens[i] = resp.GetLease().GetToken()
-		return nil
-	})
-	if acquire != nil {
-		return acquire
-	}
-
-	stream, err := c.client.KeepAlive(ctx)
-	if err != nil {
-		return err
-	}
-	const rounds = 3
-	start := time.Now()
-	for range rounds {
-		sendErr := make(chan error, 1)
-		go func() {
-			for i := range keepAliveCount {
-				if err := stream.Send(&coordinatorv1.KeepAliveRequest{Name: names[i], Holder: "bench", Token: tokens[i], Ttl: ttl}); err != nil {
-					sendErr <- err
-					return
-				}
-			}
-			sendErr <- nil
-		}()
-		for range keepAliveCount {
-			resp, err := stream.Recv()
-			if err != nil {
-				return err
-			}
-			if resp.GetLease() == nil {
-				return fmt.Errorf("keepalive of %s: %v", resp.GetName(), resp.GetLost())
-			}
-		}
-		if err := <-sendErr; err != nil {
-			return err
-		}
-	}
-	streamRate := float64(rounds*keepAliveCount) / time.Since(start).Seconds()
-	_ = stream.CloseSend()
-
-	start = time.Now()
-	for range rounds {
-		if err := closedLoopN(keepAliveCount, 64, func(i int) error {
-			_, err := c.client.Renew(ctx, &coordinatorv1.RenewRequest{Name: names[i], Holder: "bench", Token: tokens[i], Ttl: ttl})
-			return err
-		}); err != nil {
-			return err
-		}
-	}
-	unaryRate := float64(rounds*keepAliveCount) / time.Since(start).Seconds()
-	fmt.Printf("renewals, %s store: %d leases: KeepAlive (one stream) %.0f/s, unary Renew (64 workers) %.0f/s, ratio %.2f\n",
-		kind, keepAliveCount, streamRate, unaryRate, streamRate/unaryRate)
 	return nil
 }
 

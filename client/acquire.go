@@ -18,11 +18,9 @@ import (
 // ErrClosed.
 //
 // The lease is attached to the Client's default session (Session), and
-// lives as long as it, unless WithSession attaches it to another or WithTTL
-// makes it a lease of its own, renewed in the background until Release,
-// loss or Close.
+// lives as long as it, unless WithSession attaches it to another.
 func (c *Client) TryLock(ctx context.Context, name string, opts ...LockOption) (*Lease, error) {
-	l, err := c.acquire(ctx, c.lockConfig(opts), false, "lock", name, c.tryAcquire(name, 0, 0))
+	l, err := c.acquire(ctx, opts, false, "lock", name, c.tryAcquire(name, 0, 0))
 	if err != nil {
 		return nil, err
 	}
@@ -37,60 +35,44 @@ func (c *Client) TryLock(ctx context.Context, name string, opts ...LockOption) (
 //
 // The lease is attached as TryLock's is.
 func (c *Client) Lock(ctx context.Context, name string, opts ...LockOption) (*Lease, error) {
-	l, err := c.acquire(ctx, c.lockConfig(opts), true, "lock", name, c.tryAcquire(name, 0, 0))
+	l, err := c.acquire(ctx, opts, true, "lock", name, c.tryAcquire(name, 0, 0))
 	if err != nil {
 		return nil, err
 	}
 	return &Lease{l: l}, nil
 }
 
-func (c *Client) lockConfig(opts []LockOption) lockConfig {
-	cfg := lockConfig{ttl: c.ttl}
-	for _, o := range opts {
-		o.applyLock(&cfg)
-	}
-	return cfg
-}
-
 // grant is a coordinator's answer to an acquisition.
 type grant struct {
 	acquired bool
 	token    uint64
-	ttl      time.Duration
-	value    []byte
 	weight   int64
-	holder   string    // the current holder, when not acquired
-	sent     time.Time // when the request was sent, on the Client's clock
+	holder   string // the current holder, when not acquired
 }
 
-// acquireCall asks the coordinator for a lease as holder, waiting up to
-// wait, attached to session (an id) unless it is empty.
-type acquireCall func(ctx context.Context, holder string, ttl, wait time.Duration, session string) (grant, error)
+// acquireCall asks the coordinator for a lease as holder in session,
+// waiting up to wait.
+type acquireCall func(ctx context.Context, holder string, session *Session, wait time.Duration) (grant, error)
 
 // tryAcquire asks for weight of name, of capacity capacity (0 and 0: an
 // exclusive lock).
 func (c *Client) tryAcquire(name string, capacity, weight uint32) acquireCall {
-	return func(ctx context.Context, holder string, ttl, wait time.Duration, session string) (grant, error) {
-		req := &coordinatorv1.TryAcquireRequest{Name: name, Holder: holder, Ttl: durationpb.New(ttl), Capacity: capacity, Weight: weight,
-			SessionId: session}
+	return func(ctx context.Context, holder string, session *Session, wait time.Duration) (grant, error) {
+		// The coordinator requires a TTL, and gives a lease in a session
+		// the session's.
+		req := &coordinatorv1.TryAcquireRequest{Name: name, Holder: holder, Ttl: durationpb.New(session.TTL()), Capacity: capacity, Weight: weight,
+			SessionId: session.ID()}
 		if wait > 0 {
 			req.Wait = durationpb.New(wait)
 		}
-		resp, sent, err := c.tryAcquireCall(ctx, req)
+		resp, err := c.tryAcquireCall(ctx, req)
 		if err != nil {
 			return grant{}, err
 		}
 		if !resp.GetAcquired() {
-			return grant{holder: resp.GetHolder(), sent: sent}, nil
+			return grant{holder: resp.GetHolder()}, nil
 		}
-		return grant{
-			acquired: true,
-			token:    resp.GetLease().GetToken(),
-			ttl:      durationOr(resp.GetLease().GetTtl(), ttl),
-			value:    resp.GetLease().GetValue(),
-			weight:   max(int64(resp.GetLease().GetWeight()), 1),
-			sent:     sent,
-		}, nil
+		return grant{acquired: true, token: resp.GetLease().GetToken(), weight: max(int64(resp.GetLease().GetWeight()), 1)}, nil
 	}
 }
 
@@ -102,31 +84,26 @@ func durationOr(d *durationpb.Duration, def time.Duration) time.Duration {
 }
 
 // acquire runs an acquisition as a new holder: once (wait false) or until
-// granted or ctx ends (wait true), and registers the lease with the session.
-//
-// A grant's validity is counted from when its request was sent. A grant
-// that arrived after a long wait has little of it left, so it is confirmed
-// by asking again as the holder, which the coordinator answers at once with
-// the same token and a fresh TTL.
-func (c *Client) acquire(ctx context.Context, cfg lockConfig, wait bool, kind, name string, call acquireCall) (*lease, error) {
-	if cfg.ttl <= 0 {
-		return nil, fmt.Errorf("coordinator: %s %q: TTL %s is not positive", kind, name, cfg.ttl)
+// granted or ctx ends (wait true), in the session of opts (WithSession) or
+// the default session, which it replaces when it turns out to have ended.
+func (c *Client) acquire(ctx context.Context, opts []LockOption, wait bool, kind, name string, call acquireCall) (*lease, error) {
+	var cfg lockConfig
+	for _, o := range opts {
+		o.applyLock(&cfg)
 	}
-	if cfg.session != nil && cfg.ownTTL {
-		return nil, fmt.Errorf("coordinator: %s %q: WithTTL and WithSession exclude each other: a lease in a session lives as long as the session", kind, name)
-	}
-	if cfg.session != nil {
-		if err := cfg.session.Err(); err != nil {
-			return nil, fmt.Errorf("coordinator: %s %q in session %s: %w", kind, name, cfg.session.ID(), err)
+	session := cfg.session
+	if session != nil {
+		if err := session.Err(); err != nil {
+			return nil, fmt.Errorf("coordinator: %s %q in session %s: %w", kind, name, session.ID(), err)
 		}
 	}
 	// An acquisition that waits ends when the Client closes (callCtx). One
 	// that does not is over in a round trip: Close answers it through the
 	// stream, or by closing the connection, and a grant that arrives after
-	// Close began is released (attached, renewals.add). It makes no context
-	// of its own, which cost a TryLock a fifth of its own CPU: a cancel
-	// context, and an AfterFunc on the Client's closing context whose lock
-	// every concurrent call took twice.
+	// Close began is released (attached). It makes no context of its own,
+	// which cost a TryLock a fifth of its own CPU: a cancel context, and an
+	// AfterFunc on the Client's closing context whose lock every concurrent
+	// call took twice.
 	if wait {
 		var cancel context.CancelFunc
 		ctx, cancel = c.callCtx(ctx)
@@ -134,30 +111,19 @@ func (c *Client) acquire(ctx context.Context, cfg lockConfig, wait bool, kind, n
 	} else if c.isClosed() {
 		return nil, ErrClosed
 	}
-	// inDefault: attached to the default session, which is replaced when
-	// it turns out to have ended.
-	inDefault := cfg.session == nil && !cfg.ownTTL
+	inDefault := session == nil
 	if inDefault {
-		s, err := c.sessionToJoin(ctx, wait, kind, name)
-		if err != nil {
+		var err error
+		if session, err = c.sessionToJoin(ctx, wait, kind, name); err != nil {
 			if ctx.Err() != nil && wait {
 				return nil, c.notAcquired(ctx, name, "", err)
 			}
 			return nil, callError(ctx, fmt.Sprintf("%s %q", kind, name), err)
 		}
-		cfg.session, inDefault = s, s != nil
-	}
-	var session string
-	if cfg.session != nil {
-		// The lease is valid as long as its session: its own TTL is the
-		// session's (the coordinator ignores the one sent).
-		session, cfg.ttl = cfg.session.ID(), cfg.session.TTL()
 	}
 	holder := c.newHolder()
-	usable := cfg.ttl - driftMargin(cfg.ttl)
 	b := newCallBackoff()
 	var (
-		confirms    int
 		lastErr     error
 		newSessions int
 	)
@@ -169,29 +135,24 @@ func (c *Client) acquire(ctx context.Context, cfg lockConfig, wait bool, kind, n
 		}
 		newSessions++
 		// Known dead on the coordinator: end it, and its leases, here too.
-		_ = c.renewals.end(cfg.session.l, fmt.Errorf("%w: %s: %w", ErrLost, cfg.session.l.describe(), cause))
+		_ = c.renewals.endSession(session.s, fmt.Errorf("%w: %s: %w", ErrLost, session.s.describe(), cause))
 		s, err := c.sessionToJoin(ctx, wait, kind, name)
-		if err != nil || s == nil {
+		if err != nil {
 			return false
 		}
-		cfg.session, session, cfg.ttl = s, s.ID(), s.TTL()
-		holder = c.newHolder()
+		session, holder = s, c.newHolder()
 		return true
 	}
 	for {
 		var waitFor time.Duration
-		if wait && confirms == 0 {
+		if wait {
 			waitFor = maxWait
 			if d, ok := ctx.Deadline(); ok {
 				waitFor = max(min(waitFor, time.Until(d)-answerMargin), 0)
 			}
 		}
-		// The grant's validity is on the Client's clock, from when the
-		// request was sent (the call says when); how long the coordinator
-		// waited is real time.
 		start := time.Now()
-		g, err := call(ctx, holder, cfg.ttl, waitFor, session)
-		sent := g.sent
+		g, err := call(ctx, holder, session, waitFor)
 		if err != nil && sessionEnded(err) && ctx.Err() == nil && nextSession(err) {
 			continue
 		}
@@ -217,7 +178,6 @@ func (c *Client) acquire(ctx context.Context, cfg lockConfig, wait bool, kind, n
 			return nil, callError(ctx, fmt.Sprintf("%s %q", kind, name), err)
 		}
 		if !g.acquired {
-			confirms = 0
 			if !wait {
 				return nil, &NotAcquiredError{Name: name, Holder: g.holder}
 			}
@@ -233,44 +193,19 @@ func (c *Client) acquire(ctx context.Context, cfg lockConfig, wait bool, kind, n
 			}
 			continue // the coordinator's longest wait passed: ask again
 		}
-		b.Reset()
-		if cfg.session != nil {
-			// Valid as long as the session, whenever it was granted.
-			l, err := c.attached(ctx, cfg.session, kind, name, holder, g, sent)
-			if err != nil && ctx.Err() == nil && nextSession(err) {
-				continue // ended between the grant and now
-			}
-			return l, err
+		l, err := c.attached(ctx, session, kind, name, holder, g)
+		if err != nil && ctx.Err() == nil && nextSession(err) {
+			continue // ended between the grant and now
 		}
-		if remaining := c.clock.Until(sent.Add(usable)); remaining < usable/2 && confirms < maxConfirms {
-			confirms++
-			continue
-		}
-		l := c.newLease(kind, name, holder, g.token, g.ttl, sent)
-		l.weight = max(g.weight, 1)
-		if !c.clock.Now().Before(l.deadline) {
-			c.abandon(ctx, name, holder)
-			return nil, fmt.Errorf("coordinator: %s %q: every grant arrived after its validity ended (the coordinator answers slower than the TTL %s allows)", kind, name, cfg.ttl)
-		}
-		//nolint:contextcheck // the renewals outlive this call, until Release or Close
-		if err := c.renewals.add(l); err != nil { // closed meanwhile
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-			_, _ = c.api.Release(rctx, &coordinatorv1.ReleaseRequest{Name: name, Holder: holder, Token: g.token})
-			cancel()
-			return nil, err
-		}
-		return l, nil
+		return l, err
 	}
 }
 
-// attached makes the lease granted in session s: not renewed on its own,
-// ended with the session.
-func (c *Client) attached(ctx context.Context, s *Session, kind, name, holder string, g grant, sent time.Time) (*lease, error) {
-	l := c.newLease(kind, name, holder, g.token, g.ttl, sent)
-	l.weight = max(g.weight, 1)
-	l.sessionID = s.ID()
-	if err := c.renewals.attach(s.l, l); err != nil {
-		_ = c.renewals.end(l, err)
+// attached makes the lease granted in s, valid as long as s and ended with
+// it. When s ended meanwhile, it gives the grant up and fails.
+func (c *Client) attached(ctx context.Context, s *Session, kind, name, holder string, g grant) (*lease, error) {
+	l := &lease{ending: newEnding(), c: c, kind: kind, name: name, holder: holder, token: g.token, weight: max(g.weight, 1), session: s.s}
+	if err := c.renewals.attach(s.s, l); err != nil {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		_, _ = c.api.Release(rctx, &coordinatorv1.ReleaseRequest{Name: name, Holder: holder, Token: g.token})
 		cancel()

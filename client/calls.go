@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"errors"
-	"time"
 	"unicode/utf8"
 
 	"google.golang.org/grpc/codes"
@@ -13,46 +12,44 @@ import (
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
 )
 
-// The lease calls: each goes over the Client's operation stream (stream.go)
-// unless the Client was made WithUnaryCalls, the coordinator has no Stream
-// method, or the request could not travel on the stream without harming
+// The lease calls: each goes over the Client's operation stream
+// (stream.go), unless the request could not travel on it without harming
 // the other operations (a name that is not UTF-8, which the coordinator
-// refuses for the whole message it cannot decode; a request too large).
-// Either way the answer and the error are the unary call's; the time
-// returned is when the request was sent (at the latest), on the Client's
-// clock.
+// refuses for the whole message it cannot decode; a request too large):
+// that one goes as its unary call, which the coordinator refuses alone.
+// Either way the answer and the error are the unary call's.
 
 // viaStream runs op over the stream and picks its response; ok is false
 // when the unary call must be made instead.
 func viaStream[R proto.Message](ctx context.Context, c *Client, name string, op *coordinatorv1.StreamOperation,
 	pick func(*coordinatorv1.StreamResult) R, kind string, late func(*coordinatorv1.StreamResult, error),
-) (resp R, sent time.Time, ok bool, err error) {
-	if c.unary || !utf8.ValidString(name) {
-		return resp, sent, false, nil
+) (resp R, ok bool, err error) {
+	if !utf8.ValidString(name) {
+		return resp, false, nil
 	}
 	end := c.opTracer.start(ctx, kind, op)
 	defer func() { end(err) }()
-	res, sent, err := c.stream.call(ctx, op, late)
+	res, err := c.stream.call(ctx, op, late)
 	switch {
-	case errors.Is(err, errUseUnary):
+	case errors.Is(err, errTooLarge):
 		// The unary call that follows has a client span of its own.
-		end(status.Error(codes.Unimplemented, "sent as a unary call instead"))
+		end(status.Error(codes.InvalidArgument, "sent as a unary call instead"))
 		end = func(error) {}
-		return resp, sent, false, nil
+		return resp, false, nil
 	case err != nil:
-		return resp, sent, true, err
+		return resp, true, err
 	}
 	if err := resultError(res); err != nil {
-		return resp, sent, true, err
+		return resp, true, err
 	}
 	resp = pick(res)
 	if !resp.ProtoReflect().IsValid() {
-		return resp, sent, true, unexpected(res, kind)
+		return resp, true, unexpected(res, kind)
 	}
-	return resp, sent, true, nil
+	return resp, true, nil
 }
 
-func (c *Client) tryAcquireCall(ctx context.Context, req *coordinatorv1.TryAcquireRequest) (*coordinatorv1.TryAcquireResponse, time.Time, error) {
+func (c *Client) tryAcquireCall(ctx context.Context, req *coordinatorv1.TryAcquireRequest) (*coordinatorv1.TryAcquireResponse, error) {
 	op := &coordinatorv1.StreamOperation{Operation: &coordinatorv1.StreamOperation_Acquire{Acquire: req}}
 	late := func(res *coordinatorv1.StreamResult, err error) {
 		if lease := res.GetAcquire().GetLease(); res.GetAcquire().GetAcquired() {
@@ -61,15 +58,13 @@ func (c *Client) tryAcquireCall(ctx context.Context, req *coordinatorv1.TryAcqui
 			c.abandonLate(req.GetName(), req.GetHolder())
 		}
 	}
-	if resp, sent, ok, err := viaStream(ctx, c, req.GetName(), op, (*coordinatorv1.StreamResult).GetAcquire, "acquire", late); ok {
-		return resp, sent, err
+	if resp, ok, err := viaStream(ctx, c, req.GetName(), op, (*coordinatorv1.StreamResult).GetAcquire, "acquire", late); ok {
+		return resp, err
 	}
-	sent := c.clock.Now()
-	resp, err := c.api.TryAcquire(ctx, req)
-	return resp, sent, err
+	return c.api.TryAcquire(ctx, req)
 }
 
-func (c *Client) campaignCall(ctx context.Context, req *coordinatorv1.CampaignRequest) (*coordinatorv1.CampaignResponse, time.Time, error) {
+func (c *Client) campaignCall(ctx context.Context, req *coordinatorv1.CampaignRequest) (*coordinatorv1.CampaignResponse, error) {
 	op := &coordinatorv1.StreamOperation{Operation: &coordinatorv1.StreamOperation_Campaign{Campaign: req}}
 	var late func(*coordinatorv1.StreamResult, error)
 	if req.GetTerm() == 0 {
@@ -82,17 +77,15 @@ func (c *Client) campaignCall(ctx context.Context, req *coordinatorv1.CampaignRe
 			}
 		}
 	}
-	if resp, sent, ok, err := viaStream(ctx, c, req.GetElection(), op, (*coordinatorv1.StreamResult).GetCampaign, "campaign", late); ok {
-		return resp, sent, err
+	if resp, ok, err := viaStream(ctx, c, req.GetElection(), op, (*coordinatorv1.StreamResult).GetCampaign, "campaign", late); ok {
+		return resp, err
 	}
-	sent := c.clock.Now()
-	resp, err := c.api.Campaign(ctx, req)
-	return resp, sent, err
+	return c.api.Campaign(ctx, req)
 }
 
 func (c *Client) releaseCall(ctx context.Context, req *coordinatorv1.ReleaseRequest) (*coordinatorv1.ReleaseResponse, error) {
 	op := &coordinatorv1.StreamOperation{Operation: &coordinatorv1.StreamOperation_Release{Release: req}}
-	if resp, _, ok, err := viaStream(ctx, c, req.GetName(), op, (*coordinatorv1.StreamResult).GetRelease, "release", nil); ok {
+	if resp, ok, err := viaStream(ctx, c, req.GetName(), op, (*coordinatorv1.StreamResult).GetRelease, "release", nil); ok {
 		return resp, err
 	}
 	return c.api.Release(ctx, req)
@@ -100,7 +93,7 @@ func (c *Client) releaseCall(ctx context.Context, req *coordinatorv1.ReleaseRequ
 
 func (c *Client) resignCall(ctx context.Context, req *coordinatorv1.ResignRequest) (*coordinatorv1.ResignResponse, error) {
 	op := &coordinatorv1.StreamOperation{Operation: &coordinatorv1.StreamOperation_Resign{Resign: req}}
-	if resp, _, ok, err := viaStream(ctx, c, req.GetElection(), op, (*coordinatorv1.StreamResult).GetResign, "resign", nil); ok {
+	if resp, ok, err := viaStream(ctx, c, req.GetElection(), op, (*coordinatorv1.StreamResult).GetResign, "resign", nil); ok {
 		return resp, err
 	}
 	return c.api.Resign(ctx, req)

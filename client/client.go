@@ -27,15 +27,15 @@ import (
 )
 
 // Client talks to one coordinator. It is safe for concurrent use; make one
-// per process and share it. Close it when done: Close stops the renewals of
-// every lease and leadership it holds and releases them.
+// per process and share it. Close it when done: Close closes its sessions,
+// which releases every lease and leadership it holds.
 type Client struct {
 	api      coordinatorv1.CoordinatorClient
 	conn     *grpc.ClientConn
 	identity string
 	ttl      time.Duration
 	log      *slog.Logger
-	// clock measures lease validity and schedules renewals. Retry delays
+	// clock measures session validity and schedules renewals. Retry delays
 	// and the coordinator's waits are real time whatever it is.
 	clock clockwork.Clock
 
@@ -54,22 +54,16 @@ type Client struct {
 	gone   bool
 	wg     sync.WaitGroup
 
-	// unary makes the lease calls unary and renews over KeepAlive
-	// (WithUnaryCalls) instead of over the operation stream.
-	unary bool
 	// opTracer traces the lease calls made as stream operations; nil
 	// without WithTracerProvider.
 	opTracer *operationTracer
-	// stream carries the lease calls (stream.go); renewals renews the
-	// leases and sessions held (renewer.go).
+	// stream carries the lease calls and the renewals of sessions
+	// (stream.go); renewals schedules those renewals (renewer.go).
 	stream   opStream
 	renewals renewer
 
-	// The default session (Session): none with WithoutDefaultSession, nor
-	// once the coordinator turned out to have no sessions.
-	noDefaultSession    bool
-	sessionsUnsupported atomic.Bool
-	sessionTurn         chan struct{} // held (filled) while the default session is made
+	// The default session (Session).
+	sessionTurn chan struct{} // held (filled) while the default session is made
 	// defaultSession is read without the turn, by every acquisition, and
 	// written holding it.
 	defaultSession atomic.Pointer[Session]
@@ -163,14 +157,11 @@ func newClient(conn *grpc.ClientConn, cfg config) *Client {
 		closeTimeout: cfg.closeTimeout,
 		closing:      closing,
 		cancelClose:  cancel,
-		unary:        cfg.unary,
 		opTracer:     newOperationTracer(cfg.tracer),
-
-		noDefaultSession: cfg.noDefaultSession,
-		sessionTurn:      make(chan struct{}, 1),
+		sessionTurn:  make(chan struct{}, 1),
 	}
 	c.stream.init(c, cfg.sessionIdle)
-	c.renewals.init(c)
+	c.renewals.c = c
 	return c
 }
 
@@ -215,17 +206,17 @@ func (c *Client) newHolder() string {
 
 // API returns the raw gRPC client of the coordinator, on the Client's
 // connection and with its bearer token, for what the Client does not wrap:
-// Describe, List, and Release or Resign by token on behalf of another holder
-// (an operator's tool). Leases acquired through it are not renewed.
+// Release or Resign by token on behalf of another holder (an operator's
+// tool), say. Leases acquired through it are not renewed.
 func (c *Client) API() coordinatorv1.CoordinatorClient { return c.api }
 
-// Close stops every renewal and closes the connection. Every session, lease
+// Close stops the renewals and closes the connection. Every session, lease
 // and leadership still held ends: its Done is closed and Err returns
-// ErrClosed (before anything is released). Close then releases them,
-// best-effort, for up to the close timeout (WithCloseTimeout), so that
-// waiters need not wait for their TTLs: one CloseSession for each session
-// (its default session and those NewSession made), which releases every
-// lease attached to it, and a Release or Resign for each lease of its own. Calls in progress (Lock, Campaign, Observe…) return
+// ErrClosed (before anything is released). Close then closes each session
+// (its default session and those NewSession made) on the coordinator with
+// one CloseSession, which releases every lease attached to it, best-effort,
+// for up to the close timeout (WithCloseTimeout), so that waiters need not
+// wait for their TTLs. Calls in progress (Lock, Campaign, Observe…) return
 // ErrClosed or end. When Close returns, none of the Client's goroutines is
 // left. Close is idempotent.
 func (c *Client) Close() error {
@@ -234,8 +225,7 @@ func (c *Client) Close() error {
 		c.goneMu.Lock()
 		c.gone = true
 		c.goneMu.Unlock()
-		held := c.renewals.close()
-		c.releaseAll(held)
+		c.closeSessions(c.renewals.close())
 		c.renewals.wg.Wait()
 		c.stream.close() // ends the waits of calls that Close ended
 		c.wg.Wait()
@@ -244,38 +234,29 @@ func (c *Client) Close() error {
 	return c.closeErr
 }
 
-// releaseAll releases leases that Close ended, a few at a time, until the
-// close timeout.
-func (c *Client) releaseAll(held []*lease) {
+// closeSessions closes the sessions that Close ended, a few at a time,
+// until the close timeout.
+func (c *Client) closeSessions(held []*session) {
 	if len(held) == 0 || c.closeTimeout <= 0 {
 		return
 	}
 	// The Client's own context, which Close has just cancelled.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.closing), c.closeTimeout)
 	defer cancel()
-	work := make(chan *lease)
+	work := make(chan *session)
 	var wg sync.WaitGroup
-	// Over the session, the releases in flight together share messages.
 	for range min(len(held), 64) {
 		wg.Go(func() {
-			for l := range work {
-				if l.kind == kindSession {
-					if err := c.closeSession(ctx, l.name); err != nil {
-						c.log.Warn("coordinator: could not close a session on close; it expires after its TTL, with its leases",
-							"session", l.name, "err", err)
-					}
-					continue
-				}
-				_, err := c.releaseCall(ctx, &coordinatorv1.ReleaseRequest{Name: l.name, Holder: l.holder, Token: l.token})
-				if err != nil {
-					c.log.Warn("coordinator: could not release a lease on close; it expires after its TTL",
-						"name", l.name, "token", l.token, "err", err)
+			for s := range work {
+				if err := c.closeSession(ctx, s.id); err != nil {
+					c.log.Warn("coordinator: could not close a session on close; it expires after its TTL, with its leases",
+						"session", s.id, "err", err)
 				}
 			}
 		})
 	}
-	for _, l := range held {
-		work <- l
+	for _, s := range held {
+		work <- s
 	}
 	close(work)
 	wg.Wait()
@@ -314,6 +295,13 @@ func (c *Client) isClosed() bool { return c.closing.Err() != nil }
 // stream: from retryMin (50ms), doubling, at most retryMax (2s).
 func newCallBackoff() *backoff.Backoff {
 	return backoff.NewWithJitter(retryMin, retryMax, retryJitter)
+}
+
+// newLeaderBackoff returns RunAsLeader's delays before campaigning again
+// after fn returned early: from leaderRetryMin (100ms), doubling, at most
+// leaderRetryMax (30s).
+func newLeaderBackoff() *backoff.Backoff {
+	return backoff.NewWithJitter(leaderRetryMin, leaderRetryMax, retryJitter)
 }
 
 // retryIn is how long to wait before retrying after err: b's next delay, or

@@ -20,7 +20,7 @@ import (
 )
 
 // A coordinator with TLS and a bearer token: the token reaches every call,
-// the KeepAlive stream included, over TLS given either way.
+// the operation stream included, over TLS given either way.
 func TestBearerTokenOverTLS(t *testing.T) {
 	cert := testcert.Write(t, "coordinator test")
 	certFile, keyFile, pool := cert.Cert, cert.Key, cert.Pool
@@ -51,8 +51,8 @@ func TestBearerTokenOverTLS(t *testing.T) {
 			if err != nil {
 				return
 			}
-			renew(t, clock, lease.l)
-			if err := lease.Release(ctx); err != nil {
+			renew(t, clock, lease.l.session)
+			if _, err := lease.Release(ctx); err != nil {
 				t.Fatal(err)
 			}
 		})
@@ -71,8 +71,8 @@ func TestInsecureBearerTokenOverPlaintext(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	renew(t, clock, lease.l)
-	if err := lease.Release(ctx); err != nil {
+	renew(t, clock, lease.l.session)
+	if _, err := lease.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := dial(t, coord, WithInsecureBearerToken("guess")).TryLock(ctx, "loopback"); status.Code(err) != codes.Unauthenticated {
@@ -140,7 +140,7 @@ func TestDialOptionsReachEveryCall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	renew(t, clock, lease.l)
+	renew(t, clock, lease.l.session)
 	// The lease calls go over the operation stream; Leader is a unary call.
 	if _, err := c.Leader(ctx, "nobody-leads"); !errors.Is(err, ErrNoLeader) {
 		t.Fatal(err)

@@ -5,20 +5,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
+	"github.com/jonboulle/clockwork"
 
 	"github.com/coordinator-dev/coordinator/coordinatord/coordtest"
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
-	"github.com/coordinator-dev/coordinator/internal/testkit/testlog"
-	"github.com/coordinator-dev/coordinator/server"
 )
 
 // counted sums the coordinator's Prometheus counter metric over the series
@@ -64,8 +60,7 @@ func streamOps(t testing.TB, coord *coordtest.Coordinator, op string) int {
 
 // TestTheDefaultSessionIsMadeOnFirstNeed: a Client that only observes
 // makes no session; its first acquisition makes one, which every later
-// lock, share and leadership without WithTTL joins, and WithTTL makes a
-// lease of its own.
+// lock, share and leadership without WithSession joins.
 func TestTheDefaultSessionIsMadeOnFirstNeed(t *testing.T) {
 	t.Parallel()
 	forEachStore(t, func(t *testing.T, coord *coordtest.Coordinator) {
@@ -74,8 +69,13 @@ func TestTheDefaultSessionIsMadeOnFirstNeed(t *testing.T) {
 		if _, err := c.Leader(ctx, "nobody"); !errors.Is(err, ErrNoLeader) {
 			t.Fatal(err)
 		}
-		if _, err := c.API().Describe(ctx, &coordinatorv1.DescribeRequest{Name: "free"}); err != nil {
+		if _, err := c.Describe(ctx, "free"); err != nil {
 			t.Fatal(err)
+		}
+		for _, err := range c.List(ctx, "") {
+			if err != nil {
+				t.Fatal(err)
+			}
 		}
 		events := c.Observe(ctx, "watched")
 		<-events
@@ -99,10 +99,6 @@ func TestTheDefaultSessionIsMadeOnFirstNeed(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		own, err := c.TryLock(ctx, "default/own", WithTTL(5*time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
 		s, err := c.Session(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -113,29 +109,25 @@ func TestTheDefaultSessionIsMadeOnFirstNeed(t *testing.T) {
 		if s.TTL() != DefaultTTL {
 			t.Errorf("the default session's TTL is %s; want the Client's, %s", s.TTL(), DefaultTTL)
 		}
-		list, err := c.API().List(ctx, &coordinatorv1.ListRequest{Prefix: "default/"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		want := map[string]string{"default/a": s.ID(), "default/pool": s.ID(), "default/rw": s.ID(), "default/election": s.ID(), "default/own": ""}
-		for _, got := range list.GetLeases() {
-			if w, ok := want[got.GetName()]; !ok || got.GetSessionId() != w {
-				t.Errorf("%s is in session %q; want %q", got.GetName(), got.GetSessionId(), w)
+		want := map[string]bool{"default/a": true, "default/pool": true, "default/rw": true, "default/election": true}
+		for got, err := range c.List(ctx, "default/") {
+			if err != nil {
+				t.Fatal(err)
 			}
-			delete(want, got.GetName())
+			if !want[got.Name] || got.SessionID != s.ID() {
+				t.Errorf("%s is in session %q; want %q", got.Name, got.SessionID, s.ID())
+			}
+			delete(want, got.Name)
 		}
 		if len(want) != 0 {
 			t.Errorf("not listed: %v", want)
 		}
-		if own.TTL() != 5*time.Second || l.TTL() != s.TTL() || !l.Deadline().Equal(s.Deadline()) {
-			t.Errorf("TTLs %s (WithTTL) and %s (in the session); want 5s and %s, the session's deadline", own.TTL(), l.TTL(), s.TTL())
+		if l.TTL() != s.TTL() || !l.Deadline().Equal(s.Deadline()) {
+			t.Errorf("TTL %s and deadline %s; want the session's, %s and %s", l.TTL(), l.Deadline(), s.TTL(), s.Deadline())
 		}
-		for _, release := range []func() error{
-			func() error { return l.Release(ctx) }, func() error { return share.Release(ctx) },
-			func() error { return read.Release(ctx) }, func() error { return e.Resign(ctx) }, func() error { return own.Release(ctx) },
-		} {
-			if err := release(); err != nil {
-				t.Fatal(err)
+		for _, release := range []func(context.Context) (bool, error){l.Release, share.Release, read.Release, e.Resign} {
+			if released, err := release(ctx); err != nil || !released {
+				t.Fatalf("release = %t, %v; want released", released, err)
 			}
 		}
 		if s.Err() != nil {
@@ -144,20 +136,19 @@ func TestTheDefaultSessionIsMadeOnFirstNeed(t *testing.T) {
 	})
 }
 
-// TestOneRenewalKeepsEveryLeaseOfASession: over a window of several
-// renewal periods, a Client renews its default session about once a period
-// whether it holds 1 lease or 100, and renews none of them on its own: over
-// the operation stream as renew_session operations, or with unary
-// RenewSession calls and no KeepAlive stream.
+// TestOneRenewalKeepsEveryLeaseOfASession: a Client renews its default
+// session once a renewal period whether it holds 1 lease or 100, over its
+// one operation stream as renew_session operations, and renews none of the
+// leases on its own.
 func TestOneRenewalKeepsEveryLeaseOfASession(t *testing.T) {
 	t.Parallel()
-	// A TTL a loaded 2-core machine renews in time (a 1s one lost its
-	// session there once).
-	const ttl, window = 3 * time.Second, 6 * time.Second
-	forEachModeAndStore(t, func(t *testing.T, mode Option, coord *coordtest.Coordinator) {
+	const periods = 6
+	forEachStore(t, func(t *testing.T, coord *coordtest.Coordinator) {
 		for _, n := range []int{1, 100} {
 			ctx := testCtx(t)
-			c := dial(t, coord, mode, WithTTL(ttl))
+			clock := clockwork.NewFakeClock()
+			streams0 := startedStreams(t, coord, "Stream")
+			c := dial(t, coord, withClock(clock))
 			leases := make([]*Lease, n)
 			for i := range leases {
 				l, err := c.TryLock(ctx, fmt.Sprintf("renewals/%d/%d", n, i))
@@ -166,31 +157,21 @@ func TestOneRenewalKeepsEveryLeaseOfASession(t *testing.T) {
 				}
 				leases[i] = l
 			}
-			// The way it must not go.
-			other := func() int { return unaryCalls(t, coord, "RenewSession") }
-			if c.unary {
-				other = func() int { return streamOps(t, coord, "renew_session") }
-			}
-			count := func() (sessions, leases, otherWay int) {
+			count := func() (sessions, leases int) {
 				return streamOps(t, coord, "renew_session") + unaryCalls(t, coord, "RenewSession"),
-					streamOps(t, coord, "renew") + unaryCalls(t, coord, "Renew"), other()
+					streamOps(t, coord, "renew") + unaryCalls(t, coord, "Renew")
 			}
-			sessions0, leases0, other0 := count()
-			time.Sleep(window) // the measurement's window, not a synchronisation
-			sessions1, leases1, other1 := count()
-			renewals := sessions1 - sessions0
-			if other1 != other0 {
-				t.Errorf("%d session renewals the other way (unary calls: %t)", other1-other0, c.unary)
+			sessions0, leases0 := count()
+			for range periods {
+				renew(t, clock, leases[0].l.session)
 			}
-			t.Logf("%d leases in a session of TTL %s: %d session renewals in %s", n, ttl, renewals, window)
-			// About window/(ttl/3) = 6; at least a third of that on a
-			// loaded machine, at most twice it with retries, and never one
-			// a lease.
-			if renewals < 2 || renewals > 12 {
-				t.Errorf("%d session renewals in %s with a TTL of %s; want about %d", renewals, window, ttl, int(window/(ttl/3)))
+			sessions1, leases1 := count()
+			if sessions1-sessions0 != periods || leases1 != leases0 || streamOps(t, coord, "renew_session") < periods {
+				t.Errorf("%d leases: %d session renewals, %d of leases on their own in %d periods; want %d over the stream, none",
+					n, sessions1-sessions0, leases1-leases0, periods, periods)
 			}
-			if leases1 != leases0 || startedStreams(t, coord, "KeepAlive") != 0 {
-				t.Errorf("%d renewals of leases on their own, %d KeepAlive streams; want none", leases1-leases0, startedStreams(t, coord, "KeepAlive"))
+			if got := startedStreams(t, coord, "Stream") - streams0; got != 1 {
+				t.Fatalf("%d operation streams for %d leases; want 1", got, n)
 			}
 			for _, l := range leases {
 				if err := l.Err(); err != nil {
@@ -204,75 +185,14 @@ func TestOneRenewalKeepsEveryLeaseOfASession(t *testing.T) {
 	})
 }
 
-// TestLosingTheDefaultSessionEndsItsLeases: when the default session is
-// lost, every lease and leadership in it ends with ErrLost, a lease of its
-// own TTL goes on, and the next acquisition makes a new default session.
-func TestLosingTheDefaultSessionEndsItsLeases(t *testing.T) {
-	t.Parallel()
-	forEachModeAndStore(t, func(t *testing.T, mode Option, coord *coordtest.Coordinator) {
-		ctx := testCtx(t)
-		c := dial(t, coord, mode, WithTTL(sessionTTL))
-		a, err := c.TryLock(ctx, "lost/a")
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := c.RWMutex("lost/b").Lock(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		e, err := c.Campaign(ctx, "lost/election", nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		own, err := c.TryLock(ctx, "lost/own", WithTTL(sessionTTL))
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := c.Session(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		// Ended behind the Client's back: its next renewal is refused.
-		if _, err := c.API().CloseSession(ctx, &coordinatorv1.CloseSessionRequest{SessionId: s.ID()}); err != nil {
-			t.Fatal(err)
-		}
-		waitDone(t, s.Done(), 5*sessionTTL, "the lost default session")
-		for _, done := range []struct {
-			what string
-			ch   <-chan struct{}
-			err  func() error
-		}{{"a", a.Done(), a.Err}, {"b", b.Done(), b.Err}, {"the leadership", e.Done(), e.Err}} {
-			waitDone(t, done.ch, time.Second, done.what+" of the lost session")
-			if err := done.err(); !errors.Is(err, ErrLost) || !strings.Contains(err.Error(), s.ID()) {
-				t.Errorf("%s: Err = %v; want ErrLost naming the session", done.what, err)
-			}
-		}
-		waitRenewed(t, own.l, 2)
-		if err := own.Err(); err != nil {
-			t.Fatalf("a lease of its own ended with the session: %v", err)
-		}
-		next, err := c.TryLock(ctx, "lost/a")
-		if err != nil {
-			t.Fatal(err)
-		}
-		s2, err := c.Session(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if s2.ID() == s.ID() || next.l.sessionID != s2.ID() || s2.Err() != nil {
-			t.Errorf("after the loss, a lease in session %q, the default session %s (was %s): want a new one", next.l.sessionID, s2.ID(), s.ID())
-		}
-	})
-}
-
 // TestAnAcquisitionReplacesADefaultSessionThatEnded: an acquisition that
 // the coordinator refuses because the default session ended (before the
 // Client noticed) is made again in a new default session.
 func TestAnAcquisitionReplacesADefaultSessionThatEnded(t *testing.T) {
 	t.Parallel()
-	forEachModeAndStore(t, func(t *testing.T, mode Option, coord *coordtest.Coordinator) {
+	forEachStore(t, func(t *testing.T, coord *coordtest.Coordinator) {
 		ctx := testCtx(t)
-		c := dial(t, coord, mode) // a long TTL: no renewal notices the loss
+		c := dial(t, coord) // a long TTL: no renewal notices the loss
 		s, err := c.Session(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -284,43 +204,8 @@ func TestAnAcquisitionReplacesADefaultSessionThatEnded(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Lock after the default session ended on the coordinator: %v", err)
 		}
-		if l.l.sessionID == s.ID() || l.l.sessionID == "" || !errors.Is(s.Err(), ErrLost) {
-			t.Errorf("granted in session %q; the old one (%s) ended with %v: want a new session, the old one lost", l.l.sessionID, s.ID(), s.Err())
-		}
-	})
-}
-
-// TestWithoutDefaultSessionEveryLeaseHasItsOwnTTL: a Client made
-// WithoutDefaultSession makes no session; its leases are renewed on their
-// own, and Session fails.
-func TestWithoutDefaultSessionEveryLeaseHasItsOwnTTL(t *testing.T) {
-	t.Parallel()
-	forEachStore(t, func(t *testing.T, coord *coordtest.Coordinator) {
-		ctx := testCtx(t)
-		c := dial(t, coord, WithoutDefaultSession(), WithTTL(sessionTTL))
-		l, err := c.TryLock(ctx, "alone")
-		if err != nil {
-			t.Fatal(err)
-		}
-		e, err := c.Campaign(ctx, "alone-election", nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		waitRenewed(t, l.l, 2)
-		waitRenewed(t, e.l, 2)
-		if l.l.sessionID != "" || e.l.sessionID != "" || unaryCalls(t, coord, "CreateSession") != 0 {
-			t.Errorf("sessions %q and %q, %d made; want none", l.l.sessionID, e.l.sessionID, unaryCalls(t, coord, "CreateSession"))
-		}
-		if _, err := c.Session(ctx); err == nil {
-			t.Error("Session of a Client without a default session succeeded")
-		}
-		// An explicit session still works, and excludes WithTTL.
-		s, err := c.NewSession(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := c.TryLock(ctx, "both", WithSession(s), WithTTL(time.Second)); err == nil {
-			t.Error("WithSession and WithTTL together were accepted")
+		if l.SessionID() == s.ID() || l.SessionID() == "" || !errors.Is(s.Err(), ErrLost) {
+			t.Errorf("granted in session %q; the old one (%s) ended with %v: want a new session, the old one lost", l.SessionID(), s.ID(), s.Err())
 		}
 	})
 }
@@ -330,9 +215,9 @@ func TestWithoutDefaultSessionEveryLeaseHasItsOwnTTL(t *testing.T) {
 // its session, and the next candidate is elected.
 func TestALeadershipInASession(t *testing.T) {
 	t.Parallel()
-	forEachModeAndStore(t, func(t *testing.T, mode Option, coord *coordtest.Coordinator) {
+	forEachStore(t, func(t *testing.T, coord *coordtest.Coordinator) {
 		ctx := testCtx(t)
-		c, rival := dial(t, coord, mode), dial(t, coord, mode)
+		c, rival := dial(t, coord), dial(t, coord)
 		s, err := c.NewSession(ctx, WithTTL(sessionTTL))
 		if err != nil {
 			t.Fatal(err)
@@ -349,9 +234,9 @@ func TestALeadershipInASession(t *testing.T) {
 		if err != nil || info.Term != e.Term() || string(info.Value) != "v2" {
 			t.Fatalf("Leader = %+v, %v; want term %d proclaiming v2", info, err, e.Term())
 		}
-		list, err := c.API().List(ctx, &coordinatorv1.ListRequest{Prefix: "in-session"})
-		if err != nil || len(list.GetLeases()) != 1 || list.GetLeases()[0].GetSessionId() != s.ID() {
-			t.Fatalf("List = %v, %v; want the term in session %s", list, err, s.ID())
+		d, err := c.Describe(ctx, "in-session")
+		if err != nil || len(d.Holders) != 1 || d.Holders[0].SessionID != s.ID() {
+			t.Fatalf("Describe = %+v, %v; want the term in session %s", d, err, s.ID())
 		}
 		got := make(chan *Leadership, 1)
 		go func() {
@@ -362,8 +247,8 @@ func TestALeadershipInASession(t *testing.T) {
 			got <- next
 		}()
 		eventually(t, "the rival waiting", func() bool {
-			d, err := c.API().Describe(ctx, &coordinatorv1.DescribeRequest{Name: "in-session"})
-			return err == nil && d.GetWaiters() == 1
+			d, err := c.Describe(ctx, "in-session")
+			return err == nil && d.Waiters == 1
 		})
 		if _, err := c.API().CloseSession(ctx, &coordinatorv1.CloseSessionRequest{SessionId: s.ID()}); err != nil {
 			t.Fatal(err)
@@ -389,9 +274,9 @@ func TestALeadershipInASession(t *testing.T) {
 // once.
 func TestCloseClosesEachSessionInOneCall(t *testing.T) {
 	t.Parallel()
-	forEachModeAndStore(t, func(t *testing.T, mode Option, coord *coordtest.Coordinator) {
+	forEachStore(t, func(t *testing.T, coord *coordtest.Coordinator) {
 		ctx := testCtx(t)
-		c, err := New(coord.Addr(), mode)
+		c, err := New(coord.Addr())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -428,63 +313,19 @@ func TestCloseClosesEachSessionInOneCall(t *testing.T) {
 		if n := streamOps(t, coord, "release") + unaryCalls(t, coord, "Release") - releases; n != 0 {
 			t.Errorf("%d releases one by one; want none", n)
 		}
+		if _, err := c.TryLock(ctx, "after-close"); !errors.Is(err, ErrClosed) {
+			t.Errorf("TryLock on a closed Client = %v; want ErrClosed", err)
+		}
+		if err := c.Close(); err != nil {
+			t.Errorf("second Close: %v", err)
+		}
 		other := dial(t, coord)
 		for _, name := range names {
-			if l, err := other.TryLock(ctx, name, WithTTL(time.Second)); err != nil {
+			if l, err := other.TryLock(ctx, name); err != nil {
 				t.Errorf("%s after Close: %v; want granted", name, err)
 			} else {
-				_ = l.Release(ctx)
+				_, _ = l.Release(ctx)
 			}
-		}
-	})
-}
-
-// noSessions is a coordinator from before sessions.
-type noSessions struct{ *server.Service }
-
-func (noSessions) CreateSession(context.Context, *coordinatorv1.CreateSessionRequest) (*coordinatorv1.CreateSessionResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "unknown method CreateSession")
-}
-
-// TestACoordinatorWithoutSessionsGetsLeasesOfTheirOwn: without
-// CreateSession, the leases that would join the default session get TTLs
-// of their own (said once in the log), and NewSession fails.
-func TestACoordinatorWithoutSessionsGetsLeasesOfTheirOwn(t *testing.T) {
-	t.Parallel()
-	forEachMode(t, func(t *testing.T, mode Option) {
-		addr := serveOlderCoordinator(t, func(svc *server.Service) coordinatorv1.CoordinatorServer { return noSessions{svc} })
-		var logs testlog.Buffer
-		c, err := New(addr, mode, WithTTL(sessionTTL),
-			WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Close() })
-		ctx := testCtx(t)
-		var leases []*Lease
-		for i := range 3 {
-			l, err := c.Lock(ctx, fmt.Sprintf("old/%d", i))
-			if err != nil {
-				t.Fatalf("Lock: %v", err)
-			}
-			leases = append(leases, l)
-		}
-		e, err := c.Campaign(ctx, "old-election", nil)
-		if err != nil {
-			t.Fatalf("Campaign: %v", err)
-		}
-		waitRenewed(t, leases[0].l, 2) // on its own
-		waitRenewed(t, e.l, 1)
-		for _, l := range append(leases, &Lease{l: e.l}) {
-			if l.l.sessionID != "" || l.TTL() != sessionTTL {
-				t.Errorf("%s in session %q with TTL %s; want a lease of its own of the Client's TTL", l, l.l.sessionID, l.TTL())
-			}
-		}
-		if n := strings.Count(logs.String(), "has no sessions"); n != 1 {
-			t.Errorf("the fallback was logged %d times; want once: %q", n, logs.String())
-		}
-		if _, err := c.NewSession(ctx); status.Code(err) != codes.Unimplemented {
-			t.Errorf("NewSession = %v; want Unimplemented", err)
 		}
 	})
 }

@@ -5,8 +5,8 @@
 // a name; Semaphore(name, n) shares a name among holders of weights that sum
 // to at most n (Acquire, TryAcquire), and RWMutex(name) among readers or one
 // writer (RLock, Lock), each share a *Lease of its own; Campaign and RunAsLeader make this process the leader of an
-// election (a *Leadership); Leader and Observe tell who leads. Every blocking
-// call takes a context.
+// election (a *Leadership); Leader and Observe tell who leads; Describe
+// and List tell who holds what. Every blocking call takes a context.
 //
 //	c, err := client.New("127.0.0.1:7400")
 //	…
@@ -16,71 +16,72 @@
 //	defer lease.Release(context.Background())
 //	work(lease.Context(ctx), lease.Token())
 //
-// # Sessions
+// # One liveness model
 //
-// A Session is a liveness on the coordinator that leases attach to, as
-// etcd's concurrency.Session: one renewal keeps all of them, and they end
+// Every lease (a lock, a semaphore or read-write lock share) and every
+// leadership a Client holds is attached to a session, as etcd's
+// concurrency.Session: one renewal keeps all of them, and they end
 // together. Every Client has a default session (Client.Session), made by
-// the first acquisition that needs it (a Client that only observes or
-// describes makes none) with the Client's TTL: TryLock, Lock, the
-// semaphore and read-write acquisitions, Campaign and RunAsLeader join it
-// unless given WithSession (another session, from NewSession) or WithTTL (a
-// lease of its own, of that TTL, renewed on its own). WithoutDefaultSession
-// makes every lease one of its own, as before sessions; so does a
-// coordinator without sessions (the Client says so once in its log).
+// the first acquisition that needs it with the Client's TTL (WithTTL;
+// DefaultTTL, 15s, from the proto): TryLock, Lock, the semaphore and
+// read-write acquisitions, Campaign and RunAsLeader join it unless given
+// WithSession (another session, from NewSession, which takes a TTL of its
+// own). A Client that only describes, lists or observes makes none. A
+// default session that ended is never reused: the next acquisition makes a
+// new one. There is no lease of its own TTL and no other way to renew.
 //
-// A lease in a session keeps its own fencing token and is released, or
-// resigned, alone; its TTL and Deadline are the session's. When the
-// session is lost (a renewal refused: the coordinator closed or expired
-// it) or expires (no renewal answered before its deadline), its Done
-// closes, and so does that of every lease in it, Err saying how the
-// session ended. A lost default session is never reused: the next
-// acquisition makes a new one. Session.Close, and Client.Close for every
-// session of the Client, closes a session on the coordinator in one call,
-// which releases all its leases.
+// The one renewal path is the renewer (renewer.go): one scheduler
+// goroutine, running only while the Client holds a session, sends each
+// session's renew_session operation over the Client's operation stream
+// about every TTL/3 (ClientRules.renewals_per_ttl, with its jitter), and
+// retries a failed renewal with the proto's backoff while the session is
+// valid.
 //
-// As a lease in a session is not renewed on its own, the Client does not
-// notice one that was released on its behalf (an operator's Release by
-// holder and token) while the session lives: its Done stays open. A lease
-// of its own ends with ErrLost at its next renewal then. Either way the
-// fencing token is what protects the resource.
+// A lease keeps its own fencing token and is released, or resigned, alone;
+// its TTL and Deadline are its session's. Release (Resign) reports whether
+// the coordinator released it; a lease no longer held (released already,
+// lost, or given up by Close) is a no-op that reports false, with no error.
+// Session.Close, and Client.Close for every session of the Client, closes a
+// session on the coordinator in one call, which releases all its leases.
 //
-// # Renewal
+// As a lease is not renewed on its own, the Client does not notice one
+// that was released on its behalf (an operator's Release by holder and
+// token) while its session lives: its Done stays open. The fencing token
+// is what protects the resource.
 //
-// A session, and a held Lease or Leadership of its own, renews itself in
-// the background about every TTL/3 (DefaultTTL is 15s; see WithTTL) until
-// it is released, lost or its Client is closed. All of a Client's sessions
-// and leases share one scheduler goroutine, and the same renewal rules,
-// which runs only while the Client holds something.
+// # Validity
+//
+// Validity is measured on this process's monotonic clock, never compared
+// with the coordinator's: a session, and every lease in it, is valid until
+// the time its last successful renewal (or its creation) was sent, plus the
+// TTL, minus a margin of max(TTL/10, 50ms). Transient failures (coordinator
+// or store unreachable) are retried while it is valid. If no renewal
+// succeeds by then, the session and its leases end with ErrExpired at that
+// local deadline, which comes before the coordinator's own expiry: the
+// coordinator cannot have granted the names to anyone else yet. A renewal
+// the coordinator refuses with a reason the proto marks ends_lease (the
+// session expired or was closed there) ends them with ErrLost at once.
 //
 // # One stream per Client
 //
 // A Client makes its lease calls (TryLock, Lock, Campaign, Proclaim,
-// Release, Resign) and its renewals (renew of a lease, renew_session of a
-// session) over one operation stream, opened when
-// first needed and closed after 30s with nothing in flight. Operations that
-// goroutines start together go out together in one message, and their
-// results come back the same way, so a busy process costs the coordinator
-// a fraction of the messages of unary calls; an operation alone goes out at
-// once. Each operation has the semantics and errors of its unary call. When
-// the stream breaks, the operations in flight fail with Unavailable: Lock
-// and Campaign retry them as the same holder, which finds a grant whose
-// answer was lost; renewals are retried while the lease is valid.
-// WithUnaryCalls makes unary calls and renews leases over a KeepAlive
-// stream and sessions with unary RenewSession calls instead, as does a
-// coordinator without the Stream method. Observe, Leader, API and the
-// session calls other than renewals (CreateSession, CloseSession) stay
-// unary.
+// Release, Resign) and its session renewals over one operation stream,
+// opened when first needed and closed after 30s with nothing in flight.
+// Operations that goroutines start together go out together in one
+// message, and their results come back the same way, so a busy process
+// costs the coordinator a fraction of the messages of unary calls; an
+// operation alone goes out at once. Each operation has the semantics and
+// errors of its unary call. When the stream breaks, the operations in
+// flight fail with Unavailable: Lock and Campaign retry them as the same
+// holder, which finds a grant whose answer was lost; renewals are retried
+// while the session is valid. Describe, List, Leader, Observe, API and the
+// session calls other than renewals (CreateSession, CloseSession) are
+// unary calls.
 //
-// Validity is measured on this process's monotonic clock, never compared
-// with the coordinator's: a lease is valid until the time its last
-// successful grant or renewal was sent, plus the TTL, minus a margin of
-// max(TTL/10, 50ms). Transient failures (coordinator or store unreachable)
-// are retried while it is valid. If no renewal succeeds by then, the lease
-// ends with ErrExpired at that local deadline, which comes before the
-// coordinator's own expiry: the coordinator cannot have granted the name to
-// anyone else yet. A renewal the coordinator refuses (the lease expired
-// there, or the coordinator lost it) ends it with ErrLost at once.
+// Which errors are retried, which leave an outcome unknown (and make an
+// acquisition give up what it may have been granted), the error domain and
+// the delays are the proto's ClientRules, which the Python and TypeScript
+// clients read too.
 //
 // Done is closed and Context is cancelled the moment a lease ends, and Err
 // says why: ErrReleased, ErrLost, ErrExpired or ErrClosed.
@@ -109,9 +110,10 @@
 // and a sequence number), so that two goroutines locking the same name
 // through one Client exclude each other like two processes do.
 //
-// A coordinator on the memory store forgets every lease when it restarts;
-// leases held through it end with ErrLost at their next renewal, while their
-// holders may still be acting: again, only fencing tokens protect then.
+// A coordinator on the memory store forgets every session and lease when it
+// restarts; leases held through it end with ErrLost at their session's next
+// renewal, while their holders may still be acting: again, only fencing
+// tokens protect then.
 //
 // Close ends every session, lease and leadership of the Client (ErrClosed)
 // and releases them best-effort (a session in one CloseSession), so that

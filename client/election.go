@@ -11,7 +11,6 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
-	"github.com/coordinator-dev/coordinator/internal/backoff"
 )
 
 // LeaderInfo is an election's sitting leader.
@@ -37,9 +36,9 @@ func leaderInfo(l *coordinatorv1.Leader) LeaderInfo {
 	return info
 }
 
-// Leadership is an election won through a Client: a term in office, renewed
-// in the background like a Lease (a leadership is a lease on the election's
-// name whose token is the term) until it is resigned or lost.
+// Leadership is an election won through a Client: a term in office, held
+// in a session like a Lease (a leadership is a lease on the election's name
+// whose token is the term) until it is resigned or lost.
 //
 // Check Done (or use Context) while acting as the leader, and hand Term to
 // the resources the leader writes to, so that they can refuse an older
@@ -68,16 +67,15 @@ func (e *Leadership) Value() []byte {
 	return bytes.Clone(e.value)
 }
 
-// SessionID is the id of the session the leadership is attached to, ""
-// for a term of its own TTL (see Lease.SessionID).
-func (e *Leadership) SessionID() string { return e.l.sessionID }
+// SessionID is the id of the session the leadership is attached to.
+func (e *Leadership) SessionID() string { return e.l.session.id }
 
-// TTL is the leadership's time to live, as last granted.
-func (e *Leadership) TTL() time.Duration { return e.l.currentTTL() }
+// TTL is the TTL of the leadership's session, as last granted.
+func (e *Leadership) TTL() time.Duration { return e.l.session.currentTTL() }
 
 // Deadline is when the leadership stops being valid by this process's
-// clock unless renewed before (see Lease.Deadline).
-func (e *Leadership) Deadline() time.Time { return e.l.currentDeadline() }
+// clock unless its session is renewed before (see Session.Deadline).
+func (e *Leadership) Deadline() time.Time { return e.l.session.currentDeadline() }
 
 // Done is closed the moment the leadership ends: resigned, lost, expired,
 // or its Client closed. Err then says which.
@@ -99,9 +97,7 @@ func (e *Leadership) String() string {
 }
 
 // Proclaim publishes a new value as the sitting leader; observers see a
-// PROCLAIMED event. It also renews the term (a term in a session lives as
-// long as the session, and Proclaim sends the session's id with the term). It campaigns in the
-// leadership's term only, so it never starts a new one: when the
+// PROCLAIMED event. It campaigns in the leadership's term only, so it never starts a new one: when the
 // coordinator answers that the term is over (expired, resigned, or another
 // term in office), the leadership ends with ErrLost and Proclaim returns
 // that error; a transient error leaves the leadership as it was.
@@ -114,10 +110,9 @@ func (e *Leadership) Proclaim(ctx context.Context, value []byte) error {
 	l, c := e.l, e.l.c
 	ctx, cancel := c.callCtx(ctx)
 	defer cancel()
-	ttl := l.currentTTL()
-	resp, sent, err := c.campaignCall(ctx, &coordinatorv1.CampaignRequest{
-		Election: l.name, Candidate: l.holder, Value: value, Ttl: durationpb.New(ttl), Term: l.token,
-		SessionId: l.sessionID,
+	resp, err := c.campaignCall(ctx, &coordinatorv1.CampaignRequest{
+		Election: l.name, Candidate: l.holder, Value: value, Ttl: durationpb.New(l.session.currentTTL()), Term: l.token,
+		SessionId: l.session.id,
 	})
 	if err != nil && ErrorReason(err) != coordinatorv1.ErrorReason_LEASE_NOT_HELD.String() {
 		return callError(ctx, "proclaim in "+l.describe(), err)
@@ -129,15 +124,10 @@ func (e *Leadership) Proclaim(ctx context.Context, value []byte) error {
 			// nobody wants: resign it.
 			_, _ = c.resignCall(ctx, &coordinatorv1.ResignRequest{Election: l.name, Candidate: l.holder, Term: term})
 		}
-		if prior := c.renewals.end(l, lost); prior != nil {
+		if prior := c.renewals.endLease(l, lost); prior != nil {
 			return prior
 		}
 		return lost
-	}
-	// A leadership in a session is valid as long as the session: the
-	// proclamation renews nothing here.
-	if l.sessionID == "" && !c.renewals.renewed(l, sent, ttl) {
-		return e.l.err()
 	}
 	if err := l.err(); err != nil {
 		return err
@@ -146,13 +136,12 @@ func (e *Leadership) Proclaim(ctx context.Context, value []byte) error {
 	return nil
 }
 
-// Resign stops renewing the leadership, closes Done (Err returns
-// ErrReleased), then steps down on the coordinator so that the next
-// candidate is elected at once, retrying transient errors until ctx ends.
-// It returns nil when it stepped down, and an error matching ErrLost,
-// ErrExpired or ErrClosed when the leadership had already ended that way.
-// Calling it again returns nil.
-func (e *Leadership) Resign(ctx context.Context) error {
+// Resign closes Done (Err returns ErrReleased), then steps down on the
+// coordinator so that the next candidate is elected at once, retrying
+// transient errors until ctx ends. It reports whether the coordinator
+// stepped it down; a leadership no longer held (resigned already, lost, or
+// given up by Close) is a no-op: false, and no error.
+func (e *Leadership) Resign(ctx context.Context) (bool, error) {
 	return e.l.release(ctx, func(ctx context.Context) (bool, error) {
 		resp, err := e.l.c.resignCall(ctx, &coordinatorv1.ResignRequest{Election: e.l.name, Candidate: e.l.holder, Term: e.l.token})
 		return resp.GetResigned(), err
@@ -165,12 +154,10 @@ func (e *Leadership) Resign(ctx context.Context) error {
 // *NotAcquiredError that matches ErrNotAcquired and ctx's error.
 //
 // The leadership is attached to the Client's default session, unless
-// WithSession attaches it to another or WithTTL makes it a lease of its
-// own, renewed in the background until Resign, loss or Close. Either way
-// its Done and Err follow what keeps it.
+// WithSession attaches it to another; its Done and Err follow the session.
 func (c *Client) Campaign(ctx context.Context, election string, value []byte, opts ...LockOption) (*Leadership, error) {
 	value = bytes.Clone(value)
-	l, err := c.acquire(ctx, c.lockConfig(opts), true, "leadership", election, c.campaign(election, value))
+	l, err := c.acquire(ctx, opts, true, "leadership", election, c.campaign(election, value))
 	if err != nil {
 		return nil, err
 	}
@@ -178,20 +165,20 @@ func (c *Client) Campaign(ctx context.Context, election string, value []byte, op
 }
 
 func (c *Client) campaign(election string, value []byte) acquireCall {
-	return func(ctx context.Context, candidate string, ttl, wait time.Duration, session string) (grant, error) {
-		req := &coordinatorv1.CampaignRequest{Election: election, Candidate: candidate, Value: value, Ttl: durationpb.New(ttl),
-			SessionId: session}
+	return func(ctx context.Context, candidate string, session *Session, wait time.Duration) (grant, error) {
+		req := &coordinatorv1.CampaignRequest{Election: election, Candidate: candidate, Value: value, Ttl: durationpb.New(session.TTL()),
+			SessionId: session.ID()}
 		if wait > 0 {
 			req.Wait = durationpb.New(wait)
 		}
-		resp, sent, err := c.campaignCall(ctx, req)
+		resp, err := c.campaignCall(ctx, req)
 		if err != nil {
 			return grant{}, err
 		}
 		if !resp.GetElected() {
-			return grant{holder: resp.GetLeader().GetCandidate(), sent: sent}, nil
+			return grant{holder: resp.GetLeader().GetCandidate()}, nil
 		}
-		return grant{acquired: true, token: resp.GetLeader().GetTerm(), ttl: ttl, value: resp.GetLeader().GetValue(), sent: sent}, nil
+		return grant{acquired: true, token: resp.GetLeader().GetTerm()}, nil
 	}
 }
 
@@ -214,7 +201,8 @@ func (c *Client) Leader(ctx context.Context, election string) (LeaderInfo, error
 // leadership ends (lost, expired, or ctx done). When fn returns, it resigns,
 // so that the next candidate takes over at once, and campaigns again — it
 // does not stop after one term, unlike client-go's RunOrDie — until ctx
-// ends.
+// ends (ClientRules.leader_campaigns_again; when the proto says false, it
+// returns fn's error after one term).
 //
 // fn's error is logged (WithLogger) and does not stop the loop. When fn
 // returns soon after it started (under a minute) while still leader, with
@@ -231,8 +219,7 @@ func (c *Client) Leader(ctx context.Context, election string) (LeaderInfo, error
 // at all: the Client was closed (ErrClosed) or the coordinator refuses the
 // request (an invalid election name, a missing token…).
 func (c *Client) RunAsLeader(ctx context.Context, election string, value []byte, fn func(ctx context.Context) error, opts ...LockOption) error {
-	// After fn returned early: from 100ms, doubling, at most 30s.
-	b := backoff.NewWithJitter(leaderRetryMin, leaderRetryMax, retryJitter)
+	b := newLeaderBackoff()
 	for {
 		e, err := c.Campaign(ctx, election, value, opts...)
 		if err != nil {
@@ -247,12 +234,14 @@ func (c *Client) RunAsLeader(ctx context.Context, election string, value []byte,
 		ended := e.Err() // before resigning: was the term over already?
 
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(c.closeTimeout, time.Second))
-		_ = e.Resign(rctx)
+		_, _ = e.Resign(rctx)
 		cancel()
 
 		switch {
 		case ctx.Err() != nil:
 			return nil
+		case !leaderCampaignsAgain:
+			return fnErr
 		case ended != nil:
 			c.log.Info("coordinator: leadership ended; campaigning again", "election", election, "term", e.Term(), "reason", ended, "fn_err", fnErr)
 			b.Reset()

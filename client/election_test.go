@@ -16,10 +16,10 @@ import (
 )
 
 func TestCampaignProclaimResign(t *testing.T) {
-	forEachModeAndStore(t, func(t *testing.T, mode Option, coord *coordtest.Coordinator) {
+	forEachStore(t, func(t *testing.T, coord *coordtest.Coordinator) {
 		ctx := testCtx(t)
 		clock := clockwork.NewFakeClock()
-		c := dial(t, coord, mode, withClock(clock))
+		c := dial(t, coord, withClock(clock))
 		if _, err := c.Leader(ctx, "office"); !errors.Is(err, ErrNoLeader) {
 			t.Fatalf("Leader of an empty election = %v; want ErrNoLeader", err)
 		}
@@ -30,9 +30,9 @@ func TestCampaignProclaimResign(t *testing.T) {
 		if err := e.Proclaim(ctx, []byte("v2")); err != nil {
 			t.Fatalf("Proclaim: %v", err)
 		}
-		// Renewed by KeepAlive, which keeps the proclaimed value.
-		renew(t, clock, e.l)
-		renew(t, clock, e.l)
+		// Its session renewed, the term keeps the proclaimed value.
+		renew(t, clock, e.l.session)
+		renew(t, clock, e.l.session)
 		info, err := c.Leader(ctx, "office")
 		if err != nil {
 			t.Fatal(err)
@@ -40,7 +40,7 @@ func TestCampaignProclaimResign(t *testing.T) {
 		if info.Term != e.Term() || info.Candidate != e.Candidate() || string(info.Value) != "v2" || string(e.Value()) != "v2" {
 			t.Fatalf("Leader = %+v; want term %d by %s with v2", info, e.Term(), e.Candidate())
 		}
-		if err := e.Resign(ctx); err != nil {
+		if _, err := e.Resign(ctx); err != nil {
 			t.Fatalf("Resign: %v", err)
 		}
 		if !errors.Is(e.Err(), ErrReleased) {
@@ -56,34 +56,32 @@ func TestCampaignProclaimResign(t *testing.T) {
 }
 
 func TestProclaimAfterTermEndedLosesLeadership(t *testing.T) {
-	forEachMode(t, func(t *testing.T, mode Option) {
-		coord := coordtest.Start(t, coordtest.Config(t, "memory"))
-		ctx := testCtx(t)
-		c := dial(t, coord, mode)
-		e, err := c.Campaign(ctx, "coup", []byte("v1"), WithTTL(5*time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		// An operator ends the term and someone else is elected.
-		if _, err := c.API().Resign(ctx, &coordinatorv1.ResignRequest{Election: "coup", Candidate: e.Candidate(), Term: e.Term()}); err != nil {
-			t.Fatal(err)
-		}
-		other, err := dial(t, coord).Campaign(ctx, "coup", []byte("usurper"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := e.Proclaim(ctx, []byte("v2")); !errors.Is(err, ErrLost) || !errors.Is(e.Err(), ErrLost) {
-			t.Fatalf("Proclaim = %v, Err = %v; want ErrLost", err, e.Err())
-		}
-		info, err := c.Leader(ctx, "coup")
-		if err != nil || info.Term != other.Term() || string(info.Value) != "usurper" {
-			t.Fatalf("Leader = %+v, %v; want the usurper's term %d untouched", info, err, other.Term())
-		}
-	})
+	coord := coordtest.Start(t, coordtest.Config(t, "memory"))
+	ctx := testCtx(t)
+	c := dial(t, coord)
+	e, err := c.Campaign(ctx, "coup", []byte("v1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An operator ends the term and someone else is elected.
+	if _, err := c.API().Resign(ctx, &coordinatorv1.ResignRequest{Election: "coup", Candidate: e.Candidate(), Term: e.Term()}); err != nil {
+		t.Fatal(err)
+	}
+	other, err := dial(t, coord).Campaign(ctx, "coup", []byte("usurper"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Proclaim(ctx, []byte("v2")); !errors.Is(err, ErrLost) || !errors.Is(e.Err(), ErrLost) {
+		t.Fatalf("Proclaim = %v, Err = %v; want ErrLost", err, e.Err())
+	}
+	info, err := c.Leader(ctx, "coup")
+	if err != nil || info.Term != other.Term() || string(info.Value) != "usurper" {
+		t.Fatalf("Leader = %+v, %v; want the usurper's term %d untouched", info, err, other.Term())
+	}
 }
 
 func TestRunAsLeaderHandsOver(t *testing.T) {
-	forEachModeAndStore(t, func(t *testing.T, mode Option, coord *coordtest.Coordinator) {
+	forEachStore(t, func(t *testing.T, coord *coordtest.Coordinator) {
 		ctx := testCtx(t)
 		type term struct {
 			who   string
@@ -104,11 +102,12 @@ func TestRunAsLeaderHandsOver(t *testing.T) {
 					<-lctx.Done()
 					tm.ended <- context.Cause(lctx)
 					return lctx.Err()
-				}, WithTTL(time.Second))
+				})
 			}()
 			return done
 		}
-		a, b := dial(t, coord, mode), dial(t, coord, mode)
+		// b's session is renewed every 333ms, and its loss noticed as soon.
+		a, b := dial(t, coord), dial(t, coord, WithTTL(time.Second))
 		aDone := run(a, "a")
 		first := <-terms
 		if first.who != "a" {
@@ -136,9 +135,13 @@ func TestRunAsLeaderHandsOver(t *testing.T) {
 			t.Fatalf("after a: %s in term %d; want b in a term above %d", second.who, second.term, first.term)
 		}
 
-		// An operator deposes b: its fn's context is cancelled (lost), and
-		// b campaigns again into a new term.
-		if _, err := b.API().Resign(ctx, &coordinatorv1.ResignRequest{Election: "handover", Candidate: mustLeader(t, b).Candidate, Term: second.term}); err != nil {
+		// An operator ends b's session: its fn's context is cancelled
+		// (lost), and b campaigns again into a new term, in a new session.
+		s, err := b.Session(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.API().CloseSession(ctx, &coordinatorv1.CloseSessionRequest{SessionId: s.ID()}); err != nil {
 			t.Fatal(err)
 		}
 		if cause := <-second.ended; !errors.Is(cause, ErrLost) {
@@ -153,15 +156,6 @@ func TestRunAsLeaderHandsOver(t *testing.T) {
 			t.Fatalf("b's RunAsLeader = %v; want ErrClosed", err)
 		}
 	})
-}
-
-func mustLeader(t *testing.T, c *Client) LeaderInfo {
-	t.Helper()
-	info, err := c.Leader(testCtx(t), "handover")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return info
 }
 
 func TestRunAsLeaderReturnsWhenContextEnds(t *testing.T) {
@@ -211,7 +205,7 @@ func TestObserveDeliversChangesInOrder(t *testing.T) {
 			t.Fatal(err)
 		}
 		next(Proclaimed, e1.Term(), "v2")
-		if err := e1.Resign(ctx); err != nil {
+		if _, err := e1.Resign(ctx); err != nil {
 			t.Fatal(err)
 		}
 		next(Vacant, 0, "")
@@ -229,8 +223,8 @@ func TestObserveDeliversChangesInOrder(t *testing.T) {
 func TestObserveSurvivesCoordinatorRestart(t *testing.T) {
 	forEachStore(t, func(t *testing.T, coord *coordtest.Coordinator) {
 		ctx := testCtx(t)
-		watcher, leader := dial(t, coord), dial(t, coord)
-		e1, err := leader.Campaign(ctx, "restarted", []byte("v1"), WithTTL(2*time.Second))
+		watcher, leader := dial(t, coord), dial(t, coord, WithTTL(2*time.Second))
+		e1, err := leader.Campaign(ctx, "restarted", []byte("v1"))
 		if err != nil {
 			t.Fatal(err)
 		}

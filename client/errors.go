@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
@@ -21,14 +20,14 @@ var (
 	// ErrReleased: the lease was released (or the leadership resigned)
 	// through this Client.
 	ErrReleased = errors.New("coordinator: released")
-	// ErrLost: the coordinator refused a renewal (the lease expired there, or
-	// is held under another holder or token), or a proclamation found
+	// ErrLost: the coordinator refused a renewal of the lease's session
+	// (the session expired or was closed there), or a proclamation found
 	// another term in office.
 	ErrLost = errors.New("coordinator: lease lost")
-	// ErrExpired: the lease could not be renewed before its validity ran out
-	// by this process's clock (coordinator or store unreachable). The
-	// coordinator may still hold it until its own expiry, a little later;
-	// nobody else can be granted it before then.
+	// ErrExpired: the lease's session could not be renewed before its
+	// validity ran out by this process's clock (coordinator or store
+	// unreachable). The coordinator may still hold it until its own expiry,
+	// a little later; nobody else can be granted it before then.
 	ErrExpired = errors.New("coordinator: lease expired before it could be renewed")
 	// ErrClosed: the Client was closed.
 	ErrClosed = errors.New("coordinator: client closed")
@@ -84,19 +83,10 @@ func ErrorReason(err error) string {
 	return ""
 }
 
-const errorDomain = "coordinator.v1"
-
 // transient reports whether a call that failed with err may succeed when
-// tried again.
+// tried again (ClientRules.transient_codes).
 func transient(err error) bool {
-	if errors.Is(err, ErrClosed) {
-		return false
-	}
-	switch status.Code(err) {
-	case codes.Unavailable, codes.ResourceExhausted, codes.Aborted, codes.DeadlineExceeded, codes.Canceled:
-		return true
-	}
-	return false
+	return !errors.Is(err, ErrClosed) && transientCodes[status.Code(err)]
 }
 
 // retryDelay is the delay the coordinator asked for in a RetryInfo (a data
@@ -115,16 +105,14 @@ func retryDelay(err error) time.Duration {
 }
 
 // outcomeUnknown reports whether a call that failed with err may still have
-// changed state on the coordinator (the reply, not the request, was lost).
+// changed state on the coordinator (the reply, not the request, was lost):
+// its code is one of ClientRules.outcome_unknown_codes, or the call was cut
+// short here (its context ended, or the Client closed).
 func outcomeUnknown(err error) bool {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrClosed) {
 		return true
 	}
-	switch status.Code(err) {
-	case codes.Canceled, codes.DeadlineExceeded, codes.Unavailable, codes.Unknown, codes.Internal:
-		return true
-	}
-	return false
+	return outcomeUnknownCodes[status.Code(err)]
 }
 
 // callError turns the error of a call made with a context from callCtx into

@@ -20,15 +20,16 @@ func ExampleClient_TryLock() {
 	defer stop()
 	ctx := context.Background()
 
-	c, err := client.New(addr)
+	// WithTTL: the TTL of the Client's default session, which its leases
+	// are held in: renewed about every 3s, gone 10s after this process
+	// stops.
+	c, err := client.New(addr, client.WithTTL(10*time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer func() { _ = c.Close() }()
 
-	// WithTTL: a lease of its own TTL, renewed on its own, rather than one
-	// in the Client's default session.
-	lease, err := c.TryLock(ctx, "reports/nightly", client.WithTTL(10*time.Second))
+	lease, err := c.TryLock(ctx, "reports/nightly")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -39,14 +40,19 @@ func ExampleClient_TryLock() {
 	var notAcquired *client.NotAcquiredError
 	fmt.Println("again:", errors.Is(err, client.ErrNotAcquired), errors.As(err, &notAcquired) && notAcquired.Holder == lease.Holder())
 
-	if err := lease.Release(ctx); err != nil {
+	released, err := lease.Release(ctx)
+	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println(lease.Err())
+	fmt.Println("released:", released, lease.Err())
+	// A second Release is a no-op.
+	released, err = lease.Release(ctx)
+	fmt.Println("again:", released, err)
 	// Output:
 	// holding reports/nightly
 	// again: true true
-	// coordinator: released
+	// released: true coordinator: released
+	// again: false <nil>
 }
 
 func ExampleClient_NewSession() {
@@ -98,7 +104,7 @@ func ExampleClient_Session() {
 	}
 	defer func() { _ = c.Close() }() // closes the default session: one call releases its locks
 
-	// Without WithTTL or WithSession, locks and leaderships join the
+	// Without WithSession, locks and leaderships join the
 	// Client's default session, made by the first of them: one renewal
 	// keeps them all, and they end together.
 	queue, err := c.Lock(ctx, "queues/orders")
@@ -116,7 +122,7 @@ func ExampleClient_Session() {
 	fmt.Println("one session:", queue.SessionID() == session.ID() && leader.SessionID() == session.ID(), session.TTL())
 
 	// Releasing one of them is a release of that lease alone.
-	if err := queue.Release(ctx); err != nil {
+	if _, err := queue.Release(ctx); err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println("session alive:", session.Err() == nil, "leading:", leader.Err() == nil)
@@ -158,8 +164,8 @@ func ExampleSemaphore() {
 	fmt.Println("held:", big.Weight()+small.Weight(), "tokens increase:", small.Token() > big.Token())
 	_, err = sem.TryAcquire(ctx, 1)
 	fmt.Println("full:", errors.Is(err, client.ErrNotAcquired))
-	_ = small.Release(ctx)
-	_ = big.Release(ctx)
+	_, _ = small.Release(ctx)
+	_, _ = big.Release(ctx)
 	// Output:
 	// held: 5 tokens increase: true
 	// full: true
@@ -183,7 +189,7 @@ func ExampleRWMutex() {
 	}
 	_, err = rw.TryLock(ctx)
 	fmt.Println("writer refused beside a reader:", errors.Is(err, client.ErrNotAcquired))
-	_ = reader.Release(ctx)
+	_, _ = reader.Release(ctx)
 
 	writer, err := rw.Lock(ctx)
 	if err != nil {
@@ -191,7 +197,7 @@ func ExampleRWMutex() {
 	}
 	// A resource refuses tokens below the last writer's.
 	fmt.Println("writer's token above the reader's:", writer.Token() > reader.Token())
-	_ = writer.Release(ctx)
+	_, _ = writer.Release(ctx)
 	// Output:
 	// writer refused beside a reader: true
 	// writer's token above the reader's: true
@@ -218,7 +224,7 @@ func ExampleClient_Lock() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer func() { _ = lease.Release(context.Background()) }()
+	defer func() { _, _ = lease.Release(context.Background()) }()
 
 	// Work under the lock with a context that is cancelled if it is lost,
 	// and hand the fencing token to what the work writes.
@@ -260,7 +266,7 @@ func ExampleClient_Campaign() {
 	}
 	fmt.Printf("leader %s, term is mine: %v\n", leader.Value, leader.Term == leadership.Term())
 
-	if err := leadership.Resign(ctx); err != nil {
+	if _, err := leadership.Resign(ctx); err != nil {
 		log.Fatal(err)
 	}
 	_, err = c.Leader(ctx, "scheduler")
@@ -330,7 +336,7 @@ func ExampleClient_Observe() {
 		log.Fatal(err)
 	}
 	show()
-	if err := leadership.Resign(ctx); err != nil {
+	if _, err := leadership.Resign(ctx); err != nil {
 		log.Fatal(err)
 	}
 	show()

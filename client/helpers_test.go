@@ -1,11 +1,7 @@
 package client
 
 import (
-	"bufio"
 	"context"
-	"net/http/httptest"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -69,23 +65,20 @@ func eventually(t testing.TB, what string, cond func() bool) {
 	testwait.Until(t, 20*time.Second, what, cond)
 }
 
-// confirmedAt is when the last successful grant or renewal of l was sent:
-// the coordinator's expiry is at least that plus the TTL.
-func confirmedAt(l *lease) (time.Time, time.Duration) {
-	l.c.renewals.mu.Lock()
-	defer l.c.renewals.mu.Unlock()
-	return l.confirmed, l.ttl
+// confirmedAt is when the last successful renewal of s was sent: the
+// coordinator's expiry is at least that plus the TTL.
+func confirmedAt(s *session) time.Time {
+	s.c.renewals.mu.Lock()
+	defer s.c.renewals.mu.Unlock()
+	return s.confirmed
 }
 
-// waitRenewed waits until l was renewed n times after now, in real time.
-func waitRenewed(t testing.TB, l *lease, n int) {
+// waitRenewed waits until s was renewed n times after now, in real time.
+func waitRenewed(t testing.TB, s *session, n int) {
 	t.Helper()
 	for range n {
-		before, _ := confirmedAt(l)
-		eventually(t, "lease renewed", func() bool {
-			at, _ := confirmedAt(l)
-			return at.After(before)
-		})
+		before := confirmedAt(s)
+		eventually(t, "session renewed", func() bool { return confirmedAt(s).After(before) })
 	}
 }
 
@@ -93,119 +86,27 @@ func waitRenewed(t testing.TB, l *lease, n int) {
 // from its Prometheus metrics.
 func startedStreams(t testing.TB, coord *coordtest.Coordinator, method string) int {
 	t.Helper()
-	rec := httptest.NewRecorder()
-	coord.Server().MetricsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
-	total := 0
-	sc := bufio.NewScanner(rec.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, "grpc_server_started_total{") || !strings.Contains(line, `grpc_method="`+method+`"`) {
-			continue
-		}
-		n, err := strconv.Atoi(line[strings.LastIndexByte(line, ' ')+1:])
-		if err != nil {
-			t.Fatalf("metrics line %q: %v", line, err)
-		}
-		total += n
-	}
-	return total
+	return counted(t, coord, "grpc_server_started_total", `grpc_method="`+method+`"`)
 }
 
-// renew moves clock, the fake clock of l's Client, to l's next renewal (its
-// session's, for a lease in a session) and waits until the renewal was
-// answered. The coordinator's clock is real:
-// leases renewed this way should have a TTL longer than the test.
-func renew(t testing.TB, clock *clockwork.FakeClock, l *lease) {
+// renew moves clock, the fake clock of s's Client, to the session's next
+// renewal and waits until the renewal was answered. The coordinator's clock
+// is real: sessions renewed this way should have a TTL longer than the
+// test.
+func renew(t testing.TB, clock *clockwork.FakeClock, s *session) {
 	t.Helper()
-	renewAll(t, clock, l)
-}
-
-// renewAll is renew for leases of one Client: it moves the clock to the
-// latest of their next renewals.
-func renewAll(t testing.TB, clock *clockwork.FakeClock, leases ...*lease) {
-	t.Helper()
-	s := &leases[0].c.renewals
-	before := make([]time.Time, len(leases))
-	var latest time.Time
-	s.mu.Lock()
-	for i, l := range leases {
-		before[i] = l.confirmed
-		next := l.nextRenew
-		if l.session != nil { // renewed with its session
-			next = l.session.nextRenew
-		}
-		if next.After(latest) {
-			latest = next
-		}
-	}
-	s.mu.Unlock()
-	clock.Advance(max(clock.Until(latest), 0))
+	r := &s.c.renewals
+	r.mu.Lock()
+	before, next := s.confirmed, s.nextRenew
+	r.mu.Unlock()
+	clock.Advance(max(clock.Until(next), 0))
 	// The scheduler may have read the clock before it moved and be about
 	// to set its timer from that reading: wake it to read it again.
-	s.mu.Lock()
-	s.poke()
-	s.mu.Unlock()
-	eventually(t, "leases renewed", func() bool {
-		for i, l := range leases {
-			if at, _ := confirmedAt(l); !at.After(before[i]) {
-				return false
-			}
-		}
-		return true
-	})
-	for _, l := range leases {
-		if err := l.err(); err != nil {
-			t.Fatalf("%s ended while renewed: %v", l.describe(), err)
-		}
+	r.mu.Lock()
+	r.poke()
+	r.mu.Unlock()
+	eventually(t, "session renewed", func() bool { return confirmedAt(s).After(before) })
+	if err := s.err(); err != nil {
+		t.Fatalf("%s ended while renewed: %v", s.describe(), err)
 	}
-}
-
-// modes are the two ways a Client makes its lease calls: over the operation
-// stream (the default) and unary (WithUnaryCalls).
-var modes = []struct {
-	name string
-	opt  Option
-}{
-	{"stream", optionFunc(func(*config) {})},
-	{"unary", WithUnaryCalls()},
-}
-
-// forEachMode runs test as a subtest with each mode's Option, to be given
-// to dial.
-func forEachMode(t *testing.T, test func(t *testing.T, mode Option)) {
-	t.Helper()
-	for _, m := range modes {
-		t.Run(m.name, func(t *testing.T) { test(t, m.opt) })
-	}
-}
-
-// forEachModeAndStore is forEachMode of forEachStore.
-func forEachModeAndStore(t *testing.T, test func(t *testing.T, mode Option, coord *coordtest.Coordinator)) {
-	t.Helper()
-	forEachMode(t, func(t *testing.T, mode Option) {
-		forEachStore(t, func(t *testing.T, coord *coordtest.Coordinator) { test(t, mode, coord) })
-	})
-}
-
-// holding is how a test holds its lease of a TTL: on its own (WithTTL on
-// the lock), or in the Client's default session of that TTL.
-type holding struct {
-	name      string
-	client    Option
-	lock      []LockOption
-	inSession bool
-}
-
-// forEachModeAndHolding is forEachMode of both holdings of a lease of ttl.
-func forEachModeAndHolding(t *testing.T, ttl time.Duration, test func(t *testing.T, mode Option, h holding)) {
-	t.Helper()
-	holdings := []holding{
-		{name: "own", client: optionFunc(func(*config) {}), lock: []LockOption{WithTTL(ttl)}},
-		{name: "in-session", client: WithTTL(ttl), inSession: true},
-	}
-	forEachMode(t, func(t *testing.T, mode Option) {
-		for _, h := range holdings {
-			t.Run(h.name, func(t *testing.T) { test(t, mode, h) })
-		}
-	})
 }

@@ -12,8 +12,8 @@ import (
 )
 
 // Lease is a lock, or a share of a semaphore or read-write lock, held
-// through a Client: a time-bounded grant of a name, renewed in the
-// background until it is released or lost.
+// through a Client: a grant of a name attached to a session, valid as long
+// as the session, until it is released or lost.
 //
 // Check Done (or use Context) before and while acting on what the lock
 // protects, and hand Token to the protected resource so that it can refuse
@@ -30,29 +30,27 @@ func (l *Lease) Name() string { return l.l.name }
 func (l *Lease) Holder() string { return l.l.holder }
 
 // Token is the fencing token: it is larger than that of every earlier grant
-// of the name, and stays the same across renewals.
+// of the name, and stays the same while the lease is held.
 func (l *Lease) Token() uint64 { return l.l.token }
 
 // Weight is how much of the name's capacity the lease holds: 1 for a lock
 // or a reader, the whole capacity for a writer.
 func (l *Lease) Weight() int64 { return l.l.weight }
 
-// SessionID is the id of the session the lease is attached to (the
-// Client's default session, or WithSession's), "" for a lease of its own
-// TTL (WithTTL, WithoutDefaultSession).
-func (l *Lease) SessionID() string { return l.l.sessionID }
+// SessionID is the id of the session the lease is attached to: the
+// Client's default session, or WithSession's.
+func (l *Lease) SessionID() string { return l.l.session.id }
 
-// TTL is the lease's time to live, as last granted.
-func (l *Lease) TTL() time.Duration { return l.l.currentTTL() }
+// TTL is the TTL of the lease's session, as last granted.
+func (l *Lease) TTL() time.Duration { return l.l.session.currentTTL() }
 
-// Deadline is when the lease stops being valid by this process's clock
-// unless it is renewed before: the time the last successful grant or
-// renewal was sent, plus the TTL, minus a margin for clock drift. The
-// coordinator's expiry is later. Meaningless once Done is closed.
-func (l *Lease) Deadline() time.Time { return l.l.currentDeadline() }
+// Deadline is when the lease's session, and so the lease, stops being valid
+// by this process's clock unless the session is renewed before (see
+// Session.Deadline). Meaningless once Done is closed.
+func (l *Lease) Deadline() time.Time { return l.l.session.currentDeadline() }
 
-// Done is closed the moment the lease ends: released, lost, expired, or its
-// Client closed. Err then says which.
+// Done is closed the moment the lease ends: released, lost or expired with
+// its session, or its Client closed. Err then says which.
 func (l *Lease) Done() <-chan struct{} { return l.l.ended.Done() }
 
 // Err is nil while the lease is held; afterwards an error matching
@@ -65,13 +63,13 @@ func (l *Lease) Context(parent context.Context) context.Context {
 	return l.l.context(parent)
 }
 
-// Release stops renewing the lease, closes Done (Err returns ErrReleased),
-// then gives the lease up on the coordinator, retrying transient errors
-// until ctx ends. It returns nil when the lease was released, and an error
-// matching ErrLost, ErrExpired or ErrClosed when it had already ended that
-// way (an expired lease is still released on the coordinator, in case it
-// holds it yet). Calling it again returns nil.
-func (l *Lease) Release(ctx context.Context) error {
+// Release closes Done (Err returns ErrReleased), then gives the lease up on
+// the coordinator, retrying transient errors until ctx ends. It reports
+// whether the coordinator released it. A lease no longer held (released
+// already, lost, or given up by Close) is a no-op: false, and no error. A
+// lease whose session expired here is still released on the coordinator,
+// in case it holds it yet.
+func (l *Lease) Release(ctx context.Context) (bool, error) {
 	return l.l.release(ctx, func(ctx context.Context) (bool, error) {
 		resp, err := l.l.c.releaseCall(ctx, &coordinatorv1.ReleaseRequest{Name: l.l.name, Holder: l.l.holder, Token: l.l.token})
 		return resp.GetReleased(), err
@@ -86,71 +84,89 @@ func (l *Lease) String() string {
 	return fmt.Sprintf("lock %q held by %s with token %d", l.l.name, l.l.holder, l.l.token)
 }
 
-// lease is what Lease, Leadership and Session share: a grant that the
-// Client's renewer renews, or one attached to a session, which ends with it.
-// A session is a lease of kind kindSession whose name is its id, token 0.
-type lease struct {
-	c      *Client
-	kind   string // "lock", "semaphore", "read lock", "write lock", "leadership" or kindSession, for messages
-	name   string
-	holder string
-	token  uint64
-	weight int64 // of the name's capacity; 1 for a lock or leadership
-	// sessionID is the session the lease is attached to, "" when it has a
-	// TTL of its own. Set before the lease is handed out, never changed.
-	sessionID string
-
-	// ended is cancelled, with the reason as its cause, when the lease ends.
+// ending is what a session and a lease share: a signal that ends once,
+// with the reason as its cause.
+type ending struct {
 	ended  context.Context
 	finish context.CancelCauseFunc
-
-	// Guarded by c.renewals.mu.
-	ttl       time.Duration
-	deadline  time.Time // local validity, by the Client's clock (monotonic)
-	confirmed time.Time // when the last successful grant or renewal was sent
-	nextRenew time.Time
-	inflight  any              // the renewal sent and not answered yet: its KeepAlive stream (*kaConn) or stream operation (*streamOp)
-	sentAt    time.Time        // when that renewal was sent (KeepAlive)
-	wantSend  bool             // queued in renewals.pending
-	retry     *backoff.Backoff // delays after failed renewals; nil after a success
-	lastErr   string           // why the last renewal failed
-	index     int              // in renewals.queue; -1 when not there
-	done      bool
-	// Of an attached lease: its session's lease, whose validity is its
-	// own. Of a session: the leases attached to it.
-	session  *lease
-	attached map[*lease]struct{}
+	done   bool // guarded by the Client's renewals.mu
 }
 
-// kindSession is the kind of a session's own lease.
-const kindSession = "session"
-
-func (c *Client) newLease(kind, name, holder string, token uint64, ttl time.Duration, sent time.Time) *lease {
+func newEnding() ending {
 	ended, finish := context.WithCancelCause(context.Background())
-	l := &lease{c: c, kind: kind, name: name, holder: holder, token: token, weight: 1, ended: ended, finish: finish, index: -1}
-	l.granted(sent, ttl)
-	return l
+	return ending{ended: ended, finish: finish}
 }
 
-// granted records a successful grant or renewal sent at sent. Callers hold
-// the session lock, or own l alone.
-func (l *lease) granted(sent time.Time, ttl time.Duration) {
-	l.ttl = ttl
-	l.confirmed = sent
-	l.deadline = sent.Add(ttl - driftMargin(ttl))
-	l.nextRenew = sent.Add(jitter(ttl / renewalsPerTTL))
-	l.retry, l.lastErr = nil, ""
+func (e *ending) err() error {
+	if e.ended.Err() == nil {
+		return nil
+	}
+	return context.Cause(e.ended)
 }
 
-// driftMargin is kept from a lease's validity for clock drift between this
-// process and the store, and for this process being scheduled late:
+func (e *ending) context(parent context.Context) context.Context {
+	ctx, cancel := context.WithCancelCause(parent)
+	if e.ended.Err() != nil {
+		cancel(context.Cause(e.ended))
+		return ctx
+	}
+	stop := context.AfterFunc(e.ended, func() { cancel(context.Cause(e.ended)) })
+	// Once ctx ends by itself, stop watching.
+	context.AfterFunc(ctx, func() { stop() })
+	return ctx
+}
+
+// lease is what Lease and Leadership share: a grant in a session, which
+// ends with it.
+type lease struct {
+	ending
+	c       *Client
+	kind    string // "lock", "semaphore", "read lock", "write lock" or "leadership", for messages
+	name    string
+	holder  string
+	token   uint64
+	weight  int64 // of the name's capacity; 1 for a lock or leadership
+	session *session
+}
+
+// describe names l in errors.
+func (l *lease) describe() string {
+	return fmt.Sprintf("%s %q (token %d)", l.kind, l.name, l.token)
+}
+
+// release ends l with ErrReleased and then gives it up with call, retrying
+// transient errors until ctx ends; it reports call's answer.
+func (l *lease) release(ctx context.Context, call func(context.Context) (bool, error)) (bool, error) {
+	if prior := l.c.renewals.endLease(l, ErrReleased); prior != nil && !errors.Is(prior, ErrExpired) {
+		return false, nil // released already, lost, or Close released it
+	}
+	// Not a callCtx: a Release racing Close still gets its chance while
+	// Close releases the rest.
+	b := newCallBackoff()
+	for {
+		released, err := call(ctx)
+		switch {
+		case err == nil:
+			return released, nil
+		case transient(err) && !l.c.isClosed() && ctx.Err() == nil && sleep(ctx, retryIn(b, err)):
+			continue
+		}
+		if l.c.isClosed() && ctx.Err() == nil {
+			return false, fmt.Errorf("coordinator: release %s: %w", l.describe(), ErrClosed)
+		}
+		return false, callError(ctx, "release "+l.describe(), err)
+	}
+}
+
+// driftMargin is kept from a session's validity for clock drift between
+// this process and the store, and for this process being scheduled late:
 // ttl/10, at least 50ms, at most ttl/2 (ClientRules.validity_margin_*).
 func driftMargin(ttl time.Duration) time.Duration {
 	return min(max(ttl*validityMarginPercent/100, validityMarginMin), ttl*validityMarginMaxPercent/100)
 }
 
 // renewalBackoff returns the delays before retrying a renewal that failed,
-// in proportion to the TTL so that several retries fit in the lease's
+// in proportion to the TTL so that several retries fit in the session's
 // validity: from ttl/20, doubling, at most ttl/4, never below 10ms
 // (ClientRules.renewal_retry_*).
 func renewalBackoff(ttl time.Duration) *backoff.Backoff {
@@ -164,88 +180,4 @@ func jitter(d time.Duration) time.Duration {
 	}
 	spread := d * renewalJitterPercent / 100
 	return d - spread + rand.N(2*spread+1) //nolint:gosec // spreading renewals needs no secret randomness
-}
-
-// due is when the scheduler must next look at l: its renewal, or its
-// deadline while a renewal is queued or in flight.
-func (l *lease) due() time.Time {
-	if l.wantSend || l.inflight != nil || !l.nextRenew.Before(l.deadline) {
-		return l.deadline
-	}
-	return l.nextRenew
-}
-
-func (l *lease) err() error {
-	if l.ended.Err() == nil {
-		return nil
-	}
-	return context.Cause(l.ended)
-}
-
-func (l *lease) currentTTL() time.Duration {
-	l.c.renewals.mu.Lock()
-	defer l.c.renewals.mu.Unlock()
-	return l.ttl
-}
-
-func (l *lease) currentDeadline() time.Time {
-	l.c.renewals.mu.Lock()
-	defer l.c.renewals.mu.Unlock()
-	return l.deadline
-}
-
-func (l *lease) context(parent context.Context) context.Context {
-	ctx, cancel := context.WithCancelCause(parent)
-	if l.ended.Err() != nil {
-		cancel(context.Cause(l.ended))
-		return ctx
-	}
-	stop := context.AfterFunc(l.ended, func() { cancel(context.Cause(l.ended)) })
-	// Once ctx ends by itself, stop watching the lease.
-	context.AfterFunc(ctx, func() { stop() })
-	return ctx
-}
-
-// describe names l in errors.
-func (l *lease) describe() string {
-	if l.kind == kindSession {
-		return "session " + l.name
-	}
-	return fmt.Sprintf("%s %q (token %d)", l.kind, l.name, l.token)
-}
-
-// release ends l with ErrReleased and then gives it up with call, retrying
-// transient errors until ctx ends.
-func (l *lease) release(ctx context.Context, call func(context.Context) (bool, error)) error {
-	prior := l.c.renewals.end(l, ErrReleased)
-	switch {
-	case prior == nil:
-	case errors.Is(prior, ErrReleased):
-		return nil
-	case errors.Is(prior, ErrExpired):
-		// The coordinator may hold it yet: give it up there too.
-		_, _ = call(ctx)
-		return prior
-	default: // lost (the coordinator does not hold it) or closed (Close released it)
-		return prior
-	}
-
-	// Not a callCtx: a Release racing Close still gets its chance while
-	// Close releases the rest.
-	b := newCallBackoff()
-	for {
-		released, err := call(ctx)
-		switch {
-		case err == nil && released:
-			return nil
-		case err == nil:
-			return fmt.Errorf("%w: %s had already expired on the coordinator when it was released", ErrLost, l.describe())
-		case transient(err) && !l.c.isClosed() && ctx.Err() == nil && sleep(ctx, retryIn(b, err)):
-			continue
-		}
-		if l.c.isClosed() && ctx.Err() == nil {
-			return fmt.Errorf("coordinator: release %s: %w", l.describe(), ErrClosed)
-		}
-		return callError(ctx, "release "+l.describe(), err)
-	}
 }

@@ -121,7 +121,7 @@ func testAKilledSessionHolder(t *testing.T, explicit string) {
 				l, err := waiter.Lock(ctx, name)
 				granted[i], errs[i] = time.Now(), err
 				if err == nil {
-					_ = l.Release(ctx)
+					_, _ = l.Release(ctx)
 				}
 			})
 		}

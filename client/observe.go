@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -53,16 +52,8 @@ type LeaderEvent struct {
 	Leader LeaderInfo
 	// Holders, when Kind is Holders, are the semaphore's live grants in
 	// token order (none when it fell free), and Capacity its capacity.
-	Holders  []HolderInfo
+	Holders  []LeaseInfo
 	Capacity int64
-}
-
-// HolderInfo is one grant of a semaphore, as Observe reports it.
-type HolderInfo struct {
-	Holder    string
-	Token     uint64
-	Weight    int64
-	ExpiresAt time.Time // by the coordinator's clock
 }
 
 // Observe streams the changes of election's leadership. The first event is
@@ -164,8 +155,7 @@ func transition(last *LeaderEvent, ev *coordinatorv1.LeaderEvent) []LeaderEvent 
 	if ev.GetKind() == coordinatorv1.LeaderEvent_KIND_HOLDERS {
 		cur := LeaderEvent{Kind: Holders, Capacity: int64(max(ev.GetCapacity(), 1))}
 		for _, l := range ev.GetHolders() {
-			cur.Holders = append(cur.Holders, HolderInfo{Holder: l.GetHolder(), Token: l.GetToken(),
-				Weight: int64(max(l.GetWeight(), 1)), ExpiresAt: l.GetExpiresAt().AsTime()})
+			cur.Holders = append(cur.Holders, leaseInfo(l))
 		}
 		if last != nil && last.Kind == Holders && sameHolders(last, &cur) {
 			return nil

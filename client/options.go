@@ -21,10 +21,17 @@ type Option interface {
 	applyClient(*config)
 }
 
-// LockOption configures one acquisition: TryLock, Lock, Campaign or
-// RunAsLeader.
+// LockOption configures one acquisition: TryLock, Lock (and their
+// semaphore and read-write variants), Campaign or RunAsLeader. WithSession
+// is the one there is.
 type LockOption interface {
 	applyLock(*lockConfig)
+}
+
+// SessionOption configures a session that NewSession makes. WithTTL is the
+// one there is.
+type SessionOption interface {
+	applySession(*time.Duration)
 }
 
 type config struct {
@@ -36,20 +43,14 @@ type config struct {
 	creds        credentials.TransportCredentials
 	dialOpts     []grpc.DialOption
 	clock        clockwork.Clock
-	unary        bool
 	sessionIdle  time.Duration
-	// noDefaultSession is WithoutDefaultSession's.
-	noDefaultSession bool
 	// tracer is WithTracerProvider's; nil: no tracing.
 	tracer trace.TracerProvider
 }
 
 type lockConfig struct {
-	ttl time.Duration
-	// ownTTL: WithTTL was given, for a lease of its own rather than one in
-	// the default session.
-	ownTTL bool
-	// session, when set, is the session the lease attaches to (WithSession).
+	// session, when set, is the session the lease attaches to (WithSession)
+	// instead of the Client's default session.
 	session *Session
 }
 
@@ -57,33 +58,20 @@ type optionFunc func(*config)
 
 func (f optionFunc) applyClient(c *config) { f(c) }
 
-// TTLOption sets a lease's time to live. It is both an Option (the Client's
-// default, DefaultTTL when not given) and a LockOption (that acquisition
-// only). The coordinator accepts TTLs from 100ms up to its configured maximum
-// (5 minutes by default).
+// TTLOption sets a session's time to live. It is both an Option (the TTL
+// of the Client's default session, DefaultTTL when not given) and a
+// SessionOption (that of a session NewSession makes). The coordinator
+// accepts TTLs from 100ms up to its configured maximum (5 minutes by
+// default).
 type TTLOption time.Duration
 
-// WithTTL sets the time to live of leases. Given to New, it is the
-// Client's default: its default session's TTL, and that of the leases of
-// their own. Given to TryLock, Lock (and their semaphore and read-write
-// variants), Campaign or RunAsLeader, it makes that acquisition a lease of
-// its own, of that TTL and renewed on its own, rather than one attached to
-// the default session. Given to NewSession, it is the session's TTL. A held
-// lease or session is renewed about every ttl/3, so the TTL is how long a
+// WithTTL sets the time to live of sessions, and so of every lease held in
+// them: a session is renewed about every ttl/3, so the TTL is how long a
 // holder that stopped (crashed, partitioned) keeps others waiting.
 func WithTTL(ttl time.Duration) TTLOption { return TTLOption(ttl) }
 
-func (o TTLOption) applyClient(c *config) { c.ttl = time.Duration(o) }
-func (o TTLOption) applyLock(c *lockConfig) {
-	c.ttl, c.ownTTL = time.Duration(o), true
-}
-
-// WithoutDefaultSession makes a Client without a default session: every
-// lease and leadership acquired without WithSession is then a lease of its
-// own, renewed on its own, as before sessions. Client.Session fails.
-func WithoutDefaultSession() Option {
-	return optionFunc(func(c *config) { c.noDefaultSession = true })
-}
+func (o TTLOption) applyClient(c *config)           { c.ttl = time.Duration(o) }
+func (o TTLOption) applySession(ttl *time.Duration) { *ttl = time.Duration(o) }
 
 // WithIdentity sets the Client's identity, which prefixes the holder of every
 // lease and the candidate of every campaign it makes: each acquisition holds
@@ -166,15 +154,16 @@ func WithDialOptions(opts ...grpc.DialOption) Option {
 // coordinator, whose server span and store spans then join the trace. By
 // default nothing is installed, and calls pay nothing for tracing.
 //
-// The lease calls of a Client go over its operation stream unless
-// WithUnaryCalls is given. The stream, open while the Client is busy, is one
+// The lease calls of a Client go over its operation stream. The stream,
+// open while the Client is busy, is one
 // RPC whose span is part of no caller's trace, so each TryLock, Lock,
 // Campaign, Release and Resign made on it gets a client span of its own,
 // named as its unary method, a child of the caller's span, and sends its
 // trace context in the operation (trace_parent, trace_state): the
 // coordinator's span of the operation joins the caller's trace, as it does
 // for a unary call. Renewals, which no caller waits for, are not traced
-// here. Describe, Leader, List and Observe are RPCs of their own either way.
+// here. Describe, Leader, List, Observe and the session calls other than
+// renewals are RPCs of their own.
 func WithTracerProvider(tp trace.TracerProvider) Option {
 	return optionFunc(func(c *config) {
 		if tp == nil {
@@ -205,19 +194,6 @@ func WithCloseTimeout(d time.Duration) Option {
 // that tests can move time forward instead of waiting.
 func withClock(clock clockwork.Clock) Option {
 	return optionFunc(func(c *config) { c.clock = clock })
-}
-
-// WithUnaryCalls makes the Client's lease calls as unary RPCs (TryAcquire,
-// Campaign, Release, Resign) and renew its leases over a KeepAlive stream,
-// as clients before the operation stream did. By default they all go over one
-// operation stream per Client, which costs the client and the coordinator
-// less per operation and coalesces the operations of many goroutines into
-// few messages; the semantics are the same. A coordinator without the
-// Stream method is detected and gets unary calls anyway. Use it to compare,
-// or when something on the path (a proxy, an interceptor) handles unary
-// calls only.
-func WithUnaryCalls() Option {
-	return optionFunc(func(c *config) { c.unary = true })
 }
 
 // withSessionIdle sets how long the operation stream stays open with nothing

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/code"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
@@ -22,9 +24,10 @@ import (
 // option.
 var clientRules = readClientRules()
 
-// DefaultTTL is the lease TTL used when neither New nor the call is given
-// WithTTL: ClientRules.default_ttl_millis (15s). It is read from the proto
-// and is not meant to be changed.
+// DefaultTTL is the TTL of sessions, and so of the leases held in them,
+// when neither New nor NewSession is given WithTTL:
+// ClientRules.default_ttl_millis (15s). It is read from the proto and is
+// not meant to be changed.
 var DefaultTTL = millis(clientRules.GetDefaultTtlMillis())
 
 // DefaultCloseTimeout bounds how long Close spends releasing the leases the
@@ -45,9 +48,6 @@ var (
 	// price: a lock freed in the last answerMargin of a wait goes to the
 	// next waiter.
 	answerMargin = millis(clientRules.GetAnswerMarginMillis())
-	// maxConfirms bounds how many times in a row an acquisition re-confirms
-	// a grant that arrived too late to leave much of its validity.
-	maxConfirms = int(clientRules.GetMaxConfirms())
 
 	// The delays between the retries of a call or a stream, and the
 	// fraction by which every retry delay is moved up or down.
@@ -55,7 +55,7 @@ var (
 	retryMax    = millis(clientRules.GetRetryMaxMillis())
 	retryJitter = float64(clientRules.GetRetryJitterPercent()) / 100
 
-	// A lease is renewed every TTL/renewalsPerTTL, moved up or down by up
+	// A session is renewed every TTL/renewalsPerTTL, moved up or down by up
 	// to renewalJitterPercent.
 	renewalsPerTTL       = time.Duration(clientRules.GetRenewalsPerTtl())
 	renewalJitterPercent = time.Duration(clientRules.GetRenewalJitterPercent())
@@ -67,7 +67,7 @@ var (
 	renewalRetryMaxPercent = time.Duration(clientRules.GetRenewalRetryMaxPercent())
 	renewalRetryFloor      = millis(clientRules.GetRenewalRetryFloorMillis())
 
-	// The margin kept from a lease's validity: validityMarginPercent of the
+	// The margin kept from a session's validity: validityMarginPercent of the
 	// TTL, at least validityMarginMin, at most validityMarginMaxPercent of
 	// the TTL.
 	validityMarginPercent    = time.Duration(clientRules.GetValidityMarginPercent())
@@ -79,6 +79,18 @@ var (
 	leaderEarlyReturn = millis(clientRules.GetLeaderEarlyReturnMillis())
 	leaderRetryMin    = millis(clientRules.GetLeaderRetryMinMillis())
 	leaderRetryMax    = millis(clientRules.GetLeaderRetryMaxMillis())
+	// leaderCampaignsAgain: RunAsLeader campaigns again after each term,
+	// until stopped, rather than once.
+	leaderCampaignsAgain = clientRules.GetLeaderCampaignsAgain()
+
+	// transientCodes are the codes after which a call may succeed when
+	// tried again, and outcomeUnknownCodes those after which it may have
+	// changed state on the coordinator without its caller hearing of it.
+	transientCodes      = codeSet(clientRules.GetTransientCodes())
+	outcomeUnknownCodes = codeSet(clientRules.GetOutcomeUnknownCodes())
+	// errorDomain is the google.rpc.ErrorInfo domain of the coordinator's
+	// errors.
+	errorDomain = clientRules.GetErrorDomain()
 
 	// leaseEndingReasons are the ErrorReason names marked
 	// (coordinator.v1.ends_lease): a renewal refused with one of them
@@ -119,6 +131,16 @@ func readLeaseEndingReasons() map[string]bool {
 		}
 	}
 	return reasons
+}
+
+// codeSet is the set of gRPC codes of the google.rpc.Code values list:
+// the two enums number the codes alike.
+func codeSet(list []code.Code) map[codes.Code]bool {
+	set := make(map[codes.Code]bool, len(list))
+	for _, c := range list {
+		set[codes.Code(c)] = true
+	}
+	return set
 }
 
 func millis(ms uint32) time.Duration { return time.Duration(ms) * time.Millisecond }

@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/code"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
@@ -61,8 +64,9 @@ func TestTheSDKTakesItsLimitsAndTimingsFromTheProto(t *testing.T) {
 		{"the longest wait of one call", maxWait, specMillis(wait.GetMaxMillis())},
 		{"the identity limit", maxIdentityBytes, int(holder.GetMaxBytes()) - int(r.GetHolderSuffixBytes())},
 		{"the answer margin", answerMargin, specMillis(r.GetAnswerMarginMillis())},
-		{"the re-confirmations of a late grant", maxConfirms, int(r.GetMaxConfirms())},
 		{"RunAsLeader's early return", leaderEarlyReturn, specMillis(r.GetLeaderEarlyReturnMillis())},
+		{"whether RunAsLeader campaigns again", leaderCampaignsAgain, r.GetLeaderCampaignsAgain()},
+		{"the error domain", errorDomain, r.GetErrorDomain()},
 	}
 	for _, tt := range tests {
 		if tt.got != tt.want {
@@ -111,16 +115,12 @@ func TestTheSDKsDelaysSpreadAsTheProtoSays(t *testing.T) {
 		{"the last retry of a call", specMillis(r.GetRetryMaxMillis()), retryJitter, true, func() time.Duration { return nth(newCallBackoff(), 30) }},
 		{"the first retry of a renewal", max(ttl*time.Duration(r.GetRenewalRetryMinPercent())/100, floor), retryJitter, false, func() time.Duration { return renewalBackoff(ttl).Next() }},
 		{"the last retry of a renewal", max(ttl*time.Duration(r.GetRenewalRetryMaxPercent())/100, floor), retryJitter, true, func() time.Duration { return nth(renewalBackoff(ttl), 30) }},
-		{"the first pause of RunAsLeader", specMillis(r.GetLeaderRetryMinMillis()), retryJitter, false, func() time.Duration {
-			return backoff.NewWithJitter(leaderRetryMin, leaderRetryMax, retryJitter).Next()
-		}},
-		{"the last pause of RunAsLeader", specMillis(r.GetLeaderRetryMaxMillis()), retryJitter, true, func() time.Duration {
-			return nth(backoff.NewWithJitter(leaderRetryMin, leaderRetryMax, retryJitter), 30)
-		}},
+		{"the first pause of RunAsLeader", specMillis(r.GetLeaderRetryMinMillis()), retryJitter, false, func() time.Duration { return newLeaderBackoff().Next() }},
+		{"the last pause of RunAsLeader", specMillis(r.GetLeaderRetryMaxMillis()), retryJitter, true, func() time.Duration { return nth(newLeaderBackoff(), 30) }},
 		{"a renewal", ttl / time.Duration(r.GetRenewalsPerTtl()), renewalJitter, false, func() time.Duration {
-			var l lease
-			l.granted(time.Time{}, ttl)
-			return l.nextRenew.Sub(time.Time{})
+			var s session
+			s.granted(time.Time{}, ttl)
+			return s.nextRenew.Sub(time.Time{})
 		}},
 	}
 	for _, tt := range tests {
@@ -163,6 +163,31 @@ func TestTheReasonsThatEndALeaseAreTheProtosEndsLease(t *testing.T) {
 	}
 	if got := slices.Sorted(maps.Keys(leaseEndingReasons)); !slices.Equal(got, slices.Sorted(slices.Values(want))) {
 		t.Errorf("the reasons that end a lease are %v; the proto marks %v", got, want)
+	}
+}
+
+// TestTheSDKClassesCodesAsTheProtoSays: the codes retried and those whose
+// outcome is unknown are the proto's transient_codes and
+// outcome_unknown_codes, every code checked both ways.
+func TestTheSDKClassesCodesAsTheProtoSays(t *testing.T) {
+	r := specRules(t)
+	if len(r.GetTransientCodes()) == 0 || len(r.GetOutcomeUnknownCodes()) == 0 {
+		t.Fatal("the proto lists no transient or no outcome-unknown code")
+	}
+	for c := codes.OK; c <= codes.Unauthenticated; c++ {
+		err := status.Error(c, "test")
+		wantTransient := slices.Contains(r.GetTransientCodes(), code.Code(c))
+		wantUnknown := slices.Contains(r.GetOutcomeUnknownCodes(), code.Code(c))
+		if c == codes.OK {
+			continue // no error to class
+		}
+		if transient(err) != wantTransient || outcomeUnknown(err) != wantUnknown {
+			t.Errorf("%s: transient %t, outcome unknown %t; the proto says %t, %t", c, transient(err), outcomeUnknown(err), wantTransient, wantUnknown)
+		}
+	}
+	// Whatever its code, a call the Client's Close cut short is not retried.
+	if transient(ErrClosed) {
+		t.Error("ErrClosed is transient")
 	}
 }
 

@@ -19,7 +19,7 @@ const RWCapacity = int64(coordinatorv1.RWCapacity_RW_CAPACITY)
 // Semaphore is a name of a fixed capacity whose shares Acquire and
 // TryAcquire take: "at most capacity weight held at once", like
 // golang.org/x/sync/semaphore.Weighted, across processes. Each share is a
-// *Lease of its own, with its own token, renewal, loss signal and release.
+// *Lease of its own, with its own token, loss signal and release.
 // Waiters are served in arrival order, a large request holding back later
 // small ones, so that nobody starves. Every user of a name must agree on its
 // capacity: while the name is held or awaited, a request with another
@@ -65,7 +65,7 @@ func (s *Semaphore) acquire(ctx context.Context, n int64, wait bool, opts []Lock
 	if n < 1 || n > s.capacity {
 		return nil, fmt.Errorf("coordinator: %s %q: weight %d is not within 1 to the capacity, %d", s.kind, s.name, n, s.capacity)
 	}
-	l, err := s.c.acquire(ctx, s.c.lockConfig(opts), wait, s.kind, s.name, s.c.tryAcquire(s.name, uint32(s.capacity), uint32(n)))
+	l, err := s.c.acquire(ctx, opts, wait, s.kind, s.name, s.c.tryAcquire(s.name, uint32(s.capacity), uint32(n)))
 	if err != nil {
 		return nil, err
 	}

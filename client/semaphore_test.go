@@ -16,15 +16,15 @@ import (
 )
 
 func TestSemaphoreSharesEachAsALeaseOfItsOwn(t *testing.T) {
-	forEachModeAndStore(t, func(t *testing.T, mode Option, coord *coordtest.Coordinator) {
-		c := dial(t, coord, mode)
+	forEachStore(t, func(t *testing.T, coord *coordtest.Coordinator) {
+		c := dial(t, coord)
 		ctx := testCtx(t)
 		sem := c.Semaphore("jobs/migrate", 3)
 		a, err := sem.TryAcquire(ctx, 2)
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := sem.TryAcquire(ctx, 1, WithTTL(time.Second))
+		b, err := sem.TryAcquire(ctx, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -34,18 +34,13 @@ func TestSemaphoreSharesEachAsALeaseOfItsOwn(t *testing.T) {
 		if _, err := sem.TryAcquire(ctx, 1); !errors.Is(err, ErrNotAcquired) {
 			t.Fatalf("a share past the capacity: %v; want ErrNotAcquired", err)
 		}
-		// b is renewed on its own (3 of its TTLs pass) while a is released.
-		if err := a.Release(ctx); err != nil {
-			t.Fatal(err)
+		// b stays while a is released.
+		if released, err := a.Release(ctx); err != nil || !released {
+			t.Fatalf("Release = %t, %v; want released", released, err)
 		}
-		select {
-		case <-b.Done():
-			t.Fatalf("b ended: %v", b.Err())
-		case <-time.After(3 * time.Second):
-		}
-		d, err := c.API().Describe(ctx, &coordinatorv1.DescribeRequest{Name: "jobs/migrate"})
-		if err != nil || len(d.GetHolders()) != 1 || d.GetHolders()[0].GetToken() != b.Token() || d.GetCapacity() != 3 {
-			t.Fatalf("Describe = %v, %v; want b alone, capacity 3", d, err)
+		d, err := c.Describe(ctx, "jobs/migrate")
+		if err != nil || len(d.Holders) != 1 || d.Holders[0].Token != b.Token() || d.Holders[0].Weight != 1 || d.Capacity != 3 || b.Err() != nil {
+			t.Fatalf("Describe = %+v, %v; want b alone, capacity 3", d, err)
 		}
 		// Another capacity while held: FailedPrecondition CAPACITY_MISMATCH.
 		_, err = c.Semaphore("jobs/migrate", 5).TryAcquire(ctx, 1)
@@ -61,19 +56,9 @@ func TestSemaphoreSharesEachAsALeaseOfItsOwn(t *testing.T) {
 // TestSemaphoreAcquireWaitsAndNeverOverGrants: workers of random weights
 // share a capacity through Acquire; the weight held at once, counted where
 // they act, never passes it, and every worker gets its turn.
-// Both with shares of their own and in the default session.
 func TestSemaphoreAcquireWaitsAndNeverOverGrants(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		opt  Option
-	}{{"own", WithoutDefaultSession()}, {"in-session", WithTTL(DefaultTTL)}} {
-		t.Run(tc.name, func(t *testing.T) { testSemaphoreNeverOverGrants(t, tc.opt) })
-	}
-}
-
-func testSemaphoreNeverOverGrants(t *testing.T, opt Option) {
 	forEachStore(t, func(t *testing.T, coord *coordtest.Coordinator) {
-		c := dial(t, coord, opt)
+		c := dial(t, coord)
 		ctx := testCtx(t)
 		const capacity, workers = 4, 12
 		sem := c.Semaphore("pool", capacity)
@@ -95,7 +80,7 @@ func testSemaphoreNeverOverGrants(t *testing.T, opt Option) {
 				}
 				time.Sleep(20 * time.Millisecond)
 				held.Add(-n)
-				if err := l.Release(ctx); err != nil {
+				if _, err := l.Release(ctx); err != nil {
 					t.Error(err)
 				}
 			})
@@ -108,8 +93,8 @@ func testSemaphoreNeverOverGrants(t *testing.T, opt Option) {
 }
 
 func TestRWMutexReadersShareAWriterWaitsItsTurn(t *testing.T) {
-	forEachModeAndStore(t, func(t *testing.T, mode Option, coord *coordtest.Coordinator) {
-		c := dial(t, coord, mode)
+	forEachStore(t, func(t *testing.T, coord *coordtest.Coordinator) {
+		c := dial(t, coord)
 		ctx := testCtx(t)
 		rw := c.RWMutex("config")
 		r1, err := rw.RLock(ctx)
@@ -139,7 +124,7 @@ func TestRWMutexReadersShareAWriterWaitsItsTurn(t *testing.T) {
 			t.Fatalf("a reader after a waiting writer: %v; want ErrNotAcquired", err)
 		}
 		for _, r := range []*Lease{r1, r2} {
-			if err := r.Release(ctx); err != nil {
+			if _, err := r.Release(ctx); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -160,7 +145,7 @@ func TestRWMutexReadersShareAWriterWaitsItsTurn(t *testing.T) {
 		if _, err := rw.RLock(rctx); !errors.Is(err, ErrNotAcquired) || !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("RLock while written: %v; want ErrNotAcquired after the deadline", err)
 		}
-		if err := w.Release(ctx); err != nil {
+		if _, err := w.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
 		if r, err := rw.RLock(ctx); err != nil || r.Token() <= w.Token() {
@@ -200,7 +185,7 @@ func TestObserveReportsASemaphoresHolders(t *testing.T) {
 			t.Fatal(err)
 		}
 		next(2)
-		if err := a.Release(ctx); err != nil {
+		if _, err := a.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
 		if ev := next(1); ev.Holders[0].Token != b.Token() {

@@ -17,8 +17,9 @@ import (
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
 )
 
-// stream carries a Client's lease operations (acquire, renew, release,
-// campaign, resign) over one operation stream, shared by every goroutine.
+// opStream carries a Client's lease operations (acquire, release,
+// campaign, resign) and the renewals of its sessions (renew_session) over
+// one operation stream, shared by every goroutine.
 //
 // Operations are queued, and whatever is queued when the stream is free to
 // send goes out as one StreamRequest (up to maxStreamOps operations and
@@ -28,7 +29,7 @@ import (
 // are in flight (see maxInlineInFlight); otherwise the stream's sender
 // goroutine does. Each operation is
 // stamped, on the Client's clock, when the message carrying it is written:
-// a grant's or renewal's validity counts from there. Results are matched to
+// a session renewal's validity counts from there. Results are matched to
 // operations by id.
 //
 // The stream is opened when the first operation is queued and closed after
@@ -37,21 +38,18 @@ import (
 // outcome is unknown: an acquire may have been granted, which asking again
 // as the same holder finds), and those still queued go out on the next
 // stream, opened after a backoff. When a stream cannot be opened, the queued
-// operations fail with its error, as their unary calls would. A coordinator
-// without the Stream method (Unimplemented) turns the Client to unary
-// calls for good.
+// operations fail with its error, as their unary calls would.
 type opStream struct {
 	c    *Client
 	idle time.Duration
 
-	mu          sync.Mutex
-	closed      bool
-	unsupported bool
-	queue       []*streamOp
-	inflight    map[uint64]*streamOp
-	nextID      uint64
-	running     bool
-	cur         *streamConn // the open stream, nil while connecting or closing
+	mu       sync.Mutex
+	closed   bool
+	queue    []*streamOp
+	inflight map[uint64]*streamOp
+	nextID   uint64
+	running  bool
+	cur      *streamConn // the open stream, nil while connecting or closing
 
 	// run is the context of the stream goroutine: cancelled by close.
 	run       context.Context
@@ -72,9 +70,9 @@ const (
 	defaultStreamIdle = 30 * time.Second
 )
 
-// errUseUnary says that an operation cannot go over the operation stream (the
-// coordinator lacks it, or the operation is too large): make the unary call.
-var errUseUnary = errors.New("coordinator: use the unary call")
+// errTooLarge says that an operation is too large for the operation
+// stream: make the unary call, which the coordinator refuses alone.
+var errTooLarge = errors.New("coordinator: the operation is too large for the operation stream")
 
 // streamOp is one operation and its fate.
 type streamOp struct {
@@ -131,15 +129,8 @@ func (s *opStream) init(c *Client, idle time.Duration) {
 	s.run, s.cancelRun = context.WithCancel(context.Background())
 }
 
-// usable reports whether operations may go over the stream.
-func (s *opStream) usable() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return !s.closed && !s.unsupported
-}
-
 // submit queues op; done gets its outcome. It fails with ErrClosed or
-// errUseUnary, and then done is not called. With inline, submit may send
+// errTooLarge, and then done is not called. With inline, submit may send
 // what is queued itself (see maxInlineInFlight): callers that queue many
 // operations at once, or hold a lock, leave it to the sender goroutine.
 func (s *opStream) submit(op *coordinatorv1.StreamOperation, inline bool, done func(o *streamOp, res *coordinatorv1.StreamResult, err error)) (*streamOp, error) {
@@ -155,15 +146,12 @@ func (s *opStream) submit(op *coordinatorv1.StreamOperation, inline bool, done f
 func (s *opStream) enqueue(op *coordinatorv1.StreamOperation, inline bool, done func(o *streamOp, res *coordinatorv1.StreamResult, err error)) (*streamOp, *streamConn, error) {
 	size := proto.Size(op)
 	if size > maxStreamOpBytes {
-		return nil, nil, errUseUnary
+		return nil, nil, errTooLarge
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	switch {
-	case s.closed:
+	if s.closed {
 		return nil, nil, ErrClosed
-	case s.unsupported:
-		return nil, nil, errUseUnary
 	}
 	s.nextID++
 	o := &streamOp{id: s.nextID, op: op, size: size, done: done}
@@ -186,8 +174,8 @@ func (s *opStream) enqueue(op *coordinatorv1.StreamOperation, inline bool, done 
 	return o, flushOn, nil
 }
 
-// serveStream serves one stream, the Stream's or the KeepAlive one: send
-// on a goroutine of its own, recv on this one. When recv returns, cancel
+// serveStream serves one stream: send on a goroutine of its own, recv on
+// this one. When recv returns, cancel
 // ends the stream, and serveStream returns recv's results once send has
 // returned too, so that nothing of the stream outlives it.
 func serveStream(cancel context.CancelFunc, send func(), recv func() (answered bool, err error)) (bool, error) {
@@ -212,7 +200,7 @@ func poke(ch chan struct{}) {
 // call runs op and waits for its result, until ctx ends. An operation that
 // was sent when ctx ended is left to finish: late then gets its outcome,
 // e.g. to give up a lease granted to an acquisition nobody waits for.
-func (s *opStream) call(ctx context.Context, op *coordinatorv1.StreamOperation, late func(res *coordinatorv1.StreamResult, err error)) (*coordinatorv1.StreamResult, time.Time, error) {
+func (s *opStream) call(ctx context.Context, op *coordinatorv1.StreamOperation, late func(res *coordinatorv1.StreamResult, err error)) (*coordinatorv1.StreamResult, error) {
 	type outcome struct {
 		res *coordinatorv1.StreamResult
 		err error
@@ -232,11 +220,11 @@ func (s *opStream) call(ctx context.Context, op *coordinatorv1.StreamOperation, 
 		}
 	})
 	if err != nil {
-		return nil, time.Time{}, err
+		return nil, err
 	}
 	select {
 	case out := <-ch:
-		return out.res, o.sent, out.err
+		return out.res, out.err
 	case <-ctx.Done():
 	}
 	s.mu.Lock()
@@ -250,36 +238,24 @@ func (s *opStream) call(ctx context.Context, op *coordinatorv1.StreamOperation, 
 		lateMu.Lock()
 		abandoned = true
 		lateMu.Unlock()
-		if opMayWait(op) {
-			// Out of the queue at once, so the waiters behind it need not
-			// wait for its grant and release; late still gets its outcome.
-			s.queueCancelLocked(o.id)
-		}
+		// A waiting acquire or campaign leaves the queue at once, so the
+		// waiters behind it need not wait for its grant and release; the
+		// coordinator ignores the cancel of an operation that is not
+		// waiting. late still gets its outcome.
+		s.queueCancelLocked(o.id)
 	case opFinished: // answered meanwhile
 		s.mu.Unlock()
 		out := <-ch
-		return out.res, o.sent, out.err
+		return out.res, out.err
 	}
 	s.mu.Unlock()
-	return nil, time.Time{}, status.FromContextError(ctx.Err()).Err()
+	return nil, status.FromContextError(ctx.Err()).Err()
 }
 
-// opMayWait reports whether op is an acquire or campaign that may wait on
-// the coordinator: one a cancel operation can give up.
-func opMayWait(op *coordinatorv1.StreamOperation) bool {
-	switch o := op.GetOperation().(type) {
-	case *coordinatorv1.StreamOperation_Acquire:
-		return o.Acquire.GetWait().AsDuration() > 0
-	case *coordinatorv1.StreamOperation_Campaign:
-		return o.Campaign.GetTerm() == 0 && o.Campaign.GetWait().AsDuration() > 0
-	}
-	return false
-}
-
-// queueCancelLocked queues a cancel of the waiting operation id. It has no
-// result: it is finished once written. Callers hold s.mu.
+// queueCancelLocked queues a cancel of the operation id. It has no result:
+// it is finished once written. Callers hold s.mu.
 func (s *opStream) queueCancelLocked(id uint64) {
-	if s.closed || s.unsupported {
+	if s.closed {
 		return
 	}
 	s.nextID++
@@ -372,18 +348,14 @@ func (s *opStream) stream(ctx context.Context) (bool, error) {
 
 // fail ends the operations in flight after the stream failed with err, and
 // the queued ones when they cannot go on the next stream: when opening
-// failed (opening, as their unary calls would fail), the coordinator
-// refuses the stream itself (Unauthenticated, PermissionDenied…), or lacks
-// it.
+// failed (opening, as their unary calls would fail), or the coordinator
+// refuses the stream itself (Unauthenticated, PermissionDenied…).
 func (s *opStream) fail(err error, opening bool) {
 	code := status.Code(err)
-	unsupported := code == codes.Unimplemented
 	inflightErr, queuedErr := err, error(nil)
 	switch {
 	case errors.Is(err, ErrClosed):
 		queuedErr = ErrClosed
-	case unsupported:
-		inflightErr, queuedErr = errUseUnary, errUseUnary
 	case opening || !transient(err) && code != codes.Internal && code != codes.Unknown:
 		queuedErr = err
 	default:
@@ -391,9 +363,6 @@ func (s *opStream) fail(err error, opening bool) {
 	}
 	var finish []func()
 	s.mu.Lock()
-	if unsupported {
-		s.unsupported = true
-	}
 	for id, o := range s.inflight {
 		delete(s.inflight, id)
 		finish = append(finish, s.finishLocked(o, nil, inflightErr))

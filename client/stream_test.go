@@ -4,20 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/coordinator-dev/coordinator/coordinatord/coordtest"
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
-	"github.com/coordinator-dev/coordinator/server"
-	"github.com/coordinator-dev/coordinator/server/store/memstore"
 )
 
 // streamRecorder records the StreamRequest a Client sends, and can hold
@@ -98,7 +93,7 @@ func TestConcurrentOperationsShareMessages(t *testing.T) {
 	ctx := testCtx(t)
 	var rec streamRecorder
 	// A TTL long enough that no renewal joins the queue.
-	c := dial(t, coord, rec.option(), WithTTL(time.Minute))
+	c := dial(t, coord, rec.option())
 	const goroutines = 64
 
 	// run starts do(i) on goroutines+1 goroutines while a message is held
@@ -140,7 +135,10 @@ func TestConcurrentOperationsShareMessages(t *testing.T) {
 		leases[i] = l
 		return err
 	})
-	run("releases", func(i int) error { return leases[i].Release(ctx) })
+	run("releases", func(i int) error {
+		_, err := leases[i].Release(ctx)
+		return err
+	})
 
 	// And under load: rounds of a TryLock and a Release on every goroutine
 	// go out as exactly their operations, in fewer messages.
@@ -155,7 +153,7 @@ func TestConcurrentOperationsShareMessages(t *testing.T) {
 					t.Error(err)
 					return
 				}
-				if err := l.Release(ctx); err != nil {
+				if _, err := l.Release(ctx); err != nil {
 					t.Error(err)
 					return
 				}
@@ -184,14 +182,14 @@ func TestLockWaitsAgainAfterTheStreamBreaks(t *testing.T) {
 	coord := coordtest.Start(t, coordtest.Config(t, "redis"))
 	ctx := testCtx(t)
 	holderClient, waiterClient := dial(t, coord), dial(t, coord)
-	held, err := holderClient.TryLock(ctx, "broken", WithTTL(time.Minute))
+	held, err := holderClient.TryLock(ctx, "broken")
 	if err != nil {
 		t.Fatal(err)
 	}
-	waiters := func(n uint32) func() bool {
+	waiters := func(n int) func() bool {
 		return func() bool {
-			d, err := holderClient.API().Describe(ctx, &coordinatorv1.DescribeRequest{Name: "broken"})
-			return err == nil && d.GetWaiters() == n
+			d, err := holderClient.Describe(ctx, "broken")
+			return err == nil && d.Waiters == n
 		}
 	}
 	type result struct {
@@ -200,13 +198,13 @@ func TestLockWaitsAgainAfterTheStreamBreaks(t *testing.T) {
 	}
 	got := make(chan result, 1)
 	go func() {
-		l, err := waiterClient.Lock(ctx, "broken", WithTTL(time.Minute))
+		l, err := waiterClient.Lock(ctx, "broken")
 		got <- result{l, err}
 	}()
 	eventually(t, "the Lock waits", waiters(1))
 	coord.Restart()
 	eventually(t, "the Lock waits again after the restart", waiters(1))
-	if err := held.Release(ctx); err != nil {
+	if _, err := held.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -229,36 +227,36 @@ func TestAnAbandonedLockLeavesTheQueue(t *testing.T) {
 	coord := coordtest.Start(t, coordtest.Config(t, "memory"))
 	ctx := testCtx(t)
 	holderClient, waiterClient, third := dial(t, coord), dial(t, coord), dial(t, coord)
-	held, err := holderClient.TryLock(ctx, "late", WithTTL(time.Minute))
+	held, err := holderClient.TryLock(ctx, "late")
 	if err != nil {
 		t.Fatal(err)
 	}
 	lctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		_, err := waiterClient.Lock(lctx, "late", WithTTL(time.Minute))
+		_, err := waiterClient.Lock(lctx, "late")
 		done <- err
 	}()
 	eventually(t, "the Lock waits", func() bool {
-		d, err := holderClient.API().Describe(ctx, &coordinatorv1.DescribeRequest{Name: "late"})
-		return err == nil && d.GetWaiters() == 1
+		d, err := holderClient.Describe(ctx, "late")
+		return err == nil && d.Waiters == 1
 	})
 	cancel()
 	if err := <-done; !errors.Is(err, ErrNotAcquired) || !errors.Is(err, context.Canceled) {
 		t.Fatalf("the cancelled Lock = %v; want not acquired, cancelled", err)
 	}
 	eventually(t, "the abandoned Lock left the queue while the name is held", func() bool {
-		d, err := holderClient.API().Describe(ctx, &coordinatorv1.DescribeRequest{Name: "late"})
-		return err == nil && d.GetWaiters() == 0
+		d, err := holderClient.Describe(ctx, "late")
+		return err == nil && d.Waiters == 0
 	})
-	if err := held.Release(ctx); err != nil {
+	if _, err := held.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 	// The abandoned wait may be granted the lock; it is released at once.
 	eventually(t, "the lock free for a third client", func() bool {
 		l, err := third.TryLock(ctx, "late")
 		if err == nil {
-			_ = l.Release(ctx)
+			_, _ = l.Release(ctx)
 		}
 		return err == nil
 	})
@@ -266,82 +264,20 @@ func TestAnAbandonedLockLeavesTheQueue(t *testing.T) {
 
 // Proclaiming in a term that ended fails, and starts no new term.
 func TestProclaimNeverStartsANewTerm(t *testing.T) {
-	forEachMode(t, func(t *testing.T, mode Option) {
-		coord := coordtest.Start(t, coordtest.Config(t, "memory"))
-		ctx := testCtx(t)
-		c := dial(t, coord, mode)
-		e, err := c.Campaign(ctx, "vacated", []byte("v1"), WithTTL(time.Minute))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := c.API().Resign(ctx, &coordinatorv1.ResignRequest{Election: "vacated", Candidate: e.Candidate(), Term: e.Term()}); err != nil {
-			t.Fatal(err)
-		}
-		if err := e.Proclaim(ctx, []byte("v2")); !errors.Is(err, ErrLost) {
-			t.Fatalf("Proclaim after the term ended = %v; want ErrLost", err)
-		}
-		if info, err := c.Leader(ctx, "vacated"); !errors.Is(err, ErrNoLeader) {
-			t.Fatalf("Leader = %+v, %v; want none: a proclamation must not start a term", info, err)
-		}
-	})
-}
-
-// serveOlderCoordinator serves, on the memory store, the service that
-// older wraps: a coordinator from before some method, whose wrapper
-// answers it Unimplemented. It returns the address.
-func serveOlderCoordinator(t *testing.T, older func(*server.Service) coordinatorv1.CoordinatorServer) string {
-	t.Helper()
-	st := memstore.New()
-	t.Cleanup(func() { _ = st.Close() })
-	svc := server.NewService(st, server.ServiceOptions{})
-	g := grpc.NewServer()
-	coordinatorv1.RegisterCoordinatorServer(g, older(svc))
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = g.Serve(lis) }()
-	t.Cleanup(func() {
-		svc.Stop()
-		g.Stop()
-	})
-	return lis.Addr().String()
-}
-
-// noStream is a coordinator from before the operation stream.
-type noStream struct{ *server.Service }
-
-func (noStream) Stream(coordinatorv1.Coordinator_StreamServer) error {
-	return status.Error(codes.Unimplemented, "unknown method Stream")
-}
-
-func TestACoordinatorWithoutStreamGetsUnaryCalls(t *testing.T) {
-	addr := serveOlderCoordinator(t, func(svc *server.Service) coordinatorv1.CoordinatorServer { return noStream{svc} })
-	c, err := New(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
+	coord := coordtest.Start(t, coordtest.Config(t, "memory"))
 	ctx := testCtx(t)
-	l, err := c.TryLock(ctx, "old", WithTTL(time.Second))
+	c := dial(t, coord)
+	e, err := c.Campaign(ctx, "vacated", []byte("v1"))
 	if err != nil {
-		t.Fatalf("TryLock: %v", err)
+		t.Fatal(err)
 	}
-	waitRenewed(t, l.l, 2) // over KeepAlive
-	e, err := c.Campaign(ctx, "old-election", []byte("v1"))
-	if err != nil {
-		t.Fatalf("Campaign: %v", err)
+	if _, err := c.API().Resign(ctx, &coordinatorv1.ResignRequest{Election: "vacated", Candidate: e.Candidate(), Term: e.Term()}); err != nil {
+		t.Fatal(err)
 	}
-	if err := e.Proclaim(ctx, []byte("v2")); err != nil {
-		t.Fatalf("Proclaim: %v", err)
+	if err := e.Proclaim(ctx, []byte("v2")); !errors.Is(err, ErrLost) {
+		t.Fatalf("Proclaim after the term ended = %v; want ErrLost", err)
 	}
-	if err := e.Resign(ctx); err != nil {
-		t.Fatalf("Resign: %v", err)
-	}
-	if err := l.Release(ctx); err != nil {
-		t.Fatalf("Release: %v", err)
-	}
-	if c.stream.usable() {
-		t.Fatal("the Client still uses the operation stream")
+	if info, err := c.Leader(ctx, "vacated"); !errors.Is(err, ErrNoLeader) {
+		t.Fatalf("Leader = %+v, %v; want none: a proclamation must not start a term", info, err)
 	}
 }

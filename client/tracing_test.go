@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"testing"
-	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -14,7 +13,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/coordinator-dev/coordinator/coordinatord/coordtest"
-	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
 )
 
 // recorded is a tracer provider that keeps the spans it ends in memory.
@@ -75,61 +73,6 @@ func tracedCoordinator(t *testing.T, kind string) (*coordtest.Coordinator, recor
 	return coordtest.Start(t, cfg), server
 }
 
-// TestATracedCallIsOneTraceFromTheCallerToTheStore follows a TryLock made
-// as a unary call under the caller's span: the SDK's client span is its
-// child, the coordinator's server span the client span's, and the store
-// call the server span's, with its script, attempt and outcome.
-func TestATracedCallIsOneTraceFromTheCallerToTheStore(t *testing.T) {
-	for _, kind := range stores {
-		t.Run(kind, func(t *testing.T) {
-			coord, server := tracedCoordinator(t, kind)
-			clientSide := newRecorded(t)
-			c := dial(t, coord, WithTracerProvider(clientSide.tp), WithUnaryCalls())
-			ctx, work := clientSide.tp.Tracer("test").Start(testCtx(t), "work")
-			lease, err := c.TryLock(ctx, "traced/lock")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := lease.Release(ctx); err != nil {
-				t.Fatal(err)
-			}
-			work.End()
-
-			const method = "coordinator.v1.Coordinator/TryAcquire"
-			call := clientSide.find(t, 1, "the SDK's client span", named(method, trace.SpanKindClient))[0]
-			if call.Parent.SpanID() != work.SpanContext().SpanID() || call.SpanContext.TraceID() != work.SpanContext().TraceID() {
-				t.Fatalf("the client span is not a child of the caller's")
-			}
-			served := server.find(t, 1, "the coordinator's server span", childOf(call, method))[0]
-			if served.SpanKind != trace.SpanKindServer {
-				t.Errorf("the coordinator's span is of kind %s, want server", served.SpanKind)
-			}
-			st := server.find(t, 1, "the store span", childOf(served, "store acquire"))[0]
-			for key, want := range map[string]string{
-				"coordinator.store.script":  "acquire",
-				"coordinator.store.outcome": "acquired",
-				"coordinator.store.kind":    kind,
-				"coordinator.lease.name":    "traced/lock",
-			} {
-				if got := attr(st, key).String(); got != want {
-					t.Errorf("store span %s = %q, want %q", key, got, want)
-				}
-			}
-			if got := attr(st, "coordinator.store.attempt").AsInt64(); got != 1 {
-				t.Errorf("store span attempt %d, want 1", got)
-			}
-			if got := attr(st, "coordinator.lease.token").AsInt64(); uint64(got) != lease.Token() {
-				t.Errorf("store span token %d, want the lease's %d", got, lease.Token())
-			}
-			release := server.find(t, 1, "the release's server span", named("coordinator.v1.Coordinator/Release", trace.SpanKindServer))[0]
-			if release.SpanContext.TraceID() != work.SpanContext().TraceID() {
-				t.Error("the release is not in the caller's trace")
-			}
-			server.find(t, 1, "the release's store span", childOf(release, "store release"))
-		})
-	}
-}
-
 // TestAWaitingCallCountsItsStoreAttempts: a Lock that waits in line tries
 // the store again when its turn comes, and its store spans say which
 // attempt each was, the last one granted.
@@ -137,7 +80,7 @@ func TestAWaitingCallCountsItsStoreAttempts(t *testing.T) {
 	coord, server := tracedCoordinator(t, "memory")
 	clientSide := newRecorded(t)
 	holder := dial(t, coord)
-	waiter := dial(t, coord, WithTracerProvider(clientSide.tp), WithUnaryCalls())
+	waiter := dial(t, coord, WithTracerProvider(clientSide.tp))
 	ctx := testCtx(t)
 	held, err := holder.TryLock(ctx, "traced/queue")
 	if err != nil {
@@ -147,15 +90,15 @@ func TestAWaitingCallCountsItsStoreAttempts(t *testing.T) {
 	go func() {
 		l, err := waiter.Lock(ctx, "traced/queue")
 		if err == nil {
-			err = l.Release(ctx)
+			_, err = l.Release(ctx)
 		}
 		got <- err
 	}()
 	eventually(t, "waiter queued", func() bool {
-		d, err := holder.API().Describe(ctx, &coordinatorv1.DescribeRequest{Name: "traced/queue"})
-		return err == nil && d.GetWaiters() == 1
+		d, err := holder.Describe(ctx, "traced/queue")
+		return err == nil && d.Waiters == 1
 	})
-	if err := held.Release(ctx); err != nil {
+	if _, err := held.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-got; err != nil {
@@ -178,11 +121,12 @@ func TestAWaitingCallCountsItsStoreAttempts(t *testing.T) {
 	}
 }
 
-// TestASessionOperationJoinsTheCallersTrace: over the operation stream (the
-// default), a traced Client gives each lease call the client span a unary
-// call gets, a child of the caller's, and sends its trace context in the
-// operation: the coordinator's span of the operation is the client span's
-// child, linked to the stream's span, with its store calls as children.
+// TestASessionOperationJoinsTheCallersTrace: over the operation stream, a
+// traced Client gives each lease call the client span a unary call gets, a
+// child of the caller's, and sends its trace context in the operation: the
+// coordinator's span of the operation is the client span's child, linked
+// to the stream's span, with its store calls as children, which say their
+// script, attempt and outcome.
 func TestASessionOperationJoinsTheCallersTrace(t *testing.T) {
 	for _, kind := range stores {
 		t.Run(kind, func(t *testing.T) {
@@ -197,7 +141,7 @@ func TestASessionOperationJoinsTheCallersTrace(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := lease.Release(ctx); err != nil {
+			if _, err := lease.Release(ctx); err != nil {
 				t.Fatal(err)
 			}
 			work.End()
@@ -230,6 +174,19 @@ func TestASessionOperationJoinsTheCallersTrace(t *testing.T) {
 			if got := attr(st, "coordinator.store.attempt").AsInt64(); got != 1 {
 				t.Errorf("attempt %d, want 1", got)
 			}
+			for key, want := range map[string]string{
+				"coordinator.store.script":  "acquire",
+				"coordinator.store.outcome": "acquired",
+				"coordinator.store.kind":    kind,
+				"coordinator.lease.name":    "traced/session",
+			} {
+				if got := attr(st, key).String(); got != want {
+					t.Errorf("store span %s = %q, want %q", key, got, want)
+				}
+			}
+			if got := attr(st, "coordinator.lease.token").AsInt64(); uint64(got) != lease.Token() {
+				t.Errorf("store span token %d, want the lease's %d", got, lease.Token())
+			}
 		})
 	}
 }
@@ -247,7 +204,7 @@ func TestUntracedSessionOperationsAreTracesOfTheirOwnLinkedToTheStream(t *testin
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := lease.Release(ctx); err != nil {
+	if _, err := lease.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Close(); err != nil { // ends the stream, and its span
@@ -266,41 +223,6 @@ func TestUntracedSessionOperationsAreTracesOfTheirOwnLinkedToTheStream(t *testin
 	server.find(t, 1, "the operation's store span", childOf(op, "store acquire"))
 }
 
-// TestKeepAliveRenewalsAreTracesOfTheirOwnLinkedToTheStream: the renewals
-// of a Client WithUnaryCalls go over its KeepAlive stream, and the store
-// call of each is the root of a trace of its own, linked to the stream's
-// span, rather than one more child of a stream that lives for hours.
-func TestKeepAliveRenewalsAreTracesOfTheirOwnLinkedToTheStream(t *testing.T) {
-	coord, server := tracedCoordinator(t, "memory")
-	clientSide := newRecorded(t)
-	c, err := New(coord.Addr(), WithTracerProvider(clientSide.tp), WithUnaryCalls())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := testCtx(t)
-	lease, err := c.TryLock(ctx, "traced/renewed", WithTTL(time.Second)) // renewed about every 333ms
-	if err != nil {
-		t.Fatal(err)
-	}
-	renewal := server.find(t, 1, "a renewal's store span", named("store renew", trace.SpanKindClient))[0]
-	if err := lease.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Close(); err != nil { // ends the KeepAlive stream, and its span
-		t.Fatal(err)
-	}
-	stream := clientSide.find(t, 1, "the KeepAlive stream's client span", named("coordinator.v1.Coordinator/KeepAlive", trace.SpanKindClient))[0]
-	if renewal.Parent.IsValid() {
-		t.Error("the renewal's store span has a parent: it should start a trace")
-	}
-	if len(renewal.Links) != 1 || renewal.Links[0].SpanContext.TraceID() != stream.SpanContext.TraceID() {
-		t.Errorf("the renewal's links %v do not reach the stream's trace %s", renewal.Links, stream.SpanContext.TraceID())
-	}
-	if got := attr(renewal, "coordinator.store.outcome").AsString(); got != "renewed" {
-		t.Errorf("outcome %q, want renewed", got)
-	}
-}
-
 // TestWithoutTracingNothingIsRecorded: a coordinator and a Client that were
 // not asked to trace make no span, not even through the global provider
 // (set here to one that records; no other test uses it).
@@ -310,26 +232,24 @@ func TestWithoutTracingNothingIsRecorded(t *testing.T) {
 	for _, kind := range stores {
 		t.Run(kind, func(t *testing.T) {
 			coord := coordtest.Start(t, coordtest.Config(t, kind))
-			for _, mode := range []Option{WithUnaryCalls(), WithTTL(DefaultTTL)} {
-				c := dial(t, coord, mode)
-				ctx, work := global.tp.Tracer("test").Start(testCtx(t), "work")
-				lease, err := c.TryLock(ctx, "untraced/lock")
-				if err != nil {
-					t.Fatal(err)
-				}
-				if _, err := c.API().Describe(ctx, &coordinatorv1.DescribeRequest{Name: "untraced/lock"}); err != nil {
-					t.Fatal(err)
-				}
-				if err := lease.Release(ctx); err != nil {
-					t.Fatal(err)
-				}
-				work.End()
-				if err := c.Close(); err != nil {
-					t.Fatal(err)
-				}
+			c := dial(t, coord)
+			ctx, work := global.tp.Tracer("test").Start(testCtx(t), "work")
+			lease, err := c.TryLock(ctx, "untraced/lock")
+			if err != nil {
+				t.Fatal(err)
 			}
-			if spans := global.mem.GetSpans(); len(spans) != 2 {
-				t.Fatalf("spans %v: want only the test's own two", spans.Snapshots())
+			if _, err := c.Describe(ctx, "untraced/lock"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := lease.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			work.End()
+			if err := c.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if spans := global.mem.GetSpans(); len(spans) != 1 {
+				t.Fatalf("spans %v: want only the test's own", spans.Snapshots())
 			}
 			global.mem.Reset()
 		})

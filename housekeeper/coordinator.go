@@ -41,7 +41,8 @@ type MembershipConfig struct {
 	// Election is the election whose leader publishes the views, under
 	// Namespace; DefaultElection.
 	Election string
-	// TTL of the membership lease and of the leadership; DefaultMembershipTTL.
+	// TTL of the session the membership lease and the leadership are held
+	// in; DefaultMembershipTTL.
 	// A killed instance's queues are taken over within TTL + CheckInterval.
 	TTL time.Duration
 	// CheckInterval is how often the leader lists the members; TTL/4 when zero.
@@ -62,7 +63,7 @@ type MembershipConfig struct {
 //
 // The leader lists the members every CheckInterval and, when they differ
 // from the view in force, proclaims a new view as the election's value;
-// every instance observes the election. The cost is one renewed lease per
+// every instance observes the election. The cost is one renewed session per
 // instance (the SDK renews it about every TTL/3) and the leader's listing,
 // whatever the number of queues.
 type CoordinatorMembership struct {
@@ -71,6 +72,11 @@ type CoordinatorMembership struct {
 	log *slog.Logger
 
 	lease atomic.Pointer[client.Lease] // the membership while held
+
+	// The session of cfg.TTL that the membership and the leadership are
+	// held in: made on first need, and again after one ended.
+	sessionMu sync.Mutex
+	session   *client.Session
 
 	mu      sync.Mutex
 	view    View
@@ -183,7 +189,40 @@ func (m *CoordinatorMembership) Run(ctx context.Context) error {
 	err := m.hold(ctx)
 	cancel()
 	wg.Wait()
+	m.sessionMu.Lock()
+	if m.session != nil {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+		_ = m.session.Close(rctx) // else it expires within its TTL
+		cancel()
+	}
+	m.sessionMu.Unlock()
 	return errors.Join(err, leadErr)
+}
+
+// liveSession returns the session to hold the membership and the
+// leadership in, of cfg.TTL, making a new one when the last ended.
+func (m *CoordinatorMembership) liveSession(ctx context.Context) (*client.Session, error) {
+	m.sessionMu.Lock()
+	defer m.sessionMu.Unlock()
+	if m.session != nil && m.session.Err() == nil {
+		return m.session, nil
+	}
+	s, err := m.c.NewSession(ctx, client.WithTTL(m.cfg.TTL))
+	if err != nil {
+		return nil, err
+	}
+	m.session = s
+	return s, nil
+}
+
+// inSession runs acquire in the live session.
+func inSession[T any](ctx context.Context, m *CoordinatorMembership, acquire func(client.LockOption) (T, error)) (T, error) {
+	s, err := m.liveSession(ctx)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return acquire(client.WithSession(s))
 }
 
 // hold takes the membership lease, waiting while another process holds it
@@ -195,7 +234,7 @@ func (m *CoordinatorMembership) hold(ctx context.Context) error {
 	b := backoff.New(100*time.Millisecond, 5*time.Second)
 	name := m.memberPrefix() + m.cfg.ID
 	for ctx.Err() == nil {
-		lease, err := m.c.Lock(ctx, name, client.WithTTL(m.cfg.TTL))
+		lease, err := inSession(ctx, m, func(in client.LockOption) (*client.Lease, error) { return m.c.Lock(ctx, name, in) })
 		if err != nil {
 			if ctx.Err() != nil {
 				break
@@ -240,7 +279,7 @@ func (m *CoordinatorMembership) hold(ctx context.Context) error {
 func (m *CoordinatorMembership) release(ctx context.Context, name string, lease *client.Lease) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
-	if err := lease.Release(rctx); err != nil && !errors.Is(err, client.ErrLost) && !errors.Is(err, client.ErrExpired) {
+	if _, err := lease.Release(rctx); err != nil {
 		m.log.Warn("releasing the membership failed; it expires within its TTL", "lease", name, "err", err)
 	}
 }
@@ -268,7 +307,9 @@ func (m *CoordinatorMembership) lead(ctx context.Context) error {
 			sleepCtx(ctx, 20*time.Millisecond)
 			continue
 		}
-		e, err := m.c.Campaign(ctx, m.cfg.Election, nil, client.WithTTL(m.cfg.TTL))
+		e, err := inSession(ctx, m, func(in client.LockOption) (*client.Leadership, error) {
+			return m.c.Campaign(ctx, m.cfg.Election, nil, in)
+		})
 		if err != nil {
 			if ctx.Err() != nil {
 				break
@@ -292,7 +333,7 @@ func (m *CoordinatorMembership) lead(ctx context.Context) error {
 			m.cfg.OnLeading(false)
 		}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-		_ = e.Resign(rctx) // an error says the term had ended already
+		_, _ = e.Resign(rctx) // else it ends with its session
 		cancel()
 		m.log.Info("no longer leader", "election", m.cfg.Election, "term", e.Term(), "reason", e.Err())
 	}
@@ -352,13 +393,13 @@ func (m *CoordinatorMembership) proclaim(ctx context.Context, e *client.Leadersh
 // name, released at once.
 func (m *CoordinatorMembership) freshToken(ctx context.Context) (uint64, error) {
 	name := m.cfg.Namespace + "housekeeper/view"
-	l, err := m.c.TryLock(ctx, name, client.WithTTL(m.cfg.TTL))
+	l, err := inSession(ctx, m, func(in client.LockOption) (*client.Lease, error) { return m.c.TryLock(ctx, name, in) })
 	if err != nil {
 		return 0, fmt.Errorf("view token %q: %w", name, err)
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
-	_ = l.Release(rctx) // else it expires within its TTL; the token stands either way
+	_, _ = l.Release(rctx) // else it ends with its session; the token stands either way
 	return l.Token(), nil
 }
 

@@ -81,7 +81,7 @@ func (a *cli) flagSet(name string) *flag.FlagSet {
 		return def
 	}
 	fs.StringVar(&a.addr, "addr", env("COORDINATOR_ADDR", "127.0.0.1:7400"), "coordinator address [$COORDINATOR_ADDR]")
-	fs.DurationVar(&a.ttl, "ttl", client.DefaultTTL, "TTL of the lease or leadership (lock, elect), or of the session (session create, session hold)")
+	fs.DurationVar(&a.ttl, "ttl", client.DefaultTTL, "TTL of the session the lease or leadership is held in (lock, elect), or of the session (session create, session hold)")
 	fs.DurationVar(&a.timeout, "timeout", 0, "lock, elect: how long to wait for the lock or leadership, connecting included (0: no limit);\n"+
 		"leader, describe, list, release: how long the call may take (0: 10s); observe: not used")
 	fs.DurationVar(&a.connectTimeout, "connect-timeout", 10*time.Second, "lock, elect, observe: how long to try to reach the coordinator before failing (0: no limit)")
@@ -234,11 +234,9 @@ func (a *cli) warnf(format string, args ...any) {
 // connects lazily: at its first call, or in reach.
 func (a *cli) dial() (*client.Client, error) {
 	opts := []client.Option{
+		// The TTL of the Client's default session, which lock and elect
+		// hold their lease in.
 		client.WithTTL(a.ttl),
-		// lock and elect hold one lease: of its own, renewed on its own,
-		// whose renewal notices a release behind its back (an operator's
-		// release), which a lease in a session cannot.
-		client.WithoutDefaultSession(),
 		// Renewal trouble, retries and reconnects are worth seeing.
 		client.WithLogger(slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))),
 	}

@@ -350,7 +350,8 @@ func TestLockStopsCommandWhenLost(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	lostAt := time.Now()
-	if _, err := c.API().Release(context.Background(), &coordinatorv1.ReleaseRequest{Name: "victim", Holder: lease.GetHolder(), Token: lease.GetToken()}); err != nil {
+	// An operator ends the session the lock is held in.
+	if _, err := c.API().CloseSession(context.Background(), &coordinatorv1.CloseSessionRequest{SessionId: lease.GetSessionId()}); err != nil {
 		t.Fatal(err)
 	}
 	out := <-done

@@ -50,7 +50,7 @@ func runElect(a *cli, args, cmdline []string) int {
 				"COORDINATOR_FENCING_TOKEN=" + strconv.FormatUint(e.Term(), 10),
 				"COORDINATOR_ELECTION=" + election,
 			},
-			giveUp:   e.Resign,
+			giveUp:   ignoreAnswer(e.Resign),
 			giveUpAs: "resign",
 		}, nil
 	})

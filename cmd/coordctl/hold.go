@@ -30,6 +30,15 @@ type held struct {
 	giveUpAs string                          // "release" or "resign", for messages
 }
 
+// ignoreAnswer makes a Release or Resign a giveUp: whether the coordinator
+// still held it does not change how coordctl exits.
+func ignoreAnswer(giveUp func(context.Context) (bool, error)) func(context.Context) error {
+	return func(ctx context.Context) error {
+		_, err := giveUp(ctx)
+		return err
+	}
+}
+
 // holdWhile is what lock and elect share: reach the coordinator with p
 // (up to -connect-timeout), wait (in fair order, up to -timeout or the first
 // signal) for acquire, then run cmdline while holding what it got, or hold

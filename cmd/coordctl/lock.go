@@ -42,7 +42,7 @@ func runLock(a *cli, args, cmdline []string) int {
 				}
 			},
 			env:      lockEnv(name, lease.Token()),
-			giveUp:   lease.Release,
+			giveUp:   ignoreAnswer(lease.Release),
 			giveUpAs: "release",
 		}, nil
 	})

@@ -122,7 +122,7 @@ func (c *sessionContention) sessionRound(ctx context.Context, cl *client.Client,
 	if round%2 == 1 {
 		for _, l := range leases {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-			_ = l.Release(rctx)
+			_, _ = l.Release(rctx)
 			cancel()
 		}
 	}
