@@ -13,6 +13,7 @@ import (
 	"github.com/coordinator-dev/coordinator/housekeeper/housekeepertest"
 	"github.com/coordinator-dev/coordinator/internal/testkit/mongotest"
 	"github.com/coordinator-dev/coordinator/internal/testkit/redistest"
+	"github.com/coordinator-dev/coordinator/internal/testkit/testwait"
 )
 
 // deckardHousekeepingQueries are the queries of Deckard's own Grafana
@@ -78,8 +79,7 @@ func TestDeckardsDashboardFindsTheHousekeepingSeries(t *testing.T) {
 		}
 	}
 
-	bin := t.TempDir()
-	coordBin, hkBin := build(t, bin, "./cmd/coordinator"), build(t, bin, "./cmd/housekeeper")
+	coordBin, hkBin := build(t, "./cmd/coordinator"), build(t, "./cmd/housekeeper")
 	redisURL := redistest.URL(t)
 	stamp := time.Now().UnixNano()
 	coord := start(t, coordBin, []string{
@@ -87,7 +87,7 @@ func TestDeckardsDashboardFindsTheHousekeepingSeries(t *testing.T) {
 		"COORDINATOR_STORE=redis", "COORDINATOR_REDIS_URL=" + redisURL, fmt.Sprintf("COORDINATOR_REDIS_KEY_PREFIX=deploy-deckard-%d", stamp),
 		"COORDINATOR_REDIS_NEW_STORE=true",
 	})
-	coordAddr := coord.waitLog(t, grpcServing)[1]
+	coordAddr := coord.WaitLog(t, grpcServing)[1]
 
 	rdb := redistest.Client(t)
 	db := mongotest.Database(t)
@@ -115,13 +115,12 @@ func TestDeckardsDashboardFindsTheHousekeepingSeries(t *testing.T) {
 		"HOUSEKEEPER_LOG_FORMAT=text", "HOUSEKEEPER_STORAGE_URI=" + mongotest.URI(t), "HOUSEKEEPER_MONGO_DATABASE=" + db.Name(),
 		"HOUSEKEEPER_STORAGE_INTERVAL=200ms", "HOUSEKEEPER_METRICS_INTERVAL=1s",
 	})
-	hkMetrics := hk.waitLog(t, metricsServing)[1]
+	hkMetrics := hk.WaitLog(t, metricsServing)[1]
 
-	var missing []string
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+	testwait.UntilNil(t, 30*time.Second, "every series Deckard's dashboard reads from the housekeeper", func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
 		fams, err := scrape(ctx, "http://"+hkMetrics+"/metrics")
-		cancel()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -130,12 +129,10 @@ func TestDeckardsDashboardFindsTheHousekeepingSeries(t *testing.T) {
 		for m := range e {
 			e[m]["app_kubernetes_io_name"] = true // Prometheus adds it from the pod's labels
 		}
-		if missing = problems(queries, map[string]string{"deckard_total_messages": "queue"}, e); len(missing) == 0 {
-			break
+		if missing := problems(queries, map[string]string{"deckard_total_messages": "queue"}, e); len(missing) > 0 {
+			return fmt.Errorf("the housekeeper does not export:\n%s", strings.Join(missing, "\n"))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after 30s, what Deckard's dashboard reads that the housekeeper does not export:\n%s", strings.Join(missing, "\n"))
-		}
-	}
+		return nil
+	})
 	t.Logf("%d housekeeping queries of Deckard's dashboard (and its queue variable) checked against a live housekeeper", len(queries))
 }

@@ -202,8 +202,8 @@ func TestImage(t *testing.T) {
 	}
 	coord := startIn(t, filepath.Join(dir, "var/lib/coordinator"), filepath.Join(bins, "coordinator"),
 		env(append(redisEnv, "COORDINATOR_LISTEN=127.0.0.1:0", "COORDINATOR_METRICS_LISTEN=127.0.0.1:0")...))
-	addr := coord.waitLog(t, grpcServing)[1]
-	metricsAddr := coord.waitLog(t, metricsServing)[1]
+	addr := coord.WaitLog(t, grpcServing)[1]
+	metricsAddr := coord.WaitLog(t, metricsServing)[1]
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -229,7 +229,7 @@ func TestImage(t *testing.T) {
 	hk := start(t, filepath.Join(bins, "housekeeper"), env("HOUSEKEEPER_COORDINATOR_ADDR="+addr, "HOUSEKEEPER_REDIS_URL="+redistest.URL(t),
 		fmt.Sprintf("HOUSEKEEPER_PREFIX=image-test-%d", time.Now().UnixNano()), "HOUSEKEEPER_INSTANCE_ID=image-hk", "HOUSEKEEPER_METRICS_LISTEN=",
 		"HOUSEKEEPER_LOG_FORMAT=text"))
-	hk.waitLog(t, regexp.MustCompile(`msg="view published".* members=1`))
+	hk.WaitLog(t, regexp.MustCompile(`msg="view published".* members=1`))
 }
 
 func sortedKeys(m map[string]any) []string {

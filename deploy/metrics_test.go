@@ -21,6 +21,7 @@ import (
 
 	"github.com/coordinator-dev/coordinator/housekeeper/housekeepertest"
 	"github.com/coordinator-dev/coordinator/internal/testkit/redistest"
+	"github.com/coordinator-dev/coordinator/internal/testkit/testwait"
 )
 
 const (
@@ -248,8 +249,7 @@ func TestTheDashboardAndTheAlertsUseWhatTheBinariesExport(t *testing.T) {
 	queries, variables := dashboardQueries(t)
 	queries = append(queries, ruleQueries(t)...)
 
-	bin := t.TempDir()
-	coordBin, hkBin := build(t, bin, "./cmd/coordinator"), build(t, bin, "./cmd/housekeeper")
+	coordBin, hkBin := build(t, "./cmd/coordinator"), build(t, "./cmd/housekeeper")
 	redisURL := redistest.URL(t)
 	stamp := time.Now().UnixNano()
 	access := filepath.Join(t.TempDir(), "access")
@@ -262,12 +262,10 @@ func TestTheDashboardAndTheAlertsUseWhatTheBinariesExport(t *testing.T) {
 		"COORDINATOR_REDIS_NEW_STORE=true", // a throwaway prefix
 		"COORDINATOR_ACCESS_FILE=" + access,
 	})
-	coordMetrics := coord.waitLog(t, metricsServing)[1]
-	coordAddr := coord.waitLog(t, grpcServing)[1]
-	if err := coord.cmd.Process.Signal(syscall.SIGHUP); err != nil {
-		t.Fatal(err)
-	}
-	coord.waitLog(t, regexp.MustCompile(`msg="access file re-read"`))
+	coordMetrics := coord.WaitLog(t, metricsServing)[1]
+	coordAddr := coord.WaitLog(t, grpcServing)[1]
+	coord.Signal(t, syscall.SIGHUP)
+	coord.WaitLog(t, regexp.MustCompile(`msg="access file re-read"`))
 
 	rdb := redistest.Client(t)
 	d := housekeepertest.Deckard{Prefix: fmt.Sprintf("deploy-metrics-%d", stamp)}
@@ -286,30 +284,25 @@ func TestTheDashboardAndTheAlertsUseWhatTheBinariesExport(t *testing.T) {
 		"HOUSEKEEPER_INSTANCE_ID=hk-0", "HOUSEKEEPER_METRICS_LISTEN=127.0.0.1:0", "HOUSEKEEPER_LOG_FORMAT=text",
 		"HOUSEKEEPER_DISCOVERY_INTERVAL=200ms", "HOUSEKEEPER_PROBE_INTERVAL=200ms",
 	})
-	hkMetrics := hk.waitLog(t, metricsServing)[1]
+	hkMetrics := hk.WaitLog(t, metricsServing)[1]
 
 	// Series appear as the work happens: scrape until nothing is missing.
-	var missing []string
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+	testwait.UntilNil(t, 30*time.Second, "every series the dashboard and the alerts name", func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
 		e := exported{}
 		for _, url := range []string{"http://" + coordMetrics + "/metrics", "http://" + hkMetrics + "/metrics"} {
 			fams, err := scrape(ctx, url)
 			if err != nil {
-				cancel()
 				t.Fatal(err)
 			}
 			e.add(fams)
 		}
-		cancel()
-		if missing = problems(queries, variables, e); len(missing) == 0 {
-			break
+		if missing := problems(queries, variables, e); len(missing) > 0 {
+			return fmt.Errorf("the coordinator and the housekeeper do not export:\n%s", strings.Join(missing, "\n"))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after 30s, what the dashboard and the alerts name that the coordinator and the housekeeper do not export:\n%s",
-				strings.Join(missing, "\n"))
-		}
-	}
+		return nil
+	})
 	t.Logf("%d queries checked against the live /metrics of a coordinator and a housekeeper", len(queries))
 }
 

@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -20,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
+	"github.com/coordinator-dev/coordinator/internal/testkit/proctest"
 	"github.com/coordinator-dev/coordinator/internal/testkit/redistest"
 	"github.com/coordinator-dev/coordinator/internal/testkit/testwait"
 	"github.com/coordinator-dev/coordinator/server/store/storetest"
@@ -54,48 +54,40 @@ type coordinatorProcess struct {
 	t    *testing.T
 	addr string
 	env  []string
-	cmd  *exec.Cmd
+	proc *proctest.Process // nil while killed
 }
 
 func startCoordinatorProcess(t *testing.T, env ...string) *coordinatorProcess {
 	t.Helper()
-	p := &coordinatorProcess{t: t, addr: freeLoopbackAddr(t), env: env}
+	p := &coordinatorProcess{t: t, addr: proctest.FreeAddr(t), env: env}
 	p.start()
-	t.Cleanup(func() { p.kill() })
 	return p
 }
 
 func (p *coordinatorProcess) start() {
 	p.t.Helper()
-	p.cmd = exec.Command(buildBinary(p.t))
-	p.cmd.Env = append([]string{
+	cmd := exec.Command(buildBinary(p.t))
+	cmd.Env = append([]string{
 		"COORDINATOR_LISTEN=" + p.addr, "COORDINATOR_METRICS_LISTEN=", "COORDINATOR_LOG_LEVEL=error",
 		"COORDINATOR_MAX_TTL=" + faultTTL.String(), "COORDINATOR_STATE_DIR=",
 	}, p.env...)
-	p.cmd.Stderr = os.Stderr
-	if err := p.cmd.Start(); err != nil {
-		p.t.Fatal(err)
-	}
+	p.proc = proctest.Start(p.t, cmd)
+}
+
+// restart kills the process and starts it again, as a fault that returns
+// when it healed.
+func (p *coordinatorProcess) restart(int) time.Time {
+	p.kill()
+	p.start()
+	return time.Now()
 }
 
 // kill stops the process at once, as a crash would (kill -9).
 func (p *coordinatorProcess) kill() {
-	if p.cmd == nil {
-		return
+	if p.proc != nil {
+		p.proc.Kill()
+		p.proc = nil
 	}
-	_ = p.cmd.Process.Signal(syscall.SIGKILL)
-	_ = p.cmd.Wait()
-	p.cmd = nil
-}
-
-func freeLoopbackAddr(t *testing.T) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lis.Close()
-	return lis.Addr().String()
 }
 
 // contention runs workers that take the names in turn and act on a fenced
@@ -269,11 +261,7 @@ func TestFaults(t *testing.T) {
 	bound := faultTTL + time.Second + faultTTL/2
 	t.Run("coordinator killed on the memory store", func(t *testing.T) {
 		p := startCoordinatorProcess(t, "COORDINATOR_STATE_DIR="+t.TempDir())
-		underContention(t, p.addr, bound, func(int) time.Time {
-			p.kill()
-			p.start()
-			return time.Now()
-		})
+		underContention(t, p.addr, bound, p.restart)
 	})
 	t.Run("Redis restarted without its data", func(t *testing.T) {
 		rs := redistest.Start(t, false)
@@ -335,11 +323,7 @@ func TestFaultsOnASemaphore(t *testing.T) {
 	bound := faultTTL + time.Second + faultTTL/2
 	t.Run("coordinator killed on the memory store", func(t *testing.T) {
 		p := startCoordinatorProcess(t, "COORDINATOR_STATE_DIR="+t.TempDir())
-		contend(t, p.addr, capacity, workers, bound, func(int) time.Time {
-			p.kill()
-			p.start()
-			return time.Now()
-		})
+		contend(t, p.addr, capacity, workers, bound, p.restart)
 	})
 	t.Run("Redis restarted without its data", func(t *testing.T) {
 		rs := redistest.Start(t, false)

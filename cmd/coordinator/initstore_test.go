@@ -60,10 +60,7 @@ func TestInitStorePreparesANewRedisOnceAndRefusesItThen(t *testing.T) {
 	if err != nil || !resp.GetAcquired() {
 		t.Fatalf("TryAcquire on the first start after init-store: %v, %v; want a grant, not a quarantine", resp, err)
 	}
-	p.mu.Lock()
-	log := strings.Join(p.log, "\n")
-	p.mu.Unlock()
-	if strings.Contains(log, "lost its data") {
+	if log := p.Log(); strings.Contains(log, "lost its data") {
 		t.Errorf("the first start after init-store reported a data loss:\n%s", log)
 	}
 

@@ -1,16 +1,13 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -24,6 +21,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
+	"github.com/coordinator-dev/coordinator/internal/testkit/proctest"
 	"github.com/coordinator-dev/coordinator/internal/testkit/testcert"
 )
 
@@ -31,44 +29,11 @@ import (
 // does (configured through the environment), talks to it, and stops it the
 // way an orchestrator would.
 func TestBinaryServesAndShutsDownOnSIGTERM(t *testing.T) {
-	bin := buildBinary(t)
-	cmd := exec.Command(bin)
+	cmd := exec.Command(buildBinary(t))
 	cmd.Env = []string{"COORDINATOR_LISTEN=127.0.0.1:0", "COORDINATOR_METRICS_LISTEN=", "COORDINATOR_LOG_FORMAT=text"}
 	cmd.Dir = t.TempDir() // the default state directory is relative to it
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-
-	lines := make(chan string, 100)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-	}()
-	serving := regexp.MustCompile(`msg="coordinator serving" addr=(\S+)`)
-	var addr string
-	var log []string
-	for addr == "" {
-		select {
-		case line, ok := <-lines:
-			if !ok {
-				t.Fatalf("the coordinator exited before serving:\n%s", strings.Join(log, "\n"))
-			}
-			log = append(log, line)
-			if m := serving.FindStringSubmatch(line); m != nil {
-				addr = m[1]
-			}
-		case <-time.After(30 * time.Second):
-			t.Fatalf("no 'coordinator serving' line:\n%s", strings.Join(log, "\n"))
-		}
-	}
+	p := proctest.Start(t, cmd)
+	addr := p.WaitLog(t, serving)[1]
 
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -87,118 +52,43 @@ func TestBinaryServesAndShutsDownOnSIGTERM(t *testing.T) {
 		t.Fatalf("TryAcquire: %v, %v", resp, err)
 	}
 
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() {
-		for line := range lines {
-			log = append(log, line)
-		}
-		done <- cmd.Wait()
-	}()
+	p.Signal(t, syscall.SIGTERM)
 	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("exit after SIGTERM: %v\n%s", err, strings.Join(log, "\n"))
+	case <-p.Done():
+		if err := p.Wait(); err != nil {
+			t.Fatalf("exit after SIGTERM: %v\n%s", err, p.Log())
 		}
 	case <-time.After(15 * time.Second):
 		t.Fatal("the coordinator did not stop within its shutdown timeout")
 	}
-	if !strings.Contains(strings.Join(log, "\n"), "shutting down") {
-		t.Fatalf("no shutdown line in the log:\n%s", strings.Join(log, "\n"))
+	if !strings.Contains(p.Log(), "shutting down") {
+		t.Fatalf("no shutdown line in the log:\n%s", p.Log())
 	}
 }
 
-// binary is the coordinator, built once for all the tests of the package.
-var binary struct {
-	once sync.Once
-	dir  string
-	path string
-	err  error
-}
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if binary.dir != "" {
-		_ = os.RemoveAll(binary.dir)
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { proctest.Main(m) }
 
 // buildBinary builds the coordinator the first time a test asks for it.
-func buildBinary(t *testing.T) string {
-	t.Helper()
-	binary.once.Do(func() {
-		if binary.dir, binary.err = os.MkdirTemp("", "coordinator-test-"); binary.err != nil {
-			return
-		}
-		binary.path = filepath.Join(binary.dir, "coordinator")
-		if out, err := exec.Command("go", "build", "-o", binary.path, ".").CombinedOutput(); err != nil {
-			binary.err = fmt.Errorf("build: %w\n%s", err, out)
-		}
-	})
-	if binary.err != nil {
-		t.Fatal(binary.err)
-	}
-	return binary.path
-}
+func buildBinary(t *testing.T) string { return proctest.Build(t, ".", ".") }
 
-// process is a coordinator binary running under a test, and its log.
+// serving is the line the coordinator logs (text format) once it serves.
+var serving = regexp.MustCompile(`msg="coordinator serving" addr=(\S+)`)
+
+// process is a coordinator binary running under a test, and its address.
 type process struct {
-	cmd  *exec.Cmd
+	*proctest.Process
 	addr string
-	mu   sync.Mutex
-	log  []string
 }
 
 // startBinary builds the coordinator and runs it with env until it serves.
 func startBinary(t *testing.T, env ...string) *process {
 	t.Helper()
-	bin := buildBinary(t)
-	p := &process{cmd: exec.Command(bin)}
-	p.cmd.Env = append([]string{"COORDINATOR_LISTEN=127.0.0.1:0", "COORDINATOR_METRICS_LISTEN=", "COORDINATOR_LOG_FORMAT=text",
+	cmd := exec.Command(buildBinary(t))
+	cmd.Env = append([]string{"COORDINATOR_LISTEN=127.0.0.1:0", "COORDINATOR_METRICS_LISTEN=", "COORDINATOR_LOG_FORMAT=text",
 		"COORDINATOR_STATE_DIR=" + t.TempDir()}, env...)
-	stderr, err := p.cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.cmd.Process.Kill(); _ = p.cmd.Wait() })
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			p.mu.Lock()
-			p.log = append(p.log, sc.Text())
-			p.mu.Unlock()
-		}
-	}()
-	serving := regexp.MustCompile(`msg="coordinator serving" addr=(\S+)`)
-	p.addr = p.waitLog(t, serving)[1]
+	p := &process{Process: proctest.Start(t, cmd)}
+	p.addr = p.WaitLog(t, serving)[1]
 	return p
-}
-
-// waitLog waits for a log line matching re and returns its submatches.
-func (p *process) waitLog(t *testing.T, re *regexp.Regexp) []string {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		p.mu.Lock()
-		for _, line := range p.log {
-			if m := re.FindStringSubmatch(line); m != nil {
-				p.mu.Unlock()
-				return m
-			}
-		}
-		log := strings.Join(p.log, "\n")
-		p.mu.Unlock()
-		if time.Now().After(deadline) {
-			t.Fatalf("no log line matching %s:\n%s", re, log)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 func TestSIGHUPReReadsTheAccessFileAndKeepsTheRulesOverABadOne(t *testing.T) {
@@ -228,26 +118,20 @@ func TestSIGHUPReReadsTheAccessFileAndKeepsTheRulesOverABadOne(t *testing.T) {
 	}
 
 	write("tok-a team-a/\ntok-b team-b/\n")
-	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
-		t.Fatal(err)
-	}
-	p.waitLog(t, regexp.MustCompile(`msg="access file re-read".* credentials=2`))
+	p.Signal(t, syscall.SIGHUP)
+	p.WaitLog(t, regexp.MustCompile(`msg="access file re-read".* credentials=2`))
 	if describe("tok-b", "team-b/x") != codes.OK {
 		t.Fatal("the rules re-read on SIGHUP are not in force")
 	}
 
 	write("tok-a team-a/\n# a new team, half written:\ntok-c\n")
-	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
-		t.Fatal(err)
-	}
-	p.waitLog(t, regexp.MustCompile(`level=ERROR msg="access file refused; the previous rules stay in force".*line 3`))
+	p.Signal(t, syscall.SIGHUP)
+	p.WaitLog(t, regexp.MustCompile(`level=ERROR msg="access file refused; the previous rules stay in force".*line 3`))
 	if describe("tok-b", "team-b/x") != codes.OK || describe("tok-c", "x") != codes.Unauthenticated {
 		t.Fatal("the rules before the bad file are not in force")
 	}
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.cmd.Wait(); err != nil {
+	p.Signal(t, syscall.SIGTERM)
+	if err := p.Wait(); err != nil {
 		t.Fatalf("exit after SIGTERM: %v", err)
 	}
 }
@@ -255,7 +139,7 @@ func TestSIGHUPReReadsTheAccessFileAndKeepsTheRulesOverABadOne(t *testing.T) {
 func TestAPlaintextHealthPortServesProbesBesideATLSPort(t *testing.T) {
 	cert := testcert.Write(t, "coordinator")
 	p := startBinary(t, "COORDINATOR_TLS_CERT="+cert.Cert, "COORDINATOR_TLS_KEY="+cert.Key, "COORDINATOR_HEALTH_LISTEN=127.0.0.1:0")
-	healthAddr := p.waitLog(t, regexp.MustCompile(`msg="health serving.*" addr=(\S+)`))[1]
+	healthAddr := p.WaitLog(t, regexp.MustCompile(`msg="health serving.*" addr=(\S+)`))[1]
 	conn, err := grpc.NewClient(healthAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

@@ -234,21 +234,13 @@ func TestFaultsWithLeasesInSessions(t *testing.T) {
 	bound := sessionHold + faultTTL + time.Second
 	t.Run("coordinator killed on the memory store", func(t *testing.T) {
 		p := startCoordinatorProcess(t, "COORDINATOR_STATE_DIR="+t.TempDir())
-		contendInSessions(t, p.addr, "", nil, bound, 0, func(int) time.Time {
-			p.kill()
-			p.start()
-			return time.Now()
-		})
+		contendInSessions(t, p.addr, "", nil, bound, 0, p.restart)
 	})
 	t.Run("coordinator killed on Redis", func(t *testing.T) {
 		rs := redistest.Start(t, false)
 		p := startCoordinatorProcess(t, "COORDINATOR_STORE=redis", "COORDINATOR_REDIS_URL="+rs.URL(), "COORDINATOR_REDIS_NEW_STORE=true")
 		p.env = []string{"COORDINATOR_STORE=redis", "COORDINATOR_REDIS_URL=" + rs.URL()}
-		contendInSessions(t, p.addr, "", nil, bound, 0, func(int) time.Time {
-			p.kill()
-			p.start()
-			return time.Now()
-		})
+		contendInSessions(t, p.addr, "", nil, bound, 0, p.restart)
 	})
 	t.Run("Redis restarted without its data", func(t *testing.T) {
 		rs := redistest.Start(t, false)
@@ -278,7 +270,7 @@ func TestFaultsWithLeasesInSessions(t *testing.T) {
 		groupBound := bound + faultWorkers*sessionHold
 		contendInSessions(t, p.addr, stall.Addr(), stalled, bound, groupBound, func(int) time.Time {
 			stall.Freeze()
-			time.Sleep(2 * faultTTL)
+			time.Sleep(2 * faultTTL) // the stalled workers' sessions expire meanwhile
 			stall.Drop()
 			return time.Now()
 		})

@@ -26,7 +26,7 @@ import (
 func TestTracingExportsOverOTLPAndFlushesOnSIGTERM(t *testing.T) {
 	col, addr := otlptest.Start(t)
 	p := startBinary(t, "OTEL_EXPORTER_OTLP_ENDPOINT=http://"+addr, "OTEL_EXPORTER_OTLP_PROTOCOL=grpc", "OTEL_BSP_SCHEDULE_DELAY=60000")
-	p.waitLog(t, regexp.MustCompile(`msg="tracing on: exporting spans over OTLP" protocol=grpc`))
+	p.WaitLog(t, regexp.MustCompile(`msg="tracing on: exporting spans over OTLP" protocol=grpc`))
 
 	conn, err := grpc.NewClient(p.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -39,10 +39,8 @@ func TestTracingExportsOverOTLPAndFlushesOnSIGTERM(t *testing.T) {
 	if err != nil || !resp.GetAcquired() {
 		t.Fatalf("TryAcquire: %v, %v", resp, err)
 	}
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.cmd.Wait(); err != nil {
+	p.Signal(t, syscall.SIGTERM)
+	if err := p.Wait(); err != nil {
 		t.Fatalf("exit after SIGTERM: %v", err)
 	}
 

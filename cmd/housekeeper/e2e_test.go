@@ -1,16 +1,15 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"maps"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -22,7 +21,9 @@ import (
 	"github.com/coordinator-dev/coordinator/client"
 	hk "github.com/coordinator-dev/coordinator/housekeeper"
 	"github.com/coordinator-dev/coordinator/housekeeper/housekeepertest"
+	"github.com/coordinator-dev/coordinator/internal/testkit/proctest"
 	"github.com/coordinator-dev/coordinator/internal/testkit/redistest"
+	"github.com/coordinator-dev/coordinator/internal/testkit/testwait"
 )
 
 // expected is where one seeded message must end up, and when it falls due.
@@ -32,50 +33,52 @@ type expected struct {
 	due   int64 // unix ms, Redis' clock
 }
 
-// buildBinaries builds the housekeeper and the coordinator.
+func TestMain(m *testing.M) { proctest.Main(m) }
+
+// buildBinaries builds the housekeeper and the coordinator, once for all
+// the tests of the package.
 func buildBinaries(t *testing.T) (housekeeper, coordinator string) {
 	t.Helper()
-	dir := t.TempDir()
-	housekeeper, coordinator = filepath.Join(dir, "housekeeper"), filepath.Join(dir, "coordinator")
-	for _, b := range []struct{ out, pkg string }{{housekeeper, "."}, {coordinator, "../coordinator"}} {
-		if out, err := exec.Command("go", "build", "-o", b.out, b.pkg).CombinedOutput(); err != nil {
-			t.Fatalf("build %s: %v\n%s", b.pkg, err, out)
-		}
-	}
-	return housekeeper, coordinator
+	return proctest.Build(t, ".", "."), proctest.Build(t, ".", "../coordinator")
 }
 
 // startCoordinator runs the coordinator binary on Redis, requiring token,
-// with env added to its environment, and returns its address.
+// with env added to its environment, and returns its address once it
+// serves.
 func startCoordinator(t *testing.T, bin, redisURL, token string, env ...string) string {
 	t.Helper()
-	addr := freeAddr(t)
 	cmd := exec.Command(bin)
 	cmd.Env = append(os.Environ(),
-		"COORDINATOR_LISTEN="+addr, "COORDINATOR_METRICS_LISTEN=", "COORDINATOR_STORE=redis",
+		"COORDINATOR_LISTEN=127.0.0.1:0", "COORDINATOR_METRICS_LISTEN=", "COORDINATOR_STORE=redis",
 		"COORDINATOR_REDIS_URL="+redisURL, "COORDINATOR_REDIS_NEW_STORE=true", "COORDINATOR_AUTH_TOKEN="+token,
-		fmt.Sprintf("COORDINATOR_REDIS_KEY_PREFIX=hk-e2e-coord-%d", time.Now().UnixNano()), "COORDINATOR_LOG_LEVEL=warn")
+		fmt.Sprintf("COORDINATOR_REDIS_KEY_PREFIX=hk-e2e-coord-%d", time.Now().UnixNano()), "COORDINATOR_LOG_FORMAT=text")
 	cmd.Env = append(cmd.Env, env...)
-	cmd.Stderr = &prefixWriter{t: t, prefix: "coordinator: "}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if c, err := net.Dial("tcp", addr); err == nil {
-			_ = c.Close()
-			return addr
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the coordinator does not listen after 30s")
-		}
-	}
+	return proctest.Start(t, cmd).WaitLog(t, regexp.MustCompile(`msg="coordinator serving" addr=(\S+)`))[1]
+}
+
+// startHousekeeper runs the housekeeper binary as instance id on the
+// test Redis's Deckard queues under prefix, with the coordinator at
+// coordAddr requiring token and its names under prefix too, and env added.
+func startHousekeeper(t *testing.T, bin, coordAddr, token, prefix, id string, env ...string) *proctest.Process {
+	t.Helper()
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(),
+		"HOUSEKEEPER_COORDINATOR_ADDR="+coordAddr,
+		"HOUSEKEEPER_COORDINATOR_TOKEN="+token,
+		"HOUSEKEEPER_COORDINATOR_INSECURE_TOKEN=true",
+		"HOUSEKEEPER_REDIS_URL="+redistest.URL(t),
+		"HOUSEKEEPER_PREFIX="+prefix,
+		"HOUSEKEEPER_LEASE_NAMESPACE="+prefix,
+		"HOUSEKEEPER_INSTANCE_ID="+id,
+	)
+	cmd.Env = append(cmd.Env, env...)
+	return proctest.Start(t, cmd)
 }
 
 // instance is a housekeeper process.
 type instance struct {
 	id      string
-	cmd     *exec.Cmd
+	proc    *proctest.Process
 	metrics string
 }
 
@@ -96,28 +99,13 @@ func TestInstancesJoinLeaveAndAreKilled(t *testing.T) {
 
 	var all []*instance
 	start := func(id string) *instance {
-		in := &instance{id: id, metrics: freeAddr(t), cmd: exec.Command(hkBin)}
-		in.cmd.Env = append(os.Environ(),
-			"HOUSEKEEPER_COORDINATOR_ADDR="+coordAddr,
-			"HOUSEKEEPER_COORDINATOR_TOKEN="+token,
-			"HOUSEKEEPER_COORDINATOR_INSECURE_TOKEN=true",
-			"HOUSEKEEPER_REDIS_URL="+redistest.URL(t),
-			"HOUSEKEEPER_PREFIX="+d.Prefix,
-			"HOUSEKEEPER_INSTANCE_ID="+id,
+		in := &instance{id: id, metrics: proctest.FreeAddr(t)}
+		in.proc = startHousekeeper(t, hkBin, coordAddr, token, d.Prefix, id,
 			"HOUSEKEEPER_METRICS_LISTEN="+in.metrics,
 			"HOUSEKEEPER_DISCOVERY_INTERVAL=200ms",
 			"HOUSEKEEPER_LEASE_TTL=1s",
 			"HOUSEKEEPER_BATCH_SIZE=7",
-			"HOUSEKEEPER_LEASE_NAMESPACE="+d.Prefix,
 		)
-		in.cmd.Stderr = &prefixWriter{t: t, prefix: id + ": "}
-		if err := in.cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			_ = in.cmd.Process.Kill()
-			_ = in.cmd.Wait()
-		})
 		all = append(all, in)
 		return in
 	}
@@ -129,16 +117,14 @@ func TestInstancesJoinLeaveAndAreKilled(t *testing.T) {
 	waitView := func(members ...string) {
 		t.Helper()
 		slices.Sort(members)
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-			if l, err := observer.Leader(context.Background(), d.Prefix+"/housekeeper/leader"); err == nil {
-				if v, err := hk.DecodeView(l.Value); err == nil && slices.Equal(v.Members, members) {
-					return
-				}
+		testwait.Until(t, 30*time.Second, fmt.Sprintf("a view of %v", members), func() bool {
+			l, err := observer.Leader(context.Background(), d.Prefix+"/housekeeper/leader")
+			if err != nil {
+				return false
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no view of %v after 30s", members)
-			}
-		}
+			v, err := hk.DecodeView(l.Value)
+			return err == nil && slices.Equal(v.Members, members)
+		})
 	}
 
 	first, second := start("hk-0"), start("hk-1")
@@ -245,8 +231,8 @@ func TestInstancesJoinLeaveAndAreKilled(t *testing.T) {
 		do    func()
 	}{
 		{1500 * time.Millisecond, "hk-2 joins", func() { start("hk-2") }},
-		{3 * time.Second, "hk-0 leaves (SIGTERM)", func() { _ = first.cmd.Process.Signal(syscall.SIGTERM) }},
-		{4500 * time.Millisecond, "hk-1 is killed (SIGKILL)", func() { _ = second.cmd.Process.Signal(syscall.SIGKILL) }},
+		{3 * time.Second, "hk-0 leaves (SIGTERM)", func() { first.proc.Signal(t, syscall.SIGTERM) }},
+		{4500 * time.Millisecond, "hk-1 is killed (SIGKILL)", func() { second.proc.Signal(t, syscall.SIGKILL) }},
 		{5500 * time.Millisecond, "hk-3 joins", func() { start("hk-3") }},
 	}
 	began := time.Now()
@@ -261,7 +247,7 @@ func TestInstancesJoinLeaveAndAreKilled(t *testing.T) {
 			t.Fatalf("%d due messages not moved after 60s", pending())
 		}
 	}
-	if err := first.cmd.Wait(); err != nil {
+	if err := first.proc.Wait(); err != nil {
 		t.Errorf("hk-0 exited with %v after SIGTERM", err)
 	}
 	for _, e := range early {
@@ -309,9 +295,8 @@ func TestInstancesJoinLeaveAndAreKilled(t *testing.T) {
 	// reports the queue gauges.
 	waitView("hk-2", "hk-3")
 	survivors := all[2:]
-	var leaders int
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		leaders = 0
+	testwait.Until(t, 10*time.Second, "one leader among the survivors", func() bool {
+		leaders := 0
 		for _, in := range survivors {
 			body := scrape(t, in.metrics)
 			if strings.Contains(body, "\nhousekeeper_leader{prefix=\""+d.Prefix+"\"} 1\n") {
@@ -321,66 +306,35 @@ func TestInstancesJoinLeaveAndAreKilled(t *testing.T) {
 				}
 			}
 		}
-		if leaders == 1 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if leaders != 1 {
-		t.Fatalf("%d leaders among the survivors, want 1", leaders)
-	}
+		return leaders == 1
+	})
 
 	// SIGTERM: the survivors finish, leave and exit 0.
 	for _, in := range survivors {
-		_ = in.cmd.Process.Signal(syscall.SIGTERM)
+		in.proc.Signal(t, syscall.SIGTERM)
 	}
 	for _, in := range survivors {
-		if err := in.cmd.Wait(); err != nil {
+		if err := in.proc.Wait(); err != nil {
 			t.Fatalf("%s exited with %v after SIGTERM", in.id, err)
 		}
 	}
 }
 
-func freeAddr(t *testing.T) string {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = lis.Close() }()
-	return lis.Addr().String()
-}
-
+// scrape returns the /metrics page served at addr, waiting for an instance
+// that has just started to serve it.
 func scrape(t *testing.T, addr string) string {
 	t.Helper()
+	var page strings.Builder
 	var lastErr error
-	for range 50 {
+	testwait.Until(t, 5*time.Second, "metrics served at "+addr, func() bool {
 		resp, err := http.Get("http://" + addr + "/metrics")
-		if err == nil {
-			var b strings.Builder
-			sc := bufio.NewScanner(resp.Body)
-			sc.Buffer(make([]byte, 1<<20), 1<<20)
-			for sc.Scan() {
-				b.WriteString(sc.Text() + "\n")
-			}
-			_ = resp.Body.Close()
-			return b.String()
+		if lastErr = err; err != nil {
+			return false
 		}
-		lastErr = err
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("scrape %s: %v", addr, lastErr)
-	return ""
-}
-
-// prefixWriter sends a process's log lines to the test log.
-type prefixWriter struct {
-	t      *testing.T
-	prefix string
-}
-
-func (w *prefixWriter) Write(p []byte) (int, error) {
-	if testing.Verbose() {
-		w.t.Log(w.prefix + strings.TrimRight(string(p), "\n"))
-	}
-	return len(p), nil
+		defer func() { _ = resp.Body.Close() }()
+		page.Reset()
+		_, lastErr = io.Copy(&page, resp.Body)
+		return lastErr == nil
+	})
+	return page.String()
 }

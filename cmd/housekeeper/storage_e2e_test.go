@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -14,7 +12,9 @@ import (
 
 	"github.com/coordinator-dev/coordinator/housekeeper/housekeepertest"
 	"github.com/coordinator-dev/coordinator/internal/testkit/mongotest"
+	"github.com/coordinator-dev/coordinator/internal/testkit/proctest"
 	"github.com/coordinator-dev/coordinator/internal/testkit/redistest"
+	"github.com/coordinator-dev/coordinator/internal/testkit/testwait"
 )
 
 // TestStorageTasksWithInstancesJoiningLeavingAndKilled runs housekeeper
@@ -38,19 +38,13 @@ func TestStorageTasksWithInstancesJoiningLeavingAndKilled(t *testing.T) {
 
 	type proc struct {
 		id, metrics string
-		cmd         *exec.Cmd
+		*proctest.Process
 	}
 	start := func(id string) *proc {
-		p := &proc{id: id, metrics: freeAddr(t), cmd: exec.Command(hkBin)}
-		p.cmd.Env = append(os.Environ(),
-			"HOUSEKEEPER_COORDINATOR_ADDR="+coordAddr,
-			"HOUSEKEEPER_COORDINATOR_TOKEN="+token,
-			"HOUSEKEEPER_COORDINATOR_INSECURE_TOKEN=true",
-			"HOUSEKEEPER_REDIS_URL="+redistest.URL(t),
+		p := &proc{id: id, metrics: proctest.FreeAddr(t)}
+		p.Process = startHousekeeper(t, hkBin, coordAddr, token, d.Prefix, id,
 			"HOUSEKEEPER_STORAGE_URI="+mongotest.URI(t),
 			"HOUSEKEEPER_MONGO_DATABASE="+db.Name(),
-			"HOUSEKEEPER_PREFIX="+d.Prefix,
-			"HOUSEKEEPER_INSTANCE_ID="+id,
 			"HOUSEKEEPER_METRICS_LISTEN="+p.metrics,
 			"HOUSEKEEPER_DISCOVERY_INTERVAL=200ms",
 			"HOUSEKEEPER_STORAGE_INTERVAL=200ms",
@@ -59,16 +53,7 @@ func TestStorageTasksWithInstancesJoiningLeavingAndKilled(t *testing.T) {
 			"HOUSEKEEPER_RECOVERY_BATCH=10",
 			"HOUSEKEEPER_TTL_BATCH=25",
 			"HOUSEKEEPER_LEASE_TTL=1s",
-			"HOUSEKEEPER_LEASE_NAMESPACE="+d.Prefix,
 		)
-		p.cmd.Stderr = &prefixWriter{t: t, prefix: id + ": "}
-		if err := p.cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			_ = p.cmd.Process.Kill()
-			_ = p.cmd.Wait()
-		})
 		return p
 	}
 
@@ -126,12 +111,11 @@ func TestStorageTasksWithInstancesJoiningLeavingAndKilled(t *testing.T) {
 	}
 
 	// Kill the instance doing the recovery once it has copied a batch.
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	var recovering *proc
+	testwait.Until(t, 30*time.Second, "an instance to begin the recovery", func() bool {
 		if breakpoint() == "recovery_finished" {
-			t.Log("the recovery finished before an instance could be killed midway; the kill is skipped")
-			break
+			return true
 		}
-		var recovering *proc
 		for _, p := range live {
 			body := scrape(t, p.metrics)
 			if strings.Contains(body, "housekeeper_messages_recovered_total{prefix=\""+d.Prefix+"\"} ") &&
@@ -139,22 +123,17 @@ func TestStorageTasksWithInstancesJoiningLeavingAndKilled(t *testing.T) {
 				recovering = p
 			}
 		}
-		if recovering != nil {
-			t.Logf("%s is recovering (breakpoint %q): killed", recovering.id, breakpoint())
-			_ = recovering.cmd.Process.Signal(syscall.SIGKILL)
-			without(recovering)
-			live = append(live, start("hk-r"))
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no instance began the recovery within 30s")
-		}
+		return recovering != nil
+	})
+	if recovering == nil {
+		t.Log("the recovery finished before an instance could be killed midway; the kill is skipped")
+	} else {
+		t.Logf("%s is recovering (breakpoint %q): killed", recovering.id, breakpoint())
+		recovering.Signal(t, syscall.SIGKILL)
+		without(recovering)
+		live = append(live, start("hk-r"))
 	}
-	for deadline := time.Now().Add(60 * time.Second); breakpoint() != "recovery_finished"; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("recovery not finished after 60s (breakpoint %q)", breakpoint())
-		}
-	}
+	testwait.Until(t, 60*time.Second, "the recovery to finish", func() bool { return breakpoint() == "recovery_finished" })
 
 	// Messages expire from now on; instances come and go; excess arrives.
 	added := 0
@@ -184,14 +163,14 @@ func TestStorageTasksWithInstancesJoiningLeavingAndKilled(t *testing.T) {
 		{500 * time.Millisecond, "hk-2 joins; excess arrives", func() { hk2 = start("hk-2"); live = append(live, hk2); addExcess() }},
 		{2 * time.Second, "the oldest live instance leaves (SIGTERM); excess arrives", func() {
 			leaving := live[0]
-			_ = leaving.cmd.Process.Signal(syscall.SIGTERM)
+			leaving.Signal(t, syscall.SIGTERM)
 			without(leaving)
-			if err := leaving.cmd.Wait(); err != nil {
+			if err := leaving.Wait(); err != nil {
 				t.Errorf("%s exited with %v after SIGTERM", leaving.id, err)
 			}
 			addExcess()
 		}},
-		{3500 * time.Millisecond, "hk-2 is killed (SIGKILL)", func() { _ = hk2.cmd.Process.Signal(syscall.SIGKILL); without(hk2) }},
+		{3500 * time.Millisecond, "hk-2 is killed (SIGKILL)", func() { hk2.Signal(t, syscall.SIGKILL); without(hk2) }},
 		{4500 * time.Millisecond, "hk-3 joins; excess arrives", func() { live = append(live, start("hk-3")); addExcess() }},
 	}
 	done := func() (bool, string) {
@@ -260,25 +239,20 @@ func TestStorageTasksWithInstancesJoiningLeavingAndKilled(t *testing.T) {
 
 	// One survivor reports Deckard's queue gauges; SIGTERM stops them all.
 	survivors := live
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+	testwait.Until(t, 10*time.Second, `one survivor alone reporting deckard_total_messages{queue="max0"} 15`, func() bool {
 		reporting := 0
 		for _, p := range survivors {
 			if strings.Contains(scrape(t, p.metrics), "deckard_total_messages{queue=\"max0\"} 15\n") {
 				reporting++
 			}
 		}
-		if reporting == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d survivors report deckard_total_messages{queue=\"max0\"} 15, want 1", reporting)
-		}
+		return reporting == 1
+	})
+	for _, p := range survivors {
+		p.Signal(t, syscall.SIGTERM)
 	}
 	for _, p := range survivors {
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	}
-	for _, p := range survivors {
-		if err := p.cmd.Wait(); err != nil {
+		if err := p.Wait(); err != nil {
 			t.Errorf("%s exited with %v after SIGTERM", p.id, err)
 		}
 	}

@@ -2,13 +2,12 @@ package main
 
 import (
 	"fmt"
-	"os"
-	"os/exec"
 	"testing"
 	"time"
 
 	"github.com/coordinator-dev/coordinator/internal/testkit/otlptest"
 	"github.com/coordinator-dev/coordinator/internal/testkit/redistest"
+	"github.com/coordinator-dev/coordinator/internal/testkit/testwait"
 )
 
 // TestTracedHousekeeperCallsJoinTheCoordinatorsTraces runs a coordinator
@@ -24,27 +23,10 @@ func TestTracedHousekeeperCallsJoinTheCoordinatorsTraces(t *testing.T) {
 	hkBin, coordBin := buildBinaries(t)
 	coordAddr := startCoordinator(t, coordBin, redistest.URL(t), token, otel...)
 	prefix := fmt.Sprintf("hk-trace-%d", time.Now().UnixNano())
-	cmd := exec.Command(hkBin)
-	cmd.Env = append(append(os.Environ(),
-		"HOUSEKEEPER_COORDINATOR_ADDR="+coordAddr,
-		"HOUSEKEEPER_COORDINATOR_TOKEN="+token,
-		"HOUSEKEEPER_COORDINATOR_INSECURE_TOKEN=true",
-		"HOUSEKEEPER_REDIS_URL="+redistest.URL(t),
-		"HOUSEKEEPER_PREFIX="+prefix,
-		"HOUSEKEEPER_LEASE_NAMESPACE="+prefix,
-		"HOUSEKEEPER_INSTANCE_ID=hk-traced",
-		"HOUSEKEEPER_METRICS_LISTEN=",
-	), otel...)
-	cmd.Stderr = &prefixWriter{t: t, prefix: "housekeeper: "}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	startHousekeeper(t, hkBin, coordAddr, token, prefix, "hk-traced", append(otel, "HOUSEKEEPER_METRICS_LISTEN=")...)
 
 	const method = "coordinator.v1.Coordinator/List"
-	for deadline := time.Now().Add(60 * time.Second); !sink.Shared("housekeeper/"+method, "coordinator/"+method); time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no trace holds the housekeeper's List and the coordinator's after 60s; spans: %v", sink.Spans())
-		}
-	}
+	testwait.Until(t, 60*time.Second, "a trace holding the housekeeper's List and the coordinator's", func() bool {
+		return sink.Shared("housekeeper/"+method, "coordinator/"+method)
+	})
 }
