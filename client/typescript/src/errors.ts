@@ -19,18 +19,8 @@ import { ERROR_DOMAIN, OUTCOME_UNKNOWN_CODES, TRANSIENT_CODES } from "./rules.js
 /** The google.rpc.ErrorInfo domain of the coordinator's errors (ClientRules.error_domain). */
 export { ERROR_DOMAIN };
 
-/** The reasons the coordinator gives, as ErrorInfo.reason strings. */
-export type ErrorReasonName =
-  | "LEASE_NOT_HELD"
-  | "DATA_LOSS_QUARANTINE"
-  | "STORE_UNAVAILABLE"
-  | "INVALID_FIELD"
-  | "PERMISSION_DENIED"
-  | "CAPACITY_MISMATCH"
-  | "SESSION_NOT_FOUND"
-  | "SESSION_EXPIRED"
-  | "SESSION_CLOSED"
-  | "LEASE_IN_SESSION";
+/** The reasons the coordinator gives, as ErrorInfo.reason strings: the proto's ErrorReason names. */
+export type ErrorReasonName = Exclude<keyof typeof ErrorReason, "ERROR_REASON_UNSPECIFIED">;
 
 export { Code };
 

@@ -73,23 +73,6 @@ interface Op {
   noResult?: boolean;
 }
 
-/**
- * mayWait reports whether op is an acquire or campaign that may wait on the
- * coordinator: one a cancel operation can give up.
- */
-function mayWait(op: StreamOperation): boolean {
-  const o = op.operation;
-  const positive = (d: { seconds: bigint; nanos: number } | undefined): boolean =>
-    d !== undefined && (d.seconds > 0n || (d.seconds === 0n && d.nanos > 0));
-  switch (o.case) {
-    case "acquire":
-      return positive(o.value.wait);
-    case "campaign":
-      return o.value.term === 0n && positive(o.value.wait);
-  }
-  return false;
-}
-
 /** statusError turns a result's google.rpc.Status into the error the unary call throws. */
 export function statusError(st: Status): CoordinatorError {
   const code = (st.code in Code ? st.code : Code.Unknown) as Code;
@@ -194,13 +177,16 @@ export class StreamTransport {
     return this.cur !== undefined;
   }
 
-  /** submit queues operation; done gets its outcome once. It throws ClientClosedError (then done is never called). */
+  /**
+   * submit queues operation; done gets its outcome once (a cancel has
+   * none). It throws ClientClosedError (then done is never called).
+   */
   submit(operation: Operation, done: OpDone): Op {
     if (this.closed) throw new ClientClosedError();
     const id = ++this.nextId;
     const op = create(StreamOperationSchema, { id, operation });
     const size = toBinary(StreamOperationSchema, op).length;
-    const o: Op = { id, op, size, sent: 0, state: "queued", done };
+    const o: Op = { id, op, size, sent: 0, state: "queued", done, noResult: operation.case === "cancel" };
     this.queue.push(o);
     if (this.cur) this.cur.poke();
     this.ensureStream();
@@ -212,11 +198,12 @@ export class StreamTransport {
    * signal aborts (rejecting with its reason) or timeoutMs passes (rejecting
    * with DeadlineExceeded). An operation that was sent by then is left to
    * finish: late gets its outcome, e.g. to give up a lease granted to an
-   * acquisition nobody waits for. An acquire or campaign that may wait on
-   * the coordinator is also cancelled then (a cancel operation), so that it
-   * leaves the coordinator's queue at once and the waiters behind it need
-   * not wait for its grant and release; late still gets its outcome (a
-   * Canceled error, or the grant when that came first).
+   * acquisition nobody waits for. An operation given late (an acquire or
+   * campaign) is also cancelled then (a cancel operation, which the
+   * coordinator ignores unless it waits), so that it leaves the
+   * coordinator's queue at once and the waiters behind it need not wait for
+   * its grant and release; late still gets its outcome (a Canceled error,
+   * or the grant when that came first).
    */
   call(operation: Operation, signal: AbortSignal, timeoutMs: number, late?: Late): Promise<{ res: StreamResult; sent: number }> {
     return new Promise((resolve, reject) => {
@@ -243,8 +230,8 @@ export class StreamTransport {
           o.state = "finished"; // never sent: forget it
           const i = this.queue.indexOf(o);
           if (i >= 0) this.queue.splice(i, 1);
-        } else if (o.state === "sent" && mayWait(o.op)) {
-          this.queueCancel(o.id);
+        } else if (o.state === "sent" && late !== undefined && !this.closed) {
+          this.submit({ case: "cancel", value: o.id }, () => undefined);
         }
         reject(decodeError(err));
       };
@@ -275,17 +262,6 @@ export class StreamTransport {
   ): Promise<{ value: ResultValue<K>; sent: number }> {
     const { res, sent } = await this.call({ case: kind, value } as Operation, signal, timeoutMs, late);
     return { value: resultOf(res, kind), sent };
-  }
-
-  /** queueCancel queues a cancel of the waiting operation id. It has no result: it is finished once written. */
-  private queueCancel(id: bigint): void {
-    if (this.closed) return;
-    const cid = ++this.nextId;
-    const op = create(StreamOperationSchema, { id: cid, operation: { case: "cancel", value: id } });
-    const size = toBinary(StreamOperationSchema, op).length;
-    this.queue.push({ id: cid, op, size, sent: 0, state: "queued", done: () => {}, noResult: true });
-    if (this.cur) this.cur.poke();
-    this.ensureStream();
   }
 
   /** take moves the next batch of queued operations in flight on conn, stamped as sent now; undefined when none. */

@@ -2,7 +2,7 @@
 
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
-import { Client, Code, LeaseEndedError, LeaseNotHeldError, NotAcquiredError, type LeaderEvent } from "../src/index.js";
+import { Client, LeaseEndedError, LeaseNotHeldError, NotAcquiredError, type LeaderEvent } from "../src/index.js";
 import { newClient, shutdown, startCoordinator, stores, uniq, waitFor, type Coordinator } from "./helpers.js";
 
 after(shutdown);
@@ -109,19 +109,6 @@ for (const store of stores()) {
       assert.equal(l.signal.aborted, true);
       assert.equal((l.signal.reason as LeaseEndedError).kind, "lost");
       assert.equal(await b.leader(election), undefined, "proclaiming in an ended term starts no new one");
-    });
-
-    it("Campaign with an ended term fails with LEASE_NOT_HELD on the raw API", async () => {
-      const election = uniq("elections/term");
-      const l = await a.campaign(election, "x");
-      const term = l.term;
-      const candidate = l.candidate;
-      await l.resign();
-      await assert.rejects(
-        a.api.campaign({ election, candidate, term, ttl: { seconds: 5n } }),
-        (e: unknown) => e instanceof LeaseNotHeldError && e.code === Code.FailedPrecondition,
-      );
-      assert.equal(await a.leader(election), undefined);
     });
 
     it("is not elected within wait: NotAcquiredError naming the leader", async () => {

@@ -5,7 +5,7 @@ import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { accessSync, constants, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createConnection, createServer } from "node:net";
 import { tmpdir } from "node:os";
-import { dirname, join, resolve } from "node:path";
+import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { randomBytes } from "node:crypto";
 import { connect } from "../src/api.js";
@@ -347,5 +347,3 @@ export function abortedAt(signal: AbortSignal): Promise<number> {
     signal.addEventListener("abort", () => r(performance.now()), { once: true });
   });
 }
-
-export const here = resolve(dirname(fileURLToPath(import.meta.url)));

@@ -269,23 +269,6 @@ describe("the default session", { concurrency: true, timeout: 60_000 }, () => {
     assert.equal(await c.defaultSession(), s, "the same while it lives");
   });
 
-  it("is replaced by the next acquisition once lost; the lost one is never reused", async () => {
-    const coord = await startCoordinator();
-    const c = newClient({ address: coord.address, ttl: 1000 });
-    const first = await c.tryLock(uniq("default/lost"));
-    assert.ok(first?.session);
-    const lost = first.session;
-    await closeSessionBehindItsBack(coord.address, lost.id);
-    await waitFor("the loss", () => lost.signal.aborted, 10_000);
-    assert.equal(lost.ended?.kind, "lost");
-    assert.equal(first.ended?.kind, "lost");
-    const next = await c.tryLock(uniq("default/lost"));
-    assert.ok(next?.session);
-    assert.notEqual(next.session, lost);
-    assert.notEqual(next.session.id, lost.id);
-    assert.equal(next.session, await c.defaultSession());
-  });
-
   it("an acquisition that finds it closed on the coordinator starts over on a new one", async () => {
     const coord = await startCoordinator();
     const c = newClient({ address: coord.address });
