@@ -19,7 +19,7 @@ import (
 // exactly one layer, and the non-test code of a layer imports, of this
 // module, only the layers its may lists: an import of any other layer, of
 // its own layer, or of a layer above it fails TestLayering. The may lists
-// form no cycle, so every arrow points down. README.md's Architecture
+// form no cycle, so every arrow points down. CONTRIBUTING.md's Architecture
 // section draws the same layers, and .golangci.yml's depguard rules repeat
 // the main "never"s for editors.
 //
@@ -115,6 +115,14 @@ var layers = []layer{
 		may:  []string{"housekeeper", "sdk", "api", "leaves", "test kits"},
 	},
 	{
+		// The API calls most of the service's tests make, over any client:
+		// shared by the service's tests and the process's.
+		name:       "api test kit",
+		pkgs:       []string{"internal/testkit/apitest"},
+		may:        []string{"api", "test kits"},
+		testsNever: aboveTheService,
+	},
+	{
 		name: "test kits",
 		pkgs: []string{"internal/testkit/..."},
 	},
@@ -188,7 +196,7 @@ func TestLayering(t *testing.T) {
 		}
 		from := layerOf(f.pkg)
 		if from == nil {
-			t.Errorf("%s: package %s is in no layer; add it to layers in layering_test.go and to README.md's Architecture", f.path, f.pkg)
+			t.Errorf("%s: package %s is in no layer; add it to layers in layering_test.go and to %s's Architecture", f.path, f.pkg, architectureDoc)
 			continue
 		}
 		for _, imp := range f.imports {
@@ -221,29 +229,34 @@ func TestLayering(t *testing.T) {
 	}
 }
 
-// TestREADMEArchitectureMatchesTheTree checks that README.md's Architecture
-// block lists every package of the module, and only folders that exist.
-func TestREADMEArchitectureMatchesTheTree(t *testing.T) {
+// TestArchitectureMatchesTheTree checks that CONTRIBUTING.md's
+// Architecture block lists every package of the module, and only folders
+// that exist.
+func TestArchitectureMatchesTheTree(t *testing.T) {
 	listed := architectureFolders(t)
 	for _, f := range moduleFiles(t) {
 		if f.pkg != "" && !listed[f.pkg] {
-			t.Errorf("README.md's Architecture lists no %s/ (package of %s)", f.pkg, f.path)
+			t.Errorf("%s's Architecture lists no %s/ (package of %s)", architectureDoc, f.pkg, f.path)
 			listed[f.pkg] = true // once a package
 		}
 	}
 	for dir := range listed {
 		if st, err := os.Stat(filepath.FromSlash(dir)); err != nil || !st.IsDir() {
-			t.Errorf("README.md's Architecture lists %s/, which is no folder", dir)
+			t.Errorf("%s's Architecture lists %s/, which is no folder", architectureDoc, dir)
 		}
 	}
 }
 
-// architectureFolders returns the folders README.md's Architecture block
-// names: the first word of each line, indented ones relative to the line
-// above them with less indentation.
+// architectureDoc is the document whose Architecture section draws the
+// layers.
+const architectureDoc = "CONTRIBUTING.md"
+
+// architectureFolders returns the folders architectureDoc's Architecture
+// block names: the first word of each line, indented ones relative to the
+// line above them with less indentation.
 func architectureFolders(t *testing.T) map[string]bool {
 	t.Helper()
-	readme, err := os.ReadFile("README.md")
+	readme, err := os.ReadFile(architectureDoc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -271,7 +284,7 @@ func architectureFolders(t *testing.T) map[string]bool {
 		word := strings.Fields(line)[0]
 		depth := (len(line) - len(strings.TrimLeft(line, " "))) / 2
 		if depth > len(parents) {
-			t.Fatalf("README.md's Architecture: %q is indented deeper than the line above", line)
+			t.Fatalf("%s's Architecture: %q is indented deeper than the line above", architectureDoc, line)
 		}
 		dir := strings.TrimSuffix(word, "/")
 		if depth > 0 {
@@ -283,7 +296,7 @@ func architectureFolders(t *testing.T) map[string]bool {
 	if err := sc.Err(); err != nil {
 		t.Fatal(err)
 	}
-	t.Fatal("README.md has no ## Architecture section with a ``` block")
+	t.Fatal(architectureDoc + " has no ## Architecture section with a ``` block")
 	return nil
 }
 

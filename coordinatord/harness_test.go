@@ -3,6 +3,7 @@ package coordinatord_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -10,17 +11,19 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/coordinator-dev/coordinator/coordinatord"
 	"github.com/coordinator-dev/coordinator/coordinatord/coordtest"
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
+	"github.com/coordinator-dev/coordinator/internal/testkit/apitest"
+	"github.com/coordinator-dev/coordinator/server/store/storetest"
 )
 
 // The process's tests, and the service's tests through a whole coordinator
 // (election, fault, observe, rules, service, session, waiting), share this
-// harness: coordtest runs the coordinator on a loopback port. The service's
-// tests of a bare Service, without the process, are in package server.
+// harness: coordtest runs the coordinator on a loopback port, and apitest
+// makes the usual calls, as it does for the service's tests of a bare
+// Service, without the process, in package server.
 
 // storeKinds are the stores every service test runs against.
 var storeKinds = []string{coordinatord.StoreMemory, coordinatord.StoreRedis}
@@ -43,41 +46,8 @@ func start(t *testing.T, cfg coordinatord.Config) *coordinator {
 	return c
 }
 
-func dur(d time.Duration) *durationpb.Duration { return durationpb.New(d) }
-
-func ctxTimeout(t *testing.T, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-// tryAcquire is TryAcquire with a generous deadline; it may run on any
-// goroutine.
-func (c *coordinator) tryAcquire(name, holder string, ttl, wait time.Duration) (*coordinatorv1.TryAcquireResponse, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	return c.client.TryAcquire(ctx, &coordinatorv1.TryAcquireRequest{Name: name, Holder: holder, Ttl: dur(ttl), Wait: dur(wait)})
-}
-
-// acquire is tryAcquire that must succeed as a call; only for the test's
-// own goroutine.
-func (c *coordinator) acquire(t *testing.T, name, holder string, ttl, wait time.Duration) *coordinatorv1.TryAcquireResponse {
-	t.Helper()
-	resp, err := c.tryAcquire(name, holder, ttl, wait)
-	if err != nil {
-		t.Fatalf("TryAcquire(%s, %s): %v", name, holder, err)
-	}
-	return resp
-}
-
-func (c *coordinator) mustAcquire(t *testing.T, name, holder string, ttl time.Duration) *coordinatorv1.Lease {
-	t.Helper()
-	resp := c.acquire(t, name, holder, ttl, 0)
-	if !resp.GetAcquired() {
-		t.Fatalf("%s could not acquire %s: held by %q", holder, name, resp.GetHolder())
-	}
-	return resp.GetLease()
-}
+// ctxTimeout is apitest.Timeout, as readme_test.go calls it.
+func ctxTimeout(t *testing.T, d time.Duration) context.Context { return apitest.Timeout(t, d) }
 
 // errorDetails returns the status code, ErrorInfo reason and BadRequest
 // field of err.
@@ -113,4 +83,17 @@ func checkGrantOrder(t *testing.T, order <-chan string, want int) {
 	if want > 0 && i != want {
 		t.Fatalf("%d of %d waiters granted", i, want)
 	}
+}
+
+// actInside acts at resource as holder, with token, for a pause of up to
+// 3 ms that rng picks, inside a lease valid until validUntil; it reports
+// whether the resource let it in.
+func actInside(t *testing.T, resource *storetest.Resource, holder string, token uint64, validUntil time.Time, rng *rand.Rand) bool {
+	if err := resource.Enter(holder, token, validUntil); err != nil {
+		t.Error(err)
+		return false
+	}
+	time.Sleep(time.Duration(rng.IntN(4)) * time.Millisecond) // a pause inside the lease
+	resource.Leave(holder)
+	return true
 }

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
+	"github.com/coordinator-dev/coordinator/internal/testkit/apitest"
 	"github.com/coordinator-dev/coordinator/server"
 )
 
@@ -25,13 +26,13 @@ import (
 func TestValidationFollowsTheProtoRules(t *testing.T) {
 	cfg := testConfig(t, "memory")
 	c := start(t, cfg)
-	ctx := ctxTimeout(t, 60*time.Second)
+	ctx := apitest.Timeout(t, 60*time.Second)
 
 	// A valid request of each type, on a name of its own so that nothing
 	// waits; and how to send it, with its refusal as a status error.
 	var seq int
 	fresh := func() string { seq++; return fmt.Sprintf("rules/n%d", seq) }
-	ttl := dur(time.Second)
+	ttl := apitest.Dur(time.Second)
 	requests := map[protoreflect.FullName]struct {
 		valid func() proto.Message
 		send  func(proto.Message) error

@@ -9,6 +9,7 @@ import (
 
 	"github.com/coordinator-dev/coordinator/coordinatord"
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
+	"github.com/coordinator-dev/coordinator/internal/testkit/apitest"
 )
 
 // TestFIFOAcrossCoordinators queues waiters alternately through two
@@ -20,14 +21,14 @@ func testFIFOAcrossCoordinators(t *testing.T, via string) {
 	cfg := testConfig(t, coordinatord.StoreRedis)
 	coords := []*coordinator{startVia(t, cfg, via), startVia(t, cfg, via)}
 	const waiters = 60
-	held := coords[0].mustAcquire(t, "shared", "owner", time.Minute)
+	held := apitest.MustAcquire(t, coords[0].client, "shared", "owner", time.Minute)
 	order := make(chan string, waiters)
 	var wg sync.WaitGroup
 	for i := range waiters {
 		c := coords[i%2]
 		holder := fmt.Sprintf("w%d", i)
 		wg.Go(func() {
-			resp, err := c.tryAcquire("shared", holder, time.Minute, time.Minute)
+			resp, err := apitest.TryAcquire(c.client, "shared", holder, time.Minute, time.Minute)
 			if err != nil || !resp.GetAcquired() {
 				t.Errorf("%s: %v, %v", holder, resp, err)
 				return
@@ -40,7 +41,7 @@ func testFIFOAcrossCoordinators(t *testing.T, via string) {
 				t.Error(err)
 			}
 		})
-		waitQueued(t, coords[0], "shared", i+1)
+		apitest.WaitQueued(t, coords[0].client, "shared", i+1)
 	}
 	release(t, coords[0], held)
 	wg.Wait()
@@ -50,7 +51,7 @@ func testFIFOAcrossCoordinators(t *testing.T, via string) {
 
 func release(t *testing.T, c *coordinator, l *coordinatorv1.Lease) {
 	t.Helper()
-	resp, err := c.client.Release(ctxTimeout(t, 10*time.Second), &coordinatorv1.ReleaseRequest{Name: l.GetName(), Holder: l.GetHolder(), Token: l.GetToken()})
+	resp, err := c.client.Release(apitest.Timeout(t, 10*time.Second), &coordinatorv1.ReleaseRequest{Name: l.GetName(), Holder: l.GetHolder(), Token: l.GetToken()})
 	if err != nil || !resp.GetReleased() {
 		t.Fatalf("Release(%s by %s) = %v, %v", l.GetName(), l.GetHolder(), resp, err)
 	}

@@ -1,18 +1,13 @@
 package server_test
 
 import (
-	"context"
-	"fmt"
 	"net"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
-	"github.com/coordinator-dev/coordinator/internal/testkit/testwait"
 	"github.com/coordinator-dev/coordinator/server"
 	"github.com/coordinator-dev/coordinator/server/store"
 	"github.com/coordinator-dev/coordinator/server/store/memstore"
@@ -20,9 +15,9 @@ import (
 
 // The service's own tests serve a bare Service over a store on a real
 // loopback listener, without the coordinator process around it: no codec,
-// interceptors, limits or access checks. The service's behaviour through a
-// whole coordinator (coordtest) is tested in package coordinatord, the layer
-// above, which this one never imports.
+// interceptors, limits or access checks; apitest makes the usual calls. The
+// service's behaviour through a whole coordinator (coordtest) is tested in
+// package coordinatord, the layer above, which this one never imports.
 
 // The store kinds the tests over real stores run against.
 const (
@@ -71,53 +66,4 @@ func serveStore(t *testing.T, st store.Store, opts server.ServiceOptions, server
 type coordinator struct {
 	client coordinatorv1.CoordinatorClient
 	conn   *grpc.ClientConn
-}
-
-func dur(d time.Duration) *durationpb.Duration { return durationpb.New(d) }
-
-func ctxTimeout(t *testing.T, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-// tryAcquire is TryAcquire with a generous deadline; it may run on any
-// goroutine.
-func (c *coordinator) tryAcquire(name, holder string, ttl, wait time.Duration) (*coordinatorv1.TryAcquireResponse, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	return c.client.TryAcquire(ctx, &coordinatorv1.TryAcquireRequest{Name: name, Holder: holder, Ttl: dur(ttl), Wait: dur(wait)})
-}
-
-// acquire is tryAcquire that must succeed as a call; only for the test's
-// own goroutine.
-func (c *coordinator) acquire(t *testing.T, name, holder string, ttl, wait time.Duration) *coordinatorv1.TryAcquireResponse {
-	t.Helper()
-	resp, err := c.tryAcquire(name, holder, ttl, wait)
-	if err != nil {
-		t.Fatalf("TryAcquire(%s, %s): %v", name, holder, err)
-	}
-	return resp
-}
-
-func (c *coordinator) mustAcquire(t *testing.T, name, holder string, ttl time.Duration) *coordinatorv1.Lease {
-	t.Helper()
-	resp := c.acquire(t, name, holder, ttl, 0)
-	if !resp.GetAcquired() {
-		t.Fatalf("%s could not acquire %s: held by %q", holder, name, resp.GetHolder())
-	}
-	return resp.GetLease()
-}
-
-// waitQueued waits until exactly n callers are queued for name: one more
-// (a caller queued twice, or one that should not wait) fails it.
-func waitQueued(t *testing.T, c *coordinator, name string, n int) {
-	t.Helper()
-	testwait.Until(t, 10*time.Second, fmt.Sprintf("%d waiters queued on %s", n, name), func() bool {
-		desc, err := c.client.Describe(context.Background(), &coordinatorv1.DescribeRequest{Name: name})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return int(desc.GetWaiters()) == n
-	})
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
+	"github.com/coordinator-dev/coordinator/internal/testkit/apitest"
 	"github.com/coordinator-dev/coordinator/internal/testkit/redistest"
 	"github.com/coordinator-dev/coordinator/internal/testkit/testwait"
 	"github.com/coordinator-dev/coordinator/server"
@@ -107,7 +108,7 @@ func parkWaiters(t *testing.T, c *coordinator, name string, n int) <-chan *coord
 	for i := range n {
 		wg.Go(func() {
 			resp, err := c.client.TryAcquire(ctx, &coordinatorv1.TryAcquireRequest{
-				Name: name, Holder: fmt.Sprintf("w%d", i), Ttl: dur(time.Minute), Wait: dur(time.Minute),
+				Name: name, Holder: fmt.Sprintf("w%d", i), Ttl: apitest.Dur(time.Minute), Wait: apitest.Dur(time.Minute),
 			})
 			if err != nil {
 				if ctx.Err() == nil {
@@ -117,17 +118,29 @@ func parkWaiters(t *testing.T, c *coordinator, name string, n int) <-chan *coord
 			}
 			granted <- resp
 		})
-		waitQueued(t, c, name, i+1)
+		apitest.WaitQueued(t, c.client, name, i+1)
 	}
 	return granted
 }
 
 func release(t *testing.T, c *coordinator, l *coordinatorv1.Lease) {
 	t.Helper()
-	resp, err := c.client.Release(ctxTimeout(t, 10*time.Second), &coordinatorv1.ReleaseRequest{Name: l.GetName(), Holder: l.GetHolder(), Token: l.GetToken()})
+	resp, err := c.client.Release(apitest.Timeout(t, 10*time.Second), &coordinatorv1.ReleaseRequest{Name: l.GetName(), Holder: l.GetHolder(), Token: l.GetToken()})
 	if err != nil || !resp.GetReleased() {
 		t.Fatalf("Release(%s by %s) = %v, %v", l.GetName(), l.GetHolder(), resp, err)
 	}
+}
+
+// handOff releases held and waits for the parked waiter want to be granted
+// the name next, within the time given; it returns want's lease.
+func handOff(t *testing.T, c *coordinator, held *coordinatorv1.Lease, granted <-chan *coordinatorv1.TryAcquireResponse, want string, within time.Duration) *coordinatorv1.Lease {
+	t.Helper()
+	release(t, c, held)
+	next := nextGrant(t, granted, within)
+	if next.GetHolder() != want {
+		t.Fatalf("%s's release of %s went to %s, want %s", held.GetHolder(), held.GetName(), next.GetHolder(), want)
+	}
+	return next
 }
 
 // nextGrant waits for the next answer of a parked waiter, which must be a
@@ -158,17 +171,13 @@ func TestAReleaseWakesOnlyTheNextWaiter(t *testing.T) {
 			t.Parallel()
 			const waiters = 200
 			st, c := serveCounted(t, kind)
-			held := c.mustAcquire(t, "herd", "owner", time.Minute)
+			held := apitest.MustAcquire(t, c.client, "herd", "owner", time.Minute)
 			granted := parkWaiters(t, c, "herd", waiters)
 
 			for i := range 3 {
 				before := st.waiterAcquires.Load()
 				released := time.Now()
-				release(t, c, held)
-				held = nextGrant(t, granted, 10*time.Second)
-				if want := fmt.Sprintf("w%d", i); held.GetHolder() != want {
-					t.Fatalf("handoff %d went to %s, want %s", i, held.GetHolder(), want)
-				}
+				held = handOff(t, c, held, granted, fmt.Sprintf("w%d", i), 10*time.Second)
 				took := time.Since(released)
 				// Time for the grant's announcement to arrive, and for the
 				// new first waiter to ask, if it wrongly did.
@@ -193,14 +202,10 @@ func TestAReleaseHereWakesTheNextWaiterAtOnce(t *testing.T) {
 			st := &countingStore{Store: openStore(t, kind), deaf: true}
 			_, conn := serveStore(t, st, server.ServiceOptions{})
 			c := &coordinator{client: coordinatorv1.NewCoordinatorClient(conn), conn: conn}
-			held := c.mustAcquire(t, "deaf", "owner", time.Minute)
+			held := apitest.MustAcquire(t, c.client, "deaf", "owner", time.Minute)
 			granted := parkWaiters(t, c, "deaf", 3)
 			for i := range 3 {
-				release(t, c, held)
-				held = nextGrant(t, granted, 20*time.Second)
-				if want := fmt.Sprintf("w%d", i); held.GetHolder() != want {
-					t.Fatalf("handoff %d went to %s, want %s", i, held.GetHolder(), want)
-				}
+				held = handOff(t, c, held, granted, fmt.Sprintf("w%d", i), 20*time.Second)
 			}
 		})
 	}
@@ -215,7 +220,7 @@ func TestTheNextWaiterTakesOverWhenAGrantRunsOut(t *testing.T) {
 			t.Parallel()
 			const ttl = 700 * time.Millisecond
 			st, c := serveCounted(t, kind)
-			held := c.mustAcquire(t, "runs-out", "owner", time.Minute)
+			held := apitest.MustAcquire(t, c.client, "runs-out", "owner", time.Minute)
 			ctx, cancel := context.WithCancel(context.Background())
 			var wg sync.WaitGroup
 			t.Cleanup(func() { cancel(); wg.Wait() })
@@ -223,7 +228,7 @@ func TestTheNextWaiterTakesOverWhenAGrantRunsOut(t *testing.T) {
 			for i := range 2 {
 				wg.Go(func() {
 					resp, err := c.client.TryAcquire(ctx, &coordinatorv1.TryAcquireRequest{
-						Name: "runs-out", Holder: fmt.Sprintf("w%d", i), Ttl: dur(ttl), Wait: dur(time.Minute),
+						Name: "runs-out", Holder: fmt.Sprintf("w%d", i), Ttl: apitest.Dur(ttl), Wait: apitest.Dur(time.Minute),
 					})
 					if err != nil {
 						if ctx.Err() == nil {
@@ -233,7 +238,7 @@ func TestTheNextWaiterTakesOverWhenAGrantRunsOut(t *testing.T) {
 					}
 					answers <- resp
 				})
-				waitQueued(t, c, "runs-out", i+1)
+				apitest.WaitQueued(t, c.client, "runs-out", i+1)
 			}
 
 			before := st.waiterAcquires.Load()
@@ -269,32 +274,27 @@ func TestParkedWaitersKeepTheirPlacesWithoutRetrying(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
 			const (
-				waiters = 5
-				// waiterTTL is 3s in server/waiting.go.
-				hold = 10 * time.Second
+				waiters   = 5
+				waiterTTL = 3 * time.Second // as in server/waiting.go
 			)
 			st, c := serveCounted(t, kind)
-			held := c.mustAcquire(t, "parked", "owner", time.Minute)
+			held := apitest.MustAcquire(t, c.client, "parked", "owner", time.Minute)
 			granted := parkWaiters(t, c, "parked", waiters)
 
-			acquires, refreshes := st.waiterAcquires.Load(), st.refreshes.Load()
-			time.Sleep(hold)
+			acquires, refreshes, parked := st.waiterAcquires.Load(), st.refreshes.Load(), time.Now()
+			// Places that were not refreshed would have expired by then.
+			testwait.Until(t, 30*time.Second, "the places refreshed 3 times, past the waiter TTL", func() bool {
+				return st.refreshes.Load()-refreshes >= 3 && time.Since(parked) > waiterTTL+time.Second
+			})
 			if n := st.waiterAcquires.Load() - acquires; n != 0 {
-				t.Fatalf("parked waiters sent %d Acquire calls in %s; want none", n, hold)
+				t.Fatalf("parked waiters sent %d Acquire calls in %s; want none", n, time.Since(parked))
 			}
-			if n := st.refreshes.Load() - refreshes; n < 3 {
-				t.Fatalf("%d refreshes of the places in %s; want about one a second", n, hold)
-			}
-			desc, err := c.client.Describe(ctxTimeout(t, 10*time.Second), &coordinatorv1.DescribeRequest{Name: "parked"})
+			desc, err := c.client.Describe(apitest.Timeout(t, 10*time.Second), &coordinatorv1.DescribeRequest{Name: "parked"})
 			if err != nil || desc.GetWaiters() != waiters {
-				t.Fatalf("after %s: Describe = %v, %v; want all %d waiters still queued", hold, desc, err, waiters)
+				t.Fatalf("after %s: Describe = %v, %v; want all %d waiters still queued", time.Since(parked), desc, err, waiters)
 			}
 			for i := range waiters {
-				release(t, c, held)
-				held = nextGrant(t, granted, 10*time.Second)
-				if want := fmt.Sprintf("w%d", i); held.GetHolder() != want {
-					t.Fatalf("grant %d went to %s, want %s", i, held.GetHolder(), want)
-				}
+				held = handOff(t, c, held, granted, fmt.Sprintf("w%d", i), 10*time.Second)
 			}
 		})
 	}
@@ -314,7 +314,7 @@ func TestALineRecoversWhenItsFirstWaiterLostItsPlace(t *testing.T) {
 			st.mu.Lock()
 			st.unrefreshed = "w0"
 			st.mu.Unlock()
-			held := c.mustAcquire(t, "lost", "owner", time.Minute)
+			held := apitest.MustAcquire(t, c.client, "lost", "owner", time.Minute)
 			granted := parkWaiters(t, c, "lost", 3)
 			testwait.Until(t, 20*time.Second, "w0's place timed out", func() bool {
 				desc, err := c.client.Describe(context.Background(), &coordinatorv1.DescribeRequest{Name: "lost"})
@@ -324,19 +324,11 @@ func TestALineRecoversWhenItsFirstWaiterLostItsPlace(t *testing.T) {
 				return desc.GetWaiters() == 2
 			})
 
-			release(t, c, held)
 			// The stall lasts twice the waiter TTL (3s), and a heartbeat.
-			held = nextGrant(t, granted, 30*time.Second)
-			if held.GetHolder() != "w1" {
-				t.Fatalf("after the stall the name went to %s, want w1", held.GetHolder())
-			}
+			held = handOff(t, c, held, granted, "w1", 30*time.Second)
 			for _, want := range []string{"w2", "w0"} {
-				release(t, c, held)
 				// Well within a second stall: the line was put in the store's order.
-				held = nextGrant(t, granted, 5*time.Second)
-				if held.GetHolder() != want {
-					t.Fatalf("the name went to %s, want %s", held.GetHolder(), want)
-				}
+				held = handOff(t, c, held, granted, want, 5*time.Second)
 			}
 		})
 	}
