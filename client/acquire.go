@@ -58,9 +58,7 @@ type acquireCall func(ctx context.Context, holder string, session *Session, wait
 // exclusive lock).
 func (c *Client) tryAcquire(name string, capacity, weight uint32) acquireCall {
 	return func(ctx context.Context, holder string, session *Session, wait time.Duration) (grant, error) {
-		// The coordinator requires a TTL, and gives a lease in a session
-		// the session's.
-		req := &coordinatorv1.TryAcquireRequest{Name: name, Holder: holder, Ttl: durationpb.New(session.TTL()), Capacity: capacity, Weight: weight,
+		req := &coordinatorv1.TryAcquireRequest{Name: name, Holder: holder, Ttl: durationpb.New(session.s.asked), Capacity: capacity, Weight: weight,
 			SessionId: session.ID()}
 		if wait > 0 {
 			req.Wait = durationpb.New(wait)

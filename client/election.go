@@ -111,7 +111,7 @@ func (e *Leadership) Proclaim(ctx context.Context, value []byte) error {
 	ctx, cancel := c.callCtx(ctx)
 	defer cancel()
 	resp, err := c.campaignCall(ctx, &coordinatorv1.CampaignRequest{
-		Election: l.name, Candidate: l.holder, Value: value, Ttl: durationpb.New(l.session.currentTTL()), Term: l.token,
+		Election: l.name, Candidate: l.holder, Value: value, Ttl: durationpb.New(l.session.asked), Term: l.token,
 		SessionId: l.session.id,
 	})
 	if err != nil && ErrorReason(err) != coordinatorv1.ErrorReason_LEASE_NOT_HELD.String() {
@@ -166,7 +166,7 @@ func (c *Client) Campaign(ctx context.Context, election string, value []byte, op
 
 func (c *Client) campaign(election string, value []byte) acquireCall {
 	return func(ctx context.Context, candidate string, session *Session, wait time.Duration) (grant, error) {
-		req := &coordinatorv1.CampaignRequest{Election: election, Candidate: candidate, Value: value, Ttl: durationpb.New(session.TTL()),
+		req := &coordinatorv1.CampaignRequest{Election: election, Candidate: candidate, Value: value, Ttl: durationpb.New(session.s.asked),
 			SessionId: session.ID()}
 		if wait > 0 {
 			req.Wait = durationpb.New(wait)

@@ -36,6 +36,10 @@ type session struct {
 	ending
 	c  *Client
 	id string
+	// asked is the TTL NewSession asked for, which every acquisition in
+	// the session sends: the coordinator requires one, and gives a lease
+	// in a session the session's. Read without a lock.
+	asked time.Duration
 
 	// Guarded by c.renewals.mu.
 	ttl       time.Duration
@@ -67,7 +71,7 @@ func (c *Client) NewSession(ctx context.Context, opts ...SessionOption) (*Sessio
 	if err != nil {
 		return nil, callError(cctx, "create session", err)
 	}
-	s := &session{ending: newEnding(), c: c, id: resp.GetSession().GetId(), index: -1, leases: map[*lease]struct{}{}}
+	s := &session{ending: newEnding(), c: c, id: resp.GetSession().GetId(), asked: ttl, index: -1, leases: map[*lease]struct{}{}}
 	s.granted(sent, durationOr(resp.GetSession().GetTtl(), ttl))
 	//nolint:contextcheck // the renewals outlive this call, until Close
 	if err := c.renewals.add(s); err != nil { // closed meanwhile
