@@ -24,83 +24,21 @@ import (
 // TypeScript clients run too: each case is a subtest against one
 // coordinator on the memory store, its names under a prefix of its own.
 
-type behaviourCase struct {
-	Name  string          `json:"name"`
-	Steps []behaviourStep `json:"steps"`
-}
+// behaviourStep is a step as the file has it: "do" and its arguments.
+type behaviourStep map[string]any
 
-type behaviourStep struct {
-	Do        string     `json:"do"`
-	Client    string     `json:"client"`
-	Name      string     `json:"name"`
-	Election  string     `json:"election"`
-	Value     string     `json:"value"`
-	As        string     `json:"as"`
-	Lease     string     `json:"lease"`
-	Leases    []string   `json:"leases"`
-	Above     string     `json:"above"`
-	Capacity  int64      `json:"capacity"`
-	Weight    int64      `json:"weight"`
-	WithinMS  int        `json:"within_ms"`
-	PrefixOf  string     `json:"prefix_of"`
-	Code      string     `json:"code"`
-	Schedule  string     `json:"schedule"`
-	Attempts  int        `json:"attempts"`
-	ExpectMS  [][2]int64 `json:"expect_ms"`
-	RawExpect json.RawMessage
-}
+func (s behaviourStep) str(key string) string { v, _ := s[key].(string); return v }
+func (s behaviourStep) num(key string) int64  { v, _ := s[key].(float64); return int64(v) }
 
-// behaviourExpect is a step's "expect", which is a word ("granted") or an
-// object ({"holders": 1}) or a boolean, by step.
-type behaviourExpect struct {
-	Word           string
-	Bool           *bool
-	Holders        *int    `json:"holders"`
-	Waiters        *int    `json:"waiters"`
-	Count          *int    `json:"count"`
-	Value          *string `json:"value"`
-	Vacant         bool    `json:"vacant"`
-	Transient      *bool   `json:"transient"`
-	OutcomeUnknown *bool   `json:"outcome_unknown"`
-}
+// expect is the step's "expect": a word ("granted"), a boolean, or an
+// object ({"holders": 1}), whose fields want reads.
+func (s behaviourStep) expect() any { return s["expect"] }
 
-func (s *behaviourStep) UnmarshalJSON(b []byte) error {
-	type plain behaviourStep
-	var raw struct {
-		plain
-		Expect json.RawMessage `json:"expect"`
-	}
-	if err := json.Unmarshal(b, &raw); err != nil {
-		return err
-	}
-	*s = behaviourStep(raw.plain)
-	s.RawExpect = raw.Expect
-	return nil
-}
-
-func (s *behaviourStep) expect(t *testing.T) behaviourExpect {
-	t.Helper()
-	var e behaviourExpect
-	if len(s.RawExpect) == 0 {
-		return e
-	}
-	switch s.RawExpect[0] {
-	case '"':
-		if err := json.Unmarshal(s.RawExpect, &e.Word); err != nil {
-			t.Fatal(err)
-		}
-	case 't', 'f':
-		var b bool
-		if err := json.Unmarshal(s.RawExpect, &b); err != nil {
-			t.Fatal(err)
-		}
-		e.Bool = &b
-	default:
-		if err := json.Unmarshal(s.RawExpect, &e); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return e
+// want reads a number, a boolean or a string of an object expectation.
+func want[T any](s behaviourStep, key string) (T, bool) {
+	e, _ := s.expect().(map[string]any)
+	v, ok := e[key].(T)
+	return v, ok
 }
 
 // heldGrant is a grant a case named: a Lease, or a Leadership.
@@ -126,7 +64,10 @@ func TestBehaviourCases(t *testing.T) {
 		t.Fatal(err)
 	}
 	var file struct {
-		Cases []behaviourCase `json:"cases"`
+		Cases []struct {
+			Name  string          `json:"name"`
+			Steps []behaviourStep `json:"steps"`
+		} `json:"cases"`
 	}
 	if err := json.Unmarshal(raw, &file); err != nil {
 		t.Fatal(err)
@@ -141,7 +82,7 @@ func TestBehaviourCases(t *testing.T) {
 			run := &behaviourRun{t: t, coord: coord, prefix: fmt.Sprintf("behaviour/%d/", i),
 				clients: map[string]*Client{}, grants: map[string]heldGrant{}}
 			for n, step := range bc.Steps {
-				t.Logf("step %d: %s", n, step.Do)
+				t.Logf("step %d: %v", n, step)
 				run.step(step)
 			}
 		})
@@ -180,21 +121,20 @@ func (r *behaviourRun) grant(name string) heldGrant {
 // default, or "not_acquired") and names a grant as the step says.
 func (r *behaviourRun) tried(s behaviourStep, g heldGrant, err error) {
 	r.t.Helper()
-	want := s.expect(r.t).Word
-	switch want {
-	case "", "granted":
+	switch s.expect() {
+	case nil, "granted":
 		if err != nil {
-			r.t.Fatalf("%s %q: %v; want granted", s.Do, s.Name, err)
+			r.t.Fatalf("%v: %v; want granted", s, err)
 		}
-		if s.As != "" {
-			r.grants[s.As] = g
+		if s.str("as") != "" {
+			r.grants[s.str("as")] = g
 		}
 	case "not_acquired":
 		if !errors.Is(err, ErrNotAcquired) {
-			r.t.Fatalf("%s %q: %v; want not acquired", s.Do, s.Name, err)
+			r.t.Fatalf("%v: %v; want not acquired", s, err)
 		}
 	default:
-		r.t.Fatalf("%s: unknown expectation %q", s.Do, want)
+		r.t.Fatalf("%v: unknown expectation", s)
 	}
 }
 
@@ -202,33 +142,33 @@ func (r *behaviourRun) step(s behaviourStep) {
 	t := r.t
 	t.Helper()
 	ctx := testCtx(t)
-	name, election := r.prefix+s.Name, r.prefix+s.Election
-	switch s.Do {
+	name, election, as := r.prefix+s.str("name"), r.prefix+s.str("election"), s.str("as")
+	switch s.str("do") {
 	case "connect":
-		r.clients[s.Client] = dial(t, r.coord)
+		r.clients[s.str("client")] = dial(t, r.coord)
 	case "close":
-		if err := r.client(s.Client).Close(); err != nil {
+		if err := r.client(s.str("client")).Close(); err != nil {
 			t.Fatal(err)
 		}
 	case "lock":
 		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		l, err := r.client(s.Client).Lock(lctx, name)
+		l, err := r.client(s.str("client")).Lock(lctx, name)
 		if err != nil {
 			t.Fatalf("lock %q: %v", name, err)
 		}
-		r.grants[s.As] = leaseGrant(l)
+		r.grants[as] = leaseGrant(l)
 	case "try_lock", "acquire", "read_lock", "write_lock":
-		c := r.client(s.Client)
+		c := r.client(s.str("client"))
 		var (
 			l   *Lease
 			err error
 		)
-		switch s.Do {
+		switch s.str("do") {
 		case "try_lock":
 			l, err = c.TryLock(ctx, name)
 		case "acquire":
-			l, err = c.Semaphore(name, s.Capacity).TryAcquire(ctx, s.Weight)
+			l, err = c.Semaphore(name, s.num("capacity")).TryAcquire(ctx, s.num("weight"))
 		case "read_lock":
 			l, err = c.RWMutex(name).TryRLock(ctx)
 		case "write_lock":
@@ -242,26 +182,22 @@ func (r *behaviourRun) step(s behaviourStep) {
 	case "campaign":
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		e, err := r.client(s.Client).Campaign(cctx, election, []byte(s.Value))
+		e, err := r.client(s.str("client")).Campaign(cctx, election, []byte(s.str("value")))
 		if err != nil {
 			t.Fatalf("campaign %q: %v", election, err)
 		}
-		r.grants[s.As] = leadershipGrant(e)
-	case "release", "resign":
-		want := s.expect(t).Word
-		released, err := r.grant(s.Lease).giveUp(ctx)
-		switch {
-		case err != nil:
-			t.Fatalf("%s %s: %v; want no error", s.Do, s.Lease, err)
-		case s.Do == "resign" && !released:
-			t.Fatalf("resign %s: not resigned", s.Lease)
-		case want == "released" && !released, want == "noop" && released:
-			t.Fatalf("%s %s: released %t; want %s", s.Do, s.Lease, released, want)
-		case s.Do == "release" && want != "released" && want != "noop":
-			t.Fatalf("release: unknown expectation %q", want)
+		r.grants[as] = leadershipGrant(e)
+	case "release":
+		released, err := r.grant(s.str("lease")).giveUp(ctx)
+		if err != nil || s.expect() != map[bool]string{true: "released", false: "noop"}[released] {
+			t.Fatalf("%v: released %t, %v; want as expected, and no error", s, released, err)
+		}
+	case "resign":
+		if resigned, err := r.grant(s.str("lease")).giveUp(ctx); err != nil || !resigned {
+			t.Fatalf("%v: resigned %t, %v", s, resigned, err)
 		}
 	case "end_session":
-		session, err := r.client(s.Client).Session(ctx)
+		session, err := r.client(s.str("client")).Session(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -277,96 +213,88 @@ func (r *behaviourRun) step(s behaviourStep) {
 		// The cases give the renewal period (TTL/renewals_per_ttl) as the
 		// time to notice; the SDK spreads each renewal by the proto's
 		// renewal jitter, up to that much later.
-		within := time.Duration(s.WithinMS) * time.Millisecond * (100 + renewalJitterPercent) / 100
-		g := r.grant(s.Lease)
-		waitDone(t, g.done, within, s.Lease+" lost")
+		within := time.Duration(s.num("within_ms")) * time.Millisecond * (100 + renewalJitterPercent) / 100
+		g := r.grant(s.str("lease"))
+		waitDone(t, g.done, within, s.str("lease")+" lost")
 		if err := g.err(); !errors.Is(err, ErrLost) && !errors.Is(err, ErrExpired) {
-			t.Fatalf("%s ended with %v; want lost or expired", s.Lease, err)
+			t.Fatalf("%v: ended with %v; want lost or expired", s, err)
 		}
 	case "expect_held":
-		if err := r.grant(s.Lease).err(); err != nil {
-			t.Fatalf("%s: %v; want held", s.Lease, err)
+		if err := r.grant(s.str("lease")).err(); err != nil {
+			t.Fatalf("%v: %v; want held", s, err)
 		}
 	case "expect_token":
-		if got, above := r.grant(s.Lease).token, r.grant(s.Above).token; got <= above {
-			t.Fatalf("%s's token %d is not above %s's, %d", s.Lease, got, s.Above, above)
+		if got, above := r.grant(s.str("lease")).token, r.grant(s.str("above")).token; got <= above {
+			t.Fatalf("%v: token %d is not above %d", s, got, above)
 		}
 	case "expect_same_session":
-		first := r.grant(s.Leases[0]).sessionID
-		for _, l := range s.Leases {
-			if got := r.grant(l).sessionID; got == "" || got != first {
-				t.Fatalf("%s is in session %q; want %q, which is not empty", l, got, first)
-			}
+		leases, _ := s["leases"].([]any)
+		sessions := map[string]bool{}
+		for _, l := range leases {
+			sessions[r.grant(l.(string)).sessionID] = true
+		}
+		if len(leases) == 0 || len(sessions) != 1 || sessions[""] {
+			t.Fatalf("%v: in sessions %v; want one, not empty", s, sessions)
 		}
 	case "describe":
-		want := s.expect(t)
 		d, err := r.observe().Describe(ctx, name)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want.Holders == nil || len(d.Holders) != *want.Holders || want.Waiters != nil && d.Waiters != *want.Waiters {
-			t.Fatalf("describe %q: %d holders, %d waiters; want %s", name, len(d.Holders), d.Waiters, s.RawExpect)
+		holders, ok := want[float64](s, "holders")
+		waiters, some := want[float64](s, "waiters")
+		if !ok || len(d.Holders) != int(holders) || some && d.Waiters != int(waiters) {
+			t.Fatalf("%v: %d holders, %d waiters", s, len(d.Holders), d.Waiters)
 		}
 	case "list":
-		want := s.expect(t)
 		n := 0
-		for _, err := range r.observe().List(ctx, r.prefix+s.PrefixOf) {
+		for _, err := range r.observe().List(ctx, r.prefix+s.str("prefix_of")) {
 			if err != nil {
 				t.Fatal(err)
 			}
 			n++
 		}
-		if want.Count == nil || n != *want.Count {
-			t.Fatalf("list %q: %d leases; want %s", r.prefix+s.PrefixOf, n, s.RawExpect)
+		if count, ok := want[float64](s, "count"); !ok || n != int(count) {
+			t.Fatalf("%v: %d leases", s, n)
 		}
 	case "leader":
-		want := s.expect(t)
-		info, err := r.client(s.Client).Leader(ctx, election)
-		switch {
-		case want.Vacant:
-			if !errors.Is(err, ErrNoLeader) {
-				t.Fatalf("leader of %q: %+v, %v; want vacant", election, info, err)
-			}
-		case want.Value != nil:
-			if err != nil || string(info.Value) != *want.Value {
-				t.Fatalf("leader of %q: %+v, %v; want value %q", election, info, err, *want.Value)
-			}
-		default:
-			t.Fatalf("leader: unknown expectation %s", s.RawExpect)
+		info, err := r.client(s.str("client")).Leader(ctx, election)
+		value, hasValue := want[string](s, "value")
+		switch vacant, _ := want[bool](s, "vacant"); {
+		case vacant && !errors.Is(err, ErrNoLeader), hasValue && (err != nil || string(info.Value) != value), !vacant && !hasValue:
+			t.Fatalf("%v: leader %+v, %v", s, info, err)
 		}
 	case "classify":
-		want := s.expect(t)
-		c, ok := code.Code_value[s.Code]
-		if !ok || want.Transient == nil || want.OutcomeUnknown == nil {
-			t.Fatalf("classify: code %q or expectation %s unknown", s.Code, s.RawExpect)
-		}
+		c, ok := code.Code_value[s.str("code")]
+		isTransient, ok1 := want[bool](s, "transient")
+		isUnknown, ok2 := want[bool](s, "outcome_unknown")
 		err := status.Error(codes.Code(c), "behaviour case")
-		if transient(err) != *want.Transient || outcomeUnknown(err) != *want.OutcomeUnknown {
-			t.Fatalf("%s: transient %t, outcome unknown %t; want %s", s.Code, transient(err), outcomeUnknown(err), s.RawExpect)
+		if !ok || !ok1 || !ok2 || transient(err) != isTransient || outcomeUnknown(err) != isUnknown {
+			t.Fatalf("%v: transient %t, outcome unknown %t", s, transient(err), outcomeUnknown(err))
 		}
 	case "backoff":
 		schedules := map[string]func() *backoff.Backoff{"retry": newCallBackoff, "leader": newLeaderBackoff}
-		newBackoff, ok := schedules[s.Schedule]
-		if !ok || len(s.ExpectMS) != s.Attempts {
-			t.Fatalf("backoff: schedule %q unknown, or %d attempts for %d ranges", s.Schedule, s.Attempts, len(s.ExpectMS))
+		newBackoff, ok := schedules[s.str("schedule")]
+		bounds, _ := s["expect_ms"].([]any)
+		if !ok || len(bounds) != int(s.num("attempts")) {
+			t.Fatalf("%v: unknown schedule, or not a range an attempt", s)
 		}
 		// Many schedules, so that the jitter reaches its bounds.
 		for range 500 {
 			b := newBackoff()
-			for i, bounds := range s.ExpectMS {
-				d := b.Next()
-				if d < time.Duration(bounds[0])*time.Millisecond || d > time.Duration(bounds[1])*time.Millisecond {
-					t.Fatalf("%s delay %d is %s; want %d to %d ms", s.Schedule, i+1, d, bounds[0], bounds[1])
+			for i, bound := range bounds {
+				lo, hi := bound.([]any)[0].(float64), bound.([]any)[1].(float64)
+				if d := b.Next(); d < time.Duration(lo)*time.Millisecond || d > time.Duration(hi)*time.Millisecond {
+					t.Fatalf("%v: delay %d is %s", s, i+1, d)
 				}
 			}
 		}
 	case "leader_campaigns_again":
-		want := s.expect(t)
-		if want.Bool == nil || leaderCampaignsAgain != *want.Bool {
-			t.Fatalf("leader campaigns again: %t; want %s", leaderCampaignsAgain, s.RawExpect)
+		if again, ok := s.expect().(bool); !ok || leaderCampaignsAgain != again {
+			t.Fatalf("%v: leader campaigns again: %t", s, leaderCampaignsAgain)
 		}
 	default:
-		t.Fatalf("unknown step %q", s.Do)
+		t.Fatalf("unknown step %v", s)
 	}
 }
 

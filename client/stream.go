@@ -174,22 +174,6 @@ func (s *opStream) enqueue(op *coordinatorv1.StreamOperation, inline bool, done 
 	return o, flushOn, nil
 }
 
-// serveStream serves one stream: send on a goroutine of its own, recv on
-// this one. When recv returns, cancel
-// ends the stream, and serveStream returns recv's results once send has
-// returned too, so that nothing of the stream outlives it.
-func serveStream(cancel context.CancelFunc, send func(), recv func() (answered bool, err error)) (bool, error) {
-	sent := make(chan struct{})
-	go func() {
-		defer close(sent)
-		send()
-	}()
-	answered, err := recv()
-	cancel()
-	<-sent
-	return answered, err
-}
-
 func poke(ch chan struct{}) {
 	select {
 	case ch <- struct{}{}:
@@ -319,9 +303,14 @@ func (s *opStream) stream(ctx context.Context) (bool, error) {
 	poke(conn.poke)
 	s.mu.Unlock()
 
-	answered, err := serveStream(cancel,
-		func() { s.sendLoop(sctx, conn) },
-		func() (bool, error) { return s.recvLoop(conn) })
+	// Send on a goroutine of its own, receive on this one; once Recv
+	// fails, end the stream and wait for the sender, so that nothing of the
+	// stream outlives it.
+	var sending sync.WaitGroup
+	sending.Go(func() { s.sendLoop(sctx, conn) })
+	answered, err := s.recvLoop(conn)
+	cancel()
+	sending.Wait()
 	// Before fail: no flush takes operations in flight on conn from now on,
 	// and those taken before are in s.inflight for fail to end.
 	s.mu.Lock()
