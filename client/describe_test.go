@@ -37,7 +37,10 @@ func TestListPagesThroughEveryGrant(t *testing.T) {
 		t.Fatalf("listed %d names from %v; want the %d under the prefix, in order", len(names), names[:min(3, len(names))], n)
 	}
 	seen := 0
-	for range c.List(ctx, "paged/") {
+	for _, err := range c.List(ctx, "paged/") {
+		if err != nil {
+			t.Fatal(err)
+		}
 		if seen++; seen == 2 {
 			break
 		}
