@@ -3,18 +3,15 @@
 
 Each worker thread loops try_lock then release on a lock name of its own,
 for a fixed duration, at concurrency 1 and 16 (all threads share one
-Client, as an application would), in both transports: over the operation
-stream (the default; printed as "stream", which bench/clients.go reads)
-and as unary calls (use_stream=False). Prints one
-line per transport and concurrency:
+Client, as an application would; its operations go over its one operation
+stream, in its default session). Prints one line per concurrency, in the
+form bench/clients.go reads:
 
     python-stream c=1 N cycles/s
     python-stream c=16 N cycles/s
-    python-unary c=1 N cycles/s
-    python-unary c=16 N cycles/s
 
 Usage: /usr/bin/python3 client/python/bench.py HOST:PORT [--duration SECONDS] [--concurrency 1,16]
-       [--modes stream,unary] [--token TOKEN] [--ttl SECONDS]
+       [--token TOKEN]
 """
 
 from __future__ import annotations
@@ -34,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # client/python
 import coordinator  # noqa: E402
 
 
-def run(client: coordinator.Client, concurrency: int, duration: float, ttl: float) -> float:
+def run(client: coordinator.Client, concurrency: int, duration: float) -> float:
     prefix = f"bench/python/{uuid.uuid4().hex[:8]}"
     counts: List[int] = [0] * concurrency
     errors: List[BaseException] = []
@@ -47,7 +44,7 @@ def run(client: coordinator.Client, concurrency: int, duration: float, ttl: floa
         n = 0
         try:
             while not stop.is_set():
-                lease = client.try_lock(name, ttl=ttl)
+                lease = client.try_lock(name)
                 if lease is None:
                     raise RuntimeError(f"{name} was not free")
                 lease.release()
@@ -77,25 +74,15 @@ def main() -> int:
     ap.add_argument("target", nargs="?", default=os.environ.get("COORDINATOR_ADDR", "127.0.0.1:7400"))
     ap.add_argument("--duration", type=float, default=5.0, help="seconds per concurrency (default 5)")
     ap.add_argument("--concurrency", default="1,16", help="comma-separated thread counts (default 1,16)")
-    ap.add_argument("--modes", default="stream,unary", help="comma-separated transports (default stream,unary)")
-    ap.add_argument("--ttl", type=float, default=15.0, help="lease TTL in seconds (default 15)")
     ap.add_argument("--token", default=None, help="bearer token (sent over plaintext)")
     args = ap.parse_args()
 
-    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    for m in modes:
-        if m not in ("stream", "unary"):
-            ap.error(f"unknown mode {m!r}: stream or unary")
-    for m in modes:
-        with coordinator.Client(args.target, token=args.token, insecure_token=bool(args.token),
-                                use_stream=(m == "stream")) as client:
-            client.describe("bench/python/warmup")  # connect first
-            if m == "stream":  # open the stream first
-                with client.lock(f"bench/python/warmup/{uuid.uuid4().hex[:8]}", ttl=args.ttl, wait=0):
-                    pass
-            for c in (int(x) for x in args.concurrency.split(",") if x.strip()):
-                rate = run(client, c, args.duration, args.ttl)
-                print(f"python-{m} c={c} {rate:.0f} cycles/s", flush=True)
+    with coordinator.Client(args.target, token=args.token, insecure_token=bool(args.token)) as client:
+        client.describe("bench/python/warmup")  # connect first
+        with client.lock(f"bench/python/warmup/{uuid.uuid4().hex[:8]}", wait=0):  # the stream and session too
+            pass
+        for c in (int(x) for x in args.concurrency.split(",") if x.strip()):
+            print(f"python-stream c={c} {run(client, c, args.duration):.0f} cycles/s", flush=True)
     return 0
 
 

@@ -6,30 +6,12 @@ next, so that both follow one set of rules."""
 from __future__ import annotations
 
 import time
-from typing import Any, Generic, Optional, Protocol, TypeVar
-
-import grpc
+from typing import Any, Callable, Generic, Optional, TypeVar
 
 from ._gen import pb
-from ._rules import ANSWER_MARGIN, MAX_CONFIRMS, MAX_WAIT, field_rules
-from ._util import call_backoff, drift_margin, from_duration, to_duration
-from .errors import ClientClosed, CoordinatorError, LeaseExpired, NotAcquired
-
-#: The outcomes after which a grant may have been made without its caller
-#: hearing of it.
-OUTCOME_UNKNOWN = frozenset(
-    {
-        grpc.StatusCode.CANCELLED,
-        grpc.StatusCode.DEADLINE_EXCEEDED,
-        grpc.StatusCode.UNAVAILABLE,
-        grpc.StatusCode.UNKNOWN,
-        grpc.StatusCode.INTERNAL,
-    }
-)
-
-#: The unary call of each lease operation (an operation stream operation's kind).
-UNARY = {"acquire": "TryAcquire", "renew": "Renew", "release": "Release", "campaign": "Campaign", "resign": "Resign",
-         "renew_session": "RenewSession"}
+from ._rules import ANSWER_MARGIN, MAX_WAIT, field_rules
+from ._util import call_backoff, from_duration, to_duration
+from .errors import ClientClosed, CoordinatorError, NotAcquired, is_outcome_unknown
 
 #: The largest capacity of a name (TryAcquireRequest.capacity's rules).
 MAX_CAPACITY = int(field_rules(pb.TryAcquireRequest, "capacity").max_value)
@@ -44,24 +26,22 @@ class Grant:
     """One answer to an acquisition's request: granted or not, and what the
     coordinator said with it."""
 
-    __slots__ = ("acquired", "token", "ttl", "value", "holder", "retry_after", "sent", "weight", "attached")
+    __slots__ = ("acquired", "token", "value", "holder", "retry_after", "weight")
 
-    def __init__(self, acquired: bool, token: int = 0, ttl: float = 0.0, value: bytes = b"",
-                 holder: Optional[str] = None, retry_after: Optional[float] = None,
-                 sent: Optional[float] = None, weight: int = 1, attached: bool = False) -> None:
-        self.acquired, self.token, self.ttl, self.value = acquired, token, ttl, value
-        self.holder, self.retry_after, self.sent, self.weight = holder, retry_after, sent, weight
-        #: Granted in a session: valid as long as the session, whenever it came.
-        self.attached = attached
+    def __init__(self, acquired: bool, token: int = 0, value: bytes = b"", holder: Optional[str] = None,
+                 retry_after: Optional[float] = None, weight: int = 1) -> None:
+        self.acquired, self.token, self.value = acquired, token, value
+        self.holder, self.retry_after, self.weight = holder, retry_after, weight
 
 
 # -- requests and their answers -----------------------------------------------
 
 
-def acquire_request(name: str, holder: str, ttl: float, wait_for: float, capacity: int = 0,
-                    weight: int = 0, session_id: str = "") -> Any:
-    """The TryAcquireRequest of a lock (capacity and weight 0) or a share,
-    attached to the session ``session_id`` unless it is empty."""
+def acquire_request(name: str, holder: str, session_id: str, ttl: float, wait_for: float, capacity: int = 0,
+                    weight: int = 0) -> Any:
+    """The TryAcquireRequest of a lock (capacity and weight 0) or a share, in
+    the session ``session_id`` of ``ttl`` (which the coordinator checks but
+    ignores in a session)."""
     req = pb.TryAcquireRequest(name=name, holder=holder, ttl=to_duration(ttl), capacity=capacity, weight=weight,
                                session_id=session_id)
     if wait_for > 0:
@@ -69,10 +49,9 @@ def acquire_request(name: str, holder: str, ttl: float, wait_for: float, capacit
     return req
 
 
-def campaign_request(election: str, candidate: str, value: bytes, ttl: float, wait_for: float,
-                     session_id: str = "") -> Any:
-    """The CampaignRequest of a new campaign, in the session ``session_id``
-    unless it is empty."""
+def campaign_request(election: str, candidate: str, session_id: str, ttl: float, value: bytes,
+                     wait_for: float) -> Any:
+    """The CampaignRequest of a new campaign in the session ``session_id``."""
     req = pb.CampaignRequest(election=election, candidate=candidate, value=value, ttl=to_duration(ttl),
                              session_id=session_id)
     if wait_for > 0:
@@ -84,22 +63,31 @@ def _retry_after(resp: Any) -> Optional[float]:
     return from_duration(resp.retry_after) if resp.HasField("retry_after") else None
 
 
-def acquire_grant(resp: Any, ttl: float, sent: Optional[float] = None, attached: bool = False) -> Grant:
-    """The Grant of a TryAcquireResponse to a request for ``ttl`` (in a
-    session when ``attached``), sent at ``sent`` when the transport knows
-    better than the caller."""
+def grant_of(kind: str, resp: Any) -> Grant:
+    """The Grant of the answer to an "acquire" (TryAcquireResponse) or a
+    "campaign" (CampaignResponse)."""
+    if kind == "campaign":
+        if not resp.elected:
+            return Grant(False, holder=resp.leader.candidate or None, retry_after=_retry_after(resp))
+        return Grant(True, token=int(resp.leader.term), value=bytes(resp.leader.value))
     if not resp.acquired:
         return Grant(False, holder=resp.holder or None, retry_after=_retry_after(resp))
-    return Grant(True, token=int(resp.lease.token), ttl=from_duration(resp.lease.ttl, ttl) or ttl,
-                 value=bytes(resp.lease.value), sent=sent, weight=max(int(resp.lease.weight), 1), attached=attached)
+    return Grant(True, token=int(resp.lease.token), value=bytes(resp.lease.value),
+                 weight=max(int(resp.lease.weight), 1))
 
 
-def campaign_grant(resp: Any, ttl: float, sent: Optional[float] = None, attached: bool = False) -> Grant:
-    """The Grant of a CampaignResponse to a campaign for ``ttl``."""
-    if not resp.elected:
-        return Grant(False, holder=resp.leader.candidate or None, retry_after=_retry_after(resp))
-    return Grant(True, token=int(resp.leader.term), ttl=ttl, value=bytes(resp.leader.value), sent=sent,
-                 attached=attached)
+def give_up_operation(res: Any) -> Optional[Any]:
+    """The StreamOperation that gives up what the StreamResult res granted
+    (a release, or a resign), or None when it granted nothing."""
+    kind = res.WhichOneof("result")
+    if kind == "acquire" and res.acquire.acquired:
+        lease = res.acquire.lease
+        return pb.StreamOperation(release=pb.ReleaseRequest(name=lease.name, holder=lease.holder, token=lease.token))
+    if kind == "campaign" and res.campaign.elected:
+        leader = res.campaign.leader
+        return pb.StreamOperation(resign=pb.ResignRequest(election=leader.election, candidate=leader.candidate,
+                                                          term=leader.term))
+    return None
 
 
 def abandoned_token(resp: Any, holder: str) -> Optional[int]:
@@ -128,15 +116,11 @@ def check_weight(kind: str, name: str, weight: int, capacity: int) -> int:
     return int(weight)
 
 
-A = TypeVar("A", covariant=True)
+A = TypeVar("A")
 
-
-class _Shares(Protocol[A]):
-    """What a Semaphore or RWLock needs of its Client: an acquisition of
-    weight of name of capacity (a Lease, or what awaits one)."""
-
-    def _share(self, kind: str, name: str, ttl: Optional[float], wait: Optional[float],
-               capacity: int, weight: int, session: Any = None) -> A: ...
+#: How a Semaphore or RWLock acquires: (kind, capacity, weight, wait,
+#: session) to the Client's acquisition of that share of its name.
+Acquire = Callable[[str, int, int, Optional[float], Any], A]
 
 
 class SemaphoreBase(Generic[A]):
@@ -145,17 +129,17 @@ class SemaphoreBase(Generic[A]):
 
     kind = "semaphore"
 
-    def __init__(self, client: _Shares[A], name: str, capacity: int) -> None:
-        self._client, self.name, self.capacity = client, name, check_capacity(self.kind, name, capacity)
+    def __init__(self, name: str, capacity: int, acquire: Acquire[A]) -> None:
+        self.name, self.capacity = name, check_capacity(self.kind, name, capacity)
+        self._acquire = acquire
 
-    def acquire(self, n: int = 1, ttl: Optional[float] = None, wait: Optional[float] = None,
-                session: Any = None) -> A:
+    def acquire(self, n: int = 1, wait: Optional[float] = None, session: Any = None) -> A:
         """Takes ``n`` of the capacity, waiting up to ``wait`` seconds (None:
-        for ever; 0: not at all) in arrival order, in ``session`` (or the
-        Client's default session, without a ``ttl``). Raises NotAcquired when
-        the wait ends first."""
-        weight = check_weight(self.kind, self.name, n, self.capacity)
-        return self._client._share(self.kind, self.name, ttl, wait, self.capacity, weight, session)
+        for ever; 0: not at all) in arrival order, in ``session`` (default:
+        the Client's default session). Raises NotAcquired when the wait ends
+        first."""
+        return self._acquire(self.kind, self.capacity, check_weight(self.kind, self.name, n, self.capacity), wait,
+                             session)
 
     def __repr__(self) -> str:
         return f"<Semaphore {self.name!r} capacity={self.capacity}>"
@@ -165,16 +149,17 @@ class RWLockBase(Generic[A]):
     """What the sync and the asyncio RWLock share: a semaphore of capacity
     RW_CAPACITY whose readers take 1 and writers all of it."""
 
-    def __init__(self, client: _Shares[A], name: str) -> None:
-        self._client, self.name = client, name
+    def __init__(self, name: str, acquire: Acquire[A]) -> None:
+        self.name = name
+        self._acquire = acquire
 
-    def read_lock(self, ttl: Optional[float] = None, wait: Optional[float] = None, session: Any = None) -> A:
+    def read_lock(self, wait: Optional[float] = None, session: Any = None) -> A:
         """Takes a read share, waiting up to ``wait`` seconds (None: for ever)."""
-        return self._client._share("read lock", self.name, ttl, wait, RW_CAPACITY, 1, session)
+        return self._acquire("read lock", RW_CAPACITY, 1, wait, session)
 
-    def write_lock(self, ttl: Optional[float] = None, wait: Optional[float] = None, session: Any = None) -> A:
+    def write_lock(self, wait: Optional[float] = None, session: Any = None) -> A:
         """Takes the lock for writing, waiting up to ``wait`` seconds."""
-        return self._client._share("write lock", self.name, ttl, wait, RW_CAPACITY, RW_CAPACITY, session)
+        return self._acquire("write lock", RW_CAPACITY, RW_CAPACITY, wait, session)
 
     def __repr__(self) -> str:
         return f"<RWLock {self.name!r}>"
@@ -208,26 +193,22 @@ class AcquireSteps:
     granted or ``wait`` passed, retrying transient errors as the same holder
     (which finds a lost grant again).
 
-    A grant's validity is counted from when its request was sent; one that
-    arrived after a long wait has little of it left, so it is confirmed by
-    asking again as the holder, which the coordinator answers at once with
-    the same token and a fresh TTL.
+    A grant is attached to a session, and valid as long as the session,
+    whenever it came: there is nothing to confirm.
 
     The caller loops: ``begin()`` for the wait of the next request, then the
     request, then ``answered(grant)`` or ``failed(err)`` for the Step to take
-    (see Step); ``sent`` is when the request of the grant was sent.
+    (see Step).
     """
 
-    def __init__(self, kind: str, name: str, ttl: float, wait: Optional[float]) -> None:
-        self.kind, self.name, self.ttl = kind, name, ttl
+    def __init__(self, kind: str, name: str, wait: Optional[float]) -> None:
+        self.kind, self.name = kind, name
         self.waiting = wait is None or wait > 0
         self.end = None if wait is None else time.monotonic() + max(wait, 0.0)
-        self.usable = ttl - drift_margin(ttl)
         self.backoff = call_backoff()
-        self.confirms = 0
         self.last_err: Optional[CoordinatorError] = None
         self.last_holder: Optional[str] = None
-        #: When the request of the last answer was sent (time.monotonic()).
+        #: When the last request was sent (time.monotonic()).
         self.sent = 0.0
         self.wait_for = 0.0
 
@@ -235,7 +216,7 @@ class AcquireSteps:
         """How long the next request may wait on the coordinator; marks now
         as its send time."""
         wait_for = 0.0
-        if self.waiting and self.confirms == 0:
+        if self.waiting:
             wait_for = MAX_WAIT
             if self.end is not None:
                 wait_for = max(min(wait_for, self.end - time.monotonic() - ANSWER_MARGIN), 0.0)
@@ -270,13 +251,12 @@ class AcquireSteps:
         if self.waiting and self.last_err is not None and self.end is not None and time.monotonic() >= self.end:
             error = NotAcquired(self.name, self.last_holder, None, self.last_err)
             error.__cause__ = err
-        return Step(abandon=err.code in OUTCOME_UNKNOWN, error=error)
+        return Step(abandon=is_outcome_unknown(err.code), error=error)
 
     def answered(self, g: Grant) -> Step:
         """The Step after the request was answered with g."""
         now = time.monotonic()
         if not g.acquired:
-            self.confirms = 0
             self.last_holder = g.holder
             if not self.waiting or (self.end is not None and now >= self.end - ANSWER_MARGIN):
                 return Step(error=NotAcquired(self.name, g.holder, g.retry_after))
@@ -285,19 +265,6 @@ class AcquireSteps:
                 # shutting down?): do not spin.
                 return Step(pause=self.backoff.next())
             return _AGAIN  # the coordinator's longest wait passed: ask again
-        self.backoff.reset()
-        if g.sent is not None:
-            self.sent = g.sent  # when the message carrying it went out
-        if g.attached:
-            return Step(grant=g)  # valid as long as its session: nothing to confirm
-        if self.sent + self.usable - now < self.usable / 2 and self.confirms < MAX_CONFIRMS:
-            self.confirms += 1
-            return _AGAIN
-        if now >= self.sent + g.ttl - drift_margin(g.ttl):
-            return Step(abandon=True, error=CoordinatorError(
-                f"{self.kind} {self.name!r}: every grant arrived after its validity ended "
-                f"(the coordinator answers slower than the TTL {self.ttl}s allows)"
-            ))
         return Step(grant=g)
 
 
@@ -305,22 +272,19 @@ class AcquireSteps:
 
 
 class ReleaseSteps:
-    """The rules of giving up a grant (Release, or Resign) that a caller
-    ended: one call after another for up to ``close_timeout`` while the
-    errors are transient. A grant that had ended already is not given up,
-    unless it expired on this process's clock, when the coordinator may hold
-    it yet: then one call is tried, whose errors do not matter.
+    """The rules of giving up a grant (Release, Resign, CloseSession) that a
+    caller just ended: one call after another for up to ``close_timeout``
+    while the errors are transient. (A grant that had ended already, lost
+    with its session or given up before, is not given up again.)
 
-    The caller loops while ``calling()``: ``released(answer)`` with the
-    call's answer returns, ``failed(err)`` the pause before the next call
-    (it raises err when no retry can fix it)."""
+    The caller loops while ``calling()``: after a call that answered it
+    returns; ``failed(err)`` gives the pause before the next call, or raises
+    err when no retry can fix it."""
 
-    def __init__(self, timeout: float, close_timeout: float, ended_now: bool, prior: Optional[BaseException],
-                 closed: bool) -> None:
-        self.timeout, self.close_timeout = timeout, close_timeout
-        self.retries = ended_now
-        self.over = not ended_now and (closed or not isinstance(prior, LeaseExpired))
+    def __init__(self, timeout: float, close_timeout: float) -> None:
+        self.timeout = timeout
         self.end = time.monotonic() + close_timeout
+        self.over = False
         self.backoff = call_backoff()
 
     def calling(self) -> bool:
@@ -329,20 +293,13 @@ class ReleaseSteps:
 
     def call_timeout(self) -> float:
         """The deadline of the next call."""
-        if not self.retries:
-            return min(self.timeout, self.close_timeout)
         return max(min(self.timeout, self.end - time.monotonic()), 0.1)
-
-    def released(self, answer: bool) -> bool:
-        """What the release returns when the call answered ``answer``: False
-        for a grant that had ended before."""
-        return answer and self.retries
 
     def failed(self, err: CoordinatorError, closed: bool) -> float:
         """The pause before the next call after err (ending the loop when
-        there is none); raises err when retrying cannot fix it."""
+        the Client closed); raises err when retrying cannot fix it."""
         now = time.monotonic()
-        if closed or not self.retries:
+        if closed:
             self.over = True
             return 0.0
         if err.transient and now + 0.05 < self.end:

@@ -6,14 +6,16 @@ limits, and the ``ErrorReason`` values marked ``(coordinator.v1.ends_lease)``
 the reasons that end a lease. tests/test_rules.py compares what the client
 does with them.
 
-Durations are in seconds, as everywhere in this client. RunAsLeader's
-leader_retry_* and leader_early_return_millis have no use here:
-``run_as_leader`` campaigns once instead of in a loop.
+Durations are in seconds, as everywhere in this client; status codes are
+``grpc.StatusCode`` values (the proto's google.rpc.Code numbers are their
+``value[0]``).
 """
 
 from __future__ import annotations
 
-from typing import Any, FrozenSet
+from typing import Any, FrozenSet, Iterable
+
+import grpc
 
 from ._gen import pb, rules_pb2
 
@@ -31,6 +33,11 @@ def field_rules(message: Any, field: str) -> Any:
     if not opts.HasExtension(rules_pb2.rules):
         raise ImportError(f"coordinator: {message.DESCRIPTOR.full_name}.{field} has no (coordinator.v1.rules) option")
     return opts.Extensions[rules_pb2.rules]
+
+
+def _status_codes(numbers: Iterable[int]) -> FrozenSet[grpc.StatusCode]:
+    by_number = {c.value[0]: c for c in grpc.StatusCode}
+    return frozenset(by_number[n] for n in numbers)
 
 
 def _lease_ending_reasons() -> FrozenSet[str]:
@@ -51,9 +58,6 @@ MAX_WAIT: float = field_rules(pb.TryAcquireRequest, "wait").max_millis / 1000
 #: How long before the caller's deadline a wait asks the coordinator to
 #: answer, so that its not-acquired answer (naming the holder) arrives in time.
 ANSWER_MARGIN: float = RULES.answer_margin_millis / 1000
-#: How many times in a row an acquisition re-confirms a grant that arrived
-#: too late to leave much of its validity.
-MAX_CONFIRMS: int = RULES.max_confirms
 
 #: Retries of a call or a stream: from RETRY_MIN, doubling, at most RETRY_MAX.
 RETRY_MIN: float = RULES.retry_min_millis / 1000
@@ -82,3 +86,21 @@ VALIDITY_MARGIN_MAX: float = RULES.validity_margin_max_percent / 100
 LEASE_ENDING_REASONS: FrozenSet[str] = _lease_ending_reasons()
 #: The ErrorInfo reason of a lease that is not held (any more).
 LEASE_NOT_HELD: str = pb.ErrorReason.Name(pb.LEASE_NOT_HELD)
+
+#: Running as leader, a function that returned within LEADER_EARLY_RETURN of
+#: its election campaigns again after a backoff from LEADER_RETRY_MIN,
+#: doubling, at most LEADER_RETRY_MAX.
+LEADER_EARLY_RETURN: float = RULES.leader_early_return_millis / 1000
+LEADER_RETRY_MIN: float = RULES.leader_retry_min_millis / 1000
+LEADER_RETRY_MAX: float = RULES.leader_retry_max_millis / 1000
+#: Whether running as leader campaigns again each time a leadership ends.
+LEADER_CAMPAIGNS_AGAIN: bool = RULES.leader_campaigns_again
+
+#: The codes after which the same call (or stream operation) may succeed
+#: when tried again.
+TRANSIENT_CODES: FrozenSet[grpc.StatusCode] = _status_codes(RULES.transient_codes)
+#: The codes after which a call may have changed state on the coordinator
+#: without its caller hearing of it.
+OUTCOME_UNKNOWN_CODES: FrozenSet[grpc.StatusCode] = _status_codes(RULES.outcome_unknown_codes)
+#: The google.rpc.ErrorInfo domain of the coordinator's errors.
+ERROR_DOMAIN: str = RULES.error_domain

@@ -21,9 +21,10 @@ retryable Unavailable: their outcome is unknown; an acquisition asks again
 as the same holder, which finds a lost grant), and the queued ones go on the
 next stream, opened after a backoff; when no result at all came on the
 stream (it could not be opened), or its error is not transient, the queued
-ones fail with its error too, as their unary calls would. A coordinator
-without the Stream method (Unimplemented) turns the Client to unary calls
-for good: :class:`UseUnary` tells the caller to make the unary call.
+ones fail with its error too.
+
+Both Clients use it: the sync one waits for an operation's result on its
+thread, the asyncio one has it delivered to the event loop.
 """
 
 from __future__ import annotations
@@ -33,13 +34,14 @@ import queue
 import threading
 import time
 from collections import deque
-from typing import Any, Callable, Deque, Dict, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Tuple
 
 import grpc
 
 from ._gen import pb
+from ._rules import OUTCOME_UNKNOWN_CODES, TRANSIENT_CODES
 from ._util import call_backoff
-from .errors import ClientClosed, CoordinatorError, RPCError, Unavailable, from_rpc_error
+from .errors import ClientClosed, CoordinatorError, InvalidField, RPCError, Unavailable, from_rpc_error
 
 log = logging.getLogger("coordinator")
 
@@ -48,31 +50,21 @@ MAX_OPS = 1000
 #: About this many bytes of operations per message (the coordinator's
 #: message limit is 96 KiB by default).
 MAX_BATCH_BYTES = 64 << 10
-#: A larger operation (only an invalid Campaign value can be) goes as a
-#: unary call, which fails alone.
+#: A larger operation (only an invalid Campaign value can be) is refused
+#: here: the coordinator would end the whole stream for it.
 MAX_OP_BYTES = 70 << 10
 #: How long the stream stays open with nothing queued or in flight.
 DEFAULT_IDLE = 30.0
 
 _QUEUED, _SENT, _FINISHED = 0, 1, 2
 
-#: Codes after which the queued operations may go on the next stream.
-_RETRY_STREAM = frozenset(
-    {
-        grpc.StatusCode.UNAVAILABLE,
-        grpc.StatusCode.RESOURCE_EXHAUSTED,
-        grpc.StatusCode.ABORTED,
-        grpc.StatusCode.DEADLINE_EXCEEDED,
-        grpc.StatusCode.CANCELLED,
-        grpc.StatusCode.INTERNAL,
-        grpc.StatusCode.UNKNOWN,
-    }
-)
+#: Codes after which the queued operations may go on the next stream: the
+#: transient ones, and those of a stream that broke mid-way.
+_RETRY_STREAM = TRANSIENT_CODES | OUTCOME_UNKNOWN_CODES
 
 
-class UseUnary(Exception):
-    """The operation cannot go over the operation stream (the coordinator lacks
-    it, or the operation is too large): make the unary call instead."""
+class Stopped(Exception):
+    """The caller's stop Event was set while it waited for an operation."""
 
 
 class StreamBroken(Unavailable):
@@ -81,6 +73,16 @@ class StreamBroken(Unavailable):
 
 
 Done = Callable[["Op", Any, Optional[BaseException]], None]
+#: What gets the outcome of an operation its caller stopped waiting for.
+Late = Callable[[Any, Optional[BaseException]], None]
+
+
+def run_late(late: Late, res: Any, err: Optional[BaseException]) -> None:
+    """Hands an abandoned operation's outcome to its ``late`` handler."""
+    try:
+        late(res, err)
+    except Exception:
+        log.exception("coordinator: handling the late result of an abandoned operation failed")
 
 
 class Op:
@@ -136,7 +138,6 @@ class OpStream:
         self._idle = idle
         self.lock = threading.Lock()
         self._closed = False
-        self._unsupported = False
         self._queue: Deque[Op] = deque()
         self._inflight: Dict[int, Op] = {}
         self._next_id = 0
@@ -147,29 +148,19 @@ class OpStream:
 
     # -- operations -------------------------------------------------------------
 
-    def usable(self) -> bool:
-        """Whether operations may go over the stream."""
-        with self.lock:
-            return not self._closed and not self._unsupported
-
-    @property
-    def unsupported(self) -> bool:
-        """Whether the coordinator turned out to lack the Stream method."""
-        return self._unsupported
-
     def submit(self, msg: Any, done: Done) -> Op:
         """Queues the StreamOperation msg; ``done(op, result, error)`` gets
-        its outcome once, with no lock held. Raises ClientClosed or UseUnary
-        (and then done is never called)."""
+        its outcome once, with no lock held, unless :meth:`abandon` drops it
+        unsent. Raises ClientClosed, or InvalidField for an operation too
+        large for a message (and then done is never called)."""
         size = msg.ByteSize()
         if size > MAX_OP_BYTES:
-            raise UseUnary()
+            raise InvalidField(f"a {msg.WhichOneof('operation')} operation of {size} bytes is larger than a "
+                               f"message may be", code=grpc.StatusCode.INVALID_ARGUMENT)
         o = Op(msg, size, done)
         with self.lock:
             if self._closed:
                 raise ClientClosed("the client was closed")
-            if self._unsupported:
-                raise UseUnary()
             self._next_id += 1
             o.id = self._next_id
             msg.id = o.id
@@ -183,56 +174,66 @@ class OpStream:
                 t.start()
         return o
 
-    def call(self, msg: Any, timeout: float,
-             late: Optional[Callable[[Any, Optional[BaseException]], None]] = None) -> Tuple[Any, Optional[float]]:
+    def abandon(self, o: Op) -> bool:
+        """Its caller stops waiting for o: an operation not sent yet is
+        dropped (done is never called), one in flight is marked abandoned
+        and, when it is an acquire or campaign that may wait on the
+        coordinator, cancelled there (it then ends with a Canceled error, or
+        with its grant when that came first). False when o had finished
+        already: its outcome is (being) delivered to done as usual."""
+        with self.lock:
+            if o.state == _FINISHED:
+                return False
+            if o.state == _QUEUED:
+                o.state = _FINISHED
+                try:
+                    self._queue.remove(o)
+                except ValueError:
+                    pass
+                return True
+            o.abandoned = True
+            if may_wait(o.msg):
+                self._queue_cancel_locked(o.id)
+            return True
+
+    def call(self, msg: Any, timeout: float, late: Optional[Late] = None,
+             stop: Optional[threading.Event] = None) -> Tuple[Any, float]:
         """Runs the operation msg and waits up to ``timeout`` seconds for its
         result. Returns (StreamResult, sent). Raises the error that ended it
-        (StreamBroken, the stream's error, ClientClosed, UseUnary), or
-        RPCError DEADLINE_EXCEEDED when the time ran out: an operation that
-        was sent then is left to finish, and ``late(result, error)`` gets its
-        outcome (e.g. to give up a lease granted to nobody). An acquire or
-        campaign that may wait on the coordinator is then cancelled (it
-        leaves the coordinator's queue and ends with a Canceled error, or
-        with its grant when that came first)."""
+        (StreamBroken, the stream's error, ClientClosed), RPCError
+        DEADLINE_EXCEEDED when the time ran out, or Stopped when ``stop`` was
+        set meanwhile: the operation is abandoned then, and ``late(result,
+        error)`` gets its outcome if it was sent (e.g. to give up a lease
+        granted to nobody)."""
         ev = threading.Event()
-        box: list = []
+        box: List[Tuple[Any, Optional[BaseException]]] = []
 
         def done(o: Op, res: Any, err: Optional[BaseException]) -> None:
             box.append((res, err))
             ev.set()
             if o.abandoned and late is not None:
-                try:
-                    late(res, err)
-                except Exception:
-                    log.exception("coordinator: handling the late result of an abandoned operation failed")
+                run_late(late, res, err)
 
         o = self.submit(msg, done)
-        if not ev.wait(max(timeout, 0.0)):
-            with self.lock:
-                if o.state == _QUEUED:  # never sent: forget it
-                    o.state = _FINISHED
-                    try:
-                        self._queue.remove(o)
-                    except ValueError:
-                        pass
-                    finished = False
-                elif o.state == _SENT:
-                    o.abandoned = True
-                    finished = False
-                    if may_wait(msg):
-                        # Out of the coordinator's queue at once, so that the
-                        # waiters behind it need not wait for its grant and
-                        # release; late still gets its outcome.
-                        self._queue_cancel_locked(o.id)
-                else:
-                    finished = True  # answered meanwhile
-            if not finished:
-                raise RPCError("Deadline Exceeded", code=grpc.StatusCode.DEADLINE_EXCEEDED)
-            ev.wait()
+        end = time.monotonic() + max(timeout, 0.0)
+        while True:
+            left = end - time.monotonic()
+            # With a stop Event to heed, look at it every 50ms.
+            if ev.wait(max(left if stop is None else min(left, 0.05), 0.0)):
+                break
+            stopped = stop is not None and stop.is_set()
+            if not stopped and time.monotonic() < end:
+                continue
+            if not self.abandon(o):
+                ev.wait()  # answered meanwhile
+                break
+            if stopped:
+                raise Stopped()
+            raise RPCError("Deadline Exceeded", code=grpc.StatusCode.DEADLINE_EXCEEDED)
         res, err = box[0]
         if err is not None:
             raise err
-        return res, o.sent
+        return res, o.sent if o.sent is not None else time.monotonic()
 
     def close(self) -> None:
         """Fails whatever is queued or in flight with ClientClosed and ends
@@ -256,7 +257,7 @@ class OpStream:
     def _queue_cancel_locked(self, op_id: int) -> None:
         """Queues a cancel of the waiting operation op_id. It has no result:
         it is finished once written. Callers hold the lock."""
-        if self._closed or self._unsupported:
+        if self._closed:
             return
         self._next_id += 1
         msg = pb.StreamOperation(id=self._next_id, cancel=op_id)
@@ -272,12 +273,9 @@ class OpStream:
         o.state = _FINISHED
         return lambda: o.done(o, res, err)
 
-    def _fail(self, inflight_err: Optional[BaseException], queued_err: Optional[BaseException],
-              unsupported: bool = False) -> None:
-        finish = []
+    def _fail(self, inflight_err: Optional[BaseException], queued_err: Optional[BaseException]) -> None:
+        finish: List[Callable[[], None]] = []
         with self.lock:
-            if unsupported:
-                self._unsupported = True
             if inflight_err is not None:
                 for o in self._inflight.values():
                     f = self._finish_locked(o, None, inflight_err)
@@ -350,10 +348,7 @@ class OpStream:
                 return answered, None
             err = Unavailable("the operation stream ended with operations in flight", code=grpc.StatusCode.UNAVAILABLE)
         code = err.code if isinstance(err, CoordinatorError) else None
-        if code == grpc.StatusCode.UNIMPLEMENTED:
-            log.info("coordinator: the coordinator has no Stream method; using unary calls")
-            self._fail(UseUnary(), UseUnary(), unsupported=True)
-        elif code not in _RETRY_STREAM:
+        if code not in _RETRY_STREAM:
             self._fail(err, err)  # Unauthenticated, PermissionDenied…: as the unary calls would
         else:
             broke = StreamBroken(f"the operation stream broke with the operation in flight: {err}",
@@ -364,7 +359,7 @@ class OpStream:
             self._fail(broke, None if answered else err)
         return answered, err
 
-    def _requests(self, conn: _Conn):
+    def _requests(self, conn: _Conn) -> Iterator[Any]:
         """The stream's request iterator, run by a gRPC thread: one
         StreamRequest of whatever is queued each time gRPC can send."""
         while True:
@@ -392,7 +387,7 @@ class OpStream:
             if self._cur is not conn or not self._queue:
                 return None
             now = time.monotonic()
-            ops = []
+            ops: List[Any] = []
             size = 0
             while self._queue and len(ops) < MAX_OPS:
                 o = self._queue[0]
@@ -409,7 +404,7 @@ class OpStream:
             return pb.StreamRequest(operations=ops)
 
     def _deliver(self, resp: Any) -> None:
-        finish = []
+        finish: List[Callable[[], None]] = []
         with self.lock:
             for r in resp.results:
                 o = self._inflight.pop(r.id, None)

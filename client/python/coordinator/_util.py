@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import random
-import threading
 from datetime import datetime, timezone
 from typing import Any, Optional
 
 from ._gen import pb  # noqa: F401  (makes google.protobuf importable first)
 from ._rules import (
+    LEADER_RETRY_MAX,
+    LEADER_RETRY_MIN,
     RENEWAL_RETRY_FLOOR,
     RENEWAL_RETRY_MAX,
     RENEWAL_RETRY_MIN,
@@ -88,10 +89,7 @@ def renewal_backoff(ttl: float) -> Backoff:
     return Backoff(max(ttl * RENEWAL_RETRY_MIN, RENEWAL_RETRY_FLOOR), max(ttl * RENEWAL_RETRY_MAX, RENEWAL_RETRY_FLOOR))
 
 
-def sleep(seconds: float, stop: Optional[threading.Event] = None) -> bool:
-    """Sleeps ``seconds``, or until ``stop`` is set; reports whether the time
-    passed (False when stopped)."""
-    if stop is None:
-        threading.Event().wait(max(seconds, 0))
-        return True
-    return not stop.wait(max(seconds, 0))
+def leader_backoff() -> Backoff:
+    """Delays before running as leader campaigns again after the function
+    returned early: 100ms doubling to 30s (ClientRules.leader_retry_*)."""
+    return Backoff(LEADER_RETRY_MIN, LEADER_RETRY_MAX)

@@ -8,15 +8,16 @@ import queue
 import threading
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Generator, Iterator, Optional, Protocol, Tuple, Union, runtime_checkable
+from types import TracebackType
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple, Type, Union
 
 import grpc
 
 from ._gen import pb
-from ._rules import LEASE_NOT_HELD
-from ._util import from_timestamp, to_duration
-from .errors import ClientClosed, CoordinatorError, LeaseNotHeld, from_rpc_error
-from .lease import LeaseInfo, _Held, _LeaseHost
+from ._state import F, GrantState
+from ._util import from_timestamp
+from .errors import ClientClosed, CoordinatorError, from_rpc_error
+from .lease import Held, LeaseInfo
 
 __all__ = ["LeaderInfo", "Leadership", "EventKind", "ObserveEvent", "Observation"]
 
@@ -49,7 +50,8 @@ class LeaderInfo:
     expires_at: Optional[datetime]
 
     @classmethod
-    def _from_pb(cls, m: Any) -> "LeaderInfo":
+    def of(cls, m: Any) -> "LeaderInfo":
+        """The LeaderInfo of a coordinator.v1.Leader message."""
         return cls(
             election=m.election,
             candidate=m.candidate,
@@ -59,149 +61,79 @@ class LeaderInfo:
         )
 
 
-class Leadership(_Held):
-    """An election won through a Client: a term in office, renewed in the
-    background like a Lease (a leadership is a lease on the election's name
-    whose token is the term) until it is resigned or lost.
+class LeadershipBase(Held[F]):
+    """What the sync and the asyncio Leadership share: a term in office,
+    attached to a session like a Lease (a leadership is a lease on the
+    election's name whose token is the term)."""
+
+    @property
+    def election(self) -> str:
+        """The election's name."""
+        return self._state.name
+
+    @property
+    def candidate(self) -> str:
+        """Who leads: the Client's identity and a suffix unique to this campaign."""
+        return self._state.holder
+
+    @property
+    def term(self) -> int:
+        """The leadership's fencing token."""
+        return self._state.token
+
+    @property
+    def value(self) -> bytes:
+        """The value last proclaimed."""
+        return self._state.value
+
+    def __repr__(self) -> str:
+        state = "leading" if not self.done else ("lost" if self.lost.is_set() else "resigned")
+        return f"<{type(self).__name__} {self.election!r} candidate={self.candidate!r} term={self.term} {state}>"
+
+
+class Leadership(LeadershipBase[threading.Event]):
+    """An election won through a Client: a term in office, held in a session
+    until it is resigned or lost.
 
     Check ``valid()`` (or the ``lost`` Event) while acting as the leader, and
     hand ``term`` to the resources the leader writes to. Used as a context
     manager, it resigns when the block exits.
     """
 
-    kind = "leadership"
-
-    def __init__(self, host: _LeaseHost, election: str, candidate: str, term: int, ttl: float, sent: float, value: bytes) -> None:
-        super().__init__(host, election, candidate, term, ttl, sent)
-        self._value = value
+    def __init__(self, state: GrantState[threading.Event], session: Any, resign: Callable[[], bool],
+                 proclaim: Callable[[bytes], None]) -> None:
+        super().__init__(state, session)
+        self._resign, self._proclaim = resign, proclaim
         self._proclaim_lock = threading.Lock()
-
-    @property
-    def election(self) -> str:
-        """The election's name."""
-        return self._name
-
-    @property
-    def candidate(self) -> str:
-        """Who leads: the Client's identity and a suffix unique to this campaign."""
-        return self._holder
-
-    @property
-    def term(self) -> int:
-        """The leadership's fencing token."""
-        return self._token
-
-    @property
-    def value(self) -> bytes:
-        """The value last proclaimed."""
-        return self._value
 
     def proclaim(self, value: Value) -> None:
         """Publishes a new value as the sitting leader (observers see a
-        PROCLAIMED event); it also renews the term. It campaigns with this
-        term, so the coordinator never starts a new term for it: when the
-        term is over, the leadership ends (``lost`` is set) and LeaseNotHeld
-        is raised. A transient error leaves the leadership as it was."""
+        PROCLAIMED event). It campaigns with this term, so the coordinator
+        never starts a new term for it: when the term is over, the
+        leadership ends (``lost`` is set) and LeaseNotHeld is raised. A
+        transient error leaves the leadership as it was."""
         with self._proclaim_lock:
-            calls = proclaim_calls(self, self._host, as_bytes(value))
-            op = next_call(calls)
-            while op is not None:
-                try:
-                    answer, err = self._host.grant_call(*op), None
-                except CoordinatorError as e:
-                    answer, err = None, e
-                op = next_call(calls, answer, err)
+            self._proclaim(as_bytes(value))
 
     def resign(self) -> bool:
-        """Stops renewing the leadership and steps down on the coordinator so
-        that the next candidate is elected at once, retrying transient
-        errors for up to the Client's close timeout. Returns True when it
-        stepped down, False when the term was over already."""
-        return self._host.release_grant(self, resign=True)
+        """Steps down on the coordinator so that the next candidate is
+        elected at once, retrying transient errors for up to the Client's
+        close timeout. True when it stepped down, False when the term was
+        over already."""
+        return self._resign()
 
     def __enter__(self) -> "Leadership":
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
+                 tb: Optional[TracebackType]) -> None:
         if exc_type is None:
             self.resign()
             return
         try:
             self.resign()
         except Exception:
-            log.warning("coordinator: could not resign %s", self._describe(), exc_info=True)
-
-    def __repr__(self) -> str:
-        state = "leading" if not self.ended.is_set() else ("lost" if self.lost.is_set() else "resigned")
-        return f"<Leadership {self._name!r} candidate={self._holder!r} term={self._token} {state}>"
-
-
-#: A proclamation's calls: it yields each lease operation to make, as
-#: (kind, request) ("campaign", "resign"), and is sent its answer
-#: (response, sent) or thrown its CoordinatorError.
-ProclaimCalls = Generator[Tuple[str, Any], Tuple[Any, float], None]
-
-
-def next_call(calls: ProclaimCalls, answer: Optional[Tuple[Any, float]] = None,
-              err: Optional[CoordinatorError] = None) -> Optional[Tuple[str, Any]]:
-    """The next call of ``calls`` once the last was answered (or failed with
-    err); None when they are over. Raises what the calls raise."""
-    try:
-        return calls.throw(err) if err is not None else calls.send(answer)  # type: ignore[arg-type]
-    except StopIteration:
-        return None
-
-
-def proclaim_calls(h: _Held, host: Any, data: bytes) -> ProclaimCalls:
-    """The calls of h's proclamation of data, without their I/O, for the
-    sync and asyncio Leaderships alike: a Campaign with h's term, which
-    never starts a new term; when the term is over, h ends (lost) and
-    LeaseNotHeld is raised; a transient error leaves h as it was. ``host``
-    is h's Client (end_grant, grant_renewed)."""
-    if h.ended.is_set():
-        raise h._error or _ended_error(h)
-    ttl = h._ttl
-    session_id = h._session.id if h._session is not None else ""
-    req = pb.CampaignRequest(election=h._name, candidate=h._holder, value=data, ttl=to_duration(ttl), term=h._token,
-                             session_id=session_id)
-    try:
-        resp, sent = yield "campaign", req
-    except CoordinatorError as err:
-        if err.reason == LEASE_NOT_HELD:
-            host.end_grant(h, err, lost=True)
-        raise
-    lost = proclaim_refused(h, resp)
-    if lost is not None:
-        if resp.elected:
-            # A coordinator that ignores Campaign.term started a new term
-            # that nobody wants: resign it.
-            try:
-                yield "resign", pb.ResignRequest(election=h._name, candidate=h._holder, term=int(resp.leader.term))
-            except CoordinatorError:
-                pass
-        ended, prior = host.end_grant(h, lost, lost=True)
-        raise lost if ended or prior is None else prior
-    if not host.grant_renewed(h, sent, ttl):
-        raise h._error or _ended_error(h)
-    h._value = data  # type: ignore[attr-defined]
-
-
-def proclaim_refused(h: _Held, resp: Any) -> Optional[LeaseNotHeld]:
-    """The LeaseNotHeld that ends h when ``resp``, the answer to a Campaign
-    with h's term (a proclamation), is not h's term in office; None when it
-    is."""
-    if resp.elected and int(resp.leader.term) == h.token:
-        return None
-    return LeaseNotHeld(
-        f"{h._describe()}: the coordinator has another term in office",
-        code=grpc.StatusCode.FAILED_PRECONDITION,
-        reason=LEASE_NOT_HELD,
-        metadata={"name": h.name},
-    )
-
-
-def _ended_error(h: _Held) -> CoordinatorError:
-    return LeaseNotHeld(f"{h._describe()} has ended", reason=LEASE_NOT_HELD)
+            log.warning("coordinator: could not resign %r", self, exc_info=True)
 
 
 class EventKind(enum.Enum):
@@ -221,7 +153,7 @@ class EventKind(enum.Enum):
     UNKNOWN = "UNKNOWN"
 
 
-_KINDS = {
+_KINDS: Dict[int, EventKind] = {
     pb.LeaderEvent.KIND_ELECTED: EventKind.ELECTED,
     pb.LeaderEvent.KIND_PROCLAIMED: EventKind.PROCLAIMED,
     pb.LeaderEvent.KIND_VACANT: EventKind.VACANT,
@@ -251,9 +183,9 @@ def event_of(resp: Any) -> ObserveEvent:
     ev = resp.event
     kind = _KINDS.get(ev.kind, EventKind.UNKNOWN)
     if kind is EventKind.HOLDERS:
-        holders = tuple(LeaseInfo._from_pb(m) for m in ev.holders)
+        holders = tuple(LeaseInfo.of(m) for m in ev.holders)
         return ObserveEvent(kind, None, bool(resp.initial), holders, max(int(ev.capacity), 1))
-    leader = LeaderInfo._from_pb(ev.leader) if ev.HasField("leader") else None
+    leader = LeaderInfo.of(ev.leader) if ev.HasField("leader") else None
     return ObserveEvent(kind, leader, bool(resp.initial))
 
 
@@ -274,21 +206,6 @@ def queued_event(item: Any, closed: bool, stop: type) -> ObserveEvent:
     return item
 
 
-@runtime_checkable
-class _ObservationHost(Protocol):
-    """What an Observation needs of the Client that opened it, and all it
-    uses of it. Client implements it."""
-
-    @property
-    def closed(self) -> bool:
-        """Whether the Client was closed."""
-        ...
-
-    def forget_observation(self, obs: "Observation") -> None:
-        """Drops obs from the observations that closing the Client closes."""
-        ...
-
-
 class Observation:
     """An open Observe stream: an iterator of ObserveEvent.
 
@@ -299,10 +216,11 @@ class Observation:
     again.
     """
 
-    def __init__(self, host: _ObservationHost, election: str, call: Any) -> None:
-        self._host = host
+    def __init__(self, election: str, open_call: Callable[[Callable[[], None]], Tuple[Any, Callable[[], None]]],
+                 closed: Callable[[], bool]) -> None:
         self.election = election
-        self._call = call
+        self._call, self._forget = open_call(self.close)
+        self._client_closed = closed
         self._queue: "queue.Queue[Any]" = queue.Queue()
         self._closed = threading.Event()
         self._finished = False
@@ -333,7 +251,7 @@ class Observation:
         except queue.Empty:
             raise TimeoutError(f"no Observe event for {self.election!r} within {timeout}s") from None
         self._finished = item is END or isinstance(item, BaseException)
-        return queued_event(item, self._host.closed, StopIteration)
+        return queued_event(item, self._client_closed(), StopIteration)
 
     def __iter__(self) -> Iterator[ObserveEvent]:
         return self
@@ -346,12 +264,13 @@ class Observation:
         if not self._closed.is_set():
             self._closed.set()
             self._call.cancel()
-            self._host.forget_observation(self)
+            self._forget()
         if self._thread is not threading.current_thread():
             self._thread.join(timeout=5)
 
     def __enter__(self) -> "Observation":
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
+                 tb: Optional[TracebackType]) -> None:
         self.close()

@@ -1,7 +1,7 @@
 """The exceptions of the coordinator client.
 
 Every error the coordinator returns is a gRPC status; the ones a program may
-act on carry a ``google.rpc.ErrorInfo`` (domain ``coordinator.v1``) whose
+act on carry a ``google.rpc.ErrorInfo`` (domain ClientRules.error_domain, ``coordinator.v1``) whose
 reason names an ``ErrorReason``, plus ``BadRequest``, ``RetryInfo`` or
 ``QuotaFailure`` details. :func:`from_rpc_error` decodes them into the
 hierarchy below::
@@ -31,6 +31,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import grpc
 
 from ._gen import error_details_pb2, pb, status_pb2
+from ._rules import ERROR_DOMAIN, OUTCOME_UNKNOWN_CODES, TRANSIENT_CODES
 
 __all__ = [
     "CoordinatorError",
@@ -49,26 +50,27 @@ __all__ = [
     "LeaseExpired",
     "ClientClosed",
     "from_rpc_error",
-    "from_reason",
     "from_status",
-    "ERROR_DOMAIN",
+    "is_transient",
+    "is_outcome_unknown",
 ]
 
-ERROR_DOMAIN = "coordinator.v1"
 _DETAILS_KEY = "grpc-status-details-bin"
 
 _CODES_BY_NUMBER: Dict[int, grpc.StatusCode] = {c.value[0]: c for c in grpc.StatusCode}
 
-#: Codes after which the same call may succeed when tried again.
-TRANSIENT_CODES = frozenset(
-    {
-        grpc.StatusCode.UNAVAILABLE,
-        grpc.StatusCode.RESOURCE_EXHAUSTED,
-        grpc.StatusCode.ABORTED,
-        grpc.StatusCode.DEADLINE_EXCEEDED,
-        grpc.StatusCode.CANCELLED,
-    }
-)
+
+def is_transient(code: Optional[grpc.StatusCode]) -> bool:
+    """Whether a call that failed with code may succeed when tried again
+    (ClientRules.transient_codes)."""
+    return code in TRANSIENT_CODES
+
+
+def is_outcome_unknown(code: Optional[grpc.StatusCode]) -> bool:
+    """Whether a call that failed with code may have changed state on the
+    coordinator without its caller hearing of it
+    (ClientRules.outcome_unknown_codes)."""
+    return code in OUTCOME_UNKNOWN_CODES
 
 
 class CoordinatorError(Exception):
@@ -111,7 +113,7 @@ class CoordinatorError(Exception):
     @property
     def transient(self) -> bool:
         """Whether the same call may succeed when tried again."""
-        return self.code in TRANSIENT_CODES
+        return is_transient(self.code)
 
     def __str__(self) -> str:
         parts = []
@@ -338,19 +340,3 @@ def from_status(st: Any) -> CoordinatorError:
     code = _CODES_BY_NUMBER.get(int(st.code)) if st.code else None
     parsed = _parse_status(st)
     return _make(_class_for(code, parsed.get("reason")), st.message or "", code, parsed)
-
-
-def from_reason(reason: int, code: int, message: str, retry_after: Optional[float] = None) -> CoordinatorError:
-    """Builds the error of a KeepAlive LeaseLost or RenewalFailed result."""
-    reason_name: Optional[str] = None
-    if reason:
-        try:
-            reason_name = pb.ErrorReason.Name(reason)
-        except ValueError:  # a reason newer than this client
-            reason_name = str(reason)
-    status_code = _CODES_BY_NUMBER.get(code) if code else None
-    cls = _class_for(status_code, reason_name)
-    parsed: Dict[str, Any] = {"reason": reason_name, "metadata": {}}
-    if retry_after is not None:
-        parsed["retry_delay"] = retry_after
-    return _make(cls, message, status_code, parsed)

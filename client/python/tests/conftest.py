@@ -15,8 +15,9 @@ import tempfile
 import threading
 import time
 import uuid
+from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Optional
+from typing import Any, AsyncIterator, Callable, Dict, Iterator, List, Optional
 
 import pytest
 
@@ -29,6 +30,7 @@ if not INSTALLED:
     sys.path.insert(0, str(REPO / "client" / "python"))
 
 import coordinator  # noqa: E402
+import coordinator.aio  # noqa: E402
 import grpc  # noqa: E402
 
 REDIS_URL = os.environ.get("COORDINATOR_TEST_REDIS_URL", "")
@@ -294,36 +296,50 @@ def redis_server(workdir: Path) -> Iterator[Callable[[], RedisServer]]:
         r.kill()
 
 
-MODES = ["stream", "unary"]
-
-#: Runs a test in both transports: lease operations over the operation stream
-#: (the default) and as unary calls with KeepAlive renewals.
-both_modes = pytest.mark.parametrize("mode", MODES, indirect=True)
-
-
 @pytest.fixture
-def mode(request: pytest.FixtureRequest) -> str:
-    """The transport of the Clients make_client makes: "stream" unless the
-    test is parametrized (both_modes)."""
-    return getattr(request, "param", "stream")
-
-
-@pytest.fixture
-def make_client(mode: str) -> Iterator[Callable[..., coordinator.Client]]:
-    """make_client(target, **kwargs) makes a Client closed at teardown, in
-    the test's mode."""
+def make_client() -> Iterator[Callable[..., coordinator.Client]]:
+    """make_client(target, **kwargs) makes a Client closed at teardown."""
     clients: List[coordinator.Client] = []
 
-    def make(target: str, **kwargs: object) -> coordinator.Client:
+    def make(target: str, **kwargs: Any) -> coordinator.Client:
         kwargs.setdefault("timeout", 15.0)
-        kwargs.setdefault("use_stream", mode == "stream")
-        c = coordinator.Client(target, **kwargs)  # type: ignore[arg-type]
+        c = coordinator.Client(target, **kwargs)
         clients.append(c)
         return c
 
     yield make
     for c in clients:
         c.close()
+
+
+@asynccontextmanager
+async def aio_client(target: str, **kwargs: Any) -> AsyncIterator[coordinator.aio.Client]:
+    """A coordinator.aio.Client, closed at the end."""
+    kwargs.setdefault("timeout", 15.0)
+    c = coordinator.aio.Client(target, **kwargs)
+    try:
+        yield c
+    finally:
+        await c.close()
+
+
+def call(target: str, method: str, request: Any, token: Optional[str] = None) -> Any:
+    """The unary call ``method`` over a plaintext connection of the test's
+    own (with ``token``, if any), as grpcurl or a client without SDK would
+    make it."""
+    metadata = (("authorization", f"Bearer {token}"),) if token else None
+    with grpc.insecure_channel(target) as channel:
+        stub = coordinator.pb_grpc.CoordinatorStub(channel)
+        try:
+            return getattr(stub, method)(request, timeout=10, metadata=metadata)
+        except grpc.RpcError as e:
+            raise coordinator.from_rpc_error(e) from None
+
+
+def close_session(target: str, session_id: str, token: Optional[str] = None) -> None:
+    """Ends a session behind its Client's back, over a connection of the
+    test's own, as an operator (or an expiry) would."""
+    call(target, "CloseSession", coordinator.pb.CloseSessionRequest(session_id=session_id), token)
 
 
 @pytest.fixture

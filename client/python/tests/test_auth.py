@@ -8,19 +8,18 @@ import subprocess
 import pytest
 
 import coordinator
-from conftest import both_modes
 
 
-@both_modes
+
 def test_token_required(start_server, make_client, name: str) -> None:
     srv = start_server(env={"COORDINATOR_AUTH_TOKEN": "secret"})
     with pytest.raises(coordinator.Unauthenticated) as ei:
-        make_client(srv.address).lock(name, ttl=5, wait=0)
+        make_client(srv.address).lock(name, wait=0)
     assert ei.value.code.name == "UNAUTHENTICATED"
     with pytest.raises(coordinator.Unauthenticated):
-        make_client(srv.address, token="wrong", insecure_token=True).lock(name, ttl=5, wait=0)
+        make_client(srv.address, token="wrong", insecure_token=True).lock(name, wait=0)
     c = make_client(srv.address, token="secret", insecure_token=True)
-    with c.lock(name, ttl=1, wait=0) as lease:
+    with c.lock(name, wait=0) as lease:
         # Renewals (operation stream or KeepAlive) carry the token too.
         first = lease.last_renewed
         from conftest import wait_until
@@ -55,7 +54,7 @@ def test_tls_with_token(start_server, make_client, self_signed, name: str) -> No
     srv = start_server(env={"COORDINATOR_TLS_CERT": str(cert), "COORDINATOR_TLS_KEY": str(key),
                             "COORDINATOR_AUTH_TOKEN": "secret"}, tls_cert=cert)
     c = make_client(srv.address, token="secret", root_certificates=cert)
-    with c.lock(name, ttl=1, wait=0) as lease:
+    with c.lock(name, wait=0) as lease:
         first = lease.last_renewed
         from conftest import wait_until
 

@@ -10,12 +10,12 @@ import pytest
 import coordinator
 from coordinator import EventKind, pb
 from coordinator._util import to_duration
-from conftest import both_modes, wait_until
+from conftest import call, close_session, wait_until
 
 
 def test_campaign_and_leader(client: coordinator.Client, name: str) -> None:
     assert client.leader(name) is None
-    with client.campaign(name, "addr-a", ttl=5, wait=0) as lead:
+    with client.campaign(name, "addr-a", wait=0) as lead:
         assert lead.term > 0 and lead.value == b"addr-a"
         info = client.leader(name)
         assert info is not None
@@ -24,21 +24,19 @@ def test_campaign_and_leader(client: coordinator.Client, name: str) -> None:
     assert client.leader(name) is None
 
 
-@both_modes
 def test_refused_campaign_names_the_leader(server, make_client, name: str) -> None:
     a, b = make_client(server.address), make_client(server.address)
-    lead = a.campaign(name, "a", ttl=10, wait=0)
+    lead = a.campaign(name, "a", wait=0)
     with pytest.raises(coordinator.NotAcquired) as ei:
-        b.campaign(name, "b", ttl=10, wait=0)
+        b.campaign(name, "b", wait=0)
     assert ei.value.holder == lead.candidate
 
 
-@both_modes
 def test_handover_on_resign(server, make_client, name: str) -> None:
     a, b = make_client(server.address), make_client(server.address)
-    lead_a = a.campaign(name, "a", ttl=5, wait=0)
+    lead_a = a.campaign(name, "a", wait=0)
     got: List[coordinator.Leadership] = []
-    t = threading.Thread(target=lambda: got.append(b.campaign(name, "b", ttl=5, wait=60)))
+    t = threading.Thread(target=lambda: got.append(b.campaign(name, "b", wait=60)))
     t.start()
     wait_until(lambda: a.describe(name).waiters == 1, what="candidate b to queue")
     assert lead_a.resign() is True
@@ -51,15 +49,14 @@ def test_handover_on_resign(server, make_client, name: str) -> None:
     lead_b.resign()
 
 
-@both_modes
 def test_handover_when_the_leader_dies(server, make_client, name: str) -> None:
     # A leader whose process dies stops renewing: close_timeout=0 closes the
     # client without resigning, as a crash would.
-    a = make_client(server.address, close_timeout=0)
+    a = make_client(server.address, close_timeout=0, ttl=2)
     b = make_client(server.address)
-    lead_a = a.campaign(name, "a", ttl=1, wait=0)
+    lead_a = a.campaign(name, "a", wait=0)
     got: List[coordinator.Leadership] = []
-    t = threading.Thread(target=lambda: got.append(b.campaign(name, "b", ttl=5, wait=60)))
+    t = threading.Thread(target=lambda: got.append(b.campaign(name, "b", wait=60)))
     t.start()
     wait_until(lambda: b.describe(name).waiters == 1, what="candidate b to queue")
     a.close()
@@ -70,7 +67,7 @@ def test_handover_when_the_leader_dies(server, make_client, name: str) -> None:
 
 
 def test_proclaim_in_the_term(client: coordinator.Client, name: str) -> None:
-    lead = client.campaign(name, "v1", ttl=5, wait=0)
+    lead = client.campaign(name, "v1", wait=0)
     term = lead.term
     lead.proclaim("v2")
     assert lead.value == b"v2" and lead.term == term
@@ -81,11 +78,11 @@ def test_proclaim_in_the_term(client: coordinator.Client, name: str) -> None:
     assert lead.resign()
 
 
-@both_modes
-def test_proclaim_after_the_term_ended_fails(client: coordinator.Client, name: str) -> None:
-    lead = client.campaign(name, "v1", ttl=5, wait=0)
+def test_proclaim_after_the_term_ended_fails(server, client: coordinator.Client, name: str) -> None:
+    lead = client.campaign(name, "v1", wait=0)
     # The term ends behind the leader's back (an operator resigns it).
-    assert client.call("Resign", pb.ResignRequest(election=name, candidate=lead.candidate, term=lead.term)).resigned
+    req = pb.ResignRequest(election=name, candidate=lead.candidate, term=lead.term)
+    assert call(server.address, "Resign", req).resigned
     with pytest.raises(coordinator.LeaseNotHeld):
         lead.proclaim("v2")
     assert lead.lost.is_set()
@@ -94,26 +91,16 @@ def test_proclaim_after_the_term_ended_fails(client: coordinator.Client, name: s
     assert client.leader(name) is None
 
 
-def test_campaign_with_an_ended_term_is_refused(client: coordinator.Client, name: str) -> None:
+def test_campaign_with_an_ended_term_is_refused(server, client: coordinator.Client, name: str) -> None:
     """The server side of proclaim: Campaign(term=T) only renews term T."""
-    lead = client.campaign(name, "v1", ttl=5, wait=0)
+    lead = client.campaign(name, "v1", wait=0)
     term, candidate = lead.term, lead.candidate
     assert lead.resign()
     req = pb.CampaignRequest(election=name, candidate=candidate, value=b"v2", ttl=to_duration(5), term=term)
     with pytest.raises(coordinator.LeaseNotHeld) as ei:
-        client.call("Campaign", req)
+        call(server.address, "Campaign", req)
     assert ei.value.code.name == "FAILED_PRECONDITION"
     assert client.leader(name) is None
-
-
-@both_modes
-def test_leadership_renews_itself(client: coordinator.Client, name: str) -> None:
-    lead = client.campaign(name, "v", ttl=1, wait=0)
-    first = lead.last_renewed
-    wait_until(lambda: lead.last_renewed > first + 1.0, timeout=15, what="two renewals")
-    assert lead.valid()
-    assert client.leader(name).term == lead.term
-    assert lead.resign()
 
 
 def test_observe(server, make_client, name: str) -> None:
@@ -121,7 +108,7 @@ def test_observe(server, make_client, name: str) -> None:
     with watcher.observe(name) as obs:
         ev = obs.get(timeout=15)
         assert ev.initial and ev.kind == EventKind.VACANT and ev.leader is None
-        lead = cand.campaign(name, "one", ttl=5, wait=0)
+        lead = cand.campaign(name, "one", wait=0)
         ev = obs.get(timeout=15)
         assert not ev.initial and ev.kind == EventKind.ELECTED
         assert (ev.leader.candidate, ev.leader.term, ev.leader.value) == (lead.candidate, lead.term, b"one")
@@ -156,29 +143,37 @@ def test_observe_invalid_election(client: coordinator.Client) -> None:
             obs.get(timeout=15)
 
 
-def test_run_as_leader(client: coordinator.Client, name: str) -> None:
-    def fn(lead: coordinator.Leadership) -> int:
-        assert client.leader(name).candidate == lead.candidate
-        return lead.term
+def test_run_as_leader_campaigns_again_after_each_leadership(server, make_client, name: str) -> None:
+    client = make_client(server.address, ttl=1)
+    stop = threading.Event()
+    terms: List[int] = []
 
-    term = client.run_as_leader(name, fn, value="me", ttl=5, wait=10)
-    assert term > 0
+    def fn(lead: coordinator.Leadership) -> None:
+        assert client.leader(name).candidate == lead.candidate
+        terms.append(lead.term)
+        if len(terms) == 1:  # the term ends behind its back: the session's next renewal finds out
+            close_session(server.address, lead.session.id)
+            assert lead.lost.wait(10)
+        elif len(terms) == 2:
+            raise RuntimeError("boom")  # logged; resigned; campaigns again after a backoff
+        else:
+            stop.set()
+
+    client.run_as_leader(name, fn, value="me", stop=stop)
+    assert len(terms) == 3 and terms == sorted(set(terms)), terms
     assert client.leader(name) is None  # resigned at the end
 
 
-def test_run_as_leader_notices_loss(client: coordinator.Client, name: str) -> None:
-    def fn(lead: coordinator.Leadership) -> bool:
-        # The term ends behind its back; the next renewal finds out.
-        client.call("Resign", pb.ResignRequest(election=name, candidate=lead.candidate, term=lead.term))
-        return lead.lost.wait(15)
-
-    assert client.run_as_leader(name, fn, ttl=1, wait=10) is True
-
-
-def test_run_as_leader_resigns_when_fn_raises(client: coordinator.Client, name: str) -> None:
-    def fn(lead: coordinator.Leadership) -> None:
-        raise RuntimeError("boom")
-
-    with pytest.raises(RuntimeError):
-        client.run_as_leader(name, fn, ttl=5, wait=10)
-    assert client.leader(name) is None
+def test_run_as_leader_stops_while_it_campaigns(server, make_client, name: str) -> None:
+    holder, runner = make_client(server.address), make_client(server.address)
+    held = holder.campaign(name, "other", wait=0)
+    stop = threading.Event()
+    ran: List[coordinator.Leadership] = []
+    t = threading.Thread(target=runner.run_as_leader, args=(name, ran.append), kwargs={"stop": stop})
+    t.start()
+    wait_until(lambda: holder.describe(name).waiters == 1, what="the campaign to queue")
+    stop.set()
+    t.join(timeout=10)
+    assert not t.is_alive() and not ran
+    wait_until(lambda: holder.describe(name).waiters == 0, timeout=10, what="the campaign to leave the queue")
+    assert held.resign()

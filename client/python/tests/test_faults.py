@@ -7,15 +7,14 @@ import signal
 import pytest
 
 import coordinator
-from conftest import both_modes, wait_until
+from conftest import wait_until
 
 
-@both_modes
 @pytest.mark.parametrize("store", ["memory", "redis"])
 def test_loss_detected_when_the_coordinator_is_killed(start_server, make_client, name: str, store: str) -> None:
     srv = start_server(store)
-    c = make_client(srv.address)
-    lease = c.lock(name, ttl=3, wait=0)
+    c = make_client(srv.address, ttl=3)
+    lease = c.lock(name, wait=0)
     lost_via_callback = []
     lease.on_lost(lambda l: lost_via_callback.append(l.error))
     first = lease.last_renewed

@@ -66,7 +66,8 @@ def test_the_wheel_carries_the_generated_code_and_nothing_outside_the_package() 
                    "coordinator/_generated/coordinator/v1/rules_pb2.py",
                    "coordinator/_generated/google/rpc/status_pb2.py",
                    "coordinator/_generated/google/rpc/error_details_pb2.py",
-                   "coordinator/aio/__init__.py"):
+                   "coordinator/aio/__init__.py",
+                   "coordinator/py.typed"):  # PEP 561: the package is typed
         assert needed in names
     metadata = wheel.read([n for n in dist_info if n.endswith("/METADATA")][0]).decode()
     assert "Requires-Dist: grpcio" in metadata and "Requires-Dist: protobuf" in metadata

@@ -4,14 +4,16 @@ fails here. The Go SDK and the TypeScript client have the same tests."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable
 
+import grpc
 import pytest
 
 import coordinator
 from coordinator import _rules, _util
 from coordinator._gen import pb, rules_pb2
-from coordinator.lease import _Held
+from coordinator._state import SessionState
 
 
 def spec_rules() -> Any:
@@ -44,7 +46,11 @@ def test_the_client_takes_its_limits_and_timings_from_the_proto() -> None:
         client.close()
     assert _rules.MAX_WAIT == wait.max_millis / 1000
     assert _rules.ANSWER_MARGIN == r.answer_margin_millis / 1000
-    assert _rules.MAX_CONFIRMS == r.max_confirms
+    assert _rules.ERROR_DOMAIN == r.error_domain == "coordinator.v1"
+    assert _rules.LEADER_CAMPAIGNS_AGAIN == r.leader_campaigns_again
+    codes = {c.value[0]: c for c in grpc.StatusCode}
+    assert _rules.TRANSIENT_CODES == {codes[n] for n in r.transient_codes}
+    assert _rules.OUTCOME_UNKNOWN_CODES == {codes[n] for n in r.outcome_unknown_codes}
 
     # The identity limit, as Client applies it.
     limit = holder.max_bytes - r.holder_suffix_bytes
@@ -66,8 +72,9 @@ def _last(b: _util.Backoff) -> float:
 
 
 def _renewal_delay(ttl: float) -> float:
-    h = _Held(None, "n", "h", 1, ttl, 0.0)  # type: ignore[arg-type]
-    return h._next_renew
+    """When a session renewed at 0 is renewed next (no thread is started)."""
+    s = SessionState("id", ttl, 0.0, lambda _id, _t: (None, 0.0), lambda _s: None, threading.Event)
+    return s.next_renew
 
 
 @pytest.mark.parametrize("what", ["first call retry", "last call retry", "first renewal retry", "last renewal retry", "renewal"])

@@ -10,14 +10,13 @@ from typing import List
 import pytest
 
 import coordinator
-from conftest import both_modes, wait_until
+from conftest import wait_until
 
 
-@both_modes
 def test_semaphore_shares_are_leases_of_their_own(client: coordinator.Client, name: str) -> None:
     sem = client.semaphore(name, 3)
-    a = sem.acquire(2, ttl=5, wait=0)
-    b = sem.try_acquire(1, ttl=1)
+    a = sem.acquire(2, wait=0)
+    b = sem.try_acquire(1)
     assert b is not None
     assert (a.weight, b.weight) == (2, 1)
     assert b.token > a.token and a.holder != b.holder
@@ -37,7 +36,7 @@ def test_semaphore_shares_are_leases_of_their_own(client: coordinator.Client, na
 
 
 def test_capacity_must_agree(client: coordinator.Client, name: str) -> None:
-    with client.semaphore(name, 5).acquire(1, ttl=5, wait=0):
+    with client.semaphore(name, 5).acquire(1, wait=0):
         with pytest.raises(coordinator.CapacityMismatch) as e:
             client.semaphore(name, 3).acquire(1, wait=0)
         assert (e.value.metadata["capacity"], e.value.metadata["requested"]) == ("5", "3")
@@ -57,7 +56,7 @@ def test_waiters_never_hold_past_the_capacity(client: coordinator.Client, name: 
 
     def worker(n: int) -> None:
         try:
-            with sem.acquire(n, ttl=5, wait=30) as share:
+            with sem.acquire(n, wait=30) as share:
                 assert share.weight == n
                 with lock:
                     held[0] += n
@@ -77,15 +76,14 @@ def test_waiters_never_hold_past_the_capacity(client: coordinator.Client, name: 
     assert 2 <= most[0] <= capacity
 
 
-@both_modes
 def test_rwlock_readers_share_and_a_waiting_writer_comes_first(client: coordinator.Client, name: str) -> None:
     rw = client.rwlock(name)
-    r1 = rw.read_lock(ttl=5, wait=0)
-    r2 = rw.try_read_lock(ttl=5)
+    r1 = rw.read_lock(wait=0)
+    r2 = rw.try_read_lock()
     assert r2 is not None and r2.weight == 1
     assert rw.try_write_lock() is None
     got: List[coordinator.Lease] = []
-    writer = threading.Thread(target=lambda: got.append(rw.write_lock(ttl=5, wait=30)))
+    writer = threading.Thread(target=lambda: got.append(rw.write_lock(wait=30)))
     writer.start()
     wait_until(lambda: client.describe(name).waiters == 1, what="the writer waiting")
     assert rw.try_read_lock() is None  # a later reader waits behind the writer
@@ -98,20 +96,20 @@ def test_rwlock_readers_share_and_a_waiting_writer_comes_first(client: coordinat
     with pytest.raises(coordinator.NotAcquired):
         rw.read_lock(wait=0.3)
     w.release()
-    with rw.read_lock(ttl=5, wait=5) as r:
+    with rw.read_lock(wait=5) as r:
         assert r.token > w.token
 
 
 def test_observe_reports_the_holders_as_they_come_and_go(client: coordinator.Client, name: str) -> None:
     sem = client.semaphore(name, 3)
-    a = sem.acquire(2, ttl=5, wait=0)
+    a = sem.acquire(2, wait=0)
     with client.observe(name) as events:
         first = events.get(timeout=20)
         assert first.initial and first.kind == coordinator.EventKind.HOLDERS and first.leader is None
         assert first.capacity == 3
         assert [(h.name, h.holder, h.token, h.weight) for h in first.holders] == [(name, a.holder, a.token, 2)]
         assert first.holders[0].expires_at is not None
-        b = sem.acquire(1, ttl=5, wait=0)
+        b = sem.acquire(1, wait=0)
         ev = events.get(timeout=20)
         assert not ev.initial and ev.kind == coordinator.EventKind.HOLDERS and ev.capacity == 3
         assert [(h.holder, h.token, h.weight) for h in ev.holders] == [(a.holder, a.token, 2), (b.holder, b.token, 1)]

@@ -1,11 +1,9 @@
 """Sessions in the sync Client: one renewal keeps every attached lease and
 leadership, they end together (closed, lost, expired, the Client closed),
-the default session, the fallback without sessions, and the credential a
-session belongs to."""
+the default session, and the credential a session belongs to."""
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
 import threading
@@ -18,19 +16,13 @@ import pytest
 
 import coordinator
 from coordinator import pb
-from conftest import STORES, Server, both_modes, metric, wait_until
-from test_stream import _UnaryOnly, serving
+from conftest import STORES, Server, call, close_session, metric, wait_until
 
 
-def _renewals(srv: Server, mode: str, method: str) -> float:
-    """How many renewals of kind ``method`` ("RenewSession", "Renew") the
-    coordinator answered OK, over the operation stream or as unary calls."""
-    port = srv.metrics_port  # type: ignore[attr-defined]
-    if mode == "stream":
-        op = "renew_session" if method == "RenewSession" else "renew"
-        return metric(port, "coordinator_stream_operations_total", op=op, code="OK")
-    return (metric(port, "grpc_server_handled_total", grpc_method=method, grpc_code="OK")
-            + metric(port, "grpc_server_msg_received_total", grpc_method="KeepAlive"))
+def _renewals(srv: Server, op: str) -> float:
+    """How many operations ``op`` ("renew_session", "renew") the coordinator
+    answered OK over the operation stream."""
+    return metric(srv.metrics_port, "coordinator_stream_operations_total", op=op, code="OK")  # type: ignore[attr-defined]
 
 
 def _in_thread(fn: Callable[[], object]) -> "futures.Future[object]":
@@ -46,9 +38,8 @@ def _in_thread(fn: Callable[[], object]) -> "futures.Future[object]":
     return f
 
 
-@both_modes
 @pytest.mark.parametrize("store", STORES)
-def test_one_renewal_keeps_every_attached_lease(metrics_server, make_client, name: str, mode: str, store: str) -> None:
+def test_one_renewal_keeps_every_attached_lease(metrics_server, make_client, name: str, store: str) -> None:
     srv = metrics_server(store)
     c = make_client(srv.address)
     session = c.session(ttl=1)
@@ -62,10 +53,10 @@ def test_one_renewal_keeps_every_attached_lease(metrics_server, make_client, nam
     for g in grants[:3]:
         d = c.describe(g.name)
         assert d.lease is not None and d.lease.session_id == session.id and d.lease.token == g.token
-    before = _renewals(srv, mode, "RenewSession")
+    before = _renewals(srv, "renew_session")
     # Several TTLs pass: the session's renewals alone keep the six grants.
-    wait_until(lambda: _renewals(srv, mode, "RenewSession") >= before + 6, timeout=30, what="six session renewals")
-    assert _renewals(srv, mode, "Renew") == 0, "an attached grant was renewed on its own"
+    wait_until(lambda: _renewals(srv, "renew_session") >= before + 6, timeout=30, what="six session renewals")
+    assert _renewals(srv, "renew") == 0, "a grant was renewed on its own"
     for g in grants:
         assert g.valid() and not g.lost.is_set(), g
         assert g.deadline == session.deadline
@@ -85,7 +76,7 @@ def test_closing_a_session_releases_every_lease_at_once(start_server, make_clien
     a, b = make_client(srv.address), make_client(srv.address)
     with a.session(ttl=30) as session:
         leases = [a.lock(f"{name}/{i}", session=session, wait=0) for i in range(3)]
-        waiter = _in_thread(lambda: b.lock(f"{name}/0", ttl=5, wait=60))
+        waiter = _in_thread(lambda: b.lock(f"{name}/0", wait=60))
         wait_until(lambda: a.describe(f"{name}/0").waiters == 1, what="the waiter to queue")
         lost: List[object] = []
         leases[1].on_lost(lost.append)
@@ -104,15 +95,13 @@ def test_closing_a_session_releases_every_lease_at_once(start_server, make_clien
     session.close()  # idempotent
 
 
-@both_modes
 def test_a_session_closed_by_another_client_loses_its_leases(start_server, make_client, name: str) -> None:
     srv = start_server(env={"COORDINATOR_AUTH_TOKEN": "secret"})
     a = make_client(srv.address, token="secret", insecure_token=True)
-    other = make_client(srv.address, token="secret", insecure_token=True)  # the same credential
     session = a.session(ttl=1)
     leases = [a.lock(f"{name}/{i}", session=session, wait=0) for i in range(2)]
     leadership = a.campaign(f"{name}/election", session=session, wait=0)
-    other.call("CloseSession", pb.CloseSessionRequest(session_id=session.id))
+    close_session(srv.address, session.id, token="secret")  # another client of the same credential
     # The next renewal is refused: the session and all its grants are lost.
     assert session.lost.wait(10), "the session was not lost"
     assert isinstance(session.error, coordinator.SessionEnded)
@@ -144,7 +133,6 @@ def test_a_session_expires_at_its_local_deadline_when_renewals_stall(start_serve
         assert lease.lost_at is not None and lease.lost_at <= session.lost_at + 0.5
 
 
-@both_modes
 def test_a_campaign_in_a_session(server, make_client, name: str) -> None:
     a, b = make_client(server.address), make_client(server.address)
     session = a.session(ttl=20)
@@ -155,7 +143,7 @@ def test_a_campaign_in_a_session(server, make_client, name: str) -> None:
     assert a.leader(name).value == b"a, again" and lead.valid()
     with b.observe(name) as events:
         assert events.get(timeout=10).initial
-        successor = _in_thread(lambda: b.campaign(name, value="b", ttl=5, wait=60))
+        successor = _in_thread(lambda: b.campaign(name, value="b", wait=60))
         wait_until(lambda: a.describe(name).waiters == 1, what="the second candidate to queue")
         session.close()
         kinds = [events.get(timeout=10).kind for _ in range(2)]
@@ -164,7 +152,6 @@ def test_a_campaign_in_a_session(server, make_client, name: str) -> None:
     assert successor.result(timeout=10).term > lead.term
 
 
-@both_modes
 def test_the_default_session_is_made_by_the_first_acquisition(metrics_server, make_client, name: str) -> None:
     srv = metrics_server()
     port = srv.metrics_port
@@ -176,29 +163,23 @@ def test_the_default_session_is_made_by_the_first_acquisition(metrics_server, ma
     c.describe(name)
     c.leader(name)
     list(c.list_leases(name))
-    assert c._default is None and created() == 0  # observing makes none
+    assert created() == 0  # observing makes none
     first = c.lock(f"{name}/a", wait=0)
     second = c.campaign(f"{name}/b", wait=0)
     share = c.semaphore(f"{name}/c", 2).try_acquire()
     assert share is not None
     session = c.default_session()
     assert first.session is session and second.session is session and share.session is session
-    assert session.ttl == 2 and created() == 1
-    # A per-call ttl keeps a lease of its own, renewed on its own.
-    own = c.lock(f"{name}/own", ttl=1, wait=0)
-    assert own.session is None and c.describe(own.name).lease.session_id == ""
-    first_renewal = own.last_renewed
-    wait_until(lambda: own.last_renewed > first_renewal, timeout=10, what="the own lease's renewal")
-    assert own.ttl == 1 and first.ttl == 2
+    assert session.ttl == 2 and first.ttl == 2 and created() == 1
     # A lost default session ends its grants; the next acquisition makes a new one.
-    c.call("CloseSession", pb.CloseSessionRequest(session_id=session.id))
+    close_session(srv.address, session.id)
     assert session.lost.wait(10) and first.lost.is_set() and second.lost.is_set()
     again = c.lock(f"{name}/a", wait=0)
     assert again.session is c.default_session() and again.session is not session
     assert created() == 2 and again.token > first.token
     # The Client's close closes the default session, releasing its grants.
     waiter = make_client(srv.address)
-    granted = _in_thread(lambda: waiter.lock(f"{name}/a", ttl=5, wait=60))
+    granted = _in_thread(lambda: waiter.lock(f"{name}/a", wait=60))
     wait_until(lambda: waiter.describe(f"{name}/a").waiters == 1, what="the waiter to queue")
     c.close()
     assert again.lost.is_set() and isinstance(again.error, coordinator.ClientClosed)
@@ -206,18 +187,6 @@ def test_the_default_session_is_made_by_the_first_acquisition(metrics_server, ma
     assert metric(port, "grpc_server_handled_total", grpc_method="CloseSession", grpc_code="OK") == 2
 
 
-def test_without_the_default_session_every_lease_has_its_own_ttl(server, make_client, name: str) -> None:
-    c = make_client(server.address, default_session=False, ttl=5)
-    lease = c.lock(name, wait=0)
-    assert lease.session is None and lease.ttl == 5 and c._default is None
-    assert c.describe(name).lease.session_id == ""
-    with pytest.raises(ValueError):
-        c.default_session()
-    with c.session(ttl=3) as session:  # explicit sessions still work
-        assert c.lock(f"{name}/x", session=session, wait=0).session is session
-
-
-@both_modes
 def test_another_credential_may_not_use_a_session(start_server, make_client, tmp_path, name: str) -> None:
     access = tmp_path / "access"
     access.write_text("tok-a  *\ntok-b  *\n")
@@ -226,31 +195,18 @@ def test_another_credential_may_not_use_a_session(start_server, make_client, tmp
     b = make_client(srv.address, token="tok-b", insecure_token=True)
     session = a.session(ttl=10)
     held = a.lock(f"{name}/a", session=session, wait=0)
-    with pytest.raises(coordinator.PermissionDenied) as ei:
+    with pytest.raises(ValueError):  # a Session belongs to the Client that made it
         b.lock(f"{name}/b", session=session, wait=0)
-    assert ei.value.code == grpc.StatusCode.PERMISSION_DENIED
-    for method, req in [("RenewSession", pb.RenewSessionRequest(session_id=session.id)),
+    # Nor does the coordinator let another credential use it.
+    req = pb.TryAcquireRequest(name=f"{name}/b", holder="b", session_id=session.id)
+    req.ttl.FromSeconds(10)
+    for method, req in [("TryAcquire", req), ("RenewSession", pb.RenewSessionRequest(session_id=session.id)),
                         ("CloseSession", pb.CloseSessionRequest(session_id=session.id))]:
-        with pytest.raises(coordinator.PermissionDenied):
-            b.call(method, req)
+        with pytest.raises(coordinator.PermissionDenied) as ei:
+            call(srv.address, method, req, token="tok-b")
+        assert ei.value.code == grpc.StatusCode.PERMISSION_DENIED
     assert not b.describe(f"{name}/b").held
     assert session.valid() and held.valid() and a.describe(f"{name}/a").lease.session_id == session.id
-
-
-def test_a_coordinator_without_sessions_gets_leases_of_their_own(make_client, name: str, caplog) -> None:
-    # A coordinator of the days before sessions: CreateSession (and Stream)
-    # are Unimplemented.
-    with serving(_UnaryOnly()) as target:
-        c = make_client(target, close_timeout=1)
-        with caplog.at_level(logging.WARNING, logger="coordinator"):
-            lease = c.lock(name, wait=0)
-            assert lease.session is None and lease.ttl == c.ttl
-            assert lease.release()
-            assert c.lock(name, wait=0).session is None
-        assert sum("has no sessions" in r.getMessage() for r in caplog.records) == 1  # logged once
-        with pytest.raises(coordinator.RPCError) as ei:  # an explicit session fails with the error
-            c.session(ttl=5)
-        assert ei.value.code == grpc.StatusCode.UNIMPLEMENTED
 
 
 def test_acquiring_again_in_the_session_returns_the_same_lease(server, make_client, name: str) -> None:
@@ -260,17 +216,16 @@ def test_acquiring_again_in_the_session_returns_the_same_lease(server, make_clie
     # The answer was lost, say: the same holder asks again in the session.
     req = pb.TryAcquireRequest(name=name, holder=lease.holder, session_id=session.id)
     req.ttl.FromSeconds(10)
-    resp = c.call("TryAcquire", req)
+    resp = call(server.address, "TryAcquire", req)
     assert resp.acquired and resp.lease.token == lease.token and resp.lease.session_id == session.id
     assert lease.release()
 
 
-@both_modes
 def test_an_acquisition_told_the_default_session_ended_makes_a_new_one(server, make_client, name: str) -> None:
     c = make_client(server.address, ttl=30)  # renewals every 10s: the next acquisition hears of it first
     first = c.lock(f"{name}/a", wait=0)
     old = c.default_session()
-    c.call("CloseSession", pb.CloseSessionRequest(session_id=old.id))
+    close_session(server.address, old.id)
     second = c.lock(f"{name}/b", wait=0)
     assert second.session is c.default_session() and second.session is not old
     assert old.lost.is_set() and isinstance(old.error, coordinator.SessionEnded)

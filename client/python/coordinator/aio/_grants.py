@@ -1,154 +1,162 @@
-"""The asyncio Lease and Leadership: the sync grants' state and rules
-(lease._Held), with asyncio Events and coroutines for what talks to the
-coordinator."""
+"""The asyncio Lease, Leadership and Session: views of the same states as
+the sync ones (_state.py), whose ``lost`` and ``ended`` are events of the
+event loop, and whose calls are awaited."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Awaitable, Generator, Generic, Optional, Protocol, Tuple, TypeVar
+from types import TracebackType
+from typing import Any, Awaitable, Callable, Generator, Generic, Optional, Type, TypeVar
 
-from .._acquire import UNARY
-from ..election import Leadership as _SyncLeadership
-from ..election import Value, as_bytes, next_call, proclaim_calls
-from ..errors import CoordinatorError
-from ..lease import Lease as _SyncLease
-from ..lease import _Held
+from .._state import GrantState, SessionState
+from ..election import LeadershipBase, Value, as_bytes
+from ..lease import Held
+from ..session import SessionBase
 
-__all__ = ["Lease", "Leadership", "Acquisition"]
+__all__ = ["LoopEvent", "Lease", "Leadership", "Session", "Acquisition"]
 
 log = logging.getLogger("coordinator")
 
-G = TypeVar("G", bound="_AsyncHeld")
 
+class LoopEvent:
+    """An event of one asyncio loop that any thread may set: ``lost`` and
+    ``ended`` of the asyncio grants and sessions, which the session's
+    renewals (on a thread) may end. ``is_set()`` is true at once;
+    ``await wait()`` returns once the loop has seen it."""
 
-class _AsyncLeaseHost(Protocol):
-    """What an asyncio grant needs of the aio Client it was acquired
-    through, and all it uses of it."""
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._set = False
+        self._event: Optional[asyncio.Event] = None  # made on the loop, by wait()
 
-    async def grant_call(self, method: str, request: Any) -> Tuple[Any, float]:
-        """The unary call ``method`` ("Campaign"…); the response and when it
-        was sent."""
-        ...
+    def is_set(self) -> bool:
+        return self._set
 
-    def end_grant(self, h: "_AsyncHeld", err: Optional[BaseException], lost: bool) -> Tuple[bool, Optional[BaseException]]:
-        """Stops renewing h and ends it, unless it ended already. Returns
-        (ended_now, prior_error)."""
-        ...
-
-    def grant_renewed(self, h: "_AsyncHeld", sent: float, ttl: float) -> bool:
-        """Records a renewal of h sent at ``sent``; whether h is still held."""
-        ...
-
-    def watch_lost(self, h: "_AsyncHeld", callback: Any) -> bool:
-        """Has ``callback(h)`` called on the event loop when h is lost;
-        False when it is lost already."""
-        ...
-
-    async def release_grant(self, h: "_AsyncHeld", resign: bool) -> bool:
-        """Ends h and gives it up on the coordinator."""
-        ...
-
-
-class _AsyncHeld(_Held):
-    """A grant renewed on the event loop. ``lost`` and ``ended`` are
-    asyncio Events (``await lease.lost.wait()``); everything else is the
-    sync grant's: validity from the send time of the last successful
-    grant or renewal, minus max(ttl/10, 50ms)."""
-
-    def __init__(self, host: _AsyncLeaseHost, name: str, holder: str, token: int, ttl: float, sent: float) -> None:
-        super().__init__(host, name, holder, token, ttl, sent)  # type: ignore[arg-type]
-        #: Set the moment the grant ends involuntarily: lost on the
-        #: coordinator, expired on this process's clock before a renewal
-        #: succeeded, or its Client closed. Not set by release()/resign().
-        self.lost: asyncio.Event = asyncio.Event()  # type: ignore[assignment]
-        #: Set the moment the grant ends, whatever the reason.
-        self.ended: asyncio.Event = asyncio.Event()  # type: ignore[assignment]
-
-    #: Whether giving it up is a Resign (a Leadership) rather than a Release.
-    _resigns = False
-
-    async def _give_up(self) -> bool:
-        return await self._host.release_grant(self, resign=self._resigns)  # type: ignore[attr-defined]
-
-    async def __aenter__(self: G) -> G:
-        return self
-
-    async def __aexit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None:
-            await self._give_up()
+    def set(self) -> None:
+        if self._set:
             return
+        self._set = True
         try:
-            await self._give_up()
-        except Exception:  # the body's exception matters more
-            log.warning("coordinator: could not give up %s", self._describe(), exc_info=True)
+            self._loop.call_soon_threadsafe(self._wake)
+        except RuntimeError:  # the loop is closed: nobody waits
+            pass
+
+    def _wake(self) -> None:
+        if self._event is not None:
+            self._event.set()
+
+    async def wait(self) -> bool:
+        """Returns (True) once the event is set."""
+        if not self._set:
+            if self._event is None:
+                self._event = asyncio.Event()
+            await self._event.wait()
+        return True
+
+    def __repr__(self) -> str:
+        return f"<LoopEvent {'set' if self._set else 'unset'}>"
 
 
-class Lease(_AsyncHeld):
-    """A lock, or a share of a semaphore or read-write lock, held through a ``coordinator.aio.Client``, renewed on the event
-    loop until released or lost. Check ``valid()`` (or ``lost``) while acting
-    on what it protects and hand ``token`` to the protected resource. Used
-    with ``async with``, it is released when the block exits."""
+async def _exit(give_up: Callable[[], Awaitable[bool]], what: str, exc_type: Optional[Type[BaseException]]) -> None:
+    """Gives a grant up at the end of an ``async with`` block: an error
+    while doing so does not hide the block's own exception."""
+    if exc_type is None:
+        await give_up()
+        return
+    try:
+        await give_up()
+    except Exception:  # the body's exception matters more
+        log.warning("coordinator: could not give up %s", what, exc_info=True)
 
-    def __init__(self, host: _AsyncLeaseHost, name: str, holder: str, token: int, ttl: float, sent: float,
-                 weight: int = 1, kind: str = "lock") -> None:
-        super().__init__(host, name, holder, token, ttl, sent)
-        self.kind, self._weight = kind, int(weight)  # "semaphore", "read lock"… for a share
 
-    weight = _SyncLease.weight
+class Lease(Held[LoopEvent]):
+    """A lock, or a share of a semaphore or read-write lock, held through a
+    ``coordinator.aio.Client`` in a session until released or lost. Check
+    ``valid()`` (or ``lost``) while acting on what it protects and hand
+    ``token`` to the protected resource. Used with ``async with``, it is
+    released when the block exits."""
+
+    def __init__(self, state: GrantState[LoopEvent], session: Any, release: Callable[[], bool]) -> None:
+        super().__init__(state, session)
+        self._release = release
 
     async def release(self) -> bool:
-        """Stops renewing the lease and gives it up on the coordinator,
-        retrying transient errors for up to the Client's close timeout.
-        True when the coordinator released it, False when it was not held
-        any more."""
-        return await self._give_up()
+        """Gives the lease up on the coordinator, retrying transient errors
+        for up to the Client's close timeout. True when the coordinator
+        released it; False (no error) when it was not held any more."""
+        return await asyncio.to_thread(self._release)
 
-    __repr__ = _SyncLease.__repr__
+    async def __aenter__(self) -> "Lease":
+        return self
+
+    async def __aexit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
+                        tb: Optional[TracebackType]) -> None:
+        await _exit(self.release, repr(self), exc_type)
 
 
-class Leadership(_AsyncHeld):
+class Leadership(LeadershipBase[LoopEvent]):
     """An election won through a ``coordinator.aio.Client``: a term in
-    office, renewed on the event loop until resigned or lost. Used with
-    ``async with``, it resigns when the block exits."""
+    office, held in a session until resigned or lost. Used with ``async
+    with``, it resigns when the block exits."""
 
-    kind = "leadership"
-    _resigns = True
-
-    election = _SyncLeadership.election
-    candidate = _SyncLeadership.candidate
-    term = _SyncLeadership.term
-    value = _SyncLeadership.value
-    __repr__ = _SyncLeadership.__repr__
-
-    def __init__(self, host: _AsyncLeaseHost, election: str, candidate: str, term: int, ttl: float, sent: float,
-                 value: bytes) -> None:
-        super().__init__(host, election, candidate, term, ttl, sent)
-        self._value = value
+    def __init__(self, state: GrantState[LoopEvent], session: Any, resign: Callable[[], bool],
+                 proclaim: Callable[[bytes], None]) -> None:
+        super().__init__(state, session)
+        self._resign, self._proclaim = resign, proclaim
         self._proclaim_lock = asyncio.Lock()
 
     async def proclaim(self, value: Value) -> None:
-        """Publishes a new value as the sitting leader (it renews the term
-        too), as the sync Leadership.proclaim: never a new term; LeaseNotHeld
-        (and ``lost``) when the term is over; a transient error leaves the
-        leadership as it was."""
-        host: _AsyncLeaseHost = self._host  # type: ignore[assignment]
+        """Publishes a new value as the sitting leader, as the sync
+        Leadership.proclaim: never a new term; LeaseNotHeld (and ``lost``)
+        when the term is over; a transient error leaves the leadership as it
+        was."""
         async with self._proclaim_lock:
-            calls = proclaim_calls(self, host, as_bytes(value))
-            op = next_call(calls)
-            while op is not None:
-                kind, req = op
-                try:
-                    answer, err = await host.grant_call(UNARY[kind], req), None
-                except CoordinatorError as e:
-                    answer, err = None, e
-                op = next_call(calls, answer, err)
+            await asyncio.to_thread(self._proclaim, as_bytes(value))
 
     async def resign(self) -> bool:
-        """Stops renewing and steps down so that the next candidate is
-        elected at once. True when it stepped down, False when the term was
-        over already."""
-        return await self._give_up()
+        """Steps down so that the next candidate is elected at once. True
+        when it stepped down, False when the term was over already."""
+        return await asyncio.to_thread(self._resign)
+
+    async def __aenter__(self) -> "Leadership":
+        return self
+
+    async def __aexit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
+                        tb: Optional[TracebackType]) -> None:
+        await _exit(self.resign, repr(self), exc_type)
+
+
+class Session(SessionBase[LoopEvent]):
+    """A session of a ``coordinator.aio.Client`` (``await
+    client.session(ttl=...)``, or its default session), as the sync
+    ``coordinator.Session``: pass it as ``session=`` to acquisitions and
+    campaigns; ``await session.close()`` (or ``async with``) ends them all
+    and releases them in one call."""
+
+    def __init__(self, state: SessionState[LoopEvent], close: Callable[[], None]) -> None:
+        super().__init__(state)
+        self._close = close
+
+    async def close(self) -> None:
+        """Ends every attached grant at once (``lost`` set, ``error``
+        SessionEnded SESSION_CLOSED) and closes the session on the
+        coordinator, which releases them all in one call. Idempotent."""
+        await asyncio.to_thread(self._close)
+
+    async def __aenter__(self) -> "Session":
+        return self
+
+    async def __aexit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
+                        tb: Optional[TracebackType]) -> None:
+        async def close() -> bool:
+            await self.close()
+            return True
+
+        await _exit(close, f"session {self.id}", exc_type)
+
+
+G = TypeVar("G", Lease, Leadership)
 
 
 class Acquisition(Generic[G]):
@@ -173,7 +181,7 @@ class Acquisition(Generic[G]):
         self._grant = await self._coro
         return self._grant
 
-    async def __aexit__(self, exc_type, exc, tb) -> None:
+    async def __aexit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
+                        tb: Optional[TracebackType]) -> None:
         if self._grant is not None:
             await self._grant.__aexit__(exc_type, exc, tb)
-

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Optional, Protocol
+import threading
+from types import TracebackType
+from typing import Any, Callable, Optional, Tuple, Type
 
 import grpc
 
@@ -11,14 +13,6 @@ from ..election import END, ObserveEvent, event_of, queued_event
 from ..errors import from_rpc_error
 
 __all__ = ["Observation"]
-
-
-
-class _ObservationHost(Protocol):
-    @property
-    def closed(self) -> bool: ...
-
-    def forget_observation(self, obs: "Observation") -> None: ...
 
 
 class Observation:
@@ -29,33 +23,39 @@ class Observation:
     ends with an error raises it from the iteration; ResourceExhausted means
     this reader was too slow: observe again.
 
-    A task reads the stream into a queue as events come, so that a
-    ``get(timeout)`` that times out loses nothing of the stream.
+    A thread reads the stream into the loop's queue as events come, so that
+    a ``get(timeout)`` that times out loses nothing of the stream.
     """
 
-    def __init__(self, host: _ObservationHost, election: str, call: Any) -> None:
-        self._host = host
+    def __init__(self, election: str, open_call: Callable[[Callable[[], None]], Tuple[Any, Callable[[], None]]],
+                 closed: Callable[[], bool]) -> None:
         self.election = election
-        self._call = call
+        self._loop = asyncio.get_running_loop()
         self._queue: "asyncio.Queue[Any]" = asyncio.Queue()
         self._closed = False
         self._finished = False
-        self._reader = asyncio.ensure_future(self._read())
+        self._client_closed = closed
+        self._call, self._forget = open_call(self._cancel)
+        self._reader = threading.Thread(target=self._read, name="coordinator-observe", daemon=True)
+        self._reader.start()
 
-    async def _read(self) -> None:
+    def _put(self, item: Any) -> None:
         try:
-            async for resp in self._call:
-                self._queue.put_nowait(event_of(resp))
-            self._queue.put_nowait(END)
-        except asyncio.CancelledError:
-            # grpc.aio ends the iteration of a call cancelled by close() so.
-            self._queue.put_nowait(END)
-            if not self._closed:
-                raise
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
+        except RuntimeError:  # the loop is closed: nobody reads
+            pass
+
+    def _read(self) -> None:
+        try:
+            for resp in self._call:
+                self._put(event_of(resp))
+            self._put(END)
         except grpc.RpcError as e:
-            self._queue.put_nowait(END if self._closed else from_rpc_error(e))
-        except Exception as e:  # pragma: no cover - defensive
-            self._queue.put_nowait(e)
+            self._put(END if self._closed else from_rpc_error(e))
+
+    def _cancel(self) -> None:
+        self._closed = True
+        self._call.cancel()
 
     async def get(self, timeout: Optional[float] = None) -> ObserveEvent:
         """The next event. Raises TimeoutError when none came within
@@ -68,7 +68,7 @@ class Observation:
         except asyncio.TimeoutError:
             raise TimeoutError(f"no Observe event for {self.election!r} within {timeout}s") from None
         self._finished = item is END or isinstance(item, BaseException)
-        return queued_event(item, self._host.closed, StopAsyncIteration)
+        return queued_event(item, self._client_closed(), StopAsyncIteration)
 
     def __aiter__(self) -> "Observation":
         return self
@@ -81,17 +81,13 @@ class Observation:
         dropped). Idempotent."""
         self._finished = True
         if not self._closed:
-            self._closed = True
-            self._call.cancel()
-            self._host.forget_observation(self)
-        if not self._reader.done():
-            try:
-                await asyncio.wait_for(asyncio.shield(self._reader), 5)
-            except asyncio.TimeoutError:
-                self._reader.cancel()
+            self._cancel()
+            self._forget()
+        await asyncio.to_thread(self._reader.join, 5)
 
     async def __aenter__(self) -> "Observation":
         return self
 
-    async def __aexit__(self, exc_type, exc, tb) -> None:
+    async def __aexit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
+                        tb: Optional[TracebackType]) -> None:
         await self.close()
