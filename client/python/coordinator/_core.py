@@ -146,8 +146,8 @@ class Core(Generic[F]):
         "resign", "renew_session") over the operation stream: (its response,
         when it was sent). Raises its CoordinatorError, or Stopped when stop
         was set meanwhile."""
-        res, sent = self.stream.call(pb.StreamOperation(**{kind: request}), self.timeout if timeout is None else timeout,
-                                     late, stop)
+        timeout = self.timeout if timeout is None else timeout
+        res, sent = self.stream.call(pb.StreamOperation(**{kind: request}), timeout, late, stop)
         return _response(kind, res), sent
 
     async def operation_async(self, kind: str, request: Any, timeout: float,

@@ -23,6 +23,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Tuple
 
 __all__ = ["GEN_DIR", "pb", "pb_grpc", "rules_pb2", "status_pb2", "error_details_pb2"]
 
@@ -55,13 +56,13 @@ def _setup_paths() -> None:
             google.__path__.append(gdir)
 
 
-def _import_generated() -> tuple:
+def _import_generated() -> Tuple[ModuleType, ...]:
     import importlib
 
     saved = sys.dont_write_bytecode
     sys.dont_write_bytecode = True
     try:
-        import google.protobuf  # noqa: F401  (must be the installed one)
+        importlib.import_module("google.protobuf")  # first: the installed one
 
         status = importlib.import_module("google.rpc.status_pb2")
         details = importlib.import_module("google.rpc.error_details_pb2")

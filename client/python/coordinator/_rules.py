@@ -41,7 +41,8 @@ def _status_codes(numbers: Iterable[int]) -> FrozenSet[grpc.StatusCode]:
 
 
 def _lease_ending_reasons() -> FrozenSet[str]:
-    return frozenset(v.name for v in pb.ErrorReason.DESCRIPTOR.values if v.GetOptions().Extensions[rules_pb2.ends_lease])
+    values = pb.ErrorReason.DESCRIPTOR.values
+    return frozenset(v.name for v in values if v.GetOptions().Extensions[rules_pb2.ends_lease])
 
 
 #: The Coordinator service's ClientRules.

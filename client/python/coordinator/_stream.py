@@ -347,12 +347,11 @@ class OpStream:
             if not leftover:
                 return answered, None
             err = Unavailable("the operation stream ended with operations in flight", code=grpc.StatusCode.UNAVAILABLE)
-        code = err.code if isinstance(err, CoordinatorError) else None
-        if code not in _RETRY_STREAM:
+        if err.code not in _RETRY_STREAM:
             self._fail(err, err)  # Unauthenticated, PermissionDenied…: as the unary calls would
         else:
             broke = StreamBroken(f"the operation stream broke with the operation in flight: {err}",
-                                  code=grpc.StatusCode.UNAVAILABLE)
+                                 code=grpc.StatusCode.UNAVAILABLE)
             broke.__cause__ = err
             # Nothing came on the stream: it could not be opened. The queued
             # operations fail as their unary calls would (callers retry).

@@ -6,7 +6,6 @@ import random
 from datetime import datetime, timezone
 from typing import Any, Optional
 
-from ._gen import pb  # noqa: F401  (makes google.protobuf importable first)
 from ._rules import (
     LEADER_RETRY_MAX,
     LEADER_RETRY_MIN,

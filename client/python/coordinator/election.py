@@ -193,7 +193,7 @@ def event_of(resp: Any) -> ObserveEvent:
 END = object()
 
 
-def queued_event(item: Any, closed: bool, stop: type) -> ObserveEvent:
+def queued_event(item: Any, closed: bool, stop: Type[Exception]) -> ObserveEvent:
     """The event of ``item``, taken from an Observation's queue: raises
     ``stop`` (StopIteration, StopAsyncIteration) at the END of the stream
     and the stream's error (ClientClosed when the Client was ``closed``)."""

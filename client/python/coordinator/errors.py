@@ -116,7 +116,7 @@ class CoordinatorError(Exception):
         return is_transient(self.code)
 
     def __str__(self) -> str:
-        parts = []
+        parts: List[str] = []
         if self.code is not None:
             parts.append(self.code.name)
         if self.reason:

@@ -39,7 +39,8 @@ REDIS_URL = os.environ.get("COORDINATOR_TEST_REDIS_URL", "")
 STORES = ["memory", "redis"]
 
 
-def wait_until(cond: Callable[[], object], timeout: float = 20.0, interval: float = 0.02, what: str = "condition") -> object:
+def wait_until(cond: Callable[[], object], timeout: float = 20.0, interval: float = 0.02,
+               what: str = "condition") -> object:
     """Polls cond until it returns something truthy, or fails after timeout."""
     end = time.monotonic() + timeout
     last_exc: Optional[BaseException] = None
@@ -51,7 +52,8 @@ def wait_until(cond: Callable[[], object], timeout: float = 20.0, interval: floa
         except Exception as e:  # keep polling; report the last one
             last_exc = e
         time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}" + (f" (last error: {last_exc!r})" if last_exc else ""))
+    last = f" (last error: {last_exc!r})" if last_exc else ""
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}{last}")
 
 
 def free_port() -> int:
@@ -96,7 +98,8 @@ SERVING = b"\x08\x01"  # HealthCheckResponse{status: SERVING}
 class Server:
     """One coordinator process."""
 
-    def __init__(self, binary: str, workdir: Path, store: str = "memory", env: Optional[Dict[str, Optional[str]]] = None,
+    def __init__(self, binary: str, workdir: Path, store: str = "memory",
+                 env: Optional[Dict[str, Optional[str]]] = None,
                  tls_cert: Optional[Path] = None) -> None:
         self.binary = binary
         self.store = store
@@ -241,7 +244,8 @@ def start_server(coordinator_bin: str, workdir: Path) -> Iterator[Callable[..., 
     coordinator of this test's own; it is killed at teardown."""
     started: List[Server] = []
 
-    def start(store: str = "memory", env: Optional[Dict[str, Optional[str]]] = None, tls_cert: Optional[Path] = None) -> Server:
+    def start(store: str = "memory", env: Optional[Dict[str, Optional[str]]] = None,
+              tls_cert: Optional[Path] = None) -> Server:
         if store == "redis" and not REDIS_URL and not (env or {}).get("COORDINATOR_REDIS_URL"):
             pytest.skip("COORDINATOR_TEST_REDIS_URL is not set")
         s = Server(coordinator_bin, workdir, store, env, tls_cert)
@@ -266,7 +270,8 @@ _shared_lock = threading.Lock()
 
 
 @pytest.fixture(params=STORES)
-def server(request: pytest.FixtureRequest, shared_servers: Dict[str, Server], coordinator_bin: str, workdir: Path) -> Server:
+def server(request: pytest.FixtureRequest, shared_servers: Dict[str, Server], coordinator_bin: str,
+           workdir: Path) -> Server:
     """The shared coordinator of each available store (parametrized)."""
     store = request.param
     if store == "redis" and not REDIS_URL:

@@ -215,7 +215,8 @@ async def test_election_proclaim_observe_and_handover(server: Server, name: str)
             assert lead.value == b"10.0.0.1:8080"
             await lead.proclaim("10.0.0.2:8080")
             info = await b.leader(name)
-            assert info is not None and (info.candidate, info.term, info.value) == (lead.candidate, lead.term, b"10.0.0.2:8080")
+            assert info is not None and info.value == b"10.0.0.2:8080"
+            assert (info.candidate, info.term) == (lead.candidate, lead.term)
             # b queues behind a; a resigns; b is elected at once.
             follower = asyncio.ensure_future(b.campaign(name, value="b", wait=60))
             await eventually(lambda: waiters(a, name), what="b to queue as a candidate")
@@ -245,12 +246,12 @@ async def test_run_as_leader_campaigns_again_until_cancelled(server: Server, nam
         terms: List[int] = []
         third = asyncio.Event()
 
-        async def lead(l: coordinator.aio.Leadership) -> None:
-            assert l.valid() and (await c.leader(name)).candidate == l.candidate
-            terms.append(l.term)
+        async def lead(leadership: coordinator.aio.Leadership) -> None:
+            assert leadership.valid() and (await c.leader(name)).candidate == leadership.candidate
+            terms.append(leadership.term)
             if len(terms) == 1:  # the term ends behind its back
-                await asyncio.to_thread(close_session, server.address, l.session.id)
-                await asyncio.wait_for(l.lost.wait(), 10)
+                await asyncio.to_thread(close_session, server.address, leadership.session.id)
+                await asyncio.wait_for(leadership.lost.wait(), 10)
             elif len(terms) == 2:
                 raise RuntimeError("boom")  # logged; resigned; campaigns again after a backoff
             else:
@@ -269,8 +270,8 @@ async def test_run_as_leader_campaigns_again_until_cancelled(server: Server, nam
 async def test_list_leases(server: Server, name: str) -> None:
     async with aio_client(server.address) as c:
         held = [await c.lock(f"{name}/{i}", wait=0) for i in range(3)]
-        listed = [l async for l in c.list_leases(prefix=name + "/", page_size=2)]
-        assert [(l.name, l.token) for l in listed] == [(h.name, h.token) for h in held]
+        listed = [x async for x in c.list_leases(prefix=name + "/", page_size=2)]
+        assert [(x.name, x.token) for x in listed] == [(h.name, h.token) for h in held]
 
 
 @pytest.mark.parametrize(
@@ -298,7 +299,8 @@ async def test_bad_settings_are_refused_before_connecting() -> None:
             await c.session(ttl=-1)
 
 
-async def test_a_waiting_lock_retries_transient_errors_as_the_same_holder(start_server, redis_server, name: str) -> None:
+async def test_a_waiting_lock_retries_transient_errors_as_the_same_holder(start_server, redis_server,
+                                                                          name: str) -> None:
     # A fresh key prefix without COORDINATOR_REDIS_NEW_STORE looks like a
     # Redis that lost its data: grants stop for the quarantine (3s here).
     import conftest
@@ -421,8 +423,8 @@ def async_eq(get: Callable[[], object], want: object) -> Callable[[], object]:
     return cond
 
 
-async def test_a_waiting_share_is_retried_as_the_same_holder_and_keeps_its_weight(start_server, redis_server,
-                                                                                     name: str) -> None:
+async def test_a_waiting_share_is_retried_as_the_same_holder_and_keeps_its_weight(
+        start_server, redis_server, name: str) -> None:
     # As test_a_waiting_lock_retries_transient_errors_as_the_same_holder: a
     # quarantined store refuses grants for 3s; the share asked again and
     # again as its one holder is granted its weight in the end.
@@ -446,7 +448,6 @@ async def test_a_waiting_share_is_retried_as_the_same_holder_and_keeps_its_weigh
         again = await asyncio.to_thread(call, srv.address, "TryAcquire", req)
         assert again.acquired and (again.lease.token, again.lease.weight) == (share.token, 3)
         await share.release()
-
 
 
 async def test_observe_reports_a_semaphores_holders(server: Server, name: str) -> None:

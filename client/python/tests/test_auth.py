@@ -10,7 +10,6 @@ import pytest
 import coordinator
 
 
-
 def test_token_required(start_server, make_client, name: str) -> None:
     srv = start_server(env={"COORDINATOR_AUTH_TOKEN": "secret"})
     with pytest.raises(coordinator.Unauthenticated) as ei:

@@ -16,7 +16,7 @@ def test_loss_detected_when_the_coordinator_is_killed(start_server, make_client,
     c = make_client(srv.address, ttl=3)
     lease = c.lock(name, wait=0)
     lost_via_callback = []
-    lease.on_lost(lambda l: lost_via_callback.append(l.error))
+    lease.on_lost(lambda x: lost_via_callback.append(x.error))
     first = lease.last_renewed
     wait_until(lambda: lease.last_renewed > first, timeout=10, what="a renewal")
     srv.kill(signal.SIGKILL)

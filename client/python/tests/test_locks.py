@@ -9,7 +9,6 @@ from typing import List
 import pytest
 
 import coordinator
-from coordinator import pb
 from conftest import close_session, wait_until
 
 
@@ -134,7 +133,7 @@ def test_lost_when_its_session_is_ended_behind_its_back(server, make_client, nam
     client = make_client(server.address, ttl=1)
     lease = client.lock(name, wait=0)
     called = threading.Event()
-    lease.on_lost(lambda l: called.set())
+    lease.on_lost(lambda x: called.set())
     close_session(server.address, lease.session.id)  # an operator, or an expiry
     assert lease.lost.wait(10)
     assert isinstance(lease.error, coordinator.SessionEnded), lease.error
@@ -189,5 +188,5 @@ def test_close_ends_a_waiting_lock(server, make_client, name: str) -> None:
 def test_list_leases(client: coordinator.Client, name: str) -> None:
     held = [client.lock(f"{name}/{i}", wait=0) for i in range(3)]
     listed = list(client.list_leases(prefix=name + "/", page_size=2))
-    assert [l.name for l in listed] == [f"{name}/{i}" for i in range(3)]
-    assert [l.token for l in listed] == [h.token for h in held]
+    assert [x.name for x in listed] == [f"{name}/{i}" for i in range(3)]
+    assert [x.token for x in listed] == [h.token for h in held]

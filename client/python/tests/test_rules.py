@@ -77,7 +77,8 @@ def _renewal_delay(ttl: float) -> float:
     return s.next_renew
 
 
-@pytest.mark.parametrize("what", ["first call retry", "last call retry", "first renewal retry", "last renewal retry", "renewal"])
+@pytest.mark.parametrize("what", ["first call retry", "last call retry", "first renewal retry", "last renewal retry",
+                                  "renewal"])
 def test_the_clients_delays_spread_as_the_proto_says(what: str) -> None:
     """Every delay lies within the proto's jitter of its nominal value (and at
     most at the maximum, for a backoff's last delays), and together the first

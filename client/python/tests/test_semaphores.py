@@ -26,7 +26,7 @@ def test_semaphore_shares_are_leases_of_their_own(client: coordinator.Client, na
     d = client.describe(name)
     assert d.capacity == 3 and [h.weight for h in d.holders] == [2, 1]
     assert [h.token for h in d.holders] == [a.token, b.token]
-    assert {l.holder for l in client.list_leases(name)} == {a.holder, b.holder}
+    assert {x.holder for x in client.list_leases(name)} == {a.holder, b.holder}
     # Each share renews on its own: b outlives three of its TTLs after a left.
     assert a.release() is True
     time.sleep(3)

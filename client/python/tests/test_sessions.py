@@ -22,7 +22,8 @@ from conftest import STORES, Server, call, close_session, metric, wait_until
 def _renewals(srv: Server, op: str) -> float:
     """How many operations ``op`` ("renew_session", "renew") the coordinator
     answered OK over the operation stream."""
-    return metric(srv.metrics_port, "coordinator_stream_operations_total", op=op, code="OK")  # type: ignore[attr-defined]
+    port: int = srv.metrics_port  # type: ignore[attr-defined]
+    return metric(port, "coordinator_stream_operations_total", op=op, code="OK")
 
 
 def _in_thread(fn: Callable[[], object]) -> "futures.Future[object]":

@@ -187,8 +187,8 @@ class Client(ClientBase[LoopEvent]):
 
     async def describe(self, name: str) -> Description:
         """The current lease of ``name``, if any, and its last token."""
-        return Description.of(name, await asyncio.to_thread(self._core.unary, "Describe",
-                                                              pb.DescribeRequest(name=name)))
+        resp = await asyncio.to_thread(self._core.unary, "Describe", pb.DescribeRequest(name=name))
+        return Description.of(name, resp)
 
     async def list_leases(self, prefix: str = "", page_size: int = 0) -> AsyncIterator[LeaseInfo]:
         """Every lease held now under ``prefix``, in name order (``async for``)."""
