@@ -117,13 +117,8 @@ func (e *Leadership) Proclaim(ctx context.Context, value []byte) error {
 	if err != nil && ErrorReason(err) != coordinatorv1.ErrorReason_LEASE_NOT_HELD.String() {
 		return callError(ctx, "proclaim in "+l.describe(), err)
 	}
-	if term := resp.GetLeader().GetTerm(); err != nil || !resp.GetElected() || term != l.token {
+	if err != nil || !resp.GetElected() || resp.GetLeader().GetTerm() != l.token {
 		lost := fmt.Errorf("%w: %s: the term is over on the coordinator", ErrLost, l.describe())
-		if err == nil && resp.GetElected() {
-			// A coordinator that ignores the term started a new one that
-			// nobody wants: resign it.
-			_, _ = c.resignCall(ctx, &coordinatorv1.ResignRequest{Election: l.name, Candidate: l.holder, Term: term})
-		}
 		if prior := c.renewals.endLease(l, lost); prior != nil {
 			return prior
 		}

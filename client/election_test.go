@@ -55,31 +55,6 @@ func TestCampaignProclaimResign(t *testing.T) {
 	})
 }
 
-func TestProclaimAfterTermEndedLosesLeadership(t *testing.T) {
-	coord := coordtest.Start(t, coordtest.Config(t, "memory"))
-	ctx := testCtx(t)
-	c := dial(t, coord)
-	e, err := c.Campaign(ctx, "coup", []byte("v1"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// An operator ends the term and someone else is elected.
-	if _, err := c.API().Resign(ctx, &coordinatorv1.ResignRequest{Election: "coup", Candidate: e.Candidate(), Term: e.Term()}); err != nil {
-		t.Fatal(err)
-	}
-	other, err := dial(t, coord).Campaign(ctx, "coup", []byte("usurper"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Proclaim(ctx, []byte("v2")); !errors.Is(err, ErrLost) || !errors.Is(e.Err(), ErrLost) {
-		t.Fatalf("Proclaim = %v, Err = %v; want ErrLost", err, e.Err())
-	}
-	info, err := c.Leader(ctx, "coup")
-	if err != nil || info.Term != other.Term() || string(info.Value) != "usurper" {
-		t.Fatalf("Leader = %+v, %v; want the usurper's term %d untouched", info, err, other.Term())
-	}
-}
-
 func TestRunAsLeaderHandsOver(t *testing.T) {
 	forEachStore(t, func(t *testing.T, coord *coordtest.Coordinator) {
 		ctx := testCtx(t)

@@ -18,46 +18,6 @@ import (
 	"github.com/coordinator-dev/coordinator/internal/testkit/testlog"
 )
 
-// In real time, on both sides: the coordinator would have expired the
-// lease three times over without its renewals.
-func TestLeaseOutlivesItsTTLByRenewal(t *testing.T) {
-	forEachStore(t, func(t *testing.T, coord *coordtest.Coordinator) {
-		// Renewed every ~333ms, valid 900ms past each: room for a slow
-		// renewal on a loaded machine.
-		const ttl = time.Second
-		c := dial(t, coord, WithTTL(ttl))
-		ctx := testCtx(t)
-		lease, err := c.TryLock(ctx, "survivor")
-		if err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case <-lease.Done():
-			t.Fatalf("lease ended while it should have been renewed: %v", lease.Err())
-		case <-time.After(3 * ttl): // three TTLs in which only renewals keep it
-		}
-		d, err := c.Describe(ctx, "survivor")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(d.Holders) != 1 || d.Holders[0].Token != lease.Token() || d.Holders[0].Holder != lease.Holder() {
-			t.Fatalf("after 3 TTLs the coordinator says %+v; want held by %s with token %d", d, lease.Holder(), lease.Token())
-		}
-		if released, err := lease.Release(ctx); err != nil || !released {
-			t.Fatalf("Release = %t, %v; want released", released, err)
-		}
-		if !errors.Is(lease.Err(), ErrReleased) {
-			t.Fatalf("Err after Release = %v; want ErrReleased", lease.Err())
-		}
-		if released, err := lease.Release(ctx); err != nil || released {
-			t.Fatalf("second Release = %t, %v; want a no-op", released, err)
-		}
-		if d, _ := c.Describe(ctx, "survivor"); len(d.Holders) != 0 {
-			t.Fatal("the coordinator still holds a released lease")
-		}
-	})
-}
-
 // Done must close before the coordinator's own expiry whenever renewals
 // stop: refused at once when the coordinator forgot the lease, at the local
 // deadline when it cannot be reached.
@@ -139,53 +99,6 @@ func TestLeaseEndsBeforeCoordinatorExpiry(t *testing.T) {
 			}
 		})
 	}
-}
-
-func TestLockWaitsAndGetsTheLeaseWhenReleased(t *testing.T) {
-	forEachStore(t, func(t *testing.T, coord *coordtest.Coordinator) {
-		ctx := testCtx(t)
-		holderClient, waiterClient := dial(t, coord), dial(t, coord)
-		held, err := holderClient.TryLock(ctx, "queue")
-		if err != nil {
-			t.Fatal(err)
-		}
-
-		type result struct {
-			lease *Lease
-			err   error
-			at    time.Time
-		}
-		got := make(chan result, 1)
-		go func() {
-			l, err := waiterClient.Lock(ctx, "queue")
-			got <- result{l, err, time.Now()}
-		}()
-		eventually(t, "waiter queued", func() bool {
-			d, err := holderClient.Describe(ctx, "queue")
-			return err == nil && d.Waiters == 1
-		})
-		select {
-		case r := <-got:
-			t.Fatalf("Lock returned while the lock was held: %v %v", r.lease, r.err)
-		case <-time.After(200 * time.Millisecond):
-		}
-
-		released := time.Now()
-		if _, err := held.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-		r := <-got
-		if r.err != nil {
-			t.Fatalf("Lock: %v", r.err)
-		}
-		defer func() { _, _ = r.lease.Release(ctx) }()
-		if wait := r.at.Sub(released); wait > 5*time.Second {
-			t.Fatalf("Lock got the lease %s after the release", wait)
-		}
-		if r.lease.Token() <= held.Token() {
-			t.Fatalf("token %d after %d: fencing tokens must increase", r.lease.Token(), held.Token())
-		}
-	})
 }
 
 func TestTryLockReportsTheHolder(t *testing.T) {
