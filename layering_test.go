@@ -104,6 +104,14 @@ var layers = []layer{
 		may:  []string{"process", "test kits"},
 	},
 	{
+		// The API calls most of the service's tests make, over any client:
+		// shared by the service's tests and the process's.
+		name:       "service test kit",
+		pkgs:       []string{"server/servertest"},
+		may:        []string{"api"},
+		testsNever: aboveTheService,
+	},
+	{
 		name:       "store test kit",
 		pkgs:       []string{"server/store/storetest"},
 		may:        []string{"store interface", "test kits"},
@@ -113,14 +121,6 @@ var layers = []layer{
 		name: "housekeeper test kit",
 		pkgs: []string{"housekeeper/housekeepertest"},
 		may:  []string{"housekeeper", "sdk", "api", "leaves", "test kits"},
-	},
-	{
-		// The API calls most of the service's tests make, over any client:
-		// shared by the service's tests and the process's.
-		name:       "api test kit",
-		pkgs:       []string{"internal/testkit/apitest"},
-		may:        []string{"api", "test kits"},
-		testsNever: aboveTheService,
 	},
 	{
 		name: "test kits",

@@ -21,8 +21,8 @@ import (
 
 	"github.com/coordinator-dev/coordinator/coordinatord"
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
-	"github.com/coordinator-dev/coordinator/internal/testkit/apitest"
 	"github.com/coordinator-dev/coordinator/internal/testkit/testcert"
+	"github.com/coordinator-dev/coordinator/server/servertest"
 )
 
 // writeAccessFile writes an access file into a directory of t's.
@@ -36,7 +36,7 @@ func writeAccessFile(t *testing.T, body string) string {
 }
 
 func as(t *testing.T, token string) context.Context {
-	ctx := apitest.Timeout(t, 30*time.Second)
+	ctx := servertest.Timeout(t, 30*time.Second)
 	if token == "" {
 		return ctx
 	}
@@ -123,7 +123,7 @@ func TestEveryCallIsCheckedAgainstTheCallersPrefixes(t *testing.T) {
 			}
 		}
 	}
-	if _, err := healthpb.NewHealthClient(c.conn).Check(apitest.Timeout(t, 5*time.Second), &healthpb.HealthCheckRequest{}); err != nil {
+	if _, err := healthpb.NewHealthClient(c.conn).Check(servertest.Timeout(t, 5*time.Second), &healthpb.HealthCheckRequest{}); err != nil {
 		t.Fatalf("health without a credential: %v", err)
 	}
 }

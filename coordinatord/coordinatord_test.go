@@ -18,14 +18,14 @@ import (
 
 	"github.com/coordinator-dev/coordinator/coordinatord"
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
-	"github.com/coordinator-dev/coordinator/internal/testkit/apitest"
+	"github.com/coordinator-dev/coordinator/server/servertest"
 )
 
 func TestHealthReportsServingUntilShutdown(t *testing.T) {
 	c := start(t, testConfig(t, "memory"))
 	health := healthpb.NewHealthClient(c.conn)
 	for _, service := range []string{"", "coordinator.v1.Coordinator"} {
-		resp, err := health.Check(apitest.Timeout(t, 5*time.Second), &healthpb.HealthCheckRequest{Service: service})
+		resp, err := health.Check(servertest.Timeout(t, 5*time.Second), &healthpb.HealthCheckRequest{Service: service})
 		if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 			t.Fatalf("Check(%q) = %v, %v", service, resp, err)
 		}
@@ -34,7 +34,7 @@ func TestHealthReportsServingUntilShutdown(t *testing.T) {
 
 func TestReflectionListsTheService(t *testing.T) {
 	c := start(t, testConfig(t, "memory"))
-	stream, err := reflectionpb.NewServerReflectionClient(c.conn).ServerReflectionInfo(apitest.Timeout(t, 5*time.Second))
+	stream, err := reflectionpb.NewServerReflectionClient(c.conn).ServerReflectionInfo(servertest.Timeout(t, 5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,10 +56,10 @@ func TestReflectionListsTheService(t *testing.T) {
 
 func TestMetricsCountLeaseOutcomes(t *testing.T) {
 	c := start(t, testConfig(t, "memory"))
-	if !apitest.Acquire(t, c.client, "m", "a", time.Minute, 0).GetAcquired() {
+	if !servertest.Acquire(t, c.client, "m", "a", time.Minute, 0).GetAcquired() {
 		t.Fatal("a could not acquire m")
 	}
-	apitest.Acquire(t, c.client, "m", "b", time.Minute, 0)
+	servertest.Acquire(t, c.client, "m", "b", time.Minute, 0)
 	_, _ = c.client.Renew(context.Background(), &coordinatorv1.RenewRequest{Name: "m", Holder: "b", Token: 1, Ttl: durationpb.New(time.Second)})
 
 	rec := httptest.NewRecorder()
@@ -85,19 +85,19 @@ func TestAuthTokenIsRequiredButForHealth(t *testing.T) {
 	c := start(t, cfg)
 	req := &coordinatorv1.DescribeRequest{Name: "x"}
 
-	_, err := c.client.Describe(apitest.Timeout(t, 5*time.Second), req)
+	_, err := c.client.Describe(servertest.Timeout(t, 5*time.Second), req)
 	if status.Code(err) != codes.Unauthenticated {
 		t.Fatalf("without a token: %v; want Unauthenticated", err)
 	}
-	wrong := metadata.AppendToOutgoingContext(apitest.Timeout(t, 5*time.Second), "authorization", "Bearer nope")
+	wrong := metadata.AppendToOutgoingContext(servertest.Timeout(t, 5*time.Second), "authorization", "Bearer nope")
 	if _, err := c.client.Describe(wrong, req); status.Code(err) != codes.Unauthenticated {
 		t.Fatalf("with a wrong token: %v; want Unauthenticated", err)
 	}
-	right := metadata.AppendToOutgoingContext(apitest.Timeout(t, 5*time.Second), "authorization", "Bearer s3cret")
+	right := metadata.AppendToOutgoingContext(servertest.Timeout(t, 5*time.Second), "authorization", "Bearer s3cret")
 	if _, err := c.client.Describe(right, req); err != nil {
 		t.Fatalf("with the token: %v", err)
 	}
-	if _, err := healthpb.NewHealthClient(c.conn).Check(apitest.Timeout(t, 5*time.Second), &healthpb.HealthCheckRequest{}); err != nil {
+	if _, err := healthpb.NewHealthClient(c.conn).Check(servertest.Timeout(t, 5*time.Second), &healthpb.HealthCheckRequest{}); err != nil {
 		t.Fatalf("health check without a token: %v", err)
 	}
 }

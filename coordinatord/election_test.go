@@ -14,8 +14,8 @@ import (
 	"google.golang.org/grpc/codes"
 
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
-	"github.com/coordinator-dev/coordinator/internal/testkit/apitest"
 	"github.com/coordinator-dev/coordinator/internal/testkit/testwait"
+	"github.com/coordinator-dev/coordinator/server/servertest"
 	"github.com/coordinator-dev/coordinator/server/store/storetest"
 )
 
@@ -25,10 +25,10 @@ func testElectionBasics(t *testing.T, via string) {
 	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			c := startVia(t, testConfig(t, kind), via)
-			ctx := apitest.Timeout(t, 10*time.Second)
+			ctx := servertest.Timeout(t, 10*time.Second)
 			campaign := func(candidate, value string) *coordinatorv1.CampaignResponse {
 				t.Helper()
-				resp, err := c.client.Campaign(ctx, &coordinatorv1.CampaignRequest{Election: "e", Candidate: candidate, Value: []byte(value), Ttl: apitest.Dur(time.Minute)})
+				resp, err := c.client.Campaign(ctx, &coordinatorv1.CampaignRequest{Election: "e", Candidate: candidate, Value: []byte(value), Ttl: servertest.Dur(time.Minute)})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -50,7 +50,7 @@ func testElectionBasics(t *testing.T, via string) {
 				t.Fatalf("Leader = %v, %v", leader, err)
 			}
 			// The leadership is a lease: Renew works on it with the term.
-			if _, err := c.client.Renew(ctx, &coordinatorv1.RenewRequest{Name: "e", Holder: "a", Token: first.GetLeader().GetTerm(), Ttl: apitest.Dur(time.Minute)}); err != nil {
+			if _, err := c.client.Renew(ctx, &coordinatorv1.RenewRequest{Name: "e", Holder: "a", Token: first.GetLeader().GetTerm(), Ttl: servertest.Dur(time.Minute)}); err != nil {
 				t.Fatalf("Renew of a leadership: %v", err)
 			}
 			for _, tc := range []struct {
@@ -94,15 +94,15 @@ func testCampaignInATermOnlyRenewsThatTerm(t *testing.T, via string) {
 	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			c := startVia(t, testConfig(t, kind), via)
-			ctx := apitest.Timeout(t, 10*time.Second)
+			ctx := servertest.Timeout(t, 10*time.Second)
 			ttl := 300 * time.Millisecond
-			first, err := c.client.Campaign(ctx, &coordinatorv1.CampaignRequest{Election: "e", Candidate: "a", Value: []byte("v1"), Ttl: apitest.Dur(ttl)})
+			first, err := c.client.Campaign(ctx, &coordinatorv1.CampaignRequest{Election: "e", Candidate: "a", Value: []byte("v1"), Ttl: servertest.Dur(ttl)})
 			if err != nil || !first.GetElected() {
 				t.Fatalf("Campaign = %v, %v", first, err)
 			}
 			term := first.GetLeader().GetTerm()
 			proclaim := func(value string) (*coordinatorv1.CampaignResponse, error) {
-				return c.client.Campaign(ctx, &coordinatorv1.CampaignRequest{Election: "e", Candidate: "a", Value: []byte(value), Ttl: apitest.Dur(ttl), Term: term})
+				return c.client.Campaign(ctx, &coordinatorv1.CampaignRequest{Election: "e", Candidate: "a", Value: []byte(value), Ttl: servertest.Dur(ttl), Term: term})
 			}
 			if resp, err := proclaim("v2"); err != nil || !resp.GetElected() || resp.GetLeader().GetTerm() != term || string(resp.GetLeader().GetValue()) != "v2" {
 				t.Fatalf("proclaim in the term = %v, %v; want term %d with v2", resp, err, term)
@@ -180,7 +180,7 @@ func testElectionsWithCrashesAndResignations(t *testing.T, via string) {
 						// up: a grant whose answer a cancelled call dropped
 						// would be a term the test never heard of.
 						resp, err := c.client.Campaign(answered(ctx), &coordinatorv1.CampaignRequest{
-							Election: "leader", Candidate: name, Value: []byte(name), Ttl: apitest.Dur(ttl), Wait: apitest.Dur(time.Second),
+							Election: "leader", Candidate: name, Value: []byte(name), Ttl: servertest.Dur(ttl), Wait: servertest.Dur(time.Second),
 						})
 						if err != nil || !resp.GetElected() {
 							continue
@@ -199,7 +199,7 @@ func testElectionsWithCrashesAndResignations(t *testing.T, via string) {
 							resource.Leave(name)
 							sent = time.Now()
 							resp, err := c.client.Campaign(answered(ctx), &coordinatorv1.CampaignRequest{
-								Election: "leader", Candidate: name, Value: []byte(name), Ttl: apitest.Dur(ttl),
+								Election: "leader", Candidate: name, Value: []byte(name), Ttl: servertest.Dur(ttl),
 							})
 							if err != nil || !resp.GetElected() {
 								break
@@ -269,7 +269,7 @@ func testElectionsWithCrashesAndResignations(t *testing.T, via string) {
 
 func TestObserveStartsWithTheCurrentState(t *testing.T) {
 	c := start(t, testConfig(t, "memory"))
-	ctx := apitest.Timeout(t, 10*time.Second)
+	ctx := servertest.Timeout(t, 10*time.Second)
 	stream, err := c.client.Observe(ctx, &coordinatorv1.ObserveRequest{Election: "e"})
 	if err != nil {
 		t.Fatal(err)
@@ -277,14 +277,14 @@ func TestObserveStartsWithTheCurrentState(t *testing.T) {
 	if ev, err := stream.Recv(); err != nil || !ev.GetInitial() || ev.GetEvent().GetKind() != coordinatorv1.LeaderEvent_KIND_VACANT {
 		t.Fatalf("first message of a vacant election = %v, %v; want initial VACANT", ev, err)
 	}
-	resp, err := c.client.Campaign(ctx, &coordinatorv1.CampaignRequest{Election: "e", Candidate: "a", Value: []byte("v1"), Ttl: apitest.Dur(time.Minute)})
+	resp, err := c.client.Campaign(ctx, &coordinatorv1.CampaignRequest{Election: "e", Candidate: "a", Value: []byte("v1"), Ttl: servertest.Dur(time.Minute)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if ev, err := stream.Recv(); err != nil || ev.GetInitial() || ev.GetEvent().GetKind() != coordinatorv1.LeaderEvent_KIND_ELECTED || ev.GetEvent().GetLeader().GetTerm() != resp.GetLeader().GetTerm() {
 		t.Fatalf("after campaign = %v, %v", ev, err)
 	}
-	if _, err := c.client.Campaign(ctx, &coordinatorv1.CampaignRequest{Election: "e", Candidate: "a", Value: []byte("v2"), Ttl: apitest.Dur(time.Minute)}); err != nil {
+	if _, err := c.client.Campaign(ctx, &coordinatorv1.CampaignRequest{Election: "e", Candidate: "a", Value: []byte("v2"), Ttl: servertest.Dur(time.Minute)}); err != nil {
 		t.Fatal(err)
 	}
 	if ev, err := stream.Recv(); err != nil || ev.GetInitial() || ev.GetEvent().GetKind() != coordinatorv1.LeaderEvent_KIND_PROCLAIMED || string(ev.GetEvent().GetLeader().GetValue()) != "v2" {
@@ -318,7 +318,7 @@ func TestKeepAliveRenewsManyLeasesOnOneStream(t *testing.T) {
 				sem <- struct{}{}
 				go func() {
 					defer func() { <-sem; wg.Done() }()
-					resp, err := apitest.TryAcquire(c.client, fmt.Sprintf("ka/%d", i), "h", time.Minute, 0)
+					resp, err := servertest.TryAcquire(c.client, fmt.Sprintf("ka/%d", i), "h", time.Minute, 0)
 					if err != nil || !resp.GetAcquired() {
 						t.Errorf("acquire %d: %v, %v", i, resp, err)
 						return
@@ -339,7 +339,7 @@ func TestKeepAliveRenewsManyLeasesOnOneStream(t *testing.T) {
 			}
 			renewAll := func() {
 				for i := range leases {
-					if err := stream.Send(&coordinatorv1.KeepAliveRequest{Name: fmt.Sprintf("ka/%d", i), Holder: "h", Token: tokens[i], Ttl: apitest.Dur(ttl)}); err != nil {
+					if err := stream.Send(&coordinatorv1.KeepAliveRequest{Name: fmt.Sprintf("ka/%d", i), Holder: "h", Token: tokens[i], Ttl: servertest.Dur(ttl)}); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -376,7 +376,7 @@ func TestKeepAliveRenewsManyLeasesOnOneStream(t *testing.T) {
 				reason coordinatorv1.ErrorReason
 				code   codes.Code
 			}{
-				{&coordinatorv1.KeepAliveRequest{Id: 7, Name: "ka/0", Holder: "h", Token: tokens[0] + 1, Ttl: apitest.Dur(ttl)}, coordinatorv1.ErrorReason_LEASE_NOT_HELD, codes.FailedPrecondition},
+				{&coordinatorv1.KeepAliveRequest{Id: 7, Name: "ka/0", Holder: "h", Token: tokens[0] + 1, Ttl: servertest.Dur(ttl)}, coordinatorv1.ErrorReason_LEASE_NOT_HELD, codes.FailedPrecondition},
 				{&coordinatorv1.KeepAliveRequest{Id: 8, Name: "ka/0", Holder: "h", Token: tokens[0]}, coordinatorv1.ErrorReason_INVALID_FIELD, codes.InvalidArgument},
 			} {
 				if err := stream.Send(tc.req); err != nil {
@@ -403,7 +403,7 @@ func TestKeepAliveRenewsManyLeasesOnOneStream(t *testing.T) {
 
 func TestCancelledStreamsLeaveNoGoroutines(t *testing.T) {
 	c := start(t, testConfig(t, "memory"))
-	apitest.MustAcquire(t, c.client, "x", "h", time.Minute)
+	servertest.MustAcquire(t, c.client, "x", "h", time.Minute)
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -418,7 +418,7 @@ func TestCancelledStreamsLeaveNoGoroutines(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := keepAlive.Send(&coordinatorv1.KeepAliveRequest{Name: "x", Holder: "h", Token: 1, Ttl: apitest.Dur(time.Second)}); err != nil {
+	if err := keepAlive.Send(&coordinatorv1.KeepAliveRequest{Name: "x", Holder: "h", Token: 1, Ttl: servertest.Dur(time.Second)}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := keepAlive.Recv(); err != nil {
@@ -426,10 +426,10 @@ func TestCancelledStreamsLeaveNoGoroutines(t *testing.T) {
 	}
 	waiting := make(chan error, 1)
 	go func() {
-		_, err := c.client.TryAcquire(ctx, &coordinatorv1.TryAcquireRequest{Name: "x", Holder: "w", Ttl: apitest.Dur(time.Second), Wait: apitest.Dur(time.Minute)})
+		_, err := c.client.TryAcquire(ctx, &coordinatorv1.TryAcquireRequest{Name: "x", Holder: "w", Ttl: servertest.Dur(time.Second), Wait: servertest.Dur(time.Minute)})
 		waiting <- err
 	}()
-	apitest.WaitQueued(t, c.client, "x", 1)
+	servertest.WaitQueued(t, c.client, "x", 1)
 	cancel()
 	if err := <-waiting; errCode(err) != codes.Canceled {
 		t.Fatalf("the cancelled wait ended with %v; want Canceled", err)

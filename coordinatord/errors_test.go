@@ -23,9 +23,9 @@ import (
 	"github.com/coordinator-dev/coordinator/coordinatord"
 	"github.com/coordinator-dev/coordinator/coordinatord/coordtest"
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
-	"github.com/coordinator-dev/coordinator/internal/testkit/apitest"
 	"github.com/coordinator-dev/coordinator/internal/testkit/redistest"
 	"github.com/coordinator-dev/coordinator/internal/testkit/testlog"
+	"github.com/coordinator-dev/coordinator/server/servertest"
 )
 
 // rawBytes is a request sent as it is, so that a test can send what no
@@ -81,7 +81,7 @@ func TestUndecodableRequestsAreInvalidArgumentNamingTheField(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var resp coordinatorv1.TryAcquireResponse
-			err := c.conn.Invoke(apitest.Timeout(t, 10*time.Second), coordinatorv1.Coordinator_TryAcquire_FullMethodName, rawBytes(tc.msg), &resp, grpc.ForceCodecV2(rawCodec{}))
+			err := c.conn.Invoke(servertest.Timeout(t, 10*time.Second), coordinatorv1.Coordinator_TryAcquire_FullMethodName, rawBytes(tc.msg), &resp, grpc.ForceCodecV2(rawCodec{}))
 			if status.Code(err) != codes.InvalidArgument {
 				t.Fatalf("err = %v; want InvalidArgument", err)
 			}
@@ -92,7 +92,7 @@ func TestUndecodableRequestsAreInvalidArgumentNamingTheField(t *testing.T) {
 	}
 
 	// On a stream, the bad message ends it with the same error.
-	stream, err := c.conn.NewStream(apitest.Timeout(t, 10*time.Second), &coordinatorv1.Coordinator_ServiceDesc.Streams[0],
+	stream, err := c.conn.NewStream(servertest.Timeout(t, 10*time.Second), &coordinatorv1.Coordinator_ServiceDesc.Streams[0],
 		coordinatorv1.Coordinator_KeepAlive_FullMethodName, grpc.ForceCodecV2(rawCodec{}))
 	if err != nil {
 		t.Fatal(err)
@@ -105,7 +105,7 @@ func TestUndecodableRequestsAreInvalidArgumentNamingTheField(t *testing.T) {
 		t.Fatalf("KeepAlive with invalid UTF-8: %v; want InvalidArgument naming name", err)
 	}
 	// Nothing was harmed.
-	if resp := apitest.Acquire(t, c.client, "job", "h", time.Minute, 0); !resp.GetAcquired() {
+	if resp := servertest.Acquire(t, c.client, "job", "h", time.Minute, 0); !resp.GetAcquired() {
 		t.Fatal("a valid request after the bad ones was not granted")
 	}
 }
@@ -113,29 +113,29 @@ func TestUndecodableRequestsAreInvalidArgumentNamingTheField(t *testing.T) {
 func TestNamesWithEmptyOrDotSegmentsAreRefused(t *testing.T) {
 	c := start(t, testConfig(t, "memory"))
 	for _, name := range []string{"/", "//a", "a//b", "/a", "a/", "../../x", "a/./b", "a/..", ".", ".."} {
-		_, err := c.client.TryAcquire(apitest.Timeout(t, 5*time.Second), &coordinatorv1.TryAcquireRequest{Name: name, Holder: "h", Ttl: durationpb.New(time.Minute)})
+		_, err := c.client.TryAcquire(servertest.Timeout(t, 5*time.Second), &coordinatorv1.TryAcquireRequest{Name: name, Holder: "h", Ttl: durationpb.New(time.Minute)})
 		if status.Code(err) != codes.InvalidArgument || fieldOf(err) != "name" {
 			t.Errorf("TryAcquire(%q): %v; want InvalidArgument naming name", name, err)
 		}
-		_, err = c.client.Campaign(apitest.Timeout(t, 5*time.Second), &coordinatorv1.CampaignRequest{Election: name, Candidate: "h", Ttl: durationpb.New(time.Minute)})
+		_, err = c.client.Campaign(servertest.Timeout(t, 5*time.Second), &coordinatorv1.CampaignRequest{Election: name, Candidate: "h", Ttl: durationpb.New(time.Minute)})
 		if status.Code(err) != codes.InvalidArgument || fieldOf(err) != "election" {
 			t.Errorf("Campaign(%q): %v; want InvalidArgument naming election", name, err)
 		}
 	}
 	for _, prefix := range []string{"/", "a//", "/a", "a/./", "../"} {
-		_, err := c.client.List(apitest.Timeout(t, 5*time.Second), &coordinatorv1.ListRequest{Prefix: prefix})
+		_, err := c.client.List(servertest.Timeout(t, 5*time.Second), &coordinatorv1.ListRequest{Prefix: prefix})
 		if status.Code(err) != codes.InvalidArgument || fieldOf(err) != "prefix" {
 			t.Errorf("List(%q): %v; want InvalidArgument naming prefix", prefix, err)
 		}
 	}
 	// A prefix may end inside a segment, or with the separator.
 	for _, prefix := range []string{"", "a/", "a/.", "a/..", "team-a/jo"} {
-		if _, err := c.client.List(apitest.Timeout(t, 5*time.Second), &coordinatorv1.ListRequest{Prefix: prefix}); err != nil {
+		if _, err := c.client.List(servertest.Timeout(t, 5*time.Second), &coordinatorv1.ListRequest{Prefix: prefix}); err != nil {
 			t.Errorf("List(%q): %v", prefix, err)
 		}
 	}
 	for _, name := range []string{"a/b", "a.b/..c/.d", "team-a/job/42"} {
-		if resp := apitest.Acquire(t, c.client, name, "h", time.Minute, 0); !resp.GetAcquired() {
+		if resp := servertest.Acquire(t, c.client, name, "h", time.Minute, 0); !resp.GetAcquired() {
 			t.Errorf("%q not granted", name)
 		}
 	}
@@ -211,7 +211,7 @@ func TestTheCallersDeadlineAndCancelAreTheirOwnCodesLoggedAtDebug(t *testing.T) 
 	// ends the call at its own copy of the deadline (DeadlineExceeded), or a
 	// moment before when the client's cancellation, sent at the client's
 	// deadline, arrives first (Canceled): both are the caller's doing.
-	_, err := c.client.Describe(apitest.Timeout(t, 500*time.Millisecond), &coordinatorv1.DescribeRequest{Name: "d"})
+	_, err := c.client.Describe(servertest.Timeout(t, 500*time.Millisecond), &coordinatorv1.DescribeRequest{Name: "d"})
 	if status.Code(err) != codes.DeadlineExceeded {
 		t.Fatalf("Describe past its deadline: %v", err)
 	}
@@ -285,7 +285,7 @@ func TestAHungRedisGivesUnavailableWithinTheStoreTimeout(t *testing.T) {
 	cfg.RedisURL = srv.URL()
 	cfg.StoreTimeout = storeTimeout
 	c := start(t, cfg)
-	apitest.Acquire(t, c.client, "warm", "h", time.Minute, 0) // the connections to Redis are open
+	servertest.Acquire(t, c.client, "warm", "h", time.Minute, 0) // the connections to Redis are open
 	srv.Freeze()
 
 	for _, call := range []struct {
@@ -302,7 +302,7 @@ func TestAHungRedisGivesUnavailableWithinTheStoreTimeout(t *testing.T) {
 		}},
 	} {
 		began := time.Now()
-		err := call.do(apitest.Timeout(t, time.Minute))
+		err := call.do(servertest.Timeout(t, time.Minute))
 		took := time.Since(began)
 		t.Logf("%s on a hung Redis: %s after %s", call.name, status.Code(err), took.Round(time.Millisecond))
 		if status.Code(err) != codes.Unavailable || reasonOf(err) != "STORE_UNAVAILABLE" {
@@ -324,7 +324,7 @@ func TestHealthFollowsTheStore(t *testing.T) {
 	c := start(t, cfg)
 	health := healthpb.NewHealthClient(c.conn)
 	check := func() healthpb.HealthCheckResponse_ServingStatus {
-		resp, err := health.Check(apitest.Timeout(t, 5*time.Second), &healthpb.HealthCheckRequest{Service: coordinatorv1.Coordinator_ServiceDesc.ServiceName})
+		resp, err := health.Check(servertest.Timeout(t, 5*time.Second), &healthpb.HealthCheckRequest{Service: coordinatorv1.Coordinator_ServiceDesc.ServiceName})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -346,7 +346,7 @@ func TestHealthFollowsTheStore(t *testing.T) {
 		if service == coordinatord.LivenessService {
 			want = healthpb.HealthCheckResponse_SERVING // the process is fine: no restart
 		}
-		resp, err := health.Check(apitest.Timeout(t, 5*time.Second), &healthpb.HealthCheckRequest{Service: service})
+		resp, err := health.Check(servertest.Timeout(t, 5*time.Second), &healthpb.HealthCheckRequest{Service: service})
 		if err != nil || resp.GetStatus() != want {
 			t.Errorf("Check(%q) while Redis hangs: %v, %v; want %s", service, resp, err, want)
 		}

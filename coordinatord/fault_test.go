@@ -18,9 +18,9 @@ import (
 
 	"github.com/coordinator-dev/coordinator/coordinatord"
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
-	"github.com/coordinator-dev/coordinator/internal/testkit/apitest"
 	"github.com/coordinator-dev/coordinator/internal/testkit/redistest"
 	"github.com/coordinator-dev/coordinator/internal/testkit/testwait"
+	"github.com/coordinator-dev/coordinator/server/servertest"
 	"github.com/coordinator-dev/coordinator/server/store/storetest"
 )
 
@@ -40,7 +40,7 @@ func onPrivateRedis(t *testing.T, persist bool, quarantine time.Duration, via st
 func acquireThroughOutage(t *testing.T, c *coordinator, name, holder string) (resp *coordinatorv1.TryAcquireResponse, err error) {
 	t.Helper()
 	testwait.Until(t, 10*time.Second, "the store to be reachable again", func() bool {
-		resp, err = apitest.TryAcquire(c.client, name, holder, time.Minute, 0)
+		resp, err = servertest.TryAcquire(c.client, name, holder, time.Minute, 0)
 		_, reason, _ := errorDetails(err)
 		return reason != "STORE_UNAVAILABLE"
 	})
@@ -54,7 +54,7 @@ func TestRedisRestartWithoutDataQuarantinesGrants(t *testing.T) {
 func testRedisRestartWithoutDataQuarantinesGrants(t *testing.T, via string) {
 	const quarantine = 1500 * time.Millisecond
 	c, rs := onPrivateRedis(t, false, quarantine, via)
-	before := apitest.MustAcquire(t, c.client, "job", "a", time.Minute)
+	before := servertest.MustAcquire(t, c.client, "job", "a", time.Minute)
 
 	rs.Restart() // comes back empty: a holds a lease the store forgot
 	_, err := acquireThroughOutage(t, c, "job", "b")
@@ -79,7 +79,7 @@ func testRedisRestartWithoutDataQuarantinesGrants(t *testing.T, via string) {
 
 	var after *coordinatorv1.Lease
 	testwait.Until(t, retry+10*time.Second, "granted again after the quarantine", func() bool {
-		resp, err := apitest.TryAcquire(c.client, "job", "b", time.Minute, 0)
+		resp, err := servertest.TryAcquire(c.client, "job", "b", time.Minute, 0)
 		if _, reason, _ := errorDetails(err); err != nil && reason != "DATA_LOSS_QUARANTINE" {
 			t.Fatal(err)
 		}
@@ -101,7 +101,7 @@ func testTokensIncreaseAcrossAFlushWithoutQuarantine(t *testing.T, via string) {
 	defer rdb.Close()
 	var last uint64
 	for i := range 3 {
-		l := apitest.MustAcquire(t, c.client, "job", "a", time.Minute)
+		l := servertest.MustAcquire(t, c.client, "job", "a", time.Minute)
 		if l.GetToken() <= last {
 			t.Fatalf("grant %d: token %d after %d", i, l.GetToken(), last)
 		}
@@ -118,13 +118,13 @@ func TestRedisRestartWithPersistenceKeepsLeases(t *testing.T) {
 
 func testRedisRestartWithPersistenceKeepsLeases(t *testing.T, via string) {
 	c, rs := onPrivateRedis(t, true, time.Minute, via)
-	l := apitest.MustAcquire(t, c.client, "job", "a", time.Minute)
+	l := servertest.MustAcquire(t, c.client, "job", "a", time.Minute)
 	rs.Restart()
 	resp, err := acquireThroughOutage(t, c, "job", "b")
 	if err != nil || resp.GetAcquired() || resp.GetHolder() != "a" {
 		t.Fatalf("after a restart with persistence: %v, %v; want refused, held by a", resp, err)
 	}
-	if _, err := c.client.Renew(apitest.Timeout(t, 5*time.Second), &coordinatorv1.RenewRequest{Name: "job", Holder: "a", Token: l.GetToken(), Ttl: apitest.Dur(time.Minute)}); err != nil {
+	if _, err := c.client.Renew(servertest.Timeout(t, 5*time.Second), &coordinatorv1.RenewRequest{Name: "job", Holder: "a", Token: l.GetToken(), Ttl: servertest.Dur(time.Minute)}); err != nil {
 		t.Fatalf("Renew after restart: %v", err)
 	}
 }
@@ -136,18 +136,18 @@ func TestCoordinatorCrashLosesNothingKeptInRedis(t *testing.T) {
 func testCoordinatorCrashLosesNothingKeptInRedis(t *testing.T, via string) {
 	cfg := testConfig(t, coordinatord.StoreRedis)
 	first := startVia(t, cfg, via)
-	l := apitest.MustAcquire(t, first.client, "job", "a", time.Minute)
+	l := servertest.MustAcquire(t, first.client, "job", "a", time.Minute)
 	first.Kill()
 
 	second := startVia(t, cfg, via)
-	if resp := apitest.Acquire(t, second.client, "job", "b", time.Minute, 0); resp.GetAcquired() || resp.GetHolder() != "a" {
+	if resp := servertest.Acquire(t, second.client, "job", "b", time.Minute, 0); resp.GetAcquired() || resp.GetHolder() != "a" {
 		t.Fatalf("after the crash: %v; want refused, held by a", resp)
 	}
-	rel, err := second.client.Release(apitest.Timeout(t, 5*time.Second), &coordinatorv1.ReleaseRequest{Name: "job", Holder: "a", Token: l.GetToken()})
+	rel, err := second.client.Release(servertest.Timeout(t, 5*time.Second), &coordinatorv1.ReleaseRequest{Name: "job", Holder: "a", Token: l.GetToken()})
 	if err != nil || !rel.GetReleased() {
 		t.Fatalf("Release through the new coordinator: %v, %v", rel, err)
 	}
-	if next := apitest.MustAcquire(t, second.client, "job", "b", time.Minute); next.GetToken() <= l.GetToken() {
+	if next := servertest.MustAcquire(t, second.client, "job", "b", time.Minute); next.GetToken() <= l.GetToken() {
 		t.Fatalf("token %d after %d", next.GetToken(), l.GetToken())
 	}
 }
@@ -158,27 +158,27 @@ func TestUnreachableRedisIsUnavailableNeverAWrongAnswer(t *testing.T) {
 
 func testUnreachableRedisIsUnavailableNeverAWrongAnswer(t *testing.T, via string) {
 	c, rs := onPrivateRedis(t, false, 0, via)
-	held := apitest.MustAcquire(t, c.client, "job", "a", time.Minute)
+	held := servertest.MustAcquire(t, c.client, "job", "a", time.Minute)
 
 	t.Run("paused", func(t *testing.T) {
 		rs.Pause(2 * time.Second)
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 		defer cancel()
-		resp, err := c.client.TryAcquire(ctx, &coordinatorv1.TryAcquireRequest{Name: "job", Holder: "b", Ttl: apitest.Dur(time.Minute)})
+		resp, err := c.client.TryAcquire(ctx, &coordinatorv1.TryAcquireRequest{Name: "job", Holder: "b", Ttl: servertest.Dur(time.Minute)})
 		if code := status.Code(err); code != codes.Unavailable && code != codes.DeadlineExceeded {
 			t.Fatalf("while Redis is paused: %v, %v; want Unavailable or DeadlineExceeded", resp, err)
 		}
 		testwait.Until(t, 10*time.Second, "Redis back from its pause", func() bool {
-			_, err := c.client.Describe(apitest.Timeout(t, time.Second), &coordinatorv1.DescribeRequest{Name: "job"})
+			_, err := c.client.Describe(servertest.Timeout(t, time.Second), &coordinatorv1.DescribeRequest{Name: "job"})
 			return err == nil
 		})
 	})
 	t.Run("down", func(t *testing.T) {
 		rs.Kill()
 		for _, call := range []func() error{
-			func() error { _, err := apitest.TryAcquire(c.client, "job", "b", time.Minute, 0); return err },
+			func() error { _, err := servertest.TryAcquire(c.client, "job", "b", time.Minute, 0); return err },
 			func() error {
-				_, err := c.client.Describe(apitest.Timeout(t, 10*time.Second), &coordinatorv1.DescribeRequest{Name: "job"})
+				_, err := c.client.Describe(servertest.Timeout(t, 10*time.Second), &coordinatorv1.DescribeRequest{Name: "job"})
 				return err
 			},
 		} {
@@ -188,11 +188,11 @@ func testUnreachableRedisIsUnavailableNeverAWrongAnswer(t *testing.T, via string
 			}
 		}
 		// A renewal over KeepAlive fails without the lease being declared lost.
-		stream, err := c.client.KeepAlive(apitest.Timeout(t, 20*time.Second))
+		stream, err := c.client.KeepAlive(servertest.Timeout(t, 20*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := stream.Send(&coordinatorv1.KeepAliveRequest{Name: "job", Holder: "a", Token: held.GetToken(), Ttl: apitest.Dur(time.Minute)}); err != nil {
+		if err := stream.Send(&coordinatorv1.KeepAliveRequest{Name: "job", Holder: "a", Token: held.GetToken(), Ttl: servertest.Dur(time.Minute)}); err != nil {
 			t.Fatal(err)
 		}
 		resp, err := stream.Recv()
@@ -216,24 +216,24 @@ func TestCoordinatorOnClusterAndSentinel(t *testing.T) {
 			cfg.Store, cfg.RedisURL = coordinatord.StoreRedis, url(t)
 			c := start(t, cfg)
 			for _, lease := range []string{"a", "b{x}", "team/c", "d"} {
-				l := apitest.MustAcquire(t, c.client, lease, "h", time.Minute)
-				if resp := apitest.Acquire(t, c.client, lease, "other", time.Minute, 0); resp.GetAcquired() {
+				l := servertest.MustAcquire(t, c.client, lease, "h", time.Minute)
+				if resp := servertest.Acquire(t, c.client, lease, "other", time.Minute, 0); resp.GetAcquired() {
 					t.Fatalf("%s granted twice", lease)
 				}
 				waiter := make(chan *coordinatorv1.TryAcquireResponse, 1)
 				go func() {
-					resp, _ := apitest.TryAcquire(c.client, lease, "waiter", time.Minute, 10*time.Second)
+					resp, _ := servertest.TryAcquire(c.client, lease, "waiter", time.Minute, 10*time.Second)
 					waiter <- resp
 				}()
-				apitest.WaitQueued(t, c.client, lease, 1)
-				if _, err := c.client.Release(apitest.Timeout(t, 5*time.Second), &coordinatorv1.ReleaseRequest{Name: lease, Holder: "h", Token: l.GetToken()}); err != nil {
+				servertest.WaitQueued(t, c.client, lease, 1)
+				if _, err := c.client.Release(servertest.Timeout(t, 5*time.Second), &coordinatorv1.ReleaseRequest{Name: lease, Holder: "h", Token: l.GetToken()}); err != nil {
 					t.Fatal(err)
 				}
 				if resp := <-waiter; !resp.GetAcquired() || resp.GetLease().GetToken() <= l.GetToken() {
 					t.Fatalf("%s: the waiter got %v", lease, resp)
 				}
 			}
-			list, err := c.client.List(apitest.Timeout(t, 5*time.Second), &coordinatorv1.ListRequest{})
+			list, err := c.client.List(servertest.Timeout(t, 5*time.Second), &coordinatorv1.ListRequest{})
 			if err != nil || len(list.GetLeases()) != 4 {
 				t.Fatalf("List = %v, %v; want the 4 waiters' leases", list, err)
 			}
@@ -276,7 +276,7 @@ func testContentionAcrossRedisDataLoss(t *testing.T, via string) {
 			for i := 0; ctx.Err() == nil; i++ {
 				name := names[(w+i)%len(names)]
 				sent := time.Now()
-				resp, err := c.client.TryAcquire(ctx, &coordinatorv1.TryAcquireRequest{Name: name, Holder: holder, Ttl: apitest.Dur(ttl)})
+				resp, err := c.client.TryAcquire(ctx, &coordinatorv1.TryAcquireRequest{Name: name, Holder: holder, Ttl: servertest.Dur(ttl)})
 				if err != nil {
 					if _, reason, _ := errorDetails(err); reason == "DATA_LOSS_QUARANTINE" {
 						quarantined.Add(1)

@@ -15,13 +15,13 @@ import (
 	"github.com/coordinator-dev/coordinator/coordinatord"
 	"github.com/coordinator-dev/coordinator/coordinatord/coordtest"
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
-	"github.com/coordinator-dev/coordinator/internal/testkit/apitest"
+	"github.com/coordinator-dev/coordinator/server/servertest"
 	"github.com/coordinator-dev/coordinator/server/store/storetest"
 )
 
 // The process's tests, and the service's tests through a whole coordinator
 // (election, fault, observe, rules, service, session, waiting), share this
-// harness: coordtest runs the coordinator on a loopback port, and apitest
+// harness: coordtest runs the coordinator on a loopback port, and servertest
 // makes the usual calls, as it does for the service's tests of a bare
 // Service, without the process, in package server.
 
@@ -46,8 +46,8 @@ func start(t *testing.T, cfg coordinatord.Config) *coordinator {
 	return c
 }
 
-// ctxTimeout is apitest.Timeout, as readme_test.go calls it.
-func ctxTimeout(t *testing.T, d time.Duration) context.Context { return apitest.Timeout(t, d) }
+// ctxTimeout is servertest.Timeout, as readme_test.go calls it.
+func ctxTimeout(t *testing.T, d time.Duration) context.Context { return servertest.Timeout(t, d) }
 
 // errorDetails returns the status code, ErrorInfo reason and BadRequest
 // field of err.

@@ -18,8 +18,8 @@ import (
 
 	"github.com/coordinator-dev/coordinator/coordinatord/coordtest"
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
-	"github.com/coordinator-dev/coordinator/internal/testkit/apitest"
 	"github.com/coordinator-dev/coordinator/internal/testkit/testwait"
+	"github.com/coordinator-dev/coordinator/server/servertest"
 )
 
 // metric returns the value of the metric line that starts with series
@@ -63,7 +63,7 @@ func TestOneConnectionOverTheStreamCapIsRefusedAndTheRestKeepWorking(t *testing.
 	cfg := testConfig(t, "memory")
 	cfg.Limits.StreamsPerConn = allowed
 	c, log := logged(t, cfg)
-	ctx := apitest.Timeout(t, time.Minute)
+	ctx := servertest.Timeout(t, time.Minute)
 
 	// The streams within the cap observe one election and get its state.
 	var open []coordinatorv1.Coordinator_ObserveClient
@@ -138,7 +138,7 @@ func TestStreamsOverTheTotalCapAreRefusedOnAnyConnection(t *testing.T) {
 	cfg := testConfig(t, "memory")
 	cfg.Limits.Streams = 4
 	c := start(t, cfg)
-	ctx := apitest.Timeout(t, time.Minute)
+	ctx := servertest.Timeout(t, time.Minute)
 	clients := []coordinatorv1.CoordinatorClient{c.client, coordinatorv1.NewCoordinatorClient(c.Dial(t))}
 	for i := range 4 {
 		stream, err := clients[i%2].Observe(ctx, &coordinatorv1.ObserveRequest{Election: "e"})
@@ -192,8 +192,8 @@ func TestWaitingCallsOverTheirCapAreRefusedButNotCallsThatDoNotWait(t *testing.T
 	for _, tc := range waitCaps {
 		t.Run(tc.name, func(t *testing.T) {
 			c := tc.start(t)
-			ctx := apitest.Timeout(t, time.Minute)
-			held := apitest.Acquire(t, c.client, "busy", "holder", time.Minute, 0)
+			ctx := servertest.Timeout(t, time.Minute)
+			held := servertest.Acquire(t, c.client, "busy", "holder", time.Minute, 0)
 			waitReq := func(holder string) *coordinatorv1.TryAcquireRequest {
 				return &coordinatorv1.TryAcquireRequest{Name: "busy", Holder: holder, Ttl: durationpb.New(time.Minute), Wait: durationpb.New(time.Minute)}
 			}
@@ -210,7 +210,7 @@ func TestWaitingCallsOverTheirCapAreRefusedButNotCallsThatDoNotWait(t *testing.T
 			wantRefusal(t, err, tc.env)
 			_, err = c.client.Campaign(ctx, &coordinatorv1.CampaignRequest{Election: "busy", Candidate: "third", Ttl: durationpb.New(time.Minute), Wait: durationpb.New(time.Minute)})
 			wantRefusal(t, err, tc.env)
-			if resp := apitest.Acquire(t, c.client, "busy", "no-wait", time.Minute, 0); resp.GetAcquired() {
+			if resp := servertest.Acquire(t, c.client, "busy", "no-wait", time.Minute, 0); resp.GetAcquired() {
 				t.Fatal("a call without a wait was granted a held name")
 			}
 
@@ -229,7 +229,7 @@ func TestLeasesPerHolderAreCappedUntilReleasedOrExpired(t *testing.T) {
 	cfg := testConfig(t, "memory")
 	cfg.Limits.LeasesPerHolder = 3
 	c := start(t, cfg)
-	ctx := apitest.Timeout(t, time.Minute)
+	ctx := servertest.Timeout(t, time.Minute)
 	acquire := func(name, holder string, ttl time.Duration) (*coordinatorv1.TryAcquireResponse, error) {
 		return c.client.TryAcquire(ctx, &coordinatorv1.TryAcquireRequest{Name: name, Holder: holder, Ttl: durationpb.New(ttl)})
 	}
@@ -281,8 +281,8 @@ func TestKeepAliveLossesFreeTheHoldersPlaces(t *testing.T) {
 	cfg.Limits.LeasesPerHolder = 1
 	c := start(t, cfg)
 	other := start(t, cfg)
-	ctx := apitest.Timeout(t, time.Minute)
-	lease := apitest.Acquire(t, c.client, "a", "h", time.Minute, 0).GetLease()
+	ctx := servertest.Timeout(t, time.Minute)
+	lease := servertest.Acquire(t, c.client, "a", "h", time.Minute, 0).GetLease()
 	ka, err := c.client.KeepAlive(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -325,7 +325,7 @@ func TestKeepAliveLossesFreeTheHoldersPlaces(t *testing.T) {
 
 func TestOversizedMessagesAreRefusedAndValuesWithinTheLimitPass(t *testing.T) {
 	c := start(t, testConfig(t, "memory"))
-	ctx := apitest.Timeout(t, time.Minute)
+	ctx := servertest.Timeout(t, time.Minute)
 	// The largest valid request: a 64 KiB value with the longest names.
 	if _, err := c.client.Campaign(ctx, &coordinatorv1.CampaignRequest{
 		Election: strings.Repeat("e", 256), Candidate: strings.Repeat("c", 128), Value: make([]byte, 64<<10), Ttl: durationpb.New(time.Minute),
@@ -336,7 +336,7 @@ func TestOversizedMessagesAreRefusedAndValuesWithinTheLimitPass(t *testing.T) {
 	if status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("a 1 MiB Campaign: %v; want ResourceExhausted", err)
 	}
-	if resp := apitest.Acquire(t, c.client, "after", "h", time.Minute, 0); !resp.GetAcquired() {
+	if resp := servertest.Acquire(t, c.client, "after", "h", time.Minute, 0); !resp.GetAcquired() {
 		t.Fatal("the connection is unusable after an oversized message")
 	}
 }

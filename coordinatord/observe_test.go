@@ -10,9 +10,9 @@ import (
 
 	"github.com/coordinator-dev/coordinator/coordinatord"
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
-	"github.com/coordinator-dev/coordinator/internal/testkit/apitest"
 	"github.com/coordinator-dev/coordinator/internal/testkit/redistest"
 	"github.com/coordinator-dev/coordinator/internal/testkit/testwait"
+	"github.com/coordinator-dev/coordinator/server/servertest"
 )
 
 // eventLog is what one observer received.
@@ -118,8 +118,8 @@ func TestObserversOfManyElectionsSeeEveryChangeInOrder(t *testing.T) {
 			}
 			seen(1, "every observer got the current state")
 			campaign := func(e int, candidate, value string, ttl time.Duration) uint64 {
-				resp, err := writer.client.Campaign(apitest.Timeout(t, 10*time.Second), &coordinatorv1.CampaignRequest{
-					Election: fmt.Sprintf("many/%d", e), Candidate: candidate, Value: []byte(value), Ttl: apitest.Dur(ttl),
+				resp, err := writer.client.Campaign(servertest.Timeout(t, 10*time.Second), &coordinatorv1.CampaignRequest{
+					Election: fmt.Sprintf("many/%d", e), Candidate: candidate, Value: []byte(value), Ttl: servertest.Dur(ttl),
 				})
 				if err != nil || !resp.GetElected() {
 					t.Fatalf("campaign of %s in many/%d: %v, %v", candidate, e, resp, err)
@@ -136,7 +136,7 @@ func TestObserversOfManyElectionsSeeEveryChangeInOrder(t *testing.T) {
 			}
 			seen(3, "every observer saw a proclaim")
 			for e := range elections {
-				if _, err := writer.client.Resign(apitest.Timeout(t, 10*time.Second), &coordinatorv1.ResignRequest{Election: fmt.Sprintf("many/%d", e), Candidate: "a", Term: first[e]}); err != nil {
+				if _, err := writer.client.Resign(servertest.Timeout(t, 10*time.Second), &coordinatorv1.ResignRequest{Election: fmt.Sprintf("many/%d", e), Candidate: "a", Term: first[e]}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -176,7 +176,7 @@ func TestReconcileCatchesAChangeThatWasNeverAnnounced(t *testing.T) {
 	if n, err := rdb.HDel(context.Background(), key, "watched").Result(); err != nil || n != 1 {
 		t.Fatalf("HDEL %s watched = %d, %v; want the mark deleted", key, n, err)
 	}
-	resp, err := writer.client.Campaign(apitest.Timeout(t, 10*time.Second), &coordinatorv1.CampaignRequest{Election: "quiet", Candidate: "c", Ttl: apitest.Dur(time.Minute)})
+	resp, err := writer.client.Campaign(servertest.Timeout(t, 10*time.Second), &coordinatorv1.CampaignRequest{Election: "quiet", Candidate: "c", Ttl: servertest.Dur(time.Minute)})
 	if err != nil || !resp.GetElected() {
 		t.Fatalf("Campaign = %v, %v", resp, err)
 	}

@@ -14,8 +14,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
-	"github.com/coordinator-dev/coordinator/internal/testkit/apitest"
 	"github.com/coordinator-dev/coordinator/server"
+	"github.com/coordinator-dev/coordinator/server/servertest"
 )
 
 // TestValidationFollowsTheProtoRules checks the server against the one
@@ -26,13 +26,13 @@ import (
 func TestValidationFollowsTheProtoRules(t *testing.T) {
 	cfg := testConfig(t, "memory")
 	c := start(t, cfg)
-	ctx := apitest.Timeout(t, 60*time.Second)
+	ctx := servertest.Timeout(t, 60*time.Second)
 
 	// A valid request of each type, on a name of its own so that nothing
 	// waits; and how to send it, with its refusal as a status error.
 	var seq int
 	fresh := func() string { seq++; return fmt.Sprintf("rules/n%d", seq) }
-	ttl := apitest.Dur(time.Second)
+	ttl := servertest.Dur(time.Second)
 	requests := map[protoreflect.FullName]struct {
 		valid func() proto.Message
 		send  func(proto.Message) error

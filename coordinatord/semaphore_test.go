@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
-	"github.com/coordinator-dev/coordinator/internal/testkit/apitest"
+	"github.com/coordinator-dev/coordinator/server/servertest"
 )
 
 // share is TryAcquire of weight of a name of capacity, waiting up to wait.
@@ -18,7 +18,7 @@ func (c *coordinator) share(name, holder string, capacity, weight uint32, wait t
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	return c.client.TryAcquire(ctx, &coordinatorv1.TryAcquireRequest{
-		Name: name, Holder: holder, Ttl: apitest.Dur(time.Minute), Wait: apitest.Dur(wait), Capacity: capacity, Weight: weight,
+		Name: name, Holder: holder, Ttl: servertest.Dur(time.Minute), Wait: servertest.Dur(wait), Capacity: capacity, Weight: weight,
 	})
 }
 
@@ -32,7 +32,7 @@ func testSemaphoreOverGRPC(t *testing.T, via string) {
 	for _, kind := range []string{"memory", "redis"} {
 		t.Run(kind, func(t *testing.T) {
 			c := startVia(t, testConfig(t, kind), via)
-			ctx := apitest.Timeout(t, time.Minute)
+			ctx := servertest.Timeout(t, time.Minute)
 			var leases []*coordinatorv1.Lease
 			for _, h := range []string{"a", "b", "c"} {
 				resp, err := c.share("pool", h, 3, 1, 0)
@@ -88,7 +88,7 @@ func TestSemaphoreRefusals(t *testing.T) {
 	cfg := testConfig(t, "memory")
 	cfg.Limits.HoldersPerName = 2
 	c := start(t, cfg)
-	ctx := apitest.Timeout(t, time.Minute)
+	ctx := servertest.Timeout(t, time.Minute)
 	if resp, err := c.share("pool", "a", 5, 1, 0); err != nil || !resp.GetAcquired() {
 		t.Fatalf("%v, %v", resp, err)
 	}
@@ -108,7 +108,7 @@ func TestSemaphoreRefusals(t *testing.T) {
 		t.Fatalf("another capacity: %v (%v); want FailedPrecondition CAPACITY_MISMATCH naming 5 and 3", err, info)
 	}
 	// An election on a semaphore's name.
-	_, err = c.client.Campaign(ctx, &coordinatorv1.CampaignRequest{Election: "pool", Candidate: "x", Ttl: apitest.Dur(time.Minute)})
+	_, err = c.client.Campaign(ctx, &coordinatorv1.CampaignRequest{Election: "pool", Candidate: "x", Ttl: servertest.Dur(time.Minute)})
 	if status.Code(err) != codes.FailedPrecondition || reasonOf(err) != "CAPACITY_MISMATCH" {
 		t.Fatalf("Campaign on a semaphore: %v; want FailedPrecondition CAPACITY_MISMATCH", err)
 	}
@@ -131,7 +131,7 @@ func TestSemaphoreRefusals(t *testing.T) {
 // 1 sends its whole set of grants, at first and after each change.
 func TestObserveReportsASemaphoresHolders(t *testing.T) {
 	c := start(t, testConfig(t, "memory"))
-	ctx := apitest.Timeout(t, time.Minute)
+	ctx := servertest.Timeout(t, time.Minute)
 	a, err := c.share("pool", "a", 4, 2, 0)
 	if err != nil || !a.GetAcquired() {
 		t.Fatalf("%v, %v", a, err)

@@ -13,14 +13,14 @@ import (
 	"google.golang.org/grpc/status"
 
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
-	"github.com/coordinator-dev/coordinator/internal/testkit/apitest"
+	"github.com/coordinator-dev/coordinator/server/servertest"
 	"github.com/coordinator-dev/coordinator/server/store/storetest"
 )
 
 func TestInvalidRequestsNameTheField(t *testing.T) {
 	c := start(t, testConfig(t, "memory"))
 	ok := func() *coordinatorv1.TryAcquireRequest {
-		return &coordinatorv1.TryAcquireRequest{Name: "job", Holder: "me", Ttl: apitest.Dur(time.Second)}
+		return &coordinatorv1.TryAcquireRequest{Name: "job", Holder: "me", Ttl: servertest.Dur(time.Second)}
 	}
 	tests := []struct {
 		name  string
@@ -65,30 +65,30 @@ func TestInvalidRequestsNameTheField(t *testing.T) {
 		}, "ttl"},
 		{"ttl below 100ms", func(ctx context.Context) error {
 			r := ok()
-			r.Ttl = apitest.Dur(99 * time.Millisecond)
+			r.Ttl = servertest.Dur(99 * time.Millisecond)
 			_, err := c.client.TryAcquire(ctx, r)
 			return err
 		}, "ttl"},
 		{"ttl above the maximum", func(ctx context.Context) error {
 			r := ok()
-			r.Ttl = apitest.Dur(5*time.Minute + time.Millisecond)
+			r.Ttl = servertest.Dur(5*time.Minute + time.Millisecond)
 			_, err := c.client.TryAcquire(ctx, r)
 			return err
 		}, "ttl"},
 		{"negative wait", func(ctx context.Context) error {
 			r := ok()
-			r.Wait = apitest.Dur(-time.Second)
+			r.Wait = servertest.Dur(-time.Second)
 			_, err := c.client.TryAcquire(ctx, r)
 			return err
 		}, "wait"},
 		{"wait above 5 minutes", func(ctx context.Context) error {
 			r := ok()
-			r.Wait = apitest.Dur(6 * time.Minute)
+			r.Wait = servertest.Dur(6 * time.Minute)
 			_, err := c.client.TryAcquire(ctx, r)
 			return err
 		}, "wait"},
 		{"renew without token", func(ctx context.Context) error {
-			_, err := c.client.Renew(ctx, &coordinatorv1.RenewRequest{Name: "job", Holder: "me", Ttl: apitest.Dur(time.Second)})
+			_, err := c.client.Renew(ctx, &coordinatorv1.RenewRequest{Name: "job", Holder: "me", Ttl: servertest.Dur(time.Second)})
 			return err
 		}, "token"},
 		{"renew without ttl", func(ctx context.Context) error {
@@ -114,7 +114,7 @@ func TestInvalidRequestsNameTheField(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			err := tc.call(apitest.Timeout(t, 5*time.Second))
+			err := tc.call(servertest.Timeout(t, 5*time.Second))
 			code, reason, field := errorDetails(err)
 			if code != codes.InvalidArgument || reason != "INVALID_FIELD" || field != tc.field {
 				t.Fatalf("err = %v (reason %q, field %q); want InvalidArgument naming %q", err, reason, field, tc.field)
@@ -132,20 +132,20 @@ func testLeaseLifecycle(t *testing.T, via string) {
 	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			c := startVia(t, testConfig(t, kind), via)
-			ctx := apitest.Timeout(t, 10*time.Second)
+			ctx := servertest.Timeout(t, 10*time.Second)
 
-			lease := apitest.MustAcquire(t, c.client, "team-a/job", "alice", 10*time.Second)
+			lease := servertest.MustAcquire(t, c.client, "team-a/job", "alice", 10*time.Second)
 			if lease.GetToken() == 0 || lease.GetHolder() != "alice" || lease.GetTtl().AsDuration() != 10*time.Second {
 				t.Fatalf("lease = %v", lease)
 			}
 			if until := time.Until(lease.GetExpiresAt().AsTime()); until < 8*time.Second || until > 12*time.Second {
 				t.Fatalf("expires_at is %v away", until)
 			}
-			again := apitest.MustAcquire(t, c.client, "team-a/job", "alice", 20*time.Second)
+			again := servertest.MustAcquire(t, c.client, "team-a/job", "alice", 20*time.Second)
 			if again.GetToken() != lease.GetToken() {
 				t.Fatalf("retried acquire got token %d, want %d", again.GetToken(), lease.GetToken())
 			}
-			resp := apitest.Acquire(t, c.client, "team-a/job", "bob", time.Second, 0)
+			resp := servertest.Acquire(t, c.client, "team-a/job", "bob", time.Second, 0)
 			if resp.GetAcquired() || resp.GetHolder() != "alice" {
 				t.Fatalf("bob's acquire = %v; want refused, naming alice", resp)
 			}
@@ -158,11 +158,11 @@ func testLeaseLifecycle(t *testing.T, via string) {
 			if err != nil || !desc.GetHeld() || desc.GetLease().GetHolder() != "alice" || desc.GetLastToken() != lease.GetToken() {
 				t.Fatalf("Describe = %v, %v", desc, err)
 			}
-			renewed, err := c.client.Renew(ctx, &coordinatorv1.RenewRequest{Name: "team-a/job", Holder: "alice", Token: lease.GetToken(), Ttl: apitest.Dur(time.Minute)})
+			renewed, err := c.client.Renew(ctx, &coordinatorv1.RenewRequest{Name: "team-a/job", Holder: "alice", Token: lease.GetToken(), Ttl: servertest.Dur(time.Minute)})
 			if err != nil || renewed.GetLease().GetToken() != lease.GetToken() || renewed.GetLease().GetTtl().AsDuration() != time.Minute {
 				t.Fatalf("Renew = %v, %v", renewed, err)
 			}
-			_, err = c.client.Renew(ctx, &coordinatorv1.RenewRequest{Name: "team-a/job", Holder: "bob", Token: lease.GetToken(), Ttl: apitest.Dur(time.Minute)})
+			_, err = c.client.Renew(ctx, &coordinatorv1.RenewRequest{Name: "team-a/job", Holder: "bob", Token: lease.GetToken(), Ttl: servertest.Dur(time.Minute)})
 			if code, reason, _ := errorDetails(err); code != codes.FailedPrecondition || reason != "LEASE_NOT_HELD" {
 				t.Fatalf("Renew by another holder: %v (reason %q); want FailedPrecondition LEASE_NOT_HELD", err, reason)
 			}
@@ -178,7 +178,7 @@ func testLeaseLifecycle(t *testing.T, via string) {
 					t.Fatalf("Release #%d = %v, %v; want released=%v", i+1, rel, err, want)
 				}
 			}
-			next := apitest.MustAcquire(t, c.client, "team-a/job", "bob", time.Second)
+			next := servertest.MustAcquire(t, c.client, "team-a/job", "bob", time.Second)
 			if next.GetToken() <= lease.GetToken() {
 				t.Fatalf("token went from %d to %d", lease.GetToken(), next.GetToken())
 			}
@@ -194,16 +194,16 @@ func testWaitingAcquire(t *testing.T, via string) {
 			c := startVia(t, testConfig(t, kind), via)
 
 			t.Run("woken by release", func(t *testing.T) {
-				held := apitest.MustAcquire(t, c.client, "release", "a", time.Minute)
+				held := servertest.MustAcquire(t, c.client, "release", "a", time.Minute)
 				got := make(chan *coordinatorv1.TryAcquireResponse, 1)
 				go func() {
-					resp, err := apitest.TryAcquire(c.client, "release", "b", time.Minute, time.Minute)
+					resp, err := servertest.TryAcquire(c.client, "release", "b", time.Minute, time.Minute)
 					if err != nil {
 						t.Error(err)
 					}
 					got <- resp
 				}()
-				apitest.WaitQueued(t, c.client, "release", 1)
+				servertest.WaitQueued(t, c.client, "release", 1)
 				if _, err := c.client.Release(context.Background(), &coordinatorv1.ReleaseRequest{Name: "release", Holder: "a", Token: held.GetToken()}); err != nil {
 					t.Fatal(err)
 				}
@@ -218,33 +218,33 @@ func testWaitingAcquire(t *testing.T, via string) {
 			})
 
 			t.Run("woken by expiry", func(t *testing.T) {
-				apitest.MustAcquire(t, c.client, "expiry", "a", 300*time.Millisecond)
-				resp := apitest.Acquire(t, c.client, "expiry", "b", time.Minute, time.Minute)
+				servertest.MustAcquire(t, c.client, "expiry", "a", 300*time.Millisecond)
+				resp := servertest.Acquire(t, c.client, "expiry", "b", time.Minute, time.Minute)
 				if !resp.GetAcquired() {
 					t.Fatalf("waiter got %v", resp)
 				}
 			})
 
 			t.Run("gives up when wait ends", func(t *testing.T) {
-				apitest.MustAcquire(t, c.client, "busy", "a", time.Minute)
-				resp := apitest.Acquire(t, c.client, "busy", "b", time.Minute, 200*time.Millisecond)
+				servertest.MustAcquire(t, c.client, "busy", "a", time.Minute)
+				resp := servertest.Acquire(t, c.client, "busy", "b", time.Minute, 200*time.Millisecond)
 				if resp.GetAcquired() || resp.GetHolder() != "a" {
 					t.Fatalf("waiter got %v; want refused, naming a", resp)
 				}
 			})
 
 			t.Run("answers before the RPC deadline", func(t *testing.T) {
-				apitest.MustAcquire(t, c.client, "deadline", "a", time.Minute)
+				servertest.MustAcquire(t, c.client, "deadline", "a", time.Minute)
 				ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 				defer cancel()
-				resp, err := c.client.TryAcquire(ctx, &coordinatorv1.TryAcquireRequest{Name: "deadline", Holder: "b", Ttl: apitest.Dur(time.Minute), Wait: apitest.Dur(time.Minute)})
+				resp, err := c.client.TryAcquire(ctx, &coordinatorv1.TryAcquireRequest{Name: "deadline", Holder: "b", Ttl: servertest.Dur(time.Minute), Wait: servertest.Dur(time.Minute)})
 				if err != nil || resp.GetAcquired() {
 					t.Fatalf("TryAcquire = %v, %v; want a not-acquired answer", resp, err)
 				}
 			})
 
 			t.Run("waiters are served in arrival order", func(t *testing.T) {
-				held := apitest.MustAcquire(t, c.client, "fifo", "owner", time.Minute)
+				held := servertest.MustAcquire(t, c.client, "fifo", "owner", time.Minute)
 				const waiters = 20
 				order := make(chan string, waiters)
 				var wg sync.WaitGroup
@@ -253,7 +253,7 @@ func testWaitingAcquire(t *testing.T, via string) {
 					wg.Add(1)
 					go func() {
 						defer wg.Done()
-						resp, err := apitest.TryAcquire(c.client, "fifo", holder, time.Minute, time.Minute)
+						resp, err := servertest.TryAcquire(c.client, "fifo", holder, time.Minute, time.Minute)
 						if err != nil || !resp.GetAcquired() {
 							t.Errorf("%s: %v, %v", holder, resp, err)
 							return
@@ -261,7 +261,7 @@ func testWaitingAcquire(t *testing.T, via string) {
 						order <- holder
 						_, _ = c.client.Release(context.Background(), &coordinatorv1.ReleaseRequest{Name: "fifo", Holder: holder, Token: resp.GetLease().GetToken()})
 					}()
-					apitest.WaitQueued(t, c.client, "fifo", i+1)
+					servertest.WaitQueued(t, c.client, "fifo", i+1)
 				}
 				if _, err := c.client.Release(context.Background(), &coordinatorv1.ReleaseRequest{Name: "fifo", Holder: "owner", Token: held.GetToken()}); err != nil {
 					t.Fatal(err)
@@ -272,23 +272,23 @@ func testWaitingAcquire(t *testing.T, via string) {
 			})
 
 			t.Run("a cancelled waiter leaves the queue at once", func(t *testing.T) {
-				held := apitest.MustAcquire(t, c.client, "cancel", "owner", time.Minute)
+				held := servertest.MustAcquire(t, c.client, "cancel", "owner", time.Minute)
 				ctx, cancel := context.WithCancel(context.Background())
 				quit := make(chan error, 1)
 				go func() {
-					_, err := c.client.TryAcquire(ctx, &coordinatorv1.TryAcquireRequest{Name: "cancel", Holder: "quitter", Ttl: apitest.Dur(time.Minute), Wait: apitest.Dur(time.Minute)})
+					_, err := c.client.TryAcquire(ctx, &coordinatorv1.TryAcquireRequest{Name: "cancel", Holder: "quitter", Ttl: servertest.Dur(time.Minute), Wait: servertest.Dur(time.Minute)})
 					quit <- err
 				}()
-				apitest.WaitQueued(t, c.client, "cancel", 1)
+				servertest.WaitQueued(t, c.client, "cancel", 1)
 				got := make(chan *coordinatorv1.TryAcquireResponse, 1)
 				go func() {
-					resp, err := apitest.TryAcquire(c.client, "cancel", "patient", time.Minute, time.Minute)
+					resp, err := servertest.TryAcquire(c.client, "cancel", "patient", time.Minute, time.Minute)
 					if err != nil {
 						t.Error(err)
 					}
 					got <- resp
 				}()
-				apitest.WaitQueued(t, c.client, "cancel", 2)
+				servertest.WaitQueued(t, c.client, "cancel", 2)
 				cancel()
 				if err := <-quit; errCode(err) != codes.Canceled {
 					t.Fatalf("the cancelled wait ended with %v; want Canceled", err)
@@ -340,7 +340,7 @@ func testContendedLeasesNeverOverlapOverGRPC(t *testing.T, via string) {
 						name := names[rng.IntN(len(names))]
 						sent := time.Now()
 						resp, err := c.client.TryAcquire(context.Background(), &coordinatorv1.TryAcquireRequest{
-							Name: name, Holder: holder, Ttl: apitest.Dur(ttl), Wait: apitest.Dur(time.Duration(rng.IntN(50)) * time.Millisecond),
+							Name: name, Holder: holder, Ttl: servertest.Dur(ttl), Wait: servertest.Dur(time.Duration(rng.IntN(50)) * time.Millisecond),
 						})
 						if err != nil {
 							t.Error(err)
@@ -380,14 +380,14 @@ func testLockDelayHoldsAnExpiredNameForItsSuccessor(t *testing.T, via string) {
 			cfg.LockDelay = 500 * time.Millisecond
 			c := startVia(t, cfg, via)
 
-			released := apitest.MustAcquire(t, c.client, "clean", "a", time.Minute)
+			released := servertest.MustAcquire(t, c.client, "clean", "a", time.Minute)
 			if _, err := c.client.Release(context.Background(), &coordinatorv1.ReleaseRequest{Name: "clean", Holder: "a", Token: released.GetToken()}); err != nil {
 				t.Fatal(err)
 			}
-			apitest.MustAcquire(t, c.client, "clean", "b", time.Minute) // no delay after a release
+			servertest.MustAcquire(t, c.client, "clean", "b", time.Minute) // no delay after a release
 
-			vanished := apitest.MustAcquire(t, c.client, "vanished", "a", 200*time.Millisecond)
-			resp := apitest.Acquire(t, c.client, "vanished", "b", time.Minute, 10*time.Second)
+			vanished := servertest.MustAcquire(t, c.client, "vanished", "a", 200*time.Millisecond)
+			resp := servertest.Acquire(t, c.client, "vanished", "b", time.Minute, 10*time.Second)
 			if !resp.GetAcquired() {
 				t.Fatalf("waiter got %v", resp)
 			}
@@ -401,16 +401,16 @@ func testLockDelayHoldsAnExpiredNameForItsSuccessor(t *testing.T, via string) {
 
 func TestShutdownEndsWaitingCalls(t *testing.T) {
 	c := start(t, testConfig(t, "memory"))
-	apitest.MustAcquire(t, c.client, "held", "a", time.Minute)
+	servertest.MustAcquire(t, c.client, "held", "a", time.Minute)
 	conn := c.Dial(t)
 	waiting := make(chan error, 1)
 	go func() {
 		_, err := coordinatorv1.NewCoordinatorClient(conn).TryAcquire(context.Background(), &coordinatorv1.TryAcquireRequest{
-			Name: "held", Holder: "b", Ttl: apitest.Dur(time.Minute), Wait: apitest.Dur(5 * time.Minute),
+			Name: "held", Holder: "b", Ttl: servertest.Dur(time.Minute), Wait: servertest.Dur(5 * time.Minute),
 		})
 		waiting <- err
 	}()
-	apitest.WaitQueued(t, c.client, "held", 1)
+	servertest.WaitQueued(t, c.client, "held", 1)
 	stopped := make(chan struct{})
 	go func() { c.Stop(); close(stopped) }()
 	select {

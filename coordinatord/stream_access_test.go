@@ -14,7 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
-	"github.com/coordinator-dev/coordinator/internal/testkit/apitest"
+	"github.com/coordinator-dev/coordinator/server/servertest"
 )
 
 // stream operations are checked, limited and answered one by one, as the
@@ -160,8 +160,8 @@ func TestStreamWaitsAreCappedLikeWaitingCalls(t *testing.T) {
 	for _, tc := range waitCaps {
 		t.Run(tc.name, func(t *testing.T) {
 			c := tc.start(t)
-			ctx := apitest.Timeout(t, time.Minute)
-			held := apitest.Acquire(t, c.client, "busy", "holder", time.Minute, 0)
+			ctx := servertest.Timeout(t, time.Minute)
+			held := servertest.Acquire(t, c.client, "busy", "holder", time.Minute, 0)
 			s := openOpStream(t, ctx, c)
 			// One after the other, so that w1 is first in the queue.
 			s.send(streamAcquire(1, "busy", "w1", time.Minute))
@@ -205,7 +205,7 @@ func TestStreamAcquiresCountAgainstTheHoldersLeases(t *testing.T) {
 	cfg := testConfig(t, "memory")
 	cfg.Limits.LeasesPerHolder = 2
 	c := start(t, cfg)
-	ctx := apitest.Timeout(t, time.Minute)
+	ctx := servertest.Timeout(t, time.Minute)
 	s := openOpStream(t, ctx, c)
 	s.send(streamAcquire(1, "a", "h", 0), streamCampaign(2, "b", "h", 0))
 	s.await(1, 2)

@@ -15,9 +15,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
-	"github.com/coordinator-dev/coordinator/internal/testkit/apitest"
 	"github.com/coordinator-dev/coordinator/internal/testkit/testwait"
 	"github.com/coordinator-dev/coordinator/server"
+	"github.com/coordinator-dev/coordinator/server/servertest"
 	"github.com/coordinator-dev/coordinator/server/store/storetest"
 )
 
@@ -156,13 +156,13 @@ func (s *testStream) mustCall(op *coordinatorv1.StreamOperation) *coordinatorv1.
 
 func acquireOp(name, holder string, ttl, wait time.Duration) *coordinatorv1.StreamOperation {
 	return &coordinatorv1.StreamOperation{Operation: &coordinatorv1.StreamOperation_Acquire{Acquire: &coordinatorv1.TryAcquireRequest{
-		Name: name, Holder: holder, Ttl: apitest.Dur(ttl), Wait: apitest.Dur(wait),
+		Name: name, Holder: holder, Ttl: servertest.Dur(ttl), Wait: servertest.Dur(wait),
 	}}}
 }
 
 func renewOp(name, holder string, token uint64, ttl time.Duration) *coordinatorv1.StreamOperation {
 	return &coordinatorv1.StreamOperation{Operation: &coordinatorv1.StreamOperation_Renew{Renew: &coordinatorv1.RenewRequest{
-		Name: name, Holder: holder, Token: token, Ttl: apitest.Dur(ttl),
+		Name: name, Holder: holder, Token: token, Ttl: servertest.Dur(ttl),
 	}}}
 }
 
@@ -174,7 +174,7 @@ func releaseOp(name, holder string, token uint64) *coordinatorv1.StreamOperation
 
 func campaignOp(election, candidate, value string, ttl time.Duration, term uint64) *coordinatorv1.StreamOperation {
 	return &coordinatorv1.StreamOperation{Operation: &coordinatorv1.StreamOperation_Campaign{Campaign: &coordinatorv1.CampaignRequest{
-		Election: election, Candidate: candidate, Value: []byte(value), Ttl: apitest.Dur(ttl), Term: term,
+		Election: election, Candidate: candidate, Value: []byte(value), Ttl: servertest.Dur(ttl), Term: term,
 	}}}
 }
 
@@ -338,8 +338,8 @@ func wantError(code codes.Code, reason, field string) func(r *coordinatorv1.Stre
 func TestStreamErrorsAreTheUnaryCallsErrors(t *testing.T) {
 	c := start(t, testConfig(t, "memory"))
 	s := openTestStream(t, c.client)
-	ctx := apitest.Timeout(t, 10*time.Second)
-	req := &coordinatorv1.TryAcquireRequest{Name: "a//b", Holder: "h", Ttl: apitest.Dur(time.Minute)}
+	ctx := servertest.Timeout(t, 10*time.Second)
+	req := &coordinatorv1.TryAcquireRequest{Name: "a//b", Holder: "h", Ttl: servertest.Dur(time.Minute)}
 	_, unary := c.client.TryAcquire(ctx, req)
 	r := s.mustCall(&coordinatorv1.StreamOperation{Operation: &coordinatorv1.StreamOperation_Acquire{Acquire: req}})
 	want, got := status.Convert(unary).Proto(), r.GetError()
@@ -410,7 +410,7 @@ func TestManyOperationsInOneMessage(t *testing.T) {
 			// Every lease was released: none is left held.
 			for i := range n {
 				name := fmt.Sprintf("many/%04d", i)
-				if d, err := c.client.Describe(apitest.Timeout(t, 10*time.Second), &coordinatorv1.DescribeRequest{Name: name}); err != nil || d.GetHeld() {
+				if d, err := c.client.Describe(servertest.Timeout(t, 10*time.Second), &coordinatorv1.DescribeRequest{Name: name}); err != nil || d.GetHeld() {
 					t.Fatalf("%s after its release: %v, %v", name, d, err)
 				}
 			}
@@ -436,7 +436,7 @@ func TestMoreOperationsThanAllowedFailTheStream(t *testing.T) {
 	if code, reason, field := errorDetails(s.err); code != codes.InvalidArgument || reason != "INVALID_FIELD" || field != "operations" {
 		t.Fatalf("stream ended with %v; want InvalidArgument naming operations", s.err)
 	}
-	if d, err := c.client.Describe(apitest.Timeout(t, 10*time.Second), &coordinatorv1.DescribeRequest{Name: "over/0"}); err != nil || d.GetHeld() {
+	if d, err := c.client.Describe(servertest.Timeout(t, 10*time.Second), &coordinatorv1.DescribeRequest{Name: "over/0"}); err != nil || d.GetHeld() {
 		t.Fatalf("an operation of the refused message ran: %v, %v", d, err)
 	}
 }
@@ -445,14 +445,14 @@ func TestAWaitingAcquireLetsOtherOperationsProceed(t *testing.T) {
 	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			c := start(t, testConfig(t, kind))
-			held := apitest.MustAcquire(t, c.client, "busy", "holder", time.Minute)
+			held := servertest.MustAcquire(t, c.client, "busy", "holder", time.Minute)
 			s := openTestStream(t, c.client)
 			waiting := acquireOp("busy", "waiter", time.Minute, time.Minute)
 			if err := s.send(waiting); err != nil {
 				t.Fatal(err)
 			}
 			testwait.Until(t, 30*time.Second, "the acquire waits", func() bool {
-				d, err := c.client.Describe(apitest.Timeout(t, 5*time.Second), &coordinatorv1.DescribeRequest{Name: "busy"})
+				d, err := c.client.Describe(servertest.Timeout(t, 5*time.Second), &coordinatorv1.DescribeRequest{Name: "busy"})
 				return err == nil && d.GetWaiters() == 1
 			})
 			// Meanwhile the stream serves other operations.
@@ -466,7 +466,7 @@ func TestAWaitingAcquireLetsOtherOperationsProceed(t *testing.T) {
 					t.Fatalf("release %s: %v", name, r)
 				}
 			}
-			if _, err := c.client.Release(apitest.Timeout(t, 5*time.Second), &coordinatorv1.ReleaseRequest{Name: "busy", Holder: "holder", Token: held.GetToken()}); err != nil {
+			if _, err := c.client.Release(servertest.Timeout(t, 5*time.Second), &coordinatorv1.ReleaseRequest{Name: "busy", Holder: "holder", Token: held.GetToken()}); err != nil {
 				t.Fatal(err)
 			}
 			r, err := s.result(waiting.GetId(), 30*time.Second)
@@ -484,8 +484,8 @@ func TestEndingAStreamGivesUpItsWaitsButKeepsItsLeases(t *testing.T) {
 	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			c := start(t, testConfig(t, kind))
-			ctx := apitest.Timeout(t, time.Minute)
-			held := apitest.MustAcquire(t, c.client, "queue", "holder", time.Minute)
+			ctx := servertest.Timeout(t, time.Minute)
+			held := servertest.MustAcquire(t, c.client, "queue", "holder", time.Minute)
 			s := openTestStream(t, c.client)
 			kept := s.mustCall(acquireOp("kept", "leaver", time.Minute, 0))
 			if !kept.GetAcquire().GetAcquired() {
@@ -494,19 +494,19 @@ func TestEndingAStreamGivesUpItsWaitsButKeepsItsLeases(t *testing.T) {
 			if err := s.send(acquireOp("queue", "leaver", time.Minute, time.Minute)); err != nil {
 				t.Fatal(err)
 			}
-			apitest.WaitQueued(t, c.client, "queue", 1) // the stream's acquire waits
+			servertest.WaitQueued(t, c.client, "queue", 1) // the stream's acquire waits
 			next := make(chan *coordinatorv1.TryAcquireResponse, 1)
 			go func() {
-				resp, err := apitest.TryAcquire(c.client, "queue", "next", time.Minute, time.Minute)
+				resp, err := servertest.TryAcquire(c.client, "queue", "next", time.Minute, time.Minute)
 				if err != nil {
 					t.Error(err)
 				}
 				next <- resp
 			}()
-			apitest.WaitQueued(t, c.client, "queue", 2) // a second waiter behind it
+			servertest.WaitQueued(t, c.client, "queue", 2) // a second waiter behind it
 
-			s.cancel()                                  // the client goes away
-			apitest.WaitQueued(t, c.client, "queue", 1) // the stream's waiter left the queue
+			s.cancel()                                     // the client goes away
+			servertest.WaitQueued(t, c.client, "queue", 1) // the stream's waiter left the queue
 			if _, err := c.client.Release(ctx, &coordinatorv1.ReleaseRequest{Name: "queue", Holder: "holder", Token: held.GetToken()}); err != nil {
 				t.Fatal(err)
 			}
@@ -534,14 +534,14 @@ func TestACancelGivesUpOneWait(t *testing.T) {
 	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			c := start(t, testConfig(t, kind))
-			ctx := apitest.Timeout(t, time.Minute)
-			held := apitest.MustAcquire(t, c.client, "queue", "holder", time.Minute)
+			ctx := servertest.Timeout(t, time.Minute)
+			held := servertest.MustAcquire(t, c.client, "queue", "holder", time.Minute)
 			s := openTestStream(t, c.client)
 			waiting := acquireOp("queue", "canceller", time.Minute, time.Minute)
 			if err := s.send(waiting); err != nil {
 				t.Fatal(err)
 			}
-			apitest.WaitQueued(t, c.client, "queue", 1) // the stream's acquire waits
+			servertest.WaitQueued(t, c.client, "queue", 1) // the stream's acquire waits
 
 			cancel := &coordinatorv1.StreamOperation{Id: waiting.GetId() + 1000, Operation: &coordinatorv1.StreamOperation_Cancel{Cancel: waiting.GetId()}}
 			unknown := &coordinatorv1.StreamOperation{Id: waiting.GetId() + 1001, Operation: &coordinatorv1.StreamOperation_Cancel{Cancel: 987654}}
@@ -555,7 +555,7 @@ func TestACancelGivesUpOneWait(t *testing.T) {
 			if code := codes.Code(r.GetError().GetCode()); code != codes.Canceled {
 				t.Fatalf("the cancelled acquire answered %v; want Canceled", r)
 			}
-			apitest.WaitQueued(t, c.client, "queue", 0) // the cancelled waiter left the queue
+			servertest.WaitQueued(t, c.client, "queue", 0) // the cancelled waiter left the queue
 			if r := s.mustCall(acquireOp("other", "canceller", time.Minute, 0)); !r.GetAcquire().GetAcquired() {
 				t.Fatalf("the stream after a cancel: %v", r)
 			}
@@ -573,15 +573,15 @@ func TestACancelGivesUpOneWait(t *testing.T) {
 // waits included, before the stream ends.
 func TestClosingTheSendSideFinishesWhatIsInFlight(t *testing.T) {
 	c := start(t, testConfig(t, "memory"))
-	ctx := apitest.Timeout(t, time.Minute)
-	held := apitest.MustAcquire(t, c.client, "later", "holder", time.Minute)
+	ctx := servertest.Timeout(t, time.Minute)
+	held := servertest.MustAcquire(t, c.client, "later", "holder", time.Minute)
 	s := openTestStream(t, c.client)
 	waiting := acquireOp("later", "waiter", time.Minute, time.Minute)
 	now := acquireOp("now", "waiter", time.Minute, 0)
 	if err := s.send(waiting, now); err != nil {
 		t.Fatal(err)
 	}
-	apitest.WaitQueued(t, c.client, "later", 1) // the acquire waits
+	servertest.WaitQueued(t, c.client, "later", 1) // the acquire waits
 	if err := s.stream.CloseSend(); err != nil {
 		t.Fatal(err)
 	}
@@ -608,13 +608,13 @@ func TestStopEndsStreamsWithUnavailable(t *testing.T) {
 	for _, kind := range storeKinds {
 		t.Run(kind, func(t *testing.T) {
 			c := start(t, testConfig(t, kind))
-			apitest.MustAcquire(t, c.client, "stop", "holder", time.Minute)
+			servertest.MustAcquire(t, c.client, "stop", "holder", time.Minute)
 			s := openTestStream(t, c.client)
 			waiting := acquireOp("stop", "waiter", time.Minute, time.Minute)
 			if err := s.send(waiting); err != nil {
 				t.Fatal(err)
 			}
-			apitest.WaitQueued(t, c.client, "stop", 1) // the acquire waits
+			servertest.WaitQueued(t, c.client, "stop", 1) // the acquire waits
 			stopped := make(chan struct{})
 			go func() {
 				defer close(stopped)

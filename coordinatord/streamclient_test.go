@@ -14,8 +14,8 @@ import (
 
 	"github.com/coordinator-dev/coordinator/coordinatord"
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
-	"github.com/coordinator-dev/coordinator/internal/testkit/apitest"
 	"github.com/coordinator-dev/coordinator/internal/testkit/testwait"
+	"github.com/coordinator-dev/coordinator/server/servertest"
 )
 
 // The lease calls (TryAcquire, Renew, Release, Campaign, Resign) reach the
@@ -144,18 +144,18 @@ func streamCall[T any](ctx context.Context, c streamClient, op *coordinatorv1.St
 // service, not the adapter.
 func TestStreamClientFollowsTheUnaryCalls(t *testing.T) {
 	c := startVia(t, testConfig(t, coordinatord.StoreMemory), viaStream)
-	held := apitest.MustAcquire(t, c.client, "job", "a", time.Minute)
-	if resp := apitest.Acquire(t, c.client, "job", "b", time.Minute, 0); resp.GetAcquired() || resp.GetHolder() != "a" {
+	held := servertest.MustAcquire(t, c.client, "job", "a", time.Minute)
+	if resp := servertest.Acquire(t, c.client, "job", "b", time.Minute, 0); resp.GetAcquired() || resp.GetHolder() != "a" {
 		t.Fatalf("refusal = %v; want held by a", resp)
 	}
-	_, err := c.client.Renew(apitest.Timeout(t, 5*time.Second), &coordinatorv1.RenewRequest{Name: "job", Holder: "b", Token: held.GetToken(), Ttl: apitest.Dur(time.Minute)})
+	_, err := c.client.Renew(servertest.Timeout(t, 5*time.Second), &coordinatorv1.RenewRequest{Name: "job", Holder: "b", Token: held.GetToken(), Ttl: servertest.Dur(time.Minute)})
 	if code, reason, _ := errorDetails(err); code != codes.FailedPrecondition || reason != "LEASE_NOT_HELD" {
 		t.Fatalf("renew by another holder: %v; want FailedPrecondition LEASE_NOT_HELD", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	resp, err := c.client.TryAcquire(ctx, &coordinatorv1.TryAcquireRequest{Name: "job", Holder: "b", Ttl: apitest.Dur(time.Minute), Wait: apitest.Dur(time.Minute)})
+	resp, err := c.client.TryAcquire(ctx, &coordinatorv1.TryAcquireRequest{Name: "job", Holder: "b", Ttl: servertest.Dur(time.Minute), Wait: servertest.Dur(time.Minute)})
 	if err != nil || resp.GetAcquired() || time.Since(start) > 10*time.Second {
 		t.Fatalf("a wait past the deadline: %v, %v after %s; want refused before the deadline", resp, err, time.Since(start))
 	}
@@ -163,10 +163,10 @@ func TestStreamClientFollowsTheUnaryCalls(t *testing.T) {
 	defer cancel()
 	quit := make(chan error, 1)
 	go func() {
-		_, err := c.client.TryAcquire(ctx, &coordinatorv1.TryAcquireRequest{Name: "job", Holder: "b", Ttl: apitest.Dur(time.Minute), Wait: apitest.Dur(time.Minute)})
+		_, err := c.client.TryAcquire(ctx, &coordinatorv1.TryAcquireRequest{Name: "job", Holder: "b", Ttl: servertest.Dur(time.Minute), Wait: servertest.Dur(time.Minute)})
 		quit <- err
 	}()
-	apitest.WaitQueued(t, c.client, "job", 1)
+	servertest.WaitQueued(t, c.client, "job", 1)
 	cancel()
 	if err := <-quit; errCode(err) != codes.Canceled {
 		t.Fatalf("a cancelled wait: %v; want Canceled", err)

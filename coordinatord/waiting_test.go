@@ -9,7 +9,7 @@ import (
 
 	"github.com/coordinator-dev/coordinator/coordinatord"
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
-	"github.com/coordinator-dev/coordinator/internal/testkit/apitest"
+	"github.com/coordinator-dev/coordinator/server/servertest"
 )
 
 // TestFIFOAcrossCoordinators queues waiters alternately through two
@@ -21,14 +21,14 @@ func testFIFOAcrossCoordinators(t *testing.T, via string) {
 	cfg := testConfig(t, coordinatord.StoreRedis)
 	coords := []*coordinator{startVia(t, cfg, via), startVia(t, cfg, via)}
 	const waiters = 60
-	held := apitest.MustAcquire(t, coords[0].client, "shared", "owner", time.Minute)
+	held := servertest.MustAcquire(t, coords[0].client, "shared", "owner", time.Minute)
 	order := make(chan string, waiters)
 	var wg sync.WaitGroup
 	for i := range waiters {
 		c := coords[i%2]
 		holder := fmt.Sprintf("w%d", i)
 		wg.Go(func() {
-			resp, err := apitest.TryAcquire(c.client, "shared", holder, time.Minute, time.Minute)
+			resp, err := servertest.TryAcquire(c.client, "shared", holder, time.Minute, time.Minute)
 			if err != nil || !resp.GetAcquired() {
 				t.Errorf("%s: %v, %v", holder, resp, err)
 				return
@@ -41,7 +41,7 @@ func testFIFOAcrossCoordinators(t *testing.T, via string) {
 				t.Error(err)
 			}
 		})
-		apitest.WaitQueued(t, coords[0].client, "shared", i+1)
+		servertest.WaitQueued(t, coords[0].client, "shared", i+1)
 	}
 	release(t, coords[0], held)
 	wg.Wait()
@@ -51,7 +51,7 @@ func testFIFOAcrossCoordinators(t *testing.T, via string) {
 
 func release(t *testing.T, c *coordinator, l *coordinatorv1.Lease) {
 	t.Helper()
-	resp, err := c.client.Release(apitest.Timeout(t, 10*time.Second), &coordinatorv1.ReleaseRequest{Name: l.GetName(), Holder: l.GetHolder(), Token: l.GetToken()})
+	resp, err := c.client.Release(servertest.Timeout(t, 10*time.Second), &coordinatorv1.ReleaseRequest{Name: l.GetName(), Holder: l.GetHolder(), Token: l.GetToken()})
 	if err != nil || !resp.GetReleased() {
 		t.Fatalf("Release(%s by %s) = %v, %v", l.GetName(), l.GetHolder(), resp, err)
 	}

@@ -15,7 +15,7 @@ import (
 
 // The service's own tests serve a bare Service over a store on a real
 // loopback listener, without the coordinator process around it: no codec,
-// interceptors, limits or access checks; apitest makes the usual calls. The
+// interceptors, limits or access checks; servertest makes the usual calls. The
 // service's behaviour through a whole coordinator (coordtest) is tested in
 // package coordinatord, the layer above, which this one never imports.
 

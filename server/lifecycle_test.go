@@ -8,19 +8,19 @@ import (
 	"google.golang.org/grpc/status"
 
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
-	"github.com/coordinator-dev/coordinator/internal/testkit/apitest"
 	"github.com/coordinator-dev/coordinator/server"
+	"github.com/coordinator-dev/coordinator/server/servertest"
 )
 
 func TestZeroServiceOptionsServeWithDefaults(t *testing.T) {
 	svc, client := serveService(t, server.ServiceOptions{})
-	ctx := apitest.Timeout(t, 10*time.Second)
+	ctx := servertest.Timeout(t, 10*time.Second)
 
-	resp, err := client.TryAcquire(ctx, &coordinatorv1.TryAcquireRequest{Name: "zero", Holder: "a", Ttl: apitest.Dur(server.DefaultMaxTTL)})
+	resp, err := client.TryAcquire(ctx, &coordinatorv1.TryAcquireRequest{Name: "zero", Holder: "a", Ttl: servertest.Dur(server.DefaultMaxTTL)})
 	if err != nil || !resp.GetAcquired() {
 		t.Fatalf("TryAcquire with the default max TTL = %v, %v", resp, err)
 	}
-	if _, err := client.TryAcquire(ctx, &coordinatorv1.TryAcquireRequest{Name: "zero", Holder: "a", Ttl: apitest.Dur(server.DefaultMaxTTL + time.Second)}); status.Code(err) != codes.InvalidArgument {
+	if _, err := client.TryAcquire(ctx, &coordinatorv1.TryAcquireRequest{Name: "zero", Holder: "a", Ttl: servertest.Dur(server.DefaultMaxTTL + time.Second)}); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("TryAcquire over the default max TTL: %v; want InvalidArgument", err)
 	}
 
@@ -33,7 +33,7 @@ func TestZeroServiceOptionsServeWithDefaults(t *testing.T) {
 	if ev, err := stream.Recv(); err != nil || ev.GetEvent().GetKind() != coordinatorv1.LeaderEvent_KIND_VACANT {
 		t.Fatalf("first event %v, %v; want VACANT", ev, err)
 	}
-	if _, err := client.Campaign(ctx, &coordinatorv1.CampaignRequest{Election: "zero-election", Candidate: "c", Ttl: apitest.Dur(time.Minute)}); err != nil {
+	if _, err := client.Campaign(ctx, &coordinatorv1.CampaignRequest{Election: "zero-election", Candidate: "c", Ttl: servertest.Dur(time.Minute)}); err != nil {
 		t.Fatal(err)
 	}
 	if ev, err := stream.Recv(); err != nil || ev.GetEvent().GetKind() != coordinatorv1.LeaderEvent_KIND_ELECTED {
@@ -45,7 +45,7 @@ func TestZeroServiceOptionsServeWithDefaults(t *testing.T) {
 
 func TestStopEndsIdleStreams(t *testing.T) {
 	svc, client := serveService(t, server.ServiceOptions{})
-	ctx := apitest.Timeout(t, 10*time.Second)
+	ctx := servertest.Timeout(t, 10*time.Second)
 	keepAlive, err := client.KeepAlive(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -59,7 +59,7 @@ func TestStopEndsIdleStreams(t *testing.T) {
 	}
 	// Make sure the KeepAlive handler is running and blocked on its next
 	// request before stopping.
-	if err := keepAlive.Send(&coordinatorv1.KeepAliveRequest{Name: "idle", Holder: "a", Token: 1, Ttl: apitest.Dur(time.Second)}); err != nil {
+	if err := keepAlive.Send(&coordinatorv1.KeepAliveRequest{Name: "idle", Holder: "a", Token: 1, Ttl: servertest.Dur(time.Second)}); err != nil {
 		t.Fatal(err)
 	}
 	if resp, err := keepAlive.Recv(); err != nil || resp.GetLost() == nil {
@@ -88,12 +88,12 @@ func TestStopEndsIdleStreams(t *testing.T) {
 // sits idle: Stop ends the stream with Unavailable.
 func TestStopEndsAnIdleStream(t *testing.T) {
 	svc, client := serveService(t, server.ServiceOptions{})
-	stream, err := client.Stream(apitest.Timeout(t, time.Minute))
+	stream, err := client.Stream(servertest.Timeout(t, time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
 	acquire := &coordinatorv1.StreamOperation{Id: 1, Operation: &coordinatorv1.StreamOperation_Acquire{Acquire: &coordinatorv1.TryAcquireRequest{
-		Name: "idle", Holder: "h", Ttl: apitest.Dur(time.Minute), Wait: apitest.Dur(0),
+		Name: "idle", Holder: "h", Ttl: servertest.Dur(time.Minute), Wait: servertest.Dur(0),
 	}}}
 	if err := stream.Send(&coordinatorv1.StreamRequest{Operations: []*coordinatorv1.StreamOperation{acquire}}); err != nil {
 		t.Fatal(err)

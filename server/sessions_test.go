@@ -12,9 +12,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
-	"github.com/coordinator-dev/coordinator/internal/testkit/apitest"
 	"github.com/coordinator-dev/coordinator/server"
 	"github.com/coordinator-dev/coordinator/server/principal"
+	"github.com/coordinator-dev/coordinator/server/servertest"
 	"github.com/coordinator-dev/coordinator/server/store/memstore"
 )
 
@@ -49,7 +49,7 @@ type principalStream struct {
 func (s *principalStream) Context() context.Context { return s.ctx }
 
 func asPrincipal(t *testing.T, who string) context.Context {
-	return metadata.AppendToOutgoingContext(apitest.Timeout(t, 20*time.Second), "principal", who)
+	return metadata.AppendToOutgoingContext(servertest.Timeout(t, 20*time.Second), "principal", who)
 }
 
 // wantReason checks err's code and ErrorInfo reason.
@@ -72,7 +72,7 @@ func TestSessionsThroughTheService(t *testing.T) {
 	c := serveAsPrincipals(t)
 	alice, mallory := asPrincipal(t, "token:alice"), asPrincipal(t, "token:mallory")
 
-	created, err := c.CreateSession(alice, &coordinatorv1.CreateSessionRequest{Ttl: apitest.Dur(time.Minute)})
+	created, err := c.CreateSession(alice, &coordinatorv1.CreateSessionRequest{Ttl: servertest.Dur(time.Minute)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +83,7 @@ func TestSessionsThroughTheService(t *testing.T) {
 	names := []string{"queue/1", "queue/2", "queue/3"}
 	var tokens []uint64
 	for _, name := range names {
-		resp, err := c.TryAcquire(alice, &coordinatorv1.TryAcquireRequest{Name: name, Holder: "worker", Ttl: apitest.Dur(time.Second), SessionId: id})
+		resp, err := c.TryAcquire(alice, &coordinatorv1.TryAcquireRequest{Name: name, Holder: "worker", Ttl: servertest.Dur(time.Second), SessionId: id})
 		if err != nil || !resp.GetAcquired() || resp.GetLease().GetSessionId() != id || resp.GetLease().GetTtl().AsDuration() != time.Minute {
 			t.Fatalf("TryAcquire(%s) in the session = %v, %v; want a lease of the session's ttl", name, resp, err)
 		}
@@ -101,7 +101,7 @@ func TestSessionsThroughTheService(t *testing.T) {
 		t.Fatalf("List = %v, %v; want each lease with its session", list, err)
 	}
 
-	_, err = c.Renew(alice, &coordinatorv1.RenewRequest{Name: names[0], Holder: "worker", Token: tokens[0], Ttl: apitest.Dur(time.Minute)})
+	_, err = c.Renew(alice, &coordinatorv1.RenewRequest{Name: names[0], Holder: "worker", Token: tokens[0], Ttl: servertest.Dur(time.Minute)})
 	wantReason(t, "Renew of an attached lease", err, codes.FailedPrecondition, coordinatorv1.ErrorReason_LEASE_IN_SESSION)
 
 	// The id is alice's capability.
@@ -109,34 +109,34 @@ func TestSessionsThroughTheService(t *testing.T) {
 	wantReason(t, "RenewSession by another principal", err, codes.PermissionDenied, coordinatorv1.ErrorReason_PERMISSION_DENIED)
 	_, err = c.CloseSession(mallory, &coordinatorv1.CloseSessionRequest{SessionId: id})
 	wantReason(t, "CloseSession by another principal", err, codes.PermissionDenied, coordinatorv1.ErrorReason_PERMISSION_DENIED)
-	_, err = c.TryAcquire(mallory, &coordinatorv1.TryAcquireRequest{Name: "other", Holder: "m", Ttl: apitest.Dur(time.Second), SessionId: id})
+	_, err = c.TryAcquire(mallory, &coordinatorv1.TryAcquireRequest{Name: "other", Holder: "m", Ttl: servertest.Dur(time.Second), SessionId: id})
 	wantReason(t, "attach by another principal", err, codes.PermissionDenied, coordinatorv1.ErrorReason_PERMISSION_DENIED)
 
 	// Release one: the others stay; close: all go at once.
 	if r, err := c.Release(alice, &coordinatorv1.ReleaseRequest{Name: names[0], Holder: "worker", Token: tokens[0]}); err != nil || !r.GetReleased() {
 		t.Fatalf("Release = %v, %v", r, err)
 	}
-	if resp, err := c.TryAcquire(mallory, &coordinatorv1.TryAcquireRequest{Name: names[1], Holder: "m", Ttl: apitest.Dur(time.Second)}); err != nil || resp.GetAcquired() {
+	if resp, err := c.TryAcquire(mallory, &coordinatorv1.TryAcquireRequest{Name: names[1], Holder: "m", Ttl: servertest.Dur(time.Second)}); err != nil || resp.GetAcquired() {
 		t.Fatalf("another holder got a lease of the live session: %v, %v", resp, err)
 	}
 	if _, err := c.CloseSession(alice, &coordinatorv1.CloseSessionRequest{SessionId: id}); err != nil {
 		t.Fatalf("CloseSession: %v", err)
 	}
 	for _, name := range names[1:] {
-		resp, err := c.TryAcquire(mallory, &coordinatorv1.TryAcquireRequest{Name: name, Holder: "m", Ttl: apitest.Dur(time.Second)})
+		resp, err := c.TryAcquire(mallory, &coordinatorv1.TryAcquireRequest{Name: name, Holder: "m", Ttl: servertest.Dur(time.Second)})
 		if err != nil || !resp.GetAcquired() {
 			t.Fatalf("%s after the close: %v, %v; want granted", name, resp, err)
 		}
 	}
 	_, err = c.RenewSession(alice, &coordinatorv1.RenewSessionRequest{SessionId: id})
 	wantReason(t, "RenewSession after close", err, codes.FailedPrecondition, coordinatorv1.ErrorReason_SESSION_CLOSED)
-	_, err = c.TryAcquire(alice, &coordinatorv1.TryAcquireRequest{Name: "late", Holder: "worker", Ttl: apitest.Dur(time.Second), SessionId: id})
+	_, err = c.TryAcquire(alice, &coordinatorv1.TryAcquireRequest{Name: "late", Holder: "worker", Ttl: servertest.Dur(time.Second), SessionId: id})
 	wantReason(t, "attach after close", err, codes.FailedPrecondition, coordinatorv1.ErrorReason_SESSION_CLOSED)
 	_, err = c.RenewSession(alice, &coordinatorv1.RenewSessionRequest{SessionId: "no-such-session"})
 	wantReason(t, "RenewSession of an unknown id", err, codes.FailedPrecondition, coordinatorv1.ErrorReason_SESSION_NOT_FOUND)
 	_, err = c.RenewSession(alice, &coordinatorv1.RenewSessionRequest{})
 	wantReason(t, "RenewSession without an id", err, codes.InvalidArgument, coordinatorv1.ErrorReason_INVALID_FIELD)
-	_, err = c.CreateSession(alice, &coordinatorv1.CreateSessionRequest{Ttl: apitest.Dur(time.Millisecond)})
+	_, err = c.CreateSession(alice, &coordinatorv1.CreateSessionRequest{Ttl: servertest.Dur(time.Millisecond)})
 	wantReason(t, "CreateSession with a ttl below the minimum", err, codes.InvalidArgument, coordinatorv1.ErrorReason_INVALID_FIELD)
 }
 
@@ -147,13 +147,13 @@ func TestCampaignsAndStreamRenewalsInASession(t *testing.T) {
 	t.Parallel()
 	c := serveAsPrincipals(t)
 	alice, mallory := asPrincipal(t, "token:alice"), asPrincipal(t, "token:mallory")
-	created, err := c.CreateSession(alice, &coordinatorv1.CreateSessionRequest{Ttl: apitest.Dur(time.Minute)})
+	created, err := c.CreateSession(alice, &coordinatorv1.CreateSessionRequest{Ttl: servertest.Dur(time.Minute)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	id := created.GetSession().GetId()
 
-	won, err := c.Campaign(alice, &coordinatorv1.CampaignRequest{Election: "office", Candidate: "alice", Value: []byte("a"), Ttl: apitest.Dur(time.Second), SessionId: id})
+	won, err := c.Campaign(alice, &coordinatorv1.CampaignRequest{Election: "office", Candidate: "alice", Value: []byte("a"), Ttl: servertest.Dur(time.Second), SessionId: id})
 	if err != nil || !won.GetElected() {
 		t.Fatalf("Campaign in the session = %v, %v; want elected", won, err)
 	}
@@ -161,13 +161,13 @@ func TestCampaignsAndStreamRenewalsInASession(t *testing.T) {
 	if got := won.GetLeader().GetExpiresAt().AsTime(); got.Before(time.Now().Add(30 * time.Second)) {
 		t.Fatalf("the term ends at %v; want the session's end, a minute away", got)
 	}
-	proclaimed, err := c.Campaign(alice, &coordinatorv1.CampaignRequest{Election: "office", Candidate: "alice", Value: []byte("b"), Ttl: apitest.Dur(time.Second), Term: term, SessionId: id})
+	proclaimed, err := c.Campaign(alice, &coordinatorv1.CampaignRequest{Election: "office", Candidate: "alice", Value: []byte("b"), Ttl: servertest.Dur(time.Second), Term: term, SessionId: id})
 	if err != nil || !proclaimed.GetElected() || proclaimed.GetLeader().GetTerm() != term {
 		t.Fatalf("proclaiming in the term = %v, %v; want the same term", proclaimed, err)
 	}
-	_, err = c.Campaign(mallory, &coordinatorv1.CampaignRequest{Election: "elsewhere", Candidate: "m", Ttl: apitest.Dur(time.Second), SessionId: id})
+	_, err = c.Campaign(mallory, &coordinatorv1.CampaignRequest{Election: "elsewhere", Candidate: "m", Ttl: servertest.Dur(time.Second), SessionId: id})
 	wantReason(t, "Campaign in another principal's session", err, codes.PermissionDenied, coordinatorv1.ErrorReason_PERMISSION_DENIED)
-	_, err = c.Campaign(alice, &coordinatorv1.CampaignRequest{Election: "office", Candidate: "alice", Ttl: apitest.Dur(time.Second), SessionId: string([]byte{0x7f})})
+	_, err = c.Campaign(alice, &coordinatorv1.CampaignRequest{Election: "office", Candidate: "alice", Ttl: servertest.Dur(time.Second), SessionId: string([]byte{0x7f})})
 	wantReason(t, "Campaign with a session id that is not printable", err, codes.InvalidArgument, coordinatorv1.ErrorReason_INVALID_FIELD)
 
 	renew := func(ctx context.Context) *coordinatorv1.StreamResult {
@@ -199,7 +199,7 @@ func TestCampaignsAndStreamRenewalsInASession(t *testing.T) {
 	if l, err := c.Leader(alice, &coordinatorv1.LeaderRequest{Election: "office"}); err != nil || l.GetHasLeader() {
 		t.Fatalf("Leader after the session closed: %v, %v; want none, the term ended with it", l, err)
 	}
-	next, err := c.Campaign(mallory, &coordinatorv1.CampaignRequest{Election: "office", Candidate: "m", Ttl: apitest.Dur(time.Second)})
+	next, err := c.Campaign(mallory, &coordinatorv1.CampaignRequest{Election: "office", Candidate: "m", Ttl: servertest.Dur(time.Second)})
 	if err != nil || !next.GetElected() || next.GetLeader().GetTerm() <= term {
 		t.Fatalf("the next Campaign = %v, %v; want elected in a later term than %d", next, err, term)
 	}

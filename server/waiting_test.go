@@ -12,10 +12,10 @@ import (
 	"time"
 
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
-	"github.com/coordinator-dev/coordinator/internal/testkit/apitest"
 	"github.com/coordinator-dev/coordinator/internal/testkit/redistest"
 	"github.com/coordinator-dev/coordinator/internal/testkit/testwait"
 	"github.com/coordinator-dev/coordinator/server"
+	"github.com/coordinator-dev/coordinator/server/servertest"
 	"github.com/coordinator-dev/coordinator/server/store"
 	"github.com/coordinator-dev/coordinator/server/store/memstore"
 	"github.com/coordinator-dev/coordinator/server/store/redisstore"
@@ -108,7 +108,7 @@ func parkWaiters(t *testing.T, c *coordinator, name string, n int) <-chan *coord
 	for i := range n {
 		wg.Go(func() {
 			resp, err := c.client.TryAcquire(ctx, &coordinatorv1.TryAcquireRequest{
-				Name: name, Holder: fmt.Sprintf("w%d", i), Ttl: apitest.Dur(time.Minute), Wait: apitest.Dur(time.Minute),
+				Name: name, Holder: fmt.Sprintf("w%d", i), Ttl: servertest.Dur(time.Minute), Wait: servertest.Dur(time.Minute),
 			})
 			if err != nil {
 				if ctx.Err() == nil {
@@ -118,14 +118,14 @@ func parkWaiters(t *testing.T, c *coordinator, name string, n int) <-chan *coord
 			}
 			granted <- resp
 		})
-		apitest.WaitQueued(t, c.client, name, i+1)
+		servertest.WaitQueued(t, c.client, name, i+1)
 	}
 	return granted
 }
 
 func release(t *testing.T, c *coordinator, l *coordinatorv1.Lease) {
 	t.Helper()
-	resp, err := c.client.Release(apitest.Timeout(t, 10*time.Second), &coordinatorv1.ReleaseRequest{Name: l.GetName(), Holder: l.GetHolder(), Token: l.GetToken()})
+	resp, err := c.client.Release(servertest.Timeout(t, 10*time.Second), &coordinatorv1.ReleaseRequest{Name: l.GetName(), Holder: l.GetHolder(), Token: l.GetToken()})
 	if err != nil || !resp.GetReleased() {
 		t.Fatalf("Release(%s by %s) = %v, %v", l.GetName(), l.GetHolder(), resp, err)
 	}
@@ -171,7 +171,7 @@ func TestAReleaseWakesOnlyTheNextWaiter(t *testing.T) {
 			t.Parallel()
 			const waiters = 200
 			st, c := serveCounted(t, kind)
-			held := apitest.MustAcquire(t, c.client, "herd", "owner", time.Minute)
+			held := servertest.MustAcquire(t, c.client, "herd", "owner", time.Minute)
 			granted := parkWaiters(t, c, "herd", waiters)
 
 			for i := range 3 {
@@ -202,7 +202,7 @@ func TestAReleaseHereWakesTheNextWaiterAtOnce(t *testing.T) {
 			st := &countingStore{Store: openStore(t, kind), deaf: true}
 			_, conn := serveStore(t, st, server.ServiceOptions{})
 			c := &coordinator{client: coordinatorv1.NewCoordinatorClient(conn), conn: conn}
-			held := apitest.MustAcquire(t, c.client, "deaf", "owner", time.Minute)
+			held := servertest.MustAcquire(t, c.client, "deaf", "owner", time.Minute)
 			granted := parkWaiters(t, c, "deaf", 3)
 			for i := range 3 {
 				held = handOff(t, c, held, granted, fmt.Sprintf("w%d", i), 20*time.Second)
@@ -220,7 +220,7 @@ func TestTheNextWaiterTakesOverWhenAGrantRunsOut(t *testing.T) {
 			t.Parallel()
 			const ttl = 700 * time.Millisecond
 			st, c := serveCounted(t, kind)
-			held := apitest.MustAcquire(t, c.client, "runs-out", "owner", time.Minute)
+			held := servertest.MustAcquire(t, c.client, "runs-out", "owner", time.Minute)
 			ctx, cancel := context.WithCancel(context.Background())
 			var wg sync.WaitGroup
 			t.Cleanup(func() { cancel(); wg.Wait() })
@@ -228,7 +228,7 @@ func TestTheNextWaiterTakesOverWhenAGrantRunsOut(t *testing.T) {
 			for i := range 2 {
 				wg.Go(func() {
 					resp, err := c.client.TryAcquire(ctx, &coordinatorv1.TryAcquireRequest{
-						Name: "runs-out", Holder: fmt.Sprintf("w%d", i), Ttl: apitest.Dur(ttl), Wait: apitest.Dur(time.Minute),
+						Name: "runs-out", Holder: fmt.Sprintf("w%d", i), Ttl: servertest.Dur(ttl), Wait: servertest.Dur(time.Minute),
 					})
 					if err != nil {
 						if ctx.Err() == nil {
@@ -238,7 +238,7 @@ func TestTheNextWaiterTakesOverWhenAGrantRunsOut(t *testing.T) {
 					}
 					answers <- resp
 				})
-				apitest.WaitQueued(t, c.client, "runs-out", i+1)
+				servertest.WaitQueued(t, c.client, "runs-out", i+1)
 			}
 
 			before := st.waiterAcquires.Load()
@@ -278,7 +278,7 @@ func TestParkedWaitersKeepTheirPlacesWithoutRetrying(t *testing.T) {
 				waiterTTL = 3 * time.Second // as in server/waiting.go
 			)
 			st, c := serveCounted(t, kind)
-			held := apitest.MustAcquire(t, c.client, "parked", "owner", time.Minute)
+			held := servertest.MustAcquire(t, c.client, "parked", "owner", time.Minute)
 			granted := parkWaiters(t, c, "parked", waiters)
 
 			acquires, refreshes, parked := st.waiterAcquires.Load(), st.refreshes.Load(), time.Now()
@@ -289,7 +289,7 @@ func TestParkedWaitersKeepTheirPlacesWithoutRetrying(t *testing.T) {
 			if n := st.waiterAcquires.Load() - acquires; n != 0 {
 				t.Fatalf("parked waiters sent %d Acquire calls in %s; want none", n, time.Since(parked))
 			}
-			desc, err := c.client.Describe(apitest.Timeout(t, 10*time.Second), &coordinatorv1.DescribeRequest{Name: "parked"})
+			desc, err := c.client.Describe(servertest.Timeout(t, 10*time.Second), &coordinatorv1.DescribeRequest{Name: "parked"})
 			if err != nil || desc.GetWaiters() != waiters {
 				t.Fatalf("after %s: Describe = %v, %v; want all %d waiters still queued", time.Since(parked), desc, err, waiters)
 			}
@@ -314,7 +314,7 @@ func TestALineRecoversWhenItsFirstWaiterLostItsPlace(t *testing.T) {
 			st.mu.Lock()
 			st.unrefreshed = "w0"
 			st.mu.Unlock()
-			held := apitest.MustAcquire(t, c.client, "lost", "owner", time.Minute)
+			held := servertest.MustAcquire(t, c.client, "lost", "owner", time.Minute)
 			granted := parkWaiters(t, c, "lost", 3)
 			testwait.Until(t, 20*time.Second, "w0's place timed out", func() bool {
 				desc, err := c.client.Describe(context.Background(), &coordinatorv1.DescribeRequest{Name: "lost"})

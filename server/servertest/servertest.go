@@ -1,15 +1,13 @@
-package apitest
+package servertest
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
-	"github.com/coordinator-dev/coordinator/internal/testkit/testwait"
 )
 
 // callTimeout bounds every call made here: generous, for a loaded machine,
@@ -56,15 +54,23 @@ func MustAcquire(t testing.TB, c coordinatorv1.CoordinatorClient, name, holder s
 	return resp.GetLease()
 }
 
-// WaitQueued waits until exactly n callers are queued for name: one more
-// (a caller queued twice, or one that should not wait) fails it.
+// WaitQueued waits until exactly n callers are queued for name, failing t
+// after callTimeout. (It polls by itself: a test kit outside
+// internal/testkit imports none of those, testwait included.)
 func WaitQueued(t testing.TB, c coordinatorv1.CoordinatorClient, name string, n int) {
 	t.Helper()
-	testwait.Until(t, callTimeout, fmt.Sprintf("%d waiters queued on %s", n, name), func() bool {
+	deadline := time.Now().Add(callTimeout)
+	for {
 		desc, err := c.Describe(context.Background(), &coordinatorv1.DescribeRequest{Name: name})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return int(desc.GetWaiters()) == n
-	})
+		if int(desc.GetWaiters()) == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s: %d waiters queued on %s, want %d", callTimeout, desc.GetWaiters(), name, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
