@@ -177,14 +177,12 @@ func TestCutOffInstanceStopsBeforeItsMembershipExpires(t *testing.T) {
 	testwait.Until(t, 20*time.Second, "the first messages to time out", func() bool { return inFlight() == 0 })
 
 	coord.Kill()
-	cutOff := time.Now()
-	// Past this, the membership granted or renewed before the cut-off has
-	// expired on the server. This waits for a moment on the wall clock, not
-	// for an event: nothing to poll.
-	time.Sleep(time.Until(cutOff.Add(ttl)))
+	// Within ttl of the cut-off the membership granted or renewed before it
+	// may expire on the server: the instance must have stopped by then.
+	testwait.Until(t, ttl, "the instance to see its membership end", func() bool { return !in.m.Live() })
 	seed()
 	reads := metric(t, in.reg, "housekeeper_set_reads_total")
-	time.Sleep(40 * fast.ProbeInterval) // many rounds of reads, were it still working
+	time.Sleep(20 * fast.ProbeInterval) // many rounds of reads, were it still working
 	if n := inFlight(); n != 5 {
 		t.Fatalf("%d of 5 messages moved after the instance's membership ran out", 5-n)
 	}

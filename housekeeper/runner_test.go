@@ -354,11 +354,20 @@ func TestRunnersWorkOnlyWhatTheyOwnAndTakeOverWhenAMemberLeaves(t *testing.T) {
 	group := hkt.NewGroup()
 	mine, theirs := group.Join("mine"), group.Join("theirs")
 	view := group.View()
-	seedDue(t, rdb, d, ownedBy(t, view, "timeout", "mine"), hkt.Tmp, 10)
+	myQueue := ownedBy(t, view, "timeout", "mine")
+	seedDue(t, rdb, d, myQueue, hkt.Tmp, 10)
 	seedDue(t, rdb, d, ownedBy(t, view, "timeout", "theirs"), hkt.Tmp, 10)
+	// A message due only in an hour keeps mine's set, which is read every
+	// round.
+	later := float64(hkt.NowMs(t, rdb) + 3_600_000)
+	d.Seed(t, rdb, func(p redis.Pipeliner) { d.Put(context.Background(), p, myQueue, hkt.Tmp, "later", later) })
 	r := startRunner(t, rdb, d, mine, fast) // "theirs" is a member that does not run
 	testwait.Until(t, 10*time.Second, "mine moved", func() bool { return r.moved(t) == 10 })
-	time.Sleep(20 * fast.ProbeInterval) // time enough to work theirs too, were it worked here
+	// Rounds enough to have worked theirs too, were it worked here.
+	reads := metric(t, r.reg, "housekeeper_set_reads_total")
+	testwait.Until(t, 10*time.Second, "20 rounds of reads", func() bool {
+		return metric(t, r.reg, "housekeeper_set_reads_total") >= reads+20
+	})
 	if got := r.moved(t); got != 10 {
 		t.Fatalf("%v moved, want mine's 10: a queue owned by another member was worked", got)
 	}
@@ -892,17 +901,21 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	}
 }
 
-// countScans counts SCAN commands.
-type countScans struct{ n atomic.Int64 }
+// countDiscoveries counts the two ways to find the sets: SCAN commands
+// and reads of the index (ZRANGEBYSCORE).
+type countDiscoveries struct{ scans, indexReads atomic.Int64 }
 
-func (h *countScans) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *countScans) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (h *countDiscoveries) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *countDiscoveries) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
 }
-func (h *countScans) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+func (h *countDiscoveries) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if cmd.Name() == "scan" {
-			h.n.Add(1)
+		switch cmd.Name() {
+		case "scan":
+			h.scans.Add(1)
+		case "zrangebyscore":
+			h.indexReads.Add(1)
 		}
 		return next(ctx, cmd)
 	}
@@ -920,8 +933,8 @@ func TestInstancesTakeTurnsToScanAndShareWhatTheyFind(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	t.Cleanup(func() { _ = rdb.Close() })
 	d := newDeckard(t, rdb)
-	scans := &countScans{}
-	rdb.AddHook(scans)
+	found := &countDiscoveries{}
+	rdb.AddHook(found)
 	group := hkt.NewGroup()
 	cfg := fast
 	cfg.DiscoveryInterval = 100 * time.Millisecond
@@ -942,13 +955,18 @@ func TestInstancesTakeTurnsToScanAndShareWhatTheyFind(t *testing.T) {
 		}
 		testwait.Until(t, 10*time.Second, "every new queue worked", func() bool { return moved() == float64((round+1)*queues) })
 	}
-	before, start := scans.n.Load(), time.Now()
-	time.Sleep(2 * time.Second)
-	// One instance's SCAN an interval (each a single call here), where
-	// every instance scanning would make three.
-	elapsed := time.Since(start)
-	if n, most := scans.n.Load()-before, 1.5*elapsed.Seconds()/cfg.DiscoveryInterval.Seconds(); float64(n) > most {
-		t.Errorf("%d SCANs in %v by 3 instances, want about one an interval (at most %.0f)", n, elapsed, most)
+	// Each instance finds the sets once an interval: the one on duty by
+	// SCAN (a single call here), the two others from the index; were every
+	// instance to scan, every discovery would be a SCAN.
+	const discoveries = 60
+	scans, reads := found.scans.Load(), found.indexReads.Load()
+	testwait.Until(t, 30*time.Second, fmt.Sprint(discoveries, " discoveries more"), func() bool {
+		return found.scans.Load()-scans+found.indexReads.Load()-reads >= discoveries
+	})
+	scans, reads = found.scans.Load()-scans, found.indexReads.Load()-reads
+	// A third of them SCANs; at most two thirds leaves room for chance.
+	if 3*scans > 2*(scans+reads) {
+		t.Errorf("%d SCANs and %d reads of the index by 3 instances, want about one SCAN in three discoveries", scans, reads)
 	}
 }
 

@@ -2,12 +2,15 @@ package app
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/coordinator-dev/coordinator/internal/testkit/testwait"
 )
 
 func TestTheProcsFollowTheCPUTheProcessUses(t *testing.T) {
@@ -73,13 +76,9 @@ func TestGovernProcsStartsAtOneAndGivesTheDefaultBack(t *testing.T) {
 		t.Errorf("GOMAXPROCS %d right after GovernProcs, want 1", got)
 	}
 	cancel()
-	deadline := time.Now().Add(10 * time.Second)
-	for runtime.GOMAXPROCS(0) != most {
-		if time.Now().After(deadline) {
-			t.Fatalf("GOMAXPROCS %d ten seconds after the governor's end, want the default %d", runtime.GOMAXPROCS(0), most)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.Until(t, 10*time.Second, fmt.Sprintf("GOMAXPROCS back to the default %d after the governor's end", most), func() bool {
+		return runtime.GOMAXPROCS(0) == most
+	})
 }
 
 func TestGovernProcsLeavesASetGOMAXPROCSAlone(t *testing.T) {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/coordinator-dev/coordinator/internal/testkit/testwait"
 	"github.com/coordinator-dev/coordinator/server/store"
 )
 
@@ -372,12 +373,9 @@ func startCallgrindRedis(t *testing.T) *callgrindRedis {
 	c := &callgrindRedis{url: fmt.Sprintf("redis://127.0.0.1:%d/0", port), dir: dir, pid: cmd.Process.Pid}
 	client := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", port), MaxRetries: -1})
 	defer func() { _ = client.Close() }()
-	for deadline := time.Now().Add(2 * time.Minute); client.Ping(context.Background()).Err() != nil; {
-		if time.Now().After(deadline) {
-			t.Fatal("redis-server under callgrind did not answer within 2 minutes")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testwait.Until(t, 2*time.Minute, "redis-server under callgrind to answer", func() bool {
+		return client.Ping(context.Background()).Err() == nil
+	})
 	return c
 }
 

@@ -108,18 +108,17 @@ func TestCluster(t *testing.T) {
 	if err := client.Del(ctx, s.keys(lost).marker).Err(); err != nil {
 		t.Fatal(err)
 	}
+	lostAt := time.Now()
 	_, err = s.Acquire(ctx, req(lost, "b", time.Minute, ""))
 	q := asQuarantine(err)
 	if q == nil {
 		t.Fatalf("Acquire in the lost slot: %v, want a QuarantineError", err)
 	}
-	lostAt := time.Now()
 	mustGrant(t, s, req(other, "b", time.Minute, ""))
 	if n := losses.Load(); n != 1 {
 		t.Errorf("OnDataLoss called %d times, want 1", n)
 	}
-	time.Sleep(time.Until(lostAt.Add(q.RetryAfter + clockSkew)))
-	if l := mustGrant(t, s, req(lost, "b", time.Minute, "")); l.Token <= leases[lost].Token {
+	if l := grantedNotBefore(t, s, req(lost, "b", time.Minute, ""), lostAt.Add(q.RetryAfter-clockSkew)); l.Token <= leases[lost].Token {
 		t.Errorf("token after quarantine %d <= %d", l.Token, leases[lost].Token)
 	}
 

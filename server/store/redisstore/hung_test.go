@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/coordinator-dev/coordinator/internal/testkit/redistest"
+	"github.com/coordinator-dev/coordinator/internal/testkit/testwait"
 	"github.com/coordinator-dev/coordinator/server/store"
 )
 
@@ -64,13 +65,7 @@ func TestHungRedis(t *testing.T) {
 	}
 
 	srv.Thaw()
-	deadline := time.Now().Add(10 * time.Second)
-	for s.Ping(ctx) != nil {
-		if time.Now().After(deadline) {
-			t.Fatal("the store did not answer again after Redis resumed")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testwait.Until(t, 10*time.Second, "the store to answer again after Redis resumed", func() bool { return s.Ping(ctx) == nil })
 	if d := mustDescribe(t, s, "job"); !d.Held || d.Lease.Token != l.Token {
 		t.Errorf("Describe after Redis resumed = %+v, want the lease %+v", d, l)
 	}

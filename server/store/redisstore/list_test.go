@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordinator-dev/coordinator/internal/testkit/testwait"
 	"github.com/coordinator-dev/coordinator/server/store"
 )
 
@@ -78,7 +79,7 @@ func TestList(t *testing.T) {
 	released := mustGrant(t, s, req("job/released", "h", time.Minute, ""))
 	mustRelease(t, s, released)
 	mustRefuse(t, s, waitReq("job/00", "w", 10*time.Second)) // a queue is not a lease
-	time.Sleep(40 * time.Millisecond)
+	testwait.Until(t, 5*time.Second, "job/expired to expire", func() bool { return !mustDescribe(t, s, "job/expired").Held })
 
 	tests := []struct {
 		name, prefix, cursor string

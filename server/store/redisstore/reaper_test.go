@@ -1,9 +1,11 @@
 package redisstore
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/coordinator-dev/coordinator/internal/testkit/testwait"
 	"github.com/coordinator-dev/coordinator/server/store"
 )
 
@@ -32,24 +34,19 @@ func TestAnExpiredSessionsNamesGoAfterTheRetention(t *testing.T) {
 	}
 	sessionKey, namesKey := s.sessionKeys(sess.ID)[0], s.sessionKeys(sess.ID)[1]
 
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	// The session expires 2 s after its creation.
+	testwait.UntilNil(t, 15*time.Second, "the expired session's names reaped", func() error {
 		var long []string
 		for _, name := range names {
 			if pttl := s.client.PTTL(ctx, s.keys(name).lease).Val(); pttl > idle {
 				long = append(long, name+" "+pttl.String())
 			}
 		}
-		left := s.client.Exists(ctx, namesKey).Val()
-		if len(long) == 0 && left == 0 {
-			break
+		if left := s.client.Exists(ctx, namesKey).Val(); len(long) > 0 || left > 0 {
+			return fmt.Errorf("names whose keys outlive the retention %s: %v; the session's names key left: %d", idle, long, left)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("15 s after the grants (the session expires 2 s after its creation): names whose keys outlive the retention %s: %v; the session's names key left: %d",
-				idle, long, left)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 	if pttl := s.client.PTTL(ctx, sessionKey).Val(); pttl <= 0 || pttl > idle {
 		t.Errorf("the expired session's key lives %s more; want at most the retention %s", pttl, idle)
 	}

@@ -72,19 +72,7 @@ func TestReplicaAcknowledgedGrants(t *testing.T) {
 			tc.heal(t, replica)
 			healed := time.Now()
 			// The same holder asking again renews the lease it was not told of.
-			for {
-				res, err := s.Acquire(ctx, req("other", "b", time.Minute, ""))
-				if err == nil && res.Acquired {
-					break
-				}
-				if err != nil && !errors.Is(err, store.ErrUnavailable) {
-					t.Fatalf("Acquire after the replica came back: %v", err)
-				}
-				if time.Since(healed) > 10*time.Second {
-					t.Fatalf("grants did not resume within 10s of the replica coming back: %v", err)
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
+			untilGrantedDespite(t, s, req("other", "b", time.Minute, ""), 10*time.Second, unavailable)
 			t.Logf("recovery: grants resumed %s after the replica came back", time.Since(healed).Round(time.Millisecond))
 			if _, err := s.Renew(ctx, "job", "a", l.Token, time.Minute); err != nil {
 				t.Fatalf("Renew after the replica came back: %v", err)
@@ -164,18 +152,12 @@ func TestPrimaryRestartedInPlaceIsNoFailover(t *testing.T) {
 		OnDataLoss: func(time.Duration) { losses.Add(1) }})
 	mustGrant(t, s, req("job", "a", time.Minute, ""))
 	srv.Restart()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		res, err := s.Acquire(testCtx(t), req("other", "a", time.Minute, ""))
-		if err == nil && res.Acquired {
-			break
-		}
-		if err != nil && !errors.Is(err, store.ErrUnavailable) || time.Now().After(deadline) {
-			t.Fatalf("Acquire after a restart in place: %v", err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	untilGrantedDespite(t, s, req("other", "a", time.Minute, ""), 5*time.Second, unavailable)
 	if n := losses.Load(); n != 0 {
 		t.Errorf("OnDataLoss called %d times, want 0", n)
 	}
 }
+
+// unavailable is an error a store may return while Redis or its replica
+// recovers.
+func unavailable(err error) bool { return errors.Is(err, store.ErrUnavailable) }

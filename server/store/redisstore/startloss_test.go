@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -8,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/coordinator-dev/coordinator/internal/testkit/redistest"
+	"github.com/coordinator-dev/coordinator/internal/testkit/testwait"
 	"github.com/coordinator-dev/coordinator/server/store"
 )
 
@@ -29,23 +31,51 @@ func openPrivate(t testing.TB, addr string, opts Options) *Store {
 // quarantine meanwhile, and returns the lease and when it was granted.
 func untilGranted(t testing.TB, s *Store, r store.AcquireRequest, within time.Duration) (store.Lease, time.Time) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
+	return untilGrantedDespite(t, s, r, within, func(err error) bool { return asQuarantine(err) != nil })
+}
+
+// untilGrantedDespite polls Acquire until it grants, refusing any error
+// but those passing meanwhile, and returns the lease and when it was
+// granted.
+func untilGrantedDespite(t testing.TB, s *Store, r store.AcquireRequest, within time.Duration, passing func(error) bool) (store.Lease, time.Time) {
+	t.Helper()
+	var granted store.Lease
+	testwait.Until(t, within, fmt.Sprintf("a grant of %q", r.Name), func() bool {
 		res, err := s.Acquire(testCtx(t), r)
-		if err == nil && res.Acquired {
-			return res.Lease, time.Now()
-		}
-		if err != nil && asQuarantine(err) == nil {
-			t.Fatalf("Acquire(%q): %v, want a grant or a quarantine", r.Name, err)
-		}
-		if err == nil {
+		switch {
+		case err == nil && res.Acquired:
+			granted = res.Lease
+			return true
+		case err == nil:
 			t.Fatalf("Acquire(%q) refused: held by %q", r.Name, res.Lease.Holder)
+		case !passing(err):
+			t.Fatalf("Acquire(%q): %v, want a grant, or an error that passes", r.Name, err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Acquire(%q) still quarantined after %s", r.Name, within)
+		return false
+	})
+	return granted, time.Now()
+}
+
+// grantedNotBefore polls Acquire until it grants, refusing anything but a
+// refusal or a quarantine meanwhile, and fails t if the grant came before
+// notBefore: a name whose lease, session or quarantine ends then.
+func grantedNotBefore(t testing.TB, s *Store, r store.AcquireRequest, notBefore time.Time) store.Lease {
+	t.Helper()
+	var granted store.Lease
+	var at time.Time
+	testwait.Until(t, time.Until(notBefore)+10*time.Second, fmt.Sprintf("a grant of %q", r.Name), func() bool {
+		at = time.Now()
+		res, err := s.Acquire(testCtx(t), r)
+		if err != nil && asQuarantine(err) == nil {
+			t.Fatalf("Acquire(%q): %v, want a grant, a refusal or a quarantine", r.Name, err)
 		}
-		time.Sleep(10 * time.Millisecond)
+		granted = res.Lease
+		return err == nil && res.Acquired
+	})
+	if early := notBefore.Sub(at); early > 0 {
+		t.Fatalf("%q granted %s before %s", r.Name, early, notBefore.Format(time.StampMilli))
 	}
+	return granted
 }
 
 // TestDataLostWhileDownIsDetectedAtStart: markers that New finds missing mean

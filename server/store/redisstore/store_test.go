@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/coordinator-dev/coordinator/internal/testkit/testwait"
 	"github.com/coordinator-dev/coordinator/server/store"
 )
 
@@ -140,10 +141,7 @@ func TestAcquire(t *testing.T) {
 		}},
 		{"grants another holder once the lease expired", func(t *testing.T, s *Store) {
 			l := mustGrant(t, s, req("job", "a", 50*time.Millisecond, ""))
-			time.Sleep(80 * time.Millisecond)
-			if d := mustDescribe(t, s, "job"); d.Held {
-				t.Errorf("Describe after expiry = %+v, want not held", d)
-			}
+			testwait.Until(t, 5*time.Second, "Describe to say the lease expired", func() bool { return !mustDescribe(t, s, "job").Held })
 			l2 := mustGrant(t, s, req("job", "b", time.Second, ""))
 			if l2.Token <= l.Token {
 				t.Errorf("token after expiry %d <= %d", l2.Token, l.Token)
@@ -213,7 +211,7 @@ func TestRenewIsCompareAndSet(t *testing.T) {
 			}
 			l := mustGrant(t, s, req("job", "a", leaseTTL, "v"))
 			if tc.expired {
-				time.Sleep(60 * time.Millisecond)
+				testwait.Until(t, 5*time.Second, "the lease to expire", func() bool { return !mustDescribe(t, s, "job").Held })
 			}
 			token := l.Token
 			if tc.token != nil {
@@ -296,7 +294,7 @@ func TestTokensStrictlyIncrease(t *testing.T) {
 	mustRelease(t, s, store.Lease{Name: "job", Holder: "a", Token: last})
 	l := mustGrant(t, s, req("job", "b", 40*time.Millisecond, ""))
 	next("release", l)
-	time.Sleep(70 * time.Millisecond)
+	testwait.Until(t, 5*time.Second, "the lease to expire", func() bool { return !mustDescribe(t, s, "job").Held })
 	l = mustGrant(t, s, req("job", "c", time.Second, ""))
 	next("expiry", l)
 	if d := mustDescribe(t, s, "job"); d.LastToken != last {
@@ -385,10 +383,10 @@ func TestDataLoss(t *testing.T) {
 		{"a missing marker refuses grants until the quarantine passed", func(t *testing.T, s *Store, losses *atomic.Int32, lose func()) {
 			held := mustGrant(t, s, req("held", "a", time.Minute, ""))
 			lose()
+			called := time.Now()
 			_, err := s.Acquire(testCtx(t), req("job", "b", time.Second, ""))
-			// The quarantine began during the call: it ends before
-			// RetryAfter from its return.
-			returned := time.Now()
+			// The quarantine began during the call: it ends RetryAfter
+			// after a moment between the call and its return.
 			q := asQuarantine(err)
 			if q == nil || q.RetryAfter <= 0 || q.RetryAfter > quarantine {
 				t.Fatalf("first Acquire after loss: %v, want a QuarantineError within %s", err, quarantine)
@@ -406,8 +404,7 @@ func TestDataLoss(t *testing.T) {
 			if n := losses.Load(); n != 1 {
 				t.Errorf("OnDataLoss called %d times during the quarantine, want 1", n)
 			}
-			time.Sleep(time.Until(returned.Add(q.RetryAfter + clockSkew)))
-			l := mustGrant(t, s, req("job", "c", time.Second, ""))
+			l := grantedNotBefore(t, s, req("job", "c", time.Second, ""), called.Add(q.RetryAfter-clockSkew))
 			if l.Token == 0 {
 				t.Error("zero token")
 			}

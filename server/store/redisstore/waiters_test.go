@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coordinator-dev/coordinator/internal/testkit/testwait"
 	"github.com/coordinator-dev/coordinator/server/store"
 )
 
@@ -42,9 +43,11 @@ func TestQueueKeys(t *testing.T) {
 					t.Errorf("PTTL %s = %s, want w1's deadline, within [%s, %s]", key, pttl, lo, hi)
 				}
 			}
-			time.Sleep(time.Until(queued.Add(first + clockSkew)))
-			if n := s.client.Exists(testCtx(t), k.queue, k.waiters).Val(); n != 0 {
-				t.Errorf("%d queue keys left after the last deadline", n)
+			testwait.Until(t, first+5*time.Second, "the queue keys to expire", func() bool {
+				return s.client.Exists(testCtx(t), k.queue, k.waiters).Val() == 0
+			})
+			if gone := time.Since(queued); gone < first-clockSkew {
+				t.Errorf("the queue keys expired %s after the waiters queued, before w1's deadline %s", gone, first)
 			}
 		}},
 	}
