@@ -19,9 +19,8 @@ import (
 const holderEnv = "COORDINATOR_TEST_SESSION_HOLDER"
 
 // TestHelperSessionHolder is the client process of TestAKilledSessionHolder:
-// it holds every name of $COORDINATOR_TEST_SESSION_NAMES in one session
-// (the Client's default session, or one of NewSession's with
-// $COORDINATOR_TEST_SESSION_EXPLICIT), says "ready" and waits to be killed.
+// it holds every name of $COORDINATOR_TEST_SESSION_NAMES in its Client's
+// default session, says "ready" and waits to be killed.
 // It skips in a normal run.
 func TestHelperSessionHolder(t *testing.T) {
 	addr := os.Getenv(holderEnv)
@@ -37,16 +36,8 @@ func TestHelperSessionHolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := testCtx(t)
-	var opts []LockOption // the default session's
-	if os.Getenv("COORDINATOR_TEST_SESSION_EXPLICIT") != "" {
-		s, err := c.NewSession(ctx, WithTTL(ttl))
-		if err != nil {
-			t.Fatal(err)
-		}
-		opts = append(opts, WithSession(s))
-	}
 	for _, name := range strings.Fields(os.Getenv("COORDINATOR_TEST_SESSION_NAMES")) {
-		if l, err := c.TryLock(ctx, name, opts...); err != nil || l.SessionID() == "" {
+		if l, err := c.TryLock(ctx, name); err != nil || l.SessionID() == "" {
 			t.Fatalf("%s in session %q: %v", name, l.SessionID(), err)
 		}
 	}
@@ -60,14 +51,6 @@ func TestHelperSessionHolder(t *testing.T) {
 // issue's 100 ms is a bench figure; the test logs what it measured).
 func TestAKilledSessionHolder(t *testing.T) {
 	t.Parallel()
-	for _, explicit := range []string{"", "1"} {
-		t.Run(map[string]string{"": "default", "1": "explicit"}[explicit], func(t *testing.T) {
-			testAKilledSessionHolder(t, explicit)
-		})
-	}
-}
-
-func testAKilledSessionHolder(t *testing.T, explicit string) {
 	forEachStore(t, func(t *testing.T, coord *coordtest.Coordinator) {
 		const ttl, margin, n = 2 * time.Second, 3 * time.Second, 20
 		names := make([]string, n)
@@ -76,8 +59,7 @@ func testAKilledSessionHolder(t *testing.T, explicit string) {
 		}
 		holder := exec.Command(os.Args[0], "-test.run=^TestHelperSessionHolder$", "-test.v")
 		holder.Env = append(os.Environ(), holderEnv+"="+coord.Addr(),
-			"COORDINATOR_TEST_SESSION_TTL="+ttl.String(), "COORDINATOR_TEST_SESSION_NAMES="+strings.Join(names, " "),
-			"COORDINATOR_TEST_SESSION_EXPLICIT="+explicit)
+			"COORDINATOR_TEST_SESSION_TTL="+ttl.String(), "COORDINATOR_TEST_SESSION_NAMES="+strings.Join(names, " "))
 		out, err := holder.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)
