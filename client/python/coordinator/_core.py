@@ -44,17 +44,6 @@ def closed_error() -> ClientClosed:
     return ClientClosed("the client was closed")
 
 
-class Attempt:
-    """One acquisition, for a grant that arrives after its caller stopped
-    waiting for that answer: kept when the acquisition goes on (asking again
-    as the holder returns the same lease), given up when it failed."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.over = False
-        self.late: Optional[Any] = None  # the give-up operation of a late grant
-
-
 class Settings:
     """A Client's settings, checked before anything connects."""
 
@@ -270,10 +259,10 @@ class Core(Generic[F]):
     # -- acquisition ---------------------------------------------------------------
 
     def acquisition(self, kind: str, name: str, wait: Optional[float], explicit: Optional[SessionState[F]],
-                    capacity: int = 0, weight: int = 0, value: bytes = b"") -> "Acquisition[F]":
-        return Acquisition(self, kind, name, wait, explicit, capacity, weight, value)
+                    capacity: int = 0, weight: int = 0, value: bytes = b"") -> "Acquiring[F]":
+        return Acquiring(self, kind, name, wait, explicit, capacity, weight, value)
 
-    def acquire(self, a: "Acquisition[F]", stop: Optional[threading.Event] = None) -> GrantState[F]:
+    def acquire(self, a: "Acquiring[F]", stop: Optional[threading.Event] = None) -> GrantState[F]:
         """Runs the acquisition a, waiting on this thread; raises Stopped
         when ``stop`` is set meanwhile."""
         try:
@@ -305,7 +294,7 @@ class Core(Generic[F]):
                 return self.closed
         return True
 
-    async def acquire_async(self, a: "Acquisition[F]", closing: Callable[[float], Any]) -> GrantState[F]:
+    async def acquire_async(self, a: "Acquiring[F]", closing: Callable[[float], Any]) -> GrantState[F]:
         """Runs the acquisition a on the event loop; ``closing(seconds)``
         pauses, returning early (True) when the Client closes."""
         try:
@@ -445,9 +434,12 @@ class Core(Generic[F]):
         self.channel.close()
 
 
-class Acquisition(Generic[F]):
+class Acquiring(Generic[F]):
     """One acquisition (of a lock, a share or a leadership) by the rules of
-    AcquireSteps, as a new holder, whichever Client waits for it."""
+    AcquireSteps, as a new holder, whichever Client waits for it. It also
+    keeps a grant that arrives after its caller stopped waiting for that
+    answer: kept when the acquisition goes on (asking again as the holder
+    returns the same lease), given up when it failed."""
 
     def __init__(self, core: Core[F], kind: str, name: str, wait: Optional[float],
                  explicit: Optional[SessionState[F]], capacity: int, weight: int, value: bytes) -> None:
@@ -456,7 +448,9 @@ class Acquisition(Generic[F]):
         self.op = "campaign" if kind == "leadership" else "acquire"
         self.holder = core.new_holder()
         self.steps = AcquireSteps(kind, name, wait)
-        self.attempt = Attempt()
+        self.lock = threading.Lock()
+        self.given_up = False
+        self.late_grant: Optional[Any] = None  # the give-up operation of a late grant
         self.session: Optional[SessionState[F]] = None
         self.default_ended = 0
 
@@ -472,21 +466,19 @@ class Acquisition(Generic[F]):
         waiting for: a grant is given up at once unless the acquisition goes
         on (as the same holder, it gets that very lease); an unknown outcome
         is abandoned."""
-        attempt, core = self.attempt, self.core
-
         def late(res: Any, err: Optional[BaseException]) -> None:
             op = give_up_operation(res) if res is not None else None
             if op is not None:
-                with attempt.lock:
-                    if not attempt.over:
-                        attempt.late = op  # the acquisition goes on: it gives it up if it fails
+                with self.lock:
+                    if not self.given_up:
+                        self.late_grant = op  # the acquisition goes on: it gives it up if it fails
                         return
-                core.give_up_late(self.name, op)
+                self.core.give_up_late(self.name, op)
             elif isinstance(err, CoordinatorError) and is_outcome_unknown(err.code):
-                with attempt.lock:
-                    if not attempt.over:
+                with self.lock:
+                    if not self.given_up:
                         return
-                core.abandon(self.name, self.holder)
+                self.core.abandon(self.name, self.holder)
 
         return late
 
@@ -525,9 +517,9 @@ class Acquisition(Generic[F]):
 
     def over(self) -> None:
         """The acquisition failed: gives up a grant that came late."""
-        with self.attempt.lock:
-            self.attempt.over = True
-            op, self.attempt.late = self.attempt.late, None
+        with self.lock:
+            self.given_up = True
+            op, self.late_grant = self.late_grant, None
         if op is not None:
             self.core.give_up_late(self.name, op)
 

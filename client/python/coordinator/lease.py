@@ -18,6 +18,14 @@ __all__ = ["Lease", "LeaseInfo", "Description"]
 log = logging.getLogger("coordinator")
 
 
+#: Runs an on_lost callback: at once, or on the asyncio Client's loop.
+Dispatch = Callable[[Callable[[], None]], Any]
+
+
+def _call(fn: Callable[[], None]) -> None:
+    fn()
+
+
 class Held(Generic[F]):
     """A grant on a name held through a Client (the base of Lease and
     Leadership): attached to a session, valid as long as the session.
@@ -29,9 +37,10 @@ class Held(Generic[F]):
     time, nobody else can have been granted the name yet.
     """
 
-    def __init__(self, state: GrantState[F], session: Any) -> None:
+    def __init__(self, state: GrantState[F], session: Any, dispatch: Optional[Dispatch] = None) -> None:
         self._state = state
         self._session = session
+        self._dispatch: Dispatch = dispatch if dispatch is not None else _call
 
     @property
     def kind(self) -> str:
@@ -121,9 +130,10 @@ class Held(Generic[F]):
         return self._state.valid()
 
     def on_lost(self, callback: Callable[[Any], None]) -> None:
-        """Calls ``callback(self)`` once when ``lost`` is set, on the thread
-        that notices (the session's); at once when it ended already."""
-        if not self._state.on_lost(lambda: callback(self)):
+        """Calls ``callback(self)`` once when ``lost`` is set: on the thread
+        that notices (the session's) for the sync Client, on the event loop
+        for the asyncio one; at once when the grant ended already."""
+        if not self._state.on_lost(lambda: self._dispatch(lambda: callback(self))):
             callback(self)
 
     def __repr__(self) -> str:

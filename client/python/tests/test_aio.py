@@ -91,7 +91,6 @@ async def test_waiters_get_the_lock_in_arrival_order(server: Server, name: str) 
         async def wait_for_it(client: coordinator.aio.Client, who: str) -> coordinator.aio.Lease:
             lease = await client.lock(name, wait=60)
             order.append(who)
-            await asyncio.sleep(0.2)  # hold it a moment: the next waiter must wait for the release
             await lease.release()
             return lease
 
@@ -147,7 +146,9 @@ async def test_lost_when_its_session_is_ended_behind_its_back(server: Server, na
     async with aio_client(server.address, ttl=1) as c, aio_client(server.address) as thief:
         lease = await c.lock(name, wait=0)
         called = asyncio.Event()
-        lease.on_lost(lambda _: c and called.set())
+        loop = asyncio.get_running_loop()
+        # The callback runs on the loop (get_running_loop raises elsewhere).
+        lease.on_lost(lambda _: asyncio.get_running_loop() is loop and called.set())
         await asyncio.to_thread(close_session, server.address, lease.session.id)
         stolen = await thief.lock(name, wait=0)
         await asyncio.wait_for(lease.lost.wait(), 10)

@@ -60,7 +60,7 @@ def _given_up(client: coordinator.Client, name: str) -> Any:
     """An acquisition of name by client that gave up (whose late grants are
     given up at once)."""
     a = client._core.acquisition("lock", name, 0, None)
-    a.attempt.over = True
+    a.given_up = True
     return a
 
 

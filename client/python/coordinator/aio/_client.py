@@ -71,7 +71,8 @@ class Client(ClientBase[LoopEvent]):
                      session: Optional[Session], name: str) -> Lease:
         a = self._core.acquisition(kind, name, wait, self._state_of(session), capacity, weight)
         g = await self._core.acquire_async(a, self._pause)
-        lease = g.view = Lease(g, self._session_view(g.session), lambda: self._core.release(g))
+        lease = g.view = Lease(g, self._session_view(g.session), lambda: self._core.release(g),
+                               asyncio.get_running_loop().call_soon_threadsafe)
         return lease
 
     async def _campaign(self, election: str, value: Value, wait: Optional[float],
@@ -79,7 +80,8 @@ class Client(ClientBase[LoopEvent]):
         a = self._core.acquisition("leadership", election, wait, self._state_of(session), value=as_bytes(value))
         g: GrantState[LoopEvent] = await self._core.acquire_async(a, self._pause)
         lead = g.view = Leadership(g, self._session_view(g.session), lambda: self._core.release(g),
-                                   lambda data: self._core.proclaim(g, data))
+                                   lambda data: self._core.proclaim(g, data),
+                                   asyncio.get_running_loop().call_soon_threadsafe)
         return lead
 
     # -- locks ----------------------------------------------------------------

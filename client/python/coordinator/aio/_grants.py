@@ -11,7 +11,7 @@ from typing import Any, Awaitable, Callable, Generator, Generic, Optional, Type,
 
 from .._state import GrantState, SessionState
 from ..election import LeadershipBase, Value, as_bytes
-from ..lease import Held
+from ..lease import Dispatch, Held
 from ..session import SessionBase
 
 __all__ = ["LoopEvent", "Lease", "Leadership", "Session", "Acquisition"]
@@ -77,8 +77,9 @@ class Lease(Held[LoopEvent]):
     ``token`` to the protected resource. Used with ``async with``, it is
     released when the block exits."""
 
-    def __init__(self, state: GrantState[LoopEvent], session: Any, release: Callable[[], bool]) -> None:
-        super().__init__(state, session)
+    def __init__(self, state: GrantState[LoopEvent], session: Any, release: Callable[[], bool],
+                 dispatch: Dispatch) -> None:
+        super().__init__(state, session, dispatch)
         self._release = release
 
     async def release(self) -> bool:
@@ -101,8 +102,8 @@ class Leadership(LeadershipBase[LoopEvent]):
     with``, it resigns when the block exits."""
 
     def __init__(self, state: GrantState[LoopEvent], session: Any, resign: Callable[[], bool],
-                 proclaim: Callable[[bytes], None]) -> None:
-        super().__init__(state, session)
+                 proclaim: Callable[[bytes], None], dispatch: Dispatch) -> None:
+        super().__init__(state, session, dispatch)
         self._resign, self._proclaim = resign, proclaim
         self._proclaim_lock = asyncio.Lock()
 
