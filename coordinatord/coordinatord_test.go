@@ -61,6 +61,19 @@ func TestMetricsCountLeaseOutcomes(t *testing.T) {
 	}
 	servertest.Acquire(t, c.client, "m", "b", time.Minute, 0)
 	_, _ = c.client.Renew(context.Background(), &coordinatorv1.RenewRequest{Name: "m", Holder: "b", Token: 1, Ttl: durationpb.New(time.Second)})
+	// A session's renewal refused counts as a lease's: it is how an SDK
+	// learns that its leases are lost.
+	sess, err := c.client.CreateSession(context.Background(), &coordinatorv1.CreateSessionRequest{Ttl: durationpb.New(time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := sess.GetSession().GetId()
+	if _, err := c.client.CloseSession(context.Background(), &coordinatorv1.CloseSessionRequest{SessionId: id}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.client.RenewSession(context.Background(), &coordinatorv1.RenewSessionRequest{SessionId: id}); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("RenewSession of a closed session: %v; want FailedPrecondition", err)
+	}
 
 	rec := httptest.NewRecorder()
 	c.Server().MetricsHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
@@ -69,7 +82,7 @@ func TestMetricsCountLeaseOutcomes(t *testing.T) {
 		`coordinator_acquire_total{outcome="acquired"} 1`,
 		`coordinator_acquire_total{outcome="not_acquired"} 1`,
 		`coordinator_acquire_contended_total 1`,
-		`coordinator_renew_failures_total{reason="not_held"} 1`,
+		`coordinator_renew_failures_total{reason="not_held"} 2`,
 		`coordinator_leases_held 1`,
 		`grpc_server_handled_total{grpc_code="OK",grpc_method="TryAcquire"`,
 	} {

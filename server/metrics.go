@@ -43,7 +43,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		renewFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "coordinator_renew_failures_total",
-			Help: "Renewals refused or failed, by reason: not_held or error.",
+			Help: "Renewals of leases and of sessions refused or failed, by reason: not_held (the lease or session is gone) or error.",
 		}, []string{"reason"}),
 		dataLoss: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "coordinator_store_data_loss_total",

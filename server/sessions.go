@@ -53,9 +53,25 @@ func (s *Service) RenewSession(ctx context.Context, req *coordinatorv1.RenewSess
 	}
 	sess, err := s.store.RenewSession(ctx, req.GetSessionId(), principal.Of(ctx))
 	if err != nil {
+		s.countSessionRenewalFailure(err)
 		return nil, errOfSession(req.GetSessionId(), err)
 	}
 	return &coordinatorv1.RenewSessionResponse{Session: sessionToProto(sess)}, nil
+}
+
+// countSessionRenewalFailure counts a refused or failed session renewal
+// as a lease's: the SDKs renew sessions, not leases, so the renewal alerts
+// see their losses (every lease of an ended session is lost) and failures
+// only here.
+func (s *Service) countSessionRenewalFailure(err error) {
+	switch {
+	case errors.Is(err, store.ErrSessionNotOwned):
+		// A caller's mistake, not a loss nor a failure of the store.
+	case errors.Is(err, store.ErrSessionNotFound), errors.Is(err, store.ErrSessionExpired), errors.Is(err, store.ErrSessionClosed):
+		s.metrics.renewNotHeld.Inc()
+	default:
+		s.metrics.renewErrors.Inc()
+	}
 }
 
 // CloseSession implements coordinatorv1.CoordinatorServer.

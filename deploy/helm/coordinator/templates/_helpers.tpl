@@ -152,7 +152,7 @@ podAntiAffinity:
 {{- end -}}
 
 {{/*
-The OTEL_* variables of tracing.* (README: Tracing), for the coordinator's
+The OTEL_* variables of tracing.* (docs/operations.md: Tracing), for the coordinator's
 and the housekeeper's containers: the exporter, the sampler, the headers
 from a Secret, and the pod, namespace and Deployment in the spans' resource
 (k8s.* attributes; K8S_POD_NAME comes first so that Kubernetes expands it).
