@@ -225,7 +225,7 @@ func (c *Client) Close() error {
 		c.goneMu.Lock()
 		c.gone = true
 		c.goneMu.Unlock()
-		c.closeSessions(c.renewals.close())
+		c.releaseAll(c.renewals.close())
 		c.renewals.wg.Wait()
 		c.stream.close() // ends the waits of calls that Close ended
 		c.wg.Wait()
@@ -234,9 +234,9 @@ func (c *Client) Close() error {
 	return c.closeErr
 }
 
-// closeSessions closes the sessions that Close ended, a few at a time,
-// until the close timeout.
-func (c *Client) closeSessions(held []*session) {
+// releaseAll releases what Close ended: it closes each session, which
+// releases its leases, a few at a time, until the close timeout.
+func (c *Client) releaseAll(held []*session) {
 	if len(held) == 0 || c.closeTimeout <= 0 {
 		return
 	}

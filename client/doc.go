@@ -1,12 +1,13 @@
 // Package client is the Go SDK of the coordinator: locks and leader
-// elections as leases that renew themselves.
+// elections as leases held in a session that renews itself.
 //
 // A Client connects to one coordinator. TryLock and Lock return a *Lease on
 // a name; Semaphore(name, n) shares a name among holders of weights that sum
 // to at most n (Acquire, TryAcquire), and RWMutex(name) among readers or one
-// writer (RLock, Lock), each share a *Lease of its own; Campaign and RunAsLeader make this process the leader of an
-// election (a *Leadership); Leader and Observe tell who leads; Describe
-// and List tell who holds what. Every blocking call takes a context.
+// writer (RLock, Lock), each share a *Lease of its own; Campaign and
+// RunAsLeader make this process the leader of an election (a *Leadership);
+// Leader and Observe tell who leads; Describe and List tell who holds what.
+// Every blocking call takes a context.
 //
 //	c, err := client.New("127.0.0.1:7400")
 //	…
