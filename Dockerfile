@@ -5,7 +5,7 @@
 #
 # compiles them in the Go stage below. `make image` builds the same final
 # stage from binaries built on the host (BINARIES=context, with podman or
-# buildah), and its test checks that image's content: see README.md, "Container
+# buildah), and its test checks that image's content: see docs/deploying.md, "The container
 # image". Both lay out the files with scripts/image-rootfs.sh.
 #
 # There is no HEALTHCHECK: probes are the orchestrator's (Kubernetes' native

@@ -140,7 +140,7 @@ type Server struct {
 func Start(t testing.TB, persist bool) *Server {
 	t.Helper()
 	if _, err := exec.LookPath("redis-server"); err != nil {
-		t.Fatal("redis-server is not installed: `make test` installs it, or see the README")
+		t.Fatal("redis-server is not installed: `make test` installs it, or see CONTRIBUTING.md")
 	}
 	s := &Server{t: t, dir: t.TempDir(), persist: persist}
 	s.port = freePort(t)
@@ -319,7 +319,7 @@ func (s *Server) Thaw() {
 func StartReplica(t testing.TB, primary *Server, persist bool) *Server {
 	t.Helper()
 	if _, err := exec.LookPath("redis-server"); err != nil {
-		t.Fatal("redis-server is not installed: `make test` installs it, or see the README")
+		t.Fatal("redis-server is not installed: `make test` installs it, or see CONTRIBUTING.md")
 	}
 	s := &Server{t: t, dir: t.TempDir(), persist: persist, port: freePort(t),
 		extra: []string{"--replicaof", "127.0.0.1", strconv.Itoa(primary.port)}}
