@@ -220,11 +220,7 @@ func TestCoordinatorOnClusterAndSentinel(t *testing.T) {
 				if resp := servertest.Acquire(t, c.client, lease, "other", time.Minute, 0); resp.GetAcquired() {
 					t.Fatalf("%s granted twice", lease)
 				}
-				waiter := make(chan *coordinatorv1.TryAcquireResponse, 1)
-				go func() {
-					resp, _ := servertest.TryAcquire(c.client, lease, "waiter", time.Minute, 10*time.Second)
-					waiter <- resp
-				}()
+				waiter := goAcquire(t, c, lease, "waiter", 10*time.Second)
 				servertest.WaitQueued(t, c.client, lease, 1)
 				if _, err := c.client.Release(servertest.Timeout(t, 5*time.Second), &coordinatorv1.ReleaseRequest{Name: lease, Holder: "h", Token: l.GetToken()}); err != nil {
 					t.Fatal(err)

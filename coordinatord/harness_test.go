@@ -97,3 +97,33 @@ func actInside(t *testing.T, resource *storetest.Resource, holder string, token 
 	resource.Leave(holder)
 	return true
 }
+
+// goAcquire has holder ask for name, waiting up to wait, on a goroutine of
+// its own; the answer comes on the channel returned.
+func goAcquire(t *testing.T, c *coordinator, name, holder string, wait time.Duration) <-chan *coordinatorv1.TryAcquireResponse {
+	got := make(chan *coordinatorv1.TryAcquireResponse, 1)
+	go func() {
+		resp, err := servertest.TryAcquire(c.client, name, holder, time.Minute, wait)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- resp
+	}()
+	return got
+}
+
+// granted waits up to within for the answer on got, which must be a grant,
+// and returns it.
+func granted(t *testing.T, got <-chan *coordinatorv1.TryAcquireResponse, within time.Duration, who string) *coordinatorv1.TryAcquireResponse {
+	t.Helper()
+	select {
+	case resp := <-got:
+		if !resp.GetAcquired() {
+			t.Fatalf("%s got %v; want a grant", who, resp)
+		}
+		return resp
+	case <-time.After(within):
+		t.Fatalf("%s was not granted the name within %s", who, within)
+		return nil
+	}
+}

@@ -195,25 +195,13 @@ func testWaitingAcquire(t *testing.T, via string) {
 
 			t.Run("woken by release", func(t *testing.T) {
 				held := servertest.MustAcquire(t, c.client, "release", "a", time.Minute)
-				got := make(chan *coordinatorv1.TryAcquireResponse, 1)
-				go func() {
-					resp, err := servertest.TryAcquire(c.client, "release", "b", time.Minute, time.Minute)
-					if err != nil {
-						t.Error(err)
-					}
-					got <- resp
-				}()
+				got := goAcquire(t, c, "release", "b", time.Minute)
 				servertest.WaitQueued(t, c.client, "release", 1)
 				if _, err := c.client.Release(context.Background(), &coordinatorv1.ReleaseRequest{Name: "release", Holder: "a", Token: held.GetToken()}); err != nil {
 					t.Fatal(err)
 				}
-				select {
-				case resp := <-got:
-					if !resp.GetAcquired() || resp.GetLease().GetToken() <= held.GetToken() {
-						t.Fatalf("waiter got %v", resp)
-					}
-				case <-time.After(20 * time.Second):
-					t.Fatal("the waiter was not woken by the release")
+				if resp := granted(t, got, 20*time.Second, "the waiter woken by the release"); resp.GetLease().GetToken() <= held.GetToken() {
+					t.Fatalf("waiter got %v", resp)
 				}
 			})
 
@@ -280,14 +268,7 @@ func testWaitingAcquire(t *testing.T, via string) {
 					quit <- err
 				}()
 				servertest.WaitQueued(t, c.client, "cancel", 1)
-				got := make(chan *coordinatorv1.TryAcquireResponse, 1)
-				go func() {
-					resp, err := servertest.TryAcquire(c.client, "cancel", "patient", time.Minute, time.Minute)
-					if err != nil {
-						t.Error(err)
-					}
-					got <- resp
-				}()
+				got := goAcquire(t, c, "cancel", "patient", time.Minute)
 				servertest.WaitQueued(t, c.client, "cancel", 2)
 				cancel()
 				if err := <-quit; errCode(err) != codes.Canceled {
@@ -296,16 +277,9 @@ func testWaitingAcquire(t *testing.T, via string) {
 				if _, err := c.client.Release(context.Background(), &coordinatorv1.ReleaseRequest{Name: "cancel", Holder: "owner", Token: held.GetToken()}); err != nil {
 					t.Fatal(err)
 				}
-				select {
-				case resp := <-got:
-					if !resp.GetAcquired() {
-						t.Fatalf("patient waiter got %v", resp)
-					}
-				case <-time.After(2 * time.Second):
-					// The quitter's place would time out after about 3 s: being
-					// served within 2 s shows it left at once.
-					t.Fatal("the patient waiter was held up by one that left")
-				}
+				// The quitter's place would time out after about 3 s: being
+				// served within 2 s shows it left at once.
+				granted(t, got, 2*time.Second, "the patient waiter, behind one that left,")
 			})
 		})
 	}

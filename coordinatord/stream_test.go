@@ -495,14 +495,7 @@ func TestEndingAStreamGivesUpItsWaitsButKeepsItsLeases(t *testing.T) {
 				t.Fatal(err)
 			}
 			servertest.WaitQueued(t, c.client, "queue", 1) // the stream's acquire waits
-			next := make(chan *coordinatorv1.TryAcquireResponse, 1)
-			go func() {
-				resp, err := servertest.TryAcquire(c.client, "queue", "next", time.Minute, time.Minute)
-				if err != nil {
-					t.Error(err)
-				}
-				next <- resp
-			}()
+			next := goAcquire(t, c, "queue", "next", time.Minute)
 			servertest.WaitQueued(t, c.client, "queue", 2) // a second waiter behind it
 
 			s.cancel()                                     // the client goes away
@@ -510,14 +503,7 @@ func TestEndingAStreamGivesUpItsWaitsButKeepsItsLeases(t *testing.T) {
 			if _, err := c.client.Release(ctx, &coordinatorv1.ReleaseRequest{Name: "queue", Holder: "holder", Token: held.GetToken()}); err != nil {
 				t.Fatal(err)
 			}
-			select {
-			case resp := <-next:
-				if !resp.GetAcquired() {
-					t.Fatalf("the next waiter: %v", resp)
-				}
-			case <-time.After(30 * time.Second):
-				t.Fatal("the next waiter was not granted the name")
-			}
+			granted(t, next, 30*time.Second, "the next waiter")
 			d, err := c.client.Describe(ctx, &coordinatorv1.DescribeRequest{Name: "kept"})
 			if err != nil || !d.GetHeld() || d.GetLease().GetToken() != kept.GetAcquire().GetLease().GetToken() {
 				t.Fatalf("the stream's lease after it ended: %v, %v; want still held", d, err)
