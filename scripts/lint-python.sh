@@ -12,6 +12,10 @@ PYRIGHT_VERSION=1.1.414
 CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/coordinator/pyright-$PYRIGHT_VERSION"
 PYRIGHT="$CACHE/node_modules/.bin/pyright"
 if [ ! -x "$PYRIGHT" ]; then
+  if ! command -v npm >/dev/null 2>&1; then
+    echo "lint-python: npm is missing (Debian/Ubuntu: sudo apt-get install npm)" >&2
+    exit 1
+  fi
   echo "lint-python: installing pyright $PYRIGHT_VERSION into $CACHE" >&2
   mkdir -p "$CACHE"
   npm install --prefix "$CACHE" --no-save --no-audit --no-fund --silent "pyright@$PYRIGHT_VERSION" >&2

@@ -274,7 +274,7 @@ class Core(Generic[F]):
                     step = a.answered(resp)
                 except CoordinatorError as err:
                     step = a.failed(err)
-                if step.pause is not None and self._pause(step.pause, stop):
+                if step.pause is not None and self.pause(step.pause, stop):
                     raise closed_error() from step.retrying
                 g = a.next(step)
                 if g is not None:
@@ -283,7 +283,7 @@ class Core(Generic[F]):
             a.over()
             raise
 
-    def _pause(self, seconds: float, stop: Optional[threading.Event]) -> bool:
+    def pause(self, seconds: float, stop: Optional[threading.Event] = None) -> bool:
         """Sleeps seconds, or until the Client closes (True) or stop is set
         (raising Stopped)."""
         end = time.monotonic() + seconds

@@ -18,7 +18,7 @@ from ._state import GrantState, SessionState
 from ._stream import Stopped
 from ._util import leader_backoff
 from .election import LeaderInfo, Leadership, Observation, Value, as_bytes
-from .errors import ClientClosed, CoordinatorError, NotAcquired
+from .errors import CoordinatorError, NotAcquired
 from .lease import Description, Lease, LeaseInfo, session_of
 from .session import Session
 
@@ -132,14 +132,15 @@ class Client(ClientBase[Event]):
         ClientRules.leader_early_return of its election, the leadership
         still held) it waits a backoff first (100ms doubling to 30s), so that
         a failing fn does not spin. fn must return when
-        ``leadership.lost`` (or ``stop``) is set. Raises the errors that
-        waiting cannot fix."""
+        ``leadership.lost`` (or ``stop``) is set. Returns when stopped;
+        raises ClientClosed when the Client closes, and the errors that
+        waiting cannot fix (as Go's RunAsLeader)."""
         stop = stop if stop is not None else Event()
         backoff = leader_backoff()
         while not stop.is_set():
             try:
                 lead = self._campaign(election, value, None, session, stop)
-            except (Stopped, ClientClosed):
+            except Stopped:
                 return
             started = time.monotonic()
             try:
@@ -151,11 +152,14 @@ class Client(ClientBase[Event]):
                 lead.resign()
             except CoordinatorError:
                 log.warning("coordinator: could not resign %r", lead, exc_info=True)
-            if not LEADER_CAMPAIGNS_AGAIN or self.closed:
+            if not LEADER_CAMPAIGNS_AGAIN:
                 return
             if ended or time.monotonic() - started >= LEADER_EARLY_RETURN:
                 backoff.reset()
-            elif stop.wait(backoff.next()):
+                continue
+            try:
+                self._core.pause(backoff.next(), stop)  # the next campaign raises ClientClosed after close()
+            except Stopped:
                 return
 
     def leader(self, election: str) -> Optional[LeaderInfo]:

@@ -176,4 +176,19 @@ def test_run_as_leader_stops_while_it_campaigns(server, make_client, name: str) 
     t.join(timeout=10)
     assert not t.is_alive() and not ran
     wait_until(lambda: holder.describe(name).waiters == 0, timeout=10, what="the campaign to leave the queue")
+    # Closing the Client ends it too, as an error (Go's RunAsLeader returns ErrClosed).
+    outcome: List[BaseException] = []
+
+    def run() -> None:
+        try:
+            runner.run_as_leader(name, ran.append)
+        except BaseException as e:  # asserted below
+            outcome.append(e)
+
+    t = threading.Thread(target=run)
+    t.start()
+    wait_until(lambda: holder.describe(name).waiters == 1, what="the campaign to queue again")
+    runner.close()
+    t.join(timeout=10)
+    assert not t.is_alive() and not ran and isinstance(outcome[0], coordinator.ClientClosed), outcome
     assert held.resign()

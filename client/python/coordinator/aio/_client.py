@@ -17,7 +17,7 @@ from .._rules import LEADER_CAMPAIGNS_AGAIN, LEADER_EARLY_RETURN
 from .._state import GrantState, SessionState
 from .._util import leader_backoff
 from ..election import LeaderInfo, Value, as_bytes
-from ..errors import ClientClosed, CoordinatorError, NotAcquired
+from ..errors import CoordinatorError, NotAcquired
 from ..lease import Description, LeaseInfo, session_of
 from ._grants import Acquisition, Lease, Leadership, LoopEvent, Session
 from ._observe import Observation
@@ -137,13 +137,10 @@ class Client(ClientBase[LoopEvent]):
         leader, resigns when it returns or raises (logged), and campaigns
         again after each leadership ends (ClientRules.leader_campaigns_again,
         with the leader_* backoff after an early return), until the task is
-        cancelled or the Client closes."""
+        cancelled; raises ClientClosed when the Client closes."""
         backoff = leader_backoff()
         while True:
-            try:
-                lead = await self._campaign(election, value, None, session)
-            except ClientClosed:
-                return
+            lead = await self._campaign(election, value, None, session)
             started = time.monotonic()
             try:
                 await fn(lead)
@@ -155,12 +152,12 @@ class Client(ClientBase[LoopEvent]):
                     await asyncio.shield(lead.resign())
                 except CoordinatorError:
                     log.warning("coordinator: could not resign %r", lead, exc_info=True)
-            if not LEADER_CAMPAIGNS_AGAIN or self.closed:
+            if not LEADER_CAMPAIGNS_AGAIN:
                 return
             if ended or time.monotonic() - started >= LEADER_EARLY_RETURN:
                 backoff.reset()
-            elif await self._pause(backoff.next()):
-                return
+            else:
+                await self._pause(backoff.next())  # the next campaign raises ClientClosed after close()
 
     async def leader(self, election: str) -> Optional[LeaderInfo]:
         """The sitting leader of ``election``, or None."""
