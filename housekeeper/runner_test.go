@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
@@ -528,6 +529,7 @@ func (h *countProbes) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 // An idle instance reads the head of every set it owns each ProbeInterval,
 // all of them in one pipeline: its cost is (its sets / ProbeInterval)
 // pipelined ZRANGEs a second, and it wakes once an interval, not once a set.
+// Its schedule runs on a fake clock, moved on one ProbeInterval a round.
 func TestAnIdleInstanceReadsEverySetInOnePipelineEachProbeInterval(t *testing.T) {
 	rdb := redistest.Client(t)
 	d := newDeckard(t, rdb)
@@ -541,25 +543,26 @@ func TestAnIdleInstanceReadsEverySetInOnePipelineEachProbeInterval(t *testing.T)
 	})
 	probes := &countProbes{}
 	rdb.AddHook(probes)
-	cfg := housekeeper.Config{DiscoveryInterval: 50 * time.Millisecond, ProbeInterval: 100 * time.Millisecond}
+	clock := clockwork.NewFakeClock()
+	cfg := housekeeper.WithClock(housekeeper.Config{DiscoveryInterval: 50 * time.Millisecond, ProbeInterval: 100 * time.Millisecond}, clock)
 	r := startRunner(t, rdb, d, alone(), cfg)
 	reads := func() float64 { return metric(t, r.reg, "housekeeper_set_reads_total") }
 	testwait.Until(t, 10*time.Second, "every set read", func() bool { return reads() >= sets })
 	const rounds = 20
-	start, readsBefore, probesBefore := time.Now(), reads(), probes.n.Load()
-	// 2s at ProbeInterval; the timeout leaves room for a loaded machine.
-	testwait.Until(t, 10*time.Second, fmt.Sprintf("every set read %d times more", rounds), func() bool {
-		return reads() >= readsBefore+rounds*sets
-	})
-	elapsed := time.Since(start)
-	read, pipelines := reads()-readsBefore, probes.n.Load()-probesBefore
-	// Rounds are ProbeInterval apart, and each reads every set in one
-	// pipeline (give or take one at either end of the window).
-	if most := int64(elapsed/cfg.ProbeInterval) + 2; pipelines > most {
-		t.Errorf("%d pipelines read the sets in %v, want one a ProbeInterval (at most %d)", pipelines, elapsed, most)
+	readsBefore, probesBefore := reads(), probes.n.Load()
+	// A quarter of the interval at a time: a round more often than each
+	// ProbeInterval would read the sets more often than the rounds.
+	for round := 1; round <= rounds; round++ {
+		for range 4 {
+			clock.Advance(cfg.ProbeInterval / 4)
+		}
+		testwait.Until(t, 10*time.Second, fmt.Sprintf("round %d's reads", round), func() bool {
+			return reads() >= readsBefore+float64(round*sets)
+		})
 	}
-	if most := int64(read/sets) + 2; pipelines > most {
-		t.Errorf("%d pipelines made %v reads of %d sets, want one pipeline a round (at most %d)", pipelines, read, sets, most)
+	read, pipelines := reads()-readsBefore, probes.n.Load()-probesBefore
+	if read != rounds*sets || pipelines != rounds {
+		t.Errorf("%d rounds made %v reads of %d sets in %d pipelines, want each set read once a round, in one pipeline", rounds, read, sets, pipelines)
 	}
 }
 
