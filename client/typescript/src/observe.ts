@@ -9,7 +9,7 @@ import {
   type Lease as PbLease,
 } from "./gen/coordinator/v1/coordinator_pb.js";
 import type { CoordinatorApi } from "./api.js";
-import { Code, CoordinatorError, decodeError } from "./errors.js";
+import { CoordinatorError, decodeError, isTransient, outcomeUnknown } from "./errors.js";
 import { callBackoff, linkSignals, sleep } from "./util.js";
 
 export const decoder = new TextDecoder();
@@ -81,19 +81,14 @@ export interface LeaderEvent {
   initial: boolean;
 }
 
-/** Whether an Observe stream that ended with err must not be retried. */
+/**
+ * Whether an Observe stream that ended with err must not be opened again:
+ * the coordinator refused it, with a code that is neither transient nor of
+ * unknown outcome (ClientRules).
+ */
 function permanent(err: unknown): boolean {
   if (!(err instanceof CoordinatorError)) return !(err instanceof Error && err.name === "AbortError");
-  switch (err.code) {
-    case Code.InvalidArgument:
-    case Code.Unauthenticated:
-    case Code.PermissionDenied:
-    case Code.Unimplemented:
-    case Code.NotFound:
-      return true;
-    default:
-      return false;
-  }
+  return !isTransient(err) && !outcomeUnknown(err);
 }
 
 type State = { kind: LeaderEventKind; leader?: LeaderInfo; holders?: HolderInfo[]; capacity?: number };

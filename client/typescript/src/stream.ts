@@ -149,6 +149,7 @@ class Conn implements AsyncIterable<StreamRequest> {
         this.end();
         return Promise.resolve({ value: undefined, done: true });
       },
+      // Connect requires it (makeIterableAbortable): it aborts the request side with throw.
       throw: (e?: unknown): Promise<IteratorResult<StreamRequest>> => {
         this.end();
         return Promise.reject(e instanceof Error ? e : new Error(String(e)));

@@ -41,29 +41,21 @@ for (const store of stores()) {
 
   describe(`locks (${store} store)`, { concurrency: true, timeout: 60_000 }, () => {
 
-    it("grants a free name with a fencing token, and releases it", async () => {
+    // Exclusion, token order and release as no-op are behaviour cases (behaviour.test.ts).
+    it("a lease names its holder, token and validity as the coordinator has them, until released", async () => {
       const name = uniq("locks/grant");
       const lease = await a.tryLock(name);
       assert.ok(lease, "a free name is granted");
       assert.equal(lease.name, name);
       assert.ok(lease.holder.startsWith(a.identity + "#"));
-      assert.equal(typeof lease.token, "bigint");
       assert.ok(lease.token > 0n);
       assert.ok(lease.remaining() > 0 && lease.remaining() <= a.ttl);
       const d = await a.describe(name);
-      assert.equal(d.held, true);
       assert.equal(d.holder, lease.holder);
       assert.equal(d.token, lease.token);
       assert.equal(await lease.release(), true);
-      assert.equal(lease.signal.aborted, true);
       assert.ok(lease.ended instanceof LeaseEndedError && lease.ended.kind === "released");
       assert.equal((await a.describe(name)).held, false);
-      assert.equal(await lease.release(), false, "releasing twice is harmless");
-
-      const again = await b.tryLock(name);
-      assert.ok(again);
-      assert.ok(again.token > lease.token, "tokens increase with every grant");
-      await again.release();
     });
 
     it("refuses a held name, naming the holder and when to retry", async () => {
