@@ -21,7 +21,6 @@ import (
 	"github.com/coordinator-dev/coordinator/internal/testkit/redistest"
 	"github.com/coordinator-dev/coordinator/internal/testkit/testwait"
 	"github.com/coordinator-dev/coordinator/server/servertest"
-	"github.com/coordinator-dev/coordinator/server/store/storetest"
 )
 
 // onPrivateRedis is a coordinator whose Redis store is a private redis-server
@@ -257,11 +256,7 @@ func testContentionAcrossRedisDataLoss(t *testing.T, via string) {
 	cfg.MaxTTL, cfg.DataLossQuarantine = maxTTL, maxTTL
 	c := startVia(t, cfg, via)
 
-	names := []string{"r0", "r1", "r2"}
-	resources := map[string]*storetest.Resource{}
-	for _, n := range names {
-		resources[n] = &storetest.Resource{}
-	}
+	names, resources := contendedResources()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
 	defer cancel()
 	var granted, quarantined atomic.Int64

@@ -85,6 +85,17 @@ func checkGrantOrder(t *testing.T, order <-chan string, want int) {
 	}
 }
 
+// contendedResources returns the names that the contention tests' workers
+// fight over, and a fenced resource for each.
+func contendedResources() ([]string, map[string]*storetest.Resource) {
+	names := []string{"r0", "r1", "r2"}
+	resources := map[string]*storetest.Resource{}
+	for _, n := range names {
+		resources[n] = &storetest.Resource{}
+	}
+	return names, resources
+}
+
 // actInside acts at resource as holder, with token, for a pause of up to
 // 3 ms that rng picks, inside a lease valid until validUntil; it reports
 // whether the resource let it in.

@@ -14,7 +14,6 @@ import (
 
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
 	"github.com/coordinator-dev/coordinator/server/servertest"
-	"github.com/coordinator-dev/coordinator/server/store/storetest"
 )
 
 func TestInvalidRequestsNameTheField(t *testing.T) {
@@ -298,11 +297,7 @@ func testContendedLeasesNeverOverlapOverGRPC(t *testing.T, via string) {
 				rounds  = 25
 				ttl     = 150 * time.Millisecond
 			)
-			names := []string{"r0", "r1", "r2"}
-			resources := map[string]*storetest.Resource{}
-			for _, n := range names {
-				resources[n] = &storetest.Resource{}
-			}
+			names, resources := contendedResources()
 			var wg sync.WaitGroup
 			for w := range workers {
 				wg.Add(1)

@@ -18,7 +18,6 @@ import (
 	"github.com/coordinator-dev/coordinator/internal/testkit/testwait"
 	"github.com/coordinator-dev/coordinator/server"
 	"github.com/coordinator-dev/coordinator/server/servertest"
-	"github.com/coordinator-dev/coordinator/server/store/storetest"
 )
 
 // testStream is an operation stream under test, safe for concurrent callers: call
@@ -639,11 +638,7 @@ func TestContendedLeasesNeverOverlapThroughStreams(t *testing.T) {
 				rounds  = 25
 				ttl     = 150 * time.Millisecond
 			)
-			names := []string{"r0", "r1", "r2"}
-			resources := map[string]*storetest.Resource{}
-			for _, n := range names {
-				resources[n] = &storetest.Resource{}
-			}
+			names, resources := contendedResources()
 			ss := make([]*testStream, streams)
 			for i := range ss {
 				ss[i] = openTestStream(t, c.client)
