@@ -6,7 +6,8 @@
 # make fault-soak the fault suite (kill -9, Redis restarts, flushes, failover), five rounds of each
 # make bench     the benchmarks, side by side in one run
 # make fuzz      every fuzz target for FUZZTIME (5m) each, one after the other
-# make lint      gofmt, golangci-lint, buf lint/format/breaking, gen/ (and the Python package's
+# make lint      gofmt, golangci-lint, the Python client's pyright --strict and flake8
+#                (scripts/lint-python.sh), buf lint/format/breaking, gen/ (and the Python package's
 #                generated code) up to date, no tracked binaries,
 #                helm lint/template and the chart test (deploy/helm/charttest)
 # make generate  regenerate gen/ (Go, TypeScript) and the Python package's generated code from proto/
@@ -93,6 +94,7 @@ lint:
 	cd bench && $(GO) vet ./...
 	$(GOLANGCI_LINT) run ./...
 	cd bench && $(GOLANGCI_LINT) run --config ../.golangci.yml ./...
+	./scripts/lint-python.sh
 	$(BUF) lint
 	$(BUF) format --diff --exit-code
 	./scripts/buf-breaking.sh
