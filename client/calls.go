@@ -12,41 +12,31 @@ import (
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
 )
 
-// The lease calls: each goes over the Client's operation stream
-// (stream.go), unless the request could not travel on it without harming
-// the other operations (a name that is not UTF-8, which the coordinator
-// refuses for the whole message it cannot decode; a request too large):
-// that one goes as its unary call, which the coordinator refuses alone.
-// Either way the answer and the error are the unary call's.
+// The lease calls, each an operation of the Client's operation stream
+// (stream.go), with the answer and the error of its unary call. A name
+// that is not UTF-8 cannot be encoded (and would break the message it went
+// in for every operation in it): it is refused here.
 
-// viaStream runs op over the stream and picks its response; ok is false
-// when the unary call must be made instead.
+// viaStream runs op over the stream and picks its response.
 func viaStream[R proto.Message](ctx context.Context, c *Client, name string, op *coordinatorv1.StreamOperation,
 	pick func(*coordinatorv1.StreamResult) R, kind string, late func(*coordinatorv1.StreamResult, error),
-) (resp R, ok bool, err error) {
+) (resp R, err error) {
 	if !utf8.ValidString(name) {
-		return resp, false, nil
+		return resp, status.Errorf(codes.InvalidArgument, "coordinator: the name %q is not valid UTF-8", name)
 	}
 	end := c.opTracer.start(ctx, kind, op)
 	defer func() { end(err) }()
 	res, err := c.stream.call(ctx, op, late)
-	switch {
-	case errors.Is(err, errTooLarge):
-		// The unary call that follows has a client span of its own.
-		end(status.Error(codes.InvalidArgument, "sent as a unary call instead"))
-		end = func(error) {}
-		return resp, false, nil
-	case err != nil:
-		return resp, true, err
+	if err != nil {
+		return resp, err
 	}
 	if err := resultError(res); err != nil {
-		return resp, true, err
+		return resp, err
 	}
-	resp = pick(res)
-	if !resp.ProtoReflect().IsValid() {
-		return resp, true, unexpected(res, kind)
+	if resp = pick(res); !resp.ProtoReflect().IsValid() {
+		return resp, unexpected(res, kind)
 	}
-	return resp, true, nil
+	return resp, nil
 }
 
 func (c *Client) tryAcquireCall(ctx context.Context, req *coordinatorv1.TryAcquireRequest) (*coordinatorv1.TryAcquireResponse, error) {
@@ -58,10 +48,7 @@ func (c *Client) tryAcquireCall(ctx context.Context, req *coordinatorv1.TryAcqui
 			c.abandonLate(req.GetName(), req.GetHolder())
 		}
 	}
-	if resp, ok, err := viaStream(ctx, c, req.GetName(), op, (*coordinatorv1.StreamResult).GetAcquire, "acquire", late); ok {
-		return resp, err
-	}
-	return c.api.TryAcquire(ctx, req)
+	return viaStream(ctx, c, req.GetName(), op, (*coordinatorv1.StreamResult).GetAcquire, "acquire", late)
 }
 
 func (c *Client) campaignCall(ctx context.Context, req *coordinatorv1.CampaignRequest) (*coordinatorv1.CampaignResponse, error) {
@@ -77,26 +64,17 @@ func (c *Client) campaignCall(ctx context.Context, req *coordinatorv1.CampaignRe
 			}
 		}
 	}
-	if resp, ok, err := viaStream(ctx, c, req.GetElection(), op, (*coordinatorv1.StreamResult).GetCampaign, "campaign", late); ok {
-		return resp, err
-	}
-	return c.api.Campaign(ctx, req)
+	return viaStream(ctx, c, req.GetElection(), op, (*coordinatorv1.StreamResult).GetCampaign, "campaign", late)
 }
 
 func (c *Client) releaseCall(ctx context.Context, req *coordinatorv1.ReleaseRequest) (*coordinatorv1.ReleaseResponse, error) {
 	op := &coordinatorv1.StreamOperation{Operation: &coordinatorv1.StreamOperation_Release{Release: req}}
-	if resp, ok, err := viaStream(ctx, c, req.GetName(), op, (*coordinatorv1.StreamResult).GetRelease, "release", nil); ok {
-		return resp, err
-	}
-	return c.api.Release(ctx, req)
+	return viaStream(ctx, c, req.GetName(), op, (*coordinatorv1.StreamResult).GetRelease, "release", nil)
 }
 
 func (c *Client) resignCall(ctx context.Context, req *coordinatorv1.ResignRequest) (*coordinatorv1.ResignResponse, error) {
 	op := &coordinatorv1.StreamOperation{Operation: &coordinatorv1.StreamOperation_Resign{Resign: req}}
-	if resp, ok, err := viaStream(ctx, c, req.GetElection(), op, (*coordinatorv1.StreamResult).GetResign, "resign", nil); ok {
-		return resp, err
-	}
-	return c.api.Resign(ctx, req)
+	return viaStream(ctx, c, req.GetElection(), op, (*coordinatorv1.StreamResult).GetResign, "resign", nil)
 }
 
 func releaseOp(name, holder string, token uint64) *coordinatorv1.StreamOperation {

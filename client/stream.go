@@ -60,7 +60,7 @@ type opStream struct {
 // Bounds of one StreamRequest. The coordinator refuses more than
 // maxStreamOps operations in a message, and messages over its size limit
 // (96 KiB by default); an operation larger than maxStreamOpBytes (only an
-// invalid Campaign value can be) goes as a unary call, which fails alone.
+// invalid Campaign value can be) is refused here, alone.
 const (
 	maxStreamOps        = 1000
 	maxStreamBatchBytes = 64 << 10
@@ -69,10 +69,6 @@ const (
 	// flight.
 	defaultStreamIdle = 30 * time.Second
 )
-
-// errTooLarge says that an operation is too large for the operation
-// stream: make the unary call, which the coordinator refuses alone.
-var errTooLarge = errors.New("coordinator: the operation is too large for the operation stream")
 
 // streamOp is one operation and its fate.
 type streamOp struct {
@@ -130,7 +126,7 @@ func (s *opStream) init(c *Client, idle time.Duration) {
 }
 
 // submit queues op; done gets its outcome. It fails with ErrClosed or
-// errTooLarge, and then done is not called. With inline, submit may send
+// InvalidArgument (an operation too large), and then done is not called. With inline, submit may send
 // what is queued itself (see maxInlineInFlight): callers that queue many
 // operations at once, or hold a lock, leave it to the sender goroutine.
 func (s *opStream) submit(op *coordinatorv1.StreamOperation, inline bool, done func(o *streamOp, res *coordinatorv1.StreamResult, err error)) (*streamOp, error) {
@@ -146,7 +142,7 @@ func (s *opStream) submit(op *coordinatorv1.StreamOperation, inline bool, done f
 func (s *opStream) enqueue(op *coordinatorv1.StreamOperation, inline bool, done func(o *streamOp, res *coordinatorv1.StreamResult, err error)) (*streamOp, *streamConn, error) {
 	size := proto.Size(op)
 	if size > maxStreamOpBytes {
-		return nil, nil, errTooLarge
+		return nil, nil, status.Errorf(codes.InvalidArgument, "coordinator: an operation of %d bytes is over the %d the operation stream carries", size, maxStreamOpBytes)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/coordinator-dev/coordinator/coordinatord/coordtest"
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
@@ -279,5 +281,29 @@ func TestProclaimNeverStartsANewTerm(t *testing.T) {
 	}
 	if info, err := c.Leader(ctx, "vacated"); !errors.Is(err, ErrNoLeader) {
 		t.Fatalf("Leader = %+v, %v; want none: a proclamation must not start a term", info, err)
+	}
+}
+
+// A request that the operation stream cannot carry (a name that is not
+// UTF-8 cannot be encoded; a campaign value too large for a message) is
+// refused alone, InvalidArgument, and the stream goes on for the others.
+func TestARequestTheStreamCannotCarryIsRefusedAlone(t *testing.T) {
+	coord := coordtest.Start(t, coordtest.Config(t, "memory"))
+	ctx := testCtx(t)
+	c := dial(t, coord)
+	if _, err := c.TryLock(ctx, "before"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.TryLock(ctx, "bad\xff"); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("TryLock of a name that is not UTF-8 = %v; want InvalidArgument", err)
+	}
+	if _, err := c.Campaign(ctx, "big", make([]byte, maxStreamOpBytes)); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("Campaign with a value of %d bytes = %v; want InvalidArgument", maxStreamOpBytes, err)
+	}
+	if _, err := c.TryLock(ctx, "after"); err != nil {
+		t.Fatal(err)
+	}
+	if got := startedStreams(t, coord, "Stream"); got != 1 {
+		t.Errorf("%d operation streams; want the one, unbroken", got)
 	}
 }
