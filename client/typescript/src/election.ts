@@ -3,11 +3,9 @@
 
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { Code, LeaseNotHeldError, decodeError } from "./errors.js";
-import type { LeaseEndedError } from "./errors.js";
-import { RELEASE_TIMEOUT, type LeaseCore } from "./lease.js";
+import { Held, RELEASE_TIMEOUT, type LeaseCore } from "./lease.js";
 import { decoder } from "./observe.js";
 import { LEASE_NOT_HELD } from "./rules.js";
-import type { Session } from "./session.js";
 import type { StreamTransport } from "./stream.js";
 import { linkSignals, toBytes } from "./util.js";
 
@@ -19,17 +17,13 @@ import { linkSignals, toBytes } from "./util.js";
  * Check signal while acting as the leader, and hand term to the resources
  * the leader writes to, so that they can refuse an older term's writes.
  */
-export class Leadership {
+export class Leadership extends Held {
   private current: Uint8Array;
   private proclaiming: Promise<unknown> = Promise.resolve();
 
   /** @internal */
-  constructor(
-    private readonly core: LeaseCore,
-    private readonly transport: StreamTransport,
-    value: Uint8Array,
-    private readonly callTimeoutMs: number,
-  ) {
+  constructor(core: LeaseCore, transport: StreamTransport, value: Uint8Array, callTimeoutMs: number) {
+    super(core, transport, callTimeoutMs);
     this.current = value;
   }
 
@@ -53,31 +47,6 @@ export class Leadership {
   get valueText(): string {
     return decoder.decode(this.current);
   }
-  /** The TTL of its session, in milliseconds. */
-  get ttl(): number {
-    return this.core.session.ttl;
-  }
-  /** When the leadership stops being valid unless its session is renewed (performance.now() ms); see Lease.expires. */
-  get expires(): number {
-    return this.core.session.deadline;
-  }
-  /** Milliseconds of validity left; 0 once the leadership ended. */
-  remaining(): number {
-    return this.core.remaining();
-  }
-  /** Aborted the moment the leadership ends; its reason is a LeaseEndedError. */
-  get signal(): AbortSignal {
-    return this.core.controller.signal;
-  }
-  /** Why the leadership ended, or undefined while in office. */
-  get ended(): LeaseEndedError | undefined {
-    return this.core.ended;
-  }
-  /** The session the leadership is attached to. */
-  get session(): Session {
-    return this.core.session;
-  }
-
   /**
    * proclaim publishes value as the sitting leader (observers see a
    * "proclaimed" event): a Campaign in this term only. When the term is
@@ -143,7 +112,7 @@ export class Leadership {
     );
   }
 
-  toString(): string {
+  override toString(): string {
     return `leadership of ${JSON.stringify(this.election)} by ${this.candidate} in term ${this.term}`;
   }
 }

@@ -9,7 +9,7 @@ export { MAX_CAPACITY, RW_CAPACITY, Semaphore, RWLock } from "./semaphore.js";
 export type { ClientOptions, LockOptions, TryLockOptions, SessionOptions, RunAsLeaderOptions } from "./options.js";
 export type { NameState, HolderState, LeaseInfo } from "./names.js";
 export type { TlsOptions, CoordinatorApi } from "./api.js";
-export { Lease } from "./lease.js";
+export { Held, Lease } from "./lease.js";
 export { Leadership } from "./election.js";
 export type { LeaderFn } from "./leader.js";
 export { Session } from "./session.js";

@@ -83,6 +83,52 @@ export class LeaseCore {
 export const RELEASE_TIMEOUT = 5000;
 
 /**
+ * Held is what a Lease and a Leadership have alike: the session that keeps
+ * them, and so their validity, and their end.
+ */
+export abstract class Held {
+  /** @internal */
+  constructor(
+    protected readonly core: LeaseCore,
+    protected readonly transport: StreamTransport,
+    protected readonly callTimeoutMs: number,
+  ) {}
+
+  /** The TTL of its session, in milliseconds. */
+  get ttl(): number {
+    return this.core.session.ttl;
+  }
+  /**
+   * When it stops being valid unless its session is renewed before, on the
+   * performance.now() clock: its session's deadline. The coordinator's
+   * expiry is later.
+   */
+  get expires(): number {
+    return this.core.session.deadline;
+  }
+  /** When its session's last successful renewal was sent (performance.now() ms). */
+  get renewedAt(): number {
+    return this.core.session.renewedAt;
+  }
+  /** Milliseconds of validity left; 0 once it ended. */
+  remaining(): number {
+    return this.core.remaining();
+  }
+  /** Aborted the moment it ends; its reason is a LeaseEndedError. */
+  get signal(): AbortSignal {
+    return this.core.controller.signal;
+  }
+  /** Why it ended, or undefined while it is held. */
+  get ended(): LeaseEndedError | undefined {
+    return this.core.ended;
+  }
+  /** The session it is attached to, which keeps it and ends it when it ends. */
+  get session(): Session {
+    return this.core.session;
+  }
+}
+
+/**
  * Lease is a lock (or a semaphore or read-write lock share) held through a
  * Client: an exclusive, time-bounded grant of a name, attached to a session
  * that keeps it alive until it is released or the session ends.
@@ -91,14 +137,7 @@ export const RELEASE_TIMEOUT = 5000;
  * protects, and hand token to the protected resource so that it can refuse
  * the writes of an older holder.
  */
-export class Lease {
-  /** @internal */
-  constructor(
-    private readonly core: LeaseCore,
-    private readonly transport: StreamTransport,
-    private readonly callTimeoutMs: number,
-  ) {}
-
+export class Lease extends Held {
   /** The lock's name. */
   get name(): string {
     return this.core.name;
@@ -115,38 +154,6 @@ export class Lease {
   get weight(): number {
     return this.core.weight;
   }
-  /** The TTL of its session, in milliseconds. */
-  get ttl(): number {
-    return this.core.session.ttl;
-  }
-  /**
-   * When the lease stops being valid unless its session is renewed before,
-   * on the performance.now() clock: its session's deadline. The
-   * coordinator's expiry is later.
-   */
-  get expires(): number {
-    return this.core.session.deadline;
-  }
-  /** When its session's last successful renewal was sent (performance.now() ms). */
-  get renewedAt(): number {
-    return this.core.session.renewedAt;
-  }
-  /** Milliseconds of validity left; 0 once the lease ended. */
-  remaining(): number {
-    return this.core.remaining();
-  }
-  /** Aborted the moment the lease ends; its reason is a LeaseEndedError. */
-  get signal(): AbortSignal {
-    return this.core.controller.signal;
-  }
-  /** Why the lease ended, or undefined while it is held. */
-  get ended(): LeaseEndedError | undefined {
-    return this.core.ended;
-  }
-  /** The session the lease is attached to, which keeps it and ends it when it ends. */
-  get session(): Session {
-    return this.core.session;
-  }
   /**
    * release gives the lease up on the coordinator (its signal aborts with
    * kind "released"), retrying transient errors, and leaves its session as
@@ -161,7 +168,7 @@ export class Lease {
     );
   }
 
-  toString(): string {
+  override toString(): string {
     if (this.core.kind !== "lock") {
       return `${this.core.kind} ${JSON.stringify(this.name)} held by ${this.holder} with weight ${this.weight} and token ${this.token}`;
     }
