@@ -157,26 +157,6 @@ for (const store of stores()) {
       await assert.rejects(c.tryLock(uniq("sessions/closed"), { session: s }), SessionEndedError);
     });
 
-    it("releasing one attached lease releases it alone; the session and its other leases go on", async () => {
-      const coord = await startCoordinator({ store });
-      const c = client(coord);
-      const s = await c.session({ ttl: 900 });
-      const { names, leases: held } = await leases(c, s, "sessions/one", 2);
-      assert.equal(await held[0]!.release(), true);
-      assert.equal(held[0]!.ended?.kind, "released");
-      assert.equal((await c.describe(names[0]!)).held, false);
-      assert.equal(s.size, 1);
-      const renewed = s.renewedAt;
-      await waitFor("two more session renewals", () => s.renewedAt > renewed + 300, 10_000);
-      assert.equal(s.ended, undefined);
-      assert.equal(held[1]!.signal.aborted, false, held[1]!.ended?.message);
-      assert.equal((await c.describe(names[1]!)).held, true);
-      // Acquired again in the session: a new grant.
-      const again = await c.tryLock(names[0]!, { session: s });
-      assert.ok(again && again.token > held[0]!.token, "a new grant, a greater token");
-      await s.close();
-    });
-
     it("a renewal refused ends the session as lost, and every attached lease with it", async () => {
       const coord = await startCoordinator({ store });
       const c = client(coord);
