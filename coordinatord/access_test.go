@@ -138,38 +138,6 @@ func TestAnInvalidNameIsRefusedAsInvalidNotDenied(t *testing.T) {
 	}
 }
 
-func TestKeepAliveRenewsAllowedLeasesAndLosesTheOthers(t *testing.T) {
-	cfg := testConfig(t, "redis")
-	cfg.AccessFile = writeAccessFile(t, teamsFile)
-	c := start(t, cfg)
-	resp, err := c.client.TryAcquire(as(t, "tok-a"), &coordinatorv1.TryAcquireRequest{Name: "team-a/x", Holder: "h", Ttl: durationpb.New(time.Minute)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	token := resp.GetLease().GetToken()
-	ka, err := c.client.KeepAlive(as(t, "tok-a"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range []string{"team-a/x", "team-b/y", "team-a/x"} {
-		if err := ka.Send(&coordinatorv1.KeepAliveRequest{Name: name, Holder: "h", Token: token, Ttl: durationpb.New(time.Minute)}); err != nil {
-			t.Fatal(err)
-		}
-		got, err := ka.Recv()
-		if err != nil {
-			t.Fatalf("%s: the stream broke: %v", name, err)
-		}
-		switch {
-		case got.GetName() != name:
-			t.Fatalf("answer for %q to a request for %q", got.GetName(), name)
-		case strings.HasPrefix(name, "team-a/") && got.GetLease() == nil:
-			t.Fatalf("%s not renewed: %v", name, got)
-		case strings.HasPrefix(name, "team-b/") && (got.GetLost().GetReason() != coordinatorv1.ErrorReason_PERMISSION_DENIED || !strings.Contains(got.GetLost().GetMessage(), name)):
-			t.Fatalf("%s: %v; want lost, PERMISSION_DENIED, naming it", name, got)
-		}
-	}
-}
-
 func TestListShowsOnlyWhatTheCallerMaySee(t *testing.T) {
 	cfg := testConfig(t, "redis")
 	cfg.AccessFile = writeAccessFile(t, teamsFile)

@@ -136,7 +136,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	// every request; a caller is authenticated before anything is counted
 	// for it; names are checked before a unary call takes a waiting place
 	// or a lease, and after a stream took its place, so that what the access
-	// check answers on a KeepAlive stream is counted like the rest. The
+	// check answers on an operation stream is counted like the rest. The
 	// observer does the metrics, the log line and the codec's check of a
 	// unary call in one step (calls.go): that chain runs on every call.
 	unary := []grpc.UnaryServerInterceptor{
@@ -182,7 +182,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		grpc.NumStreamWorkers(streamWorkers),
 		grpc.MaxRecvMsgSize(maxRecvMsgBytes),
 		grpc.MaxHeaderListSize(maxHeaderListBytes),
-		// Clients that keep streams open for long (KeepAlive, Observe) ping;
+		// Clients that keep streams open for long (Stream, Observe) ping;
 		// allow it, and notice dead peers.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),

@@ -14,7 +14,6 @@ import (
 	"google.golang.org/grpc/codes"
 
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
-	"github.com/coordinator-dev/coordinator/internal/testkit/testwait"
 	"github.com/coordinator-dev/coordinator/server/servertest"
 	"github.com/coordinator-dev/coordinator/server/store/storetest"
 )
@@ -299,108 +298,6 @@ func TestObserveStartsWithTheCurrentState(t *testing.T) {
 	}
 }
 
-func TestKeepAliveRenewsManyLeasesOnOneStream(t *testing.T) {
-	for _, kind := range storeKinds {
-		t.Run(kind, func(t *testing.T) {
-			c := start(t, testConfig(t, kind))
-			// The leases are taken for long, so that taking 1,000 of them on
-			// a loaded machine does not outlast the first; the renewals then
-			// shorten them to ttl, and keep them for several ttls.
-			const (
-				leases = 1000
-				ttl    = 4 * time.Second
-			)
-			tokens := make([]uint64, leases)
-			var wg sync.WaitGroup
-			sem := make(chan struct{}, 32)
-			for i := range leases {
-				wg.Add(1)
-				sem <- struct{}{}
-				go func() {
-					defer func() { <-sem; wg.Done() }()
-					resp, err := servertest.TryAcquire(c.client, fmt.Sprintf("ka/%d", i), "h", time.Minute, 0)
-					if err != nil || !resp.GetAcquired() {
-						t.Errorf("acquire %d: %v, %v", i, resp, err)
-						return
-					}
-					tokens[i] = resp.GetLease().GetToken()
-				}()
-			}
-			wg.Wait()
-			if t.Failed() {
-				return
-			}
-
-			ctx, kill := context.WithCancel(context.Background())
-			defer kill()
-			stream, err := c.client.KeepAlive(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			renewAll := func() {
-				for i := range leases {
-					if err := stream.Send(&coordinatorv1.KeepAliveRequest{Name: fmt.Sprintf("ka/%d", i), Holder: "h", Token: tokens[i], Ttl: servertest.Dur(ttl)}); err != nil {
-						t.Fatal(err)
-					}
-				}
-				renewed := map[string]bool{}
-				for range leases {
-					resp, err := stream.Recv()
-					if err != nil {
-						t.Fatal(err)
-					}
-					if resp.GetLease() == nil {
-						t.Fatalf("renewal of %s failed: %v", resp.GetName(), resp.GetLost())
-					}
-					renewed[resp.GetName()] = true
-				}
-				if len(renewed) != leases {
-					t.Fatalf("%d distinct leases renewed, want %d", len(renewed), leases)
-				}
-			}
-			// Renew for well past the ttl: every lease stays held.
-			for range 4 {
-				renewAll()
-				time.Sleep(ttl / 2)
-			}
-			for _, i := range []int{0, leases / 2, leases - 1} {
-				d, err := c.client.Describe(context.Background(), &coordinatorv1.DescribeRequest{Name: fmt.Sprintf("ka/%d", i)})
-				if err != nil || !d.GetHeld() || d.GetLease().GetToken() != tokens[i] {
-					t.Fatalf("ka/%d after renewals: %v, %v", i, d, err)
-				}
-			}
-
-			// A lost lease and a bad request are answered as lost; the stream lives on.
-			for _, tc := range []struct {
-				req    *coordinatorv1.KeepAliveRequest
-				reason coordinatorv1.ErrorReason
-				code   codes.Code
-			}{
-				{&coordinatorv1.KeepAliveRequest{Id: 7, Name: "ka/0", Holder: "h", Token: tokens[0] + 1, Ttl: servertest.Dur(ttl)}, coordinatorv1.ErrorReason_LEASE_NOT_HELD, codes.FailedPrecondition},
-				{&coordinatorv1.KeepAliveRequest{Id: 8, Name: "ka/0", Holder: "h", Token: tokens[0]}, coordinatorv1.ErrorReason_INVALID_FIELD, codes.InvalidArgument},
-			} {
-				if err := stream.Send(tc.req); err != nil {
-					t.Fatal(err)
-				}
-				resp, err := stream.Recv()
-				if err != nil || resp.GetId() != tc.req.GetId() || resp.GetLost().GetReason() != tc.reason || codes.Code(resp.GetLost().GetCode()) != tc.code {
-					t.Fatalf("KeepAlive(%v) = %v, %v; want id %d lost with %s, %s", tc.req, resp, err, tc.req.GetId(), tc.reason, tc.code)
-				}
-			}
-
-			// Killing the stream stops the renewals: the leases expire.
-			kill()
-			testwait.Until(t, ttl+10*time.Second, "every lease expired after the stream died", func() bool {
-				list, err := c.client.List(context.Background(), &coordinatorv1.ListRequest{Prefix: "ka/"})
-				if err != nil {
-					t.Fatal(err)
-				}
-				return len(list.GetLeases()) == 0
-			})
-		})
-	}
-}
-
 func TestCancelledStreamsLeaveNoGoroutines(t *testing.T) {
 	c := start(t, testConfig(t, "memory"))
 	servertest.MustAcquire(t, c.client, "x", "h", time.Minute)
@@ -414,14 +311,17 @@ func TestCancelledStreamsLeaveNoGoroutines(t *testing.T) {
 	if _, err := observe.Recv(); err != nil {
 		t.Fatal(err)
 	}
-	keepAlive, err := c.client.KeepAlive(ctx)
+	ops, err := c.client.Stream(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := keepAlive.Send(&coordinatorv1.KeepAliveRequest{Name: "x", Holder: "h", Token: 1, Ttl: servertest.Dur(time.Second)}); err != nil {
+	renew := &coordinatorv1.RenewRequest{Name: "x", Holder: "h", Token: 1, Ttl: servertest.Dur(time.Minute)}
+	if err := ops.Send(&coordinatorv1.StreamRequest{Operations: []*coordinatorv1.StreamOperation{
+		{Id: 1, Operation: &coordinatorv1.StreamOperation_Renew{Renew: renew}},
+	}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := keepAlive.Recv(); err != nil {
+	if _, err := ops.Recv(); err != nil {
 		t.Fatal(err)
 	}
 	waiting := make(chan error, 1)
@@ -436,7 +336,7 @@ func TestCancelledStreamsLeaveNoGoroutines(t *testing.T) {
 	}
 	for _, recv := range []func() error{
 		func() error { _, err := observe.Recv(); return err },
-		func() error { _, err := keepAlive.Recv(); return err },
+		func() error { _, err := ops.Recv(); return err },
 	} {
 		if err := recv(); err == nil || errors.Is(err, io.EOF) {
 			continue

@@ -92,17 +92,19 @@ func TestUndecodableRequestsAreInvalidArgumentNamingTheField(t *testing.T) {
 	}
 
 	// On a stream, the bad message ends it with the same error.
-	stream, err := c.conn.NewStream(servertest.Timeout(t, 10*time.Second), &coordinatorv1.Coordinator_ServiceDesc.Streams[0],
-		coordinatorv1.Coordinator_KeepAlive_FullMethodName, grpc.ForceCodecV2(rawCodec{}))
+	desc := &grpc.StreamDesc{StreamName: "Stream", ServerStreams: true, ClientStreams: true}
+	stream, err := c.conn.NewStream(servertest.Timeout(t, 10*time.Second), desc,
+		coordinatorv1.Coordinator_Stream_FullMethodName, grpc.ForceCodecV2(rawCodec{}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := stream.SendMsg(rawBytes(str(nil, 1, "job\xff"))); err != nil {
+	// StreamRequest.operations[0].acquire.name, not UTF-8.
+	if err := stream.SendMsg(rawBytes(str(nil, 1, string(str(nil, 2, string(str(nil, 1, "job\xff"))))))); err != nil {
 		t.Fatal(err)
 	}
-	var resp coordinatorv1.KeepAliveResponse
-	if err := stream.RecvMsg(&resp); status.Code(err) != codes.InvalidArgument || fieldOf(err) != "name" {
-		t.Fatalf("KeepAlive with invalid UTF-8: %v; want InvalidArgument naming name", err)
+	var resp coordinatorv1.StreamResponse
+	if err := stream.RecvMsg(&resp); status.Code(err) != codes.InvalidArgument || fieldOf(err) != "operations.acquire.name" {
+		t.Fatalf("Stream with invalid UTF-8: %v naming %q; want InvalidArgument naming operations.acquire.name", err, fieldOf(err))
 	}
 	// Nothing was harmed.
 	if resp := servertest.Acquire(t, c.client, "job", "h", time.Minute, 0); !resp.GetAcquired() {

@@ -173,11 +173,24 @@ func testUnreachableRedisIsUnavailableNeverAWrongAnswer(t *testing.T, via string
 		})
 	})
 	t.Run("down", func(t *testing.T) {
+		sess, err := c.client.CreateSession(servertest.Timeout(t, 10*time.Second), &coordinatorv1.CreateSessionRequest{Ttl: servertest.Dur(time.Minute)})
+		if err != nil {
+			t.Fatal(err)
+		}
 		rs.Kill()
+		// Renewals fail without the lease or session being declared gone.
 		for _, call := range []func() error{
 			func() error { _, err := servertest.TryAcquire(c.client, "job", "b", time.Minute, 0); return err },
 			func() error {
 				_, err := c.client.Describe(servertest.Timeout(t, 10*time.Second), &coordinatorv1.DescribeRequest{Name: "job"})
+				return err
+			},
+			func() error {
+				_, err := c.client.Renew(servertest.Timeout(t, 10*time.Second), &coordinatorv1.RenewRequest{Name: "job", Holder: "a", Token: held.GetToken(), Ttl: servertest.Dur(time.Minute)})
+				return err
+			},
+			func() error {
+				_, err := c.client.RenewSession(servertest.Timeout(t, 10*time.Second), &coordinatorv1.RenewSessionRequest{SessionId: sess.GetSession().GetId()})
 				return err
 			},
 		} {
@@ -185,18 +198,6 @@ func testUnreachableRedisIsUnavailableNeverAWrongAnswer(t *testing.T, via string
 			if code, reason, _ := errorDetails(err); code != codes.Unavailable || reason != "STORE_UNAVAILABLE" {
 				t.Fatalf("with Redis down: %v; want Unavailable STORE_UNAVAILABLE", err)
 			}
-		}
-		// A renewal over KeepAlive fails without the lease being declared lost.
-		stream, err := c.client.KeepAlive(servertest.Timeout(t, 20*time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := stream.Send(&coordinatorv1.KeepAliveRequest{Name: "job", Holder: "a", Token: held.GetToken(), Ttl: servertest.Dur(time.Minute)}); err != nil {
-			t.Fatal(err)
-		}
-		resp, err := stream.Recv()
-		if err != nil || resp.GetFailed().GetReason() != coordinatorv1.ErrorReason_STORE_UNAVAILABLE || resp.GetLost() != nil {
-			t.Fatalf("KeepAlive with Redis down = %v, %v; want failed with STORE_UNAVAILABLE", resp, err)
 		}
 	})
 }

@@ -156,10 +156,10 @@ func TestStreamsOverTheTotalCapAreRefusedOnAnyConnection(t *testing.T) {
 		}
 		wantRefusal(t, err, "COORDINATOR_MAX_STREAMS")
 	}
-	// KeepAlive is a stream like any other.
-	ka, err := c.client.KeepAlive(ctx)
+	// An operation stream is a stream like any other.
+	ops, err := c.client.Stream(ctx)
 	if err == nil {
-		_, err = ka.Recv()
+		_, err = ops.Recv()
 	}
 	wantRefusal(t, err, "COORDINATOR_MAX_STREAMS")
 }
@@ -274,7 +274,7 @@ func TestLeasesPerHolderAreCappedUntilReleasedOrExpired(t *testing.T) {
 	}
 }
 
-func TestKeepAliveLossesFreeTheHoldersPlaces(t *testing.T) {
+func TestRenewalLossesFreeTheHoldersPlaces(t *testing.T) {
 	// Two coordinators on one Redis: what one releases, the other learns
 	// only from the store, as a lost renewal.
 	cfg := testConfig(t, "redis")
@@ -283,40 +283,29 @@ func TestKeepAliveLossesFreeTheHoldersPlaces(t *testing.T) {
 	other := start(t, cfg)
 	ctx := servertest.Timeout(t, time.Minute)
 	lease := servertest.Acquire(t, c.client, "a", "h", time.Minute, 0).GetLease()
-	ka, err := c.client.KeepAlive(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	renew := func(token uint64) *coordinatorv1.KeepAliveResponse {
-		t.Helper()
-		if err := ka.Send(&coordinatorv1.KeepAliveRequest{Name: "a", Holder: "h", Token: token, Ttl: durationpb.New(time.Minute)}); err != nil {
-			t.Fatal(err)
-		}
-		resp, err := ka.Recv()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp
+	renew := func(token uint64) error {
+		_, err := c.client.Renew(ctx, &coordinatorv1.RenewRequest{Name: "a", Holder: "h", Token: token, Ttl: durationpb.New(time.Minute)})
+		return err
 	}
 	secondLease := func() error {
 		_, err := c.client.TryAcquire(ctx, &coordinatorv1.TryAcquireRequest{Name: "b", Holder: "h", Ttl: durationpb.New(time.Minute)})
 		return err
 	}
-	if resp := renew(lease.GetToken()); resp.GetLease() == nil {
-		t.Fatalf("renewal: %v", resp)
+	if err := renew(lease.GetToken()); err != nil {
+		t.Fatalf("renewal: %v", err)
 	}
 	wantRefusal(t, secondLease(), "COORDINATOR_MAX_LEASES_PER_HOLDER")
 	// A loss under another token leaves the lease of this one counted.
-	if resp := renew(lease.GetToken() + 1); resp.GetLost() == nil {
-		t.Fatalf("renewal with a wrong token: %v", resp)
+	if err := renew(lease.GetToken() + 1); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("renewal with a wrong token: %v; want FailedPrecondition", err)
 	}
 	wantRefusal(t, secondLease(), "COORDINATOR_MAX_LEASES_PER_HOLDER")
 
 	if _, err := other.client.Release(ctx, &coordinatorv1.ReleaseRequest{Name: "a", Holder: "h", Token: lease.GetToken()}); err != nil {
 		t.Fatal(err)
 	}
-	if resp := renew(lease.GetToken()); resp.GetLost() == nil {
-		t.Fatalf("renewal of a lease released elsewhere: %v", resp)
+	if err := renew(lease.GetToken()); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("renewal of a lease released elsewhere: %v; want FailedPrecondition", err)
 	}
 	if err := secondLease(); err != nil {
 		t.Fatalf("after the loss: %v", err)

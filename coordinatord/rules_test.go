@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -64,12 +63,6 @@ func TestValidationFollowsTheProtoRules(t *testing.T) {
 				_, err := c.client.Release(ctx, m.(*coordinatorv1.ReleaseRequest))
 				return err
 			},
-		},
-		"coordinator.v1.KeepAliveRequest": {
-			func() proto.Message {
-				return &coordinatorv1.KeepAliveRequest{Name: fresh(), Holder: "h", Token: 1, Ttl: ttl}
-			},
-			func(m proto.Message) error { return keepAliveOnce(ctx, c, m.(*coordinatorv1.KeepAliveRequest)) },
 		},
 		"coordinator.v1.DescribeRequest": {
 			func() proto.Message { return &coordinatorv1.DescribeRequest{Name: fresh()} },
@@ -275,32 +268,6 @@ func fieldCases(fd protoreflect.FieldDescriptor, rules *coordinatorv1.FieldRules
 		panic(fmt.Sprintf("%s: no test case for its rules %v", fd.FullName(), rules))
 	}
 	return cases
-}
-
-// keepAliveOnce sends one renewal and returns its refusal as the status the
-// unary Renew would have returned.
-func keepAliveOnce(ctx context.Context, c *coordinator, req *coordinatorv1.KeepAliveRequest) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stream, err := c.client.KeepAlive(ctx)
-	if err != nil {
-		return err
-	}
-	if err := stream.Send(req); err != nil {
-		return err
-	}
-	resp, err := stream.Recv()
-	if err != nil {
-		return err
-	}
-	if lost := resp.GetLost(); lost != nil {
-		if lost.GetReason() == coordinatorv1.ErrorReason_INVALID_FIELD {
-			field, _, _ := strings.Cut(lost.GetMessage(), ":")
-			return server.InvalidField(field, lost.GetMessage())
-		}
-		return status.Error(codes.Code(lost.GetCode()), lost.GetMessage())
-	}
-	return nil
 }
 
 // observeOnce opens an Observe stream and returns the error of its first

@@ -109,27 +109,13 @@ func (t *tracing) countAttempts(ctx context.Context, req any, _ *grpc.UnaryServe
 	return handler(ctx, req)
 }
 
-// streams gives each operation of an operation stream its span, and each
-// store call of a KeepAlive stream (a renewal) a trace of its own, linked to
-// the stream's: a stream lives as long as its client, for hours, and its
-// span would otherwise parent all of them.
+// streams gives each operation of an operation stream its span.
 func (t *tracing) streams(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	switch info.FullMethod {
-	case coordinatorv1.Coordinator_Stream_FullMethodName:
+	if info.FullMethod == coordinatorv1.Coordinator_Stream_FullMethodName {
 		ss = streamops.Intercept(ss, t.sessionOp)
-	case coordinatorv1.Coordinator_KeepAlive_FullMethodName:
-		ss = &detachedStream{ServerStream: ss, ctx: storetrace.Detached(ss.Context())}
 	}
 	return handler(srv, ss)
 }
-
-// detachedStream is a stream whose context detaches its store spans.
-type detachedStream struct {
-	grpc.ServerStream
-	ctx context.Context
-}
-
-func (s *detachedStream) Context() context.Context { return s.ctx }
 
 // sessionOp is the span of one stream operation, named as its unary call.
 // An operation stream lives as long as its client is busy, for hours at a

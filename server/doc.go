@@ -6,7 +6,7 @@
 //
 // The service layer. It owns the gRPC handlers and what they need: request
 // validation against the proto's rules, waiting lines, observers, the
-// KeepAlive and operation streams, status codes and metrics. Of this module it
+// operation streams, status codes and metrics. Of this module it
 // imports only the store interface (server/store), the service's two leaves
 // (server/errinfo, server/streamops), the generated API (gen) and the leaves
 // in internal/. It never imports a store implementation, its middleware

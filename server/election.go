@@ -14,8 +14,8 @@ import (
 
 // An election is a lease on the election's name whose value is the leader's
 // proclamation; the term is the lease's fencing token. Campaign is acquire
-// with a value, Resign is release, Leader is describe. Renew, Release and
-// KeepAlive work on leaderships as on any lease.
+// with a value, Resign is release, Leader is describe. Renew and Release
+// work on leaderships as on any lease.
 
 // Campaign implements coordinatorv1.CoordinatorServer.
 func (s *Service) Campaign(ctx context.Context, req *coordinatorv1.CampaignRequest) (*coordinatorv1.CampaignResponse, error) {

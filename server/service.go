@@ -171,8 +171,8 @@ func (s *Service) Renew(ctx context.Context, req *coordinatorv1.RenewRequest) (*
 	return &coordinatorv1.RenewResponse{Lease: leaseToProto(lease)}, nil
 }
 
-// validateRenew checks the fields of a renewal, by Renew or KeepAlive, and
-// returns its ttl.
+// validateRenew checks the fields of a renewal (Renew, or a renew
+// operation of a stream), and returns its ttl.
 func (s *Service) validateRenew(name, holder string, token uint64, ttl *durationpb.Duration) (time.Duration, error) {
 	var v validator
 	v.name("name", name)

@@ -3,7 +3,6 @@ package server_test
 import (
 	"context"
 	"encoding/base64"
-	"io"
 	"math/big"
 	"runtime"
 	"strings"
@@ -74,8 +73,6 @@ func FuzzValidation(f *testing.F) {
 	f.Add(uint8(6), "team-a/leader", "c", []byte(nil), uint64(3), int64(0), int32(0), int64(0), int32(0), uint8(3)) // resign
 	f.Add(uint8(7), "team-a/leader", "", []byte(nil), uint64(0), int64(0), int32(0), int64(0), int32(0), uint8(3))  // leader
 	f.Add(uint8(8), "team-a/leader", "", []byte(nil), uint64(0), int64(0), int32(0), int64(0), int32(0), uint8(3))  // observe
-	f.Add(uint8(9), "team-a/job", "h", []byte(nil), uint64(7), int64(30), int32(0), int64(0), int32(0), uint8(2))   // keepalive
-	f.Add(uint8(9), "team-a/job", "h", []byte(nil), uint64(7), int64(0), int32(0), int64(0), int32(0), uint8(3))
 
 	f.Fuzz(func(t *testing.T, which uint8, a, b string, value []byte, n uint64, ttlS int64, ttlN int32, waitS int64, waitN int32, flags uint8) {
 		var ttl, wait *durationpb.Duration
@@ -122,9 +119,9 @@ func FuzzValidation(f *testing.F) {
 	})
 }
 
-// fuzzRequest builds the request kind which%10 from the fuzzed fields.
+// fuzzRequest builds the request kind which%9 from the fuzzed fields.
 func fuzzRequest(which uint8, a, b string, value []byte, n uint64, ttl, wait *durationpb.Duration) proto.Message {
-	switch which % 10 {
+	switch which % 9 {
 	case 0:
 		return &coordinatorv1.TryAcquireRequest{Name: a, Holder: b, Ttl: ttl, Wait: wait, Capacity: uint32(n), Weight: uint32(n >> 32)}
 	case 1:
@@ -141,15 +138,12 @@ func fuzzRequest(which uint8, a, b string, value []byte, n uint64, ttl, wait *du
 		return &coordinatorv1.ResignRequest{Election: a, Candidate: b, Term: n}
 	case 7:
 		return &coordinatorv1.LeaderRequest{Election: a}
-	case 8:
-		return &coordinatorv1.ObserveRequest{Election: a}
 	default:
-		return &coordinatorv1.KeepAliveRequest{Id: n, Name: a, Holder: b, Token: n, Ttl: ttl}
+		return &coordinatorv1.ObserveRequest{Election: a}
 	}
 }
 
-// fuzzSend calls the handler of req and returns its error; a KeepAlive's
-// lost lease is returned as the status it carries.
+// fuzzSend calls the handler of req and returns its error.
 func fuzzSend(ctx context.Context, svc *server.Service, req proto.Message) error {
 	var err error
 	switch req := req.(type) {
@@ -175,28 +169,6 @@ func fuzzSend(ctx context.Context, svc *server.Service, req proto.Message) error
 		cancel()
 		err = svc.Observe(req, &fakeObserveStream{ctx: ctx}) //nolint:contextcheck // a stream carries its context, as gRPC's do
 
-	case *coordinatorv1.KeepAliveRequest:
-		stream := &fakeKeepAliveStream{ctx: ctx, reqs: []*coordinatorv1.KeepAliveRequest{req}}
-		if err = svc.KeepAlive(stream); err != nil { //nolint:contextcheck // a stream carries its context, as gRPC's do
-			return err
-		}
-		if len(stream.resps) != 1 {
-			return status.Errorf(codes.Internal, "%d KeepAlive responses to one request", len(stream.resps))
-		}
-		resp := stream.resps[0]
-		if resp.GetId() != req.GetId() || resp.GetName() != req.GetName() {
-			return status.Errorf(codes.Internal, "KeepAlive answered %v to %v", resp, req)
-		}
-		if lost := resp.GetLost(); lost != nil {
-			if lost.GetReason() == coordinatorv1.ErrorReason_INVALID_FIELD {
-				field, reason, _ := strings.Cut(lost.GetMessage(), ": ")
-				return server.InvalidField(field, reason)
-			}
-			return status.Error(codes.Code(lost.GetCode()), lost.GetMessage())
-		}
-		if failed := resp.GetFailed(); failed != nil {
-			return status.Error(codes.Code(failed.GetCode()), failed.GetMessage())
-		}
 	default:
 		panic("no handler for " + string(req.ProtoReflect().Descriptor().FullName()))
 	}
@@ -357,28 +329,3 @@ type fakeObserveStream struct {
 
 func (s *fakeObserveStream) Context() context.Context                  { return s.ctx }
 func (s *fakeObserveStream) Send(*coordinatorv1.ObserveResponse) error { return nil }
-
-// fakeKeepAliveStream sends reqs, then closes its side, and keeps what it
-// is answered.
-type fakeKeepAliveStream struct {
-	grpc.ServerStream
-	ctx   context.Context
-	reqs  []*coordinatorv1.KeepAliveRequest
-	resps []*coordinatorv1.KeepAliveResponse
-}
-
-func (s *fakeKeepAliveStream) Context() context.Context { return s.ctx }
-
-func (s *fakeKeepAliveStream) Recv() (*coordinatorv1.KeepAliveRequest, error) {
-	if len(s.reqs) == 0 {
-		return nil, io.EOF
-	}
-	r := s.reqs[0]
-	s.reqs = s.reqs[1:]
-	return r, nil
-}
-
-func (s *fakeKeepAliveStream) Send(r *coordinatorv1.KeepAliveResponse) error {
-	s.resps = append(s.resps, r)
-	return nil
-}

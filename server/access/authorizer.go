@@ -171,7 +171,7 @@ func denied(g *Grant, field, name string) error {
 }
 
 // ReasonPermissionDenied is the ErrorInfo reason of a name refused by the
-// access rules, and the LeaseLost reason of a KeepAlive request refused so.
+// access rules.
 var ReasonPermissionDenied = coordinatorv1.ErrorReason_PERMISSION_DENIED.String()
 
 // nameOf returns the name or election a request is about.
@@ -274,11 +274,10 @@ func (a *Authorizer) list(ctx context.Context, req *coordinatorv1.ListRequest, h
 }
 
 // StreamServerInterceptor checks every message a stream receives: Observe's
-// request, each KeepAlive request and each operation of a Stream request.
-// A KeepAlive request on a name outside the grant is answered on the stream
-// as lost (reason PERMISSION_DENIED), and a stream operation with its
-// PermissionDenied error, exactly as the unary call would return it, rather
-// than ending the stream, whose other leases and operations go on.
+// request and each operation of a Stream request. A stream operation on a
+// name outside the grant is answered with its PermissionDenied error,
+// exactly as the unary call would return it, rather than ending the
+// stream, whose other operations go on.
 func (a *Authorizer) StreamServerInterceptor() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		return handler(srv, &checkedStream{ServerStream: ss, a: a})
@@ -310,21 +309,7 @@ func (s *checkedStream) RecvMsg(m any) error {
 			}
 			continue // every operation was refused and answered
 		}
-		err := s.a.check(s.Context(), m)
-		if err == nil {
-			return nil
-		}
-		req, ok := m.(*coordinatorv1.KeepAliveRequest)
-		if !ok {
-			return err
-		}
-		lost := &coordinatorv1.KeepAliveResponse{Id: req.GetId(), Name: req.GetName(), Result: &coordinatorv1.KeepAliveResponse_Lost{Lost: &coordinatorv1.LeaseLost{
-			Holder: req.GetHolder(), Token: req.GetToken(), Reason: coordinatorv1.ErrorReason_PERMISSION_DENIED,
-			Message: status.Convert(err).Message(), Code: int32(codes.PermissionDenied),
-		}}}
-		if err := s.SendMsg(lost); err != nil {
-			return err
-		}
+		return s.a.check(s.Context(), m)
 	}
 }
 

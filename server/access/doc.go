@@ -22,7 +22,7 @@
 // that created it: another credential's calls on it are PermissionDenied.
 //
 // What it does not do: rules apply to each call as it starts and to every
-// message of a KeepAlive or operation stream, so a reload takes effect at once
+// operation of an operation stream, so a reload takes effect at once
 // for new calls, renewals and stream operations, but an Observe stream
 // already open keeps running until it ends.
 //

@@ -85,8 +85,8 @@ func (l *Limiter) acquire(ctx context.Context, req any, holder, name string, wai
 	return resp, err
 }
 
-// StreamServerInterceptor caps open streams, follows KeepAlive answers to
-// count each holder's leases, and runs each operation of an operation stream
+// StreamServerInterceptor caps open streams and runs each operation of an
+// operation stream
 // through UnaryServerInterceptor, as the unary call of the same name: a
 // waiting acquire takes a waiting place of the stream's connection, and an
 // acquire or campaign a place among its holder's leases. The caller leaves
@@ -99,32 +99,9 @@ func (l *Limiter) StreamServerInterceptor() grpc.StreamServerInterceptor {
 			return err
 		}
 		defer release()
-		switch info.FullMethod {
-		case coordinatorv1.Coordinator_KeepAlive_FullMethodName:
-			if l.holders.enabled() {
-				ss = &keepAliveStream{ServerStream: ss, holders: l.holders}
-			}
-		case coordinatorv1.Coordinator_Stream_FullMethodName:
+		if info.FullMethod == coordinatorv1.Coordinator_Stream_FullMethodName {
 			ss = streamops.Intercept(ss, ops)
 		}
 		return handler(srv, ss)
 	}
-}
-
-// keepAliveStream counts the renewals and losses a KeepAlive stream answers.
-type keepAliveStream struct {
-	grpc.ServerStream
-	holders *holders
-}
-
-func (s *keepAliveStream) SendMsg(m any) error {
-	if resp, ok := m.(*coordinatorv1.KeepAliveResponse); ok {
-		switch r := resp.GetResult().(type) {
-		case *coordinatorv1.KeepAliveResponse_Lease:
-			s.holders.granted(r.Lease.GetHolder(), resp.GetName(), r.Lease.GetToken(), r.Lease.GetTtl().AsDuration(), time.Now())
-		case *coordinatorv1.KeepAliveResponse_Lost:
-			s.holders.released(r.Lost.GetHolder(), resp.GetName(), r.Lost.GetToken())
-		}
-	}
-	return s.ServerStream.SendMsg(m)
 }

@@ -34,8 +34,7 @@ type Config struct {
 // streams and 5,000 waiting calls keep the worst case near 600 MB. One
 // connection may take a fifth of the streams and two fifths of the waits,
 // so that no single client can exhaust them alone. A holder may hold 10,000
-// leases: what one KeepAlive stream renews comfortably, and far beyond what
-// a process needs unless it leaks them.
+// leases: far beyond what a process needs unless it leaks them.
 const (
 	DefaultStreamsPerConn  = 2000
 	DefaultStreams         = 10000

@@ -97,7 +97,7 @@ func FuzzUnmarshal(f *testing.F) {
 		{&coordinatorv1.TryAcquireRequest{}, protowire.AppendVarint(protowire.AppendTag(nil, 1, protowire.VarintType), 7)},              // name as a varint
 		{&coordinatorv1.TryAcquireRequest{}, protowire.AppendBytes(protowire.AppendTag(nil, 3, protowire.BytesType), str(nil, 1, "x"))}, // ttl.seconds as bytes
 		{&coordinatorv1.RenewRequest{}, []byte{0x80}},                                                                                   // a tag cut short
-		{&coordinatorv1.KeepAliveRequest{}, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}},                   // a tag that overflows
+		{&coordinatorv1.StreamRequest{}, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}},                      // a tag that overflows
 	} {
 		f.Add(index(seed.msg), seed.b)
 	}

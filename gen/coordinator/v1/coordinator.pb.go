@@ -25,10 +25,10 @@ const (
 )
 
 // ErrorReason is the google.rpc.ErrorInfo reason of errors a client may act
-// on (the reason string is the value's name, e.g. "LEASE_NOT_HELD"), and the
-// reason of a KeepAlive result that lost or failed. The reasons marked
-// (ends_lease) are those that end a lease: a renewal refused with one of
-// them is answered lost, and a client stops renewing.
+// on (the reason string is the value's name, e.g. "LEASE_NOT_HELD"). The
+// reasons marked (ends_lease) are those that end a lease, or a session: a
+// renewal refused with one of them will never succeed, and a client stops
+// renewing.
 type ErrorReason int32
 
 const (
@@ -63,7 +63,7 @@ const (
 	// FailedPrecondition: the session was closed. ErrorInfo metadata
 	// "session_id" names it.
 	ErrorReason_SESSION_CLOSED ErrorReason = 9
-	// FailedPrecondition: Renew (or KeepAlive) of a lease attached to a
+	// FailedPrecondition: Renew of a lease attached to a
 	// session: renew the session instead. ErrorInfo metadata "name" names it.
 	ErrorReason_LEASE_IN_SESSION ErrorReason = 10
 )
@@ -231,7 +231,7 @@ func (x LeaderEvent_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use LeaderEvent_Kind.Descriptor instead.
 func (LeaderEvent_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{28, 0}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{24, 0}
 }
 
 // Lease is a grant of a name to one holder until expires_at.
@@ -760,385 +760,6 @@ func (x *ReleaseResponse) GetReleased() bool {
 	return false
 }
 
-type KeepAliveRequest struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// Client-chosen; the response to this request carries the same id. 0 is
-	// allowed (then responses are told apart by name, holder and token).
-	Id uint64 `protobuf:"varint,5,opt,name=id,proto3" json:"id,omitempty"`
-	// The lease's name (TryAcquireRequest.name's rules).
-	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	// The lease's holder (TryAcquireRequest.holder's rules).
-	Holder string `protobuf:"bytes,2,opt,name=holder,proto3" json:"holder,omitempty"`
-	// The lease's token, as granted. Required.
-	Token uint64 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
-	// The new time to live, from now (TryAcquireRequest.ttl's rules).
-	Ttl           *durationpb.Duration `protobuf:"bytes,4,opt,name=ttl,proto3" json:"ttl,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *KeepAliveRequest) Reset() {
-	*x = KeepAliveRequest{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[7]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *KeepAliveRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*KeepAliveRequest) ProtoMessage() {}
-
-func (x *KeepAliveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[7]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use KeepAliveRequest.ProtoReflect.Descriptor instead.
-func (*KeepAliveRequest) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{7}
-}
-
-func (x *KeepAliveRequest) GetId() uint64 {
-	if x != nil {
-		return x.Id
-	}
-	return 0
-}
-
-func (x *KeepAliveRequest) GetName() string {
-	if x != nil {
-		return x.Name
-	}
-	return ""
-}
-
-func (x *KeepAliveRequest) GetHolder() string {
-	if x != nil {
-		return x.Holder
-	}
-	return ""
-}
-
-func (x *KeepAliveRequest) GetToken() uint64 {
-	if x != nil {
-		return x.Token
-	}
-	return 0
-}
-
-func (x *KeepAliveRequest) GetTtl() *durationpb.Duration {
-	if x != nil {
-		return x.Ttl
-	}
-	return nil
-}
-
-type KeepAliveResponse struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// The id of the request this answers.
-	Id uint64 `protobuf:"varint,5,opt,name=id,proto3" json:"id,omitempty"`
-	// The name of the request this answers.
-	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	// Types that are valid to be assigned to Result:
-	//
-	//	*KeepAliveResponse_Lease
-	//	*KeepAliveResponse_Lost
-	//	*KeepAliveResponse_Failed
-	Result        isKeepAliveResponse_Result `protobuf_oneof:"result"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *KeepAliveResponse) Reset() {
-	*x = KeepAliveResponse{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[8]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *KeepAliveResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*KeepAliveResponse) ProtoMessage() {}
-
-func (x *KeepAliveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[8]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use KeepAliveResponse.ProtoReflect.Descriptor instead.
-func (*KeepAliveResponse) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{8}
-}
-
-func (x *KeepAliveResponse) GetId() uint64 {
-	if x != nil {
-		return x.Id
-	}
-	return 0
-}
-
-func (x *KeepAliveResponse) GetName() string {
-	if x != nil {
-		return x.Name
-	}
-	return ""
-}
-
-func (x *KeepAliveResponse) GetResult() isKeepAliveResponse_Result {
-	if x != nil {
-		return x.Result
-	}
-	return nil
-}
-
-func (x *KeepAliveResponse) GetLease() *Lease {
-	if x != nil {
-		if x, ok := x.Result.(*KeepAliveResponse_Lease); ok {
-			return x.Lease
-		}
-	}
-	return nil
-}
-
-func (x *KeepAliveResponse) GetLost() *LeaseLost {
-	if x != nil {
-		if x, ok := x.Result.(*KeepAliveResponse_Lost); ok {
-			return x.Lost
-		}
-	}
-	return nil
-}
-
-func (x *KeepAliveResponse) GetFailed() *RenewalFailed {
-	if x != nil {
-		if x, ok := x.Result.(*KeepAliveResponse_Failed); ok {
-			return x.Failed
-		}
-	}
-	return nil
-}
-
-type isKeepAliveResponse_Result interface {
-	isKeepAliveResponse_Result()
-}
-
-type KeepAliveResponse_Lease struct {
-	// The lease after renewal.
-	Lease *Lease `protobuf:"bytes,2,opt,name=lease,proto3,oneof"`
-}
-
-type KeepAliveResponse_Lost struct {
-	// The lease is gone (expired, taken, or the request was invalid): it
-	// will not be renewed again.
-	Lost *LeaseLost `protobuf:"bytes,3,opt,name=lost,proto3,oneof"`
-}
-
-type KeepAliveResponse_Failed struct {
-	// This renewal failed but the lease may still hold until its expiry:
-	// try again, after retry_after when it is set.
-	Failed *RenewalFailed `protobuf:"bytes,4,opt,name=failed,proto3,oneof"`
-}
-
-func (*KeepAliveResponse_Lease) isKeepAliveResponse_Result() {}
-
-func (*KeepAliveResponse_Lost) isKeepAliveResponse_Result() {}
-
-func (*KeepAliveResponse_Failed) isKeepAliveResponse_Result() {}
-
-// LeaseLost says which lease was lost and why.
-type LeaseLost struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// The holder and token of the request.
-	Holder string `protobuf:"bytes,1,opt,name=holder,proto3" json:"holder,omitempty"`
-	Token  uint64 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
-	// LEASE_NOT_HELD (expired or taken), INVALID_FIELD (the request was
-	// invalid) or PERMISSION_DENIED: the reasons marked (ends_lease).
-	Reason ErrorReason `protobuf:"varint,3,opt,name=reason,proto3,enum=coordinator.v1.ErrorReason" json:"reason,omitempty"`
-	// What a person should read.
-	Message string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
-	// The gRPC status code the same failure gets from the unary call
-	// (google.rpc.Code: 9 FailedPrecondition, 3 InvalidArgument, 7
-	// PermissionDenied).
-	Code          int32 `protobuf:"varint,5,opt,name=code,proto3" json:"code,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *LeaseLost) Reset() {
-	*x = LeaseLost{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[9]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *LeaseLost) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*LeaseLost) ProtoMessage() {}
-
-func (x *LeaseLost) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[9]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use LeaseLost.ProtoReflect.Descriptor instead.
-func (*LeaseLost) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{9}
-}
-
-func (x *LeaseLost) GetHolder() string {
-	if x != nil {
-		return x.Holder
-	}
-	return ""
-}
-
-func (x *LeaseLost) GetToken() uint64 {
-	if x != nil {
-		return x.Token
-	}
-	return 0
-}
-
-func (x *LeaseLost) GetReason() ErrorReason {
-	if x != nil {
-		return x.Reason
-	}
-	return ErrorReason_ERROR_REASON_UNSPECIFIED
-}
-
-func (x *LeaseLost) GetMessage() string {
-	if x != nil {
-		return x.Message
-	}
-	return ""
-}
-
-func (x *LeaseLost) GetCode() int32 {
-	if x != nil {
-		return x.Code
-	}
-	return 0
-}
-
-// RenewalFailed says which renewal failed and why.
-type RenewalFailed struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// The holder and token of the request.
-	Holder string `protobuf:"bytes,1,opt,name=holder,proto3" json:"holder,omitempty"`
-	Token  uint64 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
-	// STORE_UNAVAILABLE or DATA_LOSS_QUARANTINE; ERROR_REASON_UNSPECIFIED
-	// when the failure has no reason (then code tells).
-	Reason ErrorReason `protobuf:"varint,3,opt,name=reason,proto3,enum=coordinator.v1.ErrorReason" json:"reason,omitempty"`
-	// What a person should read.
-	Message string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
-	// When to try again, if the server knows.
-	RetryAfter *durationpb.Duration `protobuf:"bytes,5,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
-	// The gRPC status code the same failure gets from the unary call
-	// (google.rpc.Code, e.g. 14 Unavailable, 4 DeadlineExceeded).
-	Code          int32 `protobuf:"varint,6,opt,name=code,proto3" json:"code,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *RenewalFailed) Reset() {
-	*x = RenewalFailed{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[10]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *RenewalFailed) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*RenewalFailed) ProtoMessage() {}
-
-func (x *RenewalFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[10]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use RenewalFailed.ProtoReflect.Descriptor instead.
-func (*RenewalFailed) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{10}
-}
-
-func (x *RenewalFailed) GetHolder() string {
-	if x != nil {
-		return x.Holder
-	}
-	return ""
-}
-
-func (x *RenewalFailed) GetToken() uint64 {
-	if x != nil {
-		return x.Token
-	}
-	return 0
-}
-
-func (x *RenewalFailed) GetReason() ErrorReason {
-	if x != nil {
-		return x.Reason
-	}
-	return ErrorReason_ERROR_REASON_UNSPECIFIED
-}
-
-func (x *RenewalFailed) GetMessage() string {
-	if x != nil {
-		return x.Message
-	}
-	return ""
-}
-
-func (x *RenewalFailed) GetRetryAfter() *durationpb.Duration {
-	if x != nil {
-		return x.RetryAfter
-	}
-	return nil
-}
-
-func (x *RenewalFailed) GetCode() int32 {
-	if x != nil {
-		return x.Code
-	}
-	return 0
-}
-
 type StreamRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The operations to run, in any order and concurrently: each one's
@@ -1150,7 +771,7 @@ type StreamRequest struct {
 
 func (x *StreamRequest) Reset() {
 	*x = StreamRequest{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[11]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1162,7 +783,7 @@ func (x *StreamRequest) String() string {
 func (*StreamRequest) ProtoMessage() {}
 
 func (x *StreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[11]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1175,7 +796,7 @@ func (x *StreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamRequest.ProtoReflect.Descriptor instead.
 func (*StreamRequest) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{11}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *StreamRequest) GetOperations() []*StreamOperation {
@@ -1217,7 +838,7 @@ type StreamOperation struct {
 
 func (x *StreamOperation) Reset() {
 	*x = StreamOperation{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[12]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1229,7 +850,7 @@ func (x *StreamOperation) String() string {
 func (*StreamOperation) ProtoMessage() {}
 
 func (x *StreamOperation) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[12]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1242,7 +863,7 @@ func (x *StreamOperation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamOperation.ProtoReflect.Descriptor instead.
 func (*StreamOperation) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{12}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *StreamOperation) GetId() uint64 {
@@ -1397,7 +1018,7 @@ type StreamResponse struct {
 
 func (x *StreamResponse) Reset() {
 	*x = StreamResponse{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[13]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1409,7 +1030,7 @@ func (x *StreamResponse) String() string {
 func (*StreamResponse) ProtoMessage() {}
 
 func (x *StreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[13]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1422,7 +1043,7 @@ func (x *StreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamResponse.ProtoReflect.Descriptor instead.
 func (*StreamResponse) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{13}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *StreamResponse) GetResults() []*StreamResult {
@@ -1457,7 +1078,7 @@ type StreamResult struct {
 
 func (x *StreamResult) Reset() {
 	*x = StreamResult{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[14]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1469,7 +1090,7 @@ func (x *StreamResult) String() string {
 func (*StreamResult) ProtoMessage() {}
 
 func (x *StreamResult) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[14]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1482,7 +1103,7 @@ func (x *StreamResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamResult.ProtoReflect.Descriptor instead.
 func (*StreamResult) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{14}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *StreamResult) GetId() uint64 {
@@ -1618,7 +1239,7 @@ type DescribeRequest struct {
 
 func (x *DescribeRequest) Reset() {
 	*x = DescribeRequest{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[15]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1630,7 +1251,7 @@ func (x *DescribeRequest) String() string {
 func (*DescribeRequest) ProtoMessage() {}
 
 func (x *DescribeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[15]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1643,7 +1264,7 @@ func (x *DescribeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeRequest.ProtoReflect.Descriptor instead.
 func (*DescribeRequest) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{15}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *DescribeRequest) GetName() string {
@@ -1684,7 +1305,7 @@ type DescribeResponse struct {
 
 func (x *DescribeResponse) Reset() {
 	*x = DescribeResponse{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[16]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1696,7 +1317,7 @@ func (x *DescribeResponse) String() string {
 func (*DescribeResponse) ProtoMessage() {}
 
 func (x *DescribeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[16]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1709,7 +1330,7 @@ func (x *DescribeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeResponse.ProtoReflect.Descriptor instead.
 func (*DescribeResponse) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{16}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DescribeResponse) GetHeld() bool {
@@ -1778,7 +1399,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[17]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1790,7 +1411,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[17]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1803,7 +1424,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{17}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListRequest) GetPrefix() string {
@@ -1840,7 +1461,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[18]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1852,7 +1473,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[18]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1865,7 +1486,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{18}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListResponse) GetLeases() []*Lease {
@@ -1902,7 +1523,7 @@ type Leader struct {
 
 func (x *Leader) Reset() {
 	*x = Leader{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[19]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1914,7 +1535,7 @@ func (x *Leader) String() string {
 func (*Leader) ProtoMessage() {}
 
 func (x *Leader) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[19]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1927,7 +1548,7 @@ func (x *Leader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Leader.ProtoReflect.Descriptor instead.
 func (*Leader) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{19}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Leader) GetElection() string {
@@ -1992,7 +1613,7 @@ type CampaignRequest struct {
 
 func (x *CampaignRequest) Reset() {
 	*x = CampaignRequest{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[20]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2004,7 +1625,7 @@ func (x *CampaignRequest) String() string {
 func (*CampaignRequest) ProtoMessage() {}
 
 func (x *CampaignRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[20]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2017,7 +1638,7 @@ func (x *CampaignRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CampaignRequest.ProtoReflect.Descriptor instead.
 func (*CampaignRequest) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{20}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CampaignRequest) GetElection() string {
@@ -2084,7 +1705,7 @@ type CampaignResponse struct {
 
 func (x *CampaignResponse) Reset() {
 	*x = CampaignResponse{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[21]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2096,7 +1717,7 @@ func (x *CampaignResponse) String() string {
 func (*CampaignResponse) ProtoMessage() {}
 
 func (x *CampaignResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[21]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2109,7 +1730,7 @@ func (x *CampaignResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CampaignResponse.ProtoReflect.Descriptor instead.
 func (*CampaignResponse) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{21}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CampaignResponse) GetElected() bool {
@@ -2147,7 +1768,7 @@ type ResignRequest struct {
 
 func (x *ResignRequest) Reset() {
 	*x = ResignRequest{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[22]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2159,7 +1780,7 @@ func (x *ResignRequest) String() string {
 func (*ResignRequest) ProtoMessage() {}
 
 func (x *ResignRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[22]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2172,7 +1793,7 @@ func (x *ResignRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResignRequest.ProtoReflect.Descriptor instead.
 func (*ResignRequest) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{22}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ResignRequest) GetElection() string {
@@ -2206,7 +1827,7 @@ type ResignResponse struct {
 
 func (x *ResignResponse) Reset() {
 	*x = ResignResponse{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[23]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2218,7 +1839,7 @@ func (x *ResignResponse) String() string {
 func (*ResignResponse) ProtoMessage() {}
 
 func (x *ResignResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[23]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2231,7 +1852,7 @@ func (x *ResignResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResignResponse.ProtoReflect.Descriptor instead.
 func (*ResignResponse) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{23}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ResignResponse) GetResigned() bool {
@@ -2251,7 +1872,7 @@ type LeaderRequest struct {
 
 func (x *LeaderRequest) Reset() {
 	*x = LeaderRequest{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[24]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2263,7 +1884,7 @@ func (x *LeaderRequest) String() string {
 func (*LeaderRequest) ProtoMessage() {}
 
 func (x *LeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[24]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2276,7 +1897,7 @@ func (x *LeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderRequest.ProtoReflect.Descriptor instead.
 func (*LeaderRequest) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{24}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *LeaderRequest) GetElection() string {
@@ -2298,7 +1919,7 @@ type LeaderResponse struct {
 
 func (x *LeaderResponse) Reset() {
 	*x = LeaderResponse{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[25]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2310,7 +1931,7 @@ func (x *LeaderResponse) String() string {
 func (*LeaderResponse) ProtoMessage() {}
 
 func (x *LeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[25]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2323,7 +1944,7 @@ func (x *LeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderResponse.ProtoReflect.Descriptor instead.
 func (*LeaderResponse) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{25}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *LeaderResponse) GetHasLeader() bool {
@@ -2350,7 +1971,7 @@ type ObserveRequest struct {
 
 func (x *ObserveRequest) Reset() {
 	*x = ObserveRequest{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[26]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2362,7 +1983,7 @@ func (x *ObserveRequest) String() string {
 func (*ObserveRequest) ProtoMessage() {}
 
 func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[26]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2375,7 +1996,7 @@ func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveRequest.ProtoReflect.Descriptor instead.
 func (*ObserveRequest) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{26}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ObserveRequest) GetElection() string {
@@ -2399,7 +2020,7 @@ type ObserveResponse struct {
 
 func (x *ObserveResponse) Reset() {
 	*x = ObserveResponse{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[27]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2411,7 +2032,7 @@ func (x *ObserveResponse) String() string {
 func (*ObserveResponse) ProtoMessage() {}
 
 func (x *ObserveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[27]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2424,7 +2045,7 @@ func (x *ObserveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveResponse.ProtoReflect.Descriptor instead.
 func (*ObserveResponse) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{27}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ObserveResponse) GetEvent() *LeaderEvent {
@@ -2458,7 +2079,7 @@ type LeaderEvent struct {
 
 func (x *LeaderEvent) Reset() {
 	*x = LeaderEvent{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[28]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2470,7 +2091,7 @@ func (x *LeaderEvent) String() string {
 func (*LeaderEvent) ProtoMessage() {}
 
 func (x *LeaderEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[28]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2483,7 +2104,7 @@ func (x *LeaderEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderEvent.ProtoReflect.Descriptor instead.
 func (*LeaderEvent) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{28}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *LeaderEvent) GetKind() LeaderEvent_Kind {
@@ -2529,7 +2150,7 @@ type Session struct {
 
 func (x *Session) Reset() {
 	*x = Session{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[29]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2541,7 +2162,7 @@ func (x *Session) String() string {
 func (*Session) ProtoMessage() {}
 
 func (x *Session) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[29]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2554,7 +2175,7 @@ func (x *Session) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Session.ProtoReflect.Descriptor instead.
 func (*Session) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{29}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Session) GetId() string {
@@ -2589,7 +2210,7 @@ type CreateSessionRequest struct {
 
 func (x *CreateSessionRequest) Reset() {
 	*x = CreateSessionRequest{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[30]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2601,7 +2222,7 @@ func (x *CreateSessionRequest) String() string {
 func (*CreateSessionRequest) ProtoMessage() {}
 
 func (x *CreateSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[30]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2614,7 +2235,7 @@ func (x *CreateSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSessionRequest.ProtoReflect.Descriptor instead.
 func (*CreateSessionRequest) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{30}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CreateSessionRequest) GetTtl() *durationpb.Duration {
@@ -2633,7 +2254,7 @@ type CreateSessionResponse struct {
 
 func (x *CreateSessionResponse) Reset() {
 	*x = CreateSessionResponse{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[31]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2645,7 +2266,7 @@ func (x *CreateSessionResponse) String() string {
 func (*CreateSessionResponse) ProtoMessage() {}
 
 func (x *CreateSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[31]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2658,7 +2279,7 @@ func (x *CreateSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSessionResponse.ProtoReflect.Descriptor instead.
 func (*CreateSessionResponse) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{31}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CreateSessionResponse) GetSession() *Session {
@@ -2678,7 +2299,7 @@ type RenewSessionRequest struct {
 
 func (x *RenewSessionRequest) Reset() {
 	*x = RenewSessionRequest{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[32]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2690,7 +2311,7 @@ func (x *RenewSessionRequest) String() string {
 func (*RenewSessionRequest) ProtoMessage() {}
 
 func (x *RenewSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[32]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2703,7 +2324,7 @@ func (x *RenewSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewSessionRequest.ProtoReflect.Descriptor instead.
 func (*RenewSessionRequest) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{32}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RenewSessionRequest) GetSessionId() string {
@@ -2723,7 +2344,7 @@ type RenewSessionResponse struct {
 
 func (x *RenewSessionResponse) Reset() {
 	*x = RenewSessionResponse{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[33]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2735,7 +2356,7 @@ func (x *RenewSessionResponse) String() string {
 func (*RenewSessionResponse) ProtoMessage() {}
 
 func (x *RenewSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[33]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2748,7 +2369,7 @@ func (x *RenewSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewSessionResponse.ProtoReflect.Descriptor instead.
 func (*RenewSessionResponse) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{33}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RenewSessionResponse) GetSession() *Session {
@@ -2768,7 +2389,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[34]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2780,7 +2401,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[34]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2793,7 +2414,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{34}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CloseSessionRequest) GetSessionId() string {
@@ -2811,7 +2432,7 @@ type CloseSessionResponse struct {
 
 func (x *CloseSessionResponse) Reset() {
 	*x = CloseSessionResponse{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[35]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2823,7 +2444,7 @@ func (x *CloseSessionResponse) String() string {
 func (*CloseSessionResponse) ProtoMessage() {}
 
 func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[35]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2836,7 +2457,7 @@ func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
 func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{35}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{31}
 }
 
 type DescribeSessionRequest struct {
@@ -2849,7 +2470,7 @@ type DescribeSessionRequest struct {
 
 func (x *DescribeSessionRequest) Reset() {
 	*x = DescribeSessionRequest{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[36]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2861,7 +2482,7 @@ func (x *DescribeSessionRequest) String() string {
 func (*DescribeSessionRequest) ProtoMessage() {}
 
 func (x *DescribeSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[36]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2874,7 +2495,7 @@ func (x *DescribeSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeSessionRequest.ProtoReflect.Descriptor instead.
 func (*DescribeSessionRequest) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{36}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DescribeSessionRequest) GetSessionId() string {
@@ -2895,7 +2516,7 @@ type DescribeSessionResponse struct {
 
 func (x *DescribeSessionResponse) Reset() {
 	*x = DescribeSessionResponse{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[37]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2907,7 +2528,7 @@ func (x *DescribeSessionResponse) String() string {
 func (*DescribeSessionResponse) ProtoMessage() {}
 
 func (x *DescribeSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[37]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2920,7 +2541,7 @@ func (x *DescribeSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeSessionResponse.ProtoReflect.Descriptor instead.
 func (*DescribeSessionResponse) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{37}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DescribeSessionResponse) GetSession() *Session {
@@ -2980,34 +2601,7 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\x06holder\x18\x02 \x01(\tB\v\xca\xf3\x18\a\b\x01\x10\x80\x01\x18\x01R\x06holder\x12\x1c\n" +
 	"\x05token\x18\x03 \x01(\x04B\x06\xca\xf3\x18\x02\b\x01R\x05token\"-\n" +
 	"\x0fReleaseResponse\x12\x1a\n" +
-	"\breleased\x18\x01 \x01(\bR\breleased\"\xd2\x01\n" +
-	"\x10KeepAliveRequest\x12\x0e\n" +
-	"\x02id\x18\x05 \x01(\x04R\x02id\x12\x1f\n" +
-	"\x04name\x18\x01 \x01(\tB\v\xca\xf3\x18\a\b\x01\x10\x80\x02\x18\x02R\x04name\x12#\n" +
-	"\x06holder\x18\x02 \x01(\tB\v\xca\xf3\x18\a\b\x01\x10\x80\x01\x18\x01R\x06holder\x12\x1c\n" +
-	"\x05token\x18\x03 \x01(\x04B\x06\xca\xf3\x18\x02\b\x01R\x05token\x12J\n" +
-	"\x03ttl\x18\x04 \x01(\v2\x19.google.protobuf.DurationB\x1d\xca\xf3\x18\x19\b\x01 d2\x13COORDINATOR_MAX_TTLR\x03ttl\"\xda\x01\n" +
-	"\x11KeepAliveResponse\x12\x0e\n" +
-	"\x02id\x18\x05 \x01(\x04R\x02id\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12-\n" +
-	"\x05lease\x18\x02 \x01(\v2\x15.coordinator.v1.LeaseH\x00R\x05lease\x12/\n" +
-	"\x04lost\x18\x03 \x01(\v2\x19.coordinator.v1.LeaseLostH\x00R\x04lost\x127\n" +
-	"\x06failed\x18\x04 \x01(\v2\x1d.coordinator.v1.RenewalFailedH\x00R\x06failedB\b\n" +
-	"\x06result\"\x9c\x01\n" +
-	"\tLeaseLost\x12\x16\n" +
-	"\x06holder\x18\x01 \x01(\tR\x06holder\x12\x14\n" +
-	"\x05token\x18\x02 \x01(\x04R\x05token\x123\n" +
-	"\x06reason\x18\x03 \x01(\x0e2\x1b.coordinator.v1.ErrorReasonR\x06reason\x12\x18\n" +
-	"\amessage\x18\x04 \x01(\tR\amessage\x12\x12\n" +
-	"\x04code\x18\x05 \x01(\x05R\x04code\"\xdc\x01\n" +
-	"\rRenewalFailed\x12\x16\n" +
-	"\x06holder\x18\x01 \x01(\tR\x06holder\x12\x14\n" +
-	"\x05token\x18\x02 \x01(\x04R\x05token\x123\n" +
-	"\x06reason\x18\x03 \x01(\x0e2\x1b.coordinator.v1.ErrorReasonR\x06reason\x12\x18\n" +
-	"\amessage\x18\x04 \x01(\tR\amessage\x12:\n" +
-	"\vretry_after\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\n" +
-	"retryAfter\x12\x12\n" +
-	"\x04code\x18\x06 \x01(\x05R\x04code\"Y\n" +
+	"\breleased\x18\x01 \x01(\bR\breleased\"Y\n" +
 	"\rStreamRequest\x12H\n" +
 	"\n" +
 	"operations\x18\x01 \x03(\v2\x1f.coordinator.v1.StreamOperationB\a\xca\xf3\x18\x038\xe8\aR\n" +
@@ -3149,14 +2743,12 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\n" +
 	"RWCapacity\x12\x1b\n" +
 	"\x17RW_CAPACITY_UNSPECIFIED\x10\x00\x12\x11\n" +
-	"\vRW_CAPACITY\x10\xc0\x84=2\xab\n" +
-	"\n" +
+	"\vRW_CAPACITY\x10\xc0\x84=2\xd3\t\n" +
 	"\vCoordinator\x12S\n" +
 	"\n" +
 	"TryAcquire\x12!.coordinator.v1.TryAcquireRequest\x1a\".coordinator.v1.TryAcquireResponse\x12D\n" +
 	"\x05Renew\x12\x1c.coordinator.v1.RenewRequest\x1a\x1d.coordinator.v1.RenewResponse\x12J\n" +
-	"\aRelease\x12\x1e.coordinator.v1.ReleaseRequest\x1a\x1f.coordinator.v1.ReleaseResponse\x12T\n" +
-	"\tKeepAlive\x12 .coordinator.v1.KeepAliveRequest\x1a!.coordinator.v1.KeepAliveResponse(\x010\x01\x12K\n" +
+	"\aRelease\x12\x1e.coordinator.v1.ReleaseRequest\x1a\x1f.coordinator.v1.ReleaseResponse\x12K\n" +
 	"\x06Stream\x12\x1d.coordinator.v1.StreamRequest\x1a\x1e.coordinator.v1.StreamResponse(\x010\x01\x12M\n" +
 	"\bDescribe\x12\x1f.coordinator.v1.DescribeRequest\x1a .coordinator.v1.DescribeResponse\x12A\n" +
 	"\x04List\x12\x1b.coordinator.v1.ListRequest\x1a\x1c.coordinator.v1.ListResponse\x12M\n" +
@@ -3167,7 +2759,7 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\rCreateSession\x12$.coordinator.v1.CreateSessionRequest\x1a%.coordinator.v1.CreateSessionResponse\x12Y\n" +
 	"\fRenewSession\x12#.coordinator.v1.RenewSessionRequest\x1a$.coordinator.v1.RenewSessionResponse\x12Y\n" +
 	"\fCloseSession\x12#.coordinator.v1.CloseSessionRequest\x1a$.coordinator.v1.CloseSessionResponse\x12b\n" +
-	"\x0fDescribeSession\x12&.coordinator.v1.DescribeSessionRequest\x1a'.coordinator.v1.DescribeSessionResponse\x1aY\xd2\xf3\x18U\b\x98u\x10\xd0\x0f\x18\x1c d(\x05028\xd0\x0f@\x14H\x03P\n" +
+	"\x0fDescribeSession\x12&.coordinator.v1.DescribeSessionRequest\x1a'.coordinator.v1.DescribeSessionResponse\x1aW\xd2\xf3\x18S\b\x98u\x10\xd0\x0f\x18\x1c d028\xd0\x0f@\x14H\x03P\n" +
 	"X\x05`\x19h\n" +
 	"p\n" +
 	"x2\x80\x012\x88\x01\xe0\xd4\x03\x90\x01d\x98\x01\xb0\xea\x01\xa0\x01\x01\xaa\x01\x05\x0e\b\n" +
@@ -3186,7 +2778,7 @@ func file_coordinator_v1_coordinator_proto_rawDescGZIP() []byte {
 }
 
 var file_coordinator_v1_coordinator_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_coordinator_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
+var file_coordinator_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_coordinator_v1_coordinator_proto_goTypes = []any{
 	(ErrorReason)(0),                // 0: coordinator.v1.ErrorReason
 	(RWCapacity)(0),                 // 1: coordinator.v1.RWCapacity
@@ -3198,126 +2790,113 @@ var file_coordinator_v1_coordinator_proto_goTypes = []any{
 	(*RenewResponse)(nil),           // 7: coordinator.v1.RenewResponse
 	(*ReleaseRequest)(nil),          // 8: coordinator.v1.ReleaseRequest
 	(*ReleaseResponse)(nil),         // 9: coordinator.v1.ReleaseResponse
-	(*KeepAliveRequest)(nil),        // 10: coordinator.v1.KeepAliveRequest
-	(*KeepAliveResponse)(nil),       // 11: coordinator.v1.KeepAliveResponse
-	(*LeaseLost)(nil),               // 12: coordinator.v1.LeaseLost
-	(*RenewalFailed)(nil),           // 13: coordinator.v1.RenewalFailed
-	(*StreamRequest)(nil),           // 14: coordinator.v1.StreamRequest
-	(*StreamOperation)(nil),         // 15: coordinator.v1.StreamOperation
-	(*StreamResponse)(nil),          // 16: coordinator.v1.StreamResponse
-	(*StreamResult)(nil),            // 17: coordinator.v1.StreamResult
-	(*DescribeRequest)(nil),         // 18: coordinator.v1.DescribeRequest
-	(*DescribeResponse)(nil),        // 19: coordinator.v1.DescribeResponse
-	(*ListRequest)(nil),             // 20: coordinator.v1.ListRequest
-	(*ListResponse)(nil),            // 21: coordinator.v1.ListResponse
-	(*Leader)(nil),                  // 22: coordinator.v1.Leader
-	(*CampaignRequest)(nil),         // 23: coordinator.v1.CampaignRequest
-	(*CampaignResponse)(nil),        // 24: coordinator.v1.CampaignResponse
-	(*ResignRequest)(nil),           // 25: coordinator.v1.ResignRequest
-	(*ResignResponse)(nil),          // 26: coordinator.v1.ResignResponse
-	(*LeaderRequest)(nil),           // 27: coordinator.v1.LeaderRequest
-	(*LeaderResponse)(nil),          // 28: coordinator.v1.LeaderResponse
-	(*ObserveRequest)(nil),          // 29: coordinator.v1.ObserveRequest
-	(*ObserveResponse)(nil),         // 30: coordinator.v1.ObserveResponse
-	(*LeaderEvent)(nil),             // 31: coordinator.v1.LeaderEvent
-	(*Session)(nil),                 // 32: coordinator.v1.Session
-	(*CreateSessionRequest)(nil),    // 33: coordinator.v1.CreateSessionRequest
-	(*CreateSessionResponse)(nil),   // 34: coordinator.v1.CreateSessionResponse
-	(*RenewSessionRequest)(nil),     // 35: coordinator.v1.RenewSessionRequest
-	(*RenewSessionResponse)(nil),    // 36: coordinator.v1.RenewSessionResponse
-	(*CloseSessionRequest)(nil),     // 37: coordinator.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),    // 38: coordinator.v1.CloseSessionResponse
-	(*DescribeSessionRequest)(nil),  // 39: coordinator.v1.DescribeSessionRequest
-	(*DescribeSessionResponse)(nil), // 40: coordinator.v1.DescribeSessionResponse
-	(*durationpb.Duration)(nil),     // 41: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),   // 42: google.protobuf.Timestamp
-	(*status.Status)(nil),           // 43: google.rpc.Status
+	(*StreamRequest)(nil),           // 10: coordinator.v1.StreamRequest
+	(*StreamOperation)(nil),         // 11: coordinator.v1.StreamOperation
+	(*StreamResponse)(nil),          // 12: coordinator.v1.StreamResponse
+	(*StreamResult)(nil),            // 13: coordinator.v1.StreamResult
+	(*DescribeRequest)(nil),         // 14: coordinator.v1.DescribeRequest
+	(*DescribeResponse)(nil),        // 15: coordinator.v1.DescribeResponse
+	(*ListRequest)(nil),             // 16: coordinator.v1.ListRequest
+	(*ListResponse)(nil),            // 17: coordinator.v1.ListResponse
+	(*Leader)(nil),                  // 18: coordinator.v1.Leader
+	(*CampaignRequest)(nil),         // 19: coordinator.v1.CampaignRequest
+	(*CampaignResponse)(nil),        // 20: coordinator.v1.CampaignResponse
+	(*ResignRequest)(nil),           // 21: coordinator.v1.ResignRequest
+	(*ResignResponse)(nil),          // 22: coordinator.v1.ResignResponse
+	(*LeaderRequest)(nil),           // 23: coordinator.v1.LeaderRequest
+	(*LeaderResponse)(nil),          // 24: coordinator.v1.LeaderResponse
+	(*ObserveRequest)(nil),          // 25: coordinator.v1.ObserveRequest
+	(*ObserveResponse)(nil),         // 26: coordinator.v1.ObserveResponse
+	(*LeaderEvent)(nil),             // 27: coordinator.v1.LeaderEvent
+	(*Session)(nil),                 // 28: coordinator.v1.Session
+	(*CreateSessionRequest)(nil),    // 29: coordinator.v1.CreateSessionRequest
+	(*CreateSessionResponse)(nil),   // 30: coordinator.v1.CreateSessionResponse
+	(*RenewSessionRequest)(nil),     // 31: coordinator.v1.RenewSessionRequest
+	(*RenewSessionResponse)(nil),    // 32: coordinator.v1.RenewSessionResponse
+	(*CloseSessionRequest)(nil),     // 33: coordinator.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),    // 34: coordinator.v1.CloseSessionResponse
+	(*DescribeSessionRequest)(nil),  // 35: coordinator.v1.DescribeSessionRequest
+	(*DescribeSessionResponse)(nil), // 36: coordinator.v1.DescribeSessionResponse
+	(*durationpb.Duration)(nil),     // 37: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),   // 38: google.protobuf.Timestamp
+	(*status.Status)(nil),           // 39: google.rpc.Status
 }
 var file_coordinator_v1_coordinator_proto_depIdxs = []int32{
-	41, // 0: coordinator.v1.Lease.ttl:type_name -> google.protobuf.Duration
-	42, // 1: coordinator.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
-	41, // 2: coordinator.v1.TryAcquireRequest.ttl:type_name -> google.protobuf.Duration
-	41, // 3: coordinator.v1.TryAcquireRequest.wait:type_name -> google.protobuf.Duration
+	37, // 0: coordinator.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	38, // 1: coordinator.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
+	37, // 2: coordinator.v1.TryAcquireRequest.ttl:type_name -> google.protobuf.Duration
+	37, // 3: coordinator.v1.TryAcquireRequest.wait:type_name -> google.protobuf.Duration
 	3,  // 4: coordinator.v1.TryAcquireResponse.lease:type_name -> coordinator.v1.Lease
-	41, // 5: coordinator.v1.TryAcquireResponse.retry_after:type_name -> google.protobuf.Duration
-	41, // 6: coordinator.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
+	37, // 5: coordinator.v1.TryAcquireResponse.retry_after:type_name -> google.protobuf.Duration
+	37, // 6: coordinator.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
 	3,  // 7: coordinator.v1.RenewResponse.lease:type_name -> coordinator.v1.Lease
-	41, // 8: coordinator.v1.KeepAliveRequest.ttl:type_name -> google.protobuf.Duration
-	3,  // 9: coordinator.v1.KeepAliveResponse.lease:type_name -> coordinator.v1.Lease
-	12, // 10: coordinator.v1.KeepAliveResponse.lost:type_name -> coordinator.v1.LeaseLost
-	13, // 11: coordinator.v1.KeepAliveResponse.failed:type_name -> coordinator.v1.RenewalFailed
-	0,  // 12: coordinator.v1.LeaseLost.reason:type_name -> coordinator.v1.ErrorReason
-	0,  // 13: coordinator.v1.RenewalFailed.reason:type_name -> coordinator.v1.ErrorReason
-	41, // 14: coordinator.v1.RenewalFailed.retry_after:type_name -> google.protobuf.Duration
-	15, // 15: coordinator.v1.StreamRequest.operations:type_name -> coordinator.v1.StreamOperation
-	4,  // 16: coordinator.v1.StreamOperation.acquire:type_name -> coordinator.v1.TryAcquireRequest
-	6,  // 17: coordinator.v1.StreamOperation.renew:type_name -> coordinator.v1.RenewRequest
-	8,  // 18: coordinator.v1.StreamOperation.release:type_name -> coordinator.v1.ReleaseRequest
-	23, // 19: coordinator.v1.StreamOperation.campaign:type_name -> coordinator.v1.CampaignRequest
-	25, // 20: coordinator.v1.StreamOperation.resign:type_name -> coordinator.v1.ResignRequest
-	35, // 21: coordinator.v1.StreamOperation.renew_session:type_name -> coordinator.v1.RenewSessionRequest
-	17, // 22: coordinator.v1.StreamResponse.results:type_name -> coordinator.v1.StreamResult
-	5,  // 23: coordinator.v1.StreamResult.acquire:type_name -> coordinator.v1.TryAcquireResponse
-	7,  // 24: coordinator.v1.StreamResult.renew:type_name -> coordinator.v1.RenewResponse
-	9,  // 25: coordinator.v1.StreamResult.release:type_name -> coordinator.v1.ReleaseResponse
-	24, // 26: coordinator.v1.StreamResult.campaign:type_name -> coordinator.v1.CampaignResponse
-	26, // 27: coordinator.v1.StreamResult.resign:type_name -> coordinator.v1.ResignResponse
-	43, // 28: coordinator.v1.StreamResult.error:type_name -> google.rpc.Status
-	36, // 29: coordinator.v1.StreamResult.renew_session:type_name -> coordinator.v1.RenewSessionResponse
-	3,  // 30: coordinator.v1.DescribeResponse.lease:type_name -> coordinator.v1.Lease
-	3,  // 31: coordinator.v1.DescribeResponse.holders:type_name -> coordinator.v1.Lease
-	3,  // 32: coordinator.v1.ListResponse.leases:type_name -> coordinator.v1.Lease
-	42, // 33: coordinator.v1.Leader.expires_at:type_name -> google.protobuf.Timestamp
-	41, // 34: coordinator.v1.CampaignRequest.ttl:type_name -> google.protobuf.Duration
-	41, // 35: coordinator.v1.CampaignRequest.wait:type_name -> google.protobuf.Duration
-	22, // 36: coordinator.v1.CampaignResponse.leader:type_name -> coordinator.v1.Leader
-	41, // 37: coordinator.v1.CampaignResponse.retry_after:type_name -> google.protobuf.Duration
-	22, // 38: coordinator.v1.LeaderResponse.leader:type_name -> coordinator.v1.Leader
-	31, // 39: coordinator.v1.ObserveResponse.event:type_name -> coordinator.v1.LeaderEvent
-	2,  // 40: coordinator.v1.LeaderEvent.kind:type_name -> coordinator.v1.LeaderEvent.Kind
-	22, // 41: coordinator.v1.LeaderEvent.leader:type_name -> coordinator.v1.Leader
-	3,  // 42: coordinator.v1.LeaderEvent.holders:type_name -> coordinator.v1.Lease
-	41, // 43: coordinator.v1.Session.ttl:type_name -> google.protobuf.Duration
-	42, // 44: coordinator.v1.Session.expires_at:type_name -> google.protobuf.Timestamp
-	41, // 45: coordinator.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
-	32, // 46: coordinator.v1.CreateSessionResponse.session:type_name -> coordinator.v1.Session
-	32, // 47: coordinator.v1.RenewSessionResponse.session:type_name -> coordinator.v1.Session
-	32, // 48: coordinator.v1.DescribeSessionResponse.session:type_name -> coordinator.v1.Session
-	4,  // 49: coordinator.v1.Coordinator.TryAcquire:input_type -> coordinator.v1.TryAcquireRequest
-	6,  // 50: coordinator.v1.Coordinator.Renew:input_type -> coordinator.v1.RenewRequest
-	8,  // 51: coordinator.v1.Coordinator.Release:input_type -> coordinator.v1.ReleaseRequest
-	10, // 52: coordinator.v1.Coordinator.KeepAlive:input_type -> coordinator.v1.KeepAliveRequest
-	14, // 53: coordinator.v1.Coordinator.Stream:input_type -> coordinator.v1.StreamRequest
-	18, // 54: coordinator.v1.Coordinator.Describe:input_type -> coordinator.v1.DescribeRequest
-	20, // 55: coordinator.v1.Coordinator.List:input_type -> coordinator.v1.ListRequest
-	23, // 56: coordinator.v1.Coordinator.Campaign:input_type -> coordinator.v1.CampaignRequest
-	25, // 57: coordinator.v1.Coordinator.Resign:input_type -> coordinator.v1.ResignRequest
-	27, // 58: coordinator.v1.Coordinator.Leader:input_type -> coordinator.v1.LeaderRequest
-	29, // 59: coordinator.v1.Coordinator.Observe:input_type -> coordinator.v1.ObserveRequest
-	33, // 60: coordinator.v1.Coordinator.CreateSession:input_type -> coordinator.v1.CreateSessionRequest
-	35, // 61: coordinator.v1.Coordinator.RenewSession:input_type -> coordinator.v1.RenewSessionRequest
-	37, // 62: coordinator.v1.Coordinator.CloseSession:input_type -> coordinator.v1.CloseSessionRequest
-	39, // 63: coordinator.v1.Coordinator.DescribeSession:input_type -> coordinator.v1.DescribeSessionRequest
-	5,  // 64: coordinator.v1.Coordinator.TryAcquire:output_type -> coordinator.v1.TryAcquireResponse
-	7,  // 65: coordinator.v1.Coordinator.Renew:output_type -> coordinator.v1.RenewResponse
-	9,  // 66: coordinator.v1.Coordinator.Release:output_type -> coordinator.v1.ReleaseResponse
-	11, // 67: coordinator.v1.Coordinator.KeepAlive:output_type -> coordinator.v1.KeepAliveResponse
-	16, // 68: coordinator.v1.Coordinator.Stream:output_type -> coordinator.v1.StreamResponse
-	19, // 69: coordinator.v1.Coordinator.Describe:output_type -> coordinator.v1.DescribeResponse
-	21, // 70: coordinator.v1.Coordinator.List:output_type -> coordinator.v1.ListResponse
-	24, // 71: coordinator.v1.Coordinator.Campaign:output_type -> coordinator.v1.CampaignResponse
-	26, // 72: coordinator.v1.Coordinator.Resign:output_type -> coordinator.v1.ResignResponse
-	28, // 73: coordinator.v1.Coordinator.Leader:output_type -> coordinator.v1.LeaderResponse
-	30, // 74: coordinator.v1.Coordinator.Observe:output_type -> coordinator.v1.ObserveResponse
-	34, // 75: coordinator.v1.Coordinator.CreateSession:output_type -> coordinator.v1.CreateSessionResponse
-	36, // 76: coordinator.v1.Coordinator.RenewSession:output_type -> coordinator.v1.RenewSessionResponse
-	38, // 77: coordinator.v1.Coordinator.CloseSession:output_type -> coordinator.v1.CloseSessionResponse
-	40, // 78: coordinator.v1.Coordinator.DescribeSession:output_type -> coordinator.v1.DescribeSessionResponse
-	64, // [64:79] is the sub-list for method output_type
-	49, // [49:64] is the sub-list for method input_type
-	49, // [49:49] is the sub-list for extension type_name
-	49, // [49:49] is the sub-list for extension extendee
-	0,  // [0:49] is the sub-list for field type_name
+	11, // 8: coordinator.v1.StreamRequest.operations:type_name -> coordinator.v1.StreamOperation
+	4,  // 9: coordinator.v1.StreamOperation.acquire:type_name -> coordinator.v1.TryAcquireRequest
+	6,  // 10: coordinator.v1.StreamOperation.renew:type_name -> coordinator.v1.RenewRequest
+	8,  // 11: coordinator.v1.StreamOperation.release:type_name -> coordinator.v1.ReleaseRequest
+	19, // 12: coordinator.v1.StreamOperation.campaign:type_name -> coordinator.v1.CampaignRequest
+	21, // 13: coordinator.v1.StreamOperation.resign:type_name -> coordinator.v1.ResignRequest
+	31, // 14: coordinator.v1.StreamOperation.renew_session:type_name -> coordinator.v1.RenewSessionRequest
+	13, // 15: coordinator.v1.StreamResponse.results:type_name -> coordinator.v1.StreamResult
+	5,  // 16: coordinator.v1.StreamResult.acquire:type_name -> coordinator.v1.TryAcquireResponse
+	7,  // 17: coordinator.v1.StreamResult.renew:type_name -> coordinator.v1.RenewResponse
+	9,  // 18: coordinator.v1.StreamResult.release:type_name -> coordinator.v1.ReleaseResponse
+	20, // 19: coordinator.v1.StreamResult.campaign:type_name -> coordinator.v1.CampaignResponse
+	22, // 20: coordinator.v1.StreamResult.resign:type_name -> coordinator.v1.ResignResponse
+	39, // 21: coordinator.v1.StreamResult.error:type_name -> google.rpc.Status
+	32, // 22: coordinator.v1.StreamResult.renew_session:type_name -> coordinator.v1.RenewSessionResponse
+	3,  // 23: coordinator.v1.DescribeResponse.lease:type_name -> coordinator.v1.Lease
+	3,  // 24: coordinator.v1.DescribeResponse.holders:type_name -> coordinator.v1.Lease
+	3,  // 25: coordinator.v1.ListResponse.leases:type_name -> coordinator.v1.Lease
+	38, // 26: coordinator.v1.Leader.expires_at:type_name -> google.protobuf.Timestamp
+	37, // 27: coordinator.v1.CampaignRequest.ttl:type_name -> google.protobuf.Duration
+	37, // 28: coordinator.v1.CampaignRequest.wait:type_name -> google.protobuf.Duration
+	18, // 29: coordinator.v1.CampaignResponse.leader:type_name -> coordinator.v1.Leader
+	37, // 30: coordinator.v1.CampaignResponse.retry_after:type_name -> google.protobuf.Duration
+	18, // 31: coordinator.v1.LeaderResponse.leader:type_name -> coordinator.v1.Leader
+	27, // 32: coordinator.v1.ObserveResponse.event:type_name -> coordinator.v1.LeaderEvent
+	2,  // 33: coordinator.v1.LeaderEvent.kind:type_name -> coordinator.v1.LeaderEvent.Kind
+	18, // 34: coordinator.v1.LeaderEvent.leader:type_name -> coordinator.v1.Leader
+	3,  // 35: coordinator.v1.LeaderEvent.holders:type_name -> coordinator.v1.Lease
+	37, // 36: coordinator.v1.Session.ttl:type_name -> google.protobuf.Duration
+	38, // 37: coordinator.v1.Session.expires_at:type_name -> google.protobuf.Timestamp
+	37, // 38: coordinator.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
+	28, // 39: coordinator.v1.CreateSessionResponse.session:type_name -> coordinator.v1.Session
+	28, // 40: coordinator.v1.RenewSessionResponse.session:type_name -> coordinator.v1.Session
+	28, // 41: coordinator.v1.DescribeSessionResponse.session:type_name -> coordinator.v1.Session
+	4,  // 42: coordinator.v1.Coordinator.TryAcquire:input_type -> coordinator.v1.TryAcquireRequest
+	6,  // 43: coordinator.v1.Coordinator.Renew:input_type -> coordinator.v1.RenewRequest
+	8,  // 44: coordinator.v1.Coordinator.Release:input_type -> coordinator.v1.ReleaseRequest
+	10, // 45: coordinator.v1.Coordinator.Stream:input_type -> coordinator.v1.StreamRequest
+	14, // 46: coordinator.v1.Coordinator.Describe:input_type -> coordinator.v1.DescribeRequest
+	16, // 47: coordinator.v1.Coordinator.List:input_type -> coordinator.v1.ListRequest
+	19, // 48: coordinator.v1.Coordinator.Campaign:input_type -> coordinator.v1.CampaignRequest
+	21, // 49: coordinator.v1.Coordinator.Resign:input_type -> coordinator.v1.ResignRequest
+	23, // 50: coordinator.v1.Coordinator.Leader:input_type -> coordinator.v1.LeaderRequest
+	25, // 51: coordinator.v1.Coordinator.Observe:input_type -> coordinator.v1.ObserveRequest
+	29, // 52: coordinator.v1.Coordinator.CreateSession:input_type -> coordinator.v1.CreateSessionRequest
+	31, // 53: coordinator.v1.Coordinator.RenewSession:input_type -> coordinator.v1.RenewSessionRequest
+	33, // 54: coordinator.v1.Coordinator.CloseSession:input_type -> coordinator.v1.CloseSessionRequest
+	35, // 55: coordinator.v1.Coordinator.DescribeSession:input_type -> coordinator.v1.DescribeSessionRequest
+	5,  // 56: coordinator.v1.Coordinator.TryAcquire:output_type -> coordinator.v1.TryAcquireResponse
+	7,  // 57: coordinator.v1.Coordinator.Renew:output_type -> coordinator.v1.RenewResponse
+	9,  // 58: coordinator.v1.Coordinator.Release:output_type -> coordinator.v1.ReleaseResponse
+	12, // 59: coordinator.v1.Coordinator.Stream:output_type -> coordinator.v1.StreamResponse
+	15, // 60: coordinator.v1.Coordinator.Describe:output_type -> coordinator.v1.DescribeResponse
+	17, // 61: coordinator.v1.Coordinator.List:output_type -> coordinator.v1.ListResponse
+	20, // 62: coordinator.v1.Coordinator.Campaign:output_type -> coordinator.v1.CampaignResponse
+	22, // 63: coordinator.v1.Coordinator.Resign:output_type -> coordinator.v1.ResignResponse
+	24, // 64: coordinator.v1.Coordinator.Leader:output_type -> coordinator.v1.LeaderResponse
+	26, // 65: coordinator.v1.Coordinator.Observe:output_type -> coordinator.v1.ObserveResponse
+	30, // 66: coordinator.v1.Coordinator.CreateSession:output_type -> coordinator.v1.CreateSessionResponse
+	32, // 67: coordinator.v1.Coordinator.RenewSession:output_type -> coordinator.v1.RenewSessionResponse
+	34, // 68: coordinator.v1.Coordinator.CloseSession:output_type -> coordinator.v1.CloseSessionResponse
+	36, // 69: coordinator.v1.Coordinator.DescribeSession:output_type -> coordinator.v1.DescribeSessionResponse
+	56, // [56:70] is the sub-list for method output_type
+	42, // [42:56] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_coordinator_v1_coordinator_proto_init() }
@@ -3327,11 +2906,6 @@ func file_coordinator_v1_coordinator_proto_init() {
 	}
 	file_coordinator_v1_rules_proto_init()
 	file_coordinator_v1_coordinator_proto_msgTypes[8].OneofWrappers = []any{
-		(*KeepAliveResponse_Lease)(nil),
-		(*KeepAliveResponse_Lost)(nil),
-		(*KeepAliveResponse_Failed)(nil),
-	}
-	file_coordinator_v1_coordinator_proto_msgTypes[12].OneofWrappers = []any{
 		(*StreamOperation_Acquire)(nil),
 		(*StreamOperation_Renew)(nil),
 		(*StreamOperation_Release)(nil),
@@ -3340,7 +2914,7 @@ func file_coordinator_v1_coordinator_proto_init() {
 		(*StreamOperation_Cancel)(nil),
 		(*StreamOperation_RenewSession)(nil),
 	}
-	file_coordinator_v1_coordinator_proto_msgTypes[14].OneofWrappers = []any{
+	file_coordinator_v1_coordinator_proto_msgTypes[10].OneofWrappers = []any{
 		(*StreamResult_Acquire)(nil),
 		(*StreamResult_Renew)(nil),
 		(*StreamResult_Release)(nil),
@@ -3355,7 +2929,7 @@ func file_coordinator_v1_coordinator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coordinator_v1_coordinator_proto_rawDesc), len(file_coordinator_v1_coordinator_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   38,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -22,7 +22,6 @@ const (
 	Coordinator_TryAcquire_FullMethodName      = "/coordinator.v1.Coordinator/TryAcquire"
 	Coordinator_Renew_FullMethodName           = "/coordinator.v1.Coordinator/Renew"
 	Coordinator_Release_FullMethodName         = "/coordinator.v1.Coordinator/Release"
-	Coordinator_KeepAlive_FullMethodName       = "/coordinator.v1.Coordinator/KeepAlive"
 	Coordinator_Stream_FullMethodName          = "/coordinator.v1.Coordinator/Stream"
 	Coordinator_Describe_FullMethodName        = "/coordinator.v1.Coordinator/Describe"
 	Coordinator_List_FullMethodName            = "/coordinator.v1.Coordinator/List"
@@ -44,7 +43,7 @@ const (
 // counting semaphores and read-write locks, and elections.
 //
 // A lock is a lease on a name. A leadership is a lease on an election's name
-// that also carries a value; Renew, Release and KeepAlive work on both, with
+// that also carries a value; Renew and Release work on both, with
 // the leadership's term as the token. Locks and elections therefore share one
 // namespace: "/" separates namespaces ("team-a/housekeeper/unlock/q1").
 //
@@ -116,13 +115,6 @@ type CoordinatorClient interface {
 	// Release gives a held lease up. Releasing a lease that is not held (any
 	// more) returns released=false, so it is safe to retry.
 	Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*ReleaseResponse, error)
-	// KeepAlive renews many leases over one stream. Each request renews one
-	// lease and gets exactly one response, echoing its id: the lease renewed,
-	// lost (gone for good: stop renewing it), or failed (this renewal failed,
-	// e.g. the store was unreachable; the lease may still hold until its
-	// expiry, so retry). Invalid requests are answered lost, not by ending the
-	// stream. Responses may come in another order than the requests.
-	KeepAlive(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[KeepAliveRequest, KeepAliveResponse], error)
 	// Stream carries acquire, renew, release, campaign, resign and
 	// renew-session operations for many leases over one stream: what a client
 	// library uses instead of unary calls, since one stream costs less per
@@ -215,22 +207,9 @@ func (c *coordinatorClient) Release(ctx context.Context, in *ReleaseRequest, opt
 	return out, nil
 }
 
-func (c *coordinatorClient) KeepAlive(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[KeepAliveRequest, KeepAliveResponse], error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Coordinator_ServiceDesc.Streams[0], Coordinator_KeepAlive_FullMethodName, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	x := &grpc.GenericClientStream[KeepAliveRequest, KeepAliveResponse]{ClientStream: stream}
-	return x, nil
-}
-
-// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type Coordinator_KeepAliveClient = grpc.BidiStreamingClient[KeepAliveRequest, KeepAliveResponse]
-
 func (c *coordinatorClient) Stream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[StreamRequest, StreamResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Coordinator_ServiceDesc.Streams[1], Coordinator_Stream_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Coordinator_ServiceDesc.Streams[0], Coordinator_Stream_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -293,7 +272,7 @@ func (c *coordinatorClient) Leader(ctx context.Context, in *LeaderRequest, opts 
 
 func (c *coordinatorClient) Observe(ctx context.Context, in *ObserveRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ObserveResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Coordinator_ServiceDesc.Streams[2], Coordinator_Observe_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Coordinator_ServiceDesc.Streams[1], Coordinator_Observe_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -358,7 +337,7 @@ func (c *coordinatorClient) DescribeSession(ctx context.Context, in *DescribeSes
 // counting semaphores and read-write locks, and elections.
 //
 // A lock is a lease on a name. A leadership is a lease on an election's name
-// that also carries a value; Renew, Release and KeepAlive work on both, with
+// that also carries a value; Renew and Release work on both, with
 // the leadership's term as the token. Locks and elections therefore share one
 // namespace: "/" separates namespaces ("team-a/housekeeper/unlock/q1").
 //
@@ -430,13 +409,6 @@ type CoordinatorServer interface {
 	// Release gives a held lease up. Releasing a lease that is not held (any
 	// more) returns released=false, so it is safe to retry.
 	Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error)
-	// KeepAlive renews many leases over one stream. Each request renews one
-	// lease and gets exactly one response, echoing its id: the lease renewed,
-	// lost (gone for good: stop renewing it), or failed (this renewal failed,
-	// e.g. the store was unreachable; the lease may still hold until its
-	// expiry, so retry). Invalid requests are answered lost, not by ending the
-	// stream. Responses may come in another order than the requests.
-	KeepAlive(grpc.BidiStreamingServer[KeepAliveRequest, KeepAliveResponse]) error
 	// Stream carries acquire, renew, release, campaign, resign and
 	// renew-session operations for many leases over one stream: what a client
 	// library uses instead of unary calls, since one stream costs less per
@@ -507,9 +479,6 @@ func (UnimplementedCoordinatorServer) Renew(context.Context, *RenewRequest) (*Re
 }
 func (UnimplementedCoordinatorServer) Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Release not implemented")
-}
-func (UnimplementedCoordinatorServer) KeepAlive(grpc.BidiStreamingServer[KeepAliveRequest, KeepAliveResponse]) error {
-	return status.Error(codes.Unimplemented, "method KeepAlive not implemented")
 }
 func (UnimplementedCoordinatorServer) Stream(grpc.BidiStreamingServer[StreamRequest, StreamResponse]) error {
 	return status.Error(codes.Unimplemented, "method Stream not implemented")
@@ -618,13 +587,6 @@ func _Coordinator_Release_Handler(srv interface{}, ctx context.Context, dec func
 	}
 	return interceptor(ctx, in, info, handler)
 }
-
-func _Coordinator_KeepAlive_Handler(srv interface{}, stream grpc.ServerStream) error {
-	return srv.(CoordinatorServer).KeepAlive(&grpc.GenericServerStream[KeepAliveRequest, KeepAliveResponse]{ServerStream: stream})
-}
-
-// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type Coordinator_KeepAliveServer = grpc.BidiStreamingServer[KeepAliveRequest, KeepAliveResponse]
 
 func _Coordinator_Stream_Handler(srv interface{}, stream grpc.ServerStream) error {
 	return srv.(CoordinatorServer).Stream(&grpc.GenericServerStream[StreamRequest, StreamResponse]{ServerStream: stream})
@@ -863,12 +825,6 @@ var Coordinator_ServiceDesc = grpc.ServiceDesc{
 		},
 	},
 	Streams: []grpc.StreamDesc{
-		{
-			StreamName:    "KeepAlive",
-			Handler:       _Coordinator_KeepAlive_Handler,
-			ServerStreams: true,
-			ClientStreams: true,
-		},
 		{
 			StreamName:    "Stream",
 			Handler:       _Coordinator_Stream_Handler,

@@ -224,10 +224,6 @@ type ClientRules struct {
 	// this long before it, so that a not-acquired answer (naming the holder)
 	// arrives in time.
 	AnswerMarginMillis uint32 `protobuf:"varint,4,opt,name=answer_margin_millis,json=answerMarginMillis,proto3" json:"answer_margin_millis,omitempty"`
-	// How many times in a row an acquisition asks again for a grant that
-	// arrived with less than half of its validity left (the answer was slow),
-	// before it takes what it got.
-	MaxConfirms uint32 `protobuf:"varint,5,opt,name=max_confirms,json=maxConfirms,proto3" json:"max_confirms,omitempty"`
 	// Retries of a call or of a stream wait from retry_min_millis, doubling,
 	// to at most retry_max_millis.
 	RetryMinMillis uint32 `protobuf:"varint,6,opt,name=retry_min_millis,json=retryMinMillis,proto3" json:"retry_min_millis,omitempty"`
@@ -339,13 +335,6 @@ func (x *ClientRules) GetHolderSuffixBytes() uint32 {
 func (x *ClientRules) GetAnswerMarginMillis() uint32 {
 	if x != nil {
 		return x.AnswerMarginMillis
-	}
-	return 0
-}
-
-func (x *ClientRules) GetMaxConfirms() uint32 {
-	if x != nil {
-		return x.MaxConfirms
 	}
 	return 0
 }
@@ -547,13 +536,12 @@ const file_coordinator_v1_rules_proto_rawDesc = "" +
 	"max_millis\x18\x05 \x01(\rR\tmaxMillis\x12\x1f\n" +
 	"\vmax_setting\x18\x06 \x01(\tR\n" +
 	"maxSetting\x12\x1b\n" +
-	"\tmax_value\x18\a \x01(\rR\bmaxValue\"\xc4\t\n" +
+	"\tmax_value\x18\a \x01(\rR\bmaxValue\"\xb5\t\n" +
 	"\vClientRules\x12,\n" +
 	"\x12default_ttl_millis\x18\x01 \x01(\rR\x10defaultTtlMillis\x120\n" +
 	"\x14close_timeout_millis\x18\x02 \x01(\rR\x12closeTimeoutMillis\x12.\n" +
 	"\x13holder_suffix_bytes\x18\x03 \x01(\rR\x11holderSuffixBytes\x120\n" +
-	"\x14answer_margin_millis\x18\x04 \x01(\rR\x12answerMarginMillis\x12!\n" +
-	"\fmax_confirms\x18\x05 \x01(\rR\vmaxConfirms\x12(\n" +
+	"\x14answer_margin_millis\x18\x04 \x01(\rR\x12answerMarginMillis\x12(\n" +
 	"\x10retry_min_millis\x18\x06 \x01(\rR\x0eretryMinMillis\x12(\n" +
 	"\x10retry_max_millis\x18\a \x01(\rR\x0eretryMaxMillis\x120\n" +
 	"\x14retry_jitter_percent\x18\b \x01(\rR\x12retryJitterPercent\x12(\n" +
@@ -572,7 +560,7 @@ const file_coordinator_v1_rules_proto_rawDesc = "" +
 	"\x16leader_campaigns_again\x18\x14 \x01(\bR\x14leaderCampaignsAgain\x129\n" +
 	"\x0ftransient_codes\x18\x15 \x03(\x0e2\x10.google.rpc.CodeR\x0etransientCodes\x12D\n" +
 	"\x15outcome_unknown_codes\x18\x16 \x03(\x0e2\x10.google.rpc.CodeR\x13outcomeUnknownCodes\x12!\n" +
-	"\ferror_domain\x18\x17 \x01(\tR\verrorDomain*w\n" +
+	"\ferror_domain\x18\x17 \x01(\tR\verrorDomainJ\x04\b\x05\x10\x06R\fmax_confirms*w\n" +
 	"\n" +
 	"TextFormat\x12\x1b\n" +
 	"\x17TEXT_FORMAT_UNSPECIFIED\x10\x00\x12\x19\n" +

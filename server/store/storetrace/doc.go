@@ -22,9 +22,6 @@
 //   - coordinator.store.kind (redis or memory), coordinator.lease.name, and
 //     coordinator.lease.token for a lease granted or renewed.
 //
-// The calls of a context made by Detached (a KeepAlive stream's renewals)
-// start traces of their own instead, linked to the context's span.
-//
 // Only calls whose context holds a recording span are traced: what the
 // service does on its own (the health pings, the observers' batched reads,
 // the waiters' queue refreshes) has no request to be part of, and would

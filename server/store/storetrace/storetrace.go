@@ -68,16 +68,6 @@ func CountAttempts(ctx context.Context) context.Context {
 	return context.WithValue(ctx, attemptsKey{}, new(attempts))
 }
 
-type detachedKey struct{}
-
-// Detached returns ctx whose traced store calls start traces of their own,
-// linked to ctx's span, instead of being its children: for the calls of a
-// long-lived stream (KeepAlive), whose span would otherwise be the parent of
-// every renewal for hours, in one trace exported only when the stream ends.
-func Detached(ctx context.Context) context.Context {
-	return context.WithValue(ctx, detachedKey{}, true)
-}
-
 // Store is a store.Store whose calls are traced.
 type Store struct {
 	store.Store
@@ -96,11 +86,7 @@ func traced(ctx context.Context) bool { return trace.SpanFromContext(ctx).IsReco
 
 // start starts the span of a call of sc on name (empty: none).
 func (s *Store) start(ctx context.Context, sc script, name string) (context.Context, trace.Span) {
-	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindClient)}
-	if ctx.Value(detachedKey{}) != nil {
-		opts = append(opts, trace.WithNewRoot(), trace.WithLinks(trace.LinkFromContext(ctx)))
-	}
-	ctx, span := s.tracer.Start(ctx, spanNames[sc], opts...)
+	ctx, span := s.tracer.Start(ctx, spanNames[sc], trace.WithSpanKind(trace.SpanKindClient))
 	attrs := make([]attribute.KeyValue, 0, 4)
 	attrs = append(attrs, AttrScript.String(scriptNames[sc]), s.kind)
 	if a, ok := ctx.Value(attemptsKey{}).(*attempts); ok {

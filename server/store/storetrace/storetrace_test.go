@@ -204,22 +204,6 @@ func TestAttemptsCountEachScriptOfOneRequest(t *testing.T) {
 	}
 }
 
-func TestTheCallsOfADetachedContextStartTracesLinkedToIt(t *testing.T) {
-	tr := newTraced(t)
-	ctx, stream := tr.tp.Tracer("test").Start(context.Background(), "stream")
-	if _, err := tr.st.Acquire(storetrace.Detached(ctx), store.AcquireRequest{Name: "n", Holder: "a", TTL: time.Minute}); err != nil {
-		t.Fatal(err)
-	}
-	stream.End()
-	s := tr.recorder.Ended()[0]
-	if s.Name() != "store acquire" || s.Parent().IsValid() || s.SpanContext().TraceID() == stream.SpanContext().TraceID() {
-		t.Fatalf("span %q with parent %v in trace %s: want a root of a trace of its own", s.Name(), s.Parent(), s.SpanContext().TraceID())
-	}
-	if l := s.Links(); len(l) != 1 || l[0].SpanContext.SpanID() != stream.SpanContext().SpanID() {
-		t.Fatalf("links %v, want one to the stream's span", l)
-	}
-}
-
 func TestCallsOfUnsampledRequestsAreNotTraced(t *testing.T) {
 	mem, err := memstore.Open("")
 	if err != nil {

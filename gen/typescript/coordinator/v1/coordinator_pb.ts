@@ -15,7 +15,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file coordinator/v1/coordinator.proto.
  */
 export const file_coordinator_v1_coordinator: GenFile = /*@__PURE__*/
-  fileDesc("CiBjb29yZGluYXRvci92MS9jb29yZGluYXRvci5wcm90bxIOY29vcmRpbmF0b3IudjEivwEKBUxlYXNlEgwKBG5hbWUYASABKAkSDgoGaG9sZGVyGAIgASgJEg0KBXRva2VuGAMgASgEEiYKA3R0bBgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIuCgpleHBpcmVzX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBINCgV2YWx1ZRgGIAEoDBIOCgZ3ZWlnaHQYByABKA0SEgoKc2Vzc2lvbl9pZBgIIAEoCSKZAgoRVHJ5QWNxdWlyZVJlcXVlc3QSGQoEbmFtZRgBIAEoCUILyvMYBwgBEIACGAISGwoGaG9sZGVyGAIgASgJQgvK8xgHCAEQgAEYARJFCgN0dGwYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb25CHcrzGBkIASBkMhNDT09SRElOQVRPUl9NQVhfVFRMEjEKBHdhaXQYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb25CCMrzGAQo4KcSEhoKCGNhcGFjaXR5GAUgASgNQgjK8xgEOMCEPRIYCgZ3ZWlnaHQYBiABKA1CCMrzGAQ4wIQ9EhwKCnNlc3Npb25faWQYByABKAlCCMrzGAQQQBgBIowBChJUcnlBY3F1aXJlUmVzcG9uc2USEAoIYWNxdWlyZWQYASABKAgSJAoFbGVhc2UYAiABKAsyFS5jb29yZGluYXRvci52MS5MZWFzZRIOCgZob2xkZXIYAyABKAkSLgoLcmV0cnlfYWZ0ZXIYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24ipAEKDFJlbmV3UmVxdWVzdBIZCgRuYW1lGAEgASgJQgvK8xgHCAEQgAIYAhIbCgZob2xkZXIYAiABKAlCC8rzGAcIARCAARgBEhUKBXRva2VuGAMgASgEQgbK8xgCCAESRQoDdHRsGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uQh3K8xgZCAEgZDITQ09PUkRJTkFUT1JfTUFYX1RUTCI1Cg1SZW5ld1Jlc3BvbnNlEiQKBWxlYXNlGAEgASgLMhUuY29vcmRpbmF0b3IudjEuTGVhc2UiXwoOUmVsZWFzZVJlcXVlc3QSGQoEbmFtZRgBIAEoCUILyvMYBwgBEIACGAISGwoGaG9sZGVyGAIgASgJQgvK8xgHCAEQgAEYARIVCgV0b2tlbhgDIAEoBEIGyvMYAggBIiMKD1JlbGVhc2VSZXNwb25zZRIQCghyZWxlYXNlZBgBIAEoCCK0AQoQS2VlcEFsaXZlUmVxdWVzdBIKCgJpZBgFIAEoBBIZCgRuYW1lGAEgASgJQgvK8xgHCAEQgAIYAhIbCgZob2xkZXIYAiABKAlCC8rzGAcIARCAARgBEhUKBXRva2VuGAMgASgEQgbK8xgCCAESRQoDdHRsGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uQh3K8xgZCAEgZDITQ09PUkRJTkFUT1JfTUFYX1RUTCK7AQoRS2VlcEFsaXZlUmVzcG9uc2USCgoCaWQYBSABKAQSDAoEbmFtZRgBIAEoCRImCgVsZWFzZRgCIAEoCzIVLmNvb3JkaW5hdG9yLnYxLkxlYXNlSAASKQoEbG9zdBgDIAEoCzIZLmNvb3JkaW5hdG9yLnYxLkxlYXNlTG9zdEgAEi8KBmZhaWxlZBgEIAEoCzIdLmNvb3JkaW5hdG9yLnYxLlJlbmV3YWxGYWlsZWRIAEIICgZyZXN1bHQidgoJTGVhc2VMb3N0Eg4KBmhvbGRlchgBIAEoCRINCgV0b2tlbhgCIAEoBBIrCgZyZWFzb24YAyABKA4yGy5jb29yZGluYXRvci52MS5FcnJvclJlYXNvbhIPCgdtZXNzYWdlGAQgASgJEgwKBGNvZGUYBSABKAUiqgEKDVJlbmV3YWxGYWlsZWQSDgoGaG9sZGVyGAEgASgJEg0KBXRva2VuGAIgASgEEisKBnJlYXNvbhgDIAEoDjIbLmNvb3JkaW5hdG9yLnYxLkVycm9yUmVhc29uEg8KB21lc3NhZ2UYBCABKAkSLgoLcmV0cnlfYWZ0ZXIYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SDAoEY29kZRgGIAEoBSJNCg1TdHJlYW1SZXF1ZXN0EjwKCm9wZXJhdGlvbnMYASADKAsyHy5jb29yZGluYXRvci52MS5TdHJlYW1PcGVyYXRpb25CB8rzGAM46AciuQMKD1N0cmVhbU9wZXJhdGlvbhIKCgJpZBgBIAEoBBI0CgdhY3F1aXJlGAIgASgLMiEuY29vcmRpbmF0b3IudjEuVHJ5QWNxdWlyZVJlcXVlc3RIABItCgVyZW5ldxgDIAEoCzIcLmNvb3JkaW5hdG9yLnYxLlJlbmV3UmVxdWVzdEgAEjEKB3JlbGVhc2UYBCABKAsyHi5jb29yZGluYXRvci52MS5SZWxlYXNlUmVxdWVzdEgAEjMKCGNhbXBhaWduGAUgASgLMh8uY29vcmRpbmF0b3IudjEuQ2FtcGFpZ25SZXF1ZXN0SAASLwoGcmVzaWduGAYgASgLMh0uY29vcmRpbmF0b3IudjEuUmVzaWduUmVxdWVzdEgAEhAKBmNhbmNlbBgHIAEoBEgAEjwKDXJlbmV3X3Nlc3Npb24YCiABKAsyIy5jb29yZGluYXRvci52MS5SZW5ld1Nlc3Npb25SZXF1ZXN0SAASHwoMdHJhY2VfcGFyZW50GAggASgJQgnK8xgFEIACGAESHgoLdHJhY2Vfc3RhdGUYCSABKAlCCcrzGAUQgAQYAUILCglvcGVyYXRpb24iPwoOU3RyZWFtUmVzcG9uc2USLQoHcmVzdWx0cxgBIAMoCzIcLmNvb3JkaW5hdG9yLnYxLlN0cmVhbVJlc3VsdCKLAwoMU3RyZWFtUmVzdWx0EgoKAmlkGAEgASgEEjUKB2FjcXVpcmUYAiABKAsyIi5jb29yZGluYXRvci52MS5UcnlBY3F1aXJlUmVzcG9uc2VIABIuCgVyZW5ldxgDIAEoCzIdLmNvb3JkaW5hdG9yLnYxLlJlbmV3UmVzcG9uc2VIABIyCgdyZWxlYXNlGAQgASgLMh8uY29vcmRpbmF0b3IudjEuUmVsZWFzZVJlc3BvbnNlSAASNAoIY2FtcGFpZ24YBSABKAsyIC5jb29yZGluYXRvci52MS5DYW1wYWlnblJlc3BvbnNlSAASMAoGcmVzaWduGAYgASgLMh4uY29vcmRpbmF0b3IudjEuUmVzaWduUmVzcG9uc2VIABIjCgVlcnJvchgHIAEoCzISLmdvb2dsZS5ycGMuU3RhdHVzSAASPQoNcmVuZXdfc2Vzc2lvbhgIIAEoCzIkLmNvb3JkaW5hdG9yLnYxLlJlbmV3U2Vzc2lvblJlc3BvbnNlSABCCAoGcmVzdWx0IiwKD0Rlc2NyaWJlUmVxdWVzdBIZCgRuYW1lGAEgASgJQgvK8xgHCAEQgAIYAiK9AQoQRGVzY3JpYmVSZXNwb25zZRIMCgRoZWxkGAEgASgIEiQKBWxlYXNlGAIgASgLMhUuY29vcmRpbmF0b3IudjEuTGVhc2USJgoHaG9sZGVycxgFIAMoCzIVLmNvb3JkaW5hdG9yLnYxLkxlYXNlEhAKCGNhcGFjaXR5GAYgASgNEhYKDndhaXRpbmdfd2VpZ2h0GAcgASgEEhIKCmxhc3RfdG9rZW4YAyABKAQSDwoHd2FpdGVycxgEIAEoDSJYCgtMaXN0UmVxdWVzdBIZCgZwcmVmaXgYASABKAlCCcrzGAUQgAIYAxIaCglwYWdlX3NpemUYAiABKAVCB8rzGAM46AcSEgoKcGFnZV90b2tlbhgDIAEoCSJOCgxMaXN0UmVzcG9uc2USJQoGbGVhc2VzGAEgAygLMhUuY29vcmRpbmF0b3IudjEuTGVhc2USFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJInoKBkxlYWRlchIQCghlbGVjdGlvbhgBIAEoCRIRCgljYW5kaWRhdGUYAiABKAkSDQoFdmFsdWUYAyABKAwSDAoEdGVybRgEIAEoBBIuCgpleHBpcmVzX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKPAgoPQ2FtcGFpZ25SZXF1ZXN0Eh0KCGVsZWN0aW9uGAEgASgJQgvK8xgHCAEQgAIYAhIeCgljYW5kaWRhdGUYAiABKAlCC8rzGAcIARCAARgBEhcKBXZhbHVlGAMgASgMQgjK8xgEEICABBJFCgN0dGwYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb25CHcrzGBkIASBkMhNDT09SRElOQVRPUl9NQVhfVFRMEjEKBHdhaXQYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb25CCMrzGAQo4KcSEgwKBHRlcm0YBiABKAQSHAoKc2Vzc2lvbl9pZBgHIAEoCUIIyvMYBBBAGAEiewoQQ2FtcGFpZ25SZXNwb25zZRIPCgdlbGVjdGVkGAEgASgIEiYKBmxlYWRlchgCIAEoCzIWLmNvb3JkaW5hdG9yLnYxLkxlYWRlchIuCgtyZXRyeV9hZnRlchgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJkCg1SZXNpZ25SZXF1ZXN0Eh0KCGVsZWN0aW9uGAEgASgJQgvK8xgHCAEQgAIYAhIeCgljYW5kaWRhdGUYAiABKAlCC8rzGAcIARCAARgBEhQKBHRlcm0YAyABKARCBsrzGAIIASIiCg5SZXNpZ25SZXNwb25zZRIQCghyZXNpZ25lZBgBIAEoCCIuCg1MZWFkZXJSZXF1ZXN0Eh0KCGVsZWN0aW9uGAEgASgJQgvK8xgHCAEQgAIYAiJMCg5MZWFkZXJSZXNwb25zZRISCgpoYXNfbGVhZGVyGAEgASgIEiYKBmxlYWRlchgCIAEoCzIWLmNvb3JkaW5hdG9yLnYxLkxlYWRlciIvCg5PYnNlcnZlUmVxdWVzdBIdCghlbGVjdGlvbhgBIAEoCUILyvMYBwgBEIACGAIiTgoPT2JzZXJ2ZVJlc3BvbnNlEioKBWV2ZW50GAEgASgLMhsuY29vcmRpbmF0b3IudjEuTGVhZGVyRXZlbnQSDwoHaW5pdGlhbBgCIAEoCCKHAgoLTGVhZGVyRXZlbnQSLgoEa2luZBgBIAEoDjIgLmNvb3JkaW5hdG9yLnYxLkxlYWRlckV2ZW50LktpbmQSJgoGbGVhZGVyGAIgASgLMhYuY29vcmRpbmF0b3IudjEuTGVhZGVyEiYKB2hvbGRlcnMYAyADKAsyFS5jb29yZGluYXRvci52MS5MZWFzZRIQCghjYXBhY2l0eRgEIAEoDSJmCgRLaW5kEhQKEEtJTkRfVU5TUEVDSUZJRUQQABIQCgxLSU5EX0VMRUNURUQQARITCg9LSU5EX1BST0NMQUlNRUQQAhIPCgtLSU5EX1ZBQ0FOVBADEhAKDEtJTkRfSE9MREVSUxAEIm0KB1Nlc3Npb24SCgoCaWQYASABKAkSJgoDdHRsGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEi4KCmV4cGlyZXNfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIl0KFENyZWF0ZVNlc3Npb25SZXF1ZXN0EkUKA3R0bBgBIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbkIdyvMYGQgBIGQyE0NPT1JESU5BVE9SX01BWF9UVEwiQQoVQ3JlYXRlU2Vzc2lvblJlc3BvbnNlEigKB3Nlc3Npb24YASABKAsyFy5jb29yZGluYXRvci52MS5TZXNzaW9uIjUKE1JlbmV3U2Vzc2lvblJlcXVlc3QSHgoKc2Vzc2lvbl9pZBgBIAEoCUIKyvMYBggBEEAYASJAChRSZW5ld1Nlc3Npb25SZXNwb25zZRIoCgdzZXNzaW9uGAEgASgLMhcuY29vcmRpbmF0b3IudjEuU2Vzc2lvbiI1ChNDbG9zZVNlc3Npb25SZXF1ZXN0Eh4KCnNlc3Npb25faWQYASABKAlCCsrzGAYIARBAGAEiFgoUQ2xvc2VTZXNzaW9uUmVzcG9uc2UiOAoWRGVzY3JpYmVTZXNzaW9uUmVxdWVzdBIeCgpzZXNzaW9uX2lkGAEgASgJQgrK8xgGCAEQQBgBIlIKF0Rlc2NyaWJlU2Vzc2lvblJlc3BvbnNlEigKB3Nlc3Npb24YASABKAsyFy5jb29yZGluYXRvci52MS5TZXNzaW9uEg0KBW5hbWVzGAIgAygJKrECCgtFcnJvclJlYXNvbhIcChhFUlJPUl9SRUFTT05fVU5TUEVDSUZJRUQQABIYCg5MRUFTRV9OT1RfSEVMRBABGgTY8xgBEhgKFERBVEFfTE9TU19RVUFSQU5USU5FEAISFQoRU1RPUkVfVU5BVkFJTEFCTEUQAxIXCg1JTlZBTElEX0ZJRUxEEAQaBNjzGAESGwoRUEVSTUlTU0lPTl9ERU5JRUQQBRoE2PMYARIVChFDQVBBQ0lUWV9NSVNNQVRDSBAGEhsKEVNFU1NJT05fTk9UX0ZPVU5EEAcaBNjzGAESGQoPU0VTU0lPTl9FWFBJUkVEEAgaBNjzGAESGAoOU0VTU0lPTl9DTE9TRUQQCRoE2PMYARIaChBMRUFTRV9JTl9TRVNTSU9OEAoaBNjzGAEqPAoKUldDYXBhY2l0eRIbChdSV19DQVBBQ0lUWV9VTlNQRUNJRklFRBAAEhEKC1JXX0NBUEFDSVRZEMCEPTKrCgoLQ29vcmRpbmF0b3ISUwoKVHJ5QWNxdWlyZRIhLmNvb3JkaW5hdG9yLnYxLlRyeUFjcXVpcmVSZXF1ZXN0GiIuY29vcmRpbmF0b3IudjEuVHJ5QWNxdWlyZVJlc3BvbnNlEkQKBVJlbmV3EhwuY29vcmRpbmF0b3IudjEuUmVuZXdSZXF1ZXN0Gh0uY29vcmRpbmF0b3IudjEuUmVuZXdSZXNwb25zZRJKCgdSZWxlYXNlEh4uY29vcmRpbmF0b3IudjEuUmVsZWFzZVJlcXVlc3QaHy5jb29yZGluYXRvci52MS5SZWxlYXNlUmVzcG9uc2USVAoJS2VlcEFsaXZlEiAuY29vcmRpbmF0b3IudjEuS2VlcEFsaXZlUmVxdWVzdBohLmNvb3JkaW5hdG9yLnYxLktlZXBBbGl2ZVJlc3BvbnNlKAEwARJLCgZTdHJlYW0SHS5jb29yZGluYXRvci52MS5TdHJlYW1SZXF1ZXN0Gh4uY29vcmRpbmF0b3IudjEuU3RyZWFtUmVzcG9uc2UoATABEk0KCERlc2NyaWJlEh8uY29vcmRpbmF0b3IudjEuRGVzY3JpYmVSZXF1ZXN0GiAuY29vcmRpbmF0b3IudjEuRGVzY3JpYmVSZXNwb25zZRJBCgRMaXN0EhsuY29vcmRpbmF0b3IudjEuTGlzdFJlcXVlc3QaHC5jb29yZGluYXRvci52MS5MaXN0UmVzcG9uc2USTQoIQ2FtcGFpZ24SHy5jb29yZGluYXRvci52MS5DYW1wYWlnblJlcXVlc3QaIC5jb29yZGluYXRvci52MS5DYW1wYWlnblJlc3BvbnNlEkcKBlJlc2lnbhIdLmNvb3JkaW5hdG9yLnYxLlJlc2lnblJlcXVlc3QaHi5jb29yZGluYXRvci52MS5SZXNpZ25SZXNwb25zZRJHCgZMZWFkZXISHS5jb29yZGluYXRvci52MS5MZWFkZXJSZXF1ZXN0Gh4uY29vcmRpbmF0b3IudjEuTGVhZGVyUmVzcG9uc2USTAoHT2JzZXJ2ZRIeLmNvb3JkaW5hdG9yLnYxLk9ic2VydmVSZXF1ZXN0Gh8uY29vcmRpbmF0b3IudjEuT2JzZXJ2ZVJlc3BvbnNlMAESXAoNQ3JlYXRlU2Vzc2lvbhIkLmNvb3JkaW5hdG9yLnYxLkNyZWF0ZVNlc3Npb25SZXF1ZXN0GiUuY29vcmRpbmF0b3IudjEuQ3JlYXRlU2Vzc2lvblJlc3BvbnNlElkKDFJlbmV3U2Vzc2lvbhIjLmNvb3JkaW5hdG9yLnYxLlJlbmV3U2Vzc2lvblJlcXVlc3QaJC5jb29yZGluYXRvci52MS5SZW5ld1Nlc3Npb25SZXNwb25zZRJZCgxDbG9zZVNlc3Npb24SIy5jb29yZGluYXRvci52MS5DbG9zZVNlc3Npb25SZXF1ZXN0GiQuY29vcmRpbmF0b3IudjEuQ2xvc2VTZXNzaW9uUmVzcG9uc2USYgoPRGVzY3JpYmVTZXNzaW9uEiYuY29vcmRpbmF0b3IudjEuRGVzY3JpYmVTZXNzaW9uUmVxdWVzdBonLmNvb3JkaW5hdG9yLnYxLkRlc2NyaWJlU2Vzc2lvblJlc3BvbnNlGlnS8xhVCJh1ENAPGBwgZCgFMDI40A9AFEgDUApYBWAZaApwCngygAEyiAHg1AOQAWSYAbDqAaABAaoBBQ4ICgQBsgEFAQQOAg26AQ5jb29yZGluYXRvci52MUJJWkdnaXRodWIuY29tL2Nvb3JkaW5hdG9yLWRldi9jb29yZGluYXRvci9nZW4vY29vcmRpbmF0b3IvdjE7Y29vcmRpbmF0b3J2MWIGcHJvdG8z", [file_coordinator_v1_rules, file_google_protobuf_duration, file_google_protobuf_timestamp, file_google_rpc_status]);
+  fileDesc("CiBjb29yZGluYXRvci92MS9jb29yZGluYXRvci5wcm90bxIOY29vcmRpbmF0b3IudjEivwEKBUxlYXNlEgwKBG5hbWUYASABKAkSDgoGaG9sZGVyGAIgASgJEg0KBXRva2VuGAMgASgEEiYKA3R0bBgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIuCgpleHBpcmVzX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBINCgV2YWx1ZRgGIAEoDBIOCgZ3ZWlnaHQYByABKA0SEgoKc2Vzc2lvbl9pZBgIIAEoCSKZAgoRVHJ5QWNxdWlyZVJlcXVlc3QSGQoEbmFtZRgBIAEoCUILyvMYBwgBEIACGAISGwoGaG9sZGVyGAIgASgJQgvK8xgHCAEQgAEYARJFCgN0dGwYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb25CHcrzGBkIASBkMhNDT09SRElOQVRPUl9NQVhfVFRMEjEKBHdhaXQYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb25CCMrzGAQo4KcSEhoKCGNhcGFjaXR5GAUgASgNQgjK8xgEOMCEPRIYCgZ3ZWlnaHQYBiABKA1CCMrzGAQ4wIQ9EhwKCnNlc3Npb25faWQYByABKAlCCMrzGAQQQBgBIowBChJUcnlBY3F1aXJlUmVzcG9uc2USEAoIYWNxdWlyZWQYASABKAgSJAoFbGVhc2UYAiABKAsyFS5jb29yZGluYXRvci52MS5MZWFzZRIOCgZob2xkZXIYAyABKAkSLgoLcmV0cnlfYWZ0ZXIYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24ipAEKDFJlbmV3UmVxdWVzdBIZCgRuYW1lGAEgASgJQgvK8xgHCAEQgAIYAhIbCgZob2xkZXIYAiABKAlCC8rzGAcIARCAARgBEhUKBXRva2VuGAMgASgEQgbK8xgCCAESRQoDdHRsGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uQh3K8xgZCAEgZDITQ09PUkRJTkFUT1JfTUFYX1RUTCI1Cg1SZW5ld1Jlc3BvbnNlEiQKBWxlYXNlGAEgASgLMhUuY29vcmRpbmF0b3IudjEuTGVhc2UiXwoOUmVsZWFzZVJlcXVlc3QSGQoEbmFtZRgBIAEoCUILyvMYBwgBEIACGAISGwoGaG9sZGVyGAIgASgJQgvK8xgHCAEQgAEYARIVCgV0b2tlbhgDIAEoBEIGyvMYAggBIiMKD1JlbGVhc2VSZXNwb25zZRIQCghyZWxlYXNlZBgBIAEoCCJNCg1TdHJlYW1SZXF1ZXN0EjwKCm9wZXJhdGlvbnMYASADKAsyHy5jb29yZGluYXRvci52MS5TdHJlYW1PcGVyYXRpb25CB8rzGAM46AciuQMKD1N0cmVhbU9wZXJhdGlvbhIKCgJpZBgBIAEoBBI0CgdhY3F1aXJlGAIgASgLMiEuY29vcmRpbmF0b3IudjEuVHJ5QWNxdWlyZVJlcXVlc3RIABItCgVyZW5ldxgDIAEoCzIcLmNvb3JkaW5hdG9yLnYxLlJlbmV3UmVxdWVzdEgAEjEKB3JlbGVhc2UYBCABKAsyHi5jb29yZGluYXRvci52MS5SZWxlYXNlUmVxdWVzdEgAEjMKCGNhbXBhaWduGAUgASgLMh8uY29vcmRpbmF0b3IudjEuQ2FtcGFpZ25SZXF1ZXN0SAASLwoGcmVzaWduGAYgASgLMh0uY29vcmRpbmF0b3IudjEuUmVzaWduUmVxdWVzdEgAEhAKBmNhbmNlbBgHIAEoBEgAEjwKDXJlbmV3X3Nlc3Npb24YCiABKAsyIy5jb29yZGluYXRvci52MS5SZW5ld1Nlc3Npb25SZXF1ZXN0SAASHwoMdHJhY2VfcGFyZW50GAggASgJQgnK8xgFEIACGAESHgoLdHJhY2Vfc3RhdGUYCSABKAlCCcrzGAUQgAQYAUILCglvcGVyYXRpb24iPwoOU3RyZWFtUmVzcG9uc2USLQoHcmVzdWx0cxgBIAMoCzIcLmNvb3JkaW5hdG9yLnYxLlN0cmVhbVJlc3VsdCKLAwoMU3RyZWFtUmVzdWx0EgoKAmlkGAEgASgEEjUKB2FjcXVpcmUYAiABKAsyIi5jb29yZGluYXRvci52MS5UcnlBY3F1aXJlUmVzcG9uc2VIABIuCgVyZW5ldxgDIAEoCzIdLmNvb3JkaW5hdG9yLnYxLlJlbmV3UmVzcG9uc2VIABIyCgdyZWxlYXNlGAQgASgLMh8uY29vcmRpbmF0b3IudjEuUmVsZWFzZVJlc3BvbnNlSAASNAoIY2FtcGFpZ24YBSABKAsyIC5jb29yZGluYXRvci52MS5DYW1wYWlnblJlc3BvbnNlSAASMAoGcmVzaWduGAYgASgLMh4uY29vcmRpbmF0b3IudjEuUmVzaWduUmVzcG9uc2VIABIjCgVlcnJvchgHIAEoCzISLmdvb2dsZS5ycGMuU3RhdHVzSAASPQoNcmVuZXdfc2Vzc2lvbhgIIAEoCzIkLmNvb3JkaW5hdG9yLnYxLlJlbmV3U2Vzc2lvblJlc3BvbnNlSABCCAoGcmVzdWx0IiwKD0Rlc2NyaWJlUmVxdWVzdBIZCgRuYW1lGAEgASgJQgvK8xgHCAEQgAIYAiK9AQoQRGVzY3JpYmVSZXNwb25zZRIMCgRoZWxkGAEgASgIEiQKBWxlYXNlGAIgASgLMhUuY29vcmRpbmF0b3IudjEuTGVhc2USJgoHaG9sZGVycxgFIAMoCzIVLmNvb3JkaW5hdG9yLnYxLkxlYXNlEhAKCGNhcGFjaXR5GAYgASgNEhYKDndhaXRpbmdfd2VpZ2h0GAcgASgEEhIKCmxhc3RfdG9rZW4YAyABKAQSDwoHd2FpdGVycxgEIAEoDSJYCgtMaXN0UmVxdWVzdBIZCgZwcmVmaXgYASABKAlCCcrzGAUQgAIYAxIaCglwYWdlX3NpemUYAiABKAVCB8rzGAM46AcSEgoKcGFnZV90b2tlbhgDIAEoCSJOCgxMaXN0UmVzcG9uc2USJQoGbGVhc2VzGAEgAygLMhUuY29vcmRpbmF0b3IudjEuTGVhc2USFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJInoKBkxlYWRlchIQCghlbGVjdGlvbhgBIAEoCRIRCgljYW5kaWRhdGUYAiABKAkSDQoFdmFsdWUYAyABKAwSDAoEdGVybRgEIAEoBBIuCgpleHBpcmVzX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKPAgoPQ2FtcGFpZ25SZXF1ZXN0Eh0KCGVsZWN0aW9uGAEgASgJQgvK8xgHCAEQgAIYAhIeCgljYW5kaWRhdGUYAiABKAlCC8rzGAcIARCAARgBEhcKBXZhbHVlGAMgASgMQgjK8xgEEICABBJFCgN0dGwYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb25CHcrzGBkIASBkMhNDT09SRElOQVRPUl9NQVhfVFRMEjEKBHdhaXQYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb25CCMrzGAQo4KcSEgwKBHRlcm0YBiABKAQSHAoKc2Vzc2lvbl9pZBgHIAEoCUIIyvMYBBBAGAEiewoQQ2FtcGFpZ25SZXNwb25zZRIPCgdlbGVjdGVkGAEgASgIEiYKBmxlYWRlchgCIAEoCzIWLmNvb3JkaW5hdG9yLnYxLkxlYWRlchIuCgtyZXRyeV9hZnRlchgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJkCg1SZXNpZ25SZXF1ZXN0Eh0KCGVsZWN0aW9uGAEgASgJQgvK8xgHCAEQgAIYAhIeCgljYW5kaWRhdGUYAiABKAlCC8rzGAcIARCAARgBEhQKBHRlcm0YAyABKARCBsrzGAIIASIiCg5SZXNpZ25SZXNwb25zZRIQCghyZXNpZ25lZBgBIAEoCCIuCg1MZWFkZXJSZXF1ZXN0Eh0KCGVsZWN0aW9uGAEgASgJQgvK8xgHCAEQgAIYAiJMCg5MZWFkZXJSZXNwb25zZRISCgpoYXNfbGVhZGVyGAEgASgIEiYKBmxlYWRlchgCIAEoCzIWLmNvb3JkaW5hdG9yLnYxLkxlYWRlciIvCg5PYnNlcnZlUmVxdWVzdBIdCghlbGVjdGlvbhgBIAEoCUILyvMYBwgBEIACGAIiTgoPT2JzZXJ2ZVJlc3BvbnNlEioKBWV2ZW50GAEgASgLMhsuY29vcmRpbmF0b3IudjEuTGVhZGVyRXZlbnQSDwoHaW5pdGlhbBgCIAEoCCKHAgoLTGVhZGVyRXZlbnQSLgoEa2luZBgBIAEoDjIgLmNvb3JkaW5hdG9yLnYxLkxlYWRlckV2ZW50LktpbmQSJgoGbGVhZGVyGAIgASgLMhYuY29vcmRpbmF0b3IudjEuTGVhZGVyEiYKB2hvbGRlcnMYAyADKAsyFS5jb29yZGluYXRvci52MS5MZWFzZRIQCghjYXBhY2l0eRgEIAEoDSJmCgRLaW5kEhQKEEtJTkRfVU5TUEVDSUZJRUQQABIQCgxLSU5EX0VMRUNURUQQARITCg9LSU5EX1BST0NMQUlNRUQQAhIPCgtLSU5EX1ZBQ0FOVBADEhAKDEtJTkRfSE9MREVSUxAEIm0KB1Nlc3Npb24SCgoCaWQYASABKAkSJgoDdHRsGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEi4KCmV4cGlyZXNfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIl0KFENyZWF0ZVNlc3Npb25SZXF1ZXN0EkUKA3R0bBgBIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbkIdyvMYGQgBIGQyE0NPT1JESU5BVE9SX01BWF9UVEwiQQoVQ3JlYXRlU2Vzc2lvblJlc3BvbnNlEigKB3Nlc3Npb24YASABKAsyFy5jb29yZGluYXRvci52MS5TZXNzaW9uIjUKE1JlbmV3U2Vzc2lvblJlcXVlc3QSHgoKc2Vzc2lvbl9pZBgBIAEoCUIKyvMYBggBEEAYASJAChRSZW5ld1Nlc3Npb25SZXNwb25zZRIoCgdzZXNzaW9uGAEgASgLMhcuY29vcmRpbmF0b3IudjEuU2Vzc2lvbiI1ChNDbG9zZVNlc3Npb25SZXF1ZXN0Eh4KCnNlc3Npb25faWQYASABKAlCCsrzGAYIARBAGAEiFgoUQ2xvc2VTZXNzaW9uUmVzcG9uc2UiOAoWRGVzY3JpYmVTZXNzaW9uUmVxdWVzdBIeCgpzZXNzaW9uX2lkGAEgASgJQgrK8xgGCAEQQBgBIlIKF0Rlc2NyaWJlU2Vzc2lvblJlc3BvbnNlEigKB3Nlc3Npb24YASABKAsyFy5jb29yZGluYXRvci52MS5TZXNzaW9uEg0KBW5hbWVzGAIgAygJKrECCgtFcnJvclJlYXNvbhIcChhFUlJPUl9SRUFTT05fVU5TUEVDSUZJRUQQABIYCg5MRUFTRV9OT1RfSEVMRBABGgTY8xgBEhgKFERBVEFfTE9TU19RVUFSQU5USU5FEAISFQoRU1RPUkVfVU5BVkFJTEFCTEUQAxIXCg1JTlZBTElEX0ZJRUxEEAQaBNjzGAESGwoRUEVSTUlTU0lPTl9ERU5JRUQQBRoE2PMYARIVChFDQVBBQ0lUWV9NSVNNQVRDSBAGEhsKEVNFU1NJT05fTk9UX0ZPVU5EEAcaBNjzGAESGQoPU0VTU0lPTl9FWFBJUkVEEAgaBNjzGAESGAoOU0VTU0lPTl9DTE9TRUQQCRoE2PMYARIaChBMRUFTRV9JTl9TRVNTSU9OEAoaBNjzGAEqPAoKUldDYXBhY2l0eRIbChdSV19DQVBBQ0lUWV9VTlNQRUNJRklFRBAAEhEKC1JXX0NBUEFDSVRZEMCEPTLTCQoLQ29vcmRpbmF0b3ISUwoKVHJ5QWNxdWlyZRIhLmNvb3JkaW5hdG9yLnYxLlRyeUFjcXVpcmVSZXF1ZXN0GiIuY29vcmRpbmF0b3IudjEuVHJ5QWNxdWlyZVJlc3BvbnNlEkQKBVJlbmV3EhwuY29vcmRpbmF0b3IudjEuUmVuZXdSZXF1ZXN0Gh0uY29vcmRpbmF0b3IudjEuUmVuZXdSZXNwb25zZRJKCgdSZWxlYXNlEh4uY29vcmRpbmF0b3IudjEuUmVsZWFzZVJlcXVlc3QaHy5jb29yZGluYXRvci52MS5SZWxlYXNlUmVzcG9uc2USSwoGU3RyZWFtEh0uY29vcmRpbmF0b3IudjEuU3RyZWFtUmVxdWVzdBoeLmNvb3JkaW5hdG9yLnYxLlN0cmVhbVJlc3BvbnNlKAEwARJNCghEZXNjcmliZRIfLmNvb3JkaW5hdG9yLnYxLkRlc2NyaWJlUmVxdWVzdBogLmNvb3JkaW5hdG9yLnYxLkRlc2NyaWJlUmVzcG9uc2USQQoETGlzdBIbLmNvb3JkaW5hdG9yLnYxLkxpc3RSZXF1ZXN0GhwuY29vcmRpbmF0b3IudjEuTGlzdFJlc3BvbnNlEk0KCENhbXBhaWduEh8uY29vcmRpbmF0b3IudjEuQ2FtcGFpZ25SZXF1ZXN0GiAuY29vcmRpbmF0b3IudjEuQ2FtcGFpZ25SZXNwb25zZRJHCgZSZXNpZ24SHS5jb29yZGluYXRvci52MS5SZXNpZ25SZXF1ZXN0Gh4uY29vcmRpbmF0b3IudjEuUmVzaWduUmVzcG9uc2USRwoGTGVhZGVyEh0uY29vcmRpbmF0b3IudjEuTGVhZGVyUmVxdWVzdBoeLmNvb3JkaW5hdG9yLnYxLkxlYWRlclJlc3BvbnNlEkwKB09ic2VydmUSHi5jb29yZGluYXRvci52MS5PYnNlcnZlUmVxdWVzdBofLmNvb3JkaW5hdG9yLnYxLk9ic2VydmVSZXNwb25zZTABElwKDUNyZWF0ZVNlc3Npb24SJC5jb29yZGluYXRvci52MS5DcmVhdGVTZXNzaW9uUmVxdWVzdBolLmNvb3JkaW5hdG9yLnYxLkNyZWF0ZVNlc3Npb25SZXNwb25zZRJZCgxSZW5ld1Nlc3Npb24SIy5jb29yZGluYXRvci52MS5SZW5ld1Nlc3Npb25SZXF1ZXN0GiQuY29vcmRpbmF0b3IudjEuUmVuZXdTZXNzaW9uUmVzcG9uc2USWQoMQ2xvc2VTZXNzaW9uEiMuY29vcmRpbmF0b3IudjEuQ2xvc2VTZXNzaW9uUmVxdWVzdBokLmNvb3JkaW5hdG9yLnYxLkNsb3NlU2Vzc2lvblJlc3BvbnNlEmIKD0Rlc2NyaWJlU2Vzc2lvbhImLmNvb3JkaW5hdG9yLnYxLkRlc2NyaWJlU2Vzc2lvblJlcXVlc3QaJy5jb29yZGluYXRvci52MS5EZXNjcmliZVNlc3Npb25SZXNwb25zZRpX0vMYUwiYdRDQDxgcIGQwMjjQD0AUSANQClgFYBloCnAKeDKAATKIAeDUA5ABZJgBsOoBoAEBqgEFDggKBAGyAQUBBA4CDboBDmNvb3JkaW5hdG9yLnYxQklaR2dpdGh1Yi5jb20vY29vcmRpbmF0b3ItZGV2L2Nvb3JkaW5hdG9yL2dlbi9jb29yZGluYXRvci92MTtjb29yZGluYXRvcnYxYgZwcm90bzM", [file_coordinator_v1_rules, file_google_protobuf_duration, file_google_protobuf_timestamp, file_google_rpc_status]);
 
 /**
  * Lease is a grant of a name to one holder until expires_at.
@@ -321,217 +321,6 @@ export const ReleaseResponseSchema: GenMessage<ReleaseResponse> = /*@__PURE__*/
   messageDesc(file_coordinator_v1_coordinator, 6);
 
 /**
- * @generated from message coordinator.v1.KeepAliveRequest
- */
-export type KeepAliveRequest = Message<"coordinator.v1.KeepAliveRequest"> & {
-  /**
-   * Client-chosen; the response to this request carries the same id. 0 is
-   * allowed (then responses are told apart by name, holder and token).
-   *
-   * @generated from field: uint64 id = 5;
-   */
-  id: bigint;
-
-  /**
-   * The lease's name (TryAcquireRequest.name's rules).
-   *
-   * @generated from field: string name = 1;
-   */
-  name: string;
-
-  /**
-   * The lease's holder (TryAcquireRequest.holder's rules).
-   *
-   * @generated from field: string holder = 2;
-   */
-  holder: string;
-
-  /**
-   * The lease's token, as granted. Required.
-   *
-   * @generated from field: uint64 token = 3;
-   */
-  token: bigint;
-
-  /**
-   * The new time to live, from now (TryAcquireRequest.ttl's rules).
-   *
-   * @generated from field: google.protobuf.Duration ttl = 4;
-   */
-  ttl?: Duration | undefined;
-};
-
-/**
- * Describes the message coordinator.v1.KeepAliveRequest.
- * Use `create(KeepAliveRequestSchema)` to create a new message.
- */
-export const KeepAliveRequestSchema: GenMessage<KeepAliveRequest> = /*@__PURE__*/
-  messageDesc(file_coordinator_v1_coordinator, 7);
-
-/**
- * @generated from message coordinator.v1.KeepAliveResponse
- */
-export type KeepAliveResponse = Message<"coordinator.v1.KeepAliveResponse"> & {
-  /**
-   * The id of the request this answers.
-   *
-   * @generated from field: uint64 id = 5;
-   */
-  id: bigint;
-
-  /**
-   * The name of the request this answers.
-   *
-   * @generated from field: string name = 1;
-   */
-  name: string;
-
-  /**
-   * @generated from oneof coordinator.v1.KeepAliveResponse.result
-   */
-  result: {
-    /**
-     * The lease after renewal.
-     *
-     * @generated from field: coordinator.v1.Lease lease = 2;
-     */
-    value: Lease;
-    case: "lease";
-  } | {
-    /**
-     * The lease is gone (expired, taken, or the request was invalid): it
-     * will not be renewed again.
-     *
-     * @generated from field: coordinator.v1.LeaseLost lost = 3;
-     */
-    value: LeaseLost;
-    case: "lost";
-  } | {
-    /**
-     * This renewal failed but the lease may still hold until its expiry:
-     * try again, after retry_after when it is set.
-     *
-     * @generated from field: coordinator.v1.RenewalFailed failed = 4;
-     */
-    value: RenewalFailed;
-    case: "failed";
-  } | { case: undefined; value?: undefined };
-};
-
-/**
- * Describes the message coordinator.v1.KeepAliveResponse.
- * Use `create(KeepAliveResponseSchema)` to create a new message.
- */
-export const KeepAliveResponseSchema: GenMessage<KeepAliveResponse> = /*@__PURE__*/
-  messageDesc(file_coordinator_v1_coordinator, 8);
-
-/**
- * LeaseLost says which lease was lost and why.
- *
- * @generated from message coordinator.v1.LeaseLost
- */
-export type LeaseLost = Message<"coordinator.v1.LeaseLost"> & {
-  /**
-   * The holder and token of the request.
-   *
-   * @generated from field: string holder = 1;
-   */
-  holder: string;
-
-  /**
-   * @generated from field: uint64 token = 2;
-   */
-  token: bigint;
-
-  /**
-   * LEASE_NOT_HELD (expired or taken), INVALID_FIELD (the request was
-   * invalid) or PERMISSION_DENIED: the reasons marked (ends_lease).
-   *
-   * @generated from field: coordinator.v1.ErrorReason reason = 3;
-   */
-  reason: ErrorReason;
-
-  /**
-   * What a person should read.
-   *
-   * @generated from field: string message = 4;
-   */
-  message: string;
-
-  /**
-   * The gRPC status code the same failure gets from the unary call
-   * (google.rpc.Code: 9 FailedPrecondition, 3 InvalidArgument, 7
-   * PermissionDenied).
-   *
-   * @generated from field: int32 code = 5;
-   */
-  code: number;
-};
-
-/**
- * Describes the message coordinator.v1.LeaseLost.
- * Use `create(LeaseLostSchema)` to create a new message.
- */
-export const LeaseLostSchema: GenMessage<LeaseLost> = /*@__PURE__*/
-  messageDesc(file_coordinator_v1_coordinator, 9);
-
-/**
- * RenewalFailed says which renewal failed and why.
- *
- * @generated from message coordinator.v1.RenewalFailed
- */
-export type RenewalFailed = Message<"coordinator.v1.RenewalFailed"> & {
-  /**
-   * The holder and token of the request.
-   *
-   * @generated from field: string holder = 1;
-   */
-  holder: string;
-
-  /**
-   * @generated from field: uint64 token = 2;
-   */
-  token: bigint;
-
-  /**
-   * STORE_UNAVAILABLE or DATA_LOSS_QUARANTINE; ERROR_REASON_UNSPECIFIED
-   * when the failure has no reason (then code tells).
-   *
-   * @generated from field: coordinator.v1.ErrorReason reason = 3;
-   */
-  reason: ErrorReason;
-
-  /**
-   * What a person should read.
-   *
-   * @generated from field: string message = 4;
-   */
-  message: string;
-
-  /**
-   * When to try again, if the server knows.
-   *
-   * @generated from field: google.protobuf.Duration retry_after = 5;
-   */
-  retryAfter?: Duration | undefined;
-
-  /**
-   * The gRPC status code the same failure gets from the unary call
-   * (google.rpc.Code, e.g. 14 Unavailable, 4 DeadlineExceeded).
-   *
-   * @generated from field: int32 code = 6;
-   */
-  code: number;
-};
-
-/**
- * Describes the message coordinator.v1.RenewalFailed.
- * Use `create(RenewalFailedSchema)` to create a new message.
- */
-export const RenewalFailedSchema: GenMessage<RenewalFailed> = /*@__PURE__*/
-  messageDesc(file_coordinator_v1_coordinator, 10);
-
-/**
  * @generated from message coordinator.v1.StreamRequest
  */
 export type StreamRequest = Message<"coordinator.v1.StreamRequest"> & {
@@ -549,7 +338,7 @@ export type StreamRequest = Message<"coordinator.v1.StreamRequest"> & {
  * Use `create(StreamRequestSchema)` to create a new message.
  */
 export const StreamRequestSchema: GenMessage<StreamRequest> = /*@__PURE__*/
-  messageDesc(file_coordinator_v1_coordinator, 11);
+  messageDesc(file_coordinator_v1_coordinator, 7);
 
 /**
  * StreamOperation is one operation of a Stream.
@@ -643,7 +432,7 @@ export type StreamOperation = Message<"coordinator.v1.StreamOperation"> & {
  * Use `create(StreamOperationSchema)` to create a new message.
  */
 export const StreamOperationSchema: GenMessage<StreamOperation> = /*@__PURE__*/
-  messageDesc(file_coordinator_v1_coordinator, 12);
+  messageDesc(file_coordinator_v1_coordinator, 8);
 
 /**
  * @generated from message coordinator.v1.StreamResponse
@@ -662,7 +451,7 @@ export type StreamResponse = Message<"coordinator.v1.StreamResponse"> & {
  * Use `create(StreamResponseSchema)` to create a new message.
  */
 export const StreamResponseSchema: GenMessage<StreamResponse> = /*@__PURE__*/
-  messageDesc(file_coordinator_v1_coordinator, 13);
+  messageDesc(file_coordinator_v1_coordinator, 9);
 
 /**
  * StreamResult is the outcome of one StreamOperation.
@@ -734,7 +523,7 @@ export type StreamResult = Message<"coordinator.v1.StreamResult"> & {
  * Use `create(StreamResultSchema)` to create a new message.
  */
 export const StreamResultSchema: GenMessage<StreamResult> = /*@__PURE__*/
-  messageDesc(file_coordinator_v1_coordinator, 14);
+  messageDesc(file_coordinator_v1_coordinator, 10);
 
 /**
  * @generated from message coordinator.v1.DescribeRequest
@@ -753,7 +542,7 @@ export type DescribeRequest = Message<"coordinator.v1.DescribeRequest"> & {
  * Use `create(DescribeRequestSchema)` to create a new message.
  */
 export const DescribeRequestSchema: GenMessage<DescribeRequest> = /*@__PURE__*/
-  messageDesc(file_coordinator_v1_coordinator, 15);
+  messageDesc(file_coordinator_v1_coordinator, 11);
 
 /**
  * @generated from message coordinator.v1.DescribeResponse
@@ -823,7 +612,7 @@ export type DescribeResponse = Message<"coordinator.v1.DescribeResponse"> & {
  * Use `create(DescribeResponseSchema)` to create a new message.
  */
 export const DescribeResponseSchema: GenMessage<DescribeResponse> = /*@__PURE__*/
-  messageDesc(file_coordinator_v1_coordinator, 16);
+  messageDesc(file_coordinator_v1_coordinator, 12);
 
 /**
  * @generated from message coordinator.v1.ListRequest
@@ -859,7 +648,7 @@ export type ListRequest = Message<"coordinator.v1.ListRequest"> & {
  * Use `create(ListRequestSchema)` to create a new message.
  */
 export const ListRequestSchema: GenMessage<ListRequest> = /*@__PURE__*/
-  messageDesc(file_coordinator_v1_coordinator, 17);
+  messageDesc(file_coordinator_v1_coordinator, 13);
 
 /**
  * @generated from message coordinator.v1.ListResponse
@@ -886,7 +675,7 @@ export type ListResponse = Message<"coordinator.v1.ListResponse"> & {
  * Use `create(ListResponseSchema)` to create a new message.
  */
 export const ListResponseSchema: GenMessage<ListResponse> = /*@__PURE__*/
-  messageDesc(file_coordinator_v1_coordinator, 18);
+  messageDesc(file_coordinator_v1_coordinator, 14);
 
 /**
  * Leader is the sitting leader of an election.
@@ -936,7 +725,7 @@ export type Leader = Message<"coordinator.v1.Leader"> & {
  * Use `create(LeaderSchema)` to create a new message.
  */
 export const LeaderSchema: GenMessage<Leader> = /*@__PURE__*/
-  messageDesc(file_coordinator_v1_coordinator, 19);
+  messageDesc(file_coordinator_v1_coordinator, 15);
 
 /**
  * @generated from message coordinator.v1.CampaignRequest
@@ -1002,7 +791,7 @@ export type CampaignRequest = Message<"coordinator.v1.CampaignRequest"> & {
  * Use `create(CampaignRequestSchema)` to create a new message.
  */
 export const CampaignRequestSchema: GenMessage<CampaignRequest> = /*@__PURE__*/
-  messageDesc(file_coordinator_v1_coordinator, 20);
+  messageDesc(file_coordinator_v1_coordinator, 16);
 
 /**
  * @generated from message coordinator.v1.CampaignResponse
@@ -1036,7 +825,7 @@ export type CampaignResponse = Message<"coordinator.v1.CampaignResponse"> & {
  * Use `create(CampaignResponseSchema)` to create a new message.
  */
 export const CampaignResponseSchema: GenMessage<CampaignResponse> = /*@__PURE__*/
-  messageDesc(file_coordinator_v1_coordinator, 21);
+  messageDesc(file_coordinator_v1_coordinator, 17);
 
 /**
  * @generated from message coordinator.v1.ResignRequest
@@ -1069,7 +858,7 @@ export type ResignRequest = Message<"coordinator.v1.ResignRequest"> & {
  * Use `create(ResignRequestSchema)` to create a new message.
  */
 export const ResignRequestSchema: GenMessage<ResignRequest> = /*@__PURE__*/
-  messageDesc(file_coordinator_v1_coordinator, 22);
+  messageDesc(file_coordinator_v1_coordinator, 18);
 
 /**
  * @generated from message coordinator.v1.ResignResponse
@@ -1088,7 +877,7 @@ export type ResignResponse = Message<"coordinator.v1.ResignResponse"> & {
  * Use `create(ResignResponseSchema)` to create a new message.
  */
 export const ResignResponseSchema: GenMessage<ResignResponse> = /*@__PURE__*/
-  messageDesc(file_coordinator_v1_coordinator, 23);
+  messageDesc(file_coordinator_v1_coordinator, 19);
 
 /**
  * @generated from message coordinator.v1.LeaderRequest
@@ -1107,7 +896,7 @@ export type LeaderRequest = Message<"coordinator.v1.LeaderRequest"> & {
  * Use `create(LeaderRequestSchema)` to create a new message.
  */
 export const LeaderRequestSchema: GenMessage<LeaderRequest> = /*@__PURE__*/
-  messageDesc(file_coordinator_v1_coordinator, 24);
+  messageDesc(file_coordinator_v1_coordinator, 20);
 
 /**
  * @generated from message coordinator.v1.LeaderResponse
@@ -1133,7 +922,7 @@ export type LeaderResponse = Message<"coordinator.v1.LeaderResponse"> & {
  * Use `create(LeaderResponseSchema)` to create a new message.
  */
 export const LeaderResponseSchema: GenMessage<LeaderResponse> = /*@__PURE__*/
-  messageDesc(file_coordinator_v1_coordinator, 25);
+  messageDesc(file_coordinator_v1_coordinator, 21);
 
 /**
  * @generated from message coordinator.v1.ObserveRequest
@@ -1152,7 +941,7 @@ export type ObserveRequest = Message<"coordinator.v1.ObserveRequest"> & {
  * Use `create(ObserveRequestSchema)` to create a new message.
  */
 export const ObserveRequestSchema: GenMessage<ObserveRequest> = /*@__PURE__*/
-  messageDesc(file_coordinator_v1_coordinator, 26);
+  messageDesc(file_coordinator_v1_coordinator, 22);
 
 /**
  * @generated from message coordinator.v1.ObserveResponse
@@ -1180,7 +969,7 @@ export type ObserveResponse = Message<"coordinator.v1.ObserveResponse"> & {
  * Use `create(ObserveResponseSchema)` to create a new message.
  */
 export const ObserveResponseSchema: GenMessage<ObserveResponse> = /*@__PURE__*/
-  messageDesc(file_coordinator_v1_coordinator, 27);
+  messageDesc(file_coordinator_v1_coordinator, 23);
 
 /**
  * LeaderEvent is a change of an election's leadership.
@@ -1222,7 +1011,7 @@ export type LeaderEvent = Message<"coordinator.v1.LeaderEvent"> & {
  * Use `create(LeaderEventSchema)` to create a new message.
  */
 export const LeaderEventSchema: GenMessage<LeaderEvent> = /*@__PURE__*/
-  messageDesc(file_coordinator_v1_coordinator, 28);
+  messageDesc(file_coordinator_v1_coordinator, 24);
 
 /**
  * @generated from enum coordinator.v1.LeaderEvent.Kind
@@ -1268,7 +1057,7 @@ export enum LeaderEvent_Kind {
  * Describes the enum coordinator.v1.LeaderEvent.Kind.
  */
 export const LeaderEvent_KindSchema: GenEnum<LeaderEvent_Kind> = /*@__PURE__*/
-  enumDesc(file_coordinator_v1_coordinator, 28, 0);
+  enumDesc(file_coordinator_v1_coordinator, 24, 0);
 
 /**
  * Session is a session (see "Sessions" at the service).
@@ -1303,7 +1092,7 @@ export type Session = Message<"coordinator.v1.Session"> & {
  * Use `create(SessionSchema)` to create a new message.
  */
 export const SessionSchema: GenMessage<Session> = /*@__PURE__*/
-  messageDesc(file_coordinator_v1_coordinator, 29);
+  messageDesc(file_coordinator_v1_coordinator, 25);
 
 /**
  * @generated from message coordinator.v1.CreateSessionRequest
@@ -1323,7 +1112,7 @@ export type CreateSessionRequest = Message<"coordinator.v1.CreateSessionRequest"
  * Use `create(CreateSessionRequestSchema)` to create a new message.
  */
 export const CreateSessionRequestSchema: GenMessage<CreateSessionRequest> = /*@__PURE__*/
-  messageDesc(file_coordinator_v1_coordinator, 30);
+  messageDesc(file_coordinator_v1_coordinator, 26);
 
 /**
  * @generated from message coordinator.v1.CreateSessionResponse
@@ -1340,7 +1129,7 @@ export type CreateSessionResponse = Message<"coordinator.v1.CreateSessionRespons
  * Use `create(CreateSessionResponseSchema)` to create a new message.
  */
 export const CreateSessionResponseSchema: GenMessage<CreateSessionResponse> = /*@__PURE__*/
-  messageDesc(file_coordinator_v1_coordinator, 31);
+  messageDesc(file_coordinator_v1_coordinator, 27);
 
 /**
  * @generated from message coordinator.v1.RenewSessionRequest
@@ -1359,7 +1148,7 @@ export type RenewSessionRequest = Message<"coordinator.v1.RenewSessionRequest"> 
  * Use `create(RenewSessionRequestSchema)` to create a new message.
  */
 export const RenewSessionRequestSchema: GenMessage<RenewSessionRequest> = /*@__PURE__*/
-  messageDesc(file_coordinator_v1_coordinator, 32);
+  messageDesc(file_coordinator_v1_coordinator, 28);
 
 /**
  * @generated from message coordinator.v1.RenewSessionResponse
@@ -1378,7 +1167,7 @@ export type RenewSessionResponse = Message<"coordinator.v1.RenewSessionResponse"
  * Use `create(RenewSessionResponseSchema)` to create a new message.
  */
 export const RenewSessionResponseSchema: GenMessage<RenewSessionResponse> = /*@__PURE__*/
-  messageDesc(file_coordinator_v1_coordinator, 33);
+  messageDesc(file_coordinator_v1_coordinator, 29);
 
 /**
  * @generated from message coordinator.v1.CloseSessionRequest
@@ -1397,7 +1186,7 @@ export type CloseSessionRequest = Message<"coordinator.v1.CloseSessionRequest"> 
  * Use `create(CloseSessionRequestSchema)` to create a new message.
  */
 export const CloseSessionRequestSchema: GenMessage<CloseSessionRequest> = /*@__PURE__*/
-  messageDesc(file_coordinator_v1_coordinator, 34);
+  messageDesc(file_coordinator_v1_coordinator, 30);
 
 /**
  * @generated from message coordinator.v1.CloseSessionResponse
@@ -1410,7 +1199,7 @@ export type CloseSessionResponse = Message<"coordinator.v1.CloseSessionResponse"
  * Use `create(CloseSessionResponseSchema)` to create a new message.
  */
 export const CloseSessionResponseSchema: GenMessage<CloseSessionResponse> = /*@__PURE__*/
-  messageDesc(file_coordinator_v1_coordinator, 35);
+  messageDesc(file_coordinator_v1_coordinator, 31);
 
 /**
  * @generated from message coordinator.v1.DescribeSessionRequest
@@ -1429,7 +1218,7 @@ export type DescribeSessionRequest = Message<"coordinator.v1.DescribeSessionRequ
  * Use `create(DescribeSessionRequestSchema)` to create a new message.
  */
 export const DescribeSessionRequestSchema: GenMessage<DescribeSessionRequest> = /*@__PURE__*/
-  messageDesc(file_coordinator_v1_coordinator, 36);
+  messageDesc(file_coordinator_v1_coordinator, 32);
 
 /**
  * @generated from message coordinator.v1.DescribeSessionResponse
@@ -1453,14 +1242,14 @@ export type DescribeSessionResponse = Message<"coordinator.v1.DescribeSessionRes
  * Use `create(DescribeSessionResponseSchema)` to create a new message.
  */
 export const DescribeSessionResponseSchema: GenMessage<DescribeSessionResponse> = /*@__PURE__*/
-  messageDesc(file_coordinator_v1_coordinator, 37);
+  messageDesc(file_coordinator_v1_coordinator, 33);
 
 /**
  * ErrorReason is the google.rpc.ErrorInfo reason of errors a client may act
- * on (the reason string is the value's name, e.g. "LEASE_NOT_HELD"), and the
- * reason of a KeepAlive result that lost or failed. The reasons marked
- * (ends_lease) are those that end a lease: a renewal refused with one of
- * them is answered lost, and a client stops renewing.
+ * on (the reason string is the value's name, e.g. "LEASE_NOT_HELD"). The
+ * reasons marked (ends_lease) are those that end a lease, or a session: a
+ * renewal refused with one of them will never succeed, and a client stops
+ * renewing.
  *
  * @generated from enum coordinator.v1.ErrorReason
  */
@@ -1546,7 +1335,7 @@ export enum ErrorReason {
   SESSION_CLOSED = 9,
 
   /**
-   * FailedPrecondition: Renew (or KeepAlive) of a lease attached to a
+   * FailedPrecondition: Renew of a lease attached to a
    * session: renew the session instead. ErrorInfo metadata "name" names it.
    *
    * @generated from enum value: LEASE_IN_SESSION = 10;
@@ -1589,7 +1378,7 @@ export const RWCapacitySchema: GenEnum<RWCapacity> = /*@__PURE__*/
  * counting semaphores and read-write locks, and elections.
  *
  * A lock is a lease on a name. A leadership is a lease on an election's name
- * that also carries a value; Renew, Release and KeepAlive work on both, with
+ * that also carries a value; Renew and Release work on both, with
  * the leadership's term as the token. Locks and elections therefore share one
  * namespace: "/" separates namespaces ("team-a/housekeeper/unlock/q1").
  *
@@ -1687,21 +1476,6 @@ export const Coordinator: GenService<{
     methodKind: "unary";
     input: typeof ReleaseRequestSchema;
     output: typeof ReleaseResponseSchema;
-  },
-  /**
-   * KeepAlive renews many leases over one stream. Each request renews one
-   * lease and gets exactly one response, echoing its id: the lease renewed,
-   * lost (gone for good: stop renewing it), or failed (this renewal failed,
-   * e.g. the store was unreachable; the lease may still hold until its
-   * expiry, so retry). Invalid requests are answered lost, not by ending the
-   * stream. Responses may come in another order than the requests.
-   *
-   * @generated from rpc coordinator.v1.Coordinator.KeepAlive
-   */
-  keepAlive: {
-    methodKind: "bidi_streaming";
-    input: typeof KeepAliveRequestSchema;
-    output: typeof KeepAliveResponseSchema;
   },
   /**
    * Stream carries acquire, renew, release, campaign, resign and

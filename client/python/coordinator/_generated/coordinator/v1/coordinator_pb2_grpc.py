@@ -10,7 +10,7 @@ class CoordinatorStub(object):
     counting semaphores and read-write locks, and elections.
 
     A lock is a lease on a name. A leadership is a lease on an election's name
-    that also carries a value; Renew, Release and KeepAlive work on both, with
+    that also carries a value; Renew and Release work on both, with
     the leadership's term as the token. Locks and elections therefore share one
     namespace: "/" separates namespaces ("team-a/housekeeper/unlock/q1").
 
@@ -87,11 +87,6 @@ class CoordinatorStub(object):
                 request_serializer=coordinator_dot_v1_dot_coordinator__pb2.ReleaseRequest.SerializeToString,
                 response_deserializer=coordinator_dot_v1_dot_coordinator__pb2.ReleaseResponse.FromString,
                 )
-        self.KeepAlive = channel.stream_stream(
-                '/coordinator.v1.Coordinator/KeepAlive',
-                request_serializer=coordinator_dot_v1_dot_coordinator__pb2.KeepAliveRequest.SerializeToString,
-                response_deserializer=coordinator_dot_v1_dot_coordinator__pb2.KeepAliveResponse.FromString,
-                )
         self.Stream = channel.stream_stream(
                 '/coordinator.v1.Coordinator/Stream',
                 request_serializer=coordinator_dot_v1_dot_coordinator__pb2.StreamRequest.SerializeToString,
@@ -154,7 +149,7 @@ class CoordinatorServicer(object):
     counting semaphores and read-write locks, and elections.
 
     A lock is a lease on a name. A leadership is a lease on an election's name
-    that also carries a value; Renew, Release and KeepAlive work on both, with
+    that also carries a value; Renew and Release work on both, with
     the leadership's term as the token. Locks and elections therefore share one
     namespace: "/" separates namespaces ("team-a/housekeeper/unlock/q1").
 
@@ -237,18 +232,6 @@ class CoordinatorServicer(object):
     def Release(self, request, context):
         """Release gives a held lease up. Releasing a lease that is not held (any
         more) returns released=false, so it is safe to retry.
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def KeepAlive(self, request_iterator, context):
-        """KeepAlive renews many leases over one stream. Each request renews one
-        lease and gets exactly one response, echoing its id: the lease renewed,
-        lost (gone for good: stop renewing it), or failed (this renewal failed,
-        e.g. the store was unreachable; the lease may still hold until its
-        expiry, so retry). Invalid requests are answered lost, not by ending the
-        stream. Responses may come in another order than the requests.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -398,11 +381,6 @@ def add_CoordinatorServicer_to_server(servicer, server):
                     request_deserializer=coordinator_dot_v1_dot_coordinator__pb2.ReleaseRequest.FromString,
                     response_serializer=coordinator_dot_v1_dot_coordinator__pb2.ReleaseResponse.SerializeToString,
             ),
-            'KeepAlive': grpc.stream_stream_rpc_method_handler(
-                    servicer.KeepAlive,
-                    request_deserializer=coordinator_dot_v1_dot_coordinator__pb2.KeepAliveRequest.FromString,
-                    response_serializer=coordinator_dot_v1_dot_coordinator__pb2.KeepAliveResponse.SerializeToString,
-            ),
             'Stream': grpc.stream_stream_rpc_method_handler(
                     servicer.Stream,
                     request_deserializer=coordinator_dot_v1_dot_coordinator__pb2.StreamRequest.FromString,
@@ -470,7 +448,7 @@ class Coordinator(object):
     counting semaphores and read-write locks, and elections.
 
     A lock is a lease on a name. A leadership is a lease on an election's name
-    that also carries a value; Renew, Release and KeepAlive work on both, with
+    that also carries a value; Renew and Release work on both, with
     the leadership's term as the token. Locks and elections therefore share one
     namespace: "/" separates namespaces ("team-a/housekeeper/unlock/q1").
 
@@ -574,23 +552,6 @@ class Coordinator(object):
         return grpc.experimental.unary_unary(request, target, '/coordinator.v1.Coordinator/Release',
             coordinator_dot_v1_dot_coordinator__pb2.ReleaseRequest.SerializeToString,
             coordinator_dot_v1_dot_coordinator__pb2.ReleaseResponse.FromString,
-            options, channel_credentials,
-            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
-
-    @staticmethod
-    def KeepAlive(request_iterator,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.stream_stream(request_iterator, target, '/coordinator.v1.Coordinator/KeepAlive',
-            coordinator_dot_v1_dot_coordinator__pb2.KeepAliveRequest.SerializeToString,
-            coordinator_dot_v1_dot_coordinator__pb2.KeepAliveResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 
