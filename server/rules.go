@@ -34,19 +34,6 @@ var (
 	MaxTraceStateBytes  = int(fieldRules(&coordinatorv1.StreamOperation{}, "trace_state").GetMaxBytes())
 )
 
-// endsLease holds the ErrorReasons marked (coordinator.v1.ends_lease): a
-// renewal refused with one of them is answered lost, not failed.
-var endsLease = func() map[coordinatorv1.ErrorReason]bool {
-	reasons := map[coordinatorv1.ErrorReason]bool{}
-	values := coordinatorv1.ErrorReason(0).Descriptor().Values()
-	for i := range values.Len() {
-		if ends, _ := proto.GetExtension(values.Get(i).Options(), coordinatorv1.E_EndsLease).(bool); ends {
-			reasons[coordinatorv1.ErrorReason(values.Get(i).Number())] = true
-		}
-	}
-	return reasons
-}()
-
 // FieldRules returns the rules of a field of a request message, nil when it
 // has none.
 func FieldRules(fd protoreflect.FieldDescriptor) *coordinatorv1.FieldRules {

@@ -69,14 +69,3 @@ func storeError(err error) error {
 	}
 	return status.Error(codes.Internal, err.Error())
 }
-
-// reasonOf returns the ErrorInfo reason of st, or ERROR_REASON_UNSPECIFIED
-// when it has none.
-func reasonOf(st *status.Status) coordinatorv1.ErrorReason {
-	for _, d := range st.Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == errinfo.Domain {
-			return coordinatorv1.ErrorReason(coordinatorv1.ErrorReason_value[info.GetReason()])
-		}
-	}
-	return coordinatorv1.ErrorReason_ERROR_REASON_UNSPECIFIED
-}
