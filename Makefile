@@ -7,7 +7,8 @@
 # make bench     the benchmarks, side by side in one run
 # make fuzz      every fuzz target for FUZZTIME (5m) each, one after the other
 # make lint      gofmt, golangci-lint, the Python client's pyright --strict and flake8
-#                (scripts/lint-python.sh), buf lint/format/breaking, gen/ (and the Python package's
+#                (scripts/lint-python.sh), the TypeScript client's tsc and eslint
+#                (scripts/lint-typescript.sh), buf lint/format/breaking, gen/ (and the Python package's
 #                generated code) up to date, no tracked binaries,
 #                helm lint/template and the chart test (deploy/helm/charttest)
 # make generate  regenerate gen/ (Go, TypeScript) and the Python package's generated code from proto/
@@ -95,6 +96,7 @@ lint:
 	$(GOLANGCI_LINT) run ./...
 	cd bench && $(GOLANGCI_LINT) run --config ../.golangci.yml ./...
 	./scripts/lint-python.sh
+	./scripts/lint-typescript.sh
 	$(BUF) lint
 	$(BUF) format --diff --exit-code
 	./scripts/buf-breaking.sh
