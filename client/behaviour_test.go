@@ -145,7 +145,11 @@ func (r *behaviourRun) step(s behaviourStep) {
 	name, election, as := r.prefix+s.str("name"), r.prefix+s.str("election"), s.str("as")
 	switch s.str("do") {
 	case "connect":
-		r.clients[s.str("client")] = dial(t, r.coord)
+		var opts []Option
+		if ttl := s.num("ttl_ms"); ttl > 0 {
+			opts = append(opts, WithTTL(time.Duration(ttl)*time.Millisecond))
+		}
+		r.clients[s.str("client")] = dial(t, r.coord, opts...)
 	case "close":
 		if err := r.client(s.str("client")).Close(); err != nil {
 			t.Fatal(err)
@@ -210,10 +214,7 @@ func (r *behaviourRun) step(s behaviourStep) {
 			t.Fatal(err)
 		}
 	case "expect_lost":
-		// The cases give the renewal period (TTL/renewals_per_ttl) as the
-		// time to notice; the SDK spreads each renewal by the proto's
-		// renewal jitter, up to that much later.
-		within := time.Duration(s.num("within_ms")) * time.Millisecond * (100 + renewalJitterPercent) / 100
+		within := time.Duration(s.num("within_ms")) * time.Millisecond
 		g := r.grant(s.str("lease"))
 		waitDone(t, g.done, within, s.str("lease")+" lost")
 		if err := g.err(); !errors.Is(err, ErrLost) && !errors.Is(err, ErrExpired) {

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-import time
 import uuid
 from typing import Any, Awaitable, Callable, Dict, List, Optional
 
@@ -32,8 +31,8 @@ class SyncDriver:
     async def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return await asyncio.to_thread(fn, *args, **kwargs)
 
-    async def connect(self) -> Any:
-        return coordinator.Client(self.target, timeout=15.0)
+    async def connect(self, ttl: Optional[float]) -> Any:
+        return coordinator.Client(self.target, timeout=15.0, **({"ttl": ttl} if ttl else {}))
 
     async def iterate(self, it: Any) -> List[Any]:
         return await asyncio.to_thread(list, it)
@@ -64,8 +63,8 @@ class AioDriver:
     async def run(self, fn: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any) -> Any:
         return await fn(*args, **kwargs)
 
-    async def connect(self) -> Any:
-        return coordinator.aio.Client(self.target, timeout=15.0)
+    async def connect(self, ttl: Optional[float]) -> Any:
+        return coordinator.aio.Client(self.target, timeout=15.0, **({"ttl": ttl} if ttl else {}))
 
     async def iterate(self, it: Any) -> List[Any]:
         return [x async for x in it]
@@ -97,16 +96,6 @@ class AioDriver:
 DRIVERS = {"sync": SyncDriver, "asyncio": AioDriver}
 
 
-def loss_allowance(lease: Any, within: float) -> float:
-    """within, or, when later, the session's next renewal at the latest
-    (ttl/3 + 10% jitter after the last one was sent, ClientRules) and 0.5s
-    for its answer: the client learns that its session ended from that
-    renewal's refusal. With the default 15s TTL the next renewal may be 5.5s
-    away, beyond the cases' 5000 ms."""
-    latest = lease.last_renewed + lease.ttl / _rules.RENEWALS_PER_TTL * (1 + _rules.RENEWAL_JITTER)
-    return max(within, latest + 0.5 - time.monotonic())
-
-
 async def one_try(d: Any, acquisition: Callable[[], Any], expect: str) -> Optional[Any]:
     """Runs an acquisition that does not wait; checks it was 'granted' or 'not_acquired'."""
     try:
@@ -134,7 +123,7 @@ async def run_case(d: Any, target: str, steps: List[Dict[str, Any]]) -> None:
             expect = step.get("expect")
             where = f"step {i} ({do})"
             if do == "connect":
-                clients[step["client"]] = await d.connect()
+                clients[step["client"]] = await d.connect(step.get("ttl_ms", 0) / 1000)
             elif do == "lock":
                 keep(step, await d.run(c.lock, name, wait=10))
             elif do == "try_lock":
@@ -153,7 +142,7 @@ async def run_case(d: Any, target: str, steps: List[Dict[str, Any]]) -> None:
                 await asyncio.to_thread(close_session, target, session.id)
             elif do == "expect_lost":
                 lease = held[step["lease"]]
-                within = loss_allowance(lease, step["within_ms"] / 1000)
+                within = step["within_ms"] / 1000
                 assert await d.wait_lost(lease, within), f"{where}: {lease!r} not lost within {within:.1f}s"
                 assert isinstance(lease.error, (coordinator.LeaseNotHeld, coordinator.LeaseExpired)), lease.error
                 assert not lease.valid()
@@ -198,7 +187,7 @@ async def run_case(d: Any, target: str, steps: List[Dict[str, Any]]) -> None:
                     assert lo - 1e-6 <= delay <= hi + 1e-6, f"{where}: attempt {n + 1}: {delay}ms"
             elif do == "leader_campaigns_again":
                 assert _rules.LEADER_CAMPAIGNS_AGAIN is expect, where
-                runner = await d.connect()
+                runner = await d.connect(None)
                 clients["leader_campaigns_again"] = runner
                 assert await d.leaderships(runner, prefix + "again", 2 if expect else 1) == (2 if expect else 1)
             else:

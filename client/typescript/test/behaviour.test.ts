@@ -11,7 +11,6 @@ import { CodeSchema } from "../src/gen/google/rpc/code_pb.js";
 import { Client, CoordinatorError, Leadership, Lease } from "../src/index.js";
 import { isTransient, outcomeUnknown } from "../src/errors.js";
 import { leaderBackoff, runAsLeader } from "../src/leader.js";
-import { RENEWAL_JITTER, RENEWALS_PER_TTL } from "../src/rules.js";
 import { callBackoff, type Backoff } from "../src/util.js";
 import { closeSessionBehindItsBack, repoRoot, shutdown, startCoordinator, stores, uniq, type Coordinator } from "./helpers.js";
 
@@ -50,7 +49,7 @@ class Run {
   async step(s: Step): Promise<void> {
     switch (s.do) {
       case "connect":
-        this.clients.set(str(s, "client"), new Client({ address: this.address() }));
+        this.clients.set(str(s, "client"), new Client({ address: this.address(), ...(s.ttl_ms ? { ttl: num(s, "ttl_ms") } : {}) }));
         return;
       case "lock":
         this.hold(s, await this.client(s).lock(this.name(s), { wait: WAIT_MS }));
@@ -79,7 +78,7 @@ class Run {
       }
       case "expect_lost": {
         const g = this.grant(s, "lease");
-        const within = lossAllowance(g, num(s, "within_ms"));
+        const within = num(s, "within_ms");
         const aborted = new Promise<boolean>((resolve) => {
           const timer = setTimeout(() => resolve(false), within);
           g.signal.addEventListener("abort", () => (clearTimeout(timer), resolve(true)), { once: true });
@@ -193,18 +192,6 @@ class Run {
     assert.equal(got ? "granted" : "not_acquired", s["expect"] ?? "granted", s.do);
     if (got) this.hold(s, got);
   }
-}
-
-/**
- * lossAllowance is within_ms, or, when later, the session's next renewal at
- * the latest (ttl/3 + 10% jitter after the last one was sent, ClientRules)
- * and 500 ms for its answer: the client learns that its session ended from
- * that renewal's refusal. With the default 15 s TTL the next renewal may be
- * 5.5 s away, beyond the cases' 5000 ms.
- */
-function lossAllowance(g: Grant, withinMs: number): number {
-  const latestRenewal = g.session.renewedAt + (g.session.ttl / RENEWALS_PER_TTL) * (1 + RENEWAL_JITTER);
-  return Math.max(withinMs, latestRenewal + 500 - performance.now());
 }
 
 function str(s: Step, field: string): string {
