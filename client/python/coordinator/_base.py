@@ -8,7 +8,8 @@ from typing import Any, Callable, Generic, Optional, Sequence, Tuple
 from ._connect import PEM
 from ._core import DEFAULT_TARGET, Core, Settings
 from ._rules import CLOSE_TIMEOUT, DEFAULT_TTL
-from ._state import F
+from ._state import F, SessionState
+from .session import SessionBase
 
 
 class ClientBase(Generic[F]):
@@ -65,6 +66,12 @@ class ClientBase(Generic[F]):
         """What makes the ``lost`` and ``ended`` flags of this Client's
         sessions and grants."""
         raise NotImplementedError
+
+    def _state_of(self, session: Optional[SessionBase[F]]) -> Optional[SessionState[F]]:
+        """The state of a session the caller passed (None: the default)."""
+        if session is None:
+            return None
+        return self._core.explicit_session(session.id, session.done, session.error)
 
     @property
     def identity(self) -> str:

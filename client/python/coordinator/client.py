@@ -49,11 +49,6 @@ class Client(ClientBase[Event]):
         view: Session = session_of(s, lambda st: Session(st, lambda: self._core.close_session(st)))
         return view
 
-    def _state_of(self, session: Optional[Session]) -> Optional[SessionState[Event]]:
-        if session is None:
-            return None
-        return self._core.explicit_session(session.id, session.done, session.error)
-
     def _lease(self, g: GrantState[Event]) -> Lease:
         lease = g.view = Lease(g, self._session_view(g.session), lambda: self._core.release(g))
         return lease

@@ -62,11 +62,6 @@ class Client(ClientBase[LoopEvent]):
         view: Session = session_of(s, lambda st: Session(st, lambda: self._core.close_session(st)))
         return view
 
-    def _state_of(self, session: Optional[Session]) -> Optional[SessionState[LoopEvent]]:
-        if session is None:
-            return None
-        return self._core.explicit_session(session.id, session.done, session.error)
-
     async def _share(self, kind: str, capacity: int, weight: int, wait: Optional[float],
                      session: Optional[Session], name: str) -> Lease:
         a = self._core.acquisition(kind, name, wait, self._state_of(session), capacity, weight)
