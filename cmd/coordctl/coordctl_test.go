@@ -655,7 +655,7 @@ func TestLockInSessionEndsWithTheSession(t *testing.T) {
 	c := dial(t, coord)
 	testwaitHeld(t, c, "kept")
 	// The keeper renews it past its TTL: the lock outlives several TTLs.
-	time.Sleep(5 * time.Second)
+	time.Sleep(5 * time.Second) // 2.5 of the session's TTLs: only the keeper's renewals keep the lock
 	if d, err := sessionOf(t, c, id); err != nil || len(d.GetNames()) != 1 {
 		t.Fatalf("after 2.5 TTLs, DescribeSession = %v, %v; want it renewed, with the lock", d, err)
 	}
@@ -729,7 +729,7 @@ func TestSessionHoldTakesEveryNameInOneSession(t *testing.T) {
 		}
 		waiter <- err
 	}()
-	time.Sleep(3 * time.Second)
+	time.Sleep(3 * time.Second) // past the session's TTL: only its renewals keep the waiter out
 	select {
 	case err := <-waiter:
 		t.Fatalf("the waiter got h/b while the session held it: %v", err)
