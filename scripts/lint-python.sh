@@ -13,8 +13,14 @@ CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/coordinator/pyright-$PYRIGHT_VERSION"
 PYRIGHT="$CACHE/node_modules/.bin/pyright"
 if [ ! -x "$PYRIGHT" ]; then
   if ! command -v npm >/dev/null 2>&1; then
-    echo "lint-python: npm is missing (Debian/Ubuntu: sudo apt-get install npm)" >&2
-    exit 1
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+      echo "lint-python: installing nodejs and npm with apt-get (pyright runs on Node)" >&2
+      apt-get update -qq >/dev/null
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null
+    else
+      echo "lint-python: npm is missing (Debian/Ubuntu: sudo apt-get install nodejs npm)" >&2
+      exit 1
+    fi
   fi
   echo "lint-python: installing pyright $PYRIGHT_VERSION into $CACHE" >&2
   mkdir -p "$CACHE"
@@ -22,16 +28,19 @@ if [ ! -x "$PYRIGHT" ]; then
 fi
 
 # Debian's flake8 runs on Debian's Python, as do grpcio and protobuf, which
-# pyright must see: both use /usr/bin/python3.
+# pyright must see to check the package's calls: all use /usr/bin/python3.
 PY=/usr/bin/python3
-if ! "$PY" -m flake8 --version >/dev/null 2>&1; then
+DEBS="python3 python3-grpcio python3-protobuf flake8"
+have_deps() { "$PY" -c 'import grpc, google.protobuf, flake8' >/dev/null 2>&1; }
+if ! have_deps; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "lint-python: installing flake8 with apt-get" >&2
+    echo "lint-python: installing $DEBS with apt-get" >&2
     apt-get update -qq >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq flake8 >/dev/null
+    # shellcheck disable=SC2086
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $DEBS >/dev/null
   fi
-  if ! "$PY" -m flake8 --version >/dev/null 2>&1; then
-    echo "lint-python: flake8 is missing (Debian/Ubuntu: sudo apt-get install flake8)" >&2
+  if ! have_deps; then
+    echo "lint-python: $PY lacks grpc, google.protobuf or flake8 (Debian/Ubuntu: sudo apt-get install $DEBS)" >&2
     exit 1
   fi
 fi
