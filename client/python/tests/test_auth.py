@@ -8,6 +8,7 @@ import subprocess
 import pytest
 
 import coordinator
+from conftest import skip_unless_ci
 
 
 def test_token_required(start_server, make_client, name: str) -> None:
@@ -35,7 +36,7 @@ def test_plaintext_token_needs_consent() -> None:
 @pytest.fixture
 def self_signed(tmp_path):
     if shutil.which("openssl") is None:
-        pytest.skip("openssl is not installed")
+        skip_unless_ci("openssl is not installed")
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     p = subprocess.run(
         ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",

@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { after, describe, it } from "node:test";
 import { Client, Code, UnauthenticatedError, type Lease } from "../src/index.js";
-import { haveOpenssl, newClient, selfSignedCert, shutdown, startCoordinator, uniq, waitFor } from "./helpers.js";
+import { haveOpenssl, newClient, selfSignedCert, shutdown, skipUnlessCI, startCoordinator, uniq, waitFor } from "./helpers.js";
 
 after(shutdown);
 
@@ -42,7 +42,7 @@ describe("auth", { concurrency: true, timeout: 60_000 }, () => {
   });
 
   it("connects with TLS to a self-signed coordinator", async (t) => {
-    if (!haveOpenssl()) return t.skip("openssl is not installed");
+    if (!haveOpenssl()) return skipUnlessCI(t, "openssl is not installed");
     const { certFile, keyFile, cert } = selfSignedCert();
     const coord = await startCoordinator({
       env: { COORDINATOR_TLS_CERT: certFile, COORDINATOR_TLS_KEY: keyFile, COORDINATOR_AUTH_TOKEN: "secret" },

@@ -18,6 +18,7 @@ import {
   haveRedisServer,
   newClient,
   shutdown,
+  skipUnlessCI,
   startCoordinator,
   startRedis,
   tempFile,
@@ -87,7 +88,7 @@ describe("error reasons", { concurrency: true, timeout: 60_000 }, () => {
   it("DATA_LOSS_QUARANTINE: a Redis store started without COORDINATOR_REDIS_NEW_STORE on a fresh prefix", async (t) => {
     let url = redisUrl;
     if (!url) {
-      if (!haveRedisServer()) return t.skip("no Redis (COORDINATOR_TEST_REDIS_URL unset, no redis-server)");
+      if (!haveRedisServer()) return skipUnlessCI(t, "no Redis (COORDINATOR_TEST_REDIS_URL unset, no redis-server)");
       url = (await startRedis()).url;
     }
     const q = await startCoordinator({ store: "redis", redisUrl: url, newStore: false });
@@ -108,7 +109,7 @@ describe("error reasons", { concurrency: true, timeout: 60_000 }, () => {
   });
 
   it("STORE_UNAVAILABLE: the Redis store's server is gone; held leases end with their session as expired, not lost", async (t) => {
-    if (!haveRedisServer()) return t.skip("redis-server is not installed");
+    if (!haveRedisServer()) return skipUnlessCI(t, "redis-server is not installed");
     const redis = await startRedis();
     const sc = await startCoordinator({
       store: "redis",

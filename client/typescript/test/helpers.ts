@@ -124,9 +124,24 @@ export function uniq(prefix: string): string {
 
 export type StoreKind = "memory" | "redis";
 
-/** The stores to test on: memory always, Redis when COORDINATOR_TEST_REDIS_URL is set. */
+/**
+ * skipUnlessCI skips the test for want of a tool, except in CI (CI set),
+ * where .ci/run installs the tools: there a missing one fails instead.
+ */
+export function skipUnlessCI(t: { skip(message?: string): void }, reason: string): void {
+  if (process.env["CI"]) throw new Error(`${reason}, in CI`);
+  t.skip(reason);
+}
+
+/**
+ * The stores to test on: memory always, Redis when COORDINATOR_TEST_REDIS_URL
+ * is set. In CI (CI set), where make test starts a Redis, its absence fails
+ * rather than leaving the Redis tests out unseen.
+ */
 export function stores(): StoreKind[] {
-  return process.env["COORDINATOR_TEST_REDIS_URL"] ? ["memory", "redis"] : ["memory"];
+  if (process.env["COORDINATOR_TEST_REDIS_URL"]) return ["memory", "redis"];
+  if (process.env["CI"]) throw new Error("COORDINATOR_TEST_REDIS_URL is not set in CI: run the tests under scripts/with-redis.sh");
+  return ["memory"];
 }
 
 /** usesStream reports whether c has its operation stream open now (white-box: checks the transport). */
