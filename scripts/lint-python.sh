@@ -6,22 +6,15 @@
 # directory; flake8 is Debian's, installed with apt-get when missing and
 # running as root. Exits non-zero on any finding.
 set -euo pipefail
+# shellcheck source=lib/node.sh
+. "$(dirname "$0")/lib/node.sh"
 cd "$(dirname "$0")/../client/python"
 
 PYRIGHT_VERSION=1.1.414
 CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/coordinator/pyright-$PYRIGHT_VERSION"
 PYRIGHT="$CACHE/node_modules/.bin/pyright"
+need_node lint-python # pyright runs on Node
 if [ ! -x "$PYRIGHT" ]; then
-  if ! command -v npm >/dev/null 2>&1; then
-    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-      echo "lint-python: installing nodejs and npm with apt-get (pyright runs on Node)" >&2
-      apt-get update -qq >/dev/null
-      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null
-    else
-      echo "lint-python: npm is missing (Debian/Ubuntu: sudo apt-get install nodejs npm)" >&2
-      exit 1
-    fi
-  fi
   echo "lint-python: installing pyright $PYRIGHT_VERSION into $CACHE" >&2
   mkdir -p "$CACHE"
   npm install --prefix "$CACHE" --no-save --no-audit --no-fund --silent "pyright@$PYRIGHT_VERSION" >&2

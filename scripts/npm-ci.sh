@@ -5,16 +5,9 @@
 set -euo pipefail
 dir=$1
 
-if ! command -v npm >/dev/null 2>&1; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "npm-ci: installing nodejs and npm with apt-get" >&2
-    apt-get update -qq >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null
-  else
-    echo "npm-ci: Node.js 20 and npm are needed" >&2
-    exit 1
-  fi
-fi
+# shellcheck source=lib/node.sh
+. "$(dirname "$0")/lib/node.sh"
+need_node npm-ci
 
 # npm records what it installed in node_modules/.package-lock.json: when that
 # matches the lockfile's packages, there is nothing to do.

@@ -13,32 +13,14 @@ if [ -n "${COORDINATOR_TEST_MONGODB_URI:-}" ]; then
 fi
 
 bin=$("$(dirname "$0")/ferretdb.sh")
-dir=$(mktemp -d)
-pid=""
-cleanup() {
-  if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
-  rm -rf "$dir"
+# shellcheck source=lib/throwaway.sh
+. "$(dirname "$0")/lib/throwaway.sh"
+serve() {
+  exec "$bin" --handler=sqlite --sqlite-url="file:$throwaway_dir/" --state-dir="$throwaway_dir" --listen-addr="127.0.0.1:$1" \
+    --telemetry=disable --debug-addr=- --log-level=warn >"$throwaway_dir/ferretdb.log" 2>&1
 }
-trap cleanup EXIT
-
-for attempt in 1 2 3 4 5 6 7 8 9 10; do
-  port=$(( 20000 + RANDOM % 20000 ))
-  if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then continue; fi # taken
-  "$bin" --handler=sqlite --sqlite-url="file:$dir/" --state-dir="$dir" --listen-addr="127.0.0.1:$port" \
-    --telemetry=disable --debug-addr=- --log-level=warn >"$dir/ferretdb.log" 2>&1 &
-  pid=$!
-  for _ in $(seq 100); do
-    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then break 2; fi
-    if ! kill -0 "$pid" 2>/dev/null; then break; fi
-    sleep 0.1
-  done
-  kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; pid=""
-done
-if [ -z "$pid" ]; then
-  echo "with-ferretdb: could not start FerretDB; its log:" >&2
-  cat "$dir/ferretdb.log" >&2 || true
-  exit 1
-fi
+ready() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+throwaway_start with-ferretdb "$throwaway_dir/ferretdb.log" 100
 
 export COORDINATOR_TEST_MONGODB_URI="mongodb://127.0.0.1:$port/"
 export COORDINATOR_TEST_FERRETDB="$bin"

@@ -21,32 +21,14 @@ if ! command -v redis-server >/dev/null 2>&1; then
   fi
 fi
 
-dir=$(mktemp -d)
-pid=""
-cleanup() {
-  if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
-  rm -rf "$dir"
+# shellcheck source=lib/throwaway.sh
+. "$(dirname "$0")/lib/throwaway.sh"
+serve() {
+  exec redis-server --bind 127.0.0.1 --port "$1" --save '' --appendonly no \
+    --dir "$throwaway_dir" --logfile "$throwaway_dir/redis.log" --maxmemory-policy noeviction
 }
-trap cleanup EXIT
-
-for attempt in 1 2 3 4 5 6 7 8 9 10; do
-  port=$(( 20000 + RANDOM % 20000 ))
-  if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then continue; fi # taken
-  redis-server --bind 127.0.0.1 --port "$port" --save '' --appendonly no \
-    --dir "$dir" --logfile "$dir/redis.log" --maxmemory-policy noeviction &
-  pid=$!
-  for _ in $(seq 50); do
-    if redis-cli -p "$port" ping >/dev/null 2>&1; then break 2; fi
-    if ! kill -0 "$pid" 2>/dev/null; then break; fi
-    sleep 0.1
-  done
-  kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; pid=""
-done
-if [ -z "$pid" ]; then
-  echo "with-redis: could not start redis-server; its log:" >&2
-  cat "$dir/redis.log" >&2 || true
-  exit 1
-fi
+ready() { redis-cli -p "$1" ping >/dev/null 2>&1; }
+throwaway_start with-redis "$throwaway_dir/redis.log" 50
 
 export COORDINATOR_TEST_REDIS_URL="redis://127.0.0.1:$port/0"
 echo "with-redis: throwaway Redis at $COORDINATOR_TEST_REDIS_URL" >&2
