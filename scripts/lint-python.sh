@@ -6,8 +6,8 @@
 # directory; flake8 is Debian's, installed with apt-get when missing and
 # running as root. Exits non-zero on any finding.
 set -euo pipefail
-# shellcheck source=lib/node.sh
-. "$(dirname "$0")/lib/node.sh"
+# shellcheck source=lib/apt.sh
+. "$(dirname "$0")/lib/apt.sh"
 cd "$(dirname "$0")/../client/python"
 
 PYRIGHT_VERSION=1.1.414
@@ -23,20 +23,8 @@ fi
 # Debian's flake8 runs on Debian's Python, as do grpcio and protobuf, which
 # pyright must see to check the package's calls: all use /usr/bin/python3.
 PY=/usr/bin/python3
-DEBS="python3 python3-grpcio python3-protobuf flake8"
-have_deps() { "$PY" -c 'import grpc, google.protobuf, flake8' >/dev/null 2>&1; }
-if ! have_deps; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "lint-python: installing $DEBS with apt-get" >&2
-    apt-get update -qq >/dev/null
-    # shellcheck disable=SC2086
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $DEBS >/dev/null
-  fi
-  if ! have_deps; then
-    echo "lint-python: $PY lacks grpc, google.protobuf or flake8 (Debian/Ubuntu: sudo apt-get install $DEBS)" >&2
-    exit 1
-  fi
-fi
+have_deps() { "$PY" -c 'import grpc, google.protobuf, flake8'; }
+need_debs lint-python have_deps python3 python3-grpcio python3-protobuf flake8
 
 status=0
 "$PYRIGHT" --pythonpath "$PY" || status=1

@@ -5,8 +5,8 @@
 set -euo pipefail
 dir=$1
 
-# shellcheck source=lib/node.sh
-. "$(dirname "$0")/lib/node.sh"
+# shellcheck source=lib/apt.sh
+. "$(dirname "$0")/lib/apt.sh"
 need_node npm-ci
 
 # npm records what it installed in node_modules/.package-lock.json: when that

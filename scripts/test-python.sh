@@ -18,26 +18,14 @@ REPO=$PWD
 # Debian's packages are seen by /usr/bin/python3 only, not by a pyenv or
 # virtualenv python earlier on PATH.
 PY=/usr/bin/python3
-DEBS="python3 python3-grpcio python3-protobuf python3-pytest python3-pytest-asyncio python3-venv python3-pip python3-setuptools python3-wheel"
-
 have_deps() {
-  "$PY" -c 'import grpc, google.protobuf, pytest, pytest_asyncio, setuptools, wheel, pip, venv' >/dev/null 2>&1 &&
-    "$PY" -m venv --help >/dev/null 2>&1
+  "$PY" -c 'import grpc, google.protobuf, pytest, pytest_asyncio, setuptools, wheel, pip, venv' &&
+    "$PY" -m venv --help
 }
-
-if ! have_deps; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "test-python: installing $DEBS with apt-get" >&2
-    apt-get update -qq >/dev/null
-    # shellcheck disable=SC2086
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $DEBS >/dev/null
-  fi
-  if ! have_deps; then
-    echo "test-python: $PY lacks some of grpc, google.protobuf, pytest, pytest_asyncio, setuptools, wheel, pip, venv." >&2
-    echo "Install them (Debian/Ubuntu: sudo apt-get install $DEBS)." >&2
-    exit 1
-  fi
-fi
+# shellcheck source=lib/apt.sh
+. "$REPO/scripts/lib/apt.sh"
+need_debs test-python have_deps python3 python3-grpcio python3-protobuf python3-pytest python3-pytest-asyncio \
+  python3-venv python3-pip python3-setuptools python3-wheel
 
 # No __pycache__ in the tree (the generated code above all: it must stay
 # what buf wrote), no .pytest_cache.

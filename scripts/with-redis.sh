@@ -9,17 +9,9 @@ if [ -n "${COORDINATOR_TEST_REDIS_URL:-}" ]; then
   exec "$@"
 fi
 
-if ! command -v redis-server >/dev/null 2>&1; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "with-redis: redis-server is missing; installing it with apt-get" >&2
-    apt-get update -qq >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
-  else
-    echo "with-redis: the tests need redis-server. Install it (Debian/Ubuntu: sudo apt-get install redis-server;" >&2
-    echo "macOS: brew install redis) or point COORDINATOR_TEST_REDIS_URL at a Redis you may flush." >&2
-    exit 1
-  fi
-fi
+# shellcheck source=lib/apt.sh
+. "$(dirname "$0")/lib/apt.sh"
+need_debs with-redis "command -v redis-server" redis-server
 
 # shellcheck source=lib/throwaway.sh
 . "$(dirname "$0")/lib/throwaway.sh"
