@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -291,8 +292,24 @@ func (r *behaviourRun) step(s behaviourStep) {
 			}
 		}
 	case "leader_campaigns_again":
-		if again, ok := s.expect().(bool); !ok || leaderCampaignsAgain != again {
-			t.Fatalf("%v: leader campaigns again: %t", s, leaderCampaignsAgain)
+		again, ok := s.expect().(bool)
+		if !ok {
+			t.Fatalf("%v: expect is no bool", s)
+		}
+		// Run as leader until the function ran twice: once when it does
+		// not campaign again.
+		want := map[bool]int32{true: 2, false: 1}[again]
+		var calls atomic.Int32
+		rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		err := dial(t, r.coord).RunAsLeader(rctx, r.prefix+"again", nil, func(context.Context) error {
+			if calls.Add(1) == want {
+				cancel()
+			}
+			return nil
+		})
+		if err != nil || calls.Load() != want {
+			t.Fatalf("%v: the function ran %d times (%v); want %d", s, calls.Load(), err, want)
 		}
 	default:
 		t.Fatalf("unknown step %v", s)
