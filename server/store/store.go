@@ -145,6 +145,91 @@ type AcquireResult struct {
 	RetryAt time.Time
 }
 
+// MaxGroupMembers is the most names one group acquisition may hold: what
+// the proto's AcquireGroupRequest.members allows.
+const MaxGroupMembers = 32
+
+// GroupMember is one name of a group acquisition and the share of it asked
+// for, as in AcquireRequest (0 meaning 1 for both).
+type GroupMember struct {
+	Name     string
+	Capacity int64
+	Weight   int64
+}
+
+// GroupRequest asks for every member's lease at once, or none. Its fields
+// are AcquireRequest's, but for the members' own; a store refuses a name
+// listed twice.
+type GroupRequest struct {
+	Members      []GroupMember
+	Holder       string
+	TTL          time.Duration
+	Session      string
+	SessionOwner string
+	// Waiter queues the group on every member's name at once (the same id
+	// on each), as AcquireRequest.Waiter queues a single request.
+	Waiter     string
+	WaiterTTL  time.Duration
+	MaxHolders int
+}
+
+// Request is the single acquisition of member i, with the group's holder,
+// TTL, session and waiter.
+func (r GroupRequest) Request(i int) AcquireRequest {
+	m := r.Members[i]
+	return AcquireRequest{
+		Name: m.Name, Holder: r.Holder, TTL: r.TTL, Session: r.Session, SessionOwner: r.SessionOwner,
+		Waiter: r.Waiter, WaiterTTL: r.WaiterTTL, Capacity: m.Capacity, Weight: m.Weight, MaxHolders: r.MaxHolders,
+	}
+}
+
+// GroupLease names one lease of a group: its name and token.
+type GroupLease struct {
+	Name  string
+	Token uint64
+}
+
+// CheckGroup refuses a group a store cannot take: no member, more than
+// MaxGroupMembers, a name listed twice, or a TTL that is not positive
+// without a session. The service refuses them first, naming the field.
+func CheckGroup(req GroupRequest) error {
+	switch {
+	case len(req.Members) == 0 || len(req.Members) > MaxGroupMembers:
+		return fmt.Errorf("acquire group: %d members: want 1 to %d", len(req.Members), MaxGroupMembers)
+	case req.TTL <= 0 && req.Session == "":
+		return fmt.Errorf("acquire group: ttl %s is not positive", req.TTL)
+	}
+	seen := make(map[string]struct{}, len(req.Members))
+	for _, m := range req.Members {
+		if _, dup := seen[m.Name]; dup {
+			return fmt.Errorf("acquire group: the name %q is listed twice", m.Name)
+		}
+		seen[m.Name] = struct{}{}
+	}
+	return nil
+}
+
+// GroupResult is the outcome of AcquireGroup.
+type GroupResult struct {
+	// Acquired is true when every member is granted (or renewed); Leases
+	// then holds one lease per member, in the request's order.
+	Acquired bool
+	Leases   []Lease
+	// Members, when not acquired, holds each member's answer in the
+	// request's order, as a single Acquire of it would have answered: a
+	// member that was not in the way is Acquired (it was free, or already
+	// held by the caller), a member in the way has its holder and RetryAt.
+	// At least one member is in the way.
+	Members []AcquireResult
+	// Held are the leases the caller holds, when not acquired, on some
+	// members while it waits for the others: a store that cannot take
+	// every member in one state change (a Redis Cluster whose members lie
+	// in several slots) takes them in a global order, holding the earlier
+	// ones (see redisstore's doc.go). The caller renews them by asking
+	// again within their TTL, and releases them when it gives up.
+	Held []Lease
+}
+
 // Description is a name's state, for debugging and observers.
 type Description struct {
 	// Held is true while at least one grant is live (unexpired).
@@ -178,6 +263,17 @@ type Leases interface {
 	// (keeping the token and weight, replacing TTL, and replacing Value
 	// unless KeepValue), or reports a holder.
 	Acquire(ctx context.Context, req AcquireRequest) (AcquireResult, error)
+	// AcquireGroup grants every member of req at once or none: all of
+	// them are granted (renewed, for those Holder holds) in one state
+	// change when every one fits, each as Acquire would grant it alone;
+	// otherwise none is granted and, with a Waiter, the group is queued
+	// on every member. A store that spans several state changes says so
+	// in GroupResult.Held.
+	AcquireGroup(ctx context.Context, req GroupRequest) (GroupResult, error)
+	// ReleaseGroup releases each of holder's leases, as Release does one; a
+	// store may release them in several state changes. released[i]
+	// reports whether leases[i] was held and is released.
+	ReleaseGroup(ctx context.Context, holder string, leases []GroupLease) (released []bool, err error)
 	// Renew sets a held lease's expiry to ttl (positive) from now. It fails
 	// with ErrLeaseNotHeld unless (holder, token) holds the name.
 	Renew(ctx context.Context, name, holder string, token uint64, ttl time.Duration) (Lease, error)

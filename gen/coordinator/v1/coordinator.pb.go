@@ -231,7 +231,7 @@ func (x LeaderEvent_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use LeaderEvent_Kind.Descriptor instead.
 func (LeaderEvent_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{24, 0}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{32, 0}
 }
 
 // Lease is a grant of a name to one holder until expires_at.
@@ -760,6 +760,500 @@ func (x *ReleaseResponse) GetReleased() bool {
 	return false
 }
 
+// GroupMember is one name of a group, with the share of it to hold.
+type GroupMember struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The name (TryAcquireRequest.name's rules). Each name at most once in a
+	// group.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The name's capacity (TryAcquireRequest.capacity's rules).
+	Capacity uint32 `protobuf:"varint,2,opt,name=capacity,proto3" json:"capacity,omitempty"`
+	// How much of it to hold (TryAcquireRequest.weight's rules).
+	Weight        uint32 `protobuf:"varint,3,opt,name=weight,proto3" json:"weight,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupMember) Reset() {
+	*x = GroupMember{}
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupMember) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupMember) ProtoMessage() {}
+
+func (x *GroupMember) ProtoReflect() protoreflect.Message {
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupMember.ProtoReflect.Descriptor instead.
+func (*GroupMember) Descriptor() ([]byte, []int) {
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *GroupMember) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *GroupMember) GetCapacity() uint32 {
+	if x != nil {
+		return x.Capacity
+	}
+	return 0
+}
+
+func (x *GroupMember) GetWeight() uint32 {
+	if x != nil {
+		return x.Weight
+	}
+	return 0
+}
+
+type AcquireGroupRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The names to hold together: 1 to 32, each name once.
+	Members []*GroupMember `protobuf:"bytes,1,rep,name=members,proto3" json:"members,omitempty"`
+	// Who asks (TryAcquireRequest.holder's rules): the holder of every lease
+	// of the group.
+	Holder string `protobuf:"bytes,2,opt,name=holder,proto3" json:"holder,omitempty"`
+	// How long each lease lasts unless renewed (TryAcquireRequest.ttl's
+	// rules).
+	Ttl *durationpb.Duration `protobuf:"bytes,3,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	// How long to wait for the whole group (TryAcquireRequest.wait's rules).
+	Wait *durationpb.Duration `protobuf:"bytes,4,opt,name=wait,proto3" json:"wait,omitempty"`
+	// The session to attach every lease to (TryAcquireRequest.session_id's
+	// rules).
+	SessionId     string `protobuf:"bytes,5,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcquireGroupRequest) Reset() {
+	*x = AcquireGroupRequest{}
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcquireGroupRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcquireGroupRequest) ProtoMessage() {}
+
+func (x *AcquireGroupRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcquireGroupRequest.ProtoReflect.Descriptor instead.
+func (*AcquireGroupRequest) Descriptor() ([]byte, []int) {
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *AcquireGroupRequest) GetMembers() []*GroupMember {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *AcquireGroupRequest) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
+}
+
+func (x *AcquireGroupRequest) GetTtl() *durationpb.Duration {
+	if x != nil {
+		return x.Ttl
+	}
+	return nil
+}
+
+func (x *AcquireGroupRequest) GetWait() *durationpb.Duration {
+	if x != nil {
+		return x.Wait
+	}
+	return nil
+}
+
+func (x *AcquireGroupRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+type AcquireGroupResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Whether every member was granted (or renewed, when holder held it).
+	Acquired bool `protobuf:"varint,1,opt,name=acquired,proto3" json:"acquired,omitempty"`
+	// The leases, one per member in the request's order, when acquired.
+	Leases []*Lease `protobuf:"bytes,2,rep,name=leases,proto3" json:"leases,omitempty"`
+	// When not acquired: a member that could not be granted.
+	BlockedName string `protobuf:"bytes,3,opt,name=blocked_name,json=blockedName,proto3" json:"blocked_name,omitempty"`
+	// Its current holder; empty when it is free but queued waiters or a lock
+	// delay come first.
+	Holder string `protobuf:"bytes,4,opt,name=holder,proto3" json:"holder,omitempty"`
+	// When not acquired: how long until blocked_name can be granted at the
+	// earliest, as TryAcquireResponse.retry_after.
+	RetryAfter    *durationpb.Duration `protobuf:"bytes,5,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcquireGroupResponse) Reset() {
+	*x = AcquireGroupResponse{}
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcquireGroupResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcquireGroupResponse) ProtoMessage() {}
+
+func (x *AcquireGroupResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcquireGroupResponse.ProtoReflect.Descriptor instead.
+func (*AcquireGroupResponse) Descriptor() ([]byte, []int) {
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *AcquireGroupResponse) GetAcquired() bool {
+	if x != nil {
+		return x.Acquired
+	}
+	return false
+}
+
+func (x *AcquireGroupResponse) GetLeases() []*Lease {
+	if x != nil {
+		return x.Leases
+	}
+	return nil
+}
+
+func (x *AcquireGroupResponse) GetBlockedName() string {
+	if x != nil {
+		return x.BlockedName
+	}
+	return ""
+}
+
+func (x *AcquireGroupResponse) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
+}
+
+func (x *AcquireGroupResponse) GetRetryAfter() *durationpb.Duration {
+	if x != nil {
+		return x.RetryAfter
+	}
+	return nil
+}
+
+// GroupLease names one lease of a group.
+type GroupLease struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The lease's name (TryAcquireRequest.name's rules).
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The lease's token, as granted. Required.
+	Token         uint64 `protobuf:"varint,2,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupLease) Reset() {
+	*x = GroupLease{}
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupLease) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupLease) ProtoMessage() {}
+
+func (x *GroupLease) ProtoReflect() protoreflect.Message {
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupLease.ProtoReflect.Descriptor instead.
+func (*GroupLease) Descriptor() ([]byte, []int) {
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *GroupLease) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *GroupLease) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+type RenewGroupRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The group's holder (TryAcquireRequest.holder's rules).
+	Holder string `protobuf:"bytes,1,opt,name=holder,proto3" json:"holder,omitempty"`
+	// The group's leases: 1 to 32.
+	Leases []*GroupLease `protobuf:"bytes,2,rep,name=leases,proto3" json:"leases,omitempty"`
+	// The new time to live, from now (TryAcquireRequest.ttl's rules).
+	Ttl           *durationpb.Duration `protobuf:"bytes,3,opt,name=ttl,proto3" json:"ttl,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewGroupRequest) Reset() {
+	*x = RenewGroupRequest{}
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewGroupRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewGroupRequest) ProtoMessage() {}
+
+func (x *RenewGroupRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewGroupRequest.ProtoReflect.Descriptor instead.
+func (*RenewGroupRequest) Descriptor() ([]byte, []int) {
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *RenewGroupRequest) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
+}
+
+func (x *RenewGroupRequest) GetLeases() []*GroupLease {
+	if x != nil {
+		return x.Leases
+	}
+	return nil
+}
+
+func (x *RenewGroupRequest) GetTtl() *durationpb.Duration {
+	if x != nil {
+		return x.Ttl
+	}
+	return nil
+}
+
+type RenewGroupResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The leases after renewal, in the request's order.
+	Leases        []*Lease `protobuf:"bytes,1,rep,name=leases,proto3" json:"leases,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewGroupResponse) Reset() {
+	*x = RenewGroupResponse{}
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewGroupResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewGroupResponse) ProtoMessage() {}
+
+func (x *RenewGroupResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewGroupResponse.ProtoReflect.Descriptor instead.
+func (*RenewGroupResponse) Descriptor() ([]byte, []int) {
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *RenewGroupResponse) GetLeases() []*Lease {
+	if x != nil {
+		return x.Leases
+	}
+	return nil
+}
+
+type ReleaseGroupRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The group's holder (TryAcquireRequest.holder's rules).
+	Holder string `protobuf:"bytes,1,opt,name=holder,proto3" json:"holder,omitempty"`
+	// The group's leases: 1 to 32.
+	Leases        []*GroupLease `protobuf:"bytes,2,rep,name=leases,proto3" json:"leases,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseGroupRequest) Reset() {
+	*x = ReleaseGroupRequest{}
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseGroupRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseGroupRequest) ProtoMessage() {}
+
+func (x *ReleaseGroupRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseGroupRequest.ProtoReflect.Descriptor instead.
+func (*ReleaseGroupRequest) Descriptor() ([]byte, []int) {
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ReleaseGroupRequest) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
+}
+
+func (x *ReleaseGroupRequest) GetLeases() []*GroupLease {
+	if x != nil {
+		return x.Leases
+	}
+	return nil
+}
+
+type ReleaseGroupResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// False when none of the leases was held (any more).
+	Released      bool `protobuf:"varint,1,opt,name=released,proto3" json:"released,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseGroupResponse) Reset() {
+	*x = ReleaseGroupResponse{}
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseGroupResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseGroupResponse) ProtoMessage() {}
+
+func (x *ReleaseGroupResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseGroupResponse.ProtoReflect.Descriptor instead.
+func (*ReleaseGroupResponse) Descriptor() ([]byte, []int) {
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ReleaseGroupResponse) GetReleased() bool {
+	if x != nil {
+		return x.Released
+	}
+	return false
+}
+
 type StreamRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The operations to run, in any order and concurrently: each one's
@@ -771,7 +1265,7 @@ type StreamRequest struct {
 
 func (x *StreamRequest) Reset() {
 	*x = StreamRequest{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[7]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -783,7 +1277,7 @@ func (x *StreamRequest) String() string {
 func (*StreamRequest) ProtoMessage() {}
 
 func (x *StreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[7]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -796,7 +1290,7 @@ func (x *StreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamRequest.ProtoReflect.Descriptor instead.
 func (*StreamRequest) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{7}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *StreamRequest) GetOperations() []*StreamOperation {
@@ -823,6 +1317,9 @@ type StreamOperation struct {
 	//	*StreamOperation_Resign
 	//	*StreamOperation_Cancel
 	//	*StreamOperation_RenewSession
+	//	*StreamOperation_AcquireGroup
+	//	*StreamOperation_RenewGroup
+	//	*StreamOperation_ReleaseGroup
 	Operation isStreamOperation_Operation `protobuf_oneof:"operation"`
 	// The caller's W3C trace context (the traceparent and tracestate
 	// headers), when its client traces: the operation's span on the
@@ -838,7 +1335,7 @@ type StreamOperation struct {
 
 func (x *StreamOperation) Reset() {
 	*x = StreamOperation{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[8]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -850,7 +1347,7 @@ func (x *StreamOperation) String() string {
 func (*StreamOperation) ProtoMessage() {}
 
 func (x *StreamOperation) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[8]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -863,7 +1360,7 @@ func (x *StreamOperation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamOperation.ProtoReflect.Descriptor instead.
 func (*StreamOperation) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{8}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *StreamOperation) GetId() uint64 {
@@ -943,6 +1440,33 @@ func (x *StreamOperation) GetRenewSession() *RenewSessionRequest {
 	return nil
 }
 
+func (x *StreamOperation) GetAcquireGroup() *AcquireGroupRequest {
+	if x != nil {
+		if x, ok := x.Operation.(*StreamOperation_AcquireGroup); ok {
+			return x.AcquireGroup
+		}
+	}
+	return nil
+}
+
+func (x *StreamOperation) GetRenewGroup() *RenewGroupRequest {
+	if x != nil {
+		if x, ok := x.Operation.(*StreamOperation_RenewGroup); ok {
+			return x.RenewGroup
+		}
+	}
+	return nil
+}
+
+func (x *StreamOperation) GetReleaseGroup() *ReleaseGroupRequest {
+	if x != nil {
+		if x, ok := x.Operation.(*StreamOperation_ReleaseGroup); ok {
+			return x.ReleaseGroup
+		}
+	}
+	return nil
+}
+
 func (x *StreamOperation) GetTraceParent() string {
 	if x != nil {
 		return x.TraceParent
@@ -994,6 +1518,18 @@ type StreamOperation_RenewSession struct {
 	RenewSession *RenewSessionRequest `protobuf:"bytes,10,opt,name=renew_session,json=renewSession,proto3,oneof"`
 }
 
+type StreamOperation_AcquireGroup struct {
+	AcquireGroup *AcquireGroupRequest `protobuf:"bytes,11,opt,name=acquire_group,json=acquireGroup,proto3,oneof"`
+}
+
+type StreamOperation_RenewGroup struct {
+	RenewGroup *RenewGroupRequest `protobuf:"bytes,12,opt,name=renew_group,json=renewGroup,proto3,oneof"`
+}
+
+type StreamOperation_ReleaseGroup struct {
+	ReleaseGroup *ReleaseGroupRequest `protobuf:"bytes,13,opt,name=release_group,json=releaseGroup,proto3,oneof"`
+}
+
 func (*StreamOperation_Acquire) isStreamOperation_Operation() {}
 
 func (*StreamOperation_Renew) isStreamOperation_Operation() {}
@@ -1008,6 +1544,12 @@ func (*StreamOperation_Cancel) isStreamOperation_Operation() {}
 
 func (*StreamOperation_RenewSession) isStreamOperation_Operation() {}
 
+func (*StreamOperation_AcquireGroup) isStreamOperation_Operation() {}
+
+func (*StreamOperation_RenewGroup) isStreamOperation_Operation() {}
+
+func (*StreamOperation_ReleaseGroup) isStreamOperation_Operation() {}
+
 type StreamResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Results of operations, each once (a cancel has none).
@@ -1018,7 +1560,7 @@ type StreamResponse struct {
 
 func (x *StreamResponse) Reset() {
 	*x = StreamResponse{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[9]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1030,7 +1572,7 @@ func (x *StreamResponse) String() string {
 func (*StreamResponse) ProtoMessage() {}
 
 func (x *StreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[9]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1043,7 +1585,7 @@ func (x *StreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamResponse.ProtoReflect.Descriptor instead.
 func (*StreamResponse) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{9}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *StreamResponse) GetResults() []*StreamResult {
@@ -1071,6 +1613,9 @@ type StreamResult struct {
 	//	*StreamResult_Resign
 	//	*StreamResult_Error
 	//	*StreamResult_RenewSession
+	//	*StreamResult_AcquireGroup
+	//	*StreamResult_RenewGroup
+	//	*StreamResult_ReleaseGroup
 	Result        isStreamResult_Result `protobuf_oneof:"result"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1078,7 +1623,7 @@ type StreamResult struct {
 
 func (x *StreamResult) Reset() {
 	*x = StreamResult{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[10]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1090,7 +1635,7 @@ func (x *StreamResult) String() string {
 func (*StreamResult) ProtoMessage() {}
 
 func (x *StreamResult) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[10]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1103,7 +1648,7 @@ func (x *StreamResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamResult.ProtoReflect.Descriptor instead.
 func (*StreamResult) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{10}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *StreamResult) GetId() uint64 {
@@ -1183,6 +1728,33 @@ func (x *StreamResult) GetRenewSession() *RenewSessionResponse {
 	return nil
 }
 
+func (x *StreamResult) GetAcquireGroup() *AcquireGroupResponse {
+	if x != nil {
+		if x, ok := x.Result.(*StreamResult_AcquireGroup); ok {
+			return x.AcquireGroup
+		}
+	}
+	return nil
+}
+
+func (x *StreamResult) GetRenewGroup() *RenewGroupResponse {
+	if x != nil {
+		if x, ok := x.Result.(*StreamResult_RenewGroup); ok {
+			return x.RenewGroup
+		}
+	}
+	return nil
+}
+
+func (x *StreamResult) GetReleaseGroup() *ReleaseGroupResponse {
+	if x != nil {
+		if x, ok := x.Result.(*StreamResult_ReleaseGroup); ok {
+			return x.ReleaseGroup
+		}
+	}
+	return nil
+}
+
 type isStreamResult_Result interface {
 	isStreamResult_Result()
 }
@@ -1215,6 +1787,18 @@ type StreamResult_RenewSession struct {
 	RenewSession *RenewSessionResponse `protobuf:"bytes,8,opt,name=renew_session,json=renewSession,proto3,oneof"`
 }
 
+type StreamResult_AcquireGroup struct {
+	AcquireGroup *AcquireGroupResponse `protobuf:"bytes,9,opt,name=acquire_group,json=acquireGroup,proto3,oneof"`
+}
+
+type StreamResult_RenewGroup struct {
+	RenewGroup *RenewGroupResponse `protobuf:"bytes,10,opt,name=renew_group,json=renewGroup,proto3,oneof"`
+}
+
+type StreamResult_ReleaseGroup struct {
+	ReleaseGroup *ReleaseGroupResponse `protobuf:"bytes,11,opt,name=release_group,json=releaseGroup,proto3,oneof"`
+}
+
 func (*StreamResult_Acquire) isStreamResult_Result() {}
 
 func (*StreamResult_Renew) isStreamResult_Result() {}
@@ -1229,6 +1813,12 @@ func (*StreamResult_Error) isStreamResult_Result() {}
 
 func (*StreamResult_RenewSession) isStreamResult_Result() {}
 
+func (*StreamResult_AcquireGroup) isStreamResult_Result() {}
+
+func (*StreamResult_RenewGroup) isStreamResult_Result() {}
+
+func (*StreamResult_ReleaseGroup) isStreamResult_Result() {}
+
 type DescribeRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The name to describe (TryAcquireRequest.name's rules).
@@ -1239,7 +1829,7 @@ type DescribeRequest struct {
 
 func (x *DescribeRequest) Reset() {
 	*x = DescribeRequest{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[11]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1251,7 +1841,7 @@ func (x *DescribeRequest) String() string {
 func (*DescribeRequest) ProtoMessage() {}
 
 func (x *DescribeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[11]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1264,7 +1854,7 @@ func (x *DescribeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeRequest.ProtoReflect.Descriptor instead.
 func (*DescribeRequest) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{11}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DescribeRequest) GetName() string {
@@ -1305,7 +1895,7 @@ type DescribeResponse struct {
 
 func (x *DescribeResponse) Reset() {
 	*x = DescribeResponse{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[12]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1317,7 +1907,7 @@ func (x *DescribeResponse) String() string {
 func (*DescribeResponse) ProtoMessage() {}
 
 func (x *DescribeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[12]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1330,7 +1920,7 @@ func (x *DescribeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeResponse.ProtoReflect.Descriptor instead.
 func (*DescribeResponse) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{12}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *DescribeResponse) GetHeld() bool {
@@ -1399,7 +1989,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[13]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1411,7 +2001,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[13]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1424,7 +2014,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{13}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListRequest) GetPrefix() string {
@@ -1461,7 +2051,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[14]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1473,7 +2063,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[14]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1486,7 +2076,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{14}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListResponse) GetLeases() []*Lease {
@@ -1523,7 +2113,7 @@ type Leader struct {
 
 func (x *Leader) Reset() {
 	*x = Leader{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[15]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1535,7 +2125,7 @@ func (x *Leader) String() string {
 func (*Leader) ProtoMessage() {}
 
 func (x *Leader) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[15]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1548,7 +2138,7 @@ func (x *Leader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Leader.ProtoReflect.Descriptor instead.
 func (*Leader) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{15}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Leader) GetElection() string {
@@ -1613,7 +2203,7 @@ type CampaignRequest struct {
 
 func (x *CampaignRequest) Reset() {
 	*x = CampaignRequest{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[16]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1625,7 +2215,7 @@ func (x *CampaignRequest) String() string {
 func (*CampaignRequest) ProtoMessage() {}
 
 func (x *CampaignRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[16]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1638,7 +2228,7 @@ func (x *CampaignRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CampaignRequest.ProtoReflect.Descriptor instead.
 func (*CampaignRequest) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{16}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CampaignRequest) GetElection() string {
@@ -1705,7 +2295,7 @@ type CampaignResponse struct {
 
 func (x *CampaignResponse) Reset() {
 	*x = CampaignResponse{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[17]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1717,7 +2307,7 @@ func (x *CampaignResponse) String() string {
 func (*CampaignResponse) ProtoMessage() {}
 
 func (x *CampaignResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[17]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1730,7 +2320,7 @@ func (x *CampaignResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CampaignResponse.ProtoReflect.Descriptor instead.
 func (*CampaignResponse) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{17}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CampaignResponse) GetElected() bool {
@@ -1768,7 +2358,7 @@ type ResignRequest struct {
 
 func (x *ResignRequest) Reset() {
 	*x = ResignRequest{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[18]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1780,7 +2370,7 @@ func (x *ResignRequest) String() string {
 func (*ResignRequest) ProtoMessage() {}
 
 func (x *ResignRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[18]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1793,7 +2383,7 @@ func (x *ResignRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResignRequest.ProtoReflect.Descriptor instead.
 func (*ResignRequest) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{18}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ResignRequest) GetElection() string {
@@ -1827,7 +2417,7 @@ type ResignResponse struct {
 
 func (x *ResignResponse) Reset() {
 	*x = ResignResponse{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[19]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1839,7 +2429,7 @@ func (x *ResignResponse) String() string {
 func (*ResignResponse) ProtoMessage() {}
 
 func (x *ResignResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[19]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1852,7 +2442,7 @@ func (x *ResignResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResignResponse.ProtoReflect.Descriptor instead.
 func (*ResignResponse) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{19}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ResignResponse) GetResigned() bool {
@@ -1872,7 +2462,7 @@ type LeaderRequest struct {
 
 func (x *LeaderRequest) Reset() {
 	*x = LeaderRequest{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[20]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1884,7 +2474,7 @@ func (x *LeaderRequest) String() string {
 func (*LeaderRequest) ProtoMessage() {}
 
 func (x *LeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[20]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1897,7 +2487,7 @@ func (x *LeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderRequest.ProtoReflect.Descriptor instead.
 func (*LeaderRequest) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{20}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *LeaderRequest) GetElection() string {
@@ -1919,7 +2509,7 @@ type LeaderResponse struct {
 
 func (x *LeaderResponse) Reset() {
 	*x = LeaderResponse{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[21]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1931,7 +2521,7 @@ func (x *LeaderResponse) String() string {
 func (*LeaderResponse) ProtoMessage() {}
 
 func (x *LeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[21]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1944,7 +2534,7 @@ func (x *LeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderResponse.ProtoReflect.Descriptor instead.
 func (*LeaderResponse) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{21}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *LeaderResponse) GetHasLeader() bool {
@@ -1971,7 +2561,7 @@ type ObserveRequest struct {
 
 func (x *ObserveRequest) Reset() {
 	*x = ObserveRequest{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[22]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1983,7 +2573,7 @@ func (x *ObserveRequest) String() string {
 func (*ObserveRequest) ProtoMessage() {}
 
 func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[22]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1996,7 +2586,7 @@ func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveRequest.ProtoReflect.Descriptor instead.
 func (*ObserveRequest) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{22}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ObserveRequest) GetElection() string {
@@ -2020,7 +2610,7 @@ type ObserveResponse struct {
 
 func (x *ObserveResponse) Reset() {
 	*x = ObserveResponse{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[23]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2032,7 +2622,7 @@ func (x *ObserveResponse) String() string {
 func (*ObserveResponse) ProtoMessage() {}
 
 func (x *ObserveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[23]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2045,7 +2635,7 @@ func (x *ObserveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObserveResponse.ProtoReflect.Descriptor instead.
 func (*ObserveResponse) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{23}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ObserveResponse) GetEvent() *LeaderEvent {
@@ -2079,7 +2669,7 @@ type LeaderEvent struct {
 
 func (x *LeaderEvent) Reset() {
 	*x = LeaderEvent{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[24]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2091,7 +2681,7 @@ func (x *LeaderEvent) String() string {
 func (*LeaderEvent) ProtoMessage() {}
 
 func (x *LeaderEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[24]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2104,7 +2694,7 @@ func (x *LeaderEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaderEvent.ProtoReflect.Descriptor instead.
 func (*LeaderEvent) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{24}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *LeaderEvent) GetKind() LeaderEvent_Kind {
@@ -2150,7 +2740,7 @@ type Session struct {
 
 func (x *Session) Reset() {
 	*x = Session{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[25]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2162,7 +2752,7 @@ func (x *Session) String() string {
 func (*Session) ProtoMessage() {}
 
 func (x *Session) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[25]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2175,7 +2765,7 @@ func (x *Session) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Session.ProtoReflect.Descriptor instead.
 func (*Session) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{25}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Session) GetId() string {
@@ -2210,7 +2800,7 @@ type CreateSessionRequest struct {
 
 func (x *CreateSessionRequest) Reset() {
 	*x = CreateSessionRequest{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[26]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2222,7 +2812,7 @@ func (x *CreateSessionRequest) String() string {
 func (*CreateSessionRequest) ProtoMessage() {}
 
 func (x *CreateSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[26]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2235,7 +2825,7 @@ func (x *CreateSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSessionRequest.ProtoReflect.Descriptor instead.
 func (*CreateSessionRequest) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{26}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CreateSessionRequest) GetTtl() *durationpb.Duration {
@@ -2254,7 +2844,7 @@ type CreateSessionResponse struct {
 
 func (x *CreateSessionResponse) Reset() {
 	*x = CreateSessionResponse{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[27]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2266,7 +2856,7 @@ func (x *CreateSessionResponse) String() string {
 func (*CreateSessionResponse) ProtoMessage() {}
 
 func (x *CreateSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[27]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2279,7 +2869,7 @@ func (x *CreateSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSessionResponse.ProtoReflect.Descriptor instead.
 func (*CreateSessionResponse) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{27}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CreateSessionResponse) GetSession() *Session {
@@ -2299,7 +2889,7 @@ type RenewSessionRequest struct {
 
 func (x *RenewSessionRequest) Reset() {
 	*x = RenewSessionRequest{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[28]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2311,7 +2901,7 @@ func (x *RenewSessionRequest) String() string {
 func (*RenewSessionRequest) ProtoMessage() {}
 
 func (x *RenewSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[28]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2324,7 +2914,7 @@ func (x *RenewSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewSessionRequest.ProtoReflect.Descriptor instead.
 func (*RenewSessionRequest) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{28}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *RenewSessionRequest) GetSessionId() string {
@@ -2344,7 +2934,7 @@ type RenewSessionResponse struct {
 
 func (x *RenewSessionResponse) Reset() {
 	*x = RenewSessionResponse{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[29]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2356,7 +2946,7 @@ func (x *RenewSessionResponse) String() string {
 func (*RenewSessionResponse) ProtoMessage() {}
 
 func (x *RenewSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[29]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2369,7 +2959,7 @@ func (x *RenewSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewSessionResponse.ProtoReflect.Descriptor instead.
 func (*RenewSessionResponse) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{29}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RenewSessionResponse) GetSession() *Session {
@@ -2389,7 +2979,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[30]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2401,7 +2991,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[30]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2414,7 +3004,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{30}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *CloseSessionRequest) GetSessionId() string {
@@ -2432,7 +3022,7 @@ type CloseSessionResponse struct {
 
 func (x *CloseSessionResponse) Reset() {
 	*x = CloseSessionResponse{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[31]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2444,7 +3034,7 @@ func (x *CloseSessionResponse) String() string {
 func (*CloseSessionResponse) ProtoMessage() {}
 
 func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[31]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2457,7 +3047,7 @@ func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
 func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{31}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{39}
 }
 
 type DescribeSessionRequest struct {
@@ -2470,7 +3060,7 @@ type DescribeSessionRequest struct {
 
 func (x *DescribeSessionRequest) Reset() {
 	*x = DescribeSessionRequest{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[32]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2482,7 +3072,7 @@ func (x *DescribeSessionRequest) String() string {
 func (*DescribeSessionRequest) ProtoMessage() {}
 
 func (x *DescribeSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[32]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2495,7 +3085,7 @@ func (x *DescribeSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeSessionRequest.ProtoReflect.Descriptor instead.
 func (*DescribeSessionRequest) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{32}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *DescribeSessionRequest) GetSessionId() string {
@@ -2516,7 +3106,7 @@ type DescribeSessionResponse struct {
 
 func (x *DescribeSessionResponse) Reset() {
 	*x = DescribeSessionResponse{}
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[33]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2528,7 +3118,7 @@ func (x *DescribeSessionResponse) String() string {
 func (*DescribeSessionResponse) ProtoMessage() {}
 
 func (x *DescribeSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_v1_coordinator_proto_msgTypes[33]
+	mi := &file_coordinator_v1_coordinator_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2541,7 +3131,7 @@ func (x *DescribeSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeSessionResponse.ProtoReflect.Descriptor instead.
 func (*DescribeSessionResponse) Descriptor() ([]byte, []int) {
-	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{33}
+	return file_coordinator_v1_coordinator_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *DescribeSessionResponse) GetSession() *Session {
@@ -2601,11 +3191,44 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\x06holder\x18\x02 \x01(\tB\v\xca\xf3\x18\a\b\x01\x10\x80\x01\x18\x01R\x06holder\x12\x1c\n" +
 	"\x05token\x18\x03 \x01(\x04B\x06\xca\xf3\x18\x02\b\x01R\x05token\"-\n" +
 	"\x0fReleaseResponse\x12\x1a\n" +
+	"\breleased\x18\x01 \x01(\bR\breleased\"v\n" +
+	"\vGroupMember\x12\x1f\n" +
+	"\x04name\x18\x01 \x01(\tB\v\xca\xf3\x18\a\b\x01\x10\x80\x02\x18\x02R\x04name\x12$\n" +
+	"\bcapacity\x18\x02 \x01(\rB\b\xca\xf3\x18\x048\xc0\x84=R\bcapacity\x12 \n" +
+	"\x06weight\x18\x03 \x01(\rB\b\xca\xf3\x18\x048\xc0\x84=R\x06weight\"\xa9\x02\n" +
+	"\x13AcquireGroupRequest\x12?\n" +
+	"\amembers\x18\x01 \x03(\v2\x1b.coordinator.v1.GroupMemberB\b\xca\xf3\x18\x04\b\x018 R\amembers\x12#\n" +
+	"\x06holder\x18\x02 \x01(\tB\v\xca\xf3\x18\a\b\x01\x10\x80\x01\x18\x01R\x06holder\x12J\n" +
+	"\x03ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationB\x1d\xca\xf3\x18\x19\b\x01 d2\x13COORDINATOR_MAX_TTLR\x03ttl\x127\n" +
+	"\x04wait\x18\x04 \x01(\v2\x19.google.protobuf.DurationB\b\xca\xf3\x18\x04(\xe0\xa7\x12R\x04wait\x12'\n" +
+	"\n" +
+	"session_id\x18\x05 \x01(\tB\b\xca\xf3\x18\x04\x10@\x18\x01R\tsessionId\"\xd8\x01\n" +
+	"\x14AcquireGroupResponse\x12\x1a\n" +
+	"\bacquired\x18\x01 \x01(\bR\bacquired\x12-\n" +
+	"\x06leases\x18\x02 \x03(\v2\x15.coordinator.v1.LeaseR\x06leases\x12!\n" +
+	"\fblocked_name\x18\x03 \x01(\tR\vblockedName\x12\x16\n" +
+	"\x06holder\x18\x04 \x01(\tR\x06holder\x12:\n" +
+	"\vretry_after\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"retryAfter\"K\n" +
+	"\n" +
+	"GroupLease\x12\x1f\n" +
+	"\x04name\x18\x01 \x01(\tB\v\xca\xf3\x18\a\b\x01\x10\x80\x02\x18\x02R\x04name\x12\x1c\n" +
+	"\x05token\x18\x02 \x01(\x04B\x06\xca\xf3\x18\x02\b\x01R\x05token\"\xc2\x01\n" +
+	"\x11RenewGroupRequest\x12#\n" +
+	"\x06holder\x18\x01 \x01(\tB\v\xca\xf3\x18\a\b\x01\x10\x80\x01\x18\x01R\x06holder\x12<\n" +
+	"\x06leases\x18\x02 \x03(\v2\x1a.coordinator.v1.GroupLeaseB\b\xca\xf3\x18\x04\b\x018 R\x06leases\x12J\n" +
+	"\x03ttl\x18\x03 \x01(\v2\x19.google.protobuf.DurationB\x1d\xca\xf3\x18\x19\b\x01 d2\x13COORDINATOR_MAX_TTLR\x03ttl\"C\n" +
+	"\x12RenewGroupResponse\x12-\n" +
+	"\x06leases\x18\x01 \x03(\v2\x15.coordinator.v1.LeaseR\x06leases\"x\n" +
+	"\x13ReleaseGroupRequest\x12#\n" +
+	"\x06holder\x18\x01 \x01(\tB\v\xca\xf3\x18\a\b\x01\x10\x80\x01\x18\x01R\x06holder\x12<\n" +
+	"\x06leases\x18\x02 \x03(\v2\x1a.coordinator.v1.GroupLeaseB\b\xca\xf3\x18\x04\b\x018 R\x06leases\"2\n" +
+	"\x14ReleaseGroupResponse\x12\x1a\n" +
 	"\breleased\x18\x01 \x01(\bR\breleased\"Y\n" +
 	"\rStreamRequest\x12H\n" +
 	"\n" +
 	"operations\x18\x01 \x03(\v2\x1f.coordinator.v1.StreamOperationB\a\xca\xf3\x18\x038\xe8\aR\n" +
-	"operations\"\x97\x04\n" +
+	"operations\"\xf5\x05\n" +
 	"\x0fStreamOperation\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12=\n" +
 	"\aacquire\x18\x02 \x01(\v2!.coordinator.v1.TryAcquireRequestH\x00R\aacquire\x124\n" +
@@ -2615,13 +3238,17 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\x06resign\x18\x06 \x01(\v2\x1d.coordinator.v1.ResignRequestH\x00R\x06resign\x12\x18\n" +
 	"\x06cancel\x18\a \x01(\x04H\x00R\x06cancel\x12J\n" +
 	"\rrenew_session\x18\n" +
-	" \x01(\v2#.coordinator.v1.RenewSessionRequestH\x00R\frenewSession\x12,\n" +
+	" \x01(\v2#.coordinator.v1.RenewSessionRequestH\x00R\frenewSession\x12J\n" +
+	"\racquire_group\x18\v \x01(\v2#.coordinator.v1.AcquireGroupRequestH\x00R\facquireGroup\x12D\n" +
+	"\vrenew_group\x18\f \x01(\v2!.coordinator.v1.RenewGroupRequestH\x00R\n" +
+	"renewGroup\x12J\n" +
+	"\rrelease_group\x18\r \x01(\v2#.coordinator.v1.ReleaseGroupRequestH\x00R\freleaseGroup\x12,\n" +
 	"\ftrace_parent\x18\b \x01(\tB\t\xca\xf3\x18\x05\x10\x80\x02\x18\x01R\vtraceParent\x12*\n" +
 	"\vtrace_state\x18\t \x01(\tB\t\xca\xf3\x18\x05\x10\x80\x04\x18\x01R\n" +
 	"traceStateB\v\n" +
 	"\toperation\"H\n" +
 	"\x0eStreamResponse\x126\n" +
-	"\aresults\x18\x01 \x03(\v2\x1c.coordinator.v1.StreamResultR\aresults\"\xcf\x03\n" +
+	"\aresults\x18\x01 \x03(\v2\x1c.coordinator.v1.StreamResultR\aresults\"\xb0\x05\n" +
 	"\fStreamResult\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12>\n" +
 	"\aacquire\x18\x02 \x01(\v2\".coordinator.v1.TryAcquireResponseH\x00R\aacquire\x125\n" +
@@ -2630,7 +3257,12 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\bcampaign\x18\x05 \x01(\v2 .coordinator.v1.CampaignResponseH\x00R\bcampaign\x128\n" +
 	"\x06resign\x18\x06 \x01(\v2\x1e.coordinator.v1.ResignResponseH\x00R\x06resign\x12*\n" +
 	"\x05error\x18\a \x01(\v2\x12.google.rpc.StatusH\x00R\x05error\x12K\n" +
-	"\rrenew_session\x18\b \x01(\v2$.coordinator.v1.RenewSessionResponseH\x00R\frenewSessionB\b\n" +
+	"\rrenew_session\x18\b \x01(\v2$.coordinator.v1.RenewSessionResponseH\x00R\frenewSession\x12K\n" +
+	"\racquire_group\x18\t \x01(\v2$.coordinator.v1.AcquireGroupResponseH\x00R\facquireGroup\x12E\n" +
+	"\vrenew_group\x18\n" +
+	" \x01(\v2\".coordinator.v1.RenewGroupResponseH\x00R\n" +
+	"renewGroup\x12K\n" +
+	"\rrelease_group\x18\v \x01(\v2$.coordinator.v1.ReleaseGroupResponseH\x00R\freleaseGroupB\b\n" +
 	"\x06result\"2\n" +
 	"\x0fDescribeRequest\x12\x1f\n" +
 	"\x04name\x18\x01 \x01(\tB\v\xca\xf3\x18\a\b\x01\x10\x80\x02\x18\x02R\x04name\"\x80\x02\n" +
@@ -2743,13 +3375,17 @@ const file_coordinator_v1_coordinator_proto_rawDesc = "" +
 	"\n" +
 	"RWCapacity\x12\x1b\n" +
 	"\x17RW_CAPACITY_UNSPECIFIED\x10\x00\x12\x11\n" +
-	"\vRW_CAPACITY\x10\xc0\x84=2\xd3\t\n" +
+	"\vRW_CAPACITY\x10\xc0\x84=2\xde\v\n" +
 	"\vCoordinator\x12S\n" +
 	"\n" +
 	"TryAcquire\x12!.coordinator.v1.TryAcquireRequest\x1a\".coordinator.v1.TryAcquireResponse\x12D\n" +
 	"\x05Renew\x12\x1c.coordinator.v1.RenewRequest\x1a\x1d.coordinator.v1.RenewResponse\x12J\n" +
 	"\aRelease\x12\x1e.coordinator.v1.ReleaseRequest\x1a\x1f.coordinator.v1.ReleaseResponse\x12K\n" +
-	"\x06Stream\x12\x1d.coordinator.v1.StreamRequest\x1a\x1e.coordinator.v1.StreamResponse(\x010\x01\x12M\n" +
+	"\x06Stream\x12\x1d.coordinator.v1.StreamRequest\x1a\x1e.coordinator.v1.StreamResponse(\x010\x01\x12Y\n" +
+	"\fAcquireGroup\x12#.coordinator.v1.AcquireGroupRequest\x1a$.coordinator.v1.AcquireGroupResponse\x12S\n" +
+	"\n" +
+	"RenewGroup\x12!.coordinator.v1.RenewGroupRequest\x1a\".coordinator.v1.RenewGroupResponse\x12Y\n" +
+	"\fReleaseGroup\x12#.coordinator.v1.ReleaseGroupRequest\x1a$.coordinator.v1.ReleaseGroupResponse\x12M\n" +
 	"\bDescribe\x12\x1f.coordinator.v1.DescribeRequest\x1a .coordinator.v1.DescribeResponse\x12A\n" +
 	"\x04List\x12\x1b.coordinator.v1.ListRequest\x1a\x1c.coordinator.v1.ListResponse\x12M\n" +
 	"\bCampaign\x12\x1f.coordinator.v1.CampaignRequest\x1a .coordinator.v1.CampaignResponse\x12G\n" +
@@ -2778,7 +3414,7 @@ func file_coordinator_v1_coordinator_proto_rawDescGZIP() []byte {
 }
 
 var file_coordinator_v1_coordinator_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_coordinator_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_coordinator_v1_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_coordinator_v1_coordinator_proto_goTypes = []any{
 	(ErrorReason)(0),                // 0: coordinator.v1.ErrorReason
 	(RWCapacity)(0),                 // 1: coordinator.v1.RWCapacity
@@ -2790,113 +3426,142 @@ var file_coordinator_v1_coordinator_proto_goTypes = []any{
 	(*RenewResponse)(nil),           // 7: coordinator.v1.RenewResponse
 	(*ReleaseRequest)(nil),          // 8: coordinator.v1.ReleaseRequest
 	(*ReleaseResponse)(nil),         // 9: coordinator.v1.ReleaseResponse
-	(*StreamRequest)(nil),           // 10: coordinator.v1.StreamRequest
-	(*StreamOperation)(nil),         // 11: coordinator.v1.StreamOperation
-	(*StreamResponse)(nil),          // 12: coordinator.v1.StreamResponse
-	(*StreamResult)(nil),            // 13: coordinator.v1.StreamResult
-	(*DescribeRequest)(nil),         // 14: coordinator.v1.DescribeRequest
-	(*DescribeResponse)(nil),        // 15: coordinator.v1.DescribeResponse
-	(*ListRequest)(nil),             // 16: coordinator.v1.ListRequest
-	(*ListResponse)(nil),            // 17: coordinator.v1.ListResponse
-	(*Leader)(nil),                  // 18: coordinator.v1.Leader
-	(*CampaignRequest)(nil),         // 19: coordinator.v1.CampaignRequest
-	(*CampaignResponse)(nil),        // 20: coordinator.v1.CampaignResponse
-	(*ResignRequest)(nil),           // 21: coordinator.v1.ResignRequest
-	(*ResignResponse)(nil),          // 22: coordinator.v1.ResignResponse
-	(*LeaderRequest)(nil),           // 23: coordinator.v1.LeaderRequest
-	(*LeaderResponse)(nil),          // 24: coordinator.v1.LeaderResponse
-	(*ObserveRequest)(nil),          // 25: coordinator.v1.ObserveRequest
-	(*ObserveResponse)(nil),         // 26: coordinator.v1.ObserveResponse
-	(*LeaderEvent)(nil),             // 27: coordinator.v1.LeaderEvent
-	(*Session)(nil),                 // 28: coordinator.v1.Session
-	(*CreateSessionRequest)(nil),    // 29: coordinator.v1.CreateSessionRequest
-	(*CreateSessionResponse)(nil),   // 30: coordinator.v1.CreateSessionResponse
-	(*RenewSessionRequest)(nil),     // 31: coordinator.v1.RenewSessionRequest
-	(*RenewSessionResponse)(nil),    // 32: coordinator.v1.RenewSessionResponse
-	(*CloseSessionRequest)(nil),     // 33: coordinator.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),    // 34: coordinator.v1.CloseSessionResponse
-	(*DescribeSessionRequest)(nil),  // 35: coordinator.v1.DescribeSessionRequest
-	(*DescribeSessionResponse)(nil), // 36: coordinator.v1.DescribeSessionResponse
-	(*durationpb.Duration)(nil),     // 37: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),   // 38: google.protobuf.Timestamp
-	(*status.Status)(nil),           // 39: google.rpc.Status
+	(*GroupMember)(nil),             // 10: coordinator.v1.GroupMember
+	(*AcquireGroupRequest)(nil),     // 11: coordinator.v1.AcquireGroupRequest
+	(*AcquireGroupResponse)(nil),    // 12: coordinator.v1.AcquireGroupResponse
+	(*GroupLease)(nil),              // 13: coordinator.v1.GroupLease
+	(*RenewGroupRequest)(nil),       // 14: coordinator.v1.RenewGroupRequest
+	(*RenewGroupResponse)(nil),      // 15: coordinator.v1.RenewGroupResponse
+	(*ReleaseGroupRequest)(nil),     // 16: coordinator.v1.ReleaseGroupRequest
+	(*ReleaseGroupResponse)(nil),    // 17: coordinator.v1.ReleaseGroupResponse
+	(*StreamRequest)(nil),           // 18: coordinator.v1.StreamRequest
+	(*StreamOperation)(nil),         // 19: coordinator.v1.StreamOperation
+	(*StreamResponse)(nil),          // 20: coordinator.v1.StreamResponse
+	(*StreamResult)(nil),            // 21: coordinator.v1.StreamResult
+	(*DescribeRequest)(nil),         // 22: coordinator.v1.DescribeRequest
+	(*DescribeResponse)(nil),        // 23: coordinator.v1.DescribeResponse
+	(*ListRequest)(nil),             // 24: coordinator.v1.ListRequest
+	(*ListResponse)(nil),            // 25: coordinator.v1.ListResponse
+	(*Leader)(nil),                  // 26: coordinator.v1.Leader
+	(*CampaignRequest)(nil),         // 27: coordinator.v1.CampaignRequest
+	(*CampaignResponse)(nil),        // 28: coordinator.v1.CampaignResponse
+	(*ResignRequest)(nil),           // 29: coordinator.v1.ResignRequest
+	(*ResignResponse)(nil),          // 30: coordinator.v1.ResignResponse
+	(*LeaderRequest)(nil),           // 31: coordinator.v1.LeaderRequest
+	(*LeaderResponse)(nil),          // 32: coordinator.v1.LeaderResponse
+	(*ObserveRequest)(nil),          // 33: coordinator.v1.ObserveRequest
+	(*ObserveResponse)(nil),         // 34: coordinator.v1.ObserveResponse
+	(*LeaderEvent)(nil),             // 35: coordinator.v1.LeaderEvent
+	(*Session)(nil),                 // 36: coordinator.v1.Session
+	(*CreateSessionRequest)(nil),    // 37: coordinator.v1.CreateSessionRequest
+	(*CreateSessionResponse)(nil),   // 38: coordinator.v1.CreateSessionResponse
+	(*RenewSessionRequest)(nil),     // 39: coordinator.v1.RenewSessionRequest
+	(*RenewSessionResponse)(nil),    // 40: coordinator.v1.RenewSessionResponse
+	(*CloseSessionRequest)(nil),     // 41: coordinator.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),    // 42: coordinator.v1.CloseSessionResponse
+	(*DescribeSessionRequest)(nil),  // 43: coordinator.v1.DescribeSessionRequest
+	(*DescribeSessionResponse)(nil), // 44: coordinator.v1.DescribeSessionResponse
+	(*durationpb.Duration)(nil),     // 45: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),   // 46: google.protobuf.Timestamp
+	(*status.Status)(nil),           // 47: google.rpc.Status
 }
 var file_coordinator_v1_coordinator_proto_depIdxs = []int32{
-	37, // 0: coordinator.v1.Lease.ttl:type_name -> google.protobuf.Duration
-	38, // 1: coordinator.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
-	37, // 2: coordinator.v1.TryAcquireRequest.ttl:type_name -> google.protobuf.Duration
-	37, // 3: coordinator.v1.TryAcquireRequest.wait:type_name -> google.protobuf.Duration
+	45, // 0: coordinator.v1.Lease.ttl:type_name -> google.protobuf.Duration
+	46, // 1: coordinator.v1.Lease.expires_at:type_name -> google.protobuf.Timestamp
+	45, // 2: coordinator.v1.TryAcquireRequest.ttl:type_name -> google.protobuf.Duration
+	45, // 3: coordinator.v1.TryAcquireRequest.wait:type_name -> google.protobuf.Duration
 	3,  // 4: coordinator.v1.TryAcquireResponse.lease:type_name -> coordinator.v1.Lease
-	37, // 5: coordinator.v1.TryAcquireResponse.retry_after:type_name -> google.protobuf.Duration
-	37, // 6: coordinator.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
+	45, // 5: coordinator.v1.TryAcquireResponse.retry_after:type_name -> google.protobuf.Duration
+	45, // 6: coordinator.v1.RenewRequest.ttl:type_name -> google.protobuf.Duration
 	3,  // 7: coordinator.v1.RenewResponse.lease:type_name -> coordinator.v1.Lease
-	11, // 8: coordinator.v1.StreamRequest.operations:type_name -> coordinator.v1.StreamOperation
-	4,  // 9: coordinator.v1.StreamOperation.acquire:type_name -> coordinator.v1.TryAcquireRequest
-	6,  // 10: coordinator.v1.StreamOperation.renew:type_name -> coordinator.v1.RenewRequest
-	8,  // 11: coordinator.v1.StreamOperation.release:type_name -> coordinator.v1.ReleaseRequest
-	19, // 12: coordinator.v1.StreamOperation.campaign:type_name -> coordinator.v1.CampaignRequest
-	21, // 13: coordinator.v1.StreamOperation.resign:type_name -> coordinator.v1.ResignRequest
-	31, // 14: coordinator.v1.StreamOperation.renew_session:type_name -> coordinator.v1.RenewSessionRequest
-	13, // 15: coordinator.v1.StreamResponse.results:type_name -> coordinator.v1.StreamResult
-	5,  // 16: coordinator.v1.StreamResult.acquire:type_name -> coordinator.v1.TryAcquireResponse
-	7,  // 17: coordinator.v1.StreamResult.renew:type_name -> coordinator.v1.RenewResponse
-	9,  // 18: coordinator.v1.StreamResult.release:type_name -> coordinator.v1.ReleaseResponse
-	20, // 19: coordinator.v1.StreamResult.campaign:type_name -> coordinator.v1.CampaignResponse
-	22, // 20: coordinator.v1.StreamResult.resign:type_name -> coordinator.v1.ResignResponse
-	39, // 21: coordinator.v1.StreamResult.error:type_name -> google.rpc.Status
-	32, // 22: coordinator.v1.StreamResult.renew_session:type_name -> coordinator.v1.RenewSessionResponse
-	3,  // 23: coordinator.v1.DescribeResponse.lease:type_name -> coordinator.v1.Lease
-	3,  // 24: coordinator.v1.DescribeResponse.holders:type_name -> coordinator.v1.Lease
-	3,  // 25: coordinator.v1.ListResponse.leases:type_name -> coordinator.v1.Lease
-	38, // 26: coordinator.v1.Leader.expires_at:type_name -> google.protobuf.Timestamp
-	37, // 27: coordinator.v1.CampaignRequest.ttl:type_name -> google.protobuf.Duration
-	37, // 28: coordinator.v1.CampaignRequest.wait:type_name -> google.protobuf.Duration
-	18, // 29: coordinator.v1.CampaignResponse.leader:type_name -> coordinator.v1.Leader
-	37, // 30: coordinator.v1.CampaignResponse.retry_after:type_name -> google.protobuf.Duration
-	18, // 31: coordinator.v1.LeaderResponse.leader:type_name -> coordinator.v1.Leader
-	27, // 32: coordinator.v1.ObserveResponse.event:type_name -> coordinator.v1.LeaderEvent
-	2,  // 33: coordinator.v1.LeaderEvent.kind:type_name -> coordinator.v1.LeaderEvent.Kind
-	18, // 34: coordinator.v1.LeaderEvent.leader:type_name -> coordinator.v1.Leader
-	3,  // 35: coordinator.v1.LeaderEvent.holders:type_name -> coordinator.v1.Lease
-	37, // 36: coordinator.v1.Session.ttl:type_name -> google.protobuf.Duration
-	38, // 37: coordinator.v1.Session.expires_at:type_name -> google.protobuf.Timestamp
-	37, // 38: coordinator.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
-	28, // 39: coordinator.v1.CreateSessionResponse.session:type_name -> coordinator.v1.Session
-	28, // 40: coordinator.v1.RenewSessionResponse.session:type_name -> coordinator.v1.Session
-	28, // 41: coordinator.v1.DescribeSessionResponse.session:type_name -> coordinator.v1.Session
-	4,  // 42: coordinator.v1.Coordinator.TryAcquire:input_type -> coordinator.v1.TryAcquireRequest
-	6,  // 43: coordinator.v1.Coordinator.Renew:input_type -> coordinator.v1.RenewRequest
-	8,  // 44: coordinator.v1.Coordinator.Release:input_type -> coordinator.v1.ReleaseRequest
-	10, // 45: coordinator.v1.Coordinator.Stream:input_type -> coordinator.v1.StreamRequest
-	14, // 46: coordinator.v1.Coordinator.Describe:input_type -> coordinator.v1.DescribeRequest
-	16, // 47: coordinator.v1.Coordinator.List:input_type -> coordinator.v1.ListRequest
-	19, // 48: coordinator.v1.Coordinator.Campaign:input_type -> coordinator.v1.CampaignRequest
-	21, // 49: coordinator.v1.Coordinator.Resign:input_type -> coordinator.v1.ResignRequest
-	23, // 50: coordinator.v1.Coordinator.Leader:input_type -> coordinator.v1.LeaderRequest
-	25, // 51: coordinator.v1.Coordinator.Observe:input_type -> coordinator.v1.ObserveRequest
-	29, // 52: coordinator.v1.Coordinator.CreateSession:input_type -> coordinator.v1.CreateSessionRequest
-	31, // 53: coordinator.v1.Coordinator.RenewSession:input_type -> coordinator.v1.RenewSessionRequest
-	33, // 54: coordinator.v1.Coordinator.CloseSession:input_type -> coordinator.v1.CloseSessionRequest
-	35, // 55: coordinator.v1.Coordinator.DescribeSession:input_type -> coordinator.v1.DescribeSessionRequest
-	5,  // 56: coordinator.v1.Coordinator.TryAcquire:output_type -> coordinator.v1.TryAcquireResponse
-	7,  // 57: coordinator.v1.Coordinator.Renew:output_type -> coordinator.v1.RenewResponse
-	9,  // 58: coordinator.v1.Coordinator.Release:output_type -> coordinator.v1.ReleaseResponse
-	12, // 59: coordinator.v1.Coordinator.Stream:output_type -> coordinator.v1.StreamResponse
-	15, // 60: coordinator.v1.Coordinator.Describe:output_type -> coordinator.v1.DescribeResponse
-	17, // 61: coordinator.v1.Coordinator.List:output_type -> coordinator.v1.ListResponse
-	20, // 62: coordinator.v1.Coordinator.Campaign:output_type -> coordinator.v1.CampaignResponse
-	22, // 63: coordinator.v1.Coordinator.Resign:output_type -> coordinator.v1.ResignResponse
-	24, // 64: coordinator.v1.Coordinator.Leader:output_type -> coordinator.v1.LeaderResponse
-	26, // 65: coordinator.v1.Coordinator.Observe:output_type -> coordinator.v1.ObserveResponse
-	30, // 66: coordinator.v1.Coordinator.CreateSession:output_type -> coordinator.v1.CreateSessionResponse
-	32, // 67: coordinator.v1.Coordinator.RenewSession:output_type -> coordinator.v1.RenewSessionResponse
-	34, // 68: coordinator.v1.Coordinator.CloseSession:output_type -> coordinator.v1.CloseSessionResponse
-	36, // 69: coordinator.v1.Coordinator.DescribeSession:output_type -> coordinator.v1.DescribeSessionResponse
-	56, // [56:70] is the sub-list for method output_type
-	42, // [42:56] is the sub-list for method input_type
-	42, // [42:42] is the sub-list for extension type_name
-	42, // [42:42] is the sub-list for extension extendee
-	0,  // [0:42] is the sub-list for field type_name
+	10, // 8: coordinator.v1.AcquireGroupRequest.members:type_name -> coordinator.v1.GroupMember
+	45, // 9: coordinator.v1.AcquireGroupRequest.ttl:type_name -> google.protobuf.Duration
+	45, // 10: coordinator.v1.AcquireGroupRequest.wait:type_name -> google.protobuf.Duration
+	3,  // 11: coordinator.v1.AcquireGroupResponse.leases:type_name -> coordinator.v1.Lease
+	45, // 12: coordinator.v1.AcquireGroupResponse.retry_after:type_name -> google.protobuf.Duration
+	13, // 13: coordinator.v1.RenewGroupRequest.leases:type_name -> coordinator.v1.GroupLease
+	45, // 14: coordinator.v1.RenewGroupRequest.ttl:type_name -> google.protobuf.Duration
+	3,  // 15: coordinator.v1.RenewGroupResponse.leases:type_name -> coordinator.v1.Lease
+	13, // 16: coordinator.v1.ReleaseGroupRequest.leases:type_name -> coordinator.v1.GroupLease
+	19, // 17: coordinator.v1.StreamRequest.operations:type_name -> coordinator.v1.StreamOperation
+	4,  // 18: coordinator.v1.StreamOperation.acquire:type_name -> coordinator.v1.TryAcquireRequest
+	6,  // 19: coordinator.v1.StreamOperation.renew:type_name -> coordinator.v1.RenewRequest
+	8,  // 20: coordinator.v1.StreamOperation.release:type_name -> coordinator.v1.ReleaseRequest
+	27, // 21: coordinator.v1.StreamOperation.campaign:type_name -> coordinator.v1.CampaignRequest
+	29, // 22: coordinator.v1.StreamOperation.resign:type_name -> coordinator.v1.ResignRequest
+	39, // 23: coordinator.v1.StreamOperation.renew_session:type_name -> coordinator.v1.RenewSessionRequest
+	11, // 24: coordinator.v1.StreamOperation.acquire_group:type_name -> coordinator.v1.AcquireGroupRequest
+	14, // 25: coordinator.v1.StreamOperation.renew_group:type_name -> coordinator.v1.RenewGroupRequest
+	16, // 26: coordinator.v1.StreamOperation.release_group:type_name -> coordinator.v1.ReleaseGroupRequest
+	21, // 27: coordinator.v1.StreamResponse.results:type_name -> coordinator.v1.StreamResult
+	5,  // 28: coordinator.v1.StreamResult.acquire:type_name -> coordinator.v1.TryAcquireResponse
+	7,  // 29: coordinator.v1.StreamResult.renew:type_name -> coordinator.v1.RenewResponse
+	9,  // 30: coordinator.v1.StreamResult.release:type_name -> coordinator.v1.ReleaseResponse
+	28, // 31: coordinator.v1.StreamResult.campaign:type_name -> coordinator.v1.CampaignResponse
+	30, // 32: coordinator.v1.StreamResult.resign:type_name -> coordinator.v1.ResignResponse
+	47, // 33: coordinator.v1.StreamResult.error:type_name -> google.rpc.Status
+	40, // 34: coordinator.v1.StreamResult.renew_session:type_name -> coordinator.v1.RenewSessionResponse
+	12, // 35: coordinator.v1.StreamResult.acquire_group:type_name -> coordinator.v1.AcquireGroupResponse
+	15, // 36: coordinator.v1.StreamResult.renew_group:type_name -> coordinator.v1.RenewGroupResponse
+	17, // 37: coordinator.v1.StreamResult.release_group:type_name -> coordinator.v1.ReleaseGroupResponse
+	3,  // 38: coordinator.v1.DescribeResponse.lease:type_name -> coordinator.v1.Lease
+	3,  // 39: coordinator.v1.DescribeResponse.holders:type_name -> coordinator.v1.Lease
+	3,  // 40: coordinator.v1.ListResponse.leases:type_name -> coordinator.v1.Lease
+	46, // 41: coordinator.v1.Leader.expires_at:type_name -> google.protobuf.Timestamp
+	45, // 42: coordinator.v1.CampaignRequest.ttl:type_name -> google.protobuf.Duration
+	45, // 43: coordinator.v1.CampaignRequest.wait:type_name -> google.protobuf.Duration
+	26, // 44: coordinator.v1.CampaignResponse.leader:type_name -> coordinator.v1.Leader
+	45, // 45: coordinator.v1.CampaignResponse.retry_after:type_name -> google.protobuf.Duration
+	26, // 46: coordinator.v1.LeaderResponse.leader:type_name -> coordinator.v1.Leader
+	35, // 47: coordinator.v1.ObserveResponse.event:type_name -> coordinator.v1.LeaderEvent
+	2,  // 48: coordinator.v1.LeaderEvent.kind:type_name -> coordinator.v1.LeaderEvent.Kind
+	26, // 49: coordinator.v1.LeaderEvent.leader:type_name -> coordinator.v1.Leader
+	3,  // 50: coordinator.v1.LeaderEvent.holders:type_name -> coordinator.v1.Lease
+	45, // 51: coordinator.v1.Session.ttl:type_name -> google.protobuf.Duration
+	46, // 52: coordinator.v1.Session.expires_at:type_name -> google.protobuf.Timestamp
+	45, // 53: coordinator.v1.CreateSessionRequest.ttl:type_name -> google.protobuf.Duration
+	36, // 54: coordinator.v1.CreateSessionResponse.session:type_name -> coordinator.v1.Session
+	36, // 55: coordinator.v1.RenewSessionResponse.session:type_name -> coordinator.v1.Session
+	36, // 56: coordinator.v1.DescribeSessionResponse.session:type_name -> coordinator.v1.Session
+	4,  // 57: coordinator.v1.Coordinator.TryAcquire:input_type -> coordinator.v1.TryAcquireRequest
+	6,  // 58: coordinator.v1.Coordinator.Renew:input_type -> coordinator.v1.RenewRequest
+	8,  // 59: coordinator.v1.Coordinator.Release:input_type -> coordinator.v1.ReleaseRequest
+	18, // 60: coordinator.v1.Coordinator.Stream:input_type -> coordinator.v1.StreamRequest
+	11, // 61: coordinator.v1.Coordinator.AcquireGroup:input_type -> coordinator.v1.AcquireGroupRequest
+	14, // 62: coordinator.v1.Coordinator.RenewGroup:input_type -> coordinator.v1.RenewGroupRequest
+	16, // 63: coordinator.v1.Coordinator.ReleaseGroup:input_type -> coordinator.v1.ReleaseGroupRequest
+	22, // 64: coordinator.v1.Coordinator.Describe:input_type -> coordinator.v1.DescribeRequest
+	24, // 65: coordinator.v1.Coordinator.List:input_type -> coordinator.v1.ListRequest
+	27, // 66: coordinator.v1.Coordinator.Campaign:input_type -> coordinator.v1.CampaignRequest
+	29, // 67: coordinator.v1.Coordinator.Resign:input_type -> coordinator.v1.ResignRequest
+	31, // 68: coordinator.v1.Coordinator.Leader:input_type -> coordinator.v1.LeaderRequest
+	33, // 69: coordinator.v1.Coordinator.Observe:input_type -> coordinator.v1.ObserveRequest
+	37, // 70: coordinator.v1.Coordinator.CreateSession:input_type -> coordinator.v1.CreateSessionRequest
+	39, // 71: coordinator.v1.Coordinator.RenewSession:input_type -> coordinator.v1.RenewSessionRequest
+	41, // 72: coordinator.v1.Coordinator.CloseSession:input_type -> coordinator.v1.CloseSessionRequest
+	43, // 73: coordinator.v1.Coordinator.DescribeSession:input_type -> coordinator.v1.DescribeSessionRequest
+	5,  // 74: coordinator.v1.Coordinator.TryAcquire:output_type -> coordinator.v1.TryAcquireResponse
+	7,  // 75: coordinator.v1.Coordinator.Renew:output_type -> coordinator.v1.RenewResponse
+	9,  // 76: coordinator.v1.Coordinator.Release:output_type -> coordinator.v1.ReleaseResponse
+	20, // 77: coordinator.v1.Coordinator.Stream:output_type -> coordinator.v1.StreamResponse
+	12, // 78: coordinator.v1.Coordinator.AcquireGroup:output_type -> coordinator.v1.AcquireGroupResponse
+	15, // 79: coordinator.v1.Coordinator.RenewGroup:output_type -> coordinator.v1.RenewGroupResponse
+	17, // 80: coordinator.v1.Coordinator.ReleaseGroup:output_type -> coordinator.v1.ReleaseGroupResponse
+	23, // 81: coordinator.v1.Coordinator.Describe:output_type -> coordinator.v1.DescribeResponse
+	25, // 82: coordinator.v1.Coordinator.List:output_type -> coordinator.v1.ListResponse
+	28, // 83: coordinator.v1.Coordinator.Campaign:output_type -> coordinator.v1.CampaignResponse
+	30, // 84: coordinator.v1.Coordinator.Resign:output_type -> coordinator.v1.ResignResponse
+	32, // 85: coordinator.v1.Coordinator.Leader:output_type -> coordinator.v1.LeaderResponse
+	34, // 86: coordinator.v1.Coordinator.Observe:output_type -> coordinator.v1.ObserveResponse
+	38, // 87: coordinator.v1.Coordinator.CreateSession:output_type -> coordinator.v1.CreateSessionResponse
+	40, // 88: coordinator.v1.Coordinator.RenewSession:output_type -> coordinator.v1.RenewSessionResponse
+	42, // 89: coordinator.v1.Coordinator.CloseSession:output_type -> coordinator.v1.CloseSessionResponse
+	44, // 90: coordinator.v1.Coordinator.DescribeSession:output_type -> coordinator.v1.DescribeSessionResponse
+	74, // [74:91] is the sub-list for method output_type
+	57, // [57:74] is the sub-list for method input_type
+	57, // [57:57] is the sub-list for extension type_name
+	57, // [57:57] is the sub-list for extension extendee
+	0,  // [0:57] is the sub-list for field type_name
 }
 
 func init() { file_coordinator_v1_coordinator_proto_init() }
@@ -2905,7 +3570,7 @@ func file_coordinator_v1_coordinator_proto_init() {
 		return
 	}
 	file_coordinator_v1_rules_proto_init()
-	file_coordinator_v1_coordinator_proto_msgTypes[8].OneofWrappers = []any{
+	file_coordinator_v1_coordinator_proto_msgTypes[16].OneofWrappers = []any{
 		(*StreamOperation_Acquire)(nil),
 		(*StreamOperation_Renew)(nil),
 		(*StreamOperation_Release)(nil),
@@ -2913,8 +3578,11 @@ func file_coordinator_v1_coordinator_proto_init() {
 		(*StreamOperation_Resign)(nil),
 		(*StreamOperation_Cancel)(nil),
 		(*StreamOperation_RenewSession)(nil),
+		(*StreamOperation_AcquireGroup)(nil),
+		(*StreamOperation_RenewGroup)(nil),
+		(*StreamOperation_ReleaseGroup)(nil),
 	}
-	file_coordinator_v1_coordinator_proto_msgTypes[10].OneofWrappers = []any{
+	file_coordinator_v1_coordinator_proto_msgTypes[18].OneofWrappers = []any{
 		(*StreamResult_Acquire)(nil),
 		(*StreamResult_Renew)(nil),
 		(*StreamResult_Release)(nil),
@@ -2922,6 +3590,9 @@ func file_coordinator_v1_coordinator_proto_init() {
 		(*StreamResult_Resign)(nil),
 		(*StreamResult_Error)(nil),
 		(*StreamResult_RenewSession)(nil),
+		(*StreamResult_AcquireGroup)(nil),
+		(*StreamResult_RenewGroup)(nil),
+		(*StreamResult_ReleaseGroup)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2929,7 +3600,7 @@ func file_coordinator_v1_coordinator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coordinator_v1_coordinator_proto_rawDesc), len(file_coordinator_v1_coordinator_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   34,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

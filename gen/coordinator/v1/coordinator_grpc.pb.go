@@ -23,6 +23,9 @@ const (
 	Coordinator_Renew_FullMethodName           = "/coordinator.v1.Coordinator/Renew"
 	Coordinator_Release_FullMethodName         = "/coordinator.v1.Coordinator/Release"
 	Coordinator_Stream_FullMethodName          = "/coordinator.v1.Coordinator/Stream"
+	Coordinator_AcquireGroup_FullMethodName    = "/coordinator.v1.Coordinator/AcquireGroup"
+	Coordinator_RenewGroup_FullMethodName      = "/coordinator.v1.Coordinator/RenewGroup"
+	Coordinator_ReleaseGroup_FullMethodName    = "/coordinator.v1.Coordinator/ReleaseGroup"
 	Coordinator_Describe_FullMethodName        = "/coordinator.v1.Coordinator/Describe"
 	Coordinator_List_FullMethodName            = "/coordinator.v1.Coordinator/List"
 	Coordinator_Campaign_FullMethodName        = "/coordinator.v1.Coordinator/Campaign"
@@ -115,8 +118,8 @@ type CoordinatorClient interface {
 	// Release gives a held lease up. Releasing a lease that is not held (any
 	// more) returns released=false, so it is safe to retry.
 	Release(ctx context.Context, in *ReleaseRequest, opts ...grpc.CallOption) (*ReleaseResponse, error)
-	// Stream carries acquire, renew, release, campaign, resign and
-	// renew-session operations for many leases over one stream: what a client
+	// Stream carries acquire, renew, release, campaign, resign,
+	// renew-session and group operations for many leases over one stream: what a client
 	// library uses instead of unary calls, since one stream costs less per
 	// operation than a call and lets the coordinator batch operations into
 	// one store round trip. Each
@@ -130,6 +133,30 @@ type CoordinatorClient interface {
 	// the waits; it does not release leases or end sessions, which expire
 	// unless renewed.
 	Stream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[StreamRequest, StreamResponse], error)
+	// AcquireGroup grants a group of names to holder all at once or not at
+	// all: each member is a name with its capacity and weight (so a lock, a
+	// semaphore's share and a read lock can be taken together), and each
+	// grant is a lease of its own with its name's fencing token. With wait > 0
+	// the group waits as TryAcquire does: its place is taken in the queue of
+	// every member at once, so a later request of one of its names that would
+	// not fit beside it waits behind it (a stream of TryAcquires of one name
+	// cannot starve a group), while requests of other names never wait for it;
+	// the group is granted when every member fits. Groups never deadlock,
+	// whatever order their members are listed in. A name listed twice is
+	// INVALID_FIELD "members"; a group has at most 32 members. Calling it again
+	// as the holder renews the leases it holds (same tokens). Release,
+	// RenewGroup and ReleaseGroup act on the group's leases; with session_id
+	// they live as long as the session. Describe shows a waiting group as a
+	// waiter on each of its names. docs/groups.md says what "at once" means on
+	// each store.
+	AcquireGroup(ctx context.Context, in *AcquireGroupRequest, opts ...grpc.CallOption) (*AcquireGroupResponse, error)
+	// RenewGroup extends every lease of a group to ttl from now, as Renew does
+	// each. When one of them is not held any more it fails with
+	// FailedPrecondition, reason LEASE_NOT_HELD, naming it: the group is lost.
+	RenewGroup(ctx context.Context, in *RenewGroupRequest, opts ...grpc.CallOption) (*RenewGroupResponse, error)
+	// ReleaseGroup gives up every lease of a group, as Release does each: safe
+	// to retry.
+	ReleaseGroup(ctx context.Context, in *ReleaseGroupRequest, opts ...grpc.CallOption) (*ReleaseGroupResponse, error)
 	// Describe reports a name's current lease (every holder of a semaphore,
 	// with its weight), its capacity, its waiters and the last token issued
 	// for it.
@@ -219,6 +246,36 @@ func (c *coordinatorClient) Stream(ctx context.Context, opts ...grpc.CallOption)
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Coordinator_StreamClient = grpc.BidiStreamingClient[StreamRequest, StreamResponse]
+
+func (c *coordinatorClient) AcquireGroup(ctx context.Context, in *AcquireGroupRequest, opts ...grpc.CallOption) (*AcquireGroupResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AcquireGroupResponse)
+	err := c.cc.Invoke(ctx, Coordinator_AcquireGroup_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorClient) RenewGroup(ctx context.Context, in *RenewGroupRequest, opts ...grpc.CallOption) (*RenewGroupResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RenewGroupResponse)
+	err := c.cc.Invoke(ctx, Coordinator_RenewGroup_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorClient) ReleaseGroup(ctx context.Context, in *ReleaseGroupRequest, opts ...grpc.CallOption) (*ReleaseGroupResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReleaseGroupResponse)
+	err := c.cc.Invoke(ctx, Coordinator_ReleaseGroup_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
 
 func (c *coordinatorClient) Describe(ctx context.Context, in *DescribeRequest, opts ...grpc.CallOption) (*DescribeResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
@@ -409,8 +466,8 @@ type CoordinatorServer interface {
 	// Release gives a held lease up. Releasing a lease that is not held (any
 	// more) returns released=false, so it is safe to retry.
 	Release(context.Context, *ReleaseRequest) (*ReleaseResponse, error)
-	// Stream carries acquire, renew, release, campaign, resign and
-	// renew-session operations for many leases over one stream: what a client
+	// Stream carries acquire, renew, release, campaign, resign,
+	// renew-session and group operations for many leases over one stream: what a client
 	// library uses instead of unary calls, since one stream costs less per
 	// operation than a call and lets the coordinator batch operations into
 	// one store round trip. Each
@@ -424,6 +481,30 @@ type CoordinatorServer interface {
 	// the waits; it does not release leases or end sessions, which expire
 	// unless renewed.
 	Stream(grpc.BidiStreamingServer[StreamRequest, StreamResponse]) error
+	// AcquireGroup grants a group of names to holder all at once or not at
+	// all: each member is a name with its capacity and weight (so a lock, a
+	// semaphore's share and a read lock can be taken together), and each
+	// grant is a lease of its own with its name's fencing token. With wait > 0
+	// the group waits as TryAcquire does: its place is taken in the queue of
+	// every member at once, so a later request of one of its names that would
+	// not fit beside it waits behind it (a stream of TryAcquires of one name
+	// cannot starve a group), while requests of other names never wait for it;
+	// the group is granted when every member fits. Groups never deadlock,
+	// whatever order their members are listed in. A name listed twice is
+	// INVALID_FIELD "members"; a group has at most 32 members. Calling it again
+	// as the holder renews the leases it holds (same tokens). Release,
+	// RenewGroup and ReleaseGroup act on the group's leases; with session_id
+	// they live as long as the session. Describe shows a waiting group as a
+	// waiter on each of its names. docs/groups.md says what "at once" means on
+	// each store.
+	AcquireGroup(context.Context, *AcquireGroupRequest) (*AcquireGroupResponse, error)
+	// RenewGroup extends every lease of a group to ttl from now, as Renew does
+	// each. When one of them is not held any more it fails with
+	// FailedPrecondition, reason LEASE_NOT_HELD, naming it: the group is lost.
+	RenewGroup(context.Context, *RenewGroupRequest) (*RenewGroupResponse, error)
+	// ReleaseGroup gives up every lease of a group, as Release does each: safe
+	// to retry.
+	ReleaseGroup(context.Context, *ReleaseGroupRequest) (*ReleaseGroupResponse, error)
 	// Describe reports a name's current lease (every holder of a semaphore,
 	// with its weight), its capacity, its waiters and the last token issued
 	// for it.
@@ -482,6 +563,15 @@ func (UnimplementedCoordinatorServer) Release(context.Context, *ReleaseRequest) 
 }
 func (UnimplementedCoordinatorServer) Stream(grpc.BidiStreamingServer[StreamRequest, StreamResponse]) error {
 	return status.Error(codes.Unimplemented, "method Stream not implemented")
+}
+func (UnimplementedCoordinatorServer) AcquireGroup(context.Context, *AcquireGroupRequest) (*AcquireGroupResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method AcquireGroup not implemented")
+}
+func (UnimplementedCoordinatorServer) RenewGroup(context.Context, *RenewGroupRequest) (*RenewGroupResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RenewGroup not implemented")
+}
+func (UnimplementedCoordinatorServer) ReleaseGroup(context.Context, *ReleaseGroupRequest) (*ReleaseGroupResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReleaseGroup not implemented")
 }
 func (UnimplementedCoordinatorServer) Describe(context.Context, *DescribeRequest) (*DescribeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Describe not implemented")
@@ -594,6 +684,60 @@ func _Coordinator_Stream_Handler(srv interface{}, stream grpc.ServerStream) erro
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Coordinator_StreamServer = grpc.BidiStreamingServer[StreamRequest, StreamResponse]
+
+func _Coordinator_AcquireGroup_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AcquireGroupRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).AcquireGroup(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_AcquireGroup_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).AcquireGroup(ctx, req.(*AcquireGroupRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Coordinator_RenewGroup_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RenewGroupRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).RenewGroup(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_RenewGroup_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).RenewGroup(ctx, req.(*RenewGroupRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Coordinator_ReleaseGroup_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReleaseGroupRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).ReleaseGroup(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_ReleaseGroup_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).ReleaseGroup(ctx, req.(*ReleaseGroupRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
 
 func _Coordinator_Describe_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(DescribeRequest)
@@ -786,6 +930,18 @@ var Coordinator_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Release",
 			Handler:    _Coordinator_Release_Handler,
+		},
+		{
+			MethodName: "AcquireGroup",
+			Handler:    _Coordinator_AcquireGroup_Handler,
+		},
+		{
+			MethodName: "RenewGroup",
+			Handler:    _Coordinator_RenewGroup_Handler,
+		},
+		{
+			MethodName: "ReleaseGroup",
+			Handler:    _Coordinator_ReleaseGroup_Handler,
 		},
 		{
 			MethodName: "Describe",

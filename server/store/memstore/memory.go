@@ -291,71 +291,107 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 // acquire is one attempt of Acquire; it returns a channel to wait on, and
 // then nothing changed, when a grant or renewal needs the bounds raised.
 func (s *Store) acquire(req store.AcquireRequest) (store.AcquireResult, <-chan struct{}, error) {
-	waiterTTL := req.WaiterTTL
-	if waiterTTL <= 0 {
-		waiterTTL = store.DefaultWaiterTTL
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.clock.Now()
 	s.sweepIfDue(now)
-	e := s.entry(req.Name)
-
-	// An attached grant lives as long as its session: its expiry is the
-	// session's, not now plus a TTL of its own.
-	ttl, expires := req.TTL, now.Add(req.TTL)
-	if req.Session != "" {
-		sess, err := s.liveSession(req.Session, req.SessionOwner, now)
-		if err != nil {
-			return store.AcquireResult{}, nil, fmt.Errorf("memstore: acquire %q in session %s: %w", req.Name, req.Session, err)
-		}
-		ttl, expires = sess.ttl, sess.expires
+	term, err := s.termOf(req.Session, req.SessionOwner, req.TTL, now)
+	if err != nil {
+		return store.AcquireResult{}, nil, fmt.Errorf("memstore: acquire %q in session %s: %w", req.Name, req.Session, err)
 	}
-	span := expires.Sub(now) + s.lockDelay
+	v, err := s.decide(req, now)
+	if err != nil || v.none {
+		return store.AcquireResult{}, nil, err
+	}
+	if !v.fits() {
+		s.refuse(req, v, now)
+		return v.refusal, nil, nil
+	}
+	token := uint64(0)
+	if v.mine == nil {
+		token = max(s.highest+1, clockToken(now))
+	}
+	if written, err := s.reserve(now, term.span(now, s.lockDelay), token); written != nil || err != nil {
+		return store.AcquireResult{}, written, err
+	}
+	return store.AcquireResult{Acquired: true, Lease: s.apply(req, v, term, token)}, nil, nil
+}
 
+// term is how long a grant lives: its own TTL, or its session's.
+type term struct {
+	ttl     time.Duration
+	expires time.Time
+	session string
+}
+
+// termOf is the term of a grant at now: an attached grant lives as long as
+// its session, not now plus a TTL of its own. Called with s.mu held.
+func (s *Store) termOf(session, owner string, ttl time.Duration, now time.Time) (term, error) {
+	if session == "" {
+		return term{ttl: ttl, expires: now.Add(ttl)}, nil
+	}
+	sess, err := s.liveSession(session, owner, now)
+	if err != nil {
+		return term{}, err
+	}
+	return term{ttl: sess.ttl, expires: sess.expires, session: session}, nil
+}
+
+// span is how long the bounds must cover a grant of the term: to its end
+// and lock delay.
+func (t term) span(now time.Time, lockDelay time.Duration) time.Duration {
+	return t.expires.Sub(now) + lockDelay
+}
+
+// verdict is what an acquisition of one name would do at now, decided
+// without changing the name but for what any call may do (dropping grants
+// whose lock delay ended and dead waiters, and taking the request's
+// capacity while nobody holds or waits).
+type verdict struct {
+	e *entry
+	// mine is the caller's live grant, renewed when the request fits.
+	mine *grant
+	// refusal is the answer when the request does not fit; zero when it
+	// fits.
+	refusal store.AcquireResult
+	refused bool
+	// none: a renewal of a token the caller does not hold, refused without
+	// a place in the queue.
+	none bool
+}
+
+func (v verdict) fits() bool { return !v.refused }
+
+// decide decides req at now. Called with s.mu held.
+func (s *Store) decide(req store.AcquireRequest, now time.Time) (verdict, error) {
 	capacity, weight := req.CapacityOrDefault(), req.WeightOrDefault()
 	if capacity > store.MaxCapacity || weight > capacity {
-		return store.AcquireResult{}, nil, fmt.Errorf("memstore: acquire %q: weight %d, capacity %d: want 1 <= weight <= capacity <= %d",
+		return verdict{}, fmt.Errorf("memstore: acquire %q: weight %d, capacity %d: want 1 <= weight <= capacity <= %d",
 			req.Name, weight, capacity, store.MaxCapacity)
 	}
+	e := s.entry(req.Name)
 	e.sweep(now, s.lockDelay)
 	mine := e.grants[req.Holder]
 	if req.Token != 0 && (mine == nil || !mine.live(now) || mine.token != req.Token) {
-		return store.AcquireResult{}, nil, nil
+		return verdict{none: true}, nil
 	}
 	if capacity != e.cap() {
 		if e.queue.pruneAll(now) {
 			s.changes.Publish(req.Name, store.Change{})
 		}
 		if len(e.grants) > 0 || e.queue.len() > 0 {
-			return store.AcquireResult{}, nil, &store.CapacityError{Name: req.Name, Have: e.cap(), Asked: capacity}
+			return verdict{}, &store.CapacityError{Name: req.Name, Have: e.cap(), Asked: capacity}
 		}
 		e.capacity = capacity
 	}
 	if mine != nil && mine.live(now) {
-		if written, err := s.reserve(now, span, 0); written != nil || err != nil {
-			return store.AcquireResult{}, written, err
-		}
-		revalued := !req.KeepValue && !bytes.Equal(mine.value, req.Value)
-		if revalued {
-			mine.value = bytes.Clone(req.Value)
-		}
-		mine.ttl, mine.expires = ttl, expires
-		s.attach(mine, req.Name, req.Session)
-		e.usedUntil = e.lastEnd(s.lockDelay)
-		e.queue.dequeue(req.Waiter)
-		if revalued {
-			s.changes.Publish(req.Name, store.Change{})
-		}
-		return store.AcquireResult{Acquired: true, Lease: mine.lease(req.Name)}, nil, nil
+		return verdict{e: e, mine: mine}, nil
 	}
-
 	if e.queue.pruneHead(now) {
 		s.changes.Publish(req.Name, store.Change{})
 	}
-	refuse := func(retryAt time.Time, lease store.Lease) (store.AcquireResult, <-chan struct{}, error) {
-		e.queue.enqueue(req.Waiter, weight, now.Add(waiterTTL))
-		return store.AcquireResult{Lease: lease, RetryAt: retryAt.Round(0)}, nil, nil
+	refuse := func(retryAt time.Time, lease store.Lease) (verdict, error) {
+		return verdict{e: e, refused: true, refusal: store.AcquireResult{Lease: lease, RetryAt: retryAt.Round(0)}}, nil
 	}
 	switch {
 	case mine != nil: // in its lock delay: it keeps its weight, and the holder waits as anyone would
@@ -367,28 +403,143 @@ func (s *Store) acquire(req store.AcquireRequest) (store.AcquireResult, <-chan s
 	case !e.queue.fits(req.Waiter, now, e.cap()-e.used-weight):
 		return refuse(time.Time{}, store.Lease{})
 	case len(e.grants) >= req.MaxHoldersOrDefault():
-		return store.AcquireResult{}, nil, &store.HolderLimitError{Name: req.Name, Limit: req.MaxHoldersOrDefault()}
+		return verdict{}, &store.HolderLimitError{Name: req.Name, Limit: req.MaxHoldersOrDefault()}
 	}
-	// Above every token issued before, so that tokens keep increasing after
-	// the name was forgotten and across a restart (s.highest starts at the
-	// previous run's token bound), and never below the clock in
-	// microseconds, so that they do without persistence too.
-	token := max(s.highest+1, clockToken(now))
-	if written, err := s.reserve(now, span, token); written != nil || err != nil {
-		return store.AcquireResult{}, written, err
+	return verdict{e: e}, nil
+}
+
+// refuse queues req's waiter, if any, on v's name, or refreshes its place.
+// Called with s.mu held.
+func (s *Store) refuse(req store.AcquireRequest, v verdict, now time.Time) {
+	waiterTTL := req.WaiterTTL
+	if waiterTTL <= 0 {
+		waiterTTL = store.DefaultWaiterTTL
+	}
+	v.e.queue.enqueue(req.Waiter, req.WeightOrDefault(), now.Add(waiterTTL))
+}
+
+// apply grants req, which fits (v), for the term: it renews the caller's
+// grant (token 0), or grants anew under token, which is above every token
+// issued before (s.highest starts at the previous run's token bound, so
+// tokens keep increasing after a name was forgotten and across a restart)
+// and never below the clock in microseconds, so that they do without
+// persistence too. Called with s.mu held, the bounds reserved.
+func (s *Store) apply(req store.AcquireRequest, v verdict, t term, token uint64) store.Lease {
+	e := v.e
+	if mine := v.mine; mine != nil {
+		revalued := !req.KeepValue && !bytes.Equal(mine.value, req.Value)
+		if revalued {
+			mine.value = bytes.Clone(req.Value)
+		}
+		mine.ttl, mine.expires = t.ttl, t.expires
+		s.attach(mine, req.Name, t.session)
+		e.usedUntil = e.lastEnd(s.lockDelay)
+		e.queue.dequeue(req.Waiter)
+		if revalued {
+			s.changes.Publish(req.Name, store.Change{})
+		}
+		return mine.lease(req.Name)
 	}
 	e.queue.dequeue(req.Waiter)
 	s.highest, e.lastToken = token, token
-	g := &grant{holder: req.Holder, token: token, weight: weight, value: bytes.Clone(req.Value), ttl: ttl, expires: expires}
-	s.attach(g, req.Name, req.Session)
+	g := &grant{holder: req.Holder, token: token, weight: req.WeightOrDefault(), value: bytes.Clone(req.Value), ttl: t.ttl, expires: t.expires}
+	s.attach(g, req.Name, t.session)
 	if e.grants == nil {
 		e.grants = map[string]*grant{}
 	}
 	e.grants[req.Holder] = g
-	e.used += weight
+	e.used += g.weight
 	e.usedUntil = e.lastEnd(s.lockDelay)
 	s.changes.Publish(req.Name, store.Change{Granted: token})
-	return store.AcquireResult{Acquired: true, Lease: g.lease(req.Name)}, nil, nil
+	return g.lease(req.Name)
+}
+
+// AcquireGroup implements store.Leases in one state change: every member
+// is decided as Acquire would decide it alone, then all are granted, or
+// none and the group is queued on every member.
+func (s *Store) AcquireGroup(ctx context.Context, req store.GroupRequest) (store.GroupResult, error) {
+	if err := ctx.Err(); err != nil {
+		return store.GroupResult{}, err
+	}
+	if err := store.CheckGroup(req); err != nil {
+		return store.GroupResult{}, fmt.Errorf("memstore: %w", err)
+	}
+	if wait := s.quarantineEnd.Sub(s.clock.Now()); wait > 0 {
+		return store.GroupResult{}, &store.QuarantineError{RetryAfter: wait.Truncate(time.Millisecond) + time.Millisecond}
+	}
+	for {
+		res, written, err := s.acquireGroup(req)
+		if written == nil {
+			return res, err
+		}
+		if err := waitWrite(ctx, written); err != nil {
+			return store.GroupResult{}, err
+		}
+	}
+}
+
+// acquireGroup is one attempt of AcquireGroup, as acquire is of Acquire.
+func (s *Store) acquireGroup(req store.GroupRequest) (store.GroupResult, <-chan struct{}, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.clock.Now()
+	s.sweepIfDue(now)
+	t, err := s.termOf(req.Session, req.SessionOwner, req.TTL, now)
+	if err != nil {
+		return store.GroupResult{}, nil, fmt.Errorf("memstore: acquire group of %q in session %s: %w", req.Members[0].Name, req.Session, err)
+	}
+	verdicts := make([]verdict, len(req.Members))
+	refused, fresh := false, 0
+	for i := range req.Members {
+		v, err := s.decide(req.Request(i), now)
+		if err != nil {
+			return store.GroupResult{}, nil, err
+		}
+		verdicts[i] = v
+		refused = refused || v.refused
+		if v.mine == nil {
+			fresh++
+		}
+	}
+	if refused {
+		res := store.GroupResult{Members: make([]store.AcquireResult, len(verdicts))}
+		for i, v := range verdicts {
+			s.refuse(req.Request(i), v, now)
+			res.Members[i] = v.refusal
+			if v.fits() {
+				res.Members[i].Acquired = true
+			}
+		}
+		return res, nil, nil
+	}
+	first := max(s.highest+1, clockToken(now))
+	if written, err := s.reserve(now, t.span(now, s.lockDelay), first+uint64(fresh)); written != nil || err != nil {
+		return store.GroupResult{}, written, err
+	}
+	res := store.GroupResult{Acquired: true, Leases: make([]store.Lease, len(verdicts))}
+	for i, v := range verdicts {
+		token := uint64(0)
+		if v.mine == nil {
+			token = max(s.highest+1, clockToken(now))
+		}
+		res.Leases[i] = s.apply(req.Request(i), v, t, token)
+	}
+	return res, nil, nil
+}
+
+// ReleaseGroup implements store.Leases in one state change.
+func (s *Store) ReleaseGroup(ctx context.Context, holder string, leases []store.GroupLease) ([]bool, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.clock.Now()
+	released := make([]bool, len(leases))
+	for i, l := range leases {
+		released[i] = s.release(l.Name, holder, l.Token, now)
+	}
+	return released, nil
 }
 
 // Renew implements store.Leases.
@@ -440,20 +591,25 @@ func (s *Store) Release(ctx context.Context, name, holder string, token uint64) 
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := s.clock.Now()
+	return s.release(name, holder, token, s.clock.Now()), nil
+}
+
+// release ends (holder, token)'s grant of name, if it holds it. Called
+// with s.mu held.
+func (s *Store) release(name, holder string, token uint64, now time.Time) bool {
 	e, ok := s.names[name]
 	if !ok {
-		return false, nil
+		return false
 	}
 	g := e.grants[holder]
 	if g == nil || !g.live(now) || g.token != token {
-		return false, nil
+		return false
 	}
 	delete(e.grants, holder)
 	e.used -= g.weight
 	e.usedUntil = later(now, e.lastEnd(s.lockDelay))
 	s.changes.Publish(name, store.Change{Released: token})
-	return true, nil
+	return true
 }
 
 // Dequeue implements store.Leases.

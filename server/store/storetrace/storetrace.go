@@ -40,11 +40,14 @@ const (
 	scriptWatch
 	scriptPing
 	scriptSession
+	scriptAcquireGroup
+	scriptReleaseGroup
 	numScripts
 )
 
 var scriptNames = [numScripts]string{
 	"acquire", "renew", "release", "dequeue", "refresh_waiters", "describe", "list", "watch", "ping", "session",
+	"acquire_group", "release_group",
 }
 
 // spanNames are "store " + the script, made once.
@@ -156,6 +159,32 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 	}
 	end(span, outcome, err)
 	return res, err
+}
+
+// AcquireGroup implements store.Leases: one span, naming the first member.
+func (s *Store) AcquireGroup(ctx context.Context, req store.GroupRequest) (store.GroupResult, error) {
+	if !traced(ctx) || len(req.Members) == 0 {
+		return s.Store.AcquireGroup(ctx, req)
+	}
+	ctx, span := s.start(ctx, scriptAcquireGroup, req.Members[0].Name)
+	res, err := s.Store.AcquireGroup(ctx, req)
+	outcome := "not_acquired"
+	if err == nil && res.Acquired {
+		outcome = "acquired"
+	}
+	end(span, outcome, err)
+	return res, err
+}
+
+// ReleaseGroup implements store.Leases: one span, naming the first lease.
+func (s *Store) ReleaseGroup(ctx context.Context, holder string, leases []store.GroupLease) ([]bool, error) {
+	if !traced(ctx) || len(leases) == 0 {
+		return s.Store.ReleaseGroup(ctx, holder, leases)
+	}
+	ctx, span := s.start(ctx, scriptReleaseGroup, leases[0].Name)
+	released, err := s.Store.ReleaseGroup(ctx, holder, leases)
+	end(span, "released", err)
+	return released, err
 }
 
 // Renew implements store.Leases.

@@ -15,7 +15,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file coordinator/v1/coordinator.proto.
  */
 export const file_coordinator_v1_coordinator: GenFile = /*@__PURE__*/
-  fileDesc("CiBjb29yZGluYXRvci92MS9jb29yZGluYXRvci5wcm90bxIOY29vcmRpbmF0b3IudjEivwEKBUxlYXNlEgwKBG5hbWUYASABKAkSDgoGaG9sZGVyGAIgASgJEg0KBXRva2VuGAMgASgEEiYKA3R0bBgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIuCgpleHBpcmVzX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBINCgV2YWx1ZRgGIAEoDBIOCgZ3ZWlnaHQYByABKA0SEgoKc2Vzc2lvbl9pZBgIIAEoCSKZAgoRVHJ5QWNxdWlyZVJlcXVlc3QSGQoEbmFtZRgBIAEoCUILyvMYBwgBEIACGAISGwoGaG9sZGVyGAIgASgJQgvK8xgHCAEQgAEYARJFCgN0dGwYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb25CHcrzGBkIASBkMhNDT09SRElOQVRPUl9NQVhfVFRMEjEKBHdhaXQYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb25CCMrzGAQo4KcSEhoKCGNhcGFjaXR5GAUgASgNQgjK8xgEOMCEPRIYCgZ3ZWlnaHQYBiABKA1CCMrzGAQ4wIQ9EhwKCnNlc3Npb25faWQYByABKAlCCMrzGAQQQBgBIowBChJUcnlBY3F1aXJlUmVzcG9uc2USEAoIYWNxdWlyZWQYASABKAgSJAoFbGVhc2UYAiABKAsyFS5jb29yZGluYXRvci52MS5MZWFzZRIOCgZob2xkZXIYAyABKAkSLgoLcmV0cnlfYWZ0ZXIYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24ipAEKDFJlbmV3UmVxdWVzdBIZCgRuYW1lGAEgASgJQgvK8xgHCAEQgAIYAhIbCgZob2xkZXIYAiABKAlCC8rzGAcIARCAARgBEhUKBXRva2VuGAMgASgEQgbK8xgCCAESRQoDdHRsGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uQh3K8xgZCAEgZDITQ09PUkRJTkFUT1JfTUFYX1RUTCI1Cg1SZW5ld1Jlc3BvbnNlEiQKBWxlYXNlGAEgASgLMhUuY29vcmRpbmF0b3IudjEuTGVhc2UiXwoOUmVsZWFzZVJlcXVlc3QSGQoEbmFtZRgBIAEoCUILyvMYBwgBEIACGAISGwoGaG9sZGVyGAIgASgJQgvK8xgHCAEQgAEYARIVCgV0b2tlbhgDIAEoBEIGyvMYAggBIiMKD1JlbGVhc2VSZXNwb25zZRIQCghyZWxlYXNlZBgBIAEoCCJNCg1TdHJlYW1SZXF1ZXN0EjwKCm9wZXJhdGlvbnMYASADKAsyHy5jb29yZGluYXRvci52MS5TdHJlYW1PcGVyYXRpb25CB8rzGAM46AciuQMKD1N0cmVhbU9wZXJhdGlvbhIKCgJpZBgBIAEoBBI0CgdhY3F1aXJlGAIgASgLMiEuY29vcmRpbmF0b3IudjEuVHJ5QWNxdWlyZVJlcXVlc3RIABItCgVyZW5ldxgDIAEoCzIcLmNvb3JkaW5hdG9yLnYxLlJlbmV3UmVxdWVzdEgAEjEKB3JlbGVhc2UYBCABKAsyHi5jb29yZGluYXRvci52MS5SZWxlYXNlUmVxdWVzdEgAEjMKCGNhbXBhaWduGAUgASgLMh8uY29vcmRpbmF0b3IudjEuQ2FtcGFpZ25SZXF1ZXN0SAASLwoGcmVzaWduGAYgASgLMh0uY29vcmRpbmF0b3IudjEuUmVzaWduUmVxdWVzdEgAEhAKBmNhbmNlbBgHIAEoBEgAEjwKDXJlbmV3X3Nlc3Npb24YCiABKAsyIy5jb29yZGluYXRvci52MS5SZW5ld1Nlc3Npb25SZXF1ZXN0SAASHwoMdHJhY2VfcGFyZW50GAggASgJQgnK8xgFEIACGAESHgoLdHJhY2Vfc3RhdGUYCSABKAlCCcrzGAUQgAQYAUILCglvcGVyYXRpb24iPwoOU3RyZWFtUmVzcG9uc2USLQoHcmVzdWx0cxgBIAMoCzIcLmNvb3JkaW5hdG9yLnYxLlN0cmVhbVJlc3VsdCKLAwoMU3RyZWFtUmVzdWx0EgoKAmlkGAEgASgEEjUKB2FjcXVpcmUYAiABKAsyIi5jb29yZGluYXRvci52MS5UcnlBY3F1aXJlUmVzcG9uc2VIABIuCgVyZW5ldxgDIAEoCzIdLmNvb3JkaW5hdG9yLnYxLlJlbmV3UmVzcG9uc2VIABIyCgdyZWxlYXNlGAQgASgLMh8uY29vcmRpbmF0b3IudjEuUmVsZWFzZVJlc3BvbnNlSAASNAoIY2FtcGFpZ24YBSABKAsyIC5jb29yZGluYXRvci52MS5DYW1wYWlnblJlc3BvbnNlSAASMAoGcmVzaWduGAYgASgLMh4uY29vcmRpbmF0b3IudjEuUmVzaWduUmVzcG9uc2VIABIjCgVlcnJvchgHIAEoCzISLmdvb2dsZS5ycGMuU3RhdHVzSAASPQoNcmVuZXdfc2Vzc2lvbhgIIAEoCzIkLmNvb3JkaW5hdG9yLnYxLlJlbmV3U2Vzc2lvblJlc3BvbnNlSABCCAoGcmVzdWx0IiwKD0Rlc2NyaWJlUmVxdWVzdBIZCgRuYW1lGAEgASgJQgvK8xgHCAEQgAIYAiK9AQoQRGVzY3JpYmVSZXNwb25zZRIMCgRoZWxkGAEgASgIEiQKBWxlYXNlGAIgASgLMhUuY29vcmRpbmF0b3IudjEuTGVhc2USJgoHaG9sZGVycxgFIAMoCzIVLmNvb3JkaW5hdG9yLnYxLkxlYXNlEhAKCGNhcGFjaXR5GAYgASgNEhYKDndhaXRpbmdfd2VpZ2h0GAcgASgEEhIKCmxhc3RfdG9rZW4YAyABKAQSDwoHd2FpdGVycxgEIAEoDSJYCgtMaXN0UmVxdWVzdBIZCgZwcmVmaXgYASABKAlCCcrzGAUQgAIYAxIaCglwYWdlX3NpemUYAiABKAVCB8rzGAM46AcSEgoKcGFnZV90b2tlbhgDIAEoCSJOCgxMaXN0UmVzcG9uc2USJQoGbGVhc2VzGAEgAygLMhUuY29vcmRpbmF0b3IudjEuTGVhc2USFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJInoKBkxlYWRlchIQCghlbGVjdGlvbhgBIAEoCRIRCgljYW5kaWRhdGUYAiABKAkSDQoFdmFsdWUYAyABKAwSDAoEdGVybRgEIAEoBBIuCgpleHBpcmVzX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKPAgoPQ2FtcGFpZ25SZXF1ZXN0Eh0KCGVsZWN0aW9uGAEgASgJQgvK8xgHCAEQgAIYAhIeCgljYW5kaWRhdGUYAiABKAlCC8rzGAcIARCAARgBEhcKBXZhbHVlGAMgASgMQgjK8xgEEICABBJFCgN0dGwYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb25CHcrzGBkIASBkMhNDT09SRElOQVRPUl9NQVhfVFRMEjEKBHdhaXQYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb25CCMrzGAQo4KcSEgwKBHRlcm0YBiABKAQSHAoKc2Vzc2lvbl9pZBgHIAEoCUIIyvMYBBBAGAEiewoQQ2FtcGFpZ25SZXNwb25zZRIPCgdlbGVjdGVkGAEgASgIEiYKBmxlYWRlchgCIAEoCzIWLmNvb3JkaW5hdG9yLnYxLkxlYWRlchIuCgtyZXRyeV9hZnRlchgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJkCg1SZXNpZ25SZXF1ZXN0Eh0KCGVsZWN0aW9uGAEgASgJQgvK8xgHCAEQgAIYAhIeCgljYW5kaWRhdGUYAiABKAlCC8rzGAcIARCAARgBEhQKBHRlcm0YAyABKARCBsrzGAIIASIiCg5SZXNpZ25SZXNwb25zZRIQCghyZXNpZ25lZBgBIAEoCCIuCg1MZWFkZXJSZXF1ZXN0Eh0KCGVsZWN0aW9uGAEgASgJQgvK8xgHCAEQgAIYAiJMCg5MZWFkZXJSZXNwb25zZRISCgpoYXNfbGVhZGVyGAEgASgIEiYKBmxlYWRlchgCIAEoCzIWLmNvb3JkaW5hdG9yLnYxLkxlYWRlciIvCg5PYnNlcnZlUmVxdWVzdBIdCghlbGVjdGlvbhgBIAEoCUILyvMYBwgBEIACGAIiTgoPT2JzZXJ2ZVJlc3BvbnNlEioKBWV2ZW50GAEgASgLMhsuY29vcmRpbmF0b3IudjEuTGVhZGVyRXZlbnQSDwoHaW5pdGlhbBgCIAEoCCKHAgoLTGVhZGVyRXZlbnQSLgoEa2luZBgBIAEoDjIgLmNvb3JkaW5hdG9yLnYxLkxlYWRlckV2ZW50LktpbmQSJgoGbGVhZGVyGAIgASgLMhYuY29vcmRpbmF0b3IudjEuTGVhZGVyEiYKB2hvbGRlcnMYAyADKAsyFS5jb29yZGluYXRvci52MS5MZWFzZRIQCghjYXBhY2l0eRgEIAEoDSJmCgRLaW5kEhQKEEtJTkRfVU5TUEVDSUZJRUQQABIQCgxLSU5EX0VMRUNURUQQARITCg9LSU5EX1BST0NMQUlNRUQQAhIPCgtLSU5EX1ZBQ0FOVBADEhAKDEtJTkRfSE9MREVSUxAEIm0KB1Nlc3Npb24SCgoCaWQYASABKAkSJgoDdHRsGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEi4KCmV4cGlyZXNfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIl0KFENyZWF0ZVNlc3Npb25SZXF1ZXN0EkUKA3R0bBgBIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbkIdyvMYGQgBIGQyE0NPT1JESU5BVE9SX01BWF9UVEwiQQoVQ3JlYXRlU2Vzc2lvblJlc3BvbnNlEigKB3Nlc3Npb24YASABKAsyFy5jb29yZGluYXRvci52MS5TZXNzaW9uIjUKE1JlbmV3U2Vzc2lvblJlcXVlc3QSHgoKc2Vzc2lvbl9pZBgBIAEoCUIKyvMYBggBEEAYASJAChRSZW5ld1Nlc3Npb25SZXNwb25zZRIoCgdzZXNzaW9uGAEgASgLMhcuY29vcmRpbmF0b3IudjEuU2Vzc2lvbiI1ChNDbG9zZVNlc3Npb25SZXF1ZXN0Eh4KCnNlc3Npb25faWQYASABKAlCCsrzGAYIARBAGAEiFgoUQ2xvc2VTZXNzaW9uUmVzcG9uc2UiOAoWRGVzY3JpYmVTZXNzaW9uUmVxdWVzdBIeCgpzZXNzaW9uX2lkGAEgASgJQgrK8xgGCAEQQBgBIlIKF0Rlc2NyaWJlU2Vzc2lvblJlc3BvbnNlEigKB3Nlc3Npb24YASABKAsyFy5jb29yZGluYXRvci52MS5TZXNzaW9uEg0KBW5hbWVzGAIgAygJKrECCgtFcnJvclJlYXNvbhIcChhFUlJPUl9SRUFTT05fVU5TUEVDSUZJRUQQABIYCg5MRUFTRV9OT1RfSEVMRBABGgTY8xgBEhgKFERBVEFfTE9TU19RVUFSQU5USU5FEAISFQoRU1RPUkVfVU5BVkFJTEFCTEUQAxIXCg1JTlZBTElEX0ZJRUxEEAQaBNjzGAESGwoRUEVSTUlTU0lPTl9ERU5JRUQQBRoE2PMYARIVChFDQVBBQ0lUWV9NSVNNQVRDSBAGEhsKEVNFU1NJT05fTk9UX0ZPVU5EEAcaBNjzGAESGQoPU0VTU0lPTl9FWFBJUkVEEAgaBNjzGAESGAoOU0VTU0lPTl9DTE9TRUQQCRoE2PMYARIaChBMRUFTRV9JTl9TRVNTSU9OEAoaBNjzGAEqPAoKUldDYXBhY2l0eRIbChdSV19DQVBBQ0lUWV9VTlNQRUNJRklFRBAAEhEKC1JXX0NBUEFDSVRZEMCEPTLTCQoLQ29vcmRpbmF0b3ISUwoKVHJ5QWNxdWlyZRIhLmNvb3JkaW5hdG9yLnYxLlRyeUFjcXVpcmVSZXF1ZXN0GiIuY29vcmRpbmF0b3IudjEuVHJ5QWNxdWlyZVJlc3BvbnNlEkQKBVJlbmV3EhwuY29vcmRpbmF0b3IudjEuUmVuZXdSZXF1ZXN0Gh0uY29vcmRpbmF0b3IudjEuUmVuZXdSZXNwb25zZRJKCgdSZWxlYXNlEh4uY29vcmRpbmF0b3IudjEuUmVsZWFzZVJlcXVlc3QaHy5jb29yZGluYXRvci52MS5SZWxlYXNlUmVzcG9uc2USSwoGU3RyZWFtEh0uY29vcmRpbmF0b3IudjEuU3RyZWFtUmVxdWVzdBoeLmNvb3JkaW5hdG9yLnYxLlN0cmVhbVJlc3BvbnNlKAEwARJNCghEZXNjcmliZRIfLmNvb3JkaW5hdG9yLnYxLkRlc2NyaWJlUmVxdWVzdBogLmNvb3JkaW5hdG9yLnYxLkRlc2NyaWJlUmVzcG9uc2USQQoETGlzdBIbLmNvb3JkaW5hdG9yLnYxLkxpc3RSZXF1ZXN0GhwuY29vcmRpbmF0b3IudjEuTGlzdFJlc3BvbnNlEk0KCENhbXBhaWduEh8uY29vcmRpbmF0b3IudjEuQ2FtcGFpZ25SZXF1ZXN0GiAuY29vcmRpbmF0b3IudjEuQ2FtcGFpZ25SZXNwb25zZRJHCgZSZXNpZ24SHS5jb29yZGluYXRvci52MS5SZXNpZ25SZXF1ZXN0Gh4uY29vcmRpbmF0b3IudjEuUmVzaWduUmVzcG9uc2USRwoGTGVhZGVyEh0uY29vcmRpbmF0b3IudjEuTGVhZGVyUmVxdWVzdBoeLmNvb3JkaW5hdG9yLnYxLkxlYWRlclJlc3BvbnNlEkwKB09ic2VydmUSHi5jb29yZGluYXRvci52MS5PYnNlcnZlUmVxdWVzdBofLmNvb3JkaW5hdG9yLnYxLk9ic2VydmVSZXNwb25zZTABElwKDUNyZWF0ZVNlc3Npb24SJC5jb29yZGluYXRvci52MS5DcmVhdGVTZXNzaW9uUmVxdWVzdBolLmNvb3JkaW5hdG9yLnYxLkNyZWF0ZVNlc3Npb25SZXNwb25zZRJZCgxSZW5ld1Nlc3Npb24SIy5jb29yZGluYXRvci52MS5SZW5ld1Nlc3Npb25SZXF1ZXN0GiQuY29vcmRpbmF0b3IudjEuUmVuZXdTZXNzaW9uUmVzcG9uc2USWQoMQ2xvc2VTZXNzaW9uEiMuY29vcmRpbmF0b3IudjEuQ2xvc2VTZXNzaW9uUmVxdWVzdBokLmNvb3JkaW5hdG9yLnYxLkNsb3NlU2Vzc2lvblJlc3BvbnNlEmIKD0Rlc2NyaWJlU2Vzc2lvbhImLmNvb3JkaW5hdG9yLnYxLkRlc2NyaWJlU2Vzc2lvblJlcXVlc3QaJy5jb29yZGluYXRvci52MS5EZXNjcmliZVNlc3Npb25SZXNwb25zZRpX0vMYUwiYdRDQDxgcIGQwMjjQD0AUSANQClgFYBloCnAKeDKAATKIAeDUA5ABZJgBsOoBoAEBqgEFDggKBAGyAQUBBA4CDboBDmNvb3JkaW5hdG9yLnYxQklaR2dpdGh1Yi5jb20vY29vcmRpbmF0b3ItZGV2L2Nvb3JkaW5hdG9yL2dlbi9jb29yZGluYXRvci92MTtjb29yZGluYXRvcnYxYgZwcm90bzM", [file_coordinator_v1_rules, file_google_protobuf_duration, file_google_protobuf_timestamp, file_google_rpc_status]);
+  fileDesc("CiBjb29yZGluYXRvci92MS9jb29yZGluYXRvci5wcm90bxIOY29vcmRpbmF0b3IudjEivwEKBUxlYXNlEgwKBG5hbWUYASABKAkSDgoGaG9sZGVyGAIgASgJEg0KBXRva2VuGAMgASgEEiYKA3R0bBgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIuCgpleHBpcmVzX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBINCgV2YWx1ZRgGIAEoDBIOCgZ3ZWlnaHQYByABKA0SEgoKc2Vzc2lvbl9pZBgIIAEoCSKZAgoRVHJ5QWNxdWlyZVJlcXVlc3QSGQoEbmFtZRgBIAEoCUILyvMYBwgBEIACGAISGwoGaG9sZGVyGAIgASgJQgvK8xgHCAEQgAEYARJFCgN0dGwYAyABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb25CHcrzGBkIASBkMhNDT09SRElOQVRPUl9NQVhfVFRMEjEKBHdhaXQYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb25CCMrzGAQo4KcSEhoKCGNhcGFjaXR5GAUgASgNQgjK8xgEOMCEPRIYCgZ3ZWlnaHQYBiABKA1CCMrzGAQ4wIQ9EhwKCnNlc3Npb25faWQYByABKAlCCMrzGAQQQBgBIowBChJUcnlBY3F1aXJlUmVzcG9uc2USEAoIYWNxdWlyZWQYASABKAgSJAoFbGVhc2UYAiABKAsyFS5jb29yZGluYXRvci52MS5MZWFzZRIOCgZob2xkZXIYAyABKAkSLgoLcmV0cnlfYWZ0ZXIYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24ipAEKDFJlbmV3UmVxdWVzdBIZCgRuYW1lGAEgASgJQgvK8xgHCAEQgAIYAhIbCgZob2xkZXIYAiABKAlCC8rzGAcIARCAARgBEhUKBXRva2VuGAMgASgEQgbK8xgCCAESRQoDdHRsGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uQh3K8xgZCAEgZDITQ09PUkRJTkFUT1JfTUFYX1RUTCI1Cg1SZW5ld1Jlc3BvbnNlEiQKBWxlYXNlGAEgASgLMhUuY29vcmRpbmF0b3IudjEuTGVhc2UiXwoOUmVsZWFzZVJlcXVlc3QSGQoEbmFtZRgBIAEoCUILyvMYBwgBEIACGAISGwoGaG9sZGVyGAIgASgJQgvK8xgHCAEQgAEYARIVCgV0b2tlbhgDIAEoBEIGyvMYAggBIiMKD1JlbGVhc2VSZXNwb25zZRIQCghyZWxlYXNlZBgBIAEoCCJeCgtHcm91cE1lbWJlchIZCgRuYW1lGAEgASgJQgvK8xgHCAEQgAIYAhIaCghjYXBhY2l0eRgCIAEoDUIIyvMYBDjAhD0SGAoGd2VpZ2h0GAMgASgNQgjK8xgEOMCEPSKCAgoTQWNxdWlyZUdyb3VwUmVxdWVzdBI2CgdtZW1iZXJzGAEgAygLMhsuY29vcmRpbmF0b3IudjEuR3JvdXBNZW1iZXJCCMrzGAQIATggEhsKBmhvbGRlchgCIAEoCUILyvMYBwgBEIABGAESRQoDdHRsGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uQh3K8xgZCAEgZDITQ09PUkRJTkFUT1JfTUFYX1RUTBIxCgR3YWl0GAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uQgjK8xgEKOCnEhIcCgpzZXNzaW9uX2lkGAUgASgJQgjK8xgEEEAYASKlAQoUQWNxdWlyZUdyb3VwUmVzcG9uc2USEAoIYWNxdWlyZWQYASABKAgSJQoGbGVhc2VzGAIgAygLMhUuY29vcmRpbmF0b3IudjEuTGVhc2USFAoMYmxvY2tlZF9uYW1lGAMgASgJEg4KBmhvbGRlchgEIAEoCRIuCgtyZXRyeV9hZnRlchgFIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiI+CgpHcm91cExlYXNlEhkKBG5hbWUYASABKAlCC8rzGAcIARCAAhgCEhUKBXRva2VuGAIgASgEQgbK8xgCCAEirQEKEVJlbmV3R3JvdXBSZXF1ZXN0EhsKBmhvbGRlchgBIAEoCUILyvMYBwgBEIABGAESNAoGbGVhc2VzGAIgAygLMhouY29vcmRpbmF0b3IudjEuR3JvdXBMZWFzZUIIyvMYBAgBOCASRQoDdHRsGAMgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uQh3K8xgZCAEgZDITQ09PUkRJTkFUT1JfTUFYX1RUTCI7ChJSZW5ld0dyb3VwUmVzcG9uc2USJQoGbGVhc2VzGAEgAygLMhUuY29vcmRpbmF0b3IudjEuTGVhc2UiaAoTUmVsZWFzZUdyb3VwUmVxdWVzdBIbCgZob2xkZXIYASABKAlCC8rzGAcIARCAARgBEjQKBmxlYXNlcxgCIAMoCzIaLmNvb3JkaW5hdG9yLnYxLkdyb3VwTGVhc2VCCMrzGAQIATggIigKFFJlbGVhc2VHcm91cFJlc3BvbnNlEhAKCHJlbGVhc2VkGAEgASgIIk0KDVN0cmVhbVJlcXVlc3QSPAoKb3BlcmF0aW9ucxgBIAMoCzIfLmNvb3JkaW5hdG9yLnYxLlN0cmVhbU9wZXJhdGlvbkIHyvMYAzjoByLvBAoPU3RyZWFtT3BlcmF0aW9uEgoKAmlkGAEgASgEEjQKB2FjcXVpcmUYAiABKAsyIS5jb29yZGluYXRvci52MS5UcnlBY3F1aXJlUmVxdWVzdEgAEi0KBXJlbmV3GAMgASgLMhwuY29vcmRpbmF0b3IudjEuUmVuZXdSZXF1ZXN0SAASMQoHcmVsZWFzZRgEIAEoCzIeLmNvb3JkaW5hdG9yLnYxLlJlbGVhc2VSZXF1ZXN0SAASMwoIY2FtcGFpZ24YBSABKAsyHy5jb29yZGluYXRvci52MS5DYW1wYWlnblJlcXVlc3RIABIvCgZyZXNpZ24YBiABKAsyHS5jb29yZGluYXRvci52MS5SZXNpZ25SZXF1ZXN0SAASEAoGY2FuY2VsGAcgASgESAASPAoNcmVuZXdfc2Vzc2lvbhgKIAEoCzIjLmNvb3JkaW5hdG9yLnYxLlJlbmV3U2Vzc2lvblJlcXVlc3RIABI8Cg1hY3F1aXJlX2dyb3VwGAsgASgLMiMuY29vcmRpbmF0b3IudjEuQWNxdWlyZUdyb3VwUmVxdWVzdEgAEjgKC3JlbmV3X2dyb3VwGAwgASgLMiEuY29vcmRpbmF0b3IudjEuUmVuZXdHcm91cFJlcXVlc3RIABI8Cg1yZWxlYXNlX2dyb3VwGA0gASgLMiMuY29vcmRpbmF0b3IudjEuUmVsZWFzZUdyb3VwUmVxdWVzdEgAEh8KDHRyYWNlX3BhcmVudBgIIAEoCUIJyvMYBRCAAhgBEh4KC3RyYWNlX3N0YXRlGAkgASgJQgnK8xgFEIAEGAFCCwoJb3BlcmF0aW9uIj8KDlN0cmVhbVJlc3BvbnNlEi0KB3Jlc3VsdHMYASADKAsyHC5jb29yZGluYXRvci52MS5TdHJlYW1SZXN1bHQixAQKDFN0cmVhbVJlc3VsdBIKCgJpZBgBIAEoBBI1CgdhY3F1aXJlGAIgASgLMiIuY29vcmRpbmF0b3IudjEuVHJ5QWNxdWlyZVJlc3BvbnNlSAASLgoFcmVuZXcYAyABKAsyHS5jb29yZGluYXRvci52MS5SZW5ld1Jlc3BvbnNlSAASMgoHcmVsZWFzZRgEIAEoCzIfLmNvb3JkaW5hdG9yLnYxLlJlbGVhc2VSZXNwb25zZUgAEjQKCGNhbXBhaWduGAUgASgLMiAuY29vcmRpbmF0b3IudjEuQ2FtcGFpZ25SZXNwb25zZUgAEjAKBnJlc2lnbhgGIAEoCzIeLmNvb3JkaW5hdG9yLnYxLlJlc2lnblJlc3BvbnNlSAASIwoFZXJyb3IYByABKAsyEi5nb29nbGUucnBjLlN0YXR1c0gAEj0KDXJlbmV3X3Nlc3Npb24YCCABKAsyJC5jb29yZGluYXRvci52MS5SZW5ld1Nlc3Npb25SZXNwb25zZUgAEj0KDWFjcXVpcmVfZ3JvdXAYCSABKAsyJC5jb29yZGluYXRvci52MS5BY3F1aXJlR3JvdXBSZXNwb25zZUgAEjkKC3JlbmV3X2dyb3VwGAogASgLMiIuY29vcmRpbmF0b3IudjEuUmVuZXdHcm91cFJlc3BvbnNlSAASPQoNcmVsZWFzZV9ncm91cBgLIAEoCzIkLmNvb3JkaW5hdG9yLnYxLlJlbGVhc2VHcm91cFJlc3BvbnNlSABCCAoGcmVzdWx0IiwKD0Rlc2NyaWJlUmVxdWVzdBIZCgRuYW1lGAEgASgJQgvK8xgHCAEQgAIYAiK9AQoQRGVzY3JpYmVSZXNwb25zZRIMCgRoZWxkGAEgASgIEiQKBWxlYXNlGAIgASgLMhUuY29vcmRpbmF0b3IudjEuTGVhc2USJgoHaG9sZGVycxgFIAMoCzIVLmNvb3JkaW5hdG9yLnYxLkxlYXNlEhAKCGNhcGFjaXR5GAYgASgNEhYKDndhaXRpbmdfd2VpZ2h0GAcgASgEEhIKCmxhc3RfdG9rZW4YAyABKAQSDwoHd2FpdGVycxgEIAEoDSJYCgtMaXN0UmVxdWVzdBIZCgZwcmVmaXgYASABKAlCCcrzGAUQgAIYAxIaCglwYWdlX3NpemUYAiABKAVCB8rzGAM46AcSEgoKcGFnZV90b2tlbhgDIAEoCSJOCgxMaXN0UmVzcG9uc2USJQoGbGVhc2VzGAEgAygLMhUuY29vcmRpbmF0b3IudjEuTGVhc2USFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJInoKBkxlYWRlchIQCghlbGVjdGlvbhgBIAEoCRIRCgljYW5kaWRhdGUYAiABKAkSDQoFdmFsdWUYAyABKAwSDAoEdGVybRgEIAEoBBIuCgpleHBpcmVzX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKPAgoPQ2FtcGFpZ25SZXF1ZXN0Eh0KCGVsZWN0aW9uGAEgASgJQgvK8xgHCAEQgAIYAhIeCgljYW5kaWRhdGUYAiABKAlCC8rzGAcIARCAARgBEhcKBXZhbHVlGAMgASgMQgjK8xgEEICABBJFCgN0dGwYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb25CHcrzGBkIASBkMhNDT09SRElOQVRPUl9NQVhfVFRMEjEKBHdhaXQYBSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb25CCMrzGAQo4KcSEgwKBHRlcm0YBiABKAQSHAoKc2Vzc2lvbl9pZBgHIAEoCUIIyvMYBBBAGAEiewoQQ2FtcGFpZ25SZXNwb25zZRIPCgdlbGVjdGVkGAEgASgIEiYKBmxlYWRlchgCIAEoCzIWLmNvb3JkaW5hdG9yLnYxLkxlYWRlchIuCgtyZXRyeV9hZnRlchgDIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiJkCg1SZXNpZ25SZXF1ZXN0Eh0KCGVsZWN0aW9uGAEgASgJQgvK8xgHCAEQgAIYAhIeCgljYW5kaWRhdGUYAiABKAlCC8rzGAcIARCAARgBEhQKBHRlcm0YAyABKARCBsrzGAIIASIiCg5SZXNpZ25SZXNwb25zZRIQCghyZXNpZ25lZBgBIAEoCCIuCg1MZWFkZXJSZXF1ZXN0Eh0KCGVsZWN0aW9uGAEgASgJQgvK8xgHCAEQgAIYAiJMCg5MZWFkZXJSZXNwb25zZRISCgpoYXNfbGVhZGVyGAEgASgIEiYKBmxlYWRlchgCIAEoCzIWLmNvb3JkaW5hdG9yLnYxLkxlYWRlciIvCg5PYnNlcnZlUmVxdWVzdBIdCghlbGVjdGlvbhgBIAEoCUILyvMYBwgBEIACGAIiTgoPT2JzZXJ2ZVJlc3BvbnNlEioKBWV2ZW50GAEgASgLMhsuY29vcmRpbmF0b3IudjEuTGVhZGVyRXZlbnQSDwoHaW5pdGlhbBgCIAEoCCKHAgoLTGVhZGVyRXZlbnQSLgoEa2luZBgBIAEoDjIgLmNvb3JkaW5hdG9yLnYxLkxlYWRlckV2ZW50LktpbmQSJgoGbGVhZGVyGAIgASgLMhYuY29vcmRpbmF0b3IudjEuTGVhZGVyEiYKB2hvbGRlcnMYAyADKAsyFS5jb29yZGluYXRvci52MS5MZWFzZRIQCghjYXBhY2l0eRgEIAEoDSJmCgRLaW5kEhQKEEtJTkRfVU5TUEVDSUZJRUQQABIQCgxLSU5EX0VMRUNURUQQARITCg9LSU5EX1BST0NMQUlNRUQQAhIPCgtLSU5EX1ZBQ0FOVBADEhAKDEtJTkRfSE9MREVSUxAEIm0KB1Nlc3Npb24SCgoCaWQYASABKAkSJgoDdHRsGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEi4KCmV4cGlyZXNfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIl0KFENyZWF0ZVNlc3Npb25SZXF1ZXN0EkUKA3R0bBgBIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbkIdyvMYGQgBIGQyE0NPT1JESU5BVE9SX01BWF9UVEwiQQoVQ3JlYXRlU2Vzc2lvblJlc3BvbnNlEigKB3Nlc3Npb24YASABKAsyFy5jb29yZGluYXRvci52MS5TZXNzaW9uIjUKE1JlbmV3U2Vzc2lvblJlcXVlc3QSHgoKc2Vzc2lvbl9pZBgBIAEoCUIKyvMYBggBEEAYASJAChRSZW5ld1Nlc3Npb25SZXNwb25zZRIoCgdzZXNzaW9uGAEgASgLMhcuY29vcmRpbmF0b3IudjEuU2Vzc2lvbiI1ChNDbG9zZVNlc3Npb25SZXF1ZXN0Eh4KCnNlc3Npb25faWQYASABKAlCCsrzGAYIARBAGAEiFgoUQ2xvc2VTZXNzaW9uUmVzcG9uc2UiOAoWRGVzY3JpYmVTZXNzaW9uUmVxdWVzdBIeCgpzZXNzaW9uX2lkGAEgASgJQgrK8xgGCAEQQBgBIlIKF0Rlc2NyaWJlU2Vzc2lvblJlc3BvbnNlEigKB3Nlc3Npb24YASABKAsyFy5jb29yZGluYXRvci52MS5TZXNzaW9uEg0KBW5hbWVzGAIgAygJKrECCgtFcnJvclJlYXNvbhIcChhFUlJPUl9SRUFTT05fVU5TUEVDSUZJRUQQABIYCg5MRUFTRV9OT1RfSEVMRBABGgTY8xgBEhgKFERBVEFfTE9TU19RVUFSQU5USU5FEAISFQoRU1RPUkVfVU5BVkFJTEFCTEUQAxIXCg1JTlZBTElEX0ZJRUxEEAQaBNjzGAESGwoRUEVSTUlTU0lPTl9ERU5JRUQQBRoE2PMYARIVChFDQVBBQ0lUWV9NSVNNQVRDSBAGEhsKEVNFU1NJT05fTk9UX0ZPVU5EEAcaBNjzGAESGQoPU0VTU0lPTl9FWFBJUkVEEAgaBNjzGAESGAoOU0VTU0lPTl9DTE9TRUQQCRoE2PMYARIaChBMRUFTRV9JTl9TRVNTSU9OEAoaBNjzGAEqPAoKUldDYXBhY2l0eRIbChdSV19DQVBBQ0lUWV9VTlNQRUNJRklFRBAAEhEKC1JXX0NBUEFDSVRZEMCEPTLeCwoLQ29vcmRpbmF0b3ISUwoKVHJ5QWNxdWlyZRIhLmNvb3JkaW5hdG9yLnYxLlRyeUFjcXVpcmVSZXF1ZXN0GiIuY29vcmRpbmF0b3IudjEuVHJ5QWNxdWlyZVJlc3BvbnNlEkQKBVJlbmV3EhwuY29vcmRpbmF0b3IudjEuUmVuZXdSZXF1ZXN0Gh0uY29vcmRpbmF0b3IudjEuUmVuZXdSZXNwb25zZRJKCgdSZWxlYXNlEh4uY29vcmRpbmF0b3IudjEuUmVsZWFzZVJlcXVlc3QaHy5jb29yZGluYXRvci52MS5SZWxlYXNlUmVzcG9uc2USSwoGU3RyZWFtEh0uY29vcmRpbmF0b3IudjEuU3RyZWFtUmVxdWVzdBoeLmNvb3JkaW5hdG9yLnYxLlN0cmVhbVJlc3BvbnNlKAEwARJZCgxBY3F1aXJlR3JvdXASIy5jb29yZGluYXRvci52MS5BY3F1aXJlR3JvdXBSZXF1ZXN0GiQuY29vcmRpbmF0b3IudjEuQWNxdWlyZUdyb3VwUmVzcG9uc2USUwoKUmVuZXdHcm91cBIhLmNvb3JkaW5hdG9yLnYxLlJlbmV3R3JvdXBSZXF1ZXN0GiIuY29vcmRpbmF0b3IudjEuUmVuZXdHcm91cFJlc3BvbnNlElkKDFJlbGVhc2VHcm91cBIjLmNvb3JkaW5hdG9yLnYxLlJlbGVhc2VHcm91cFJlcXVlc3QaJC5jb29yZGluYXRvci52MS5SZWxlYXNlR3JvdXBSZXNwb25zZRJNCghEZXNjcmliZRIfLmNvb3JkaW5hdG9yLnYxLkRlc2NyaWJlUmVxdWVzdBogLmNvb3JkaW5hdG9yLnYxLkRlc2NyaWJlUmVzcG9uc2USQQoETGlzdBIbLmNvb3JkaW5hdG9yLnYxLkxpc3RSZXF1ZXN0GhwuY29vcmRpbmF0b3IudjEuTGlzdFJlc3BvbnNlEk0KCENhbXBhaWduEh8uY29vcmRpbmF0b3IudjEuQ2FtcGFpZ25SZXF1ZXN0GiAuY29vcmRpbmF0b3IudjEuQ2FtcGFpZ25SZXNwb25zZRJHCgZSZXNpZ24SHS5jb29yZGluYXRvci52MS5SZXNpZ25SZXF1ZXN0Gh4uY29vcmRpbmF0b3IudjEuUmVzaWduUmVzcG9uc2USRwoGTGVhZGVyEh0uY29vcmRpbmF0b3IudjEuTGVhZGVyUmVxdWVzdBoeLmNvb3JkaW5hdG9yLnYxLkxlYWRlclJlc3BvbnNlEkwKB09ic2VydmUSHi5jb29yZGluYXRvci52MS5PYnNlcnZlUmVxdWVzdBofLmNvb3JkaW5hdG9yLnYxLk9ic2VydmVSZXNwb25zZTABElwKDUNyZWF0ZVNlc3Npb24SJC5jb29yZGluYXRvci52MS5DcmVhdGVTZXNzaW9uUmVxdWVzdBolLmNvb3JkaW5hdG9yLnYxLkNyZWF0ZVNlc3Npb25SZXNwb25zZRJZCgxSZW5ld1Nlc3Npb24SIy5jb29yZGluYXRvci52MS5SZW5ld1Nlc3Npb25SZXF1ZXN0GiQuY29vcmRpbmF0b3IudjEuUmVuZXdTZXNzaW9uUmVzcG9uc2USWQoMQ2xvc2VTZXNzaW9uEiMuY29vcmRpbmF0b3IudjEuQ2xvc2VTZXNzaW9uUmVxdWVzdBokLmNvb3JkaW5hdG9yLnYxLkNsb3NlU2Vzc2lvblJlc3BvbnNlEmIKD0Rlc2NyaWJlU2Vzc2lvbhImLmNvb3JkaW5hdG9yLnYxLkRlc2NyaWJlU2Vzc2lvblJlcXVlc3QaJy5jb29yZGluYXRvci52MS5EZXNjcmliZVNlc3Npb25SZXNwb25zZRpX0vMYUwiYdRDQDxgcIGQwMjjQD0AUSANQClgFYBloCnAKeDKAATKIAeDUA5ABZJgBsOoBoAEBqgEFDggKBAGyAQUBBA4CDboBDmNvb3JkaW5hdG9yLnYxQklaR2dpdGh1Yi5jb20vY29vcmRpbmF0b3ItZGV2L2Nvb3JkaW5hdG9yL2dlbi9jb29yZGluYXRvci92MTtjb29yZGluYXRvcnYxYgZwcm90bzM", [file_coordinator_v1_rules, file_google_protobuf_duration, file_google_protobuf_timestamp, file_google_rpc_status]);
 
 /**
  * Lease is a grant of a name to one holder until expires_at.
@@ -321,6 +321,266 @@ export const ReleaseResponseSchema: GenMessage<ReleaseResponse> = /*@__PURE__*/
   messageDesc(file_coordinator_v1_coordinator, 6);
 
 /**
+ * GroupMember is one name of a group, with the share of it to hold.
+ *
+ * @generated from message coordinator.v1.GroupMember
+ */
+export type GroupMember = Message<"coordinator.v1.GroupMember"> & {
+  /**
+   * The name (TryAcquireRequest.name's rules). Each name at most once in a
+   * group.
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * The name's capacity (TryAcquireRequest.capacity's rules).
+   *
+   * @generated from field: uint32 capacity = 2;
+   */
+  capacity: number;
+
+  /**
+   * How much of it to hold (TryAcquireRequest.weight's rules).
+   *
+   * @generated from field: uint32 weight = 3;
+   */
+  weight: number;
+};
+
+/**
+ * Describes the message coordinator.v1.GroupMember.
+ * Use `create(GroupMemberSchema)` to create a new message.
+ */
+export const GroupMemberSchema: GenMessage<GroupMember> = /*@__PURE__*/
+  messageDesc(file_coordinator_v1_coordinator, 7);
+
+/**
+ * @generated from message coordinator.v1.AcquireGroupRequest
+ */
+export type AcquireGroupRequest = Message<"coordinator.v1.AcquireGroupRequest"> & {
+  /**
+   * The names to hold together: 1 to 32, each name once.
+   *
+   * @generated from field: repeated coordinator.v1.GroupMember members = 1;
+   */
+  members: GroupMember[];
+
+  /**
+   * Who asks (TryAcquireRequest.holder's rules): the holder of every lease
+   * of the group.
+   *
+   * @generated from field: string holder = 2;
+   */
+  holder: string;
+
+  /**
+   * How long each lease lasts unless renewed (TryAcquireRequest.ttl's
+   * rules).
+   *
+   * @generated from field: google.protobuf.Duration ttl = 3;
+   */
+  ttl?: Duration | undefined;
+
+  /**
+   * How long to wait for the whole group (TryAcquireRequest.wait's rules).
+   *
+   * @generated from field: google.protobuf.Duration wait = 4;
+   */
+  wait?: Duration | undefined;
+
+  /**
+   * The session to attach every lease to (TryAcquireRequest.session_id's
+   * rules).
+   *
+   * @generated from field: string session_id = 5;
+   */
+  sessionId: string;
+};
+
+/**
+ * Describes the message coordinator.v1.AcquireGroupRequest.
+ * Use `create(AcquireGroupRequestSchema)` to create a new message.
+ */
+export const AcquireGroupRequestSchema: GenMessage<AcquireGroupRequest> = /*@__PURE__*/
+  messageDesc(file_coordinator_v1_coordinator, 8);
+
+/**
+ * @generated from message coordinator.v1.AcquireGroupResponse
+ */
+export type AcquireGroupResponse = Message<"coordinator.v1.AcquireGroupResponse"> & {
+  /**
+   * Whether every member was granted (or renewed, when holder held it).
+   *
+   * @generated from field: bool acquired = 1;
+   */
+  acquired: boolean;
+
+  /**
+   * The leases, one per member in the request's order, when acquired.
+   *
+   * @generated from field: repeated coordinator.v1.Lease leases = 2;
+   */
+  leases: Lease[];
+
+  /**
+   * When not acquired: a member that could not be granted.
+   *
+   * @generated from field: string blocked_name = 3;
+   */
+  blockedName: string;
+
+  /**
+   * Its current holder; empty when it is free but queued waiters or a lock
+   * delay come first.
+   *
+   * @generated from field: string holder = 4;
+   */
+  holder: string;
+
+  /**
+   * When not acquired: how long until blocked_name can be granted at the
+   * earliest, as TryAcquireResponse.retry_after.
+   *
+   * @generated from field: google.protobuf.Duration retry_after = 5;
+   */
+  retryAfter?: Duration | undefined;
+};
+
+/**
+ * Describes the message coordinator.v1.AcquireGroupResponse.
+ * Use `create(AcquireGroupResponseSchema)` to create a new message.
+ */
+export const AcquireGroupResponseSchema: GenMessage<AcquireGroupResponse> = /*@__PURE__*/
+  messageDesc(file_coordinator_v1_coordinator, 9);
+
+/**
+ * GroupLease names one lease of a group.
+ *
+ * @generated from message coordinator.v1.GroupLease
+ */
+export type GroupLease = Message<"coordinator.v1.GroupLease"> & {
+  /**
+   * The lease's name (TryAcquireRequest.name's rules).
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * The lease's token, as granted. Required.
+   *
+   * @generated from field: uint64 token = 2;
+   */
+  token: bigint;
+};
+
+/**
+ * Describes the message coordinator.v1.GroupLease.
+ * Use `create(GroupLeaseSchema)` to create a new message.
+ */
+export const GroupLeaseSchema: GenMessage<GroupLease> = /*@__PURE__*/
+  messageDesc(file_coordinator_v1_coordinator, 10);
+
+/**
+ * @generated from message coordinator.v1.RenewGroupRequest
+ */
+export type RenewGroupRequest = Message<"coordinator.v1.RenewGroupRequest"> & {
+  /**
+   * The group's holder (TryAcquireRequest.holder's rules).
+   *
+   * @generated from field: string holder = 1;
+   */
+  holder: string;
+
+  /**
+   * The group's leases: 1 to 32.
+   *
+   * @generated from field: repeated coordinator.v1.GroupLease leases = 2;
+   */
+  leases: GroupLease[];
+
+  /**
+   * The new time to live, from now (TryAcquireRequest.ttl's rules).
+   *
+   * @generated from field: google.protobuf.Duration ttl = 3;
+   */
+  ttl?: Duration | undefined;
+};
+
+/**
+ * Describes the message coordinator.v1.RenewGroupRequest.
+ * Use `create(RenewGroupRequestSchema)` to create a new message.
+ */
+export const RenewGroupRequestSchema: GenMessage<RenewGroupRequest> = /*@__PURE__*/
+  messageDesc(file_coordinator_v1_coordinator, 11);
+
+/**
+ * @generated from message coordinator.v1.RenewGroupResponse
+ */
+export type RenewGroupResponse = Message<"coordinator.v1.RenewGroupResponse"> & {
+  /**
+   * The leases after renewal, in the request's order.
+   *
+   * @generated from field: repeated coordinator.v1.Lease leases = 1;
+   */
+  leases: Lease[];
+};
+
+/**
+ * Describes the message coordinator.v1.RenewGroupResponse.
+ * Use `create(RenewGroupResponseSchema)` to create a new message.
+ */
+export const RenewGroupResponseSchema: GenMessage<RenewGroupResponse> = /*@__PURE__*/
+  messageDesc(file_coordinator_v1_coordinator, 12);
+
+/**
+ * @generated from message coordinator.v1.ReleaseGroupRequest
+ */
+export type ReleaseGroupRequest = Message<"coordinator.v1.ReleaseGroupRequest"> & {
+  /**
+   * The group's holder (TryAcquireRequest.holder's rules).
+   *
+   * @generated from field: string holder = 1;
+   */
+  holder: string;
+
+  /**
+   * The group's leases: 1 to 32.
+   *
+   * @generated from field: repeated coordinator.v1.GroupLease leases = 2;
+   */
+  leases: GroupLease[];
+};
+
+/**
+ * Describes the message coordinator.v1.ReleaseGroupRequest.
+ * Use `create(ReleaseGroupRequestSchema)` to create a new message.
+ */
+export const ReleaseGroupRequestSchema: GenMessage<ReleaseGroupRequest> = /*@__PURE__*/
+  messageDesc(file_coordinator_v1_coordinator, 13);
+
+/**
+ * @generated from message coordinator.v1.ReleaseGroupResponse
+ */
+export type ReleaseGroupResponse = Message<"coordinator.v1.ReleaseGroupResponse"> & {
+  /**
+   * False when none of the leases was held (any more).
+   *
+   * @generated from field: bool released = 1;
+   */
+  released: boolean;
+};
+
+/**
+ * Describes the message coordinator.v1.ReleaseGroupResponse.
+ * Use `create(ReleaseGroupResponseSchema)` to create a new message.
+ */
+export const ReleaseGroupResponseSchema: GenMessage<ReleaseGroupResponse> = /*@__PURE__*/
+  messageDesc(file_coordinator_v1_coordinator, 14);
+
+/**
  * @generated from message coordinator.v1.StreamRequest
  */
 export type StreamRequest = Message<"coordinator.v1.StreamRequest"> & {
@@ -338,7 +598,7 @@ export type StreamRequest = Message<"coordinator.v1.StreamRequest"> & {
  * Use `create(StreamRequestSchema)` to create a new message.
  */
 export const StreamRequestSchema: GenMessage<StreamRequest> = /*@__PURE__*/
-  messageDesc(file_coordinator_v1_coordinator, 7);
+  messageDesc(file_coordinator_v1_coordinator, 15);
 
 /**
  * StreamOperation is one operation of a Stream.
@@ -407,6 +667,24 @@ export type StreamOperation = Message<"coordinator.v1.StreamOperation"> & {
      */
     value: RenewSessionRequest;
     case: "renewSession";
+  } | {
+    /**
+     * @generated from field: coordinator.v1.AcquireGroupRequest acquire_group = 11;
+     */
+    value: AcquireGroupRequest;
+    case: "acquireGroup";
+  } | {
+    /**
+     * @generated from field: coordinator.v1.RenewGroupRequest renew_group = 12;
+     */
+    value: RenewGroupRequest;
+    case: "renewGroup";
+  } | {
+    /**
+     * @generated from field: coordinator.v1.ReleaseGroupRequest release_group = 13;
+     */
+    value: ReleaseGroupRequest;
+    case: "releaseGroup";
   } | { case: undefined; value?: undefined };
 
   /**
@@ -432,7 +710,7 @@ export type StreamOperation = Message<"coordinator.v1.StreamOperation"> & {
  * Use `create(StreamOperationSchema)` to create a new message.
  */
 export const StreamOperationSchema: GenMessage<StreamOperation> = /*@__PURE__*/
-  messageDesc(file_coordinator_v1_coordinator, 8);
+  messageDesc(file_coordinator_v1_coordinator, 16);
 
 /**
  * @generated from message coordinator.v1.StreamResponse
@@ -451,7 +729,7 @@ export type StreamResponse = Message<"coordinator.v1.StreamResponse"> & {
  * Use `create(StreamResponseSchema)` to create a new message.
  */
 export const StreamResponseSchema: GenMessage<StreamResponse> = /*@__PURE__*/
-  messageDesc(file_coordinator_v1_coordinator, 9);
+  messageDesc(file_coordinator_v1_coordinator, 17);
 
 /**
  * StreamResult is the outcome of one StreamOperation.
@@ -515,6 +793,24 @@ export type StreamResult = Message<"coordinator.v1.StreamResult"> & {
      */
     value: RenewSessionResponse;
     case: "renewSession";
+  } | {
+    /**
+     * @generated from field: coordinator.v1.AcquireGroupResponse acquire_group = 9;
+     */
+    value: AcquireGroupResponse;
+    case: "acquireGroup";
+  } | {
+    /**
+     * @generated from field: coordinator.v1.RenewGroupResponse renew_group = 10;
+     */
+    value: RenewGroupResponse;
+    case: "renewGroup";
+  } | {
+    /**
+     * @generated from field: coordinator.v1.ReleaseGroupResponse release_group = 11;
+     */
+    value: ReleaseGroupResponse;
+    case: "releaseGroup";
   } | { case: undefined; value?: undefined };
 };
 
@@ -523,7 +819,7 @@ export type StreamResult = Message<"coordinator.v1.StreamResult"> & {
  * Use `create(StreamResultSchema)` to create a new message.
  */
 export const StreamResultSchema: GenMessage<StreamResult> = /*@__PURE__*/
-  messageDesc(file_coordinator_v1_coordinator, 10);
+  messageDesc(file_coordinator_v1_coordinator, 18);
 
 /**
  * @generated from message coordinator.v1.DescribeRequest
@@ -542,7 +838,7 @@ export type DescribeRequest = Message<"coordinator.v1.DescribeRequest"> & {
  * Use `create(DescribeRequestSchema)` to create a new message.
  */
 export const DescribeRequestSchema: GenMessage<DescribeRequest> = /*@__PURE__*/
-  messageDesc(file_coordinator_v1_coordinator, 11);
+  messageDesc(file_coordinator_v1_coordinator, 19);
 
 /**
  * @generated from message coordinator.v1.DescribeResponse
@@ -612,7 +908,7 @@ export type DescribeResponse = Message<"coordinator.v1.DescribeResponse"> & {
  * Use `create(DescribeResponseSchema)` to create a new message.
  */
 export const DescribeResponseSchema: GenMessage<DescribeResponse> = /*@__PURE__*/
-  messageDesc(file_coordinator_v1_coordinator, 12);
+  messageDesc(file_coordinator_v1_coordinator, 20);
 
 /**
  * @generated from message coordinator.v1.ListRequest
@@ -648,7 +944,7 @@ export type ListRequest = Message<"coordinator.v1.ListRequest"> & {
  * Use `create(ListRequestSchema)` to create a new message.
  */
 export const ListRequestSchema: GenMessage<ListRequest> = /*@__PURE__*/
-  messageDesc(file_coordinator_v1_coordinator, 13);
+  messageDesc(file_coordinator_v1_coordinator, 21);
 
 /**
  * @generated from message coordinator.v1.ListResponse
@@ -675,7 +971,7 @@ export type ListResponse = Message<"coordinator.v1.ListResponse"> & {
  * Use `create(ListResponseSchema)` to create a new message.
  */
 export const ListResponseSchema: GenMessage<ListResponse> = /*@__PURE__*/
-  messageDesc(file_coordinator_v1_coordinator, 14);
+  messageDesc(file_coordinator_v1_coordinator, 22);
 
 /**
  * Leader is the sitting leader of an election.
@@ -725,7 +1021,7 @@ export type Leader = Message<"coordinator.v1.Leader"> & {
  * Use `create(LeaderSchema)` to create a new message.
  */
 export const LeaderSchema: GenMessage<Leader> = /*@__PURE__*/
-  messageDesc(file_coordinator_v1_coordinator, 15);
+  messageDesc(file_coordinator_v1_coordinator, 23);
 
 /**
  * @generated from message coordinator.v1.CampaignRequest
@@ -791,7 +1087,7 @@ export type CampaignRequest = Message<"coordinator.v1.CampaignRequest"> & {
  * Use `create(CampaignRequestSchema)` to create a new message.
  */
 export const CampaignRequestSchema: GenMessage<CampaignRequest> = /*@__PURE__*/
-  messageDesc(file_coordinator_v1_coordinator, 16);
+  messageDesc(file_coordinator_v1_coordinator, 24);
 
 /**
  * @generated from message coordinator.v1.CampaignResponse
@@ -825,7 +1121,7 @@ export type CampaignResponse = Message<"coordinator.v1.CampaignResponse"> & {
  * Use `create(CampaignResponseSchema)` to create a new message.
  */
 export const CampaignResponseSchema: GenMessage<CampaignResponse> = /*@__PURE__*/
-  messageDesc(file_coordinator_v1_coordinator, 17);
+  messageDesc(file_coordinator_v1_coordinator, 25);
 
 /**
  * @generated from message coordinator.v1.ResignRequest
@@ -858,7 +1154,7 @@ export type ResignRequest = Message<"coordinator.v1.ResignRequest"> & {
  * Use `create(ResignRequestSchema)` to create a new message.
  */
 export const ResignRequestSchema: GenMessage<ResignRequest> = /*@__PURE__*/
-  messageDesc(file_coordinator_v1_coordinator, 18);
+  messageDesc(file_coordinator_v1_coordinator, 26);
 
 /**
  * @generated from message coordinator.v1.ResignResponse
@@ -877,7 +1173,7 @@ export type ResignResponse = Message<"coordinator.v1.ResignResponse"> & {
  * Use `create(ResignResponseSchema)` to create a new message.
  */
 export const ResignResponseSchema: GenMessage<ResignResponse> = /*@__PURE__*/
-  messageDesc(file_coordinator_v1_coordinator, 19);
+  messageDesc(file_coordinator_v1_coordinator, 27);
 
 /**
  * @generated from message coordinator.v1.LeaderRequest
@@ -896,7 +1192,7 @@ export type LeaderRequest = Message<"coordinator.v1.LeaderRequest"> & {
  * Use `create(LeaderRequestSchema)` to create a new message.
  */
 export const LeaderRequestSchema: GenMessage<LeaderRequest> = /*@__PURE__*/
-  messageDesc(file_coordinator_v1_coordinator, 20);
+  messageDesc(file_coordinator_v1_coordinator, 28);
 
 /**
  * @generated from message coordinator.v1.LeaderResponse
@@ -922,7 +1218,7 @@ export type LeaderResponse = Message<"coordinator.v1.LeaderResponse"> & {
  * Use `create(LeaderResponseSchema)` to create a new message.
  */
 export const LeaderResponseSchema: GenMessage<LeaderResponse> = /*@__PURE__*/
-  messageDesc(file_coordinator_v1_coordinator, 21);
+  messageDesc(file_coordinator_v1_coordinator, 29);
 
 /**
  * @generated from message coordinator.v1.ObserveRequest
@@ -941,7 +1237,7 @@ export type ObserveRequest = Message<"coordinator.v1.ObserveRequest"> & {
  * Use `create(ObserveRequestSchema)` to create a new message.
  */
 export const ObserveRequestSchema: GenMessage<ObserveRequest> = /*@__PURE__*/
-  messageDesc(file_coordinator_v1_coordinator, 22);
+  messageDesc(file_coordinator_v1_coordinator, 30);
 
 /**
  * @generated from message coordinator.v1.ObserveResponse
@@ -969,7 +1265,7 @@ export type ObserveResponse = Message<"coordinator.v1.ObserveResponse"> & {
  * Use `create(ObserveResponseSchema)` to create a new message.
  */
 export const ObserveResponseSchema: GenMessage<ObserveResponse> = /*@__PURE__*/
-  messageDesc(file_coordinator_v1_coordinator, 23);
+  messageDesc(file_coordinator_v1_coordinator, 31);
 
 /**
  * LeaderEvent is a change of an election's leadership.
@@ -1011,7 +1307,7 @@ export type LeaderEvent = Message<"coordinator.v1.LeaderEvent"> & {
  * Use `create(LeaderEventSchema)` to create a new message.
  */
 export const LeaderEventSchema: GenMessage<LeaderEvent> = /*@__PURE__*/
-  messageDesc(file_coordinator_v1_coordinator, 24);
+  messageDesc(file_coordinator_v1_coordinator, 32);
 
 /**
  * @generated from enum coordinator.v1.LeaderEvent.Kind
@@ -1057,7 +1353,7 @@ export enum LeaderEvent_Kind {
  * Describes the enum coordinator.v1.LeaderEvent.Kind.
  */
 export const LeaderEvent_KindSchema: GenEnum<LeaderEvent_Kind> = /*@__PURE__*/
-  enumDesc(file_coordinator_v1_coordinator, 24, 0);
+  enumDesc(file_coordinator_v1_coordinator, 32, 0);
 
 /**
  * Session is a session (see "Sessions" at the service).
@@ -1092,7 +1388,7 @@ export type Session = Message<"coordinator.v1.Session"> & {
  * Use `create(SessionSchema)` to create a new message.
  */
 export const SessionSchema: GenMessage<Session> = /*@__PURE__*/
-  messageDesc(file_coordinator_v1_coordinator, 25);
+  messageDesc(file_coordinator_v1_coordinator, 33);
 
 /**
  * @generated from message coordinator.v1.CreateSessionRequest
@@ -1112,7 +1408,7 @@ export type CreateSessionRequest = Message<"coordinator.v1.CreateSessionRequest"
  * Use `create(CreateSessionRequestSchema)` to create a new message.
  */
 export const CreateSessionRequestSchema: GenMessage<CreateSessionRequest> = /*@__PURE__*/
-  messageDesc(file_coordinator_v1_coordinator, 26);
+  messageDesc(file_coordinator_v1_coordinator, 34);
 
 /**
  * @generated from message coordinator.v1.CreateSessionResponse
@@ -1129,7 +1425,7 @@ export type CreateSessionResponse = Message<"coordinator.v1.CreateSessionRespons
  * Use `create(CreateSessionResponseSchema)` to create a new message.
  */
 export const CreateSessionResponseSchema: GenMessage<CreateSessionResponse> = /*@__PURE__*/
-  messageDesc(file_coordinator_v1_coordinator, 27);
+  messageDesc(file_coordinator_v1_coordinator, 35);
 
 /**
  * @generated from message coordinator.v1.RenewSessionRequest
@@ -1148,7 +1444,7 @@ export type RenewSessionRequest = Message<"coordinator.v1.RenewSessionRequest"> 
  * Use `create(RenewSessionRequestSchema)` to create a new message.
  */
 export const RenewSessionRequestSchema: GenMessage<RenewSessionRequest> = /*@__PURE__*/
-  messageDesc(file_coordinator_v1_coordinator, 28);
+  messageDesc(file_coordinator_v1_coordinator, 36);
 
 /**
  * @generated from message coordinator.v1.RenewSessionResponse
@@ -1167,7 +1463,7 @@ export type RenewSessionResponse = Message<"coordinator.v1.RenewSessionResponse"
  * Use `create(RenewSessionResponseSchema)` to create a new message.
  */
 export const RenewSessionResponseSchema: GenMessage<RenewSessionResponse> = /*@__PURE__*/
-  messageDesc(file_coordinator_v1_coordinator, 29);
+  messageDesc(file_coordinator_v1_coordinator, 37);
 
 /**
  * @generated from message coordinator.v1.CloseSessionRequest
@@ -1186,7 +1482,7 @@ export type CloseSessionRequest = Message<"coordinator.v1.CloseSessionRequest"> 
  * Use `create(CloseSessionRequestSchema)` to create a new message.
  */
 export const CloseSessionRequestSchema: GenMessage<CloseSessionRequest> = /*@__PURE__*/
-  messageDesc(file_coordinator_v1_coordinator, 30);
+  messageDesc(file_coordinator_v1_coordinator, 38);
 
 /**
  * @generated from message coordinator.v1.CloseSessionResponse
@@ -1199,7 +1495,7 @@ export type CloseSessionResponse = Message<"coordinator.v1.CloseSessionResponse"
  * Use `create(CloseSessionResponseSchema)` to create a new message.
  */
 export const CloseSessionResponseSchema: GenMessage<CloseSessionResponse> = /*@__PURE__*/
-  messageDesc(file_coordinator_v1_coordinator, 31);
+  messageDesc(file_coordinator_v1_coordinator, 39);
 
 /**
  * @generated from message coordinator.v1.DescribeSessionRequest
@@ -1218,7 +1514,7 @@ export type DescribeSessionRequest = Message<"coordinator.v1.DescribeSessionRequ
  * Use `create(DescribeSessionRequestSchema)` to create a new message.
  */
 export const DescribeSessionRequestSchema: GenMessage<DescribeSessionRequest> = /*@__PURE__*/
-  messageDesc(file_coordinator_v1_coordinator, 32);
+  messageDesc(file_coordinator_v1_coordinator, 40);
 
 /**
  * @generated from message coordinator.v1.DescribeSessionResponse
@@ -1242,7 +1538,7 @@ export type DescribeSessionResponse = Message<"coordinator.v1.DescribeSessionRes
  * Use `create(DescribeSessionResponseSchema)` to create a new message.
  */
 export const DescribeSessionResponseSchema: GenMessage<DescribeSessionResponse> = /*@__PURE__*/
-  messageDesc(file_coordinator_v1_coordinator, 33);
+  messageDesc(file_coordinator_v1_coordinator, 41);
 
 /**
  * ErrorReason is the google.rpc.ErrorInfo reason of errors a client may act
@@ -1478,8 +1774,8 @@ export const Coordinator: GenService<{
     output: typeof ReleaseResponseSchema;
   },
   /**
-   * Stream carries acquire, renew, release, campaign, resign and
-   * renew-session operations for many leases over one stream: what a client
+   * Stream carries acquire, renew, release, campaign, resign,
+   * renew-session and group operations for many leases over one stream: what a client
    * library uses instead of unary calls, since one stream costs less per
    * operation than a call and lets the coordinator batch operations into
    * one store round trip. Each
@@ -1499,6 +1795,54 @@ export const Coordinator: GenService<{
     methodKind: "bidi_streaming";
     input: typeof StreamRequestSchema;
     output: typeof StreamResponseSchema;
+  },
+  /**
+   * AcquireGroup grants a group of names to holder all at once or not at
+   * all: each member is a name with its capacity and weight (so a lock, a
+   * semaphore's share and a read lock can be taken together), and each
+   * grant is a lease of its own with its name's fencing token. With wait > 0
+   * the group waits as TryAcquire does: its place is taken in the queue of
+   * every member at once, so a later request of one of its names that would
+   * not fit beside it waits behind it (a stream of TryAcquires of one name
+   * cannot starve a group), while requests of other names never wait for it;
+   * the group is granted when every member fits. Groups never deadlock,
+   * whatever order their members are listed in. A name listed twice is
+   * INVALID_FIELD "members"; a group has at most 32 members. Calling it again
+   * as the holder renews the leases it holds (same tokens). Release,
+   * RenewGroup and ReleaseGroup act on the group's leases; with session_id
+   * they live as long as the session. Describe shows a waiting group as a
+   * waiter on each of its names. docs/groups.md says what "at once" means on
+   * each store.
+   *
+   * @generated from rpc coordinator.v1.Coordinator.AcquireGroup
+   */
+  acquireGroup: {
+    methodKind: "unary";
+    input: typeof AcquireGroupRequestSchema;
+    output: typeof AcquireGroupResponseSchema;
+  },
+  /**
+   * RenewGroup extends every lease of a group to ttl from now, as Renew does
+   * each. When one of them is not held any more it fails with
+   * FailedPrecondition, reason LEASE_NOT_HELD, naming it: the group is lost.
+   *
+   * @generated from rpc coordinator.v1.Coordinator.RenewGroup
+   */
+  renewGroup: {
+    methodKind: "unary";
+    input: typeof RenewGroupRequestSchema;
+    output: typeof RenewGroupResponseSchema;
+  },
+  /**
+   * ReleaseGroup gives up every lease of a group, as Release does each: safe
+   * to retry.
+   *
+   * @generated from rpc coordinator.v1.Coordinator.ReleaseGroup
+   */
+  releaseGroup: {
+    methodKind: "unary";
+    input: typeof ReleaseGroupRequestSchema;
+    output: typeof ReleaseGroupResponseSchema;
   },
   /**
    * Describe reports a name's current lease (every holder of a semaphore,

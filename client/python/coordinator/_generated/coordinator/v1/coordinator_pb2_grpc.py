@@ -92,6 +92,21 @@ class CoordinatorStub(object):
                 request_serializer=coordinator_dot_v1_dot_coordinator__pb2.StreamRequest.SerializeToString,
                 response_deserializer=coordinator_dot_v1_dot_coordinator__pb2.StreamResponse.FromString,
                 )
+        self.AcquireGroup = channel.unary_unary(
+                '/coordinator.v1.Coordinator/AcquireGroup',
+                request_serializer=coordinator_dot_v1_dot_coordinator__pb2.AcquireGroupRequest.SerializeToString,
+                response_deserializer=coordinator_dot_v1_dot_coordinator__pb2.AcquireGroupResponse.FromString,
+                )
+        self.RenewGroup = channel.unary_unary(
+                '/coordinator.v1.Coordinator/RenewGroup',
+                request_serializer=coordinator_dot_v1_dot_coordinator__pb2.RenewGroupRequest.SerializeToString,
+                response_deserializer=coordinator_dot_v1_dot_coordinator__pb2.RenewGroupResponse.FromString,
+                )
+        self.ReleaseGroup = channel.unary_unary(
+                '/coordinator.v1.Coordinator/ReleaseGroup',
+                request_serializer=coordinator_dot_v1_dot_coordinator__pb2.ReleaseGroupRequest.SerializeToString,
+                response_deserializer=coordinator_dot_v1_dot_coordinator__pb2.ReleaseGroupResponse.FromString,
+                )
         self.Describe = channel.unary_unary(
                 '/coordinator.v1.Coordinator/Describe',
                 request_serializer=coordinator_dot_v1_dot_coordinator__pb2.DescribeRequest.SerializeToString,
@@ -238,8 +253,8 @@ class CoordinatorServicer(object):
         raise NotImplementedError('Method not implemented!')
 
     def Stream(self, request_iterator, context):
-        """Stream carries acquire, renew, release, campaign, resign and
-        renew-session operations for many leases over one stream: what a client
+        """Stream carries acquire, renew, release, campaign, resign,
+        renew-session and group operations for many leases over one stream: what a client
         library uses instead of unary calls, since one stream costs less per
         operation than a call and lets the coordinator batch operations into
         one store round trip. Each
@@ -252,6 +267,45 @@ class CoordinatorServicer(object):
         operations go on. Ending the stream (or losing the connection) gives up
         the waits; it does not release leases or end sessions, which expire
         unless renewed.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AcquireGroup(self, request, context):
+        """AcquireGroup grants a group of names to holder all at once or not at
+        all: each member is a name with its capacity and weight (so a lock, a
+        semaphore's share and a read lock can be taken together), and each
+        grant is a lease of its own with its name's fencing token. With wait > 0
+        the group waits as TryAcquire does: its place is taken in the queue of
+        every member at once, so a later request of one of its names that would
+        not fit beside it waits behind it (a stream of TryAcquires of one name
+        cannot starve a group), while requests of other names never wait for it;
+        the group is granted when every member fits. Groups never deadlock,
+        whatever order their members are listed in. A name listed twice is
+        INVALID_FIELD "members"; a group has at most 32 members. Calling it again
+        as the holder renews the leases it holds (same tokens). Release,
+        RenewGroup and ReleaseGroup act on the group's leases; with session_id
+        they live as long as the session. Describe shows a waiting group as a
+        waiter on each of its names. docs/groups.md says what "at once" means on
+        each store.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RenewGroup(self, request, context):
+        """RenewGroup extends every lease of a group to ttl from now, as Renew does
+        each. When one of them is not held any more it fails with
+        FailedPrecondition, reason LEASE_NOT_HELD, naming it: the group is lost.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReleaseGroup(self, request, context):
+        """ReleaseGroup gives up every lease of a group, as Release does each: safe
+        to retry.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -385,6 +439,21 @@ def add_CoordinatorServicer_to_server(servicer, server):
                     servicer.Stream,
                     request_deserializer=coordinator_dot_v1_dot_coordinator__pb2.StreamRequest.FromString,
                     response_serializer=coordinator_dot_v1_dot_coordinator__pb2.StreamResponse.SerializeToString,
+            ),
+            'AcquireGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.AcquireGroup,
+                    request_deserializer=coordinator_dot_v1_dot_coordinator__pb2.AcquireGroupRequest.FromString,
+                    response_serializer=coordinator_dot_v1_dot_coordinator__pb2.AcquireGroupResponse.SerializeToString,
+            ),
+            'RenewGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.RenewGroup,
+                    request_deserializer=coordinator_dot_v1_dot_coordinator__pb2.RenewGroupRequest.FromString,
+                    response_serializer=coordinator_dot_v1_dot_coordinator__pb2.RenewGroupResponse.SerializeToString,
+            ),
+            'ReleaseGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReleaseGroup,
+                    request_deserializer=coordinator_dot_v1_dot_coordinator__pb2.ReleaseGroupRequest.FromString,
+                    response_serializer=coordinator_dot_v1_dot_coordinator__pb2.ReleaseGroupResponse.SerializeToString,
             ),
             'Describe': grpc.unary_unary_rpc_method_handler(
                     servicer.Describe,
@@ -569,6 +638,57 @@ class Coordinator(object):
         return grpc.experimental.stream_stream(request_iterator, target, '/coordinator.v1.Coordinator/Stream',
             coordinator_dot_v1_dot_coordinator__pb2.StreamRequest.SerializeToString,
             coordinator_dot_v1_dot_coordinator__pb2.StreamResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def AcquireGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/coordinator.v1.Coordinator/AcquireGroup',
+            coordinator_dot_v1_dot_coordinator__pb2.AcquireGroupRequest.SerializeToString,
+            coordinator_dot_v1_dot_coordinator__pb2.AcquireGroupResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def RenewGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/coordinator.v1.Coordinator/RenewGroup',
+            coordinator_dot_v1_dot_coordinator__pb2.RenewGroupRequest.SerializeToString,
+            coordinator_dot_v1_dot_coordinator__pb2.RenewGroupResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ReleaseGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/coordinator.v1.Coordinator/ReleaseGroup',
+            coordinator_dot_v1_dot_coordinator__pb2.ReleaseGroupRequest.SerializeToString,
+            coordinator_dot_v1_dot_coordinator__pb2.ReleaseGroupResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 
