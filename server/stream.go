@@ -327,6 +327,8 @@ func opWaits(op *coordinatorv1.StreamOperation) bool {
 		return o.Acquire.GetWait().AsDuration() > 0
 	case *coordinatorv1.StreamOperation_Campaign:
 		return o.Campaign.GetTerm() == 0 && o.Campaign.GetWait().AsDuration() > 0
+	case *coordinatorv1.StreamOperation_AcquireGroup:
+		return o.AcquireGroup.GetWait().AsDuration() > 0
 	}
 	return false
 }
@@ -347,7 +349,7 @@ func (s *Service) streamOp(ctx context.Context, chain []grpc.UnaryServerIntercep
 		s.metrics.streamOps.WithLabelValues(kind, code.String()).Inc()
 	}()
 	if req == nil {
-		res.Result = streamError(InvalidField("operation", "is required: one of acquire, renew, release, campaign, resign or renew_session"))
+		res.Result = streamError(InvalidField("operation", "is required: one of acquire, renew, release, campaign, resign, renew_session, acquire_group, renew_group or release_group"))
 		return res
 	}
 	if tp, ts := op.GetTraceParent(), op.GetTraceState(); tp != "" || ts != "" {
@@ -378,6 +380,12 @@ func (s *Service) streamOp(ctx context.Context, chain []grpc.UnaryServerIntercep
 		res.Result = &coordinatorv1.StreamResult_Resign{Resign: r}
 	case *coordinatorv1.RenewSessionResponse:
 		res.Result = &coordinatorv1.StreamResult_RenewSession{RenewSession: r}
+	case *coordinatorv1.AcquireGroupResponse:
+		res.Result = &coordinatorv1.StreamResult_AcquireGroup{AcquireGroup: r}
+	case *coordinatorv1.RenewGroupResponse:
+		res.Result = &coordinatorv1.StreamResult_RenewGroup{RenewGroup: r}
+	case *coordinatorv1.ReleaseGroupResponse:
+		res.Result = &coordinatorv1.StreamResult_ReleaseGroup{ReleaseGroup: r}
 	default:
 		res.Result = streamError(status.Errorf(codes.Internal, "internal error: %s answered %T", kind, resp))
 	}
@@ -418,6 +426,21 @@ func (s *Service) streamCall(op *coordinatorv1.StreamOperation) (kind, method st
 		return "renew_session", coordinatorv1.Coordinator_RenewSession_FullMethodName, orEmpty(o.RenewSession),
 			func(ctx context.Context, req any) (any, error) {
 				return s.RenewSession(ctx, req.(*coordinatorv1.RenewSessionRequest))
+			}
+	case *coordinatorv1.StreamOperation_AcquireGroup:
+		return "acquire_group", coordinatorv1.Coordinator_AcquireGroup_FullMethodName, orEmpty(o.AcquireGroup),
+			func(ctx context.Context, req any) (any, error) {
+				return s.AcquireGroup(ctx, req.(*coordinatorv1.AcquireGroupRequest))
+			}
+	case *coordinatorv1.StreamOperation_RenewGroup:
+		return "renew_group", coordinatorv1.Coordinator_RenewGroup_FullMethodName, orEmpty(o.RenewGroup),
+			func(ctx context.Context, req any) (any, error) {
+				return s.RenewGroup(ctx, req.(*coordinatorv1.RenewGroupRequest))
+			}
+	case *coordinatorv1.StreamOperation_ReleaseGroup:
+		return "release_group", coordinatorv1.Coordinator_ReleaseGroup_FullMethodName, orEmpty(o.ReleaseGroup),
+			func(ctx context.Context, req any) (any, error) {
+				return s.ReleaseGroup(ctx, req.(*coordinatorv1.ReleaseGroupRequest))
 			}
 	}
 	return "none", "", nil, nil

@@ -172,13 +172,18 @@ func (v *validator) wait(field string, d *durationpb.Duration) time.Duration {
 // share checks a request's capacity and weight, 0 meaning 1: the capacity at
 // most MaxCapacity, the weight at most the capacity. It returns both.
 func (v *validator) share(capacity, weight uint32) (int64, int64) {
+	return v.shareOf("capacity", "weight", capacity, weight)
+}
+
+// shareOf is share of the fields named capacityField and weightField.
+func (v *validator) shareOf(capacityField, weightField string, capacity, weight uint32) (int64, int64) {
 	c, w := max(int64(capacity), 1), max(int64(weight), 1)
 	if c > MaxCapacity {
-		v.fail("capacity", "is %d; at most %d is allowed", c, MaxCapacity)
+		v.fail(capacityField, "is %d; at most %d is allowed", c, MaxCapacity)
 		return c, w
 	}
 	if w > c {
-		v.fail("weight", "is %d; at most the capacity, %d, is allowed", w, c)
+		v.fail(weightField, "is %d; at most the capacity, %d, is allowed", w, c)
 	}
 	return c, w
 }

@@ -174,6 +174,27 @@ func denied(g *Grant, field, name string) error {
 // access rules.
 var ReasonPermissionDenied = coordinatorv1.ErrorReason_PERMISSION_DENIED.String()
 
+// namesOf returns the names a request is about: one name or election, or
+// every name of a group.
+func namesOf(m any) (names []string, field string, ok bool) {
+	switch m := m.(type) {
+	case *coordinatorv1.AcquireGroupRequest:
+		for _, member := range m.GetMembers() {
+			names = append(names, member.GetName())
+		}
+		return names, "members", true
+	case interface {
+		GetLeases() []*coordinatorv1.GroupLease
+	}:
+		for _, l := range m.GetLeases() {
+			names = append(names, l.GetName())
+		}
+		return names, "leases", true
+	}
+	name, field, ok := nameOf(m)
+	return []string{name}, field, ok
+}
+
 // nameOf returns the name or election a request is about.
 func nameOf(m any) (name, field string, ok bool) {
 	switch m := m.(type) {
@@ -202,7 +223,7 @@ func isSessionCall(req any) bool {
 // method added later is closed until this package knows it.
 func (a *Authorizer) check(ctx context.Context, req any) error {
 	g := a.grant(ctx)
-	name, field, ok := nameOf(req)
+	names, field, ok := namesOf(req)
 	switch {
 	case g != nil && g.all:
 		return nil
@@ -216,10 +237,11 @@ func (a *Authorizer) check(ctx context.Context, req any) error {
 		return nil
 	case !ok:
 		return status.Errorf(codes.PermissionDenied, "%T names no lease or election; only a credential for every name may send it", req)
-	case name == "":
-		return nil
-	case g == nil || !g.Allows(name):
-		return denied(g, field, name)
+	}
+	for _, name := range names {
+		if name != "" && (g == nil || !g.Allows(name)) {
+			return denied(g, field, name)
+		}
 	}
 	return nil
 }
@@ -359,6 +381,12 @@ func operationRequest(op *coordinatorv1.StreamOperation) any {
 		return o.Resign
 	case *coordinatorv1.StreamOperation_RenewSession:
 		return o.RenewSession
+	case *coordinatorv1.StreamOperation_AcquireGroup:
+		return o.AcquireGroup
+	case *coordinatorv1.StreamOperation_RenewGroup:
+		return o.RenewGroup
+	case *coordinatorv1.StreamOperation_ReleaseGroup:
+		return o.ReleaseGroup
 	}
 	return nil
 }

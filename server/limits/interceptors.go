@@ -31,6 +31,24 @@ func (l *Limiter) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 					l.holders.granted(r.GetCandidate(), r.GetElection(), resp.GetLeader().GetTerm(), r.GetTtl().AsDuration(), time.Now())
 				}
 			})
+		case *coordinatorv1.AcquireGroupRequest:
+			return l.acquireGroup(ctx, r, handler)
+		case *coordinatorv1.ReleaseGroupRequest:
+			resp, err := handler(ctx, req)
+			if err == nil && l.holders.enabled() {
+				for _, lease := range r.GetLeases() {
+					l.holders.released(r.GetHolder(), lease.GetName(), lease.GetToken())
+				}
+			}
+			return resp, err
+		case *coordinatorv1.RenewGroupRequest:
+			resp, err := handler(ctx, req)
+			if renewed, ok := resp.(*coordinatorv1.RenewGroupResponse); ok && err == nil && l.holders.enabled() {
+				for _, lease := range renewed.GetLeases() {
+					l.holders.granted(r.GetHolder(), lease.GetName(), lease.GetToken(), lease.GetTtl().AsDuration(), time.Now())
+				}
+			}
+			return resp, err
 		case *coordinatorv1.RenewRequest:
 			resp, err := handler(ctx, req)
 			if l.holders.enabled() {
@@ -81,6 +99,40 @@ func (l *Limiter) acquire(ctx context.Context, req any, holder, name string, wai
 	resp, err := handler(ctx, req)
 	if err == nil {
 		record(resp)
+	}
+	return resp, err
+}
+
+// acquireGroup runs an AcquireGroup within the caps, as acquire runs a
+// TryAcquire: one waiting place, and a place among the holder's leases for
+// each member.
+func (l *Limiter) acquireGroup(ctx context.Context, r *coordinatorv1.AcquireGroupRequest, handler grpc.UnaryHandler) (any, error) {
+	if r.GetWait().AsDuration() > 0 {
+		release, err := l.takeWait(ctx)
+		if err != nil {
+			return nil, err
+		}
+		defer release()
+	}
+	holder := r.GetHolder()
+	if !l.holders.enabled() || holder == "" {
+		return handler(ctx, r)
+	}
+	now := time.Now()
+	for _, m := range r.GetMembers() {
+		reserved, ok := l.holders.reserve(holder, m.GetName(), now)
+		if !ok {
+			return nil, l.refused(LeasesPerHolder, l.cfg.LeasesPerHolder, "holder:"+holder)
+		}
+		if reserved {
+			defer l.holders.done(holder)
+		}
+	}
+	resp, err := handler(ctx, r)
+	if granted, ok := resp.(*coordinatorv1.AcquireGroupResponse); ok && err == nil && granted.GetAcquired() {
+		for _, lease := range granted.GetLeases() {
+			l.holders.granted(holder, lease.GetName(), lease.GetToken(), lease.GetTtl().AsDuration(), time.Now())
+		}
 	}
 	return resp, err
 }
