@@ -503,6 +503,7 @@ func (s *Store) acquireGroup(req store.GroupRequest) (store.GroupResult, <-chan 
 	}
 	if refused {
 		res := store.GroupResult{Members: make([]store.AcquireResult, len(verdicts))}
+		requeueIfSplit(req.Waiter, verdicts)
 		for i, v := range verdicts {
 			s.refuse(req.Request(i), v, now)
 			res.Members[i] = v.refusal
@@ -525,6 +526,31 @@ func (s *Store) acquireGroup(req store.GroupRequest) (store.GroupResult, <-chan 
 		res.Leases[i] = s.apply(req.Request(i), v, t, token)
 	}
 	return res, nil, nil
+}
+
+// requeueIfSplit takes a group's waiter out of every member's queue when it
+// is queued on some but not all of them, so that it queues again at the
+// back of all: a place that timed out on one member (its refreshes failed)
+// while it lived on another would otherwise put two groups in opposite
+// orders in two queues, each waiting for the other for ever. At the back
+// of every queue, the group is the newest waiter of each, in one order
+// with every other waiter.
+func requeueIfSplit(waiter string, verdicts []verdict) {
+	if waiter == "" {
+		return
+	}
+	queued := 0
+	for _, v := range verdicts {
+		if v.e.queue.has(waiter) {
+			queued++
+		}
+	}
+	if queued == 0 || queued == len(verdicts) {
+		return
+	}
+	for _, v := range verdicts {
+		v.e.queue.dequeue(waiter)
+	}
 }
 
 // ReleaseGroup implements store.Leases in one state change.

@@ -54,6 +54,12 @@ func (q *queue) refresh(id string, deadline time.Time) bool {
 	return ok
 }
 
+// has reports whether the waiter is queued.
+func (q *queue) has(id string) bool {
+	_, ok := q.byID[id]
+	return ok
+}
+
 func (q *queue) dequeue(id string) bool {
 	el, ok := q.byID[id]
 	if !ok {
