@@ -28,17 +28,51 @@ func docSection(t *testing.T, doc, title string) string {
 var grpcurlCall = regexp.MustCompile(`^grpcurl -plaintext -d '([^']*)' 127\.0\.0\.1:7400 coordinator\.v1\.Coordinator/(\w+)\s*(?:#\s*(.*))?$`)
 
 // TestREADMESemaphoreGrpcurlExamplesRunAsWritten sends every grpcurl call
-// of docs/semaphores.md's grpcurl section, its JSON as grpcurl would (protojson),
-// to a coordinator, in order, and checks the outcome its comment states:
-// "granted, weight N", "refused…", or "fails: CODE REASON".
+// of docs/semaphores.md's grpcurl section as replayGrpcurl does.
 func TestREADMESemaphoreGrpcurlExamplesRunAsWritten(t *testing.T) {
 	section := docSection(t, "docs/semaphores.md", "With grpcurl")
 	_, block, ok := strings.Cut(section, "```sh\n# A semaphore")
 	if !ok {
 		t.Fatal("no grpcurl block in the section")
 	}
-	block, _, _ = strings.Cut(block, "```")
 	c := start(t, testConfig(t, "memory"))
+	ctx := ctxTimeout(t, time.Minute)
+	if calls := replayGrpcurl(t, c, block); calls < 6 {
+		t.Fatalf("only %d grpcurl calls found", calls)
+	}
+	d, err := c.client.Describe(ctx, &coordinatorv1.DescribeRequest{Name: "demo/pool"})
+	if err != nil || len(d.GetHolders()) != 2 || d.GetCapacity() != 3 {
+		t.Fatalf("after the doc's calls, Describe = %v, %v", d, err)
+	}
+}
+
+// TestGroupsGrpcurlExamplesRunAsWritten sends every grpcurl call of
+// docs/groups.md's grpcurl section as replayGrpcurl does.
+func TestGroupsGrpcurlExamplesRunAsWritten(t *testing.T) {
+	section := docSection(t, "docs/groups.md", "With grpcurl")
+	_, block, ok := strings.Cut(section, "```sh\n")
+	if !ok {
+		t.Fatal("no grpcurl block in the section")
+	}
+	c := start(t, testConfig(t, "memory"))
+	ctx := ctxTimeout(t, time.Minute)
+	if calls := replayGrpcurl(t, c, block); calls < 4 {
+		t.Fatalf("only %d grpcurl calls found", calls)
+	}
+	// The refused group left nothing of itself behind.
+	d, err := c.client.Describe(ctx, &coordinatorv1.DescribeRequest{Name: "demo/acct/carol"})
+	if err != nil || d.GetHeld() || d.GetWaiters() != 0 {
+		t.Fatalf("after the doc's calls, Describe carol = %v, %v", d, err)
+	}
+}
+
+// replayGrpcurl sends every grpcurl call of a markdown sh block, its JSON as
+// grpcurl would (protojson), to c, in order, and checks the outcome its
+// comment states: "granted, weight N", "granted", "refused…", or "fails:
+// CODE REASON". It returns how many calls it sent.
+func replayGrpcurl(t *testing.T, c *coordinator, block string) int {
+	t.Helper()
+	block, _, _ = strings.Cut(block, "```")
 	ctx := ctxTimeout(t, time.Minute)
 	calls := 0
 	for _, line := range strings.Split(strings.ReplaceAll(block, "\\\n", ""), "\n") {
@@ -71,22 +105,21 @@ func TestREADMESemaphoreGrpcurlExamplesRunAsWritten(t *testing.T) {
 		case err != nil:
 			t.Fatalf("%s: %v", body, err)
 		case strings.HasPrefix(want, "granted"), strings.HasPrefix(want, "refused"):
-			r := resp.(*coordinatorv1.TryAcquireResponse)
+			r, ok := resp.(interface{ GetAcquired() bool })
+			if !ok {
+				t.Fatalf("%s: %T answers no acquisition; the doc says %s", body, resp, want)
+			}
 			if r.GetAcquired() != strings.HasPrefix(want, "granted") {
 				t.Fatalf("%s: %v; the doc says %s", body, r, want)
 			}
-			if w, ok := strings.CutPrefix(want, "granted, weight "); ok && w != strconv.FormatUint(uint64(r.GetLease().GetWeight()), 10) {
-				t.Fatalf("%s: weight %d; the doc says %s", body, r.GetLease().GetWeight(), want)
+			if w, ok := strings.CutPrefix(want, "granted, weight "); ok {
+				if l, _ := resp.(*coordinatorv1.TryAcquireResponse); w != strconv.FormatUint(uint64(l.GetLease().GetWeight()), 10) {
+					t.Fatalf("%s: weight %d; the doc says %s", body, l.GetLease().GetWeight(), want)
+				}
 			}
 		}
 	}
-	if calls < 6 {
-		t.Fatalf("only %d grpcurl calls found", calls)
-	}
-	d, err := c.client.Describe(ctx, &coordinatorv1.DescribeRequest{Name: "demo/pool"})
-	if err != nil || len(d.GetHolders()) != 2 || d.GetCapacity() != 3 {
-		t.Fatalf("after the doc's calls, Describe = %v, %v", d, err)
-	}
+	return calls
 }
 
 func dynamicMessage(t *testing.T, name protoreflect.FullName) proto.Message {
