@@ -202,7 +202,6 @@ func (g *waitingGroup) awaitTurn(ctx context.Context, retryAt time.Time) error {
 // waiters (a line tells the group when it is first there). Held members
 // are renewed by an attempt within a third of their TTL.
 func (g *waitingGroup) refused(res store.GroupResult) time.Time {
-	g.held = res.Held
 	var at time.Time
 	told := false
 	for i, m := range res.Members {
@@ -266,6 +265,10 @@ func (g *waitingGroup) attempt(ctx context.Context) (store.GroupResult, error) {
 	}
 	if err == nil {
 		g.held = res.Held
+	} else {
+		// Members taken before the failure are held too; releasing one
+		// that is not is a no-op.
+		g.held = append(g.held, res.Held...)
 	}
 	return res, err
 }
