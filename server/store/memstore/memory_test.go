@@ -43,6 +43,7 @@ func TestConformance(t *testing.T) {
 			}
 			storetest.Run(t, factory)
 			storetest.RunSessions(t, factory)
+			storetest.RunGroups(t, factory)
 		})
 	}
 }

@@ -35,6 +35,11 @@ type Subject struct {
 	// Remembers reports whether the store still keeps any state of name
 	// (a Redis key, a map entry); nil skips the checks that need it.
 	Remembers func(name string) bool
+	// SplitsGroup reports whether the store may take a group of names in
+	// several state changes (a Redis Cluster, the names in several slots),
+	// holding some members while it waits for others; nil means it never
+	// does. RunGroups then checks what a caller sees of such a group.
+	SplitsGroup func(names []string) bool
 }
 
 // Factory returns a fresh, empty store for one test, with opts. The suite
