@@ -6,6 +6,7 @@ import { Acquirer } from "./acquire.js";
 import { connect, type Connection, type CoordinatorApi } from "./api.js";
 import type { Leadership } from "./election.js";
 import { ClientClosedError } from "./errors.js";
+import { groupMembers, type Group, type Member } from "./group.js";
 import { runAsLeader, type LeaderFn } from "./leader.js";
 import type { Lease } from "./lease.js";
 import { describe, list, type LeaseInfo, type NameState, type ReadOptions } from "./names.js";
@@ -111,6 +112,40 @@ export class Client {
    */
   lock(name: string, opts: LockOptions = {}): Promise<Lease> {
     return this.acquirer.share("lock", name, 0, 0, opts);
+  }
+
+  /**
+   * lockAll acquires the locks names all at once, as one Group: every one
+   * of them or none, each with its own fencing token. It waits up to
+   * opts.wait (default: without end), in arrival order in the queue of
+   * every name at once: a later request of one of the names waits behind
+   * it, and groups never deadlock, whatever order their names are listed
+   * in. Transient errors are retried meanwhile. Not granted in time:
+   * NotAcquiredError naming a name in the way and its holder. Names listed
+   * twice, none or more than MAX_GROUP_MEMBERS: TypeError.
+   */
+  async lockAll(names: readonly string[], opts: LockOptions = {}): Promise<Group> {
+    return this.acquireAll(names.map((name) => ({ name })), opts);
+  }
+
+  /** tryLockAll acquires the locks names all at once if every one is free now (and nobody waits); undefined otherwise. */
+  tryLockAll(names: readonly string[], opts: TryLockOptions = {}): Promise<Group | undefined> {
+    return orUndefined(this.lockAll(names, { ...opts, wait: 0 }));
+  }
+
+  /**
+   * acquireAll acquires members all at once, as lockAll does names: each a
+   * name with the share of it to hold (weight of capacity, 0 or absent
+   * meaning 1), so that a lock, semaphore shares and read or write sides
+   * of read-write locks (capacity RW_CAPACITY) can be held together.
+   */
+  async acquireAll(members: readonly Member[], opts: LockOptions = {}): Promise<Group> {
+    return this.acquirer.group(groupMembers(members), opts);
+  }
+
+  /** tryAcquireAll acquires members all at once if every one fits now; undefined otherwise. */
+  tryAcquireAll(members: readonly Member[], opts: TryLockOptions = {}): Promise<Group | undefined> {
+    return orUndefined(this.acquireAll(members, { ...opts, wait: 0 }));
   }
 
   /**

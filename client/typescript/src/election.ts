@@ -17,7 +17,7 @@ import { linkSignals, toBytes } from "./util.js";
  * Check signal while acting as the leader, and hand term to the resources
  * the leader writes to, so that they can refuse an older term's writes.
  */
-export class Leadership extends Held {
+export class Leadership extends Held<LeaseCore> {
   private current: Uint8Array;
   private proclaiming: Promise<unknown> = Promise.resolve();
 

@@ -222,6 +222,31 @@ export class LeaseEndedError extends Error {
 }
 
 /**
+ * Why a group ended: a LeaseEndedError, since every lease of the group ends
+ * at once and in the same way, whose lockName and token are those of its
+ * first name, and which names every lease.
+ */
+export class GroupEndedError extends LeaseEndedError {
+  /** The group's names, in the order they were asked for. */
+  readonly names: readonly string[];
+  /** The fencing token of each name. */
+  readonly tokens: ReadonlyMap<string, bigint>;
+
+  constructor(kind: LeaseEndKind, leases: readonly { name: string; token: bigint }[], detail: string, cause?: unknown) {
+    super(kind, leases[0]?.name ?? "", leases[0]?.token ?? 0n, detail, cause);
+    this.name = "GroupEndedError";
+    this.message = `coordinator: group ${describeGroup(leases)} ${kind}${detail ? `: ${detail}` : ""}`;
+    this.names = Object.freeze(leases.map((l) => l.name));
+    this.tokens = new Map(leases.map((l) => [l.name, l.token]));
+  }
+}
+
+/** describeGroup names a group's leases for messages: "a" (token 3), "b" (token 9). */
+export function describeGroup(leases: readonly { name: string; token: bigint }[]): string {
+  return leases.map((l) => `${JSON.stringify(l.name)} (token ${l.token})`).join(", ");
+}
+
+/**
  * Why a session ended: the reason of its AbortSignal, and the cause of the
  * LeaseEndedError of every lease attached to it, which ends with the same
  * kind.

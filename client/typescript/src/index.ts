@@ -10,6 +10,8 @@ export type { ClientOptions, LockOptions, TryLockOptions, SessionOptions, RunAsL
 export type { NameState, HolderState, LeaseInfo } from "./names.js";
 export type { TlsOptions, CoordinatorApi } from "./api.js";
 export { Held, Lease } from "./lease.js";
+export { Group, MAX_GROUP_MEMBERS } from "./group.js";
+export type { GroupLease, Member } from "./group.js";
 export { Leadership } from "./election.js";
 export type { LeaderFn } from "./leader.js";
 export { Session } from "./session.js";
@@ -21,6 +23,7 @@ export {
   CoordinatorError,
   DataLossQuarantineError,
   ERROR_DOMAIN,
+  GroupEndedError,
   InvalidFieldError,
   LeaseEndedError,
   LeaseNotHeldError,

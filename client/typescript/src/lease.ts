@@ -1,6 +1,7 @@
 // Leases: a lock, a semaphore or read-write lock share, held through a
 // Client in one of its sessions, valid while the session is, until it is
-// released or the session ends.
+// released or the session ends; and what they share with leaderships and
+// groups.
 
 import { setMaxListeners } from "node:events";
 import { LeaseEndedError, isTransient } from "./errors.js";
@@ -13,51 +14,48 @@ import { callBackoff, now, sleep } from "./util.js";
 export type LeaseKind = "lock" | "semaphore" | "read lock" | "write lock" | "leadership";
 
 /**
- * LeaseCore is what a Lease and a Leadership share: a grant on a name,
- * attached to the session that keeps it and ends it.
+ * HeldCore is what every grant held through a Client has, whether of one
+ * name (a Lease, a Leadership) or of a group of names (a Group): its holder,
+ * the session that keeps it and ends it, its end, and its release.
  */
-export class LeaseCore {
-  /** Set when the lease ended; the AbortSignal's reason. */
+export abstract class HeldCore {
+  /** Set when it ended; the AbortSignal's reason. */
   ended: LeaseEndedError | undefined;
   readonly controller = new AbortController();
 
   constructor(
-    readonly kind: LeaseKind,
-    readonly name: string,
     readonly holder: string,
-    readonly token: bigint,
-    /** How much of the name's capacity the grant holds: 1 for a lock or leadership. */
-    readonly weight: number,
     readonly session: Session,
   ) {
     setMaxListeners(0, this.controller.signal);
   }
 
-  /** Milliseconds of validity left: the session's; 0 once the lease ended. */
+  /** How many leases it is on the coordinator: 1, or a group's members. */
+  abstract get leaseCount(): number;
+
+  /** describe names it, for messages. */
+  abstract describe(): string;
+
+  /** endError is the reason it ended with kind. */
+  abstract endError(kind: LeaseEndKind, detail: string, cause?: unknown): LeaseEndedError;
+
+  /** Milliseconds of validity left: the session's; 0 once it ended. */
   remaining(): number {
     return this.ended ? 0 : Math.max(0, this.session.deadline - now());
   }
 
-  describe(): string {
-    return `${this.kind} ${JSON.stringify(this.name)} (token ${this.token})`;
-  }
-
-  endError(kind: LeaseEndKind, detail: string, cause?: unknown): LeaseEndedError {
-    return new LeaseEndedError(kind, this.name, this.token, detail, cause);
-  }
-
-  /** finish marks the lease ended with err and aborts its signal. */
+  /** finish marks it ended with err and aborts its signal. */
   finish(err: LeaseEndedError): void {
     this.ended = err;
     this.controller.abort(err);
   }
 
   /**
-   * release ends the lease as released, then gives it up on the coordinator
-   * with call, retrying transient errors for up to timeoutMs. It resolves
-   * true when the coordinator released it now, false when it had already
-   * ended (lost, expired, closed, released) or the coordinator no longer
-   * held it: a no-op, not an error.
+   * release ends it as released, then gives it up on the coordinator with
+   * call, retrying transient errors for up to timeoutMs. It resolves true
+   * when the coordinator released it now, false when it had already ended
+   * (lost, expired, closed, released) or the coordinator no longer held it:
+   * a no-op, not an error.
    */
   async release(call: (signal: AbortSignal) => Promise<boolean>, timeoutMs: number): Promise<boolean> {
     const prior = this.session.detach(this, this.endError("released", ""));
@@ -79,17 +77,44 @@ export class LeaseCore {
   }
 }
 
+/** LeaseCore is what a Lease and a Leadership share: a grant on one name. */
+export class LeaseCore extends HeldCore {
+  constructor(
+    readonly kind: LeaseKind,
+    readonly name: string,
+    holder: string,
+    readonly token: bigint,
+    /** How much of the name's capacity the grant holds: 1 for a lock or leadership. */
+    readonly weight: number,
+    session: Session,
+  ) {
+    super(holder, session);
+  }
+
+  get leaseCount(): number {
+    return 1;
+  }
+
+  describe(): string {
+    return `${this.kind} ${JSON.stringify(this.name)} (token ${this.token})`;
+  }
+
+  endError(kind: LeaseEndKind, detail: string, cause?: unknown): LeaseEndedError {
+    return new LeaseEndedError(kind, this.name, this.token, detail, cause);
+  }
+}
+
 /** How long release() retries by default. */
 export const RELEASE_TIMEOUT = 5000;
 
 /**
- * Held is what a Lease and a Leadership have alike: the session that keeps
- * them, and so their validity, and their end.
+ * Held is what a Lease, a Leadership and a Group have alike: the session
+ * that keeps them, and so their validity, and their end.
  */
-export abstract class Held {
+export abstract class Held<C extends HeldCore = HeldCore> {
   /** @internal */
   constructor(
-    protected readonly core: LeaseCore,
+    protected readonly core: C,
     protected readonly transport: StreamTransport,
     protected readonly callTimeoutMs: number,
   ) {}
@@ -137,7 +162,7 @@ export abstract class Held {
  * protects, and hand token to the protected resource so that it can refuse
  * the writes of an older holder.
  */
-export class Lease extends Held {
+export class Lease extends Held<LeaseCore> {
   /** The lock's name. */
   get name(): string {
     return this.core.name;

@@ -20,7 +20,7 @@ import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import type { CoordinatorApi } from "./api.js";
 import { ClientClosedError, Code, CoordinatorError, SessionEndedError, decodeError, isTransient, msOf } from "./errors.js";
 import type { LeaseEndKind, LeaseEndedError } from "./errors.js";
-import type { LeaseCore } from "./lease.js";
+import type { HeldCore } from "./lease.js";
 import { endsLease } from "./rules.js";
 import type { StreamTransport } from "./stream.js";
 import { callBackoff, driftMargin, linkSignals, now, renewalBackoff, renewalDelay, sleep, type Backoff } from "./util.js";
@@ -37,13 +37,13 @@ export interface SessionContext {
 
 /**
  * Session is a liveness on the coordinator that locks, semaphore and
- * read-write lock shares and leaderships attach to: one renewal, about
- * every ttl/3, keeps every attached lease, and they all end together. When
- * the session ends (close(), lost: a renewal refused; expired: none
- * answered before its deadline; or its Client closed) its signal aborts and
- * every attached lease's signal aborts with it. close() releases them all
- * on the coordinator in one call. Its id is a capability of the credential
- * its Client uses.
+ * read-write lock shares, groups and leaderships attach to: one renewal,
+ * about every ttl/3, keeps every attached lease, and they all end
+ * together. When the session ends (close(), lost: a renewal refused;
+ * expired: none answered before its deadline; or its Client closed) its
+ * signal aborts and every attached lease's signal aborts with it. close()
+ * releases them all on the coordinator in one call. Its id is a capability
+ * of the credential its Client uses.
  *
  * Make one with client.session({ ttl }) and pass it as the session option;
  * client.defaultSession() is the one the Client attaches to otherwise.
@@ -54,7 +54,7 @@ export class Session {
   private confirmedAt = 0;
   private endedWith: SessionEndedError | undefined;
   private readonly controller = new AbortController();
-  private readonly leases = new Set<LeaseCore>();
+  private readonly leases = new Set<HeldCore>();
   private deadlineTimer: ReturnType<typeof setTimeout> | undefined;
   /** Why the last renewal failed; empty after a success. */
   private lastErr = "";
@@ -104,9 +104,11 @@ export class Session {
   get ended(): SessionEndedError | undefined {
     return this.endedWith;
   }
-  /** How many leases are attached now. */
+  /** How many leases are attached now (each of a group's leases counts). */
   get size(): number {
-    return this.leases.size;
+    let n = 0;
+    for (const l of this.leases) n += l.leaseCount;
+    return n;
   }
 
   /**
@@ -141,11 +143,11 @@ export class Session {
   }
 
   toString(): string {
-    return `session ${this.id} (ttl ${this.ttlMs}ms, ${this.leases.size} leases)`;
+    return `session ${this.id} (ttl ${this.ttlMs}ms, ${this.size} leases)`;
   }
 
-  /** @internal attach makes l a lease of the session: it ends with it. */
-  attach(l: LeaseCore): void {
+  /** @internal attach makes l a lease (or group) of the session: it ends with it. */
+  attach(l: HeldCore): void {
     if (!this.endedWith && now() >= this.deadlineAt) this.expire(this.lastErr);
     if (this.endedWith) throw this.endedWith;
     this.leases.add(l);
@@ -155,7 +157,7 @@ export class Session {
    * @internal detach ends l with err (released through this Client) without
    * ending the session; it returns how l had ended before, if it had.
    */
-  detach(l: LeaseCore, err: LeaseEndedError): LeaseEndedError | undefined {
+  detach(l: HeldCore, err: LeaseEndedError): LeaseEndedError | undefined {
     if (l.ended) return l.ended;
     this.leases.delete(l);
     l.finish(err);

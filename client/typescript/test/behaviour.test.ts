@@ -8,7 +8,7 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { CodeSchema } from "../src/gen/google/rpc/code_pb.js";
-import { Client, CoordinatorError, Leadership, Lease } from "../src/index.js";
+import { Client, Code, CoordinatorError, Group, Leadership, Lease, type Member } from "../src/index.js";
 import { isTransient, outcomeUnknown } from "../src/errors.js";
 import { leaderBackoff, runAsLeader } from "../src/leader.js";
 import { callBackoff, type Backoff } from "../src/util.js";
@@ -31,15 +31,18 @@ const { cases } = JSON.parse(readFileSync(join(repoRoot(), "client", "testdata",
 /** How long lock and campaign wait (the doc's 10 s). */
 const WAIT_MS = 10_000;
 
-/** Grant is what a step may hold: a lease (a lock or a share) or a leadership. */
-type Grant = Lease | Leadership;
+/** How long start_lock_all waits for its group to be queued (the doc's 5 s). */
+const QUEUED_MS = 5000;
 
-const tokenOf = (g: Grant): bigint => (g instanceof Leadership ? g.term : g.token);
+/** Grant is what a step may hold: a lease (a lock or a share), a leadership or a group. */
+type Grant = Lease | Leadership | Group;
 
 /** Run holds the state of one case: its clients and grants, its name prefix. */
 class Run {
   private readonly clients = new Map<string, Client>();
   private readonly grants = new Map<string, Grant>();
+  /** The acquisitions start_lock_all started, by their 'as'. */
+  private readonly pending = new Map<string, Promise<Group>>();
   /** Describes and lists: a client that holds nothing, so makes no session. */
   private reader: Client | undefined;
   private readonly prefix = uniq("behaviour");
@@ -62,6 +65,38 @@ class Run {
         return this.tried(s, this.client(s).rwlock(this.name(s)).tryReadLock());
       case "write_lock":
         return this.tried(s, this.client(s).rwlock(this.name(s)).tryWriteLock());
+      case "lock_all":
+        this.hold(s, await this.client(s).lockAll(this.names(s), { wait: WAIT_MS }));
+        return;
+      case "try_lock_all":
+        return this.tried(s, this.client(s).tryLockAll(this.names(s)));
+      case "acquire_all": {
+        const members = (s["members"] as Member[]).map((m) => ({ ...m, name: `${this.prefix}/${m.name}` }));
+        return this.tried(s, this.client(s).tryAcquireAll(members));
+      }
+      case "start_lock_all": {
+        const names = this.names(s);
+        const started = this.client(s).lockAll(names, { wait: WAIT_MS });
+        started.catch(() => undefined); // await reports it
+        this.pending.set(str(s, "as"), started);
+        const end = performance.now() + QUEUED_MS;
+        while ((await this.read().describe(names[0]!)).waiters === 0) {
+          assert.ok(performance.now() < end, `the group was not queued on ${names[0]} within ${QUEUED_MS}ms`);
+          await new Promise((r) => setTimeout(r, 20));
+        }
+        return;
+      }
+      case "await": {
+        const started = this.pending.get(str(s, "as"));
+        assert.ok(started, `nothing started as ${str(s, "as")}`);
+        const within = num(s, "within_ms");
+        let timer: ReturnType<typeof setTimeout> | undefined;
+        const late = new Promise<undefined>((r) => (timer = setTimeout(r, within, undefined)));
+        const g = await Promise.race([started, late]).finally(() => clearTimeout(timer));
+        assert.ok(g, `${str(s, "as")} not granted within ${within}ms`);
+        this.hold(s, g);
+        return;
+      }
       case "release": {
         const g = this.grant(s, "lease");
         const released = g instanceof Leadership ? await g.resign() : await g.release();
@@ -95,7 +130,7 @@ class Run {
         return;
       }
       case "expect_token":
-        assert.ok(tokenOf(this.grant(s, "lease")) > tokenOf(this.grant(s, "above")), `${str(s, "lease")}'s token above ${str(s, "above")}'s`);
+        assert.ok(this.token(s, "lease") > this.token(s, "above"), `${str(s, "lease")}'s token above ${str(s, "above")}'s`);
         return;
       case "expect_same_session": {
         const names = s["leases"] as string[];
@@ -176,6 +211,27 @@ class Run {
     return `${this.prefix}/${str(s, field)}`;
   }
 
+  /** names are the step's names, prefixed. */
+  private names(s: Step): string[] {
+    const v = s["names"];
+    assert.ok(Array.isArray(v) && v.every((n) => typeof n === "string"), `${s.do} needs a list of names`);
+    return v.map((n: string) => `${this.prefix}/${n}`);
+  }
+
+  /** token is the fencing token of the grant the field names: a lease, a leadership, or "<as>.<name>", a group's member. */
+  private token(s: Step, field: string): bigint {
+    const ref = str(s, field);
+    const g = this.grants.get(ref);
+    if (g !== undefined) {
+      assert.ok(!(g instanceof Group), `${ref} is a group: name one of its members as ${ref}.<name>`);
+      return g instanceof Leadership ? g.term : g.token;
+    }
+    const dot = ref.indexOf(".");
+    const group = dot < 0 ? undefined : this.grants.get(ref.slice(0, dot));
+    assert.ok(group instanceof Group, `no grant ${ref}`);
+    return group.token(`${this.prefix}/${ref.slice(dot + 1)}`);
+  }
+
   private grant(s: Step, field: string): Grant {
     const g = this.grants.get(str(s, field));
     assert.ok(g, `no grant ${str(s, field)}`);
@@ -186,9 +242,21 @@ class Run {
     if (s["as"] !== undefined) this.grants.set(str(s, "as"), g);
   }
 
-  /** tried checks a one-try acquisition against expect (default granted). */
-  private async tried(s: Step, attempt: Promise<Lease | undefined>): Promise<void> {
-    const got = await attempt;
+  /**
+   * tried checks a one-try acquisition against expect (default granted):
+   * 'invalid_argument' is the coordinator's InvalidArgument, or the
+   * client's own refusal (a TypeError) of the call.
+   */
+  private async tried(s: Step, attempt: Promise<Lease | Group | undefined>): Promise<void> {
+    let got: Lease | Group | undefined;
+    try {
+      got = await attempt;
+    } catch (e) {
+      const invalid = e instanceof TypeError || (e instanceof CoordinatorError && e.code === Code.InvalidArgument);
+      if (!invalid) throw e;
+      assert.equal("invalid_argument", s["expect"] ?? "granted", `${s.do}: ${e.message}`);
+      return;
+    }
     assert.equal(got ? "granted" : "not_acquired", s["expect"] ?? "granted", s.do);
     if (got) this.hold(s, got);
   }

@@ -1,7 +1,7 @@
 // docs/semaphores.md's TypeScript example of semaphores and read-write locks is the
 // heart of examples/semaphore-example.ts, and client/typescript/README.md's
-// of sessions that of examples/session-example.ts; both run as written
-// against a real coordinator.
+// of sessions and of groups those of examples/session-example.ts and
+// examples/group-example.ts; each runs as written against a real coordinator.
 
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
@@ -78,6 +78,21 @@ describe("the session example", { timeout: 60_000 }, () => {
       "session alive: true leases: 3",
       "ended: true",
       "default session: true",
+    ]);
+  });
+});
+
+describe("the group example", { timeout: 60_000 }, () => {
+  it("is what client/typescript/README.md shows", () => {
+    sameAsReadme("client/typescript/README.md", "### Groups: several names at once", "group-example.ts");
+  });
+
+  it("runs as written", async () => {
+    assert.deepEqual(await runExample("group-example.js"), [
+      "tokens: true",
+      "bob refused: true",
+      "bob and carol refused: true",
+      "weights: 1,1,1 in one session: true",
     ]);
   });
 });
