@@ -1,5 +1,6 @@
-"""Python client of the coordinator: locks, semaphores, read-write locks and
-leader elections as leases held in sessions that renew themselves.
+"""Python client of the coordinator: locks, semaphores, read-write locks,
+groups of them taken all at once, and leader elections, as leases held in
+sessions that renew themselves.
 
     import coordinator
 
@@ -10,9 +11,11 @@ leader elections as leases held in sessions that renew themselves.
             migrate(share.token)       # at most 5 weight held at once
         with client.rwlock("config").read_lock(wait=30) as reader:
             read(reader.token)         # writers: .write_lock()
+        with client.lock_all(["accounts/a", "accounts/b"], wait=30) as group:
+            move(group.token("accounts/a"), group.token("accounts/b"))  # all or none
 
-Every Lease and Leadership is attached to a session: the Client's default
-session (made on first need with the Client's ``ttl``), or one of
+Every Lease, Group and Leadership is attached to a session: the Client's
+default session (made on first need with the Client's ``ttl``), or one of
 ``client.session(ttl=...)`` passed as ``session=``. The session, and so
 every grant in it, is renewed about every ttl/3 as renew_session operations
 on the Client's one operation stream. Its validity is counted on this
@@ -27,7 +30,7 @@ and ``coordinator.pb_grpc`` (the stub). For asyncio programs,
 """
 
 from ._gen import pb, pb_grpc  # first: makes the generated code importable
-from .client import DEFAULT_TARGET, DEFAULT_TTL, MAX_CAPACITY, RW_CAPACITY, Client, RWLock, Semaphore
+from .client import DEFAULT_TARGET, DEFAULT_TTL, MAX_CAPACITY, MAX_GROUP_MEMBERS, RW_CAPACITY, Client, RWLock, Semaphore
 from .election import EventKind, LeaderInfo, Leadership, ObserveEvent, Observation
 from .errors import (
     CapacityMismatch,
@@ -49,6 +52,7 @@ from .errors import (
     is_outcome_unknown,
     is_transient,
 )
+from .group import Group, Member
 from .lease import Description, Lease, LeaseInfo
 from .session import Session
 
@@ -59,11 +63,14 @@ __all__ = [
     "Semaphore",
     "RWLock",
     "MAX_CAPACITY",
+    "MAX_GROUP_MEMBERS",
     "RW_CAPACITY",
     "DEFAULT_TARGET",
     "DEFAULT_TTL",
     "Lease",
     "LeaseInfo",
+    "Group",
+    "Member",
     "Session",
     "Description",
     "Leadership",

@@ -6,12 +6,16 @@ next, so that both follow one set of rules."""
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Generic, Optional, TypeVar
+from typing import Any, Callable, Generic, Iterable, Optional, Sequence, Tuple, TypeVar
+
+import grpc
 
 from ._gen import pb
 from ._rules import ANSWER_MARGIN, MAX_WAIT, field_rules
+from ._state import MemberGrant
 from ._util import call_backoff, from_duration, to_duration
-from .errors import ClientClosed, CoordinatorError, NotAcquired, is_outcome_unknown
+from .errors import ClientClosed, CoordinatorError, InvalidField, NotAcquired, is_outcome_unknown
+from .group import Member
 
 #: The largest capacity of a name (TryAcquireRequest.capacity's rules).
 MAX_CAPACITY = int(field_rules(pb.TryAcquireRequest, "capacity").max_value)
@@ -21,17 +25,25 @@ MAX_CAPACITY = int(field_rules(pb.TryAcquireRequest, "capacity").max_value)
 #: readers and writers share a name.
 RW_CAPACITY = int(pb.RW_CAPACITY)
 
+#: The most names a group may have (AcquireGroupRequest.members' rules).
+MAX_GROUP_MEMBERS = int(field_rules(pb.AcquireGroupRequest, "members").max_value)
+
+_INVALID_FIELD = pb.ErrorReason.Name(pb.INVALID_FIELD)
+
 
 class Grant:
     """One answer to an acquisition's request: granted or not, and what the
-    coordinator said with it."""
+    coordinator said with it. A group's grant has its ``members``; a
+    group's refusal names the member in the way (``blocked``)."""
 
-    __slots__ = ("acquired", "token", "value", "holder", "retry_after", "weight")
+    __slots__ = ("acquired", "token", "value", "holder", "retry_after", "weight", "members", "blocked")
 
     def __init__(self, acquired: bool, token: int = 0, value: bytes = b"", holder: Optional[str] = None,
-                 retry_after: Optional[float] = None, weight: int = 1) -> None:
+                 retry_after: Optional[float] = None, weight: int = 1, members: Tuple[MemberGrant, ...] = (),
+                 blocked: Optional[str] = None) -> None:
         self.acquired, self.token, self.value = acquired, token, value
         self.holder, self.retry_after, self.weight = holder, retry_after, weight
+        self.members, self.blocked = members, blocked
 
 
 # -- requests and their answers -----------------------------------------------
@@ -59,13 +71,52 @@ def campaign_request(election: str, candidate: str, session_id: str, ttl: float,
     return req
 
 
+def group_request(members: Sequence[Member], holder: str, session_id: str, ttl: float, wait_for: float) -> Any:
+    """The AcquireGroupRequest of a new group in the session ``session_id``."""
+    req = pb.AcquireGroupRequest(members=[pb.GroupMember(name=m.name, capacity=m.capacity, weight=m.weight)
+                                          for m in members],
+                                 holder=holder, ttl=to_duration(ttl), session_id=session_id)
+    if wait_for > 0:
+        req.wait.CopyFrom(to_duration(wait_for))
+    return req
+
+
+def check_members(members: Iterable[Member]) -> Tuple[Member, ...]:
+    """members as a tuple; InvalidField "members" (as the coordinator would
+    answer) when there are none, more than MAX_GROUP_MEMBERS, or a name
+    comes twice."""
+    out = tuple(members)
+    for m in out:
+        # Untyped callers pass names (str) too: say so, not AttributeError.
+        if not isinstance(m, Member):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError(f"coordinator: a group's members are coordinator.Member, not {m!r}")
+    names = [m.name for m in out]
+    why = None
+    if not 1 <= len(out) <= MAX_GROUP_MEMBERS:
+        why = f"a group has 1 to {MAX_GROUP_MEMBERS} members, not {len(out)}"
+    elif len(set(names)) != len(names):
+        twice = sorted({n for n in names if names.count(n) > 1})
+        why = f"a group names each name once: {', '.join(map(repr, twice))} more than once"
+    if why is not None:
+        raise InvalidField(f"coordinator: {why}", code=grpc.StatusCode.INVALID_ARGUMENT, reason=_INVALID_FIELD,
+                           metadata={"field": "members"}, field="members")
+    return out
+
+
 def _retry_after(resp: Any) -> Optional[float]:
     return from_duration(resp.retry_after) if resp.HasField("retry_after") else None
 
 
 def grant_of(kind: str, resp: Any) -> Grant:
-    """The Grant of the answer to an "acquire" (TryAcquireResponse) or a
-    "campaign" (CampaignResponse)."""
+    """The Grant of the answer to an "acquire" (TryAcquireResponse), a
+    "campaign" (CampaignResponse) or an "acquire_group"
+    (AcquireGroupResponse)."""
+    if kind == "acquire_group":
+        if not resp.acquired:
+            return Grant(False, holder=resp.holder or None, retry_after=_retry_after(resp),
+                         blocked=resp.blocked_name or None)
+        return Grant(True, members=tuple(MemberGrant(lease.name, int(lease.token), max(int(lease.weight), 1))
+                                         for lease in resp.leases))
     if kind == "campaign":
         if not resp.elected:
             return Grant(False, holder=resp.leader.candidate or None, retry_after=_retry_after(resp))
@@ -76,10 +127,21 @@ def grant_of(kind: str, resp: Any) -> Grant:
                  weight=max(int(resp.lease.weight), 1))
 
 
+def release_group_request(holder: str, members: Iterable[Tuple[str, int]]) -> Any:
+    """The ReleaseGroupRequest of the leases (name, token) of holder's group."""
+    return pb.ReleaseGroupRequest(holder=holder, leases=[pb.GroupLease(name=name, token=token)
+                                                         for name, token in members])
+
+
 def give_up_operation(res: Any) -> Optional[Any]:
     """The StreamOperation that gives up what the StreamResult res granted
-    (a release, or a resign), or None when it granted nothing."""
+    (a release, a resign, a release_group), or None when it granted
+    nothing."""
     kind = res.WhichOneof("result")
+    if kind == "acquire_group" and res.acquire_group.acquired:
+        leases = res.acquire_group.leases
+        holder = leases[0].holder if leases else ""
+        return pb.StreamOperation(release_group=release_group_request(holder, [(m.name, m.token) for m in leases]))
     if kind == "acquire" and res.acquire.acquired:
         lease = res.acquire.lease
         return pb.StreamOperation(release=pb.ReleaseRequest(name=lease.name, holder=lease.holder, token=lease.token))
@@ -208,6 +270,8 @@ class AcquireSteps:
         self.backoff = call_backoff()
         self.last_err: Optional[CoordinatorError] = None
         self.last_holder: Optional[str] = None
+        #: The name the last refusal named (a group's member in the way).
+        self.last_blocked: Optional[str] = None
         #: When the last request was sent (time.monotonic()).
         self.sent = 0.0
         self.wait_for = 0.0
@@ -249,7 +313,7 @@ class AcquireSteps:
     def _give_up(self, err: CoordinatorError) -> Step:
         error: BaseException = err
         if self.waiting and self.last_err is not None and self.end is not None and time.monotonic() >= self.end:
-            error = NotAcquired(self.name, self.last_holder, None, self.last_err)
+            error = NotAcquired(self.last_blocked or self.name, self.last_holder, None, self.last_err)
             error.__cause__ = err
         return Step(abandon=is_outcome_unknown(err.code), error=error)
 
@@ -257,9 +321,9 @@ class AcquireSteps:
         """The Step after the request was answered with g."""
         now = time.monotonic()
         if not g.acquired:
-            self.last_holder = g.holder
+            self.last_holder, self.last_blocked = g.holder, g.blocked
             if not self.waiting or (self.end is not None and now >= self.end - ANSWER_MARGIN):
-                return Step(error=NotAcquired(self.name, g.holder, g.retry_after))
+                return Step(error=NotAcquired(g.blocked or self.name, g.holder, g.retry_after))
             if now - self.sent < self.wait_for / 2:
                 # Answered long before the wait was over (a coordinator
                 # shutting down?): do not spin.

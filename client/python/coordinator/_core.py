@@ -3,12 +3,13 @@ operation stream, its sessions and what it does with them. A Client is the
 public face of one Core; its grants and sessions are views of the Core's
 states (_state.py). Nothing here is for applications.
 
-Acquire, release, campaign, proclaim, resign and session renewals go over
-the operation stream (_stream.py); CreateSession, CloseSession, Describe,
-List, Leader and Observe are unary (or server-streaming) calls. The sync
-Client waits for them on its thread; the asyncio Client awaits the stream's
-results on its event loop (``operation_async``) and runs the calls that do
-not wait on the coordinator's queues in a worker thread.
+Acquire, release, campaign, proclaim, resign, a group's acquire and
+release, and session renewals go over the operation stream (_stream.py);
+CreateSession, CloseSession, Describe, List, Leader and Observe are unary
+(or server-streaming) calls. The sync Client waits for them on its thread;
+the asyncio Client awaits the stream's results on its event loop
+(``operation_async``) and runs the calls that do not wait on the
+coordinator's queues in a worker thread.
 """
 
 from __future__ import annotations
@@ -19,25 +20,29 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Dict, Generic, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Generic, List, Optional, Sequence, Tuple, TypeVar
 
 import grpc
 
 from ._acquire import AcquireSteps, Grant, ReleaseSteps, Step, abandoned_token, acquire_request, campaign_request
-from ._acquire import give_up_operation, grant_of
+from ._acquire import give_up_operation, grant_of, group_request, release_group_request
 from ._connect import PEM, channel_options, check_settings, plaintext_metadata, tls_credentials
 from ._gen import pb, pb_grpc
 from ._rules import LEASE_NOT_HELD
-from ._state import SESSION_CLOSED, F, GrantState, SessionState
+from ._state import SESSION_CLOSED, F, GrantState, GroupState, HeldState, SessionState
 from ._stream import Late, OpStream, Stopped, run_late
 from ._util import from_duration, to_duration
 from .errors import ClientClosed, CoordinatorError, LeaseNotHeld, RPCError, SessionEnded, from_rpc_error
 from .errors import from_status, is_outcome_unknown
+from .group import Member
 
 log = logging.getLogger("coordinator")
 
 #: Where ``make run`` serves.
 DEFAULT_TARGET = "127.0.0.1:7400"
+
+#: What an acquisition makes: a GrantState or a GroupState.
+S = TypeVar("S", bound="HeldState[Any]")
 
 
 def closed_error() -> ClientClosed:
@@ -132,9 +137,9 @@ class Core(Generic[F]):
     def operation(self, kind: str, request: Any, timeout: Optional[float] = None, late: Optional[Late] = None,
                   stop: Optional[threading.Event] = None) -> Tuple[Any, float]:
         """The operation ``kind`` ("acquire", "release", "campaign",
-        "resign", "renew_session") over the operation stream: (its response,
-        when it was sent). Raises its CoordinatorError, or Stopped when stop
-        was set meanwhile."""
+        "resign", "renew_session", "acquire_group", "release_group") over
+        the operation stream: (its response, when it was sent). Raises its
+        CoordinatorError, or Stopped when stop was set meanwhile."""
         timeout = self.timeout if timeout is None else timeout
         res, sent = self.stream.call(pb.StreamOperation(**{kind: request}), timeout, late, stop)
         return _response(kind, res), sent
@@ -259,10 +264,14 @@ class Core(Generic[F]):
     # -- acquisition ---------------------------------------------------------------
 
     def acquisition(self, kind: str, name: str, wait: Optional[float], explicit: Optional[SessionState[F]],
-                    capacity: int = 0, weight: int = 0, value: bytes = b"") -> "Acquiring[F]":
-        return Acquiring(self, kind, name, wait, explicit, capacity, weight, value)
+                    capacity: int = 0, weight: int = 0, value: bytes = b"") -> "GrantAcquiring[F]":
+        return GrantAcquiring(self, kind, name, wait, explicit, capacity, weight, value)
 
-    def acquire(self, a: "Acquiring[F]", stop: Optional[threading.Event] = None) -> GrantState[F]:
+    def group_acquisition(self, members: Sequence[Member], wait: Optional[float],
+                          explicit: Optional[SessionState[F]]) -> "GroupAcquiring[F]":
+        return GroupAcquiring(self, members, wait, explicit)
+
+    def acquire(self, a: "Acquiring[F, S]", stop: Optional[threading.Event] = None) -> S:
         """Runs the acquisition a, waiting on this thread; raises Stopped
         when ``stop`` is set meanwhile."""
         try:
@@ -294,7 +303,7 @@ class Core(Generic[F]):
                 return self.closed
         return True
 
-    async def acquire_async(self, a: "Acquiring[F]", closing: Callable[[float], Any]) -> GrantState[F]:
+    async def acquire_async(self, a: "Acquiring[F, S]", closing: Callable[[float], Any]) -> S:
         """Runs the acquisition a on the event loop; ``closing(seconds)``
         pauses, returning early (True) when the Client closes."""
         try:
@@ -319,9 +328,10 @@ class Core(Generic[F]):
             raise
 
     def give_up_late(self, name: str, op: Any) -> None:
-        """Releases (or resigns) a lease granted to an acquisition whose
-        caller had left by then, so that the next waiter need not wait for
-        its session to expire. Best-effort, without waiting for the answer."""
+        """Releases (or resigns) a lease (or a group) granted to an
+        acquisition whose caller had left by then, so that the next waiter
+        need not wait for its session to expire. Best-effort, without
+        waiting for the answer."""
 
         def done(_o: Any, res: Any, err: Optional[BaseException]) -> None:
             if err is None and res is not None and res.WhichOneof("result") == "error":
@@ -335,35 +345,43 @@ class Core(Generic[F]):
         except ClientClosed:
             pass
 
-    def abandon(self, name: str, holder: str) -> None:
-        """Gives up, on a thread of its own, a lease that an acquisition may
-        have been granted without hearing of it. Best-effort."""
+    def abandon(self, names: Sequence[str], holder: str, group: bool = False) -> None:
+        """Gives up, on a thread of its own, what an acquisition of names
+        (a group's, when group) may have been granted without hearing of
+        it: whatever holder holds of them. Best-effort."""
 
         def run() -> None:
             if self.closed:
                 return
             try:
-                token = abandoned_token(self.unary("Describe", pb.DescribeRequest(name=name), timeout=2.0), holder)
-                if token is not None:
+                found: List[Tuple[str, int]] = []
+                for name in names:
+                    token = abandoned_token(self.unary("Describe", pb.DescribeRequest(name=name), timeout=2.0),
+                                            holder)
+                    if token is not None:
+                        found.append((name, token))
+                if group and found:
+                    self.operation("release_group", release_group_request(holder, found), 2.0)
+                elif found:
+                    name, token = found[0]
                     self.operation("release", pb.ReleaseRequest(name=name, holder=holder, token=token), 2.0)
             except CoordinatorError as e:
-                log.warning("coordinator: could not give up an abandoned grant of %r: %s", name, e)
+                log.warning("coordinator: could not give up an abandoned grant of %s: %s", ", ".join(map(repr, names)),
+                            e)
 
         threading.Thread(target=run, name="coordinator-abandon", daemon=True).start()
 
     # -- held grants ---------------------------------------------------------------
 
-    def release(self, g: GrantState[F]) -> bool:
-        """Ends g and gives it up on the coordinator (Release, or Resign for
-        a leadership), retrying transient errors for up to the close timeout.
-        True when the coordinator gave it up now; False, without an error,
-        when it was no longer held (lost, or given up before)."""
+    def release(self, g: HeldState[F]) -> bool:
+        """Ends g and gives it up on the coordinator (Release, Resign for a
+        leadership, ReleaseGroup for a group), retrying transient errors for
+        up to the close timeout. True when the coordinator gave it up now;
+        False, without an error, when it was no longer held (lost, or given
+        up before)."""
         if not g.end(None, lost=False):
             return False
-        if g.kind == "leadership":
-            kind, req = "resign", pb.ResignRequest(election=g.name, candidate=g.holder, term=g.token)
-        else:
-            kind, req = "release", pb.ReleaseRequest(name=g.name, holder=g.holder, token=g.token)
+        kind, req = _give_up_request(g)
         steps = ReleaseSteps(self.timeout, self.close_timeout)
         while steps.calling():
             try:
@@ -434,18 +452,20 @@ class Core(Generic[F]):
         self.channel.close()
 
 
-class Acquiring(Generic[F]):
-    """One acquisition (of a lock, a share or a leadership) by the rules of
-    AcquireSteps, as a new holder, whichever Client waits for it. It also
-    keeps a grant that arrives after its caller stopped waiting for that
-    answer: kept when the acquisition goes on (asking again as the holder
-    returns the same lease), given up when it failed."""
+class Acquiring(Generic[F, S]):
+    """One acquisition (of a lock, a share, a leadership or a group) by the
+    rules of AcquireSteps, as a new holder, whichever Client waits for it.
+    It also keeps a grant that arrives after its caller stopped waiting for
+    that answer: kept when the acquisition goes on (asking again as the
+    holder returns the same grant), given up when it failed. Its subclasses
+    say what to ask (``request``) and what a grant is (``attach``)."""
 
-    def __init__(self, core: Core[F], kind: str, name: str, wait: Optional[float],
-                 explicit: Optional[SessionState[F]], capacity: int, weight: int, value: bytes) -> None:
-        self.core, self.kind, self.name, self.explicit = core, kind, name, explicit
-        self.capacity, self.weight, self.value = capacity, weight, value
-        self.op = "campaign" if kind == "leadership" else "acquire"
+    #: The operation that asks: "acquire", "campaign" or "acquire_group".
+    op = ""
+
+    def __init__(self, core: Core[F], kind: str, name: str, names: Tuple[str, ...], wait: Optional[float],
+                 explicit: Optional[SessionState[F]]) -> None:
+        self.core, self.kind, self.name, self.names, self.explicit = core, kind, name, names, explicit
         self.holder = core.new_holder()
         self.steps = AcquireSteps(kind, name, wait)
         self.lock = threading.Lock()
@@ -455,16 +475,22 @@ class Acquiring(Generic[F]):
         self.default_ended = 0
 
     def request(self, session: SessionState[F], wait_for: float) -> Any:
+        """The request of the next call, in session, waiting up to wait_for."""
         self.session = session
-        if self.op == "campaign":
-            return campaign_request(self.name, self.holder, session.id, session.ttl, self.value, wait_for)
-        return acquire_request(self.name, self.holder, session.id, session.ttl, wait_for, self.capacity,
-                               self.weight)
+        return self.ask(session, wait_for)
+
+    def ask(self, session: SessionState[F], wait_for: float) -> Any:
+        """The request message (see request)."""
+        raise NotImplementedError
+
+    def attach(self, session: SessionState[F], grant: Grant) -> S:
+        """The state of grant, attached to session."""
+        raise NotImplementedError
 
     def late(self) -> Late:
         """The handler of the result of an operation that its caller stopped
         waiting for: a grant is given up at once unless the acquisition goes
-        on (as the same holder, it gets that very lease); an unknown outcome
+        on (as the same holder, it gets that very grant); an unknown outcome
         is abandoned."""
         def late(res: Any, err: Optional[BaseException]) -> None:
             op = give_up_operation(res) if res is not None else None
@@ -478,9 +504,13 @@ class Acquiring(Generic[F]):
                 with self.lock:
                     if not self.given_up:
                         return
-                self.core.abandon(self.name, self.holder)
+                self.abandon()
 
         return late
+
+    def abandon(self) -> None:
+        """Gives up whatever the holder may hold without having heard of it."""
+        self.core.abandon(self.names, self.holder, group=self.op == "acquire_group")
 
     def answered(self, resp: Any) -> Step:
         return self.steps.answered(grant_of(self.op, resp))
@@ -498,22 +528,17 @@ class Acquiring(Generic[F]):
             log.warning(step.warning)
         return step
 
-    def next(self, step: Step) -> Optional[GrantState[F]]:
+    def next(self, step: Step) -> Optional[S]:
         """Takes the Step after the pause: the grant, attached to its
         session, when granted; None to ask again; raises the error."""
         step = self.steps.resumed(step)
         if step.abandon:
-            self.core.abandon(self.name, self.holder)
+            self.abandon()
         if step.error is not None:
             raise step.error
         if step.grant is None or self.session is None:
             return None
         return self.attach(self.session, step.grant)
-
-    def attach(self, session: SessionState[F], grant: Grant) -> GrantState[F]:
-        g = GrantState(session, self.kind, self.name, self.holder, grant.token, grant.weight, grant.value)
-        session.attach(g)
-        return g
 
     def over(self) -> None:
         """The acquisition failed: gives up a grant that came late."""
@@ -522,6 +547,58 @@ class Acquiring(Generic[F]):
             op, self.late_grant = self.late_grant, None
         if op is not None:
             self.core.give_up_late(self.name, op)
+
+
+class GrantAcquiring(Acquiring[F, GrantState[F]]):
+    """The acquisition of a lock, a share (capacity, weight) or a
+    leadership (value)."""
+
+    def __init__(self, core: Core[F], kind: str, name: str, wait: Optional[float],
+                 explicit: Optional[SessionState[F]], capacity: int, weight: int, value: bytes) -> None:
+        super().__init__(core, kind, name, (name,), wait, explicit)
+        self.capacity, self.weight, self.value = capacity, weight, value
+        self.op = "campaign" if kind == "leadership" else "acquire"
+
+    def ask(self, session: SessionState[F], wait_for: float) -> Any:
+        if self.op == "campaign":
+            return campaign_request(self.name, self.holder, session.id, session.ttl, self.value, wait_for)
+        return acquire_request(self.name, self.holder, session.id, session.ttl, wait_for, self.capacity,
+                               self.weight)
+
+    def attach(self, session: SessionState[F], grant: Grant) -> GrantState[F]:
+        g = GrantState(session, self.kind, self.name, self.holder, grant.token, grant.weight, grant.value)
+        session.attach(g)
+        return g
+
+
+class GroupAcquiring(Acquiring[F, GroupState[F]]):
+    """The acquisition of a group: every member at once, or none."""
+
+    op = "acquire_group"
+
+    def __init__(self, core: Core[F], members: Sequence[Member], wait: Optional[float],
+                 explicit: Optional[SessionState[F]]) -> None:
+        names = tuple(m.name for m in members)
+        super().__init__(core, "group", ", ".join(names), names, wait, explicit)
+        self.members = tuple(members)
+
+    def ask(self, session: SessionState[F], wait_for: float) -> Any:
+        return group_request(self.members, self.holder, session.id, session.ttl, wait_for)
+
+    def attach(self, session: SessionState[F], grant: Grant) -> GroupState[F]:
+        g = GroupState(session, self.holder, grant.members)
+        session.attach(g)
+        return g
+
+
+def _give_up_request(g: HeldState[Any]) -> Tuple[str, Any]:
+    """The operation (kind, request) that gives g up on the coordinator."""
+    if isinstance(g, GroupState):
+        return "release_group", release_group_request(g.holder, [(m.name, m.token) for m in g.members])
+    assert isinstance(g, GrantState)
+    if g.kind == "leadership":
+        return "resign", pb.ResignRequest(election=g.name, candidate=g.holder, term=g.token)
+    return "release", pb.ReleaseRequest(name=g.name, holder=g.holder, token=g.token)
 
 
 def _response(kind: str, res: Any) -> Any:

@@ -1,10 +1,10 @@
 """The liveness model: a session, and the grants attached to it.
 
-Every lease, semaphore share, read-write lock and leadership a Client holds
-is attached to a session (etcd's ``concurrency.Session`` is the model): a
-lease of its own on the coordinator (an id, a ttl, renewals, expiry by the
-store's clock) that one renewal keeps for all of its grants, which end with
-it. The session's validity is counted on this process's monotonic clock
+Every lease, semaphore share, read-write lock, leadership and group a
+Client holds is attached to a session (etcd's ``concurrency.Session`` is
+the model): a lease of its own on the coordinator (an id, a ttl, renewals,
+expiry by the store's clock) that one renewal keeps for all of its grants,
+which end with it. The session's validity is counted on this process's monotonic clock
 from when the last answered renewal was *sent*, plus its ttl, minus a margin
 of max(ttl/10, 50ms) (ClientRules.validity_margin_*): when no renewal is
 answered by that local deadline the session expires there, before the
@@ -18,8 +18,8 @@ A session's thread renews it about every ttl/3, moved by ±10%
 the Client's one operation stream (see _core.Core.renew_session). It is the
 only renewal there is.
 
-These are the internals of the public Session, Lease and Leadership of
-both Clients (sync and asyncio), which are views of them: only ``lost`` and
+These are the internals of the public Session, Lease, Leadership and Group
+of both Clients (sync and asyncio), which are views of them: only ``lost`` and
 ``ended`` (Flags: a threading.Event, or an event of the asyncio loop)
 differ.
 """
@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable, Generic, List, Optional, Protocol, Set, Tuple, TypeVar
+from typing import Any, Callable, Generic, List, NamedTuple, Optional, Protocol, Sequence, Set, Tuple, TypeVar
 
 import grpc
 
@@ -58,30 +58,29 @@ F = TypeVar("F", bound=Flag)
 Renew = Callable[[str, float], Tuple[Any, float]]
 
 
-class GrantState(Generic[F]):
-    """One grant (a lease, a share, a leadership) attached to a session."""
+class HeldState(Generic[F]):
+    """What a session holds: a grant (GrantState) or a group of grants
+    (GroupState), which ends with the session, its own release, or its
+    Client's close."""
 
-    def __init__(self, session: "SessionState[F]", kind: str, name: str, holder: str, token: int,
-                 weight: int = 1, value: bytes = b"") -> None:
-        self.session = session
-        self.kind, self.name, self.holder, self.token = kind, name, holder, token
-        self.weight, self.value = weight, value
-        #: Set the moment the grant ends involuntarily: its session lost or
+    def __init__(self, session: "SessionState[F]", kind: str, holder: str) -> None:
+        self.session, self.kind, self.holder = session, kind, holder
+        #: Set the moment it ends involuntarily: its session lost or
         #: expired, or its Client closed. Not set by a release or resign.
         self.lost: F = session.new_flag()
-        #: Set the moment the grant ends, whatever the reason.
+        #: Set the moment it ends, whatever the reason.
         self.ended: F = session.new_flag()
         self.done = False
         self.error: Optional[BaseException] = None
         self.lost_at: Optional[float] = None
         self.callbacks: List[Callable[[], None]] = []
         self.lock = threading.Lock()
-        #: The public Lease or Leadership of this state.
+        #: The public Lease, Leadership or Group of this state.
         self.view: Any = None
 
     def end(self, err: Optional[BaseException], lost: bool) -> bool:
-        """Ends the grant with err (``lost`` set when lost); False when it
-        had ended already."""
+        """Ends it with err (``lost`` set when lost); False when it had
+        ended already."""
         with self.lock:
             if self.done:
                 return False
@@ -100,7 +99,7 @@ class GrantState(Generic[F]):
         return True
 
     def on_lost(self, callback: Callable[[], None]) -> bool:
-        """Has callback called when the grant is lost; False when it ended already."""
+        """Has callback called when it is lost; False when it ended already."""
         with self.lock:
             if self.done:
                 return False
@@ -114,7 +113,40 @@ class GrantState(Generic[F]):
         return 0.0 if self.done else self.session.remaining()
 
     def describe(self) -> str:
+        raise NotImplementedError
+
+
+class GrantState(HeldState[F]):
+    """One grant (a lease, a share, a leadership) attached to a session."""
+
+    def __init__(self, session: "SessionState[F]", kind: str, name: str, holder: str, token: int,
+                 weight: int = 1, value: bytes = b"") -> None:
+        super().__init__(session, kind, holder)
+        self.name, self.token, self.weight, self.value = name, token, weight, value
+
+    def describe(self) -> str:
         return f"{self.kind} {self.name!r} (token {self.token})"
+
+
+class MemberGrant(NamedTuple):
+    """One lease of a group: its name, fencing token and weight."""
+
+    name: str
+    token: int
+    weight: int
+
+
+class GroupState(HeldState[F]):
+    """A group of grants, one per name, acquired at once by one holder and
+    attached to one session: they are released together and end together."""
+
+    def __init__(self, session: "SessionState[F]", holder: str, members: Sequence[MemberGrant]) -> None:
+        super().__init__(session, "group", holder)
+        self.members: Tuple[MemberGrant, ...] = tuple(members)
+
+    def describe(self) -> str:
+        tokens = ", ".join(f"{m.name!r} (token {m.token})" for m in self.members)
+        return f"group of {tokens}"
 
 
 class SessionState(Generic[F]):
@@ -127,7 +159,7 @@ class SessionState(Generic[F]):
         self.lost: F = new_flag()
         self.ended: F = new_flag()
         self.lock = threading.Lock()
-        self.grants: Set[GrantState[F]] = set()
+        self.grants: Set[HeldState[F]] = set()
         self.done = False
         self.error: Optional[BaseException] = None
         self.lost_at: Optional[float] = None
@@ -160,7 +192,7 @@ class SessionState(Generic[F]):
 
     # -- grants ------------------------------------------------------------------
 
-    def attach(self, g: GrantState[F]) -> None:
+    def attach(self, g: HeldState[F]) -> None:
         """Makes g a grant of the session; raises (and ends g with) the
         session's error when it ended meanwhile."""
         with self.lock:
@@ -172,7 +204,7 @@ class SessionState(Generic[F]):
             g.end(err, lost=True)
             raise err
 
-    def detach(self, g: GrantState[F]) -> None:
+    def detach(self, g: HeldState[F]) -> None:
         with self.lock:
             self.grants.discard(g)
 
@@ -203,7 +235,7 @@ class SessionState(Generic[F]):
         return SessionEnded(f"session {self.id} was closed", code=grpc.StatusCode.FAILED_PRECONDITION,
                             reason=SESSION_CLOSED, metadata={"session_id": self.id})
 
-    def grant_error(self, g: GrantState[F], err: Optional[BaseException]) -> BaseException:
+    def grant_error(self, g: HeldState[F], err: Optional[BaseException]) -> BaseException:
         """The error of the grant g when the session ends with err (None: close())."""
         if isinstance(err, ClientClosed):
             return err

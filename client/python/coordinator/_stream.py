@@ -1,16 +1,17 @@
 """A Client's lease operations over one operation stream (the Stream RPC).
 
-Acquire, renew, release, campaign and resign go as operations of one
-bidirectional Stream call per Client, shared by every thread (the Go
-SDK's client/stream.go does the same). Operations are queued; the stream's
-request iterator hands whatever is queued when gRPC is ready to send to the
-stream as one StreamRequest (up to 1,000 operations and about 64 KiB), so
-that an operation alone goes out at once and those of many threads share
-messages under load. Each operation is stamped (time.monotonic()) when the
-message carrying it is handed to the stream: a grant's or renewal's validity
-counts from there. Results are matched to operations by id. When a caller
-gives up on an acquire or campaign that may wait on the coordinator while it
-is in flight, a cancel operation for its id follows, so that the
+Acquire, renew, release, campaign, resign and a group's acquire and
+release go as operations of one bidirectional Stream call per Client,
+shared by every thread (the Go SDK's client/stream.go does the same).
+Operations are queued; the stream's request iterator hands whatever is
+queued when gRPC is ready to send to the stream as one StreamRequest (up to
+1,000 operations and about 64 KiB), so that an operation alone goes out at
+once and those of many threads share messages under load. Each operation is
+stamped (time.monotonic()) when the message carrying it is handed to the
+stream: a grant's or renewal's validity counts from there. Results are
+matched to operations by id. When a caller gives up on an acquire (of a
+name or a group) or campaign that may wait on the coordinator while it is
+in flight, a cancel operation for its id follows, so that the
 coordinator's wait ends at once (a grant that came first still reaches the
 caller's ``late`` handler, which gives it up).
 
@@ -111,11 +112,14 @@ def _positive(d: Any) -> bool:
 
 
 def may_wait(msg: Any) -> bool:
-    """Whether the StreamOperation msg is an acquire or campaign that may
-    wait on the coordinator: one a cancel operation can give up."""
+    """Whether the StreamOperation msg is an acquire, acquire_group or
+    campaign that may wait on the coordinator: one a cancel operation can
+    give up."""
     kind = msg.WhichOneof("operation")
     if kind == "acquire":
         return _positive(msg.acquire.wait)
+    if kind == "acquire_group":
+        return _positive(msg.acquire_group.wait)
     if kind == "campaign":
         return msg.campaign.term == 0 and _positive(msg.campaign.wait)
     return False

@@ -1,5 +1,6 @@
-"""The Client: locks, semaphores, read-write locks and elections through one
-connection to a coordinator, each held in a session (see _state.py)."""
+"""The Client: locks, semaphores, read-write locks, groups and elections
+through one connection to a coordinator, each held in a session (see
+_state.py)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ import logging
 import threading
 import time
 from types import TracebackType
-from typing import Any, Callable, Iterator, Optional, Type
+from typing import Any, Callable, Iterable, Iterator, Optional, Type
 
-from ._acquire import MAX_CAPACITY, RW_CAPACITY, RWLockBase, SemaphoreBase
+from ._acquire import MAX_CAPACITY, MAX_GROUP_MEMBERS, RW_CAPACITY, RWLockBase, SemaphoreBase, check_members
 from ._base import ClientBase
 from ._core import DEFAULT_TARGET
 from ._gen import pb
@@ -19,10 +20,12 @@ from ._stream import Stopped
 from ._util import leader_backoff
 from .election import LeaderInfo, Leadership, Observation, Value, as_bytes
 from .errors import CoordinatorError, NotAcquired
+from .group import Group, Member, lock_members
 from .lease import Description, Lease, LeaseInfo, session_of
 from .session import Session
 
-__all__ = ["Client", "DEFAULT_TARGET", "DEFAULT_TTL", "Semaphore", "RWLock", "MAX_CAPACITY", "RW_CAPACITY"]
+__all__ = ["Client", "DEFAULT_TARGET", "DEFAULT_TTL", "Semaphore", "RWLock", "MAX_CAPACITY", "RW_CAPACITY",
+           "MAX_GROUP_MEMBERS"]
 
 log = logging.getLogger("coordinator")
 
@@ -97,6 +100,53 @@ class Client(ClientBase[Event]):
         (see RWLock)."""
         return RWLock(name, lambda kind, cap, weight, wait, session: self._share(
             kind, cap, weight, wait, session, name))
+
+    # -- groups ---------------------------------------------------------------
+
+    def lock_all(self, names: Iterable[str], wait: Optional[float] = None,
+                 session: Optional[Session] = None) -> Group:
+        """Acquires the locks ``names`` all at once, or none of them,
+        waiting up to ``wait`` seconds (None: for ever; 0: not at all) as
+        :meth:`lock` does: the group takes its place in the queue of every
+        name at once, in arrival order. Returns the Group (a token per name),
+        held in ``session`` (default: the Client's default session); use it
+        as a context manager to release it at the end::
+
+            with client.lock_all(["accounts/alice", "accounts/bob"], wait=30) as group:
+                move(group.token("accounts/alice"), group.token("accounts/bob"))
+
+        Raises NotAcquired (naming a name in the way and its holder) when
+        the wait ends first, InvalidField (field "members") for no names,
+        more than MAX_GROUP_MEMBERS or a name listed twice, and
+        CoordinatorError for errors that waiting cannot fix."""
+        return self.acquire_all(lock_members(names), wait, session)
+
+    def try_lock_all(self, names: Iterable[str], session: Optional[Session] = None) -> Optional[Group]:
+        """The Group of the locks ``names`` if every one is free (and nobody
+        is queued for it), without waiting; None otherwise (use
+        ``lock_all(names, wait=0)`` to learn which name and who, from
+        NotAcquired). Nothing is held when it returns None."""
+        try:
+            return self.lock_all(names, wait=0, session=session)
+        except NotAcquired:
+            return None
+
+    def acquire_all(self, members: Iterable[Member], wait: Optional[float] = None,
+                    session: Optional[Session] = None) -> Group:
+        """As :meth:`lock_all`, for members that are shares: each Member
+        names a name with its capacity and the weight to hold (a lock, a
+        semaphore's share and a read lock can be taken together)."""
+        a = self._core.group_acquisition(check_members(members), wait, self._state_of(session))
+        g = self._core.acquire(a)
+        group = g.view = Group(g, self._session_view(g.session), lambda: self._core.release(g))
+        return group
+
+    def try_acquire_all(self, members: Iterable[Member], session: Optional[Session] = None) -> Optional[Group]:
+        """As :meth:`try_lock_all`, for members that are shares."""
+        try:
+            return self.acquire_all(members, wait=0, session=session)
+        except NotAcquired:
+            return None
 
     # -- elections ------------------------------------------------------------
 

@@ -1,5 +1,5 @@
-"""Leases: what locks, shares and leaderships share, and the Lease of a lock
-or a share, for the sync and the asyncio Client alike."""
+"""Leases: what locks, shares, leaderships and groups share, and the Lease
+of a lock or a share, for the sync and the asyncio Client alike."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any, Callable, Generic, Optional, Tuple, Type
 
-from ._state import F, GrantState, SessionState
+from ._state import F, GrantState, HeldState, SessionState
 from ._util import from_duration, from_timestamp
 
 __all__ = ["Lease", "LeaseInfo", "Description"]
@@ -26,9 +26,21 @@ def _call(fn: Callable[[], None]) -> None:
     fn()
 
 
-class Held(Generic[F]):
-    """A grant on a name held through a Client (the base of Lease and
-    Leadership): attached to a session, valid as long as the session.
+def exit_block(give_up: Callable[[], object], what: str, exc_type: Optional[Type[BaseException]]) -> None:
+    """Gives a grant up at the end of a ``with`` block: an error while
+    doing so does not hide the block's own exception."""
+    if exc_type is None:
+        give_up()
+        return
+    try:
+        give_up()
+    except Exception:  # the body's exception matters more
+        log.warning("coordinator: could not give up %s", what, exc_info=True)
+
+
+class Attached(Generic[F]):
+    """What a Client holds in a session (the base of Lease, Leadership and
+    Group): valid as long as the session.
 
     Validity is counted on this process's monotonic clock (time.monotonic):
     until the time the request that last renewed the session was *sent*,
@@ -37,10 +49,90 @@ class Held(Generic[F]):
     time, nobody else can have been granted the name yet.
     """
 
-    def __init__(self, state: GrantState[F], session: Any, dispatch: Optional[Dispatch] = None) -> None:
-        self._state = state
+    def __init__(self, state: HeldState[F], session: Any, dispatch: Optional[Dispatch] = None) -> None:
+        self._held = state
         self._session = session
         self._dispatch: Dispatch = dispatch if dispatch is not None else _call
+
+    @property
+    def holder(self) -> str:
+        """Who holds the grant: the Client's identity and a suffix unique to
+        this acquisition."""
+        return self._held.holder
+
+    @property
+    def session(self) -> Any:
+        """The Session the grant is attached to: it lives and ends with it."""
+        return self._session
+
+    @property
+    def ttl(self) -> float:
+        """The session's time to live in seconds."""
+        return self._held.session.ttl
+
+    @property
+    def deadline(self) -> float:
+        """When the grant stops being valid, on the time.monotonic() clock,
+        unless its session is renewed before. The coordinator's expiry is
+        later."""
+        return self._held.session.deadline
+
+    @property
+    def last_renewed(self) -> float:
+        """When (time.monotonic()) the session's last answered renewal was sent."""
+        return self._held.session.confirmed
+
+    @property
+    def lost(self) -> F:
+        """Set the moment the grant ends involuntarily: its session lost or
+        expired, or its Client closed. Not set by a release or resign."""
+        return self._held.lost
+
+    @property
+    def ended(self) -> F:
+        """Set the moment the grant ends, whatever the reason."""
+        return self._held.ended
+
+    @property
+    def lost_at(self) -> Optional[float]:
+        """When (time.monotonic()) ``lost`` was set, or None."""
+        return self._held.lost_at
+
+    @property
+    def error(self) -> Optional[BaseException]:
+        """Why the grant ended involuntarily (SessionEnded, LeaseExpired,
+        ClientClosed…); None while held or after a release."""
+        return self._held.error
+
+    @property
+    def done(self) -> bool:
+        """Whether the grant ended (released, lost, expired or closed)."""
+        return self._held.done
+
+    def remaining(self) -> float:
+        """Seconds of validity left by this process's clock (0 once ended)."""
+        return self._held.remaining()
+
+    def valid(self) -> bool:
+        """Whether the grant is still held and within its validity. Check it
+        (or ``lost``) before acting on what the grant protects."""
+        return self._held.valid()
+
+    def on_lost(self, callback: Callable[[Any], None]) -> None:
+        """Calls ``callback(self)`` once when ``lost`` is set: on the thread
+        that notices (the session's) for the sync Client, on the event loop
+        for the asyncio one; at once when the grant ended already."""
+        if not self._held.on_lost(lambda: self._dispatch(lambda: callback(self))):
+            callback(self)
+
+
+class Held(Attached[F]):
+    """A grant on one name held through a Client (the base of Lease and
+    Leadership)."""
+
+    def __init__(self, state: GrantState[F], session: Any, dispatch: Optional[Dispatch] = None) -> None:
+        super().__init__(state, session, dispatch)
+        self._state = state
 
     @property
     def kind(self) -> str:
@@ -51,12 +143,6 @@ class Held(Generic[F]):
     def name(self) -> str:
         """The lock's name (for a leadership, the election's)."""
         return self._state.name
-
-    @property
-    def holder(self) -> str:
-        """Who holds the grant: the Client's identity and a suffix unique to
-        this acquisition."""
-        return self._state.holder
 
     @property
     def token(self) -> int:
@@ -70,71 +156,6 @@ class Held(Generic[F]):
         """How much of the name's capacity the grant holds: 1 for a lock or
         a reader, the whole capacity for a writer."""
         return self._state.weight
-
-    @property
-    def session(self) -> Any:
-        """The Session the grant is attached to: it lives and ends with it."""
-        return self._session
-
-    @property
-    def ttl(self) -> float:
-        """The session's time to live in seconds."""
-        return self._state.session.ttl
-
-    @property
-    def deadline(self) -> float:
-        """When the grant stops being valid, on the time.monotonic() clock,
-        unless its session is renewed before. The coordinator's expiry is
-        later."""
-        return self._state.session.deadline
-
-    @property
-    def last_renewed(self) -> float:
-        """When (time.monotonic()) the session's last answered renewal was sent."""
-        return self._state.session.confirmed
-
-    @property
-    def lost(self) -> F:
-        """Set the moment the grant ends involuntarily: its session lost or
-        expired, or its Client closed. Not set by a release or resign."""
-        return self._state.lost
-
-    @property
-    def ended(self) -> F:
-        """Set the moment the grant ends, whatever the reason."""
-        return self._state.ended
-
-    @property
-    def lost_at(self) -> Optional[float]:
-        """When (time.monotonic()) ``lost`` was set, or None."""
-        return self._state.lost_at
-
-    @property
-    def error(self) -> Optional[BaseException]:
-        """Why the grant ended involuntarily (SessionEnded, LeaseExpired,
-        ClientClosed…); None while held or after a release."""
-        return self._state.error
-
-    @property
-    def done(self) -> bool:
-        """Whether the grant ended (released, lost, expired or closed)."""
-        return self._state.done
-
-    def remaining(self) -> float:
-        """Seconds of validity left by this process's clock (0 once ended)."""
-        return self._state.remaining()
-
-    def valid(self) -> bool:
-        """Whether the grant is still held and within its validity. Check it
-        (or ``lost``) before acting on what the grant protects."""
-        return self._state.valid()
-
-    def on_lost(self, callback: Callable[[Any], None]) -> None:
-        """Calls ``callback(self)`` once when ``lost`` is set: on the thread
-        that notices (the session's) for the sync Client, on the event loop
-        for the asyncio one; at once when the grant ended already."""
-        if not self._state.on_lost(lambda: self._dispatch(lambda: callback(self))):
-            callback(self)
 
     def __repr__(self) -> str:
         state = "held" if not self.done else ("lost" if self.lost.is_set() else "released")
@@ -177,13 +198,7 @@ class Lease(Held[threading.Event]):
 
     def __exit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
                  tb: Optional[TracebackType]) -> None:
-        if exc_type is None:
-            self.release()
-            return
-        try:
-            self.release()
-        except Exception:  # the body's exception matters more
-            log.warning("coordinator: could not release %s", self._state.describe(), exc_info=True)
+        exit_block(self.release, self._state.describe(), exc_type)
 
 
 @dataclass(frozen=True)

@@ -85,7 +85,7 @@ class SessionBase(Generic[F]):
 
     @property
     def leases(self) -> Tuple[Any, ...]:
-        """The grants (Leases, Leaderships) attached to the session now."""
+        """The grants (Leases, Groups, Leaderships) attached to the session now."""
         with self._state.lock:
             return tuple(g.view for g in self._state.grants if g.view is not None)
 
@@ -105,9 +105,9 @@ class SessionBase(Generic[F]):
 class Session(SessionBase[threading.Event]):
     """A session of a ``coordinator.Client`` (``client.session(ttl=...)``, or
     the Client's default session): see the module doc. Pass it as
-    ``session=`` to lock, try_lock, semaphore and read-write lock acquires
-    and campaign; use it as a context manager to close it at the end.
-    ``lost`` and ``ended`` are threading.Events."""
+    ``session=`` to lock, try_lock, semaphore and read-write lock acquires,
+    lock_all, acquire_all and campaign; use it as a context manager to
+    close it at the end. ``lost`` and ``ended`` are threading.Events."""
 
     def __init__(self, state: SessionState[threading.Event], close: Callable[[], None]) -> None:
         super().__init__(state)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 import uuid
 from typing import Any, Awaitable, Callable, Dict, List, Optional
 
@@ -36,6 +37,10 @@ class SyncDriver:
 
     async def iterate(self, it: Any) -> List[Any]:
         return await asyncio.to_thread(list, it)
+
+    def start(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> "asyncio.Future[Any]":
+        """Runs fn in the background (a worker thread)."""
+        return asyncio.ensure_future(asyncio.to_thread(fn, *args, **kwargs))
 
     async def wait_lost(self, lease: Any, seconds: float) -> bool:
         return await asyncio.to_thread(lease.lost.wait, seconds)
@@ -69,6 +74,10 @@ class AioDriver:
     async def iterate(self, it: Any) -> List[Any]:
         return [x async for x in it]
 
+    def start(self, fn: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any) -> "asyncio.Future[Any]":
+        """Runs fn in the background (a task of the loop)."""
+        return asyncio.ensure_future(self.run(fn, *args, **kwargs))
+
     async def wait_lost(self, lease: Any, seconds: float) -> bool:
         try:
             return await asyncio.wait_for(lease.lost.wait(), seconds)
@@ -97,19 +106,35 @@ DRIVERS = {"sync": SyncDriver, "asyncio": AioDriver}
 
 
 async def one_try(d: Any, acquisition: Callable[[], Any], expect: str) -> Optional[Any]:
-    """Runs an acquisition that does not wait; checks it was 'granted' or 'not_acquired'."""
+    """Runs an acquisition that does not wait; checks it was 'granted',
+    'not_acquired' or 'invalid_argument'."""
     try:
         got = await d.run(acquisition)
     except coordinator.NotAcquired:
         got = None
+    except coordinator.InvalidField as e:
+        assert expect == "invalid_argument", f"expected {expect}, got {e!r}"
+        assert e.code == grpc.StatusCode.INVALID_ARGUMENT, e
+        return None
+    assert expect != "invalid_argument", f"expected {expect}, got {got!r}"
     assert (got is not None) == (expect == "granted"), f"expected {expect}, got {got!r}"
     return got
+
+
+def token_of(held: Dict[str, Any], prefix: str, ref: str) -> int:
+    """The token of what ref names: a lease, or "<as>.<name>", member name
+    of the group kept as <as>."""
+    if ref in held:
+        return held[ref].token
+    group, _, member = ref.partition(".")
+    return held[group].token(prefix + member)
 
 
 async def run_case(d: Any, target: str, steps: List[Dict[str, Any]]) -> None:
     prefix = f"behaviour/{uuid.uuid4().hex[:12]}/"
     clients: Dict[str, Any] = {}
     held: Dict[str, Any] = {}
+    background: Dict[str, "asyncio.Future[Any]"] = {}
 
     def keep(step: Dict[str, Any], got: Any) -> None:
         if got is not None and "as" in step:
@@ -134,6 +159,31 @@ async def run_case(d: Any, target: str, steps: List[Dict[str, Any]]) -> None:
             elif do in ("read_lock", "write_lock"):
                 side = getattr(c.rwlock(name), do)
                 keep(step, await one_try(d, lambda: side(wait=0), expect or "granted"))
+            elif do == "lock_all":
+                keep(step, await d.run(c.lock_all, [prefix + n for n in step["names"]], wait=10))
+            elif do == "try_lock_all":
+                names = [prefix + n for n in step["names"]]
+                keep(step, await one_try(d, lambda: c.lock_all(names, wait=0), expect))
+            elif do == "acquire_all":
+                members = [coordinator.Member(prefix + m["name"], m.get("capacity", 0), m.get("weight", 0))
+                           for m in step["members"]]
+                keep(step, await one_try(d, lambda: c.acquire_all(members, wait=0), expect or "granted"))
+            elif do == "start_lock_all":
+                names = [prefix + n for n in step["names"]]
+                background[step["as"]] = d.start(c.lock_all, names, wait=60)
+                end = time.monotonic() + 5
+                while (await d.run(c.describe, names[0])).waiters == 0:
+                    if background[step["as"]].done():
+                        background[step["as"]].result()  # its error, if it failed
+                        pytest.fail(f"{where}: the group was granted at once")
+                    assert time.monotonic() < end, f"{where}: the group is not queued on {names[0]} after 5s"
+                    await asyncio.sleep(0.02)
+            elif do == "await":
+                within = step["within_ms"] / 1000
+                task = background.pop(step["as"])
+                done, _ = await asyncio.wait({task}, timeout=within)
+                assert done, f"{where}: {step['as']} not granted within {within:.1f}s"
+                held[step["as"]] = task.result()
             elif do == "release":
                 released = await d.run(held[step["lease"]].release)
                 assert released is (expect == "released"), f"{where}: release returned {released}"
@@ -150,7 +200,7 @@ async def run_case(d: Any, target: str, steps: List[Dict[str, Any]]) -> None:
                 lease = held[step["lease"]]
                 assert lease.valid() and not lease.lost.is_set(), f"{where}: {lease!r} ({lease.error})"
             elif do == "expect_token":
-                assert held[step["lease"]].token > held[step["above"]].token, where
+                assert token_of(held, prefix, step["lease"]) > token_of(held, prefix, step["above"]), where
             elif do == "expect_same_session":
                 ids = {held[n].session.id for n in step["leases"]}
                 assert len(ids) == 1 and "" not in ids, f"{where}: sessions {ids}"
@@ -195,6 +245,10 @@ async def run_case(d: Any, target: str, steps: List[Dict[str, Any]]) -> None:
     finally:
         for client in clients.values():
             await d.run(client.close)
+        for task in background.values():  # ended by the close
+            done, _ = await asyncio.wait({task}, timeout=10)
+            for t in done:
+                t.exception()  # ClientClosed: retrieved, not logged as lost
 
 
 @pytest.mark.parametrize("driver", list(DRIVERS))

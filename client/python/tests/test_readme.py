@@ -1,6 +1,6 @@
 """The documentation's examples in Python run as written, against a real
 coordinator: README.md's, docs/semaphores.md's of semaphores and read-write
-locks, and client/python/README.md's of sessions."""
+locks, and client/python/README.md's of groups and sessions."""
 
 from __future__ import annotations
 
@@ -62,4 +62,13 @@ def test_readme_session_example(server) -> None:
         "all ended: True SessionEnded",
         "free at once, a higher token: True",
         "default session: True",
+    ]
+
+
+def test_readme_group_example(server) -> None:
+    assert _run_example(REPO / "client" / "python" / "README.md", "Groups: several names at once", server.address) == [
+        "none while bob is held: None False",
+        "both, a token each: True True",
+        "alice taken: True",
+        "released together: True False",
     ]

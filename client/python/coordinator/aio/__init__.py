@@ -19,10 +19,10 @@ held.
 """
 
 from ._client import DEFAULT_TARGET, Client, RWLock, Semaphore
-from ._grants import Acquisition, Lease, Leadership, LoopEvent, Session
+from ._grants import Acquisition, Group, Lease, Leadership, LoopEvent, Session
 from ._observe import Observation
 
 __all__ = [
-    "Client", "DEFAULT_TARGET", "Lease", "Leadership", "Acquisition", "Observation", "Semaphore", "RWLock", "Session",
-    "LoopEvent",
+    "Client", "DEFAULT_TARGET", "Lease", "Group", "Leadership", "Acquisition", "Observation", "Semaphore", "RWLock",
+    "Session", "LoopEvent",
 ]

@@ -7,9 +7,9 @@ import asyncio
 import logging
 import time
 from types import TracebackType
-from typing import Any, AsyncIterator, Awaitable, Callable, Optional, Type
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Optional, Sequence, Type
 
-from .._acquire import RWLockBase, SemaphoreBase
+from .._acquire import RWLockBase, SemaphoreBase, check_members
 from .._base import ClientBase
 from .._core import DEFAULT_TARGET
 from .._gen import pb
@@ -18,8 +18,9 @@ from .._state import GrantState, SessionState
 from .._util import leader_backoff
 from ..election import LeaderInfo, Value, as_bytes
 from ..errors import CoordinatorError, NotAcquired
+from ..group import Member, lock_members
 from ..lease import Description, LeaseInfo, session_of
-from ._grants import Acquisition, Lease, Leadership, LoopEvent, Session
+from ._grants import Acquisition, Group, Lease, Leadership, LoopEvent, Session
 from ._observe import Observation
 
 __all__ = ["Client", "DEFAULT_TARGET", "Semaphore", "RWLock"]
@@ -70,6 +71,13 @@ class Client(ClientBase[LoopEvent]):
                                asyncio.get_running_loop().call_soon_threadsafe)
         return lease
 
+    async def _group(self, members: Sequence[Member], wait: Optional[float], session: Optional[Session]) -> Group:
+        a = self._core.group_acquisition(members, wait, self._state_of(session))
+        g = await self._core.acquire_async(a, self._pause)
+        group = g.view = Group(g, self._session_view(g.session), lambda: self._core.release(g),
+                               asyncio.get_running_loop().call_soon_threadsafe)
+        return group
+
     async def _campaign(self, election: str, value: Value, wait: Optional[float],
                         session: Optional[Session]) -> Leadership:
         a = self._core.acquisition("leadership", election, wait, self._state_of(session), value=as_bytes(value))
@@ -114,6 +122,46 @@ class Client(ClientBase[LoopEvent]):
         rw.read_lock()`` (or ``write_lock()``)."""
         return RWLock(name, lambda kind, cap, weight, wait, session: Acquisition(self._share(
             kind, cap, weight, wait, session, name)))
+
+    # -- groups ---------------------------------------------------------------
+
+    def lock_all(self, names: Iterable[str], wait: Optional[float] = None,
+                 session: Optional[Session] = None) -> Acquisition[Group]:
+        """Acquires the locks ``names`` all at once, or none of them, as the
+        sync Client's lock_all: waiting up to ``wait`` seconds (None: for
+        ever; 0: not at all) in the queue of every name at once. Await it
+        for the Group, or use it with ``async with`` to release the group
+        when the block exits::
+
+            async with client.lock_all(["accounts/alice", "accounts/bob"], wait=30) as group:
+                await move(group.token("accounts/alice"), group.token("accounts/bob"))
+
+        Raises NotAcquired (naming a name in the way) when the wait ends
+        first, and InvalidField (field "members") at once for no names, too
+        many or a name listed twice. Cancelling the task that waits gives
+        up its place in the queues (and a grant that came meanwhile)."""
+        return self.acquire_all(lock_members(names), wait, session)
+
+    async def try_lock_all(self, names: Iterable[str], session: Optional[Session] = None) -> Optional[Group]:
+        """The Group of the locks ``names`` if every one is free (and nobody
+        is queued for it), without waiting; None otherwise."""
+        try:
+            return await self.lock_all(names, wait=0, session=session)
+        except NotAcquired:
+            return None
+
+    def acquire_all(self, members: Iterable[Member], wait: Optional[float] = None,
+                    session: Optional[Session] = None) -> Acquisition[Group]:
+        """As :meth:`lock_all`, for members that are shares (each Member a
+        name, its capacity and the weight to hold)."""
+        return Acquisition(self._group(check_members(members), wait, session))
+
+    async def try_acquire_all(self, members: Iterable[Member], session: Optional[Session] = None) -> Optional[Group]:
+        """As :meth:`try_lock_all`, for members that are shares."""
+        try:
+            return await self.acquire_all(members, wait=0, session=session)
+        except NotAcquired:
+            return None
 
     # -- elections ------------------------------------------------------------
 

@@ -1,6 +1,6 @@
-"""The asyncio Lease, Leadership and Session: views of the same states as
-the sync ones (_state.py), whose ``lost`` and ``ended`` are events of the
-event loop, and whose calls are awaited."""
+"""The asyncio Lease, Group, Leadership and Session: views of the same
+states as the sync ones (_state.py), whose ``lost`` and ``ended`` are
+events of the event loop, and whose calls are awaited."""
 
 from __future__ import annotations
 
@@ -9,12 +9,13 @@ import logging
 from types import TracebackType
 from typing import Any, Awaitable, Callable, Generator, Generic, Optional, Type, TypeVar
 
-from .._state import GrantState, SessionState
+from .._state import GrantState, GroupState, SessionState
 from ..election import LeadershipBase, Value, as_bytes
+from ..group import GroupBase
 from ..lease import Dispatch, Held
 from ..session import SessionBase
 
-__all__ = ["LoopEvent", "Lease", "Leadership", "Session", "Acquisition"]
+__all__ = ["LoopEvent", "Lease", "Group", "Leadership", "Session", "Acquisition"]
 
 log = logging.getLogger("coordinator")
 
@@ -96,6 +97,33 @@ class Lease(Held[LoopEvent]):
         await _exit(self.release, repr(self), exc_type)
 
 
+class Group(GroupBase[LoopEvent]):
+    """A group of names acquired all at once through a
+    ``coordinator.aio.Client`` (``lock_all``, ``acquire_all``), as the sync
+    ``coordinator.Group``: a token per name (``token(name)``), released
+    together, lost together. Used with ``async with``, it is released when
+    the block exits."""
+
+    def __init__(self, state: GroupState[LoopEvent], session: Any, release: Callable[[], bool],
+                 dispatch: Dispatch) -> None:
+        super().__init__(state, session, dispatch)
+        self._release = release
+
+    async def release(self) -> bool:
+        """Gives every name of the group up on the coordinator at once,
+        retrying transient errors for up to the Client's close timeout. True
+        when the coordinator released them; False (no error) when none was
+        held any more."""
+        return await asyncio.to_thread(self._release)
+
+    async def __aenter__(self) -> "Group":
+        return self
+
+    async def __aexit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
+                        tb: Optional[TracebackType]) -> None:
+        await _exit(self.release, repr(self), exc_type)
+
+
 class Leadership(LeadershipBase[LoopEvent]):
     """An election won through a ``coordinator.aio.Client``: a term in
     office, held in a session until resigned or lost. Used with ``async
@@ -157,12 +185,13 @@ class Session(SessionBase[LoopEvent]):
         await _exit(close, f"session {self.id}", exc_type)
 
 
-G = TypeVar("G", Lease, Leadership)
+G = TypeVar("G", Lease, Group, Leadership)
 
 
 class Acquisition(Generic[G]):
-    """What ``lock()`` and ``campaign()`` return: await it for the grant, or
-    use it with ``async with`` to give the grant up when the block exits::
+    """What ``lock()``, ``lock_all()`` and ``campaign()`` return: await it
+    for the grant, or use it with ``async with`` to give the grant up when
+    the block exits::
 
         lease = await client.lock("jobs/nightly")
         async with client.lock("jobs/nightly") as lease:
