@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,6 +21,7 @@ import (
 	"github.com/coordinator-dev/coordinator/coordinatord/coordtest"
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
 	"github.com/coordinator-dev/coordinator/internal/backoff"
+	"github.com/coordinator-dev/coordinator/internal/testkit/testwait"
 )
 
 // The behaviour cases of testdata/behaviour.json, which the Python and
@@ -59,6 +62,17 @@ func leadershipGrant(e *Leadership) heldGrant {
 	return heldGrant{e.Term(), e.SessionID(), e.Done(), e.Err, e.Resign}
 }
 
+// groupGrants are the grants a group named as stands for: the group, and
+// each member as "<as>.<name>" (name without the case's prefix), which
+// has the member's token and ends with the group.
+func groupGrants(as, prefix string, g *Group) map[string]heldGrant {
+	grants := map[string]heldGrant{as: {0, g.SessionID(), g.Done(), g.Err, g.Release}}
+	for _, l := range g.Leases() {
+		grants[as+"."+strings.TrimPrefix(l.Name, prefix)] = heldGrant{l.Token, g.SessionID(), g.Done(), g.Err, g.Release}
+	}
+	return grants
+}
+
 func TestBehaviourCases(t *testing.T) {
 	raw, err := os.ReadFile("testdata/behaviour.json")
 	if err != nil {
@@ -81,7 +95,7 @@ func TestBehaviourCases(t *testing.T) {
 		t.Run(bc.Name, func(t *testing.T) {
 			t.Parallel()
 			run := &behaviourRun{t: t, coord: coord, prefix: fmt.Sprintf("behaviour/%d/", i),
-				clients: map[string]*Client{}, grants: map[string]heldGrant{}}
+				clients: map[string]*Client{}, grants: map[string]heldGrant{}, started: map[string]chan groupOutcome{}}
 			for n, step := range bc.Steps {
 				t.Logf("step %d: %v", n, step)
 				run.step(step)
@@ -96,8 +110,16 @@ type behaviourRun struct {
 	prefix  string
 	clients map[string]*Client
 	grants  map[string]heldGrant
+	// started are the background acquisitions (start_lock_all) by 'as'.
+	started map[string]chan groupOutcome
 	// observer describes and lists: it holds nothing.
 	observer *Client
+}
+
+// groupOutcome is how a background LockAll ended.
+type groupOutcome struct {
+	group *Group
+	err   error
 }
 
 func (r *behaviourRun) client(name string) *Client {
@@ -119,8 +141,9 @@ func (r *behaviourRun) grant(name string) heldGrant {
 }
 
 // tried checks the outcome of one try against want ("granted", the
-// default, or "not_acquired") and names a grant as the step says.
-func (r *behaviourRun) tried(s behaviourStep, g heldGrant, err error) {
+// default, "not_acquired" or "invalid_argument") and names the grants as
+// the step says (grants makes them from the 'as' name).
+func (r *behaviourRun) tried(s behaviourStep, grants func(as string) map[string]heldGrant, err error) {
 	r.t.Helper()
 	switch s.expect() {
 	case nil, "granted":
@@ -128,15 +151,40 @@ func (r *behaviourRun) tried(s behaviourStep, g heldGrant, err error) {
 			r.t.Fatalf("%v: %v; want granted", s, err)
 		}
 		if s.str("as") != "" {
-			r.grants[s.str("as")] = g
+			maps.Copy(r.grants, grants(s.str("as")))
 		}
 	case "not_acquired":
 		if !errors.Is(err, ErrNotAcquired) {
 			r.t.Fatalf("%v: %v; want not acquired", s, err)
 		}
+	case "invalid_argument":
+		if status.Code(err) != codes.InvalidArgument {
+			r.t.Fatalf("%v: %v; want InvalidArgument", s, err)
+		}
 	default:
 		r.t.Fatalf("%v: unknown expectation", s)
 	}
+}
+
+// names are the step's "names", with the case's prefix.
+func (r *behaviourRun) names(s behaviourStep) []string {
+	list, _ := s["names"].([]any)
+	names := make([]string, len(list))
+	for i, n := range list {
+		names[i] = r.prefix + n.(string)
+	}
+	return names
+}
+
+// members are the step's "members", with the case's prefix.
+func (r *behaviourRun) members(s behaviourStep) []Member {
+	list, _ := s["members"].([]any)
+	members := make([]Member, len(list))
+	for i, m := range list {
+		m := behaviourStep(m.(map[string]any))
+		members[i] = Member{Name: r.prefix + m.str("name"), Capacity: uint32(m.num("capacity")), Weight: uint32(m.num("weight"))}
+	}
+	return members
 }
 
 func (r *behaviourRun) step(s behaviourStep) {
@@ -179,11 +227,54 @@ func (r *behaviourRun) step(s behaviourStep) {
 		case "write_lock":
 			l, err = c.RWMutex(name).TryLock(ctx)
 		}
-		var g heldGrant
-		if err == nil {
-			g = leaseGrant(l)
+		r.tried(s, func(as string) map[string]heldGrant { return map[string]heldGrant{as: leaseGrant(l)} }, err)
+	case "lock_all":
+		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		g, err := r.client(s.str("client")).LockAll(lctx, r.names(s))
+		if err != nil {
+			t.Fatalf("%v: %v", s, err)
 		}
-		r.tried(s, g, err)
+		maps.Copy(r.grants, groupGrants(as, r.prefix, g))
+	case "try_lock_all", "acquire_all":
+		c := r.client(s.str("client"))
+		var (
+			g   *Group
+			err error
+		)
+		if s.str("do") == "try_lock_all" {
+			g, err = c.TryLockAll(ctx, r.names(s))
+		} else {
+			g, err = c.TryAcquireAll(ctx, r.members(s))
+		}
+		r.tried(s, func(as string) map[string]heldGrant { return groupGrants(as, r.prefix, g) }, err)
+	case "start_lock_all":
+		names, c := r.names(s), r.client(s.str("client"))
+		done := make(chan groupOutcome, 1)
+		r.started[as] = done
+		go func() {
+			g, err := c.LockAll(ctx, names)
+			done <- groupOutcome{g, err}
+		}()
+		testwait.Until(t, 5*time.Second, names[0]+" has a waiter", func() bool {
+			d, err := r.observe().Describe(ctx, names[0])
+			return err == nil && d.Waiters > 0
+		})
+	case "await":
+		within := time.Duration(s.num("within_ms")) * time.Millisecond
+		started, ok := r.started[as]
+		if !ok {
+			t.Fatalf("%v: nothing started as %q", s, as)
+		}
+		select {
+		case out := <-started:
+			if out.err != nil {
+				t.Fatalf("%v: %v", s, out.err)
+			}
+			maps.Copy(r.grants, groupGrants(as, r.prefix, out.group))
+		case <-time.After(within):
+			t.Fatalf("%v: not granted after %s", s, within)
+		}
 	case "campaign":
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()

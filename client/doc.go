@@ -4,10 +4,12 @@
 // A Client connects to one coordinator. TryLock and Lock return a *Lease on
 // a name; Semaphore(name, n) shares a name among holders of weights that sum
 // to at most n (Acquire, TryAcquire), and RWMutex(name) among readers or one
-// writer (RLock, Lock), each share a *Lease of its own; Campaign and
-// RunAsLeader make this process the leader of an election (a *Leadership);
-// Leader and Observe tell who leads; Describe and List tell who holds what.
-// Every blocking call takes a context.
+// writer (RLock, Lock), each share a *Lease of its own; LockAll and
+// AcquireAll take several names (locks and shares) all at once or none, as
+// a *Group with a fencing token per name; Campaign and RunAsLeader make
+// this process the leader of an election (a *Leadership); Leader and
+// Observe tell who leads; Describe and List tell who holds what. Every
+// blocking call takes a context.
 //
 //	c, err := client.New("127.0.0.1:7400")
 //	…
@@ -19,17 +21,18 @@
 //
 // # One liveness model
 //
-// Every lease (a lock, a semaphore or read-write lock share) and every
+// Every lease (a lock, a semaphore or read-write lock share), group and
 // leadership a Client holds is attached to a session, as etcd's
 // concurrency.Session: one renewal keeps all of them, and they end
 // together. Every Client has a default session (Client.Session), made by
 // the first acquisition that needs it with the Client's TTL (WithTTL;
 // DefaultTTL, 15s, from the proto): TryLock, Lock, the semaphore and
-// read-write acquisitions, Campaign and RunAsLeader join it unless given
-// WithSession (another session, from NewSession, which takes a TTL of its
-// own). A Client that only describes, lists or observes makes none. A
-// default session that ended is never reused: the next acquisition makes a
-// new one. There is no lease of its own TTL and no other way to renew.
+// read-write acquisitions, LockAll and AcquireAll, Campaign and RunAsLeader
+// join it unless given WithSession (another session, from NewSession, which
+// takes a TTL of its own). A Client that only describes, lists or observes
+// makes none. A default session that ended is never reused: the next
+// acquisition makes a new one. There is no lease of its own TTL and no
+// other way to renew.
 //
 // The one renewal path is the renewer (renewer.go): one scheduler
 // goroutine, running only while the Client holds a session, sends each
@@ -65,16 +68,17 @@
 //
 // # One stream per Client
 //
-// A Client makes its lease calls (TryLock, Lock, Campaign, Proclaim,
-// Release, Resign) and its session renewals over one operation stream,
-// opened when first needed and closed after 30s with nothing in flight.
+// A Client makes its lease calls (TryLock, Lock, LockAll, AcquireAll,
+// Campaign, Proclaim, Release, Resign) and its session renewals over one
+// operation stream, opened when first needed and closed after 30s with
+// nothing in flight.
 // Operations that goroutines start together go out together in one
 // message, and their results come back the same way, so a busy process
 // costs the coordinator a fraction of the messages of unary calls; an
 // operation alone goes out at once. Each operation has the semantics and
 // errors of its unary call. When the stream breaks, the operations in
-// flight fail with Unavailable: Lock and Campaign retry them as the same
-// holder, which finds a grant whose answer was lost; renewals are retried
+// flight fail with Unavailable: Lock, LockAll and Campaign retry them as
+// the same holder, which finds a grant whose answer was lost; renewals are retried
 // while the session is valid. Describe, List, Leader, Observe, API and the
 // session calls other than renewals (CreateSession, CloseSession) are
 // unary calls.
@@ -91,12 +95,16 @@
 //
 // The coordinator grants a lock to at most one holder at a time (the shares
 // of a semaphore never weigh more than its capacity), and every grant
-// carries a fencing token (Lease.Token, Leadership.Term) larger than every
-// earlier grant's for that name, across releases, expiries, restarts and
-// store data loss. Waiters (Lock, Acquire, RLock, Campaign) are served in
-// arrival order. Of a semaphore's shares, the tokens order the grants, not
-// the holders' actions: a resource can refuse every token below the last
-// writer's (a share of the whole capacity), not order two readers.
+// carries a fencing token (Lease.Token, Group.Token, Leadership.Term)
+// larger than every earlier grant's for that name, across releases,
+// expiries, restarts and store data loss. Waiters (Lock, Acquire, RLock,
+// LockAll, Campaign) are served in arrival order, a waiting group in the
+// line of every one of its names at once, so that a stream of requests for
+// one of them cannot starve it; groups never deadlock, whatever order they
+// list their names in (docs/groups.md). Of a semaphore's shares, the tokens
+// order the grants, not the holders' actions: a resource can refuse every
+// token below the last writer's (a share of the whole capacity), not order
+// two readers.
 //
 // A lease does not stop its holder from acting after it ended. A process
 // that is paused (a long GC, a stopped VM, a swapped-out page) or whose

@@ -152,7 +152,7 @@ func (e *Leadership) Resign(ctx context.Context) (bool, error) {
 // WithSession attaches it to another; its Done and Err follow the session.
 func (c *Client) Campaign(ctx context.Context, election string, value []byte, opts ...LockOption) (*Leadership, error) {
 	value = bytes.Clone(value)
-	l, err := c.acquire(ctx, opts, true, "leadership", election, c.campaign(election, value))
+	l, err := c.acquire(ctx, opts, true, single("leadership", election, c.campaign(election, value)))
 	if err != nil {
 		return nil, err
 	}

@@ -244,6 +244,40 @@ func ExampleClient_Lock() {
 	// updated under accounts/42
 }
 
+func ExampleClient_LockAll() {
+	addr, stop := startCoordinator()
+	defer stop()
+
+	c, err := client.New(addr)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer func() { _ = c.Close() }()
+
+	// A transfer holds both accounts or neither, whatever order other
+	// transfers list them in: groups never deadlock.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	accounts, err := c.LockAll(ctx, []string{"accounts/7", "accounts/42"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer func() { _, _ = accounts.Release(context.Background()) }()
+
+	// Each account gets its own fencing token, to write it with.
+	for _, l := range accounts.Leases() {
+		fmt.Println(l.Name, "fenced:", l.Token == accounts.Token(l.Name) && l.Token > 0)
+	}
+	// Nobody else gets either of them meanwhile, alone or in a group.
+	_, err = c.TryLockAll(ctx, []string{"accounts/42", "accounts/99"})
+	var notAcquired *client.NotAcquiredError
+	fmt.Println("in the way:", errors.As(err, &notAcquired) && notAcquired.Name == "accounts/42")
+	// Output:
+	// accounts/7 fenced: true
+	// accounts/42 fenced: true
+	// in the way: true
+}
+
 func ExampleClient_Campaign() {
 	addr, stop := startCoordinator()
 	defer stop()

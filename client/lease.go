@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
@@ -116,22 +117,43 @@ func (e *ending) context(parent context.Context) context.Context {
 	return ctx
 }
 
-// lease is what Lease and Leadership share: a grant in a session, which
+// lease is what Lease, Leadership and Group share: a grant in a session, which
 // ends with it.
 type lease struct {
 	ending
 	c       *Client
-	kind    string // "lock", "semaphore", "read lock", "write lock" or "leadership", for messages
-	name    string
+	kind    string // "lock", "semaphore", "read lock", "write lock", "leadership" or "group", for messages
+	name    string // empty for a group
 	holder  string
 	token   uint64
 	weight  int64 // of the name's capacity; 1 for a lock or leadership
 	session *session
+
+	// members are a group's leases, in the request's order; nil for one
+	// name.
+	members []GroupLease
 }
 
 // describe names l in errors.
 func (l *lease) describe() string {
-	return fmt.Sprintf("%s %q (token %d)", l.kind, l.name, l.token)
+	if l.kind != groupKind {
+		return fmt.Sprintf("%s %q (token %d)", l.kind, l.name, l.token)
+	}
+	parts := make([]string, len(l.members))
+	for i, m := range l.members {
+		parts[i] = fmt.Sprintf("%q (token %d)", m.Name, m.Token)
+	}
+	return "group of " + strings.Join(parts, ", ")
+}
+
+// giveUpOnce releases l on the coordinator with one unary call, whatever
+// its answer: for a grant that could not be attached to its session.
+func (l *lease) giveUpOnce(ctx context.Context) {
+	if l.kind == groupKind {
+		_, _ = l.c.api.ReleaseGroup(ctx, &coordinatorv1.ReleaseGroupRequest{Holder: l.holder, Leases: groupLeases(l.members)})
+		return
+	}
+	_, _ = l.c.api.Release(ctx, &coordinatorv1.ReleaseRequest{Name: l.name, Holder: l.holder, Token: l.token})
 }
 
 // release ends l with ErrReleased and then gives it up with call, retrying

@@ -182,9 +182,10 @@ func (c *Client) closeSession(ctx context.Context, id string) error {
 }
 
 // WithSession attaches an acquisition (TryLock, Lock, their semaphore and
-// read-write variants, Campaign and RunAsLeader) to s instead of the
-// Client's default session: it is valid as long as s, and ends when s
-// ends. Release or Resign still gives it up alone, and s goes on.
+// read-write variants, the groups of LockAll and AcquireAll, Campaign and
+// RunAsLeader) to s instead of the Client's default session: it is valid as
+// long as s, and ends when s ends. Release or Resign still gives it up
+// alone, and s goes on.
 func WithSession(s *Session) LockOption { return sessionOption{s} }
 
 type sessionOption struct{ s *Session }

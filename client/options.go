@@ -22,8 +22,8 @@ type Option interface {
 }
 
 // LockOption configures one acquisition: TryLock, Lock (and their
-// semaphore and read-write variants), Campaign or RunAsLeader. WithSession
-// is the one there is.
+// semaphore and read-write variants), LockAll, AcquireAll (and their Try
+// variants), Campaign or RunAsLeader. WithSession is the one there is.
 type LockOption interface {
 	applyLock(*lockConfig)
 }

@@ -65,7 +65,7 @@ func (s *Semaphore) acquire(ctx context.Context, n int64, wait bool, opts []Lock
 	if n < 1 || n > s.capacity {
 		return nil, fmt.Errorf("coordinator: %s %q: weight %d is not within 1 to the capacity, %d", s.kind, s.name, n, s.capacity)
 	}
-	l, err := s.c.acquire(ctx, opts, wait, s.kind, s.name, s.c.tryAcquire(s.name, uint32(s.capacity), uint32(n)))
+	l, err := s.c.acquire(ctx, opts, wait, single(s.kind, s.name, s.c.tryAcquire(s.name, uint32(s.capacity), uint32(n))))
 	if err != nil {
 		return nil, err
 	}

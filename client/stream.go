@@ -18,8 +18,9 @@ import (
 )
 
 // opStream carries a Client's lease operations (acquire, release,
-// campaign, resign) and the renewals of its sessions (renew_session) over
-// one operation stream, shared by every goroutine.
+// acquire_group, release_group, campaign, resign) and the renewals of its
+// sessions (renew_session) over one operation stream, shared by every
+// goroutine.
 //
 // Operations are queued, and whatever is queued when the stream is free to
 // send goes out as one StreamRequest (up to maxStreamOps operations and
@@ -218,10 +219,10 @@ func (s *opStream) call(ctx context.Context, op *coordinatorv1.StreamOperation, 
 		lateMu.Lock()
 		abandoned = true
 		lateMu.Unlock()
-		// A waiting acquire or campaign leaves the queue at once, so the
-		// waiters behind it need not wait for its grant and release; the
-		// coordinator ignores the cancel of an operation that is not
-		// waiting. late still gets its outcome.
+		// A waiting acquire, acquire_group or campaign leaves the queue
+		// at once, so the waiters behind it need not wait for its grant
+		// and release; the coordinator ignores the cancel of an operation
+		// that is not waiting. late still gets its outcome.
 		s.queueCancelLocked(o.id)
 	case opFinished: // answered meanwhile
 		s.mu.Unlock()

@@ -36,10 +36,12 @@ func newOperationTracer(tp trace.TracerProvider) *operationTracer {
 
 // operationMethods names each kind of operation as its unary method.
 var operationMethods = map[string]string{
-	"acquire":  "TryAcquire",
-	"campaign": "Campaign",
-	"release":  "Release",
-	"resign":   "Resign",
+	"acquire":       "TryAcquire",
+	"acquire_group": "AcquireGroup",
+	"campaign":      "Campaign",
+	"release":       "Release",
+	"release_group": "ReleaseGroup",
+	"resign":        "Resign",
 }
 
 // start begins the span of op, a child of ctx's, and writes its context
