@@ -35,7 +35,9 @@ var commands map[string]command
 
 func init() {
 	commands = map[string]command{
-		"lock":     {"NAME [-- CMD ARGS…]", "wait for the lock NAME (with -n, one of its N slots; with -shared or -write, a read or write lock; with -session ID, in that session), then run CMD under it (or hold it until interrupted)", 1, 1, true, runLock},
+		"lock": {"NAME [NAME…] [-- CMD ARGS…]", "wait for the lock NAME (with -n, one of its N slots; with -shared or -write, a read or write lock; with -session ID, in that session), " +
+			fmt.Sprintf("then run CMD under it (or hold it until interrupted); several NAMEs (up to %d) are taken all at once or none, as one group", client.MaxGroupMembers),
+			1, client.MaxGroupMembers, true, runLock},
 		"elect":    {"ELECTION VALUE [-- CMD ARGS…]", "campaign until elected, then run CMD as the leader (or lead until interrupted)", 2, 2, true, runElect},
 		"leader":   {"ELECTION", "show the sitting leader (exit 1 when there is none)", 1, 1, false, runLeader},
 		"observe":  {"ELECTION", "print every change of leadership, one line each, until interrupted", 1, 1, false, runObserve},
@@ -88,7 +90,7 @@ func (a *cli) flagSet(name string) *flag.FlagSet {
 	fs.Int64Var(&a.slots, "n", 1, "lock: hold one of the N slots of the semaphore NAME (every user of NAME must give the same N)")
 	fs.BoolVar(&a.shared, "shared", false, "lock: hold NAME as a reader of a read-write lock, beside other readers")
 	fs.BoolVar(&a.write, "write", false, "lock: hold NAME as the writer of a read-write lock (a plain lock on such a name is refused: its capacity differs)")
-	fs.StringVar(&a.session, "session", "", "lock: attach the lease to the session ID (session create), which another process renews;\n"+
+	fs.StringVar(&a.session, "session", "", "lock (one NAME): attach the lease to the session ID (session create), which another process renews;\n"+
 		"it lasts as long as the session, and is released alone on the way out")
 	fs.BoolVar(&a.keep, "keep", false, "session create: renew the session until interrupted, then close it")
 	fs.DurationVar(&a.grace, "grace", 10*time.Second, "after SIGTERM, how long CMD may take to exit before SIGKILL")
@@ -111,9 +113,13 @@ func (a *cli) flagSet(name string) *flag.FlagSet {
 			fmt.Fprintf(&b, "  %-8s %s\n           %s\n", name, c.usage, c.summary)
 		}
 		b.WriteString(`
-lock and elect pass CMD the environment COORDINATOR_FENCING_TOKEN (the
+lock NAME and elect pass CMD the environment COORDINATOR_FENCING_TOKEN (the
 fencing token, or the term) and COORDINATOR_LOCK_NAME or COORDINATOR_ELECTION;
-lock -n N, -shared and -write hold a share of NAME: one of N slots, a read
+lock also passes COORDINATOR_LOCK_NAMES and COORDINATOR_FENCING_TOKENS
+(space-separated, in the same order): with several NAMEs, which it takes
+all at once or none as one group (waiting in line for every NAME at once,
+never deadlocking), they are how CMD learns each name's token;
+lock -n N, -shared and -write hold a share of each NAME: one of N slots, a read
 or the write lock of a read-write lock (a writer's token is above every
 token granted before it);
 CMD runs in its own process group, which gets SIGTERM (SIGKILL after -grace)

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,6 +23,7 @@ import (
 	"github.com/coordinator-dev/coordinator/coordinatord/coordtest"
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
 	"github.com/coordinator-dev/coordinator/internal/testkit/testcert"
+	"github.com/coordinator-dev/coordinator/internal/testkit/testwait"
 )
 
 // binary is coordctl built for the tests.
@@ -524,6 +526,130 @@ func TestLockSlotsAndReadWriteLocks(t *testing.T) {
 		for _, args := range [][]string{{"lock", "-n", "0", "x"}, {"lock", "-shared", "-write", "x"}, {"lock", "-n", "3", "-shared", "x"}} {
 			if r := coordctl(t, coord, nil, args...); r.code != 2 {
 				t.Errorf("%v: exit %d; want 2 (usage)", args, r.code)
+			}
+		}
+	})
+}
+
+// lock with several names takes them as one group: all at once or none,
+// waiting in line for every name, never deadlocking with another group
+// that lists them in the opposite order; CMD gets each name's token.
+func TestLockTakesSeveralNamesAtOnce(t *testing.T) {
+	coord := coordtest.Start(t, coordtest.Config(t, "memory"))
+	c := dial(t, coord)
+	lastToken := func(name string) string {
+		t.Helper()
+		d, err := c.API().Describe(context.Background(), &coordinatorv1.DescribeRequest{Name: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strconv.FormatUint(d.GetLastToken(), 10)
+	}
+
+	t.Run("CMD gets every name's token, in order", func(t *testing.T) {
+		r := coordctl(t, coord, nil, "lock", "g/b", "g/a", "--", "sh", "-c",
+			`echo "$COORDINATOR_LOCK_NAMES|$COORDINATOR_FENCING_TOKENS|$COORDINATOR_LOCK_NAME$COORDINATOR_FENCING_TOKEN"`)
+		want := "g/b g/a|" + lastToken("g/b") + " " + lastToken("g/a") + "|"
+		if r.code != 0 || strings.TrimSpace(r.stdout) != want {
+			t.Fatalf("exit %d, CMD saw %q (stderr %q); want %q", r.code, r.stdout, r.stderr, want)
+		}
+		for _, name := range []string{"g/a", "g/b"} {
+			if d, err := c.API().Describe(context.Background(), &coordinatorv1.DescribeRequest{Name: name}); err != nil || d.GetHeld() {
+				t.Fatalf("%s after coordctl exited: %v, %v; want released", name, d, err)
+			}
+		}
+		// One name: as before, and the lists of one.
+		r = coordctl(t, coord, nil, "lock", "g/one", "--", "sh", "-c",
+			`echo "$COORDINATOR_LOCK_NAME $COORDINATOR_FENCING_TOKEN|$COORDINATOR_LOCK_NAMES $COORDINATOR_FENCING_TOKENS"`)
+		token := lastToken("g/one")
+		if want := "g/one " + token + "|g/one " + token; r.code != 0 || strings.TrimSpace(r.stdout) != want {
+			t.Fatalf("exit %d, CMD saw %q; want %q", r.code, r.stdout, want)
+		}
+	})
+
+	t.Run("all or none, then held together until interrupted", func(t *testing.T) {
+		other, err := c.TryLock(context.Background(), "g/held")
+		if err != nil {
+			t.Fatal(err)
+		}
+		group, lines := background(t, coord, "-o", "json", "lock", "g/free", "g/held")
+		testwait.Until(t, 20*time.Second, "the group waits for g/held", func() bool {
+			d, err := c.API().Describe(context.Background(), &coordinatorv1.DescribeRequest{Name: "g/free"})
+			return err == nil && d.GetWaiters() == 1 && !d.GetHeld()
+		})
+		if _, err := other.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		var held struct {
+			Leases []leaseJSON `json:"leases"`
+		}
+		line := nextLine(t, lines)
+		if json.Unmarshal([]byte(line), &held) != nil || len(held.Leases) != 2 || held.Leases[0].Name != "g/free" || held.Leases[1].Name != "g/held" ||
+			held.Leases[1].Token <= other.Token() || held.Leases[0].Holder != held.Leases[1].Holder {
+			t.Fatalf("lock printed %q; want both leases, g/held's token above %d", line, other.Token())
+		}
+		if err := group.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if err := group.Wait(); err != nil {
+			t.Fatalf("lock after SIGTERM: %v; want exit 0", err)
+		}
+		for _, name := range []string{"g/free", "g/held"} {
+			if d, err := c.API().Describe(context.Background(), &coordinatorv1.DescribeRequest{Name: name}); err != nil || d.GetHeld() {
+				t.Fatalf("%s after lock exited: %v, %v; want released", name, d, err)
+			}
+		}
+	})
+
+	t.Run("text output names every lease", func(t *testing.T) {
+		holder, lines := background(t, coord, "lock", "-shared", "g/r1", "g/r2")
+		said := regexp.MustCompile(`^read lock g/r1 \(token [0-9]+\), g/r2 \(token [0-9]+\) held together by \S+ \(ttl 15s\); interrupt to release$`)
+		if line := nextLine(t, lines); !said.MatchString(line) {
+			t.Fatalf("lock said %q; want it to match %s", line, said)
+		}
+		_ = holder.Process.Signal(os.Interrupt)
+	})
+
+	t.Run("opposite orders run one at a time, without deadlock", func(t *testing.T) {
+		log := filepath.Join(t.TempDir(), "log")
+		script := `echo "start $ID" >> "$LOG"; sleep 0.2; echo "end $ID" >> "$LOG"`
+		var wg sync.WaitGroup
+		for _, id := range []string{"xy1", "yx1", "xy2", "yx2"} {
+			names := []string{"g/x", "g/y"}
+			if strings.HasPrefix(id, "yx") {
+				names = []string{"g/y", "g/x"}
+			}
+			wg.Go(func() {
+				r, err := runCoordctl(coord, []string{"ID=" + id, "LOG=" + log}, append(append([]string{"lock", "-timeout", "30s"}, names...), "--", "sh", "-c", script)...)
+				if err != nil {
+					t.Error(err)
+				} else if r.code != 0 {
+					t.Errorf("%s: exit %d: %s", id, r.code, r.stderr)
+				}
+			})
+		}
+		wg.Wait()
+		if most, _ := concurrency(t, log); most != 1 {
+			t.Fatalf("%d commands ran at once; want 1", most)
+		}
+	})
+
+	t.Run("refused", func(t *testing.T) {
+		tooMany := []string{"lock"}
+		for i := range client.MaxGroupMembers + 1 {
+			tooMany = append(tooMany, "g/many/"+strconv.Itoa(i))
+		}
+		for _, tc := range []struct {
+			args []string
+			want int
+			says string
+		}{
+			{[]string{"lock", "-session", strings.Repeat("0", 32), "g/a", "g/b", "--", "true"}, 2, "lock -session takes one NAME"},
+			{tooMany, 2, "usage: coordctl [flags] lock NAME [NAME…]"},
+			{[]string{"lock", "g/twice", "g/twice", "--", "true"}, 1, "INVALID_FIELD"},
+		} {
+			if r := coordctl(t, coord, nil, tc.args...); r.code != tc.want || !strings.Contains(r.stderr, tc.says) {
+				t.Errorf("%v: exit %d, stderr %q; want exit %d saying %q", tc.args[:min(len(tc.args), 5)], r.code, r.stderr, tc.want, tc.says)
 			}
 		}
 	})

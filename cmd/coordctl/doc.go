@@ -1,7 +1,7 @@
 // Command coordctl is the coordinator's command-line client: it takes locks
 // and leaderships around commands, and shows and manages leases.
 //
-//	coordctl [flags] lock [-n N | -shared | -write] [-session ID] NAME [-- CMD ARGS…]
+//	coordctl [flags] lock [-n N | -shared | -write] [-session ID] NAME [NAME…] [-- CMD ARGS…]
 //	coordctl [flags] elect ELECTION VALUE [-- CMD ARGS…]
 //	coordctl [flags] leader ELECTION
 //	coordctl [flags] observe ELECTION
@@ -11,6 +11,13 @@
 //	coordctl [flags] session create [-ttl D] [-keep]
 //	coordctl [flags] session renew|close|describe ID
 //	coordctl [flags] session hold [-ttl D] [-n N | -shared | -write] NAME… [-- CMD ARGS…]
+//
+// lock with several NAMEs takes them all at once or none, as one group
+// (client.AcquireAll): it waits in line for every NAME at once and never
+// deadlocks with other groups, whatever order they list their names in;
+// CMD gets every name's token in COORDINATOR_FENCING_TOKENS, in the order of
+// COORDINATOR_LOCK_NAMES. lock's flags apply to every NAME; -session takes
+// one.
 //
 // lock -n N holds one of the N slots of the semaphore NAME (Consul's
 // "consul lock -n"); every user of NAME must give the same N. -shared holds

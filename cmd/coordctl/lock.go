@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/coordinator-dev/coordinator/client"
 )
@@ -19,8 +20,16 @@ type leaseJSON struct {
 	Session string `json:"session,omitempty"`
 }
 
-// runLock: coordctl lock [-n N | -shared | -write] [-session ID] NAME [-- CMD ARGS…].
+// runLock: coordctl lock [-n N | -shared | -write] [-session ID] NAME
+// [NAME…] [-- CMD ARGS…]. Several names are one group: all at once or
+// none.
 func runLock(a *cli, args, cmdline []string) int {
+	if len(args) > 1 {
+		if a.session != "" {
+			return a.usageError(errors.New("lock -session takes one NAME"))
+		}
+		return a.lockAll(args, cmdline)
+	}
 	name := args[0]
 	kind, take := a.lockKind(name)
 	if a.session != "" {
@@ -41,7 +50,7 @@ func runLock(a *cli, args, cmdline []string) int {
 						kind, lease.Name(), lease.Holder(), lease.Token(), lease.TTL())
 				}
 			},
-			env:      lockEnv(name, lease.Token()),
+			env:      locksEnv(args, []uint64{lease.Token()}),
 			giveUp:   ignoreAnswer(lease.Release),
 			giveUpAs: "release",
 		}, nil
@@ -67,8 +76,54 @@ func (a *cli) lockInSession(kind, name string, cmdline []string) int {
 						kind, l.name, l.holder, l.token, l.session, l.ttl)
 				}
 			},
-			env:      append(lockEnv(name, l.token), "COORDINATOR_SESSION_ID="+l.session),
+			env:      append(locksEnv([]string{name}, []uint64{l.token}), "COORDINATOR_SESSION_ID="+l.session),
 			giveUp:   func(ctx context.Context) error { return l.release(ctx, c) },
+			giveUpAs: "release",
+		}, nil
+	})
+}
+
+// lockAll is lock with several names: one group, granted all at once
+// (each name with lock's flags), waited for in the line of every name.
+func (a *cli) lockAll(names, cmdline []string) int {
+	kind, _ := a.lockKind(names[0])
+	capacity, weight := a.shares()
+	members := make([]client.Member, len(names))
+	for i, name := range names {
+		members[i] = client.Member{Name: name, Capacity: capacity, Weight: weight}
+	}
+	what := fmt.Sprintf("group %q", names)
+	return a.holdWhile("lock", what, cmdline, describeProbe(names[0]), func(ctx context.Context, c *client.Client) (held, error) {
+		g, err := c.AcquireAll(ctx, members)
+		if err != nil {
+			return held{}, err
+		}
+		leases := g.Leases()
+		tokens := make([]uint64, len(leases))
+		for i, l := range leases {
+			tokens[i] = l.Token
+		}
+		return held{
+			holding: g,
+			announce: func() {
+				if a.output == "json" {
+					j := struct {
+						Leases []leaseJSON `json:"leases"`
+					}{}
+					for _, l := range leases {
+						j.Leases = append(j.Leases, leaseJSON{Name: l.Name, Holder: g.Holder(), Token: l.Token, TTL: g.TTL().String(), Weight: l.Weight})
+					}
+					a.printJSON(j)
+					return
+				}
+				parts := make([]string, len(leases))
+				for i, l := range leases {
+					parts[i] = fmt.Sprintf("%s (token %d)", l.Name, l.Token)
+				}
+				a.printf("%s %s held together by %s (ttl %s); interrupt to release\n", kind, strings.Join(parts, ", "), g.Holder(), g.TTL())
+			},
+			env:      locksEnv(names, tokens),
+			giveUp:   ignoreAnswer(g.Release),
 			giveUpAs: "release",
 		}, nil
 	})
@@ -80,6 +135,21 @@ func lockEnv(name string, token uint64) []string {
 		"COORDINATOR_FENCING_TOKEN=" + strconv.FormatUint(token, 10),
 		"COORDINATOR_LOCK_NAME=" + name,
 	}
+}
+
+// locksEnv is what CMD learns of the locks it runs under, as session hold
+// passes them: the names and their tokens, space-separated, in the same
+// order; and for one name, lockEnv's variables too.
+func locksEnv(names []string, tokens []uint64) []string {
+	text := make([]string, len(tokens))
+	for i, token := range tokens {
+		text[i] = strconv.FormatUint(token, 10)
+	}
+	env := []string{"COORDINATOR_LOCK_NAMES=" + strings.Join(names, " "), "COORDINATOR_FENCING_TOKENS=" + strings.Join(text, " ")}
+	if len(names) == 1 {
+		env = append(env, lockEnv(names[0], tokens[0])...)
+	}
+	return env
 }
 
 // lockKind says what lock's flags ask for on name, and how to take it.

@@ -277,6 +277,7 @@ func TestREADMECoordctlBlocksRunAsWritten(t *testing.T) {
 		}},
 		{"docs/coordctl.md", "Commands", []*regexp.Regexp{
 			regexp.MustCompile(`(?m)^token [0-9]+$`),
+			regexp.MustCompile(`(?m)^tokens [0-9]+ [0-9]+ for demo/from demo/to$`),
 			regexp.MustCompile(`(?m)^leading in term [0-9]+$`),
 			regexp.MustCompile(`host-a:8080`),
 			regexp.MustCompile(`"name": ?"demo/`),

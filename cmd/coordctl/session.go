@@ -191,7 +191,8 @@ func runSessionDescribe(a *cli, args, _ []string) int {
 // runSessionHold: coordctl session hold [-ttl D] [-n N | -shared | -write]
 // NAME… [-- CMD ARGS…]. Every NAME is taken the same way (lock's flags),
 // one after the other in the order given: give the names in the same order
-// everywhere, or two holders can wait for each other for ever.
+// everywhere, or two holders can wait for each other for ever (lock NAME
+// NAME… takes them all at once instead, which never deadlocks).
 func runSessionHold(a *cli, names, cmdline []string) int {
 	what := "session of " + strconv.Quote(strings.Join(names, " "))
 	return a.holdWhile("session hold", what, cmdline, describeProbe(names[0]), func(ctx context.Context, c *client.Client) (held, error) {
@@ -213,18 +214,11 @@ func runSessionHold(a *cli, names, cmdline []string) int {
 			}
 			leases = append(leases, l)
 		}
-		tokens := make([]string, len(leases))
+		tokens := make([]uint64, len(leases))
 		for i, l := range leases {
-			tokens[i] = strconv.FormatUint(l.Token(), 10)
+			tokens[i] = l.Token()
 		}
-		env := []string{
-			"COORDINATOR_SESSION_ID=" + s.ID(),
-			"COORDINATOR_LOCK_NAMES=" + strings.Join(names, " "),
-			"COORDINATOR_FENCING_TOKENS=" + strings.Join(tokens, " "),
-		}
-		if len(names) == 1 {
-			env = append(env, "COORDINATOR_LOCK_NAME="+names[0], "COORDINATOR_FENCING_TOKEN="+tokens[0])
-		}
+		env := append(locksEnv(names, tokens), "COORDINATOR_SESSION_ID="+s.ID())
 		return held{
 			holding: s,
 			announce: func() {
