@@ -45,7 +45,9 @@ type Group struct {
 }
 
 // LockAll acquires the locks names all at once, waiting until every one of
-// them is free for it or ctx ends; no name is held while it waits. It
+// them is free for it or ctx ends; it returns with every name or none (on a
+// Redis Cluster whose names lie in several slots, the coordinator may hold
+// some of them for the group while it waits for the others). It
 // retries transient errors as Lock does; when ctx ends first, the error is
 // a *NotAcquiredError that matches ErrNotAcquired and ctx's error.
 //
