@@ -3,6 +3,7 @@ package coordinatord_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -75,6 +76,21 @@ type groupRun struct {
 
 	mu   sync.Mutex
 	errs []error
+	// asking is what each client is asking for, and since when, for the
+	// message of a stall.
+	asking map[string]string
+}
+
+// ask records that holder asks for names, until done is called.
+func (r *groupRun) ask(holder string, names []string) (done func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.asking[holder] = fmt.Sprintf("%v since %s", names, time.Now().Format("15:04:05.000"))
+	return func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		delete(r.asking, holder)
+	}
 }
 
 func (r *groupRun) fail(err error) {
@@ -124,7 +140,7 @@ func streamGroupCalls(t *testing.T, client coordinatorv1.CoordinatorClient) grou
 }
 
 func runRandomGroups(t *testing.T, c *coordinator) {
-	r := &groupRun{c: c, resources: map[string]*storetest.Resource{}}
+	r := &groupRun{c: c, resources: map[string]*storetest.Resource{}, asking: map[string]string{}}
 	for i := range randomNames {
 		name := fmt.Sprintf("random/%d", i)
 		r.names = append(r.names, name)
@@ -238,6 +254,11 @@ func (r *groupRun) describeAll(ctx context.Context) string {
 		}
 		fmt.Fprintf(&b, "  %s: holders %v, %d waiters, last token %d, err %v\n", n, hs, d.GetWaiters(), d.GetLastToken(), err)
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, holder := range slices.Sorted(maps.Keys(r.asking)) {
+		fmt.Fprintf(&b, "  %s asks for %s\n", holder, r.asking[holder])
+	}
 	return b.String()
 }
 
@@ -256,6 +277,7 @@ func (r *groupRun) cycle(ctx context.Context, calls groupCalls, rng *rand.Rand, 
 	for _, n := range names {
 		req.Members = append(req.Members, &coordinatorv1.GroupMember{Name: n})
 	}
+	defer r.ask(holder, names)()
 	for ctx.Err() == nil {
 		// One wait in eight is given up midway: the group must leave every
 		// queue, and nothing of it stay held.
@@ -322,6 +344,7 @@ func (r *groupRun) single(ctx context.Context, calls groupCalls, rng *rand.Rand,
 	if rng.IntN(2) == 0 {
 		wait = randomWait
 	}
+	defer r.ask(holder, []string{name})()
 	for ctx.Err() == nil {
 		callCtx, cancel := context.WithTimeout(ctx, 2*randomWait)
 		sent := time.Now()
