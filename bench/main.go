@@ -27,6 +27,8 @@
 //	-suite housekeeper-idle housekeeper processes on 1,000 idle queues: cost per process and Redis, kill -9 takeover
 //	-suite housekeeper-storage TTL, recovery, max elements and idle cost of the storage tasks vs Deckard's own, replayed
 //	-suite clients     acquire+release through the Go, Python and TypeScript clients, one coordinator
+//	-suite groups      group acquisitions of 2 and 8 names beside single names, CPU per name by process
+//	                   (memory, Redis, a 3-primary Redis Cluster); 64 clients contending for pairs of 8 names
 //	-suite soak        minutes of churn: Redis keys and memory, coordinator RSS and
 //	                   goroutines stay flat (not in the default list: it runs for -soak-duration)
 //
@@ -45,23 +47,23 @@ import (
 	"time"
 )
 
-const defaultSuites = "leases,streams,handoff,idle,sessions,housekeeper,housekeeper-idle,housekeeper-storage,clients"
+const defaultSuites = "leases,streams,handoff,idle,sessions,housekeeper,housekeeper-idle,housekeeper-storage,clients,groups"
 
 func main() {
 	// Child modes: this binary re-executed as a server of the bench.
 	serveEchoAddr := flag.String("serve-echo", "", "internal: serve the gRPC health service alone on `ADDR` until stdin closes (the bench's echo child)")
 	serveEtcdSpec := flag.String("serve-etcd", "", "internal: serve an embedded etcd, `CLIENT_ADDR,PEER_ADDR,DATA_DIR`, until stdin closes (the bench's etcd child)")
 
-	suites := flag.String("suite", defaultSuites, "comma-separated suites to run: leases, streams, handoff, idle, sessions, housekeeper, housekeeper-idle, housekeeper-storage, clients, soak")
+	suites := flag.String("suite", defaultSuites, "comma-separated suites to run: leases, streams, handoff, idle, sessions, housekeeper, housekeeper-idle, housekeeper-storage, clients, groups, soak")
 	duration := flag.Duration("duration", 2*time.Second, "how long each measurement runs")
-	rounds := flag.Int("rounds", 1, "leases suite: measurements of each method at each concurrency, interleaved; the median is reported")
+	rounds := flag.Int("rounds", 1, "leases and groups suites: measurements of each method at each concurrency, interleaved; the median is reported")
 	idleWindow := flag.Duration("idle-window", 10*time.Second, "how long the idle suite counts Redis commands")
-	concurrency := flag.String("concurrency", "1,16,64", "comma-separated worker counts for the leases suite")
+	concurrency := flag.String("concurrency", "1,16,64", "comma-separated worker counts for the leases and groups suites")
 	methods := flag.String("methods", "", "leases suite: comma-separated keys of the methods to measure (as -json names them, e.g. coordinator-redis-sdk,redislock,etcd-mutex); empty: all")
 	soakDuration := flag.Duration("soak-duration", 3*time.Minute, "how long the soak churns")
 	soakRetention := flag.Duration("soak-retention", 30*time.Second, "COORDINATOR_IDLE_NAME_TTL of the soak's coordinator")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the bench process (the clients, not the servers) over the whole run to this `FILE`")
-	coordProfile := flag.String("coordinator-cpuprofile", "", "write a CPU profile of the leases suite's Redis-store coordinator child, over all of its measurements, to this `FILE`")
+	coordProfile := flag.String("coordinator-cpuprofile", "", "write a CPU profile of the leases suite's Redis-store coordinator child, over all of its measurements, to this `FILE` (the groups suite: one a row, of its coordinator, FILE with the row's key before the extension)")
 	coordProcs := flag.Int("coordinator-gomaxprocs", 0, "run the coordinator children with GOMAXPROCS=`N` (0: unset, so that each sizes its own to the CPU it uses)")
 	coordBin := flag.String("coordinator-bin", "", "run this coordinator binary instead of building ./cmd/coordinator of the repository (-coordinator-cpuprofile needs the build)")
 	jsonOut := flag.String("json", "", "also write every measurement to this `FILE` as JSON")
@@ -149,6 +151,8 @@ func run(suites, concurrency, cpuProfile, jsonOut string, env benchEnv) int {
 			err = soakSuite(env, env.soak)
 		case "clients":
 			err = clientsSuite(env)
+		case "groups":
+			err = groupsSuite(env)
 		default:
 			err = fmt.Errorf("unknown suite %q", suite)
 		}
