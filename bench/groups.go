@@ -5,6 +5,7 @@ package main
 // when 64 clients contend for 8 names, with a check that none deadlocks.
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -85,9 +86,7 @@ type contendedRow struct {
 	store *groupStore
 	pairs bool
 	try   tryFunc
-	run   waited
-	cpu   cpuUse
-	cmds  map[string]int64 // Redis commands run, by command
+	runs  []contendedRun
 	na    string
 	// stall describes the hot names as they stood once no grant had come
 	// for stallAfter, if that happened.
@@ -118,7 +117,9 @@ func (r *contendedRow) watchStall(granted *atomic.Int64, hot []string) (stop fun
 				continue
 			}
 			if time.Since(since) >= stallAfter {
-				r.stall = describeNames(r.store.coord.client, hot)
+				if r.stall == nil {
+					r.stall = describeNames(r.store.coord.client, hot)
+				}
 				return
 			}
 		}
@@ -145,6 +146,38 @@ func describeNames(c coordinatorv1.CoordinatorClient, names []string) []string {
 		out[i] = fmt.Sprintf("%s (slot %d): %s, %d waiters", name, slotOfName(name), held, d.GetWaiters())
 	}
 	return out
+}
+
+// contendedRun is one measured run of a contended row.
+type contendedRun struct {
+	waited
+	cpu  cpuUse
+	cmds map[string]int64 // Redis commands run, by command
+}
+
+// median is the run with the median grants/s.
+func (r *contendedRow) median() (contendedRun, bool) {
+	if len(r.runs) == 0 {
+		return contendedRun{}, false
+	}
+	runs := slices.Clone(r.runs)
+	slices.SortFunc(runs, func(a, b contendedRun) int { return cmp.Compare(a.grantsPerSecond(), b.grantsPerSecond()) })
+	return runs[len(runs)/2], true
+}
+
+// stalled says how any run of r shows a deadlock or a stall; "" when none
+// does.
+func (r *contendedRow) stalled() string {
+	var why []string
+	for i, run := range r.runs {
+		if s := run.stalled(); s != "" {
+			if len(r.runs) > 1 {
+				s = fmt.Sprintf("round %d: %s", i+1, s)
+			}
+			why = append(why, s)
+		}
+	}
+	return strings.Join(why, "; ")
 }
 
 func (r *contendedRow) label() string {
@@ -352,8 +385,8 @@ func groupsSuite(env benchEnv) error {
 			contendedRows = append(contendedRows, r)
 		}
 	}
-	fmt.Printf("\n== groups, contended: %d clients on %d names (on the Cluster over %d slots), %s per measurement: each client takes\n",
-		hotWorkers, hotNames, len(slots), env.duration)
+	fmt.Printf("\n== groups, contended: %d clients on %d names (on the Cluster over %d slots), %s per measurement, %d round(s), median: each client takes\n",
+		hotWorkers, hotNames, len(slots), env.duration, env.rounds)
 	fmt.Printf("   a random pair (in random order) or one random name, waiting up to %s, releases it at once, and starts again\n", groupsWait)
 	for _, r := range contendedRows {
 		if r.na != "" {
@@ -361,22 +394,31 @@ func groupsSuite(env benchEnv) error {
 		}
 		if w := waitLoop(ctx, hotWorkers, warm, r.try, nil); w.total() == 0 {
 			r.na = fmt.Sprintf("n/a: %v", w.firstErr)
-			continue
 		}
-		before := meter.read()
-		cmdsBefore := r.store.commandStats(ctx)
-		var granted atomic.Int64
-		stopWatch := r.watchStall(&granted, hotNamesList)
-		if err := prof.around(r.store, "contended-"+r.key(), true, func() {
-			r.run = waitLoop(ctx, hotWorkers, env.duration, r.try, &granted)
-		}); err != nil {
+	}
+	for round := range env.rounds {
+		k := round % len(contendedRows)
+		for _, r := range append(slices.Clone(contendedRows[k:]), contendedRows[:k]...) {
+			if r.na != "" {
+				continue
+			}
+			var run contendedRun
+			before := meter.read()
+			cmdsBefore := r.store.commandStats(ctx)
+			var granted atomic.Int64
+			stopWatch := r.watchStall(&granted, hotNamesList)
+			if err := prof.around(r.store, "contended-"+r.key(), true, func() {
+				run.waited = waitLoop(ctx, hotWorkers, env.duration, r.try, &granted)
+			}); err != nil {
+				stopWatch()
+				return err
+			}
 			stopWatch()
-			return err
-		}
-		stopWatch()
-		r.cpu = meter.since(before)
-		if cmdsAfter := r.store.commandStats(ctx); cmdsBefore != nil && cmdsAfter != nil {
-			r.cmds = commandsBetween(cmdsBefore, cmdsAfter)
+			run.cpu = meter.since(before)
+			if cmdsAfter := r.store.commandStats(ctx); cmdsBefore != nil && cmdsAfter != nil {
+				run.cmds = commandsBetween(cmdsBefore, cmdsAfter)
+			}
+			r.runs = append(r.runs, run)
 		}
 	}
 	stalls := printContendedGroups(env, contendedRows)

@@ -193,7 +193,7 @@ func printContendedGroups(env benchEnv, rows []*contendedRow) []string {
 			t.add(r.label(), "-", "-", "-", "-", "-", "-", "-", "-", "-", r.na)
 			continue
 		}
-		w := r.run
+		w, _ := r.median()
 		names := 1.0
 		if r.pairs {
 			names = 2
@@ -204,17 +204,17 @@ func printContendedGroups(env benchEnv, rows []*contendedRow) []string {
 		if w.errs > 0 {
 			errs = fmt.Sprintf("%d (first: %v)", w.errs, w.firstErr)
 		}
-		client, coord, redis := processCPU(r.cpu, r.store, w.total())
+		client, coord, redis := processCPU(w.cpu, r.store, w.total())
 		cmds := "-"
 		if r.store.redisProc != "" {
 			per := float64(max(w.total(), 1))
-			cmds = fmt.Sprintf("%.1f / %.1f", float64(r.cmds["evalsha"]+r.cmds["eval"])/per, float64(commandsIn(r.cmds))/per)
+			cmds = fmt.Sprintf("%.1f / %.1f", float64(w.cmds["evalsha"]+w.cmds["eval"])/per, float64(commandsIn(w.cmds))/per)
 		}
 		t.add(r.label(), rate(w.grantsPerSecond()), rate(w.grantsPerSecond()*names), fmt.Sprint(w.attempts), fmt.Sprint(w.ranOut), errs,
 			fmt.Sprintf("%d / %d / %d", grants[0], grants[len(grants)/2], grants[len(grants)-1]),
 			fmt.Sprintf("%s / %s / %s", dur(w.p50), dur(w.p99), dur(w.longest)),
 			fmt.Sprintf("%s + %s + %s", us(client), us(coord), us(redis)), cmds, "")
-		if why := w.stalled(); why != "" {
+		if why := r.stalled(); why != "" {
 			stalls = append(stalls, r.label()+": "+why)
 		}
 		if len(r.stall) > 0 {
@@ -225,7 +225,7 @@ func printContendedGroups(env benchEnv, rows []*contendedRow) []string {
 			P50Micros: micros(w.p50), P99Micros: micros(w.p99), Errors: w.errs,
 			CPUMicros: micros(client + coord + redis), ClientCPUMicros: micros(client), ServersCPUMicros: micros(coord + redis),
 			Extra: map[string]any{"store": r.store.key, "names": hotNames, "attempts": w.attempts, "waits_run_out": w.ranOut,
-				"grants_min": grants[0], "grants_max": grants[len(grants)-1], "longest_us": micros(w.longest)}})
+				"grants_min": grants[0], "grants_max": grants[len(grants)-1], "longest_us": micros(w.longest), "rounds": roundRates(r)}})
 	}
 	t.print()
 	fmt.Println("   a grant is one acquisition granted (a pair's two names at once) and released; time to grant: from asking to the grant;")
@@ -307,9 +307,11 @@ func printGroupTargets(env benchEnv, rows []*groupRow, contended []*contendedRow
 			progressRow = append(progressRow, "-")
 			continue
 		}
-		v := pairs.run.grantsPerSecond() / single.run.grantsPerSecond()
+		p, _ := pairs.median()
+		o, _ := single.median()
+		v := p.grantsPerSecond() / o.grantsPerSecond()
 		pairsRow = append(pairsRow, verdict(v, v >= 0.5, s.key != "redis-cluster"))
-		if pairs.run.stalled() == "" && single.run.stalled() == "" {
+		if pairs.stalled() == "" && single.stalled() == "" {
 			progressRow = append(progressRow, "met")
 		} else {
 			progressRow = append(progressRow, "FAILED")
@@ -348,4 +350,13 @@ func allPerNameRatio(rows []*groupRow, s *groupStore, k, n int) string {
 	gc, gco, gr := processCPU(g.cpu, s, g.ops)
 	oc, oco, or := processCPU(o.cpu, s, o.ops)
 	return ratio(float64(gc+gco+gr)/float64(k), float64(oc+oco+or))
+}
+
+// roundRates is the grants/s of each run of r, in the order they ran.
+func roundRates(r *contendedRow) []float64 {
+	out := make([]float64, len(r.runs))
+	for i, run := range r.runs {
+		out[i] = run.grantsPerSecond()
+	}
+	return out
 }
