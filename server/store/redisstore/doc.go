@@ -71,7 +71,8 @@
 //	                          order first, the weight the waiter asked for in
 //	                          the low 20 bits (holders.lua), exact in a double
 //	                          while a queue that never empties has seen fewer
-//	                          than 2^33 arrivals
+//	                          than 2^33 arrivals; a waiting group is queued
+//	                          under one id on each of its names (see Groups)
 //	<prefix>:{<enc>}:waiters  ZSET waiter -> deadline; both queue keys expire at
 //	                          the latest deadline (acquire and RefreshWaiters
 //	                          push deadlines out)
@@ -131,7 +132,8 @@
 // 2, attached to a session or not) keeps the cost so for semaphores too: a grant beside others costs the
 // same while none of them ran out, a release beside others one HSET more.
 //
-// The scripts of a cycle (acquire, renew, release) take the store's
+// The scripts of a cycle (acquire, renew, release, and a group's
+// acquire_group and release_group) take the store's
 // settings (quarantine, lock delay, retention, session keep, the pub/sub
 // channel) as constants of the store's own copy, not as arguments, and
 // acquire's arguments that are rarely set come last and are left out at
@@ -235,6 +237,110 @@
 // whose check then finds the session closed; a second close finishes the
 // work. Release of an attached grant by its holder succeeds even past its
 // bound, which may be stale.
+//
+// # Groups
+//
+// AcquireGroup takes several names at once (store.GroupRequest), each with
+// its own capacity and weight, and ReleaseGroup gives them back.
+//
+// The names of one slot (every name on a standalone or Sentinel Redis; on
+// a Cluster, names that hash to one slot) are taken in one script call,
+// acquire_group.lua: one state change, all of them or none. It runs
+// acquire.lua's own code, not a copy: scripts.go makes the part of
+// acquire.lua after its clock and data-loss check a function, acquire_one,
+// which the group calls for each member. First it checks every member
+// (would it be granted, renewed, or refused, as a single acquire of it
+// alone would decide, changing nothing but what any call may: grants past
+// their lock delay, dead waiters, attached grants settled with proofs).
+// When every one would be granted, it grants each (renewing those the
+// holder holds), each with a token from its own name's counter; a member's
+// grant takes the fields its check read, so a name costs one read and one
+// write. When one would be refused, none is granted, and a waiting group
+// is queued on every member with the same waiter id; one that fails
+// (another capacity, the holder cap) fails the call, naming it, with no
+// grant and no place queued. The script has one clock, so the grant pass
+// decides as the checks did; were a member refused there anyway, the
+// call's grants are released (release.lua's code, release_one) and the
+// group answered as refused.
+//
+// Fairness and deadlock freedom in one slot: a group is queued on all its
+// members in one script, so in every queue it stands in the same order
+// relative to every other waiter, and the oldest waiter is first in every
+// queue it is in: it is granted once the holders in its way leave, which
+// they do (their leases end). A request for one of its names that does not
+// fit beside it waits behind it, as behind any waiter (a stream of tries
+// of one name cannot starve it), and requests for other names never wait
+// for it. A group whose place lapsed on some members but not all (its
+// refreshes failed) is taken out of every queue and queued again at the
+// back of all of them: queued again on the lapsed ones alone, it would
+// stand ahead of another group in one queue and behind it in another, each
+// waiting for the other for ever. Describe shows a waiting group as a
+// waiter of each of its names.
+//
+// Names in several Cluster slots cannot be taken in one script. They are
+// taken slot by slot, in ascending slot order whatever order the request
+// lists them in (ordered locking), one acquire_group.lua call a slot, each
+// all or none within its slot; the call goes on to the next slot only once
+// a slot is granted whole. The first slot that refuses ends it, answering
+// refused: GroupResult.Members holds that slot's answers, and Acquired for
+// the members of the earlier slots (held) and of the later ones (not asked
+// for: not known to be in the way); GroupResult.Held holds the leases of
+// the earlier slots: real grants, of the group's TTL or attached to its
+// session. A waiting group is queued in the refusing slot's queues, and
+// the call takes its waiter out of the later slots' queues, where an
+// earlier attempt that got further may have left it. Asked again, the
+// group renews what it holds (same tokens) and goes on from there.
+//
+// This is deadlock-free by construction: a group waits only in the lowest
+// slot it does not hold, while holding members of lower slots only. A
+// waiter in slot s waits for the holders of its names in slot s and for
+// the waiters queued ahead of it there; a holder is a single lease or a
+// group that waits for nothing (granted whole) or for a slot above s. So
+// every chain of waits climbs to ever higher slots, and ends, within the
+// 16,384 slots, at holders that wait for nothing, whose leases end. Within
+// a slot the argument above holds. Fairness is each slot's: its FIFO
+// queues, where a group waits as any waiter does; while it waits it holds
+// its lower slots' members, and requests for those wait for it as for any
+// holder (the price of taking slots in order: the group renews them by
+// asking again within their TTL, and gives them back when it gives up).
+//
+// What a caller sees: Acquired only when every member is held, never a
+// part of the group as a grant. A call that took longer than the TTL from
+// its first slot's grant to its last (the first ones may have run out)
+// fails with store.ErrUnavailable, reporting Held. An error in a later slot
+// (another capacity, the holder cap, Redis unavailable) releases what the
+// call granted anew in earlier slots and reports the rest (parts held
+// before and renewed, or not released) in Held. A coordinator killed
+// mid-acquisition leaves at most the parts it took: those of their own
+// TTL expire within it, and the group's places leave the queues at the
+// waiter TTL; those attached to a session live with it until its client
+// asks again (renewing them and going on) or gives up (releasing them),
+// which the SDKs do, or the session ends. Tokens never go backwards: every
+// grant of a part is a single name's grant in that name's slot, above the
+// name's counter (or the clock), a renewal keeps its token, and a part
+// given back leaves the counter where its grant put it. A group whose
+// part in a lower slot ran out (its caller did not ask again in time) and
+// was taken may still hold members of higher slots from an earlier
+// attempt while it waits in the lower one: nothing renews those, and they
+// end within their TTL.
+//
+// Names are never placed together by a hash tag of their own: '{' and '}'
+// in a name are escaped (see Keys), so a user's "{tag}" does not pick the
+// slot. Hashing such names by their tag would move the keys of every
+// existing name holding braces, and two coordinators of a rolling upgrade
+// would then grant such a name twice.
+//
+// Costs: an uncontended group of n names in one slot is one script of
+// 2 + 2n Redis commands (TIME and the marker once, an HMGET and an HSET a
+// name), where n acquires run 4n, and its release one script of 3 a name;
+// per name, acquire and release cost Redis about 1.1 times the
+// instructions of a single name's cycle for a group of 2, 0.85 times for
+// a group of 8, and 1.35 times for a group of one
+// (scripts/callgrind-cycle.sh). A group over k Cluster slots costs k calls
+// of its names' slots, one after the other (k round trips), and k release
+// calls, concurrent: for one name a slot, 1.35 times k single cycles. The
+// group scripts are loaded into Redis at their first use, not by New:
+// every script Redis holds makes every call cost a little more.
 //
 // # Notifications
 //

@@ -12,7 +12,8 @@ import (
 )
 
 // TestReplicaAcknowledgedGrants runs a real primary and replica: with
-// MinReplicas 1 a grant or renewal is reported only once the replica has it.
+// MinReplicas 1 a grant or renewal (a group's too) is reported only once the
+// replica has it.
 func TestReplicaAcknowledgedGrants(t *testing.T) {
 	t.Parallel()
 	// Generous: a replica that is up acknowledges well within it even on a
@@ -50,6 +51,10 @@ func TestReplicaAcknowledgedGrants(t *testing.T) {
 			}{
 				{"grant", func() error { _, err := s.Acquire(ctx, req("other", "b", time.Minute, "")); return err }},
 				{"renewal", func() error { _, err := s.Renew(ctx, "job", "a", l.Token, time.Minute); return err }},
+				{"group grant", func() error {
+					_, err := s.AcquireGroup(ctx, store.GroupRequest{Members: []store.GroupMember{{Name: "g1"}, {Name: "g2"}}, Holder: "b", TTL: time.Minute})
+					return err
+				}},
 			} {
 				began := time.Now()
 				err := call.do()

@@ -27,6 +27,13 @@ var (
 	releaseSrc string
 	//go:embed scripts/dequeue.lua
 	dequeueSrc string
+	// acquireGroupSrc and releaseGroupSrc take many names of one slot at
+	// once, with acquire.lua's and release.lua's code as functions
+	// (acquireOne, releaseOne).
+	//go:embed scripts/acquire_group.lua
+	acquireGroupSrc string
+	//go:embed scripts/release_group.lua
+	releaseGroupSrc string
 	//go:embed scripts/describe.lua
 	describeSrc string
 	//go:embed scripts/watch.lua
@@ -75,6 +82,9 @@ var (
 // share one script in Redis' cache.
 type storeScripts struct {
 	acquire, renew, release *redis.Script
+	// acquireGroup and releaseGroup are a group's: acquire's and
+	// release's code, for several names of one slot in one call.
+	acquireGroup, releaseGroup *redis.Script
 }
 
 // settingsLine declares the constants of storeScripts: the quarantine, the
@@ -85,11 +95,39 @@ const settingsLine = "local QUARANTINE, LOCK_DELAY, IDLE, KEEP, CHANNEL = %d, %d
 func newStoreScripts(quarantineMS, lockDelayMS, idleMS, keepMS int64, channel string) storeScripts {
 	settings := fmt.Sprintf(settingsLine, quarantineMS, lockDelayMS, idleMS, keepMS, luaString(channel))
 	return storeScripts{
-		acquire: redis.NewScript(settings + holdersHead + withGrants(withMarker(withDecoders(acquireSrc)))),
-		renew:   redis.NewScript(settings + holdersSrc + renewSrc),
-		release: redis.NewScript(settings + holdersHead + withDecoders(releaseSrc)),
+		acquire:      redis.NewScript(settings + holdersHead + withGrants(withMarker(withDecoders(acquireSrc)))),
+		renew:        redis.NewScript(settings + holdersSrc + renewSrc),
+		release:      redis.NewScript(settings + holdersHead + withDecoders(releaseSrc)),
+		acquireGroup: redis.NewScript(settings + holdersHead + acquireGroupCode),
+		releaseGroup: redis.NewScript(settings + holdersHead + releaseGroupCode),
 	}
 }
+
+// acquireOneLine is the line of acquire.lua after which its code decides
+// one name (acquire_one, in acquire_group.lua); the part before it reads
+// the clock and checks the data-loss marker, once a script. The group
+// scripts take the other parts at their lines: acquireHeadLine,
+// acquireOneAt and releaseOneAt.
+const (
+	acquireOneLine  = "-- (acquire_one starts here: scripts.go)\n"
+	acquireHeadLine = "-- (acquire.lua's head goes here: scripts.go)\n"
+	acquireOneAt    = "-- (acquire_one goes here: scripts.go)\n"
+	releaseOneAt    = "-- (release.lua goes here as release_one: scripts.go)\n"
+)
+
+// acquireGroupCode and releaseGroupCode are the group scripts but for the
+// settings line and holders.lua's head: acquire.lua's head, then its code
+// that decides one name as acquire_one(KEYS, ARGV, MODE, CUR), and release.lua
+// as release_one(KEYS, ARGV), whose arguments stand for the globals each
+// script reads, a member's own. Each local function is made only where
+// its definition runs: release_one only where a group undoes grants.
+var acquireGroupCode, releaseGroupCode = func() (string, string) {
+	head, body := splitAt(acquireSrc, acquireOneLine)
+	acquireOne := "local function acquire_one(KEYS, ARGV, MODE, CUR)\n" + withGrants(withDecoders(body)) + "end\n"
+	releaseOne := "local function release_one(KEYS, ARGV)\n" + withDecoders(releaseSrc) + "end\n"
+	group := insertAt(insertAt(acquireGroupSrc, acquireHeadLine, withMarker(head)), acquireOneAt, acquireOne)
+	return insertAt(group, releaseOneAt, releaseOne), insertAt(releaseGroupSrc, releaseOneAt, releaseOne)
+}()
 
 // luaString is s as a Lua string literal that reads back as s whatever its
 // bytes (a key prefix may hold any but braces): every byte but letters,
@@ -109,6 +147,12 @@ func luaString(s string) string {
 	return b.String()
 }
 
+// all are the scripts New loads. A group's are loaded at their first use
+// instead (EVALSHA falls back to EVAL): every script loaded into Redis
+// makes every call of any script cost it a few more instructions (0.5 to
+// 1.5% of a cycle with the group scripts loaded, in
+// scripts/callgrind-cycle.sh's runs), which a deployment that takes no
+// groups need not pay.
 func (s storeScripts) all() []*redis.Script { return []*redis.Script{s.acquire, s.renew, s.release} }
 
 // grantsLine is the line of acquire.lua that grants.lua replaces, up to its
@@ -251,6 +295,154 @@ func decodeAcquire(asked store.Lease, v any) (acquireReply, error) {
 		r.err = fmt.Errorf("redisstore: acquire: unexpected script reply: status %d", status)
 	}
 	return a, r.err
+}
+
+// groupReply is acquire_group.lua's reply.
+type groupReply struct {
+	lost        bool
+	quarantined bool
+	retryAfter  time.Duration
+	// member is the index (in the call's members) of the member that
+	// failed the call: with capacity, holderLimit or detached, as in
+	// acquireReply.
+	member      int
+	capacity    int64
+	holderLimit int
+	detached    bool
+	need        []string
+	// acquired: leases holds one lease a member; otherwise members holds
+	// each member's answer.
+	acquired bool
+	leases   []store.Lease
+	members  []store.AcquireResult
+	// fresh[i] reports that leases[i] is a new grant, not a renewal.
+	fresh []bool
+}
+
+// groupMemberElems is how many elements a member's answer takes in
+// acquire_group.lua's refusal, and groupGrantElems in its grant.
+const (
+	groupMemberElems = 9
+	groupGrantElems  = 3
+)
+
+// decodeAcquireGroup reads acquire_group.lua's reply to a call asking for
+// asked (a member each, as the grant would be: name, holder, ttl, weight,
+// session; no token, no expiry):
+//
+//	{-1, lost, retry_after_ms}
+//	{-2, lost, i, capacity}
+//	{-3, lost, i, max_holders}
+//	{-4, lost, session_id...}
+//	{-5, lost, i}
+//	{1, lost, expires_ms, then per member: status, token, weight}
+//	{0, lost, then per member: status, holder, token, value, ttl_ms, expires_ms, retry_at_ms, weight, session}
+//
+// with i a member's index from 1.
+func decodeAcquireGroup(asked []store.Lease, v any) (groupReply, error) {
+	r := newReplyReader("acquire group", v)
+	var g groupReply
+	status := r.int(0)
+	g.lost = r.flag(1)
+	member := func() int {
+		i := r.int(2)
+		if i < 1 || i > int64(len(asked)) {
+			r.fail(2, "member index")
+			return 0
+		}
+		return int(i - 1)
+	}
+	switch status {
+	case -1:
+		g.quarantined = true
+		g.retryAfter = time.Duration(r.int(2)) * time.Millisecond
+	case -2:
+		g.member = member()
+		g.capacity = r.capacity(3)
+	case -3:
+		g.member = member()
+		if g.holderLimit = int(r.int(3)); g.holderLimit < 1 {
+			r.fail(3, "holder limit")
+		}
+	case -4:
+		g.need = r.ids(2)
+	case -5:
+		g.member = member()
+		g.detached = true
+	case 1:
+		g.acquired = true
+		if len(r.v) != 3+groupGrantElems*len(asked) {
+			r.fail(len(r.v), fmt.Sprintf("a grant of %d members", len(asked)))
+			return g, r.err
+		}
+		expires := time.UnixMilli(r.int(2))
+		g.leases, g.fresh = make([]store.Lease, len(asked)), make([]bool, len(asked))
+		for i, l := range asked {
+			at := 3 + groupGrantElems*i
+			switch r.int(at) {
+			case 2:
+				g.fresh[i] = true
+			case 1:
+			default:
+				r.fail(at, "grant status")
+			}
+			if l.Token = r.token(at + 1); l.Token == 0 {
+				r.fail(at+1, "token, never 0")
+			}
+			l.Weight = r.weight(at+2, true)
+			l.ExpiresAt = expires
+			g.leases[i] = l
+		}
+	case 0:
+		if len(r.v) != 2+groupMemberElems*len(asked) {
+			r.fail(len(r.v), fmt.Sprintf("a refusal of %d members", len(asked)))
+			return g, r.err
+		}
+		g.members = make([]store.AcquireResult, len(asked))
+		inTheWay := false
+		for i, l := range asked {
+			at := 2 + groupMemberElems*i
+			m := &g.members[i]
+			m.Acquired = r.flag(at)
+			m.Lease = r.lease(at+1, l.Name)
+			held := m.Lease.Holder != ""
+			if m.Acquired && held {
+				r.fail(at+1, "no holder for a member not in the way")
+			}
+			m.Lease.Weight = r.weight(at+7, held)
+			m.Lease.Session = r.session(at+8, held)
+			if t := r.int(at + 6); t > 0 {
+				m.RetryAt = time.UnixMilli(t)
+			}
+			inTheWay = inTheWay || !m.Acquired
+		}
+		if !inTheWay && r.err == nil {
+			r.fail(2, "a member in the way")
+		}
+	default:
+		r.fail(0, "acquire group status")
+	}
+	return g, r.err
+}
+
+// decodeReleaseGroup reads release_group.lua's reply: an element per
+// lease, as decodeRelease reads release.lua's. sessions[i] is the session
+// of the i-th lease when it was attached to one (see release.lua).
+func decodeReleaseGroup(n int, v any) (released []bool, sessions []string, err error) {
+	r := newReplyReader("release group", v)
+	if r.err == nil && len(r.v) != n {
+		r.fail(len(r.v), fmt.Sprintf("%d releases", n))
+	}
+	if r.err != nil {
+		return nil, nil, r.err
+	}
+	released, sessions = make([]bool, n), make([]string, n)
+	for i, e := range r.v {
+		if released[i], sessions[i], err = decodeRelease(e); err != nil {
+			return nil, nil, fmt.Errorf("redisstore: release group: lease %d: %w", i, err)
+		}
+	}
+	return released, sessions, nil
 }
 
 // decodeRenew reads renew.lua's reply: {0} when not held, {2} when attached

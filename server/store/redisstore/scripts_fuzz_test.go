@@ -174,6 +174,31 @@ func replySeeds() []any {
 		[]any{int64(1), int64(1), "h", "7", "v", int64(1000), at, int64(1)},
 		[]any{int64(3), int64(2), "h", "7", "v", int64(1000), at, int64(1), sid, "i", "8", "", int64(1000), at, int64(2), ""},
 		[]any{[]any{"h"}, "7", "v", int64(1000), at},
+		// acquire detached
+		[]any{int64(-5), int64(0)},
+		// acquire group (of one, two or three members: the seeds run with
+		// each count)
+		[]any{int64(-2), int64(0), int64(1), int64(5)},
+		[]any{int64(-2), int64(0), int64(2), int64(0)},
+		[]any{int64(-3), int64(1), int64(1), int64(1024)},
+		[]any{int64(-3), int64(0), int64(4), int64(1024)},
+		[]any{int64(-5), int64(0), int64(1)},
+		[]any{int64(-5), int64(0), int64(0)},
+		[]any{int64(1), int64(0), at, int64(2), "42", int64(1)},
+		[]any{int64(1), int64(1), at, int64(2), "42", int64(1), int64(1), "7", int64(3)},
+		[]any{int64(1), int64(0), at, int64(2), "42", int64(1), int64(1), "7", int64(3), int64(2), "9", int64(1)},
+		[]any{int64(1), int64(0), at, int64(3), "42", int64(1)},
+		[]any{int64(1), int64(0), at, int64(2), "0", int64(1)},
+		[]any{int64(0), int64(0), int64(0), "h", "42", "", int64(1500), at, at, int64(1), sid},
+		[]any{int64(0), int64(0), int64(1), "", "", "", int64(0), int64(0), int64(0), int64(0), "",
+			int64(0), "", "", "", int64(0), int64(0), int64(0), int64(0), ""},
+		[]any{int64(0), int64(0), int64(1), "", "", "", int64(0), int64(0), int64(0), int64(0), ""},
+		[]any{int64(0), int64(0), int64(1), "h", "42", "", int64(1500), at, at, int64(1), ""},
+		// release group
+		[]any{int64(1)},
+		[]any{int64(1), int64(0)},
+		[]any{int64(0), sid, int64(1)},
+		[]any{int64(2), int64(1), int64(0)},
 	}
 }
 
@@ -243,6 +268,21 @@ func FuzzDecodeReplies(f *testing.F) {
 			t.Fatalf("decodeDescribe(%#v) = %+v; want %+v", v, desc, wantDesc)
 		}
 
+		members := fuzzGroupAsked[:names%4]
+		g, err := decodeAcquireGroup(members, v)
+		if want, ok := acquireGroupSpec(members, v); ok != (err == nil) {
+			t.Fatalf("decodeAcquireGroup(%d members, %#v) = %+v, %v; the reply is documented: %v", len(members), v, g, err, ok)
+		} else if ok && !sameGroup(g, want) {
+			t.Fatalf("decodeAcquireGroup(%d members, %#v) = %+v; want %+v", len(members), v, g, want)
+		}
+
+		released, sessions, err := decodeReleaseGroup(len(members), v)
+		if wantReleased, wantSessions, ok := releaseGroupSpec(len(members), v); ok != (err == nil) {
+			t.Fatalf("decodeReleaseGroup(%d, %#v) = %v, %q, %v; the reply is documented: %v", len(members), v, released, sessions, err, ok)
+		} else if ok && (!slices.Equal(released, wantReleased) || !slices.Equal(sessions, wantSessions)) {
+			t.Fatalf("decodeReleaseGroup(%d, %#v) = %v, %q; want %v, %q", len(members), v, released, sessions, wantReleased, wantSessions)
+		}
+
 		watched := make([]string, names%4)
 		for i := range watched {
 			watched[i] = fmt.Sprintf("n%d", i)
@@ -282,8 +322,8 @@ func specLease(r []any, i int, name string) (store.Lease, bool) {
 	}
 	tok, ok1 := r[i+1].(string)
 	value, ok2 := r[i+2].(string)
-	ttl, ok3 := r[i+3].(int64)
-	expires, ok4 := r[i+4].(int64)
+	ttl, ok3 := specInt(r, i+3)
+	expires, ok4 := specInt(r, i+4)
 	if !ok1 || !ok2 || !ok3 || !ok4 {
 		return store.Lease{}, false
 	}
@@ -304,7 +344,7 @@ func specWeight(r []any, i int, held bool) (int64, bool) {
 	if len(r) <= i {
 		return 0, false
 	}
-	w, ok := r[i].(int64)
+	w, ok := specInt(r, i)
 	if !ok || w > store.MaxCapacity || (held && w < 1) || (!held && w != 0) {
 		return 0, false
 	}
@@ -316,7 +356,7 @@ func specCapacity(r []any, i int) (int64, bool) {
 	if len(r) <= i {
 		return 0, false
 	}
-	c, ok := r[i].(int64)
+	c, ok := specInt(r, i)
 	return c, ok && c >= 1 && c <= store.MaxCapacity
 }
 
@@ -327,7 +367,7 @@ func specGrants(r []any, i int, name string) ([]store.Lease, int, bool) {
 	if len(r) <= i {
 		return nil, 0, false
 	}
-	n, ok := r[i].(int64)
+	n, ok := specInt(r, i)
 	if !ok || n < 0 || n > int64(len(r)-i-1)/7 {
 		return nil, 0, false
 	}
@@ -350,7 +390,8 @@ func specGrants(r []any, i int, name string) ([]store.Lease, int, bool) {
 }
 
 // acquireSpec: {-1, lost, retry_after_ms}, {-2, lost, capacity}, {-3, lost,
-// max_holders} or {status, lost, holder, token, value, ttl_ms, expires_ms,
+// max_holders}, {-4, lost, session_id...}, {-5, lost}, {2, lost, token,
+// expires_ms} or {status, lost, holder, token, value, ttl_ms, expires_ms,
 // retry_at_ms, weight} with status 1 (granted, to a holder) or 0, lost 1
 // or 0, and a weight for a holder (0 without).
 // fuzzAsked is the grant the fuzzed acquire replies answer.
@@ -359,25 +400,33 @@ var fuzzAsked = store.Lease{Name: "job", Holder: "h", Value: []byte("v"), TTL: 1
 func acquireSpec(asked store.Lease, v any) (acquireReply, bool) {
 	name := asked.Name
 	r, ok := v.([]any)
-	if !ok || len(r) < 3 {
+	if !ok || len(r) < 2 {
 		return acquireReply{}, false
 	}
-	status, ok1 := r[0].(int64)
-	lost, ok2 := r[1].(int64)
+	status, ok1 := specInt(r, 0)
+	lost, ok2 := specInt(r, 1)
 	if !ok1 || !ok2 || (lost != 0 && lost != 1) {
 		return acquireReply{}, false
 	}
 	a := acquireReply{lost: lost == 1}
+	if status == -5 {
+		// Detached: {-5, lost}, whatever follows.
+		a.detached = true
+		return a, true
+	}
+	if len(r) < 3 {
+		return acquireReply{}, false
+	}
 	switch status {
 	case -1:
-		after, ok := r[2].(int64)
+		after, ok := specInt(r, 2)
 		a.quarantined, a.retryAfter = true, time.Duration(after)*time.Millisecond
 		return a, ok
 	case -2:
 		a.capacity, ok = specCapacity(r, 2)
 		return a, ok
 	case -3:
-		limit, ok := r[2].(int64)
+		limit, ok := specInt(r, 2)
 		a.holderLimit = int(limit)
 		return a, ok && limit >= 1
 	case -4:
@@ -390,7 +439,7 @@ func acquireSpec(asked store.Lease, v any) (acquireReply, bool) {
 		}
 		tok, isStr := r[2].(string)
 		token, err := strconv.ParseUint(tok, 10, 64)
-		at, isInt := r[3].(int64)
+		at, isInt := specInt(r, 3)
 		if !isStr || err != nil || token == 0 || !isInt {
 			return acquireReply{}, false
 		}
@@ -405,7 +454,7 @@ func acquireSpec(asked store.Lease, v any) (acquireReply, bool) {
 	if !ok || len(r) < 10 || (status == 1 && l.Holder == "") {
 		return acquireReply{}, false
 	}
-	at, ok := r[7].(int64)
+	at, ok := specInt(r, 7)
 	if !ok {
 		return acquireReply{}, false
 	}
@@ -430,8 +479,8 @@ func renewSpec(name string, v any) (l store.Lease, held, ok bool) {
 	if !isArr || len(r) == 0 {
 		return store.Lease{}, false, false
 	}
-	switch status, _ := r[0].(int64); {
-	case !isInt(r[0]):
+	switch status, isInt := specInt(r, 0); {
+	case !isInt:
 		return store.Lease{}, false, false
 	case status == 0, status == 2 && len(r) == 1:
 		return store.Lease{}, false, true
@@ -465,8 +514,8 @@ func describeGrantsSpec(name string, v any) (store.Description, bool) {
 	}
 	capacity, ok := specCapacity(r, 0)
 	last, ok1 := r[1].(string)
-	waiters, ok2 := r[2].(int64)
-	weight, ok3 := r[3].(int64)
+	waiters, ok2 := specInt(r, 2)
+	weight, ok3 := specInt(r, 3)
 	if !ok || !ok1 || !ok2 || !ok3 || waiters < 0 || weight < 0 {
 		return store.Description{}, false
 	}
@@ -554,7 +603,7 @@ func isSessionReply(v any) bool {
 	if !ok || len(r) != 1 {
 		return false
 	}
-	n, ok := r[0].(int64)
+	n, ok := specInt(r, 0)
 	return ok && n == 2
 }
 
@@ -583,8 +632,6 @@ func watchGrantsSpec(names []string, v any) ([]store.Description, bool) {
 	return out, at == len(r)
 }
 
-func isInt(v any) bool { _, ok := v.(int64); return ok }
-
 func equalLease(a, b store.Lease) bool {
 	return a.Name == b.Name && a.Holder == b.Holder && a.Token == b.Token && bytes.Equal(a.Value, b.Value) &&
 		a.TTL == b.TTL && a.ExpiresAt.Equal(b.ExpiresAt) && a.Weight == b.Weight && a.Session == b.Session
@@ -604,6 +651,195 @@ func equalLeases(a, b []store.Lease) bool {
 
 func sameAcquire(a, b acquireReply) bool {
 	return a.lost == b.lost && a.quarantined == b.quarantined && a.retryAfter == b.retryAfter &&
-		a.capacity == b.capacity && a.holderLimit == b.holderLimit && slices.Equal(a.need, b.need) &&
+		a.capacity == b.capacity && a.holderLimit == b.holderLimit && slices.Equal(a.need, b.need) && a.detached == b.detached &&
 		a.result.Acquired == b.result.Acquired && a.result.RetryAt.Equal(b.result.RetryAt) && equalLease(a.result.Lease, b.result.Lease)
+}
+
+// fuzzGroupAsked are the members of the fuzzed group replies: a call of
+// one, two or three of them (or none).
+var fuzzGroupAsked = []store.Lease{
+	{Name: "a", Holder: "h", TTL: 1500 * time.Millisecond, Weight: 1},
+	{Name: "b", Holder: "h", TTL: 1500 * time.Millisecond, Weight: 1},
+	{Name: "c", Holder: "h", TTL: 1500 * time.Millisecond, Weight: 1},
+}
+
+// specInt reads an integer at i: an int64, or its decimal string (a
+// script may pass a field it read on as it is).
+func specInt(r []any, i int) (int64, bool) {
+	if len(r) <= i {
+		return 0, false
+	}
+	switch v := r[i].(type) {
+	case int64:
+		return v, true
+	case string:
+		n, err := strconv.ParseInt(v, 10, 64)
+		return n, err == nil
+	}
+	return 0, false
+}
+
+// specToken reads a token at i: a decimal string of a uint64 that is not 0.
+func specToken(r []any, i int) (uint64, bool) {
+	if len(r) <= i {
+		return 0, false
+	}
+	s, ok := r[i].(string)
+	if !ok {
+		return 0, false
+	}
+	t, err := strconv.ParseUint(s, 10, 64)
+	return t, err == nil && t != 0
+}
+
+// acquireGroupSpec: with lost 1 or 0 and i a member's index from 1,
+// {-1, lost, retry_after_ms}, {-2, lost, i, capacity}, {-3, lost, i,
+// max_holders}, {-4, lost, session_id...}, {-5, lost, i}, {1, lost,
+// expires_ms, then per member: status 2 or 1, token, weight} or {0, lost,
+// then per member: status 1 (not in the way: no holder, weight 0, session
+// "") or 0, and acquireSpec's eight fields of a refusal}, one member at
+// least in the way. Integers may come as decimal strings.
+func acquireGroupSpec(asked []store.Lease, v any) (groupReply, bool) {
+	r, ok := v.([]any)
+	if !ok {
+		return groupReply{}, false
+	}
+	status, ok1 := specInt(r, 0)
+	lost, ok2 := specInt(r, 1)
+	if !ok1 || !ok2 || (lost != 0 && lost != 1) {
+		return groupReply{}, false
+	}
+	g := groupReply{lost: lost == 1}
+	member := func() bool {
+		i, ok := specInt(r, 2)
+		g.member = int(i - 1)
+		return ok && i >= 1 && i <= int64(len(asked))
+	}
+	switch status {
+	case -1:
+		after, ok := specInt(r, 2)
+		g.quarantined, g.retryAfter = true, time.Duration(after)*time.Millisecond
+		return g, ok
+	case -2:
+		c, ok := specInt(r, 3)
+		g.capacity = c
+		return g, member() && ok && c >= 1 && c <= store.MaxCapacity
+	case -3:
+		limit, ok := specInt(r, 3)
+		g.holderLimit = int(limit)
+		return g, member() && ok && limit >= 1
+	case -4:
+		g.need, ok = specIDs(r, 2)
+		return g, ok
+	case -5:
+		g.detached = true
+		return g, member()
+	case 1:
+		if len(r) != 3+3*len(asked) {
+			return groupReply{}, false
+		}
+		expires, ok := specInt(r, 2)
+		if !ok {
+			return groupReply{}, false
+		}
+		g.acquired = true
+		for i, l := range asked {
+			at := 3 + 3*i
+			st, ok1 := specInt(r, at)
+			token, ok2 := specToken(r, at+1)
+			weight, ok3 := specInt(r, at+2)
+			if !ok1 || (st != 1 && st != 2) || !ok2 || !ok3 || weight < 1 || weight > store.MaxCapacity {
+				return groupReply{}, false
+			}
+			l.Token, l.Weight, l.ExpiresAt = token, weight, time.UnixMilli(expires)
+			g.leases = append(g.leases, l)
+			g.fresh = append(g.fresh, st == 2)
+		}
+		return g, true
+	case 0:
+		if len(r) != 2+9*len(asked) {
+			return groupReply{}, false
+		}
+		inTheWay := false
+		for i, l := range asked {
+			at := 2 + 9*i
+			st, ok := specInt(r, at)
+			if !ok || (st != 0 && st != 1) {
+				return groupReply{}, false
+			}
+			m := store.AcquireResult{Acquired: st == 1}
+			holder, ok := r[at+1].(string)
+			if !ok || (m.Acquired && holder != "") {
+				return groupReply{}, false
+			}
+			if holder != "" {
+				token, ok1 := specToken(r, at+2)
+				value, ok2 := r[at+3].(string)
+				ttl, ok3 := specInt(r, at+4)
+				expires, ok4 := specInt(r, at+5)
+				if !ok1 || !ok2 || !ok3 || !ok4 {
+					return groupReply{}, false
+				}
+				m.Lease = store.Lease{Name: l.Name, Holder: holder, Token: token, TTL: time.Duration(ttl) * time.Millisecond, ExpiresAt: time.UnixMilli(expires)}
+				if value != "" {
+					m.Lease.Value = []byte(value)
+				}
+			}
+			retry, ok1 := specInt(r, at+6)
+			weight, ok2 := specInt(r, at+7)
+			session, ok3 := specSession(r, at+8, holder != "")
+			if !ok1 || !ok2 || !ok3 || weight > store.MaxCapacity || (holder != "" && weight < 1) || (holder == "" && weight != 0) {
+				return groupReply{}, false
+			}
+			m.Lease.Weight, m.Lease.Session = weight, session
+			if retry > 0 {
+				m.RetryAt = time.UnixMilli(retry)
+			}
+			inTheWay = inTheWay || !m.Acquired
+			g.members = append(g.members, m)
+		}
+		return g, inTheWay
+	}
+	return groupReply{}, false
+}
+
+// releaseGroupSpec: n elements, each release.lua's reply (1, 0 or a
+// session id).
+func releaseGroupSpec(n int, v any) ([]bool, []string, bool) {
+	r, ok := v.([]any)
+	if !ok || len(r) != n {
+		return nil, nil, false
+	}
+	released, sessions := make([]bool, n), make([]string, n)
+	for i, e := range r {
+		switch e := e.(type) {
+		case int64:
+			if e != 0 && e != 1 {
+				return nil, nil, false
+			}
+			released[i] = e == 1
+		case string:
+			if !specValidID(e) {
+				return nil, nil, false
+			}
+			released[i], sessions[i] = true, e
+		default:
+			return nil, nil, false
+		}
+	}
+	return released, sessions, true
+}
+
+func sameGroup(a, b groupReply) bool {
+	same := a.lost == b.lost && a.quarantined == b.quarantined && a.retryAfter == b.retryAfter && a.capacity == b.capacity &&
+		a.holderLimit == b.holderLimit && a.detached == b.detached && slices.Equal(a.need, b.need) && a.acquired == b.acquired &&
+		equalLeases(a.leases, b.leases) && slices.Equal(a.fresh, b.fresh) && len(a.members) == len(b.members)
+	if a.capacity != 0 || a.holderLimit != 0 || a.detached {
+		same = same && a.member == b.member
+	}
+	for i := range a.members {
+		same = same && a.members[i].Acquired == b.members[i].Acquired && a.members[i].RetryAt.Equal(b.members[i].RetryAt) &&
+			equalLease(a.members[i].Lease, b.members[i].Lease)
+	}
+	return same
 }

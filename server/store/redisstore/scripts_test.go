@@ -247,3 +247,120 @@ func TestLuaStringReadsBack(t *testing.T) {
 		}
 	}
 }
+
+func TestDecodeAcquireGroup(t *testing.T) {
+	t.Parallel()
+	const at = 1_800_000_000_000
+	const sid = "0123456789abcdef0123456789abcdef"
+	asked := []store.Lease{{Name: "a", Holder: "h", TTL: time.Second, Session: sid}, {Name: "b", Holder: "h", TTL: time.Second, Session: sid}}
+	free := []any{int64(1), "", "", "", int64(0), int64(0), int64(0), int64(0), ""}
+	refused := func(members ...[]any) []any {
+		return slices.Concat(append([][]any{{int64(0), int64(0)}}, members...)...)
+	}
+	tests := []struct {
+		name    string
+		reply   any
+		check   func(groupReply) bool
+		wantErr bool
+	}{
+		{"quarantined", []any{int64(-1), int64(1), int64(250)}, func(g groupReply) bool {
+			return g.lost && g.quarantined && g.retryAfter == 250*time.Millisecond
+		}, false},
+		{"another capacity, naming the second member", []any{int64(-2), int64(0), int64(2), int64(5)}, func(g groupReply) bool {
+			return g.member == 1 && g.capacity == 5
+		}, false},
+		{"the holder cap", []any{int64(-3), int64(0), int64(1), int64(1024)}, func(g groupReply) bool {
+			return g.member == 0 && g.holderLimit == 1024
+		}, false},
+		{"proofs needed", []any{int64(-4), int64(0), sid}, func(g groupReply) bool { return slices.Equal(g.need, []string{sid}) }, false},
+		{"detached", []any{int64(-5), int64(0), int64(2)}, func(g groupReply) bool { return g.detached && g.member == 1 }, false},
+		{"granted and renewed", []any{int64(1), int64(0), int64(at), int64(2), "42", "1", int64(1), "7", int64(3)}, func(g groupReply) bool {
+			want := []store.Lease{
+				{Name: "a", Holder: "h", Token: 42, TTL: time.Second, ExpiresAt: time.UnixMilli(at), Weight: 1, Session: sid},
+				{Name: "b", Holder: "h", Token: 7, TTL: time.Second, ExpiresAt: time.UnixMilli(at), Weight: 3, Session: sid},
+			}
+			return g.acquired && equalLeases(g.leases, want) && slices.Equal(g.fresh, []bool{true, false})
+		}, false},
+		{"refused for the second member", refused(free, []any{int64(0), "x", "9", "", int64(1500), int64(at), int64(at), int64(1), ""}), func(g groupReply) bool {
+			return !g.acquired && g.members[0].Acquired && g.members[0].Lease.Holder == "" && !g.members[1].Acquired &&
+				g.members[1].Lease.Holder == "x" && g.members[1].Lease.Token == 9 && g.members[1].RetryAt.Equal(time.UnixMilli(at))
+		}, false},
+		{"refused for older waiters", refused(free, []any{int64(0), "", "", "", int64(0), int64(0), int64(0), int64(0), ""}), func(g groupReply) bool {
+			return !g.members[1].Acquired && g.members[1].Lease.Holder == "" && g.members[1].RetryAt.IsZero()
+		}, false},
+		{"refused with no member in the way", refused(free, free), nil, true},
+		{"a member not in the way naming a holder", refused([]any{int64(1), "x", "9", "", int64(1), int64(1), int64(0), int64(1), ""},
+			[]any{int64(0), "", "", "", int64(0), int64(0), int64(0), int64(0), ""}), nil, true},
+		{"a refusal of one member of two", refused(free), nil, true},
+		{"a grant of one member of two", []any{int64(1), int64(0), int64(at), int64(2), "42", int64(1)}, nil, true},
+		{"a grant under token 0", []any{int64(1), int64(0), int64(at), int64(2), "0", int64(1), int64(2), "7", int64(1)}, nil, true},
+		{"a grant of status 3", []any{int64(1), int64(0), int64(at), int64(3), "42", int64(1), int64(2), "7", int64(1)}, nil, true},
+		{"a member index of 0", []any{int64(-5), int64(0), int64(0)}, nil, true},
+		{"a member index past the members", []any{int64(-2), int64(0), int64(3), int64(5)}, nil, true},
+		{"an unknown status", []any{int64(2), int64(0)}, nil, true},
+		{"not an array", "OK", nil, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := decodeAcquireGroup(asked, tc.reply)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("err = %v, want error: %v", err, tc.wantErr)
+			}
+			if err == nil && !tc.check(got) {
+				t.Errorf("decoded %+v", got)
+			}
+		})
+	}
+}
+
+func TestDecodeReleaseGroup(t *testing.T) {
+	t.Parallel()
+	const sid = "0123456789abcdef0123456789abcdef"
+	released, sessions, err := decodeReleaseGroup(3, []any{int64(1), int64(0), sid})
+	if err != nil || !slices.Equal(released, []bool{true, false, true}) || !slices.Equal(sessions, []string{"", "", sid}) {
+		t.Fatalf("decoded %v, %q, %v", released, sessions, err)
+	}
+	for _, bad := range []any{[]any{int64(1)}, []any{int64(1), int64(2), int64(0)}, []any{int64(1), "x", int64(0)}, int64(1)} {
+		if _, _, err := decodeReleaseGroup(3, bad); err == nil {
+			t.Errorf("decodeReleaseGroup(3, %v): no error", bad)
+		}
+	}
+}
+
+// TestGroupArgsFollowTheScript: groupArgs lays acquire_group.lua's ARGV out
+// in the order its header lists them: the common ones, then each member's
+// 3 (4 with a session).
+func TestGroupArgsFollowTheScript(t *testing.T) {
+	t.Parallel()
+	want := []string{"holder", "ttl (ms", "max holders", "session id", "the session's ttl", "proofs", "waiter id", "waiter ttl"}
+	var got []string
+	for _, line := range strings.Split(acquireGroupSrc, "\n") {
+		if rest, ok := strings.CutPrefix(line, "-- ARGV["); ok {
+			i, desc, _ := strings.Cut(rest, "] ")
+			if n, err := strconv.Atoi(i); err == nil && n == len(got)+1 {
+				got = append(got, desc)
+			}
+		}
+	}
+	if len(got) != len(want) {
+		t.Fatalf("the header lists %d common ARGV, groupArgs %d", len(got), len(want))
+	}
+	for i := range want {
+		if !strings.HasPrefix(got[i], want[i]) {
+			t.Errorf("ARGV[%d] is %q in the header, %q in groupArgs", i+1, got[i], want[i])
+		}
+	}
+	if !strings.Contains(acquireGroupSrc, "-- ARGV[9..] per member: capacity, weight, name and, with a session, the") {
+		t.Error("the header does not list a member's arguments as capacity, weight, name and attach time")
+	}
+	members := []groupMemberArgs{{capacity: 2, weight: 1, name: "a", attachedAt: 11}, {capacity: 3, weight: 2, name: "b", attachedAt: 12}}
+	own := groupArgs{holder: "h", ttlMS: 2, maxHolders: 3, proofs: "p", waiter: "w", waiterTTL: 8, members: members}
+	if got, want := fmt.Sprint(own.argv()), fmt.Sprint([]any{"h", 2, 3, "", "", "p", "w", 8, 2, 1, "a", 3, 2, "b"}); got != want {
+		t.Errorf("argv of a group of its own = %s, want %s", got, want)
+	}
+	attached := own
+	attached.session, attached.sessionTTL, attached.waiter = "s", 5, ""
+	if got, want := fmt.Sprint(attached.argv()), fmt.Sprint([]any{"h", 2, 3, "s", 5, "p", "", "", 2, 1, "a", 11, 3, 2, "b", 12}); got != want {
+		t.Errorf("argv of an attached group = %s, want %s", got, want)
+	}
+}

@@ -101,10 +101,20 @@
 -- of a lock delay; 0 when the grant waits for older waiters instead, and
 -- when granted. decodeAcquire in scripts.go is the one reader of this reply.
 
-local lease, queue, waiters, marker = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local holder, value, expected, sess = ARGV[1], ARGV[3], ARGV[14] or '', ARGV[8] or ''
-local ttl, quarantine = tonumber(ARGV[2]), QUARANTINE
-local field = HOLDER .. holder
+-- MODE and CUR are nil here: this script grants. acquire_group.lua makes
+-- the part after the acquire_one line below a function of its own,
+-- acquire_one(KEYS, ARGV, MODE, CUR), whose arguments stand for these, and
+-- calls it once per member: MODE 'check' answers {3, lost} where this
+-- script would grant or renew, and a refusal as this script would refuse,
+-- but without queueing the waiter: its enqueue function comes back as a
+-- second value, for the group to call once no member failed; at the fast
+-- path (0. below) the second value is the name's fields as read (cur),
+-- which the grant that follows takes as CUR instead of reading them again.
+-- MODE 'queue' neither grants nor renews but refuses, queueing the waiter,
+-- and skips the fast path. The part before that line (the clock and the
+-- data-loss check) runs once per script, a group's too: its marker key is
+-- the last of KEYS.
+local MODE, CUR
 
 -- Redis' time, from one conversion (each costs Redis about 1.7k
 -- instructions): clock in microseconds and now_ms in milliseconds as
@@ -117,7 +127,14 @@ local now_ms = string.sub(clock, 1, -4)
 local now = tonumber(now_ms)
 
 -- 1. Data loss.
+local marker, quarantine = KEYS[#KEYS], QUARANTINE
 -- (marker.lua goes here: scripts.go)
+
+-- (acquire_one starts here: scripts.go)
+local lease, queue, waiters = KEYS[1], KEYS[2], KEYS[3]
+local holder, value, expected, sess = ARGV[1], ARGV[3], ARGV[14] or '', ARGV[8] or ''
+local ttl = tonumber(ARGV[2])
+local field = HOLDER .. holder
 
 -- 'token' is the last token issued: it stays when the grants end, as the
 -- name's fencing counter. 'sum' summarises the grant records, live or in
@@ -130,8 +147,11 @@ local now = tonumber(now_ms)
 -- grant attached to it by an attach at or before T would be missing from
 -- its names, where its close and refresh find it, so the caller attaches
 -- again.
-local cur
-if sess == '' then
+-- (CUR, from a group's check of this name, is what these read: the
+-- check changed nothing, since it ended at the fast path.)
+local cur = CUR
+if cur then
+elseif sess == '' then
   cur = redis.call('HMGET', lease, 'token', 'cap', 'sum', 'queued', 'watched', field, 'ex')
 else
   cur = redis.call('HMGET', lease, 'token', 'cap', 'sum', 'queued', 'watched', field, 'ex', 'd:' .. sess)
@@ -165,6 +185,10 @@ end
 -- already does, so that PEXPIREAT runs about once per eighth of a
 -- retention.
 local free = not cur[3] and cur[4] ~= '1' and expected == '' and (not cur[5] or tonumber(cur[5]) <= now)
+if free and MODE then
+  if MODE == 'check' then return {3, lost}, cur end
+  free = false -- 'queue': the slow path refuses
+end
 if free and sess ~= '' then
   -- The same, attached to the caller's session (ttl is what its proof
   -- left): the record names the session and has its ttl, the summary
@@ -353,9 +377,14 @@ local function unqueue()
   redis.call('ZREM', waiters, waiter)
 end
 
-if mine_live then
-  -- 2. Held by the caller: renew, keeping the token and the weight.
+if mine_live and MODE ~= 'queue' then
+  -- 2. Held by the caller: renew, keeping the token and the weight. (MODE
+  -- 'queue' goes on, to be refused at 5.: its own grant is in the way.)
   if capacity ~= cap_now then return {-2, lost, cap_now} end
+  if MODE then
+    if settled_ended then announce() end
+    return {3, lost}
+  end
   if keep_value then value = mine.value end
   local expires = now + ttl
   if n <= 1 or expires > high then high = expires end
@@ -439,7 +468,9 @@ end
 -- Queues the waiter behind the last one (keeping its place, and the weight
 -- it arrived with, if queued) and pushes its deadline out; the queue keys
 -- expire with their last deadline. The lease key's 'queued' flag tells the
--- uncontended path to look, and the lease key outlives the deadline.
+-- uncontended path to look, and the lease key outlives the deadline. A
+-- name nobody holds takes the waiter's capacity ('cap'), as a grant would
+-- give it: a group queues on its free members too.
 local function enqueue()
   if not redis.call('ZSCORE', queue, waiter) then
     local last = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')
@@ -451,9 +482,17 @@ local function enqueue()
   local latest = tonumber(redis.call('ZRANGE', waiters, -1, -1, 'WITHSCORES')[2])
   redis.call('PEXPIREAT', queue, ms(latest))
   redis.call('PEXPIREAT', waiters, ms(latest))
+  local take = (cur[2] or '1') ~= ARGV[4]
+  if take then cur[2] = ARGV[4] end
   if not queued then
     queued = true
-    redis.call('HSET', lease, 'queued', '1')
+    if take then
+      redis.call('HSET', lease, 'queued', '1', 'cap', ARGV[4])
+    else
+      redis.call('HSET', lease, 'queued', '1')
+    end
+  elseif take then
+    redis.call('HSET', lease, 'cap', ARGV[4])
   end
   local pttl = redis.call('PTTL', lease)
   if pttl < 0 or now + pttl < latest then
@@ -464,11 +503,14 @@ end
 -- Refuses the caller, queueing it when it waits. The reply names f, the
 -- live grant that ends first, when there is one to name.
 local function refuse(retry_at, f)
-  if waiter ~= '' then enqueue() end
+  local later
+  if waiter ~= '' then
+    if MODE == 'check' then later = enqueue else enqueue() end
+  end
   -- The head may not know that it is now first in line.
   if pruned > 0 or settled_ended then announce() end
-  if f then return {0, lost, f.holder, f.token, f.value, f.ttl, f.expires, retry_at, f.weight, f.session} end
-  return {0, lost, '', '', '', 0, 0, retry_at, 0, ''}
+  if f then return {0, lost, f.holder, f.token, f.value, f.ttl, f.expires, retry_at, f.weight, f.session}, later end
+  return {0, lost, '', '', '', 0, 0, retry_at, 0, ''}, later
 end
 
 -- 5. The caller's own grant in its lock delay keeps its weight: it waits
@@ -527,6 +569,11 @@ if n >= max_holders then
   return {-3, lost, max_holders}
 end
 
+if MODE then
+  if MODE == 'queue' then return refuse(0, nil) end
+  if pruned > 0 or settled_ended then announce() end
+  return {3, lost}
+end
 local token = grant()
 if waiter ~= '' then unqueue() end
 announce(token)

@@ -1,0 +1,22 @@
+-- release_group.lua: compare-and-set end of several held grants of one
+-- holder, on names of one slot: each as release.lua ends one, by that
+-- script's own code (scripts.go puts it here as a function
+-- release_one(KEYS, ARGV), after the settings line and holders.lua).
+--
+-- KEYS[i] the lease key of the i-th grant's name (doc.go's key layout).
+-- ARGV[1] holder
+-- ARGV[2 * i], ARGV[2 * i + 1] the i-th grant's token (decimal) and name
+--
+-- Redis calls: release.lua's, for each grant.
+--
+-- Returns one element a grant, in order: release.lua's reply to its
+-- release (1, its session's id, or 0 when it was not held).
+-- decodeReleaseGroup in scripts.go is the one reader of this reply.
+
+-- (release.lua goes here as release_one: scripts.go)
+
+local holder, out = ARGV[1], {}
+for i = 1, #KEYS do
+  out[i] = release_one({KEYS[i]}, {holder, ARGV[2 * i], ARGV[2 * i + 1]})
+end
+return out
