@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -36,7 +37,10 @@ import (
 // handoff to the first of two waiters queued, in three windows: the
 // release, the waiter's grant, and the releaser's waiting acquire that
 // queues it again (the bench's handoff suite: one Acquire of a line per
-// handoff).
+// handoff). Then groups of 1, 2 and 8 names of one slot, leases of their
+// own (acquire_group.lua and release_group.lua, a call a group), per name:
+// a group of one is also what each slot of a Cluster group costs, one
+// call a slot.
 const (
 	envCallgrindCycles = "COORDINATOR_CALLGRIND_CYCLES" // cycles a window; unset skips the test
 	envCallgrindOut    = "COORDINATOR_CALLGRIND_OUT"    // directory to keep the dumps in (callgrind_annotate)
@@ -165,6 +169,34 @@ func TestCallgrindCycle(t *testing.T) {
 		handoff[step] = cg.dump(t, fmt.Sprintf("handoff-%d", step)) / int64(cycles)
 	})
 
+	// Groups, last: their scripts, loaded into Redis, make every script
+	// cost a little more (see storeScripts.all). The same number of names
+	// in each size, so that the windows are per name alike.
+	groupSizes := []int{1, 2, 8}
+	groupW := make([]window, len(groupSizes))
+	for _, sc := range []*redis.Script{s.scripts.acquireGroup, s.scripts.releaseGroup} {
+		if err := sc.Load(ctx, s.client).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A lease of its own again, beside the group scripts: the groups'
+	// yardstick.
+	ownLoaded := measure("own-loaded", func() []uint64 {
+		return callgrindAcquire(ctx, t, s, own, func(name string) store.AcquireRequest {
+			return store.AcquireRequest{Name: name, Holder: "w", TTL: time.Minute}
+		}, "")
+	}, nil, func(tokens []uint64) { callgrindRelease(ctx, t, s, own, tokens, "w") })
+	for k, size := range groupSizes {
+		groups := slices.Collect(slices.Chunk(names(fmt.Sprintf("group%d", size)), size))
+		callgrindReleaseGroups(ctx, t, s, groups, callgrindAcquireGroups(ctx, t, s, groups)) // warm-up
+		w := measure(fmt.Sprintf("group%d", size), func() []uint64 {
+			return slices.Concat(callgrindAcquireGroups(ctx, t, s, groups)...)
+		}, nil, func(tokens []uint64) {
+			callgrindReleaseGroups(ctx, t, s, groups, slices.Collect(slices.Chunk(tokens, size)))
+		})
+		groupW[k] = w
+	}
+
 	report := fmt.Sprintf("Redis instructions per cycle (%d cycles a window, %d calls a pipeline):\n", cycles, callgrindPipeline)
 	for _, row := range []struct {
 		what string
@@ -178,6 +210,17 @@ func TestCallgrindCycle(t *testing.T) {
 		}
 		report += "\n"
 	}
+	ownCycle := ownLoaded.acquire + ownLoaded.release
+	report += fmt.Sprintf("  %-32s acquire %7d  release %7d  cycle %7d\n", "lease of its own, groups loaded",
+		ownLoaded.acquire, ownLoaded.release, ownCycle)
+	for k, size := range groupSizes {
+		w := groupW[k]
+		report += fmt.Sprintf("  %-32s acquire %7d  release %7d  cycle %7d  (%.2f× a lease of its own's, per name)\n",
+			fmt.Sprintf("a group of %d, per name", size), w.acquire, w.release, w.acquire+w.release, float64(w.acquire+w.release)/float64(ownCycle))
+	}
+	report += fmt.Sprintf("  %-32s %7d  (%.2f× three leases of their own)\n", "a group over 3 Cluster slots",
+		3*(groupW[0].acquire+groupW[0].release), float64(3*(groupW[0].acquire+groupW[0].release))/float64(3*ownCycle))
+	// scripts/callgrind-cycle.sh prints up to the handoff's line: it comes last.
 	report += fmt.Sprintf("  %-32s release %7d  the next's grant %7d  the releaser queued again %7d  handoff %7d\n", "a handoff, two waiters queued",
 		handoff[0], handoff[1], handoff[2], handoff[0]+handoff[1]+handoff[2])
 	fmt.Print(report)
@@ -291,6 +334,74 @@ func callgrindAcquires(ctx context.Context, t *testing.T, s *Store, names []stri
 		}
 	}
 	return replies
+}
+
+// callgrindAcquireGroups grants each group (the names of one, exclusive
+// locks of holder "w" with a TTL of their own, no waiter), pipelined, and
+// returns each group's tokens.
+func callgrindAcquireGroups(ctx context.Context, t *testing.T, s *Store, groups [][]string) [][]uint64 {
+	t.Helper()
+	out := make([][]uint64, 0, len(groups))
+	for batch := range slices.Chunk(groups, callgrindPipeline) {
+		asked := make([][]store.Lease, len(batch))
+		cmds := make([]*redis.Cmd, len(batch))
+		_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, names := range batch {
+				args := groupArgs{holder: "w", ttlMS: time.Minute.Milliseconds(), maxHolders: store.DefaultMaxHolders}
+				for _, n := range names {
+					args.members = append(args.members, groupMemberArgs{capacity: 1, weight: 1, name: n})
+					asked[i] = append(asked[i], store.Lease{Name: n, Holder: "w", TTL: time.Minute})
+				}
+				cmds[i] = s.scripts.acquireGroup.EvalSha(ctx, p, s.groupKeys(names), args.argv()...)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, cmd := range cmds {
+			reply, err := decodeAcquireGroup(asked[i], cmd.Val())
+			if err != nil || !reply.acquired {
+				t.Fatalf("acquire group %v: %+v, %v", batch[i], reply, err)
+			}
+			tokens := make([]uint64, len(reply.leases))
+			for j, l := range reply.leases {
+				tokens[j] = l.Token
+			}
+			out = append(out, tokens)
+		}
+	}
+	return out
+}
+
+// callgrindReleaseGroups releases each group, held by "w" under tokens,
+// pipelined.
+func callgrindReleaseGroups(ctx context.Context, t *testing.T, s *Store, groups [][]string, tokens [][]uint64) {
+	t.Helper()
+	for from := 0; from < len(groups); from += callgrindPipeline {
+		to := min(from+callgrindPipeline, len(groups))
+		cmds := make([]*redis.Cmd, 0, to-from)
+		_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i := from; i < to; i++ {
+				leases := make([]store.GroupLease, len(groups[i]))
+				for j, n := range groups[i] {
+					leases[j] = store.GroupLease{Name: n, Token: tokens[i][j]}
+				}
+				keys, args := s.releaseGroupArgs("w", leases)
+				cmds = append(cmds, s.scripts.releaseGroup.EvalSha(ctx, p, keys, args...))
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, cmd := range cmds {
+			released, _, err := decodeReleaseGroup(len(groups[from+i]), cmd.Val())
+			if err != nil || slices.Contains(released, false) {
+				t.Fatalf("release group %v: %v, %v", groups[from+i], released, err)
+			}
+		}
+	}
 }
 
 // callgrindRelease releases names[i] held by holder under tokens[i],
