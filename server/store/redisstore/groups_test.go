@@ -69,26 +69,41 @@ func namesInSlots(n int) []string {
 	return out
 }
 
+// sharingASlot returns a name other than name in name's Cluster slot.
+func sharingASlot(name string) string {
+	slot := slotOf(encodeName(name))
+	for i := 0; ; i++ {
+		if other := fmt.Sprintf("%s/%d", name, i); slotOf(encodeName(other)) == slot {
+			return other
+		}
+	}
+}
+
 // TestAGroupAcrossClusterSlotsIsTakenInSlotOrder: a group whose names lie
 // in three slots is taken slot by slot in ascending slot order, whatever
-// the order it lists them in. Refused in one slot, it holds the earlier
-// slots' members (real grants of its TTL, reported in Held), waits in the
-// refusing slot's queue alone, and is told nothing of the later slots but
-// that they are not known to be in the way; asked again, it renews what it
-// holds (same tokens) and goes on. A group refused in an earlier slot than
+// the order it lists them in, the names of one slot together. Refused in
+// one slot, it holds the earlier slots' members (real grants of its TTL,
+// reported in Held), waits in the refusing slot's queues alone (on each of
+// its names there), and is told nothing of the later slots but that they
+// are not known to be in the way; asked again, it renews what it holds
+// (same tokens) and goes on. A group refused in an earlier slot than
 // before leaves the later slots' queues.
 func TestAGroupAcrossClusterSlotsIsTakenInSlotOrder(t *testing.T) {
 	t.Parallel()
 	s := newStore(t, clusterClient(t), Options{})
 	names := namesInSlots(3)
 	low, mid, high := names[0], names[1], names[2]
+	beside := sharingASlot(mid)
+	if parts := s.slotParts([]string{high, low, mid, beside}); !slices.EqualFunc(parts, [][]int{{1}, {2, 3}, {0}}, slices.Equal) {
+		t.Fatalf("slotParts = %v; want the slots in ascending order, %s and %s together", parts, mid, beside)
+	}
 
 	x := mustGrant(t, s, req(mid, "x", time.Minute, ""))
-	g := store.GroupRequest{Members: locks(high, low, mid), Holder: "g", TTL: time.Minute, Waiter: "g", WaiterTTL: time.Minute}
+	g := store.GroupRequest{Members: locks(high, low, mid, beside), Holder: "g", TTL: time.Minute, Waiter: "g", WaiterTTL: time.Minute}
 	sent := time.Now()
 	res := mustAcquireGroup(t, s, g)
-	if res.Acquired || len(res.Members) != 3 || !res.Members[0].Acquired || !res.Members[1].Acquired ||
-		res.Members[2].Acquired || res.Members[2].Lease.Holder != "x" {
+	if res.Acquired || len(res.Members) != 4 || !res.Members[0].Acquired || !res.Members[1].Acquired ||
+		res.Members[2].Acquired || res.Members[2].Lease.Holder != "x" || !res.Members[3].Acquired {
 		t.Fatalf("the group with its middle slot held: %+v; want refused for %s alone, held by x", res, mid)
 	}
 	if len(res.Held) != 1 || res.Held[0].Name != low || res.Held[0].Holder != "g" || res.Held[0].TTL != time.Minute {
@@ -100,7 +115,7 @@ func TestAGroupAcrossClusterSlotsIsTakenInSlotOrder(t *testing.T) {
 		name    string
 		holder  string
 		waiters int
-	}{{low, "g", 0}, {mid, "x", 1}, {high, "", 0}} {
+	}{{low, "g", 0}, {mid, "x", 1}, {beside, "", 1}, {high, "", 0}} {
 		if d := mustDescribe(t, s, tc.name); d.Lease.Holder != tc.holder || d.Waiters != tc.waiters {
 			t.Fatalf("Describe(%s) = %+v; want held by %q, %d waiting", tc.name, d, tc.holder, tc.waiters)
 		}
@@ -112,11 +127,13 @@ func TestAGroupAcrossClusterSlotsIsTakenInSlotOrder(t *testing.T) {
 	}
 	mustRelease(t, s, x)
 	leases := mustGroup(t, s, g)
-	if leases[1].Token != part.Token || leases[2].Token <= x.Token || leases[0].Holder != "g" {
+	if leases[1].Token != part.Token || leases[2].Token <= x.Token || leases[0].Holder != "g" || leases[3].Holder != "g" {
 		t.Fatalf("granted %+v; want %s's token %d kept and %s's above x's %d", leases, low, part.Token, mid, x.Token)
 	}
-	if d := mustDescribe(t, s, mid); d.Waiters != 0 {
-		t.Fatalf("Describe(%s) after the grant = %+v; want the group's place gone", mid, d)
+	for _, n := range []string{mid, beside} {
+		if d := mustDescribe(t, s, n); d.Waiters != 0 {
+			t.Fatalf("Describe(%s) after the grant = %+v; want the group's place gone", n, d)
+		}
 	}
 	mustReleaseGroup(t, s, "g", leases)
 
