@@ -30,6 +30,9 @@ func (s *Service) AcquireGroup(ctx context.Context, req *coordinatorv1.AcquireGr
 	greq := store.GroupRequest{
 		Members: members, Holder: req.GetHolder(), TTL: ttl, MaxHolders: s.maxHolders,
 		Session: req.GetSessionId(), SessionOwner: principal.Of(ctx),
+		// The acquisition's own: what it gives back when it gives up is
+		// only what no retry of the holder renewed since.
+		Claim: newWaiterID(),
 	}
 	res, err := s.acquireGroup(ctx, greq, wait)
 	if err != nil {
@@ -71,7 +74,7 @@ func (s *Service) acquireGroup(ctx context.Context, req store.GroupRequest, wait
 			s.metrics.contended.Inc()
 		}
 		if !res.Acquired && len(res.Held) > 0 {
-			s.releaseHeld(ctx, req.Holder, res.Held)
+			s.releaseHeld(ctx, req.Holder, req.Claim, res.Held)
 		}
 		return s.countGroup(req, res, err)
 	}
@@ -97,12 +100,19 @@ func (s *Service) countGroup(req store.GroupRequest, res store.GroupResult, err 
 }
 
 // releaseHeld gives back the members a store held for a group that is not
-// granted. The caller may have left already: only ctx's values are kept.
-// Best-effort: what is not released expires after its TTL.
-func (s *Service) releaseHeld(parent context.Context, holder string, held []store.Lease) {
+// granted, as long as they still carry its claim: a retry of the holder
+// (which may have begun before this call saw its caller leave) that renewed
+// them since keeps them. The caller may have left already: only ctx's
+// values are kept. Best-effort: what is not released expires after its
+// TTL.
+func (s *Service) releaseHeld(parent context.Context, holder, claim string, held []store.Lease) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), 2*time.Second)
 	defer cancel()
-	if _, err := s.releaseGroup(ctx, holder, groupLeases(held)); err != nil {
+	leases := groupLeases(held)
+	for i := range leases {
+		leases[i].Claim = claim
+	}
+	if _, err := s.releaseGroup(ctx, holder, leases); err != nil {
 		s.log.Warn("could not give back the members held for a group that was not granted; they expire after their TTL",
 			"name", held[0].Name, "members", len(held), "err", err)
 	}

@@ -22,7 +22,13 @@ import (
 // A store that holds some members while it waits for the others
 // (GroupResult.Held: a Redis Cluster with members in several slots) keeps
 // them only for the group's TTL: the group asks again within a third of it
-// to renew them, and gives them back when it gives up.
+// to renew them, and gives them back when it gives up. Such a store queues
+// the group only where it waits (GroupResult.Queued), and the group is
+// parked in those lines alone: parked in a line whose store queue does not
+// hold it, it would stand first there while the waiter the store has first
+// is never told to try, and that waiter may be the one holding what the
+// group waits for. An attempt that may queue it in new lines holds their
+// entry tokens, as a first attempt does.
 
 // waitingGroup is one group acquisition with a wait, from its arrival to
 // its grant or give-up.
@@ -36,6 +42,8 @@ type waitingGroup struct {
 	lines    []*waitLine
 	places   []*waiter
 	entering []int
+	// parked says in which lines the group is parked.
+	parked []bool
 	// held are the members the store held for the group at its last
 	// attempt (GroupResult.Held).
 	held []store.Lease
@@ -70,7 +78,8 @@ func (s *Service) newWaitingGroup(ctx context.Context, req store.GroupRequest, w
 		}
 		return 0
 	})
-	return &waitingGroup{s: s, req: req, arrived: arrived, giveUpAt: giveUpAt, places: places, entering: entering}
+	return &waitingGroup{s: s, req: req, arrived: arrived, giveUpAt: giveUpAt, places: places, entering: entering,
+		parked: make([]bool, len(req.Members))}
 }
 
 // run is the group's life, as waitingAcquire.run is a single call's.
@@ -86,16 +95,21 @@ func (g *waitingGroup) run(ctx context.Context) (res store.GroupResult, err erro
 		}
 	}()
 
-	res, parked, err := g.arrive(ctx)
+	// After leave: the next waiter of each line then finds our place gone.
+	// Registered before the first attempt, which may park the group and
+	// still end the call (its wait ran out).
+	defer func() {
+		for i, l := range g.lines {
+			if g.parked[i] {
+				l.unpark(g.places[i], g.heldWhole(i, res, err))
+			}
+		}
+	}()
+	var parked bool
+	res, parked, err = g.arrive(ctx)
 	if !parked {
 		return res, err
 	}
-	// After leave: the next waiter of each line then finds our place gone.
-	defer func() {
-		for i, l := range g.lines {
-			l.unpark(g.places[i], g.heldWhole(i, res, err))
-		}
-	}()
 	retryAt := g.refused(res)
 	for {
 		if err := g.awaitTurn(ctx, retryAt); err != nil {
@@ -111,7 +125,13 @@ func (g *waitingGroup) run(ctx context.Context) (res store.GroupResult, err erro
 			retryAt = at
 			continue
 		}
-		res, err = g.attempt(ctx)
+		entered, err := g.enter(ctx, g.unparked())
+		if err != nil {
+			g.leave(ctx)
+			return g.giveUp(err)
+		}
+		res, err = g.attemptParking(ctx)
+		g.exit(entered)
 		if err != nil || res.Acquired || g.timeUp() {
 			return g.finish(ctx, res, err)
 		}
@@ -123,37 +143,41 @@ func (g *waitingGroup) run(ctx context.Context) (res store.GroupResult, err erro
 // line, and parks the group in each when it must wait on (see
 // waitingAcquire.arrive).
 func (g *waitingGroup) arrive(ctx context.Context) (res store.GroupResult, parked bool, err error) {
-	entered, err := g.enter(ctx)
+	entered, err := g.enter(ctx, g.entering)
 	if err != nil {
 		res, err = g.giveUp(err) // not queued yet: no place to leave
 		return res, false, err
 	}
-	seqs := make([]uint64, len(g.lines))
-	for i, l := range g.lines {
-		seqs[i] = l.seq()
-	}
-	res, err = g.attempt(ctx)
-	if err != nil || res.Acquired || !entered || g.timeUp() {
-		if entered {
-			g.exit(len(g.entering))
-		}
+	res, err = g.attemptParking(ctx)
+	g.exit(entered)
+	if err != nil || res.Acquired || entered == nil || g.timeUp() {
 		res, err = g.finish(ctx, res, err)
 		return res, false, err
 	}
-	for i, l := range g.lines {
-		l.park(g.places[i], seqs[i])
-	}
-	g.exit(len(g.entering))
 	return res, true, nil
 }
 
-// enter takes the entry token of every line, in name order; entered is
-// false, and no token held, when the wait ran out first. It fails when the
-// caller leaves or the coordinator stops.
-func (g *waitingGroup) enter(ctx context.Context) (entered bool, err error) {
+// unparked are the lines the group is not parked in, in name order.
+func (g *waitingGroup) unparked() []int {
+	var out []int
+	for _, i := range g.entering {
+		if !g.parked[i] {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// enter takes the entry token of each of lines (indices, in name order),
+// and returns them; none, and no token held, when the wait ran out first.
+// It fails when the caller leaves or the coordinator stops.
+func (g *waitingGroup) enter(ctx context.Context, lines []int) (entered []int, err error) {
+	if len(lines) == 0 {
+		return nil, nil
+	}
 	timer := time.NewTimer(time.Until(g.giveUpAt))
 	defer timer.Stop()
-	for n, i := range g.entering {
+	for n, i := range lines {
 		select {
 		case g.lines[i].enter <- struct{}{}:
 			continue
@@ -163,17 +187,42 @@ func (g *waitingGroup) enter(ctx context.Context) (entered bool, err error) {
 		case <-g.s.stopping:
 			err = errStopping
 		}
-		g.exit(n)
-		return false, err
+		g.exit(lines[:n])
+		return nil, err
 	}
-	return true, nil
+	return lines, nil
 }
 
-// exit gives back the entry tokens of the first n lines entered.
-func (g *waitingGroup) exit(n int) {
-	for _, i := range g.entering[:n] {
+// exit gives back the entry tokens of lines.
+func (g *waitingGroup) exit(lines []int) {
+	for _, i := range lines {
 		<-g.lines[i].enter
 	}
+}
+
+// attemptParking is an attempt that, refused, parks the group in the lines
+// of the members it is now queued on and takes it out of the others.
+func (g *waitingGroup) attemptParking(ctx context.Context) (store.GroupResult, error) {
+	seqs := make([]uint64, len(g.lines))
+	for i, l := range g.lines {
+		seqs[i] = l.seq()
+	}
+	res, err := g.attempt(ctx)
+	if err != nil || res.Acquired {
+		return res, err
+	}
+	for i, l := range g.lines {
+		queued := res.Queued == nil || res.Queued[i]
+		switch {
+		case queued && !g.parked[i]:
+			l.park(g.places[i], seqs[i])
+			g.parked[i] = true
+		case !queued && g.parked[i]:
+			l.unpark(g.places[i], store.Lease{})
+			g.parked[i] = false
+		}
+	}
+	return res, nil
 }
 
 // awaitTurn waits until the group should try again: one of its lines
@@ -203,10 +252,15 @@ func (g *waitingGroup) awaitTurn(ctx context.Context, retryAt time.Time) error {
 // are renewed by an attempt within a third of their TTL.
 func (g *waitingGroup) refused(res store.GroupResult) time.Time {
 	var at time.Time
-	told := false
+	told, poll := false, false
 	for i, m := range res.Members {
 		if i >= len(g.lines) || m.Acquired {
 			continue // not in the way
+		}
+		if !g.parked[i] {
+			// Not queued there: no line tells the group; it looks again.
+			poll = true
+			continue
 		}
 		switch r := g.lines[i].refused(g.places[i], m); {
 		case r.IsZero():
@@ -217,6 +271,9 @@ func (g *waitingGroup) refused(res store.GroupResult) time.Time {
 	}
 	if told {
 		at = time.Time{}
+	}
+	if look := time.Now().Add(waiterHeartbeat); poll && (at.IsZero() || look.Before(at)) {
+		at = look
 	}
 	if len(g.held) > 0 && g.req.Session == "" {
 		if renew := time.Now().Add(g.req.TTL / 3); at.IsZero() || renew.Before(at) {
@@ -231,6 +288,9 @@ func (g *waitingGroup) refused(res store.GroupResult) time.Time {
 func (g *waitingGroup) deferral() time.Time {
 	var at time.Time
 	for i, l := range g.lines {
+		if !g.parked[i] {
+			continue
+		}
 		if d := l.deferral(g.places[i]); d.After(at) {
 			at = d
 		}
@@ -314,7 +374,7 @@ func (g *waitingGroup) leave(parent context.Context) {
 // giveBack releases the members held for the group.
 func (g *waitingGroup) giveBack(ctx context.Context) {
 	if len(g.held) > 0 {
-		g.s.releaseHeld(ctx, g.req.Holder, g.held)
+		g.s.releaseHeld(ctx, g.req.Holder, g.req.Claim, g.held)
 		g.held = nil
 	}
 }

@@ -171,6 +171,12 @@ type GroupRequest struct {
 	Waiter     string
 	WaiterTTL  time.Duration
 	MaxHolders int
+	// Claim identifies this acquisition among those of the same holder: it
+	// is stored as the value of every lease the group is granted or renews,
+	// so that the leases a store held for it while it waited are given
+	// back only while no later acquisition of the same holder (a retry)
+	// has renewed them since (GroupLease.Claim).
+	Claim string
 }
 
 // Request is the single acquisition of member i, with the group's holder,
@@ -180,6 +186,7 @@ func (r GroupRequest) Request(i int) AcquireRequest {
 	return AcquireRequest{
 		Name: m.Name, Holder: r.Holder, TTL: r.TTL, Session: r.Session, SessionOwner: r.SessionOwner,
 		Waiter: r.Waiter, WaiterTTL: r.WaiterTTL, Capacity: m.Capacity, Weight: m.Weight, MaxHolders: r.MaxHolders,
+		Value: []byte(r.Claim),
 	}
 }
 
@@ -187,6 +194,9 @@ func (r GroupRequest) Request(i int) AcquireRequest {
 type GroupLease struct {
 	Name  string
 	Token uint64
+	// Claim, when set, releases the lease only while its value is still
+	// this acquisition's claim (GroupRequest.Claim).
+	Claim string
 }
 
 // CheckGroup refuses a group a store cannot take: no member, more than
@@ -221,6 +231,12 @@ type GroupResult struct {
 	// held by the caller), a member in the way has its holder and RetryAt.
 	// At least one member is in the way.
 	Members []AcquireResult
+	// Queued, when not nil, says for each member whether the group's
+	// waiter is queued on it: a store that takes the members in several
+	// state changes queues the group only where it waits (on a Redis
+	// Cluster, the members of the slot that refused). Nil means on every
+	// member, when the request has a Waiter.
+	Queued []bool
 	// Held are the leases the caller holds, when not acquired, on some
 	// members while it waits for the others: a store that cannot take
 	// every member in one state change (a Redis Cluster whose members lie

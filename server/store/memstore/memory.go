@@ -563,6 +563,11 @@ func (s *Store) ReleaseGroup(ctx context.Context, holder string, leases []store.
 	now := s.clock.Now()
 	released := make([]bool, len(leases))
 	for i, l := range leases {
+		if l.Claim != "" {
+			if e, ok := s.names[l.Name]; !ok || e.grants[holder] == nil || string(e.grants[holder].value) != l.Claim {
+				continue // renewed since by another acquisition of the holder
+			}
+		}
 		released[i] = s.release(l.Name, holder, l.Token, now)
 	}
 	return released, nil

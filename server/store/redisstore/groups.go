@@ -65,6 +65,12 @@ func (s *Store) AcquireGroup(ctx context.Context, req store.GroupRequest) (store
 			for j, i := range part {
 				res.Members[i] = reply.members[j]
 			}
+			if len(parts) > 1 {
+				res.Queued = make([]bool, len(req.Members))
+				for _, i := range part {
+					res.Queued[i] = req.Waiter != ""
+				}
+			}
 			if req.Waiter != "" && k+1 < len(parts) {
 				if err := s.leaveParts(ctx, req.Waiter, names, parts[k+1:]); err != nil {
 					return store.GroupResult{Held: held}, err
@@ -92,7 +98,7 @@ func (s *Store) giveBack(ctx context.Context, holder string, held []store.Lease,
 	var mine []store.GroupLease
 	for i, l := range held {
 		if fresh[i] {
-			mine = append(mine, store.GroupLease{Name: l.Name, Token: l.Token})
+			mine = append(mine, store.GroupLease{Name: l.Name, Token: l.Token, Claim: string(l.Value)})
 		}
 	}
 	if len(mine) == 0 {
@@ -199,7 +205,7 @@ func (g *groupCall) acquirePart(ctx context.Context, part []int) (groupReply, er
 	)
 	attempt := func(proofs string) ([]string, error) {
 		args := groupArgs{holder: req.Holder, ttlMS: durationMS(req.TTL), maxHolders: req.Request(0).MaxHoldersOrDefault(),
-			proofs: proofs, waiter: req.Waiter, session: req.Session, waiterTTL: durationMS(store.DefaultWaiterTTL)}
+			proofs: proofs, waiter: req.Waiter, session: req.Session, waiterTTL: durationMS(store.DefaultWaiterTTL), claim: req.Claim}
 		if req.WaiterTTL > 0 {
 			args.waiterTTL = durationMS(req.WaiterTTL)
 		}
@@ -220,7 +226,7 @@ func (g *groupCall) acquirePart(ctx context.Context, part []int) (groupReply, er
 			m := req.Members[i]
 			args.members = append(args.members, groupMemberArgs{capacity: max(m.Capacity, 1), weight: max(m.Weight, 1),
 				name: m.Name, attachedAt: g.attached[m.Name].attachedAt})
-			asked[j] = store.Lease{Name: m.Name, Holder: req.Holder, TTL: ttl, Session: req.Session}
+			asked[j] = store.Lease{Name: m.Name, Holder: req.Holder, TTL: ttl, Session: req.Session, Value: []byte(req.Claim)}
 		}
 		v, rep, err := s.callWait(ctx, "acquire group", true, s.scripts.acquireGroup, keys, args.argv()...)
 		if err != nil {
@@ -347,6 +353,7 @@ type groupArgs struct {
 	proofs     string
 	waiter     string
 	waiterTTL  int64
+	claim      string
 	members    []groupMemberArgs
 }
 
@@ -363,7 +370,7 @@ func (a groupArgs) argv() []any {
 	if a.session != "" {
 		stride = 4
 	}
-	v := make([]any, 0, 8+stride*len(a.members))
+	v := make([]any, 0, 9+stride*len(a.members))
 	sessionTTL, waiterTTL := any(""), any("")
 	if a.session != "" {
 		sessionTTL = a.sessionTTL
@@ -371,7 +378,7 @@ func (a groupArgs) argv() []any {
 	if a.waiter != "" {
 		waiterTTL = a.waiterTTL
 	}
-	v = append(v, a.holder, a.ttlMS, a.maxHolders, a.session, sessionTTL, a.proofs, a.waiter, waiterTTL)
+	v = append(v, a.holder, a.ttlMS, a.maxHolders, a.session, sessionTTL, a.proofs, a.waiter, waiterTTL, a.claim)
 	for _, m := range a.members {
 		v = append(v, m.capacity, m.weight, m.name)
 		if a.session != "" {
@@ -437,11 +444,11 @@ func (s *Store) ReleaseGroup(ctx context.Context, holder string, leases []store.
 // leases, of names of one slot.
 func (s *Store) releaseGroupArgs(holder string, leases []store.GroupLease) ([]string, []any) {
 	keys := make([]string, len(leases))
-	args := make([]any, 0, 1+2*len(leases))
+	args := make([]any, 0, 1+3*len(leases))
 	args = append(args, holder)
 	for i, l := range leases {
 		keys[i] = s.keys(l.Name).lease
-		args = append(args, strconv.FormatUint(l.Token, 10), l.Name)
+		args = append(args, strconv.FormatUint(l.Token, 10), l.Name, l.Claim)
 	}
 	return keys, args
 }

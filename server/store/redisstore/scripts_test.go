@@ -332,7 +332,7 @@ func TestDecodeReleaseGroup(t *testing.T) {
 // 3 (4 with a session).
 func TestGroupArgsFollowTheScript(t *testing.T) {
 	t.Parallel()
-	want := []string{"holder", "ttl (ms", "max holders", "session id", "the session's ttl", "proofs", "waiter id", "waiter ttl"}
+	want := []string{"holder", "ttl (ms", "max holders", "session id", "the session's ttl", "proofs", "waiter id", "waiter ttl", "the acquisition's claim"}
 	var got []string
 	for _, line := range strings.Split(acquireGroupSrc, "\n") {
 		if rest, ok := strings.CutPrefix(line, "-- ARGV["); ok {
@@ -350,17 +350,17 @@ func TestGroupArgsFollowTheScript(t *testing.T) {
 			t.Errorf("ARGV[%d] is %q in the header, %q in groupArgs", i+1, got[i], want[i])
 		}
 	}
-	if !strings.Contains(acquireGroupSrc, "-- ARGV[9..] per member: capacity, weight, name and, with a session, the") {
+	if !strings.Contains(acquireGroupSrc, "-- ARGV[10..] per member: capacity, weight, name and, with a session, the") {
 		t.Error("the header does not list a member's arguments as capacity, weight, name and attach time")
 	}
 	members := []groupMemberArgs{{capacity: 2, weight: 1, name: "a", attachedAt: 11}, {capacity: 3, weight: 2, name: "b", attachedAt: 12}}
-	own := groupArgs{holder: "h", ttlMS: 2, maxHolders: 3, proofs: "p", waiter: "w", waiterTTL: 8, members: members}
-	if got, want := fmt.Sprint(own.argv()), fmt.Sprint([]any{"h", 2, 3, "", "", "p", "w", 8, 2, 1, "a", 3, 2, "b"}); got != want {
+	own := groupArgs{holder: "h", ttlMS: 2, maxHolders: 3, proofs: "p", waiter: "w", waiterTTL: 8, claim: "c", members: members}
+	if got, want := fmt.Sprint(own.argv()), fmt.Sprint([]any{"h", 2, 3, "", "", "p", "w", 8, "c", 2, 1, "a", 3, 2, "b"}); got != want {
 		t.Errorf("argv of a group of its own = %s, want %s", got, want)
 	}
 	attached := own
 	attached.session, attached.sessionTTL, attached.waiter = "s", 5, ""
-	if got, want := fmt.Sprint(attached.argv()), fmt.Sprint([]any{"h", 2, 3, "s", 5, "p", "", "", 2, 1, "a", 11, 3, 2, "b", 12}); got != want {
+	if got, want := fmt.Sprint(attached.argv()), fmt.Sprint([]any{"h", 2, 3, "s", 5, "p", "", "", "c", 2, 1, "a", 11, 3, 2, "b", 12}); got != want {
 		t.Errorf("argv of an attached group = %s, want %s", got, want)
 	}
 }

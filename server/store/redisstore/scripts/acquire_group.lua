@@ -22,7 +22,9 @@
 -- ARGV[6] proofs of sessions but the attaching one's (attached.lua), or ""
 -- ARGV[7] waiter id, or "" for a group that does not wait
 -- ARGV[8] waiter ttl (ms, >= 1), or ""
--- ARGV[9..] per member: capacity, weight, name and, with a session, the
+-- ARGV[9] the acquisition's claim: the value of every grant it makes or
+--         renews (store.GroupRequest.Claim), as acquire.lua's ARGV[3]
+-- ARGV[10..] per member: capacity, weight, name and, with a session, the
 --         attach's time of the name (acquire.lua's ARGV[4], [5], [7] and
 --         [10]): 3 arguments a member, 4 with a session; each name once
 --         (a name listed twice is an error reply)
@@ -78,19 +80,19 @@ local sess, sess_ttl, proofs, waiter, waiter_ttl = ARGV[4], ARGV[5], ARGV[6], AR
 local ttl_ms = tonumber(ARGV[2])
 local stride = 3
 if sess ~= '' then stride = 4 end
-local count = (#ARGV - 8) / stride
+local count = (#ARGV - 9) / stride
 -- Each member's KEYS and ARGV as acquire.lua takes them. A name listed
 -- twice is an error: its grant would take the fields its check read (CUR)
 -- after the other's grant changed them.
 local keys, args, listed = {}, {}, {}
 for i = 1, count do
-  local k, a = 3 * (i - 1), 8 + stride * (i - 1)
+  local k, a = 3 * (i - 1), 9 + stride * (i - 1)
   if listed[KEYS[k + 1]] then return redis.error_reply('acquire_group: a name listed twice: ' .. ARGV[a + 3]) end
   listed[KEYS[k + 1]] = true
   local at = ''
   if stride == 4 then at = ARGV[a + 4] end
   keys[i] = {KEYS[k + 1], KEYS[k + 2], KEYS[k + 3]}
-  args[i] = {holder, ttl_ms, '', ARGV[a + 1], ARGV[a + 2], max_holders, ARGV[a + 3], sess, sess_ttl, at, proofs,
+  args[i] = {holder, ttl_ms, ARGV[9], ARGV[a + 1], ARGV[a + 2], max_holders, ARGV[a + 3], sess, sess_ttl, at, proofs,
     waiter, waiter_ttl}
 end
 

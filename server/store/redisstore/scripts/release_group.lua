@@ -5,7 +5,10 @@
 --
 -- KEYS[i] the lease key of the i-th grant's name (doc.go's key layout).
 -- ARGV[1] holder
--- ARGV[2 * i], ARGV[2 * i + 1] the i-th grant's token (decimal) and name
+-- ARGV[3 * i - 1], ARGV[3 * i], ARGV[3 * i + 1] the i-th grant's token
+--         (decimal), name and claim: "" to release it whatever its value,
+--         else only while its value is the claim (store.GroupLease.Claim:
+--         a retry of the same holder that renewed it since set its own)
 --
 -- Redis calls: release.lua's, for each grant.
 --
@@ -17,6 +20,12 @@
 
 local holder, out = ARGV[1], {}
 for i = 1, #KEYS do
-  out[i] = release_one({KEYS[i]}, {holder, ARGV[2 * i], ARGV[2 * i + 1]})
+  local claim = ARGV[3 * i + 1]
+  local rec = claim ~= '' and redis.call('HGET', KEYS[i], HOLDER .. holder)
+  if claim ~= '' and not (rec and select(6, string.match(rec, GRANT_FORMAT)) == claim) then
+    out[i] = 0
+  else
+    out[i] = release_one({KEYS[i]}, {holder, ARGV[3 * i - 1], ARGV[3 * i]})
+  end
 end
 return out
