@@ -914,6 +914,9 @@ type AcquireGroupResponse struct {
 	// Whether every member was granted (or renewed, when holder held it).
 	Acquired bool `protobuf:"varint,1,opt,name=acquired,proto3" json:"acquired,omitempty"`
 	// The leases, one per member in the request's order, when acquired.
+	// Each one's value is an id of this acquisition, which the coordinator
+	// keeps so that what it held for a group whose caller gave up is given
+	// back only if no retry of the same holder renewed it since.
 	Leases []*Lease `protobuf:"bytes,2,rep,name=leases,proto3" json:"leases,omitempty"`
 	// When not acquired: a member that could not be granted.
 	BlockedName string `protobuf:"bytes,3,opt,name=blocked_name,json=blockedName,proto3" json:"blocked_name,omitempty"`

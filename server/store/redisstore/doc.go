@@ -286,10 +286,20 @@
 // the members of the earlier slots (held) and of the later ones (not asked
 // for: not known to be in the way); GroupResult.Held holds the leases of
 // the earlier slots: real grants, of the group's TTL or attached to its
-// session. A waiting group is queued in the refusing slot's queues, and
-// the call takes its waiter out of the later slots' queues, where an
-// earlier attempt that got further may have left it. Asked again, the
-// group renews what it holds (same tokens) and goes on from there.
+// session. A waiting group is queued in the refusing slot's queues alone
+// (GroupResult.Queued says which members: the coordinator parks the group
+// in those names' lines only), and the call takes its waiter out of the
+// later slots' queues, where an earlier attempt that got further may have
+// left it. Asked again, the group renews what it holds (same tokens) and
+// goes on from there.
+//
+// Every grant and renewal of a group stores the acquisition's claim
+// (store.GroupRequest.Claim) as the lease's value, and what is given back
+// for a group that was not granted (this store's undo after an error, the
+// coordinator's give-up) is released by release_group.lua only while it
+// still carries that claim: a retry of the same holder that began before
+// the abandoned call gave its parts back, and renewed them since (same
+// tokens), has put its own claim there and keeps them.
 //
 // This is deadlock-free by construction: a group waits only in the lowest
 // slot it does not hold, while holding members of lower slots only. A

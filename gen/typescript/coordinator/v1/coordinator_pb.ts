@@ -419,6 +419,9 @@ export type AcquireGroupResponse = Message<"coordinator.v1.AcquireGroupResponse"
 
   /**
    * The leases, one per member in the request's order, when acquired.
+   * Each one's value is an id of this acquisition, which the coordinator
+   * keeps so that what it held for a group whose caller gave up is given
+   * back only if no retry of the same holder renewed it since.
    *
    * @generated from field: repeated coordinator.v1.Lease leases = 2;
    */
