@@ -153,6 +153,9 @@ type contendedRun struct {
 	waited
 	cpu  cpuUse
 	cmds map[string]int64 // Redis commands run, by command
+	// refused counts the store attempts that found a name in the way,
+	// retries while waiting included (coordinator_acquire_contended_total).
+	refused float64
 }
 
 // median is the run with the median grants/s.
@@ -248,7 +251,7 @@ func groupsSuite(env benchEnv) error {
 		if s == cluster {
 			e.redisURL = rc.url()
 		}
-		if s.coord, err = e.startCoordinatorWith(coordOpts{store: kind, profiled: env.coordProfile != ""}); err != nil {
+		if s.coord, err = e.startCoordinatorWith(coordOpts{store: kind, metrics: true, profiled: env.coordProfile != ""}); err != nil {
 			return err
 		}
 		defer s.coord.stop()
@@ -403,6 +406,7 @@ func groupsSuite(env benchEnv) error {
 				continue
 			}
 			var run contendedRun
+			refusedBefore, _ := scrapeSum(r.store.coord.metricsURL, "coordinator_acquire_contended_total")
 			before := meter.read()
 			cmdsBefore := r.store.commandStats(ctx)
 			var granted atomic.Int64
@@ -415,6 +419,8 @@ func groupsSuite(env benchEnv) error {
 			}
 			stopWatch()
 			run.cpu = meter.since(before)
+			refusedAfter, _ := scrapeSum(r.store.coord.metricsURL, "coordinator_acquire_contended_total")
+			run.refused = refusedAfter - refusedBefore
 			if cmdsAfter := r.store.commandStats(ctx); cmdsBefore != nil && cmdsAfter != nil {
 				run.cmds = commandsBetween(cmdsBefore, cmdsAfter)
 			}

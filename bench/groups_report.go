@@ -183,14 +183,14 @@ func recordGroupCycle(env benchEnv, r *groupRow, n int, m measured, errs int) {
 // run that shows a deadlock or a stall, what it shows.
 func printContendedGroups(env benchEnv, rows []*contendedRow) []string {
 	t := table{header: []string{"contended", "grants/s", "names/s", "attempts", "waits run out", "errors",
-		"grants a client: min / median / max", "time to grant: p50 / p99 / longest", "CPU/grant: client + coordinator + Redis", "Redis scripts / cmds per grant", "notes"}}
+		"grants a client: min / median / max", "time to grant: p50 / p99 / longest", "CPU/grant: client + coordinator + Redis", "refused attempts/grant", "Redis scripts / cmds per grant", "notes"}}
 	var stalls, stallNotes []string
 	for i, r := range rows {
 		if i > 0 && rows[i-1].store != r.store {
 			t.rule()
 		}
 		if r.na != "" {
-			t.add(r.label(), "-", "-", "-", "-", "-", "-", "-", "-", "-", r.na)
+			t.add(r.label(), "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", r.na)
 			continue
 		}
 		w, _ := r.median()
@@ -213,7 +213,7 @@ func printContendedGroups(env benchEnv, rows []*contendedRow) []string {
 		t.add(r.label(), rate(w.grantsPerSecond()), rate(w.grantsPerSecond()*names), fmt.Sprint(w.attempts), fmt.Sprint(w.ranOut), errs,
 			fmt.Sprintf("%d / %d / %d", grants[0], grants[len(grants)/2], grants[len(grants)-1]),
 			fmt.Sprintf("%s / %s / %s", dur(w.p50), dur(w.p99), dur(w.longest)),
-			fmt.Sprintf("%s + %s + %s", us(client), us(coord), us(redis)), cmds, "")
+			fmt.Sprintf("%s + %s + %s", us(client), us(coord), us(redis)), fmt.Sprintf("%.2f", w.refused/float64(max(w.total(), 1))), cmds, "")
 		if why := r.stalled(); why != "" {
 			stalls = append(stalls, r.label()+": "+why)
 		}
@@ -225,11 +225,13 @@ func printContendedGroups(env benchEnv, rows []*contendedRow) []string {
 			P50Micros: micros(w.p50), P99Micros: micros(w.p99), Errors: w.errs,
 			CPUMicros: micros(client + coord + redis), ClientCPUMicros: micros(client), ServersCPUMicros: micros(coord + redis),
 			Extra: map[string]any{"store": r.store.key, "names": hotNames, "attempts": w.attempts, "waits_run_out": w.ranOut,
-				"grants_min": grants[0], "grants_max": grants[len(grants)-1], "longest_us": micros(w.longest), "rounds": roundRates(r)}})
+				"refused_attempts": w.refused, "grants_min": grants[0], "grants_max": grants[len(grants)-1], "longest_us": micros(w.longest), "rounds": roundRates(r)}})
 	}
 	t.print()
 	fmt.Println("   a grant is one acquisition granted (a pair's two names at once) and released; time to grant: from asking to the grant;")
-	fmt.Println("   Redis scripts / cmds: the script calls a grant took, and every command (INFO commandstats: the scripts and what they ran)")
+	fmt.Println("   refused attempts: the coordinator's store attempts that found a name in the way, retries while waiting included")
+	fmt.Println("   (coordinator_acquire_contended_total); Redis scripts / cmds: the script calls a grant took, and every command")
+	fmt.Println("   (INFO commandstats: the scripts and what they ran)")
 	fmt.Printf("   every client must be granted and no wait of %s run out, else the suite fails: a deadlock would leave a group waiting\n", groupsWait)
 	for _, s := range stalls {
 		fmt.Printf("   STALLED: %s\n", s)
