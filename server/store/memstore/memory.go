@@ -274,6 +274,9 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 	if req.TTL <= 0 && req.Session == "" {
 		return store.AcquireResult{}, fmt.Errorf("memstore: acquire %q: ttl %s is not positive", req.Name, req.TTL)
 	}
+	if err := checkShares(req); err != nil {
+		return store.AcquireResult{}, err
+	}
 	if wait := s.quarantineEnd.Sub(s.clock.Now()); wait > 0 {
 		return store.AcquireResult{}, &store.QuarantineError{RetryAfter: wait.Truncate(time.Millisecond) + time.Millisecond}
 	}
@@ -362,13 +365,20 @@ type verdict struct {
 
 func (v verdict) fits() bool { return !v.refused }
 
-// decide decides req at now. Called with s.mu held.
-func (s *Store) decide(req store.AcquireRequest, now time.Time) (verdict, error) {
-	capacity, weight := req.CapacityOrDefault(), req.WeightOrDefault()
-	if capacity > store.MaxCapacity || weight > capacity {
-		return verdict{}, fmt.Errorf("memstore: acquire %q: weight %d, capacity %d: want 1 <= weight <= capacity <= %d",
+// checkShares refuses a capacity or weight out of range before anything
+// else is looked at (a session, the name), as the Redis store does.
+func checkShares(req store.AcquireRequest) error {
+	if capacity, weight := req.CapacityOrDefault(), req.WeightOrDefault(); capacity > store.MaxCapacity || weight > capacity {
+		return fmt.Errorf("memstore: acquire %q: weight %d, capacity %d: want 1 <= weight <= capacity <= %d",
 			req.Name, weight, capacity, store.MaxCapacity)
 	}
+	return nil
+}
+
+// decide decides req, whose shares checkShares let through, at now.
+// Called with s.mu held.
+func (s *Store) decide(req store.AcquireRequest, now time.Time) (verdict, error) {
+	capacity, weight := req.CapacityOrDefault(), req.WeightOrDefault()
 	e := s.entry(req.Name)
 	e.sweep(now, s.lockDelay)
 	mine := e.grants[req.Holder]
@@ -415,7 +425,7 @@ func (s *Store) refuse(req store.AcquireRequest, v verdict, now time.Time) {
 	if waiterTTL <= 0 {
 		waiterTTL = store.DefaultWaiterTTL
 	}
-	v.e.queue.enqueue(req.Waiter, req.WeightOrDefault(), now.Add(waiterTTL))
+	v.e.queue.enqueue(req.Waiter, req.WeightOrDefault(), now.Add(waiterTTL), now)
 }
 
 // apply grants req, which fits (v), for the term: it renews the caller's
@@ -464,6 +474,11 @@ func (s *Store) AcquireGroup(ctx context.Context, req store.GroupRequest) (store
 	if err := store.CheckGroup(req); err != nil {
 		return store.GroupResult{}, fmt.Errorf("memstore: %w", err)
 	}
+	for i := range req.Members {
+		if err := checkShares(req.Request(i)); err != nil {
+			return store.GroupResult{}, err
+		}
+	}
 	if wait := s.quarantineEnd.Sub(s.clock.Now()); wait > 0 {
 		return store.GroupResult{}, &store.QuarantineError{RetryAfter: wait.Truncate(time.Millisecond) + time.Millisecond}
 	}
@@ -503,7 +518,7 @@ func (s *Store) acquireGroup(req store.GroupRequest) (store.GroupResult, <-chan 
 	}
 	if refused {
 		res := store.GroupResult{Members: make([]store.AcquireResult, len(verdicts))}
-		requeueIfSplit(req.Waiter, verdicts)
+		requeueIfSplit(req.Waiter, verdicts, now)
 		for i, v := range verdicts {
 			s.refuse(req.Request(i), v, now)
 			res.Members[i] = v.refusal
@@ -529,19 +544,20 @@ func (s *Store) acquireGroup(req store.GroupRequest) (store.GroupResult, <-chan 
 }
 
 // requeueIfSplit takes a group's waiter out of every member's queue when it
-// is queued on some but not all of them, so that it queues again at the
+// is queued on some but not all of them (a place whose deadline passed
+// counts as none, dropped or not), so that it queues again at the
 // back of all: a place that timed out on one member (its refreshes failed)
 // while it lived on another would otherwise put two groups in opposite
 // orders in two queues, each waiting for the other for ever. At the back
 // of every queue, the group is the newest waiter of each, in one order
 // with every other waiter.
-func requeueIfSplit(waiter string, verdicts []verdict) {
+func requeueIfSplit(waiter string, verdicts []verdict, now time.Time) {
 	if waiter == "" {
 		return
 	}
 	queued := 0
 	for _, v := range verdicts {
-		if v.e.queue.has(waiter) {
+		if v.e.queue.has(waiter, now) {
 			queued++
 		}
 	}

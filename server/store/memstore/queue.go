@@ -29,14 +29,19 @@ func (q *queue) len() int {
 }
 
 // enqueue adds the waiter at the back, or refreshes its deadline in place
-// (keeping the weight it arrived with).
-func (q *queue) enqueue(id string, weight int64, deadline time.Time) {
+// (keeping the weight it arrived with) while it is live at now. A place
+// whose deadline passed is gone, even where no prune has dropped it yet:
+// the waiter queues again at the back, with its new weight.
+func (q *queue) enqueue(id string, weight int64, deadline, now time.Time) {
 	if id == "" {
 		return
 	}
 	if el, ok := q.byID[id]; ok {
-		el.Value.(*waiter).deadline = deadline
-		return
+		if w := el.Value.(*waiter); now.Before(w.deadline) {
+			w.deadline = deadline
+			return
+		}
+		q.dequeue(id)
 	}
 	if q.order == nil {
 		q.order, q.byID = list.New(), map[string]*list.Element{}
@@ -54,10 +59,10 @@ func (q *queue) refresh(id string, deadline time.Time) bool {
 	return ok
 }
 
-// has reports whether the waiter is queued.
-func (q *queue) has(id string) bool {
-	_, ok := q.byID[id]
-	return ok
+// has reports whether the waiter is queued and live at now.
+func (q *queue) has(id string, now time.Time) bool {
+	el, ok := q.byID[id]
+	return ok && now.Before(el.Value.(*waiter).deadline)
 }
 
 func (q *queue) dequeue(id string) bool {
@@ -107,11 +112,11 @@ func (q *queue) front() *list.Element {
 }
 
 // fits reports whether the live waiters queued ahead of id (all of them when
-// id is "" or not queued) weigh at most room in all: a waiter is granted
-// before the waiters ahead of it only when they would fit too, so that it
-// never delays them. A caller that does not wait (id "") fits only when
-// nobody waits. Dead waiters on the way are skipped, not dropped (the head
-// was pruned).
+// id is "" or not queued, or when its place is dead) weigh at most room in
+// all: a waiter is granted before the waiters ahead of it only when they
+// would fit too, so that it never delays them. A caller that does not wait
+// (id "") fits only when nobody waits. Dead waiters on the way are skipped,
+// not dropped (the head was pruned).
 func (q *queue) fits(id string, now time.Time, room int64) bool {
 	if room < 0 {
 		return false
@@ -122,11 +127,11 @@ func (q *queue) fits(id string, now time.Time, room int64) bool {
 	var ahead int64
 	for el := q.front(); el != nil; el = el.Next() {
 		w := el.Value.(*waiter)
-		if w.id == id {
-			break
-		}
 		if !now.Before(w.deadline) {
 			continue
+		}
+		if w.id == id {
+			break
 		}
 		if ahead += w.weight; ahead > room {
 			return false
