@@ -5,7 +5,8 @@
 # make test-under-load  the suite three times with every core kept busy
 # make fault-soak the fault suite (kill -9, Redis restarts, flushes, failover), five rounds of each
 # make bench     the benchmarks, side by side in one run
-# make fuzz      every fuzz target for FUZZTIME (5m) each, one after the other
+# make fuzz      every fuzz target for FUZZTIME (5m) each, one after the other, then the long runs
+#                (the model-based check of the memory store: MODELOPS, 10 million operations)
 # make lint      gofmt, golangci-lint, the Python client's pyright --strict and flake8
 #                (scripts/lint-python.sh), the TypeScript client's tsc and eslint
 #                (scripts/lint-typescript.sh), buf lint/format/breaking, gen/ (and the Python package's

@@ -113,7 +113,7 @@ var layers = []layer{
 	},
 	{
 		name:       "store test kit",
-		pkgs:       []string{"server/store/storetest"},
+		pkgs:       []string{"server/store/storetest", "server/store/storemodel"},
 		may:        []string{"store interface", "test kits"},
 		testsNever: aboveTheService,
 	},
