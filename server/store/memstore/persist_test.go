@@ -122,7 +122,6 @@ func TestRestartAfterCrashWaitsForLeasesAndKeepsTokens(t *testing.T) {
 // A store that was closed waits after a restart only for the leases still
 // held at Close, exactly; one that never ran waits for nothing.
 func TestRestartAfterCloseWaitsOnlyForTheNamesHeld(t *testing.T) {
-	ctx := t.Context()
 	for _, tc := range []struct {
 		name     string
 		run      func(t *testing.T, s *memstore.Store, clock *clockwork.FakeClock)
@@ -131,7 +130,7 @@ func TestRestartAfterCloseWaitsOnlyForTheNamesHeld(t *testing.T) {
 		{"FirstStart", func(*testing.T, *memstore.Store, *clockwork.FakeClock) {}, 0},
 		{"EveryLeaseReleased", func(t *testing.T, s *memstore.Store, _ *clockwork.FakeClock) {
 			l := grant(t, s, "a", "old")
-			if ok, err := s.Release(ctx, "a", "old", l.Token); !ok || err != nil {
+			if ok, err := s.Release(t.Context(), "a", "old", l.Token); !ok || err != nil {
 				t.Fatalf("Release = %v, %v", ok, err)
 			}
 		}, 0},
@@ -153,7 +152,7 @@ func TestRestartAfterCloseWaitsOnlyForTheNamesHeld(t *testing.T) {
 			if err := before.Close(); err != nil {
 				t.Fatalf("Close: %v", err)
 			}
-			if _, err := before.Acquire(ctx, store.AcquireRequest{Name: "late", Holder: "h", TTL: time.Hour}); !errors.Is(err, store.ErrUnavailable) {
+			if _, err := before.Acquire(t.Context(), store.AcquireRequest{Name: "late", Holder: "h", TTL: time.Hour}); !errors.Is(err, store.ErrUnavailable) {
 				t.Errorf("a grant past the written bounds after Close: %v; want ErrUnavailable", err)
 			}
 
@@ -166,7 +165,7 @@ func TestRestartAfterCloseWaitsOnlyForTheNamesHeld(t *testing.T) {
 			// ... and a name still held at Close waits until its lease would
 			// have ended (written in whole milliseconds, rounded up).
 			if tc.wantWait > 0 {
-				res, err := after.Acquire(ctx, store.AcquireRequest{Name: "a", Holder: "new", TTL: ttl})
+				res, err := after.Acquire(t.Context(), store.AcquireRequest{Name: "a", Holder: "new", TTL: ttl})
 				if err != nil || res.Acquired {
 					t.Fatalf("Acquire of the name held at Close = %+v, %v; want refused", res, err)
 				}
