@@ -195,9 +195,15 @@ func (v *validator) members(field string, ms []*coordinatorv1.GroupMember) []sto
 	out := make([]store.GroupMember, len(ms))
 	seen := make(map[string]int, len(ms))
 	for i, m := range ms {
-		at := fmt.Sprintf("%s[%d].", field, i)
-		v.name(at+"name", m.GetName())
-		capacity, weight := v.shareOf(at+"capacity", at+"weight", m.GetCapacity(), m.GetWeight())
+		// Checked under the member's own field names, which are spelled
+		// out only for a failure: a contended group is checked at every
+		// attempt.
+		var member validator
+		member.name("name", m.GetName())
+		capacity, weight := member.share(m.GetCapacity(), m.GetWeight())
+		if member.err != nil && v.err == nil {
+			v.err = &fieldError{field: fmt.Sprintf("%s[%d].%s", field, i, member.err.field), reason: member.err.reason}
+		}
 		if j, dup := seen[m.GetName()]; dup && v.err == nil {
 			v.fail(field, "lists the name %q twice (members %d and %d): a group holds each name once", m.GetName(), j, i)
 		}
@@ -215,9 +221,12 @@ func (v *validator) groupLeases(field string, ls []*coordinatorv1.GroupLease) []
 	}
 	out := make([]store.GroupLease, len(ls))
 	for i, l := range ls {
-		at := fmt.Sprintf("%s[%d].", field, i)
-		v.name(at+"name", l.GetName())
-		v.token(at+"token", l.GetToken())
+		var lease validator
+		lease.name("name", l.GetName())
+		lease.token("token", l.GetToken())
+		if lease.err != nil && v.err == nil {
+			v.err = &fieldError{field: fmt.Sprintf("%s[%d].%s", field, i, lease.err.field), reason: lease.err.reason}
+		}
 		out[i] = store.GroupLease{Name: l.GetName(), Token: l.GetToken()}
 	}
 	return out
