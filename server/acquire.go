@@ -84,17 +84,25 @@ type waitingAcquire struct {
 // when the RPC deadline comes first, deadlineMargin before that, so that its
 // answer arrives in time.
 func (s *Service) newWaitingAcquire(ctx context.Context, req store.AcquireRequest, wait time.Duration) *waitingAcquire {
-	arrived := time.Now()
-	giveUpAt := arrived.Add(wait)
-	if d, ok := ctx.Deadline(); ok && d.Add(-deadlineMargin).Before(giveUpAt) {
-		giveUpAt = d.Add(-deadlineMargin)
-	}
+	arrived, giveUpAt := giveUpTime(ctx, wait)
 	req.Waiter = newWaiterID()
 	req.WaiterTTL = waiterTTL
 	return &waitingAcquire{
 		s: s, req: req, arrived: arrived, giveUpAt: giveUpAt,
 		waiter: waiter{id: req.Waiter, turn: make(chan struct{}, 1)},
 	}
+}
+
+// giveUpTime is when a call that arrives now and may wait for wait gives
+// up: when its wait ends or, when the RPC deadline comes first,
+// deadlineMargin before that, so that its answer arrives in time.
+func giveUpTime(ctx context.Context, wait time.Duration) (arrived, giveUpAt time.Time) {
+	arrived = time.Now()
+	giveUpAt = arrived.Add(wait)
+	if d, ok := ctx.Deadline(); ok && d.Add(-deadlineMargin).Before(giveUpAt) {
+		giveUpAt = d.Add(-deadlineMargin)
+	}
+	return arrived, giveUpAt
 }
 
 func newWaiterID() string {
@@ -197,18 +205,25 @@ func (a *waitingAcquire) enter(ctx context.Context) (entered bool, err error) {
 // turn, or its retry time (zero: none) or its give-up time comes. It fails
 // when the caller leaves or the coordinator stops.
 func (a *waitingAcquire) awaitTurn(ctx context.Context, retryAt time.Time) error {
-	wake := a.giveUpAt
+	return a.s.awaitTurn(ctx, a.turn, retryAt, a.giveUpAt)
+}
+
+// awaitTurn waits until a waiting call should try again: it is told on
+// turn, or retryAt (zero: none) or giveUpAt comes. It fails when the
+// caller leaves or the coordinator stops.
+func (s *Service) awaitTurn(ctx context.Context, turn <-chan struct{}, retryAt, giveUpAt time.Time) error {
+	wake := giveUpAt
 	if !retryAt.IsZero() && retryAt.Before(wake) {
 		wake = retryAt
 	}
 	timer := time.NewTimer(time.Until(wake))
 	defer timer.Stop()
 	select {
-	case <-a.turn:
+	case <-turn:
 	case <-timer.C:
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-a.s.stopping:
+	case <-s.stopping:
 		return errStopping
 	}
 	return nil

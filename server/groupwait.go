@@ -53,11 +53,7 @@ type waitingGroup struct {
 // store's queue of every member, and its give-up time (see
 // newWaitingAcquire).
 func (s *Service) newWaitingGroup(ctx context.Context, req store.GroupRequest, wait time.Duration) *waitingGroup {
-	arrived := time.Now()
-	giveUpAt := arrived.Add(wait)
-	if d, ok := ctx.Deadline(); ok && d.Add(-deadlineMargin).Before(giveUpAt) {
-		giveUpAt = d.Add(-deadlineMargin)
-	}
+	arrived, giveUpAt := giveUpTime(ctx, wait)
 	req.Waiter = newWaiterID()
 	req.WaiterTTL = waiterTTL
 	turn := make(chan struct{}, 1)
@@ -228,21 +224,7 @@ func (g *waitingGroup) attemptParking(ctx context.Context) (store.GroupResult, e
 // awaitTurn waits until the group should try again: one of its lines
 // tells it to, or its retry time (zero: none) or give-up time comes.
 func (g *waitingGroup) awaitTurn(ctx context.Context, retryAt time.Time) error {
-	wake := g.giveUpAt
-	if !retryAt.IsZero() && retryAt.Before(wake) {
-		wake = retryAt
-	}
-	timer := time.NewTimer(time.Until(wake))
-	defer timer.Stop()
-	select {
-	case <-g.places[0].turn: // shared by every place
-	case <-timer.C:
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-g.s.stopping:
-		return errStopping
-	}
-	return nil
+	return g.s.awaitTurn(ctx, g.places[0].turn, retryAt, g.giveUpAt) // the turn every place shares
 }
 
 // refused takes the answer of an attempt that was not granted and says
