@@ -17,6 +17,7 @@ import (
 
 	"github.com/coordinator-dev/coordinator/coordinatord"
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
+	"github.com/coordinator-dev/coordinator/internal/testkit/redistest"
 	"github.com/coordinator-dev/coordinator/server/servertest"
 	"github.com/coordinator-dev/coordinator/server/store/storetest"
 )
@@ -26,8 +27,7 @@ import (
 // lone name, as often as not, as a single TryAcquire, waiting or not),
 // hold them briefly and release them; some give up a wait midway. Half of
 // them call the unary RPCs, half the operation stream. On the memory store
-// (Redis and a Redis Cluster join once the Redis store takes groups), it
-// checks:
+// and on Redis, standalone and a Cluster of three primaries, it checks:
 //   - progress: grants keep coming (a stall of stallLimit fails, with every
 //     name's Describe), and every client is granted randomCycles times;
 //   - all or nothing: a grant is a lease of each member, and Describe of
@@ -43,6 +43,13 @@ func TestRandomGroups(t *testing.T) {
 		config func(t *testing.T) coordinatord.Config
 	}{
 		{"memory", func(t *testing.T) coordinatord.Config { return testConfig(t, coordinatord.StoreMemory) }},
+		{"redis", func(t *testing.T) coordinatord.Config { return testConfig(t, coordinatord.StoreRedis) }},
+		{"cluster", func(t *testing.T) coordinatord.Config {
+			// A group's names lie in several slots: taken slot by slot.
+			cfg := testConfig(t, coordinatord.StoreMemory)
+			cfg.Store, cfg.RedisURL = coordinatord.StoreRedis, redistest.StartCluster(t, 3).URL()
+			return cfg
+		}},
 	}
 	for _, d := range deployments {
 		t.Run(d.name, func(t *testing.T) { runRandomGroups(t, start(t, d.config(t))) })
