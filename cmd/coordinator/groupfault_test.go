@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
+	"github.com/coordinator-dev/coordinator/internal/testkit/redistest"
 	"github.com/coordinator-dev/coordinator/internal/testkit/testwait"
 	"github.com/coordinator-dev/coordinator/server/store/storetest"
 )
@@ -269,8 +270,10 @@ func (g *groupContention) checkFloors(t *testing.T) {
 	}
 }
 
-// TestFaultsWithGroups strikes groups with the suite's faults; the Redis
-// ones join when the Redis store takes groups.
+// TestFaultsWithGroups strikes groups with the suite's faults: a
+// coordinator killed mid-acquisition (on a Cluster, while it holds the
+// members of lower slots for groups that wait in higher ones), and Redis
+// restarted without its data.
 func TestFaultsWithGroups(t *testing.T) {
 	// As TestFaults: the longest a lost lease may live, plus a loaded
 	// machine's noise; a group waits for the last of its members.
@@ -278,5 +281,25 @@ func TestFaultsWithGroups(t *testing.T) {
 	t.Run("coordinator killed mid-acquisition on the memory store", func(t *testing.T) {
 		p := startCoordinatorProcess(t, "COORDINATOR_STATE_DIR="+t.TempDir())
 		contendInGroups(t, p.addr, bound, p.restart)
+	})
+	t.Run("coordinator killed mid-acquisition on Redis", func(t *testing.T) {
+		rs := redistest.Start(t, false)
+		p := startCoordinatorProcess(t, "COORDINATOR_STORE=redis", "COORDINATOR_REDIS_URL="+rs.URL(), "COORDINATOR_REDIS_NEW_STORE=true")
+		p.env = []string{"COORDINATOR_STORE=redis", "COORDINATOR_REDIS_URL=" + rs.URL()}
+		contendInGroups(t, p.addr, bound, p.restart)
+	})
+	t.Run("coordinator killed mid-acquisition on a Redis Cluster", func(t *testing.T) {
+		url := redistest.StartCluster(t, 3).URL()
+		p := startCoordinatorProcess(t, "COORDINATOR_STORE=redis", "COORDINATOR_REDIS_URL="+url, "COORDINATOR_REDIS_NEW_STORE=true")
+		p.env = []string{"COORDINATOR_STORE=redis", "COORDINATOR_REDIS_URL=" + url}
+		contendInGroups(t, p.addr, bound, p.restart)
+	})
+	t.Run("Redis restarted without its data", func(t *testing.T) {
+		rs := redistest.Start(t, false)
+		p := startCoordinatorProcess(t, "COORDINATOR_STORE=redis", "COORDINATOR_REDIS_URL="+rs.URL(), "COORDINATOR_REDIS_NEW_STORE=true")
+		contendInGroups(t, p.addr, bound, func(int) time.Time {
+			rs.Restart()
+			return time.Now()
+		})
 	})
 }
