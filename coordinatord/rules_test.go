@@ -32,6 +32,54 @@ func TestValidationFollowsTheProtoRules(t *testing.T) {
 	var seq int
 	fresh := func() string { seq++; return fmt.Sprintf("rules/n%d", seq) }
 	ttl := servertest.Dur(time.Second)
+	// A group's members and leases: n valid ones, each on a name of its
+	// own (at the largest capacity, as TryAcquireRequest's).
+	members := func(n int) []*coordinatorv1.GroupMember {
+		out := make([]*coordinatorv1.GroupMember, n)
+		for i := range out {
+			out[i] = &coordinatorv1.GroupMember{Name: fresh(), Capacity: uint32(server.MaxCapacity)}
+		}
+		return out
+	}
+	groupLeases := func(n int) []*coordinatorv1.GroupLease {
+		out := make([]*coordinatorv1.GroupLease, n)
+		for i := range out {
+			out[i] = &coordinatorv1.GroupLease{Name: fresh(), Token: 1}
+		}
+		return out
+	}
+	acquireGroup := func(m proto.Message) error {
+		_, err := c.client.AcquireGroup(ctx, m.(*coordinatorv1.AcquireGroupRequest))
+		return err
+	}
+	releaseGroup := func(m proto.Message) error {
+		_, err := c.client.ReleaseGroup(ctx, m.(*coordinatorv1.ReleaseGroupRequest))
+		return err
+	}
+	// within, for a message sent inside a request (a group's member), is
+	// the one of m whose field is tested, and the field's path before its
+	// name in the refusal.
+	within := map[protoreflect.FullName]func(m proto.Message) (protoreflect.Message, string){
+		"coordinator.v1.GroupMember": func(m proto.Message) (protoreflect.Message, string) {
+			return m.(*coordinatorv1.AcquireGroupRequest).GetMembers()[0].ProtoReflect(), "members[0]."
+		},
+		"coordinator.v1.GroupLease": func(m proto.Message) (protoreflect.Message, string) {
+			return m.(*coordinatorv1.ReleaseGroupRequest).GetLeases()[0].ProtoReflect(), "leases[0]."
+		},
+	}
+	// lists, for a request with a repeated field, make a value of it with
+	// n valid entries.
+	lists := map[protoreflect.FullName]func(n int) protoreflect.Value{
+		"coordinator.v1.AcquireGroupRequest": func(n int) protoreflect.Value {
+			return listOf(&coordinatorv1.AcquireGroupRequest{Members: members(n)}, "members")
+		},
+		"coordinator.v1.RenewGroupRequest": func(n int) protoreflect.Value {
+			return listOf(&coordinatorv1.RenewGroupRequest{Leases: groupLeases(n)}, "leases")
+		},
+		"coordinator.v1.ReleaseGroupRequest": func(n int) protoreflect.Value {
+			return listOf(&coordinatorv1.ReleaseGroupRequest{Leases: groupLeases(n)}, "leases")
+		},
+	}
 	requests := map[protoreflect.FullName]struct {
 		valid func() proto.Message
 		send  func(proto.Message) error
@@ -106,6 +154,36 @@ func TestValidationFollowsTheProtoRules(t *testing.T) {
 			func() proto.Message { return &coordinatorv1.ObserveRequest{Election: fresh()} },
 			func(m proto.Message) error { return observeOnce(ctx, c, m.(*coordinatorv1.ObserveRequest)) },
 		},
+		"coordinator.v1.AcquireGroupRequest": {
+			func() proto.Message {
+				return &coordinatorv1.AcquireGroupRequest{Members: members(1), Holder: "h", Ttl: ttl}
+			},
+			acquireGroup,
+		},
+		"coordinator.v1.GroupMember": {
+			func() proto.Message {
+				return &coordinatorv1.AcquireGroupRequest{Members: members(1), Holder: "h", Ttl: ttl}
+			},
+			acquireGroup,
+		},
+		// A lease that is not held is refused, but not as invalid.
+		"coordinator.v1.RenewGroupRequest": {
+			func() proto.Message {
+				return &coordinatorv1.RenewGroupRequest{Holder: "h", Leases: groupLeases(1), Ttl: ttl}
+			},
+			func(m proto.Message) error {
+				_, err := c.client.RenewGroup(ctx, m.(*coordinatorv1.RenewGroupRequest))
+				return err
+			},
+		},
+		"coordinator.v1.ReleaseGroupRequest": {
+			func() proto.Message { return &coordinatorv1.ReleaseGroupRequest{Holder: "h", Leases: groupLeases(1)} },
+			releaseGroup,
+		},
+		"coordinator.v1.GroupLease": {
+			func() proto.Message { return &coordinatorv1.ReleaseGroupRequest{Holder: "h", Leases: groupLeases(1)} },
+			releaseGroup,
+		},
 		// A valid session id that names no session is refused, but not as
 		// invalid: FailedPrecondition, SESSION_NOT_FOUND.
 		"coordinator.v1.CreateSessionRequest": {
@@ -157,19 +235,24 @@ func TestValidationFollowsTheProtoRules(t *testing.T) {
 				t.Errorf("%s has rules, but this test cannot send a %s: add it", fd.FullName(), md.FullName())
 				continue
 			}
-			for _, tc := range fieldCases(fd, rules, cfg.MaxTTL) {
+			for _, tc := range fieldCases(fd, rules, cfg.MaxTTL, lists[md.FullName()]) {
 				t.Run(fmt.Sprintf("%s/%s", fd.FullName(), tc.what), func(t *testing.T) {
 					m := req.valid()
+					target, path := m.ProtoReflect(), ""
+					if in := within[md.FullName()]; in != nil {
+						target, path = in(m)
+					}
 					if tc.value.IsValid() {
-						m.ProtoReflect().Set(fd, tc.value)
+						target.Set(fd, tc.value)
 					} else {
-						m.ProtoReflect().Clear(fd)
+						target.Clear(fd)
 					}
 					err := req.send(m)
 					code, reason, field := errorDetails(err)
-					refused := code == codes.InvalidArgument && reason == "INVALID_FIELD" && field == string(fd.Name())
+					want := path + string(fd.Name())
+					refused := code == codes.InvalidArgument && reason == "INVALID_FIELD" && field == want
 					if tc.invalid && !refused {
-						t.Fatalf("%v: %v (reason %q, field %q); want InvalidArgument INVALID_FIELD naming %s", m, err, reason, field, fd.Name())
+						t.Fatalf("%v: %v (reason %q, field %q); want InvalidArgument INVALID_FIELD naming %s", m, err, reason, field, want)
 					}
 					if !tc.invalid && code == codes.InvalidArgument {
 						t.Fatalf("%v: %v; want the value accepted", m, err)
@@ -189,11 +272,31 @@ type fieldCase struct {
 	invalid bool
 }
 
-// fieldCases are the values at and just past each of a field's limits.
-func fieldCases(fd protoreflect.FieldDescriptor, rules *coordinatorv1.FieldRules, maxTTL time.Duration) []fieldCase {
+// listOf is the value of m's repeated field.
+func listOf(m proto.Message, field protoreflect.Name) protoreflect.Value {
+	r := m.ProtoReflect()
+	return r.Get(r.Descriptor().Fields().ByName(field))
+}
+
+// fieldCases are the values at and just past each of a field's limits;
+// list makes a repeated field's value of n valid entries.
+func fieldCases(fd protoreflect.FieldDescriptor, rules *coordinatorv1.FieldRules, maxTTL time.Duration, list func(n int) protoreflect.Value) []fieldCase {
 	var cases []fieldCase
 	add := func(what string, v protoreflect.Value, invalid bool) {
 		cases = append(cases, fieldCase{what, v, invalid})
+	}
+	if fd.IsList() {
+		if list == nil {
+			panic(fmt.Sprintf("%s: a repeated field with rules, and no way to make its entries", fd.FullName()))
+		}
+		if rules.GetRequired() {
+			add("none", protoreflect.Value{}, true)
+		}
+		if n := int(rules.GetMaxValue()); n > 0 {
+			add("at max_value entries", list(n), false)
+			add("past max_value entries", list(n+1), true)
+		}
+		return cases
 	}
 	str := func(s string) protoreflect.Value { return protoreflect.ValueOfString(s) }
 	durv := func(d time.Duration) protoreflect.Value {
