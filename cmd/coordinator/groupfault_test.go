@@ -273,7 +273,7 @@ func (g *groupContention) checkFloors(t *testing.T) {
 // TestFaultsWithGroups strikes groups with the suite's faults: a
 // coordinator killed mid-acquisition (on a Cluster, while it holds the
 // members of lower slots for groups that wait in higher ones), and Redis
-// restarted without its data.
+// restarted without its data or stalled.
 func TestFaultsWithGroups(t *testing.T) {
 	// As TestFaults: the longest a lost lease may live, plus a loaded
 	// machine's noise; a group waits for the last of its members.
@@ -299,6 +299,19 @@ func TestFaultsWithGroups(t *testing.T) {
 		p := startCoordinatorProcess(t, "COORDINATOR_STORE=redis", "COORDINATOR_REDIS_URL="+rs.URL(), "COORDINATOR_REDIS_NEW_STORE=true")
 		contendInGroups(t, p.addr, bound, func(int) time.Time {
 			rs.Restart()
+			return time.Now()
+		})
+	})
+	t.Run("Redis stalled", func(t *testing.T) {
+		rs := redistest.Start(t, false)
+		p := startCoordinatorProcess(t, "COORDINATOR_STORE=redis", "COORDINATOR_REDIS_URL="+rs.URL(), "COORDINATOR_REDIS_NEW_STORE=true")
+		contendInGroups(t, p.addr, bound, func(int) time.Time {
+			// Longer than the store's call timeout: calls fail as
+			// unavailable, and what Redis queued meanwhile runs when it
+			// wakes, grants among it: their leases run from then.
+			const stall = 3 * time.Second
+			rs.Pause(stall)
+			time.Sleep(stall)
 			return time.Now()
 		})
 	})
