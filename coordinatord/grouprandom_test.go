@@ -69,6 +69,9 @@ const (
 	// wait for each other are not set free by their waits running out.
 	stallLimit = 10 * time.Second
 	randomWait = 2 * stallLimit
+	// tryFor is how long a client that tries without waiting keeps trying:
+	// waiters pass it, so it may be refused for as long as they come.
+	tryFor = time.Second
 )
 
 // groupRun is the state the clients of one run share.
@@ -79,7 +82,10 @@ type groupRun struct {
 	grants    atomic.Int64
 	groups    atomic.Int64 // grants of more than one name
 	gaveUp    atomic.Int64 // waits given up midway
-	lastGrant atomic.Int64 // unix nanoseconds
+	// longestWait is the longest a cycle that waits in line waited for
+	// its grant, in nanoseconds.
+	longestWait atomic.Int64
+	lastGrant   atomic.Int64 // unix nanoseconds
 
 	mu   sync.Mutex
 	errs []error
@@ -189,7 +195,13 @@ func runRandomGroups(t *testing.T, c *coordinator) {
 	for i := range cycles {
 		perClient[i] = cycles[i].Load()
 	}
-	t.Logf("%d grants, %d of them groups, %d waits given up; grants per client %v", r.grants.Load(), r.groups.Load(), r.gaveUp.Load(), perClient)
+	t.Logf("%d grants, %d of them groups, %d waits given up, the longest wait for a grant %s; grants per client %v",
+		r.grants.Load(), r.groups.Load(), r.gaveUp.Load(), time.Duration(r.longestWait.Load()).Round(time.Millisecond), perClient)
+	// Waiters are served in arrival order: no client waits in line for
+	// long while others are granted.
+	if longest := time.Duration(r.longestWait.Load()); longest > stallLimit {
+		t.Errorf("a client waited %s in line for its grant: starved", longest.Round(time.Millisecond))
+	}
 	if r.groups.Load() < randomClients {
 		t.Errorf("only %d grants of groups: the test did not exercise groups", r.groups.Load())
 	}
@@ -280,6 +292,7 @@ func (r *groupRun) cycle(ctx context.Context, calls groupCalls, rng *rand.Rand, 
 	if len(names) == 1 && rng.IntN(2) == 0 {
 		return r.single(ctx, calls, rng, holder, names[0])
 	}
+	start := time.Now()
 	req := &coordinatorv1.AcquireGroupRequest{Holder: holder, Ttl: servertest.Dur(randomTTL), Wait: servertest.Dur(randomWait)}
 	for _, n := range names {
 		req.Members = append(req.Members, &coordinatorv1.GroupMember{Name: n})
@@ -301,6 +314,7 @@ func (r *groupRun) cycle(ctx context.Context, calls groupCalls, rng *rand.Rand, 
 		cancel()
 		switch {
 		case err == nil && resp.GetAcquired():
+			r.waited(start)
 			r.hold(ctx, calls, rng, holder, names, resp.GetLeases(), sent)
 			return true
 		case cut:
@@ -315,6 +329,17 @@ func (r *groupRun) cycle(ctx context.Context, calls groupCalls, rng *rand.Rand, 
 		// The wait ran out: ask again as the same holder, as a client does.
 	}
 	return false
+}
+
+// waited records a cycle's wait for its grant, from start.
+func (r *groupRun) waited(start time.Time) {
+	d := int64(time.Since(start))
+	for {
+		top := r.longestWait.Load()
+		if d <= top || r.longestWait.CompareAndSwap(top, d) {
+			return
+		}
+	}
 }
 
 // abandon ends an acquisition given up midway, whose outcome the caller
@@ -345,13 +370,15 @@ func (r *groupRun) abandon(ctx context.Context, calls groupCalls, rng *rand.Rand
 	return false
 }
 
-// single is a single TryAcquire of name, waiting or not, until granted.
+// single is a single TryAcquire of name, waiting or not, until granted;
+// tries that do not wait, which waiters pass, give up after tryFor.
 func (r *groupRun) single(ctx context.Context, calls groupCalls, rng *rand.Rand, holder, name string) bool {
 	wait := time.Duration(0)
 	if rng.IntN(2) == 0 {
 		wait = randomWait
 	}
 	defer r.ask(holder, []string{name})()
+	start := time.Now()
 	for ctx.Err() == nil {
 		callCtx, cancel := context.WithTimeout(ctx, 2*randomWait)
 		sent := time.Now()
@@ -364,10 +391,16 @@ func (r *groupRun) single(ctx context.Context, calls groupCalls, rng *rand.Rand,
 			return false
 		}
 		if resp.GetAcquired() {
+			if wait > 0 { // tries that do not wait get no place in line
+				r.waited(start)
+			}
 			r.hold(ctx, calls, rng, holder, []string{name}, []*coordinatorv1.Lease{resp.GetLease()}, sent)
 			return true
 		}
 		if wait == 0 {
+			if time.Since(start) > tryFor {
+				return false
+			}
 			time.Sleep(time.Duration(1+rng.IntN(5)) * time.Millisecond) // a try refused: try again soon
 		}
 	}
