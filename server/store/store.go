@@ -199,9 +199,20 @@ type GroupLease struct {
 	Claim string
 }
 
+// CheckShares refuses a request whose capacity or weight is out of range:
+// 1 <= weight <= capacity <= MaxCapacity, 0 meaning 1. The service refuses
+// them first, naming the field.
+func CheckShares(req AcquireRequest) error {
+	if capacity, weight := req.CapacityOrDefault(), req.WeightOrDefault(); capacity > MaxCapacity || weight > capacity {
+		return fmt.Errorf("acquire %q: weight %d, capacity %d: want 1 <= weight <= capacity <= %d", req.Name, weight, capacity, MaxCapacity)
+	}
+	return nil
+}
+
 // CheckGroup refuses a group a store cannot take: no member, more than
-// MaxGroupMembers, a name listed twice, or a TTL that is not positive
-// without a session. The service refuses them first, naming the field.
+// MaxGroupMembers, a name listed twice, a member's share out of range
+// (CheckShares), or a TTL that is not positive without a session. The
+// service refuses them first, naming the field.
 func CheckGroup(req GroupRequest) error {
 	switch {
 	case len(req.Members) == 0 || len(req.Members) > MaxGroupMembers:
@@ -210,11 +221,14 @@ func CheckGroup(req GroupRequest) error {
 		return fmt.Errorf("acquire group: ttl %s is not positive", req.TTL)
 	}
 	seen := make(map[string]struct{}, len(req.Members))
-	for _, m := range req.Members {
+	for i, m := range req.Members {
 		if _, dup := seen[m.Name]; dup {
 			return fmt.Errorf("acquire group: the name %q is listed twice", m.Name)
 		}
 		seen[m.Name] = struct{}{}
+		if err := CheckShares(req.Request(i)); err != nil {
+			return fmt.Errorf("acquire group: %w", err)
+		}
 	}
 	return nil
 }

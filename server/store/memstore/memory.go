@@ -274,8 +274,8 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 	if req.TTL <= 0 && req.Session == "" {
 		return store.AcquireResult{}, fmt.Errorf("memstore: acquire %q: ttl %s is not positive", req.Name, req.TTL)
 	}
-	if err := checkShares(req); err != nil {
-		return store.AcquireResult{}, err
+	if err := store.CheckShares(req); err != nil {
+		return store.AcquireResult{}, fmt.Errorf("memstore: %w", err)
 	}
 	if wait := s.quarantineEnd.Sub(s.clock.Now()); wait > 0 {
 		return store.AcquireResult{}, &store.QuarantineError{RetryAfter: wait.Truncate(time.Millisecond) + time.Millisecond}
@@ -365,17 +365,7 @@ type verdict struct {
 
 func (v verdict) fits() bool { return !v.refused }
 
-// checkShares refuses a capacity or weight out of range before anything
-// else is looked at (a session, the name), as the Redis store does.
-func checkShares(req store.AcquireRequest) error {
-	if capacity, weight := req.CapacityOrDefault(), req.WeightOrDefault(); capacity > store.MaxCapacity || weight > capacity {
-		return fmt.Errorf("memstore: acquire %q: weight %d, capacity %d: want 1 <= weight <= capacity <= %d",
-			req.Name, weight, capacity, store.MaxCapacity)
-	}
-	return nil
-}
-
-// decide decides req, whose shares checkShares let through, at now.
+// decide decides req, whose shares store.CheckShares let through, at now.
 // Called with s.mu held.
 func (s *Store) decide(req store.AcquireRequest, now time.Time) (verdict, error) {
 	capacity, weight := req.CapacityOrDefault(), req.WeightOrDefault()
@@ -473,11 +463,6 @@ func (s *Store) AcquireGroup(ctx context.Context, req store.GroupRequest) (store
 	}
 	if err := store.CheckGroup(req); err != nil {
 		return store.GroupResult{}, fmt.Errorf("memstore: %w", err)
-	}
-	for i := range req.Members {
-		if err := checkShares(req.Request(i)); err != nil {
-			return store.GroupResult{}, err
-		}
 	}
 	if wait := s.quarantineEnd.Sub(s.clock.Now()); wait > 0 {
 		return store.GroupResult{}, &store.QuarantineError{RetryAfter: wait.Truncate(time.Millisecond) + time.Millisecond}

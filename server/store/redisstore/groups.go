@@ -33,13 +33,6 @@ func (s *Store) AcquireGroup(ctx context.Context, req store.GroupRequest) (store
 	if err := store.CheckGroup(req); err != nil {
 		return store.GroupResult{}, fmt.Errorf("redisstore: %w", err)
 	}
-	for i := range req.Members {
-		r := req.Request(i)
-		if capacity, weight := r.CapacityOrDefault(), r.WeightOrDefault(); capacity > store.MaxCapacity || weight > capacity {
-			return store.GroupResult{}, fmt.Errorf("redisstore: acquire group: %q: weight %d, capacity %d: want 1 <= weight <= capacity <= %d",
-				r.Name, weight, capacity, store.MaxCapacity)
-		}
-	}
 	names := make([]string, len(req.Members))
 	for i, m := range req.Members {
 		names[i] = m.Name

@@ -102,11 +102,10 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 	if req.TTL <= 0 && req.Session == "" {
 		return store.AcquireResult{}, fmt.Errorf("redisstore: acquire %q: ttl %s is not positive", req.Name, req.TTL)
 	}
-	capacity, weight := req.CapacityOrDefault(), req.WeightOrDefault()
-	if capacity > store.MaxCapacity || weight > capacity {
-		return store.AcquireResult{}, fmt.Errorf("redisstore: acquire %q: weight %d, capacity %d: want 1 <= weight <= capacity <= %d",
-			req.Name, weight, capacity, store.MaxCapacity)
+	if err := store.CheckShares(req); err != nil {
+		return store.AcquireResult{}, fmt.Errorf("redisstore: %w", err)
 	}
+	capacity, weight := req.CapacityOrDefault(), req.WeightOrDefault()
 	args := s.acquireArgs(req, capacity, weight)
 	proofs := proofSet{}
 	if req.Session != "" {
