@@ -94,6 +94,9 @@ func (p *coordinatorProcess) kill() {
 // resource while they believe their lease valid, until stop.
 type contention struct {
 	client coordinatorv1.CoordinatorClient
+	// prefix starts the names' ("fault/" unless set): tests that run several
+	// contentions at once give each its own.
+	prefix string
 	// capacity, above 1, makes the names semaphores: each worker asks for a
 	// weight of its own, and acts on weighted instead of resources.
 	capacity  int64
@@ -125,7 +128,7 @@ func (c *contention) run(ctx context.Context, worker int) {
 	}
 	for i := worker; ctx.Err() == nil; i++ {
 		n := i % faultNames
-		name := fmt.Sprintf("fault/%d", n)
+		name := c.name(n)
 		sent := time.Now()
 		callCtx, cancel := context.WithTimeout(ctx, 2*faultTTL)
 		resp, err := c.client.TryAcquire(callCtx, &coordinatorv1.TryAcquireRequest{
@@ -168,6 +171,14 @@ func (c *contention) run(ctx context.Context, worker int) {
 	}
 }
 
+// name is the nth name the workers contend for.
+func (c *contention) name(n int) string {
+	if c.prefix == "" {
+		return fmt.Sprintf("fault/%d", n)
+	}
+	return fmt.Sprintf("%s%d", c.prefix, n)
+}
+
 func sleepCtx(ctx context.Context, d time.Duration) {
 	if d <= 0 {
 		return
@@ -185,7 +196,7 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 func (c *contention) checkFloors(t *testing.T) {
 	t.Helper()
 	for n := range faultNames {
-		name := fmt.Sprintf("fault/%d", n)
+		name := c.name(n)
 		var d *coordinatorv1.DescribeResponse
 		testwait.Until(t, 3*faultTTL, "Describe answers", func() bool {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
