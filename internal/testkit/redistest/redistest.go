@@ -359,8 +359,11 @@ func (s *Server) Promote() {
 	}
 }
 
-// Cluster is a private Redis Cluster of masters without replicas.
+// Cluster is a private Redis Cluster: its primaries, each with the
+// replicas StartClusterWithReplicas gave it.
 type Cluster struct {
+	// Nodes are the servers in the order they were started: the primaries
+	// first, then their replicas (redis-cli's --cluster create assigns them).
 	Nodes []*Server
 }
 
@@ -368,9 +371,18 @@ type Cluster struct {
 // ports until t ends, and waits until every slot is served.
 func StartCluster(t testing.TB, n int) *Cluster {
 	t.Helper()
+	return StartClusterWithReplicas(t, n, 0)
+}
+
+// StartClusterWithReplicas runs a Redis Cluster of n primaries (at least 3),
+// each with replicas replicas, on loopback ports until t ends, and waits
+// until every slot is served and every replica is in sync. Nodes fail over
+// after a 2 s node timeout.
+func StartClusterWithReplicas(t testing.TB, n, replicas int) *Cluster {
+	t.Helper()
 	c := &Cluster{}
 	args := []string{"--cluster", "create"}
-	for range n {
+	for range n * (1 + replicas) {
 		s := &Server{t: t, dir: t.TempDir(), port: freeClusterPort(t), extra: []string{
 			"--cluster-enabled", "yes", "--cluster-node-timeout", "2000",
 		}}
@@ -379,16 +391,17 @@ func StartCluster(t testing.TB, n int) *Cluster {
 		c.Nodes = append(c.Nodes, s)
 		args = append(args, s.Addr())
 	}
-	args = append(args, "--cluster-yes")
+	args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
 	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
 		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
 	}
 	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.addrs()})
 	defer client.Close()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		info, err := client.ClusterInfo(context.Background()).Result()
-		if err == nil && strings.Contains(info, "cluster_state:ok") && client.Set(context.Background(), "redistest:probe", 1, time.Second).Err() == nil {
+		if err == nil && strings.Contains(info, "cluster_state:ok") && client.Set(context.Background(), "redistest:probe", 1, time.Second).Err() == nil &&
+			c.replicasInSync(n*replicas) {
 			return c
 		}
 		if time.Now().After(deadline) {
@@ -396,6 +409,26 @@ func StartCluster(t testing.TB, n int) *Cluster {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// replicasInSync reports whether want of the nodes are replicas in sync
+// with their primaries, and every node knows them as replicas.
+func (c *Cluster) replicasInSync(want int) bool {
+	synced := 0
+	for _, s := range c.Nodes {
+		cl := redis.NewClient(&redis.Options{Addr: s.Addr()})
+		info, err := cl.Info(context.Background(), "replication").Result()
+		nodes, nerr := cl.ClusterNodes(context.Background()).Result()
+		_ = cl.Close()
+		if err != nil || nerr != nil || strings.Count(nodes, " slave ")+strings.Count(nodes, ",slave ") != want {
+			return false
+		}
+		if strings.Contains(info, "role:slave") && strings.Contains(info, "master_link_status:up") &&
+			!strings.Contains(info, "master_sync_in_progress:1") {
+			synced++
+		}
+	}
+	return synced == want
 }
 
 func (c *Cluster) addrs() []string {
