@@ -93,7 +93,7 @@ func (c *sessionContention) sessionRound(ctx context.Context, cl *client.Client,
 	var leases []*client.Lease
 	for _, n := range names {
 		lctx, cancel := context.WithTimeout(ctx, 3*faultTTL)
-		l, err := cl.Lock(lctx, fmt.Sprintf("fault/%d", n), client.WithSession(s))
+		l, err := cl.Lock(lctx, c.name(n), client.WithSession(s))
 		cancel()
 		if err != nil {
 			break // the session is lost or the fault is on: start again
