@@ -412,15 +412,29 @@ func StartClusterWithReplicas(t testing.TB, n, replicas int) *Cluster {
 }
 
 // replicasInSync reports whether want of the nodes are replicas in sync
-// with their primaries, and every node knows them as replicas.
+// with their primaries, and every node knows them as replicas (and lists
+// them as online).
 func (c *Cluster) replicasInSync(want int) bool {
 	synced := 0
 	for _, s := range c.Nodes {
 		cl := redis.NewClient(&redis.Options{Addr: s.Addr()})
 		info, err := cl.Info(context.Background(), "replication").Result()
 		nodes, nerr := cl.ClusterNodes(context.Background()).Result()
+		shards, serr := cl.ClusterShards(context.Background()).Result()
 		_ = cl.Close()
-		if err != nil || nerr != nil || strings.Count(nodes, " slave ")+strings.Count(nodes, ",slave ") != want {
+		if err != nil || nerr != nil || serr != nil || strings.Count(nodes, " slave ")+strings.Count(nodes, ",slave ") != want {
+			return false
+		}
+		// Clients learn of a replica (CLUSTER SLOTS) once it is online.
+		listed := 0
+		for _, shard := range shards {
+			for _, n := range shard.Nodes {
+				if n.Role == "replica" && n.Health == "online" {
+					listed++
+				}
+			}
+		}
+		if listed != want {
 			return false
 		}
 		if strings.Contains(info, "role:slave") && strings.Contains(info, "master_link_status:up") &&

@@ -408,7 +408,7 @@
 // release would be one more unacknowledged write, and the same holder asking
 // again renews it (same token) and waits again, while no other holder gets
 // the name before it expires. Not supported on a Cluster, whose pipelines
-// span connections.
+// span connections: there a failover is made safe by the quarantine alone.
 //
 // A failover to a replica that kept the marker is no data loss a script can
 // see. So every new connection of a standalone or Sentinel client (New adds
@@ -419,6 +419,23 @@
 // connection before any call uses it, and OnDataLoss is called. A primary
 // without replicas restarted in place is not a failover. A Redis that
 // refuses INFO is not checked (the store logs a warning once).
+//
+// On a Cluster, the same check runs per node, before this store's commands
+// use it (a hook on each of the Cluster client's node clients, since the
+// client may hold connections to a replica from before its promotion): a
+// primary that is not the one last seen at its address, and took over from
+// another, has every slot it serves quarantined (quarantine.lua on each
+// slot's marker) before any command goes on; the other shards grant as
+// before. A check holds until a node answers as if the topology changed
+// (MOVED, READONLY, CLUSTERDOWN, no answer), or the node went unused for
+// half a second; then every node is checked again at its next use (one
+// INFO each). A slot migration moves keys with MIGRATE, which loses
+// nothing: the nodes stay the primaries they were, and nothing is
+// quarantined. Since the Cluster client reloads its slot map after a node
+// stopped answering only at its reload interval (a minute by default), the
+// watch asks it to reload at once. A planned failover (CLUSTER FAILOVER,
+// which waits for the replica to catch up) is quarantined too: the store
+// cannot tell it from an unplanned one.
 //
 // Redis must run with maxmemory-policy noeviction: an evicted lease key (the
 // lease and its fencing counter) or marker breaks these guarantees. New logs a

@@ -29,10 +29,27 @@ const zeroReplID = "0000000000000000000000000000000000000000"
 
 // primaryWatch remembers the primary this store last connected to.
 type primaryWatch struct {
-	mu       sync.Mutex
-	runID    string // "" until the first connection
+	mu   sync.Mutex
+	seen primarySeen
+}
+
+// primarySeen is a primary as this store last saw it.
+type primarySeen struct {
+	runID    string // "" until seen
 	replID   string
 	replicas int // connected replicas when last seen
+}
+
+// tookOver reports whether si, a primary, is not the one seen and bears
+// the marks of a failover: it took over from another (it carries a
+// previous replication ID) or replaced one that had replicas.
+func (p primarySeen) tookOver(si serverInfo) bool {
+	changed := si.runID != p.runID || si.replID != p.replID
+	return changed && (si.replID2 != zeroReplID || p.replicas > 0)
+}
+
+func (si serverInfo) seen() primarySeen {
+	return primarySeen{runID: si.runID, replID: si.replID, replicas: si.replicas}
 }
 
 // serverInfo is what checkPrimary reads from INFO.
@@ -84,37 +101,50 @@ func (s *Store) watchPrimary(c *redis.Client) {
 // the watch's lock while it quarantines, so that no other new connection is
 // used before the quarantine is written.
 func (s *Store) checkPrimary(ctx context.Context, cn *redis.Conn) error {
-	text, err := cn.Info(ctx).Result()
-	var reply redis.Error
-	if errors.As(err, &reply) {
-		// INFO refused (an ACL, a renamed command): carry on unchecked.
-		s.infoRefused.Do(func() {
-			s.log.Warn("Redis refused INFO: a failover to a replica that kept the data-loss marker goes unnoticed", "error", err)
-		})
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("redisstore: check the primary: %w", err)
-	}
-	si := parseInfo(text)
-	if si.role != "master" || si.runID == "" {
-		return nil // writes fail with READONLY; nothing to compare
+	si, err := s.readInfo(ctx, cn)
+	if err != nil || si.role != "master" || si.runID == "" {
+		return err // a refused INFO or a replica: nothing to compare
 	}
 	w := &s.primary
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	changed := w.runID != "" && (si.runID != w.runID || si.replID != w.replID)
-	if changed && (si.replID2 != zeroReplID || w.replicas > 0) {
+	if w.seen.runID != "" && w.seen.tookOver(si) {
 		if err := quarantineScript.Run(ctx, cn, []string{s.prefix + markerSuffix}, s.quarantineMS).Err(); err != nil {
 			return fmt.Errorf("redisstore: quarantine after a change of primary: %w", err)
 		}
-		s.log.Error("the Redis primary changed (failover): grants it had not replicated may be lost; "+
-			"grants wait for the quarantine", "run_id", si.runID, "previous_run_id", w.runID, "quarantine", s.quarantine)
-		s.marks.forget()
-		if s.onDataLoss != nil {
-			s.onDataLoss(s.quarantine)
-		}
+		s.failedOver("the Redis primary changed (failover)", "run_id", si.runID, "previous_run_id", w.seen.runID)
 	}
-	w.runID, w.replID, w.replicas = si.runID, si.replID, si.replicas
+	w.seen = si.seen()
 	return nil
+}
+
+// readInfo reads INFO from c. A Redis that refuses INFO (an ACL, a renamed
+// command) is not checked: its info is empty, and the store warns once.
+func (s *Store) readInfo(ctx context.Context, c interface {
+	Info(context.Context, ...string) *redis.StringCmd
+},
+) (serverInfo, error) {
+	text, err := c.Info(ctx).Result()
+	var reply redis.Error
+	if errors.As(err, &reply) {
+		s.infoRefused.Do(func() {
+			s.log.Warn("Redis refused INFO: a failover to a replica that kept the data-loss marker goes unnoticed", "error", err)
+		})
+		return serverInfo{}, nil
+	}
+	if err != nil {
+		return serverInfo{}, fmt.Errorf("redisstore: check the primary: %w", err)
+	}
+	return parseInfo(text), nil
+}
+
+// failedOver logs a failover that started a quarantine and tells
+// OnDataLoss.
+func (s *Store) failedOver(what string, args ...any) {
+	s.log.Error(what+": grants it had not replicated may be lost; grants wait for the quarantine",
+		append(args, "quarantine", s.quarantine)...)
+	s.marks.forget()
+	if s.onDataLoss != nil {
+		s.onDataLoss(s.quarantine)
+	}
 }

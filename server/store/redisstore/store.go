@@ -126,9 +126,13 @@ func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Stor
 	}
 	s.events.init(s)
 
-	if c, ok := client.(*redis.Client); ok {
-		// Before the first connection, so that it records the primary.
+	// Before the first connection, so that it records the primaries.
+	var cw *clusterWatch
+	switch c := client.(type) {
+	case *redis.Client:
 		s.watchPrimary(c)
+	case *redis.ClusterClient:
+		cw = s.watchCluster(ctx, c)
 	}
 	if !honoursDeadlines(client) {
 		s.log.Warn("the Redis client does not honour context deadlines (go-redis ContextTimeoutEnabled): " +
@@ -143,6 +147,9 @@ func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Stor
 	s.checkEvictionPolicy(ctx)
 	if err := s.checkMarkers(ctx, opts.NewStore); err != nil {
 		return nil, err
+	}
+	if cw != nil {
+		cw.starting.Store(false) // every primary was reached
 	}
 	for _, sc := range append(s.scripts.all(), sharedScripts...) {
 		cctx, cancel := s.bound(ctx)
