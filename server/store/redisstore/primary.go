@@ -124,7 +124,7 @@ func (s *Store) readInfo(ctx context.Context, c interface {
 	Info(context.Context, ...string) *redis.StringCmd
 },
 ) (serverInfo, error) {
-	text, err := c.Info(ctx).Result()
+	text, err := c.Info(ctx, "server", "replication").Result()
 	var reply redis.Error
 	if errors.As(err, &reply) {
 		s.infoRefused.Do(func() {
