@@ -40,6 +40,9 @@ func TestClusterFailoverQuarantinesTheNewPrimarysSlots(t *testing.T) {
 	ctx := testCtx(t)
 
 	primary, replica := shardOf(t, cluster, slotOf(encodeName("job")))
+	if replica == nil {
+		t.Fatal("the primary of job has no replica")
+	}
 	other := "other"
 	for i := 0; ; i++ {
 		if p, _ := shardOf(t, cluster, slotOf(encodeName(other))); p != primary {
@@ -97,7 +100,7 @@ func TestClusterFailoverQuarantinesTheNewPrimarysSlots(t *testing.T) {
 	}
 }
 
-// shardOf is the primary serving slot, and its replica.
+// shardOf is the primary serving slot, and its replica if it has one.
 func shardOf(t *testing.T, c *redistest.Cluster, slot uint16) (primary, replica *redistest.Server) {
 	t.Helper()
 	node := redis.NewClient(&redis.Options{Addr: c.Nodes[0].Addr()})
@@ -122,10 +125,98 @@ func shardOf(t *testing.T, c *redistest.Cluster, slot uint16) (primary, replica 
 				replica = byAddr[addr]
 			}
 		}
-		if primary != nil && replica != nil {
+		if primary != nil {
 			return primary, replica
 		}
 	}
-	t.Fatalf("no primary with a replica serves slot %d: %+v", slot, shards)
+	t.Fatalf("no primary serves slot %d: %+v", slot, shards)
 	return nil, nil
+}
+
+// TestClusterSlotMoveIsNoFailover moves the slot of a held name to another
+// primary: MIGRATE loses nothing, so the lease moves with its slot and
+// nothing is quarantined.
+func TestClusterSlotMoveIsNoFailover(t *testing.T) {
+	t.Parallel()
+	cluster := redistest.StartCluster(t, 3)
+	parsed, err := redisurl.Parse(cluster.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := redis.NewClusterClient(parsed.Cluster)
+	t.Cleanup(func() { _ = client.Close() })
+	var losses atomic.Int32
+	s := newStore(t, client, Options{KeyPrefix: testPrefix(t), NewStore: true, Quarantine: time.Minute,
+		OnDataLoss: func(time.Duration) { losses.Add(1) }})
+	ctx := testCtx(t)
+
+	held := mustGrant(t, s, req("job", "a", time.Minute, ""))
+	slot := slotOf(encodeName("job"))
+	from, _ := shardOf(t, cluster, slot)
+	var to *redistest.Server
+	for _, n := range cluster.Nodes {
+		if n != from {
+			to = n
+			break
+		}
+	}
+	moveSlot(t, cluster, slot, from, to)
+	if p, _ := shardOf(t, cluster, slot); p != to {
+		t.Fatalf("slot %d is still served by %s", slot, p.Addr())
+	}
+
+	res, err := s.Acquire(ctx, req("job", "b", time.Minute, ""))
+	if err != nil || res.Acquired {
+		t.Fatalf("Acquire by b after the move: %+v, %v; want refused: a holds it", res, err)
+	}
+	renewed, err := s.Renew(ctx, "job", "a", held.Token, time.Minute)
+	if err != nil || renewed.Token != held.Token {
+		t.Fatalf("Renew by a after the move: %+v, %v; want token %d", renewed, err, held.Token)
+	}
+	mustRelease(t, s, held)
+	if l := mustGrant(t, s, req("job", "b", time.Minute, "")); l.Token <= held.Token {
+		t.Errorf("token %d after the move, %d before", l.Token, held.Token)
+	}
+	if n := losses.Load(); n != 0 {
+		t.Errorf("OnDataLoss called %d times after a slot move, want 0", n)
+	}
+}
+
+// moveSlot migrates slot from one primary to another as redis-cli
+// --cluster reshard does: IMPORTING, MIGRATING, MIGRATE of its keys, and
+// the new owner told to every node.
+func moveSlot(t *testing.T, c *redistest.Cluster, slot uint16, from, to *redistest.Server) {
+	t.Helper()
+	ctx := testCtx(t)
+	dial := func(s *redistest.Server) *redis.Client {
+		cl := redis.NewClient(&redis.Options{Addr: s.Addr()})
+		t.Cleanup(func() { _ = cl.Close() })
+		return cl
+	}
+	src, dst := dial(from), dial(to)
+	srcID, dstID := src.ClusterMyID(ctx).Val(), dst.ClusterMyID(ctx).Val()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("moving slot %d: %v", slot, err)
+		}
+	}
+	must(dst.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", srcID).Err())
+	must(src.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", dstID).Err())
+	host, port, _ := net.SplitHostPort(to.Addr())
+	for {
+		keys, err := src.ClusterGetKeysInSlot(ctx, int(slot), 10).Result()
+		must(err)
+		if len(keys) == 0 {
+			break
+		}
+		args := []any{"MIGRATE", host, port, "", 0, 5000, "KEYS"}
+		for _, k := range keys {
+			args = append(args, k)
+		}
+		must(src.Do(ctx, args...).Err())
+	}
+	for _, n := range c.Nodes {
+		must(dial(n).Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", dstID).Err())
+	}
 }
