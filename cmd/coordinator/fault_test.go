@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
+	"github.com/coordinator-dev/coordinator/internal/testkit/linearize"
 	"github.com/coordinator-dev/coordinator/internal/testkit/proctest"
 	"github.com/coordinator-dev/coordinator/internal/testkit/redistest"
 	"github.com/coordinator-dev/coordinator/internal/testkit/testwait"
@@ -26,7 +27,9 @@ import (
 )
 
 // The fault suite: real coordinator processes under contention, checked at a
-// fenced resource while a fault strikes. COORDINATOR_FAULT_ROUNDS (default 1)
+// fenced resource while a fault strikes, and each name's history of
+// acquisitions and releases checked for linearizability as a lease with
+// fencing (internal/testkit/linearize). COORDINATOR_FAULT_ROUNDS (default 1)
 // repeats each fault for a longer run (make fault-soak).
 
 const (
@@ -105,8 +108,11 @@ type contention struct {
 	highest   [faultNames]atomic.Uint64
 	grants    atomic.Int64
 	lastGrant atomic.Int64 // unix nanoseconds
-	mu        sync.Mutex
-	errs      []error
+	// history records the workers' acquisitions and releases, for the
+	// linearizability check (linearize.Check).
+	history linearize.Recorder
+	mu      sync.Mutex
+	errs    []error
 }
 
 func (c *contention) fail(err error) {
@@ -126,16 +132,26 @@ func (c *contention) run(ctx context.Context, worker int) {
 			weight = c.capacity
 		}
 	}
+	holds := 0
 	for i := worker; ctx.Err() == nil; i++ {
 		n := i % faultNames
 		name := c.name(n)
 		sent := time.Now()
+		call := c.history.Acquire(name, holder, max(c.capacity, 1), weight, faultTTL)
 		callCtx, cancel := context.WithTimeout(ctx, 2*faultTTL)
 		resp, err := c.client.TryAcquire(callCtx, &coordinatorv1.TryAcquireRequest{
 			Name: name, Holder: holder, Ttl: durationpb.New(faultTTL), Wait: durationpb.New(faultTTL),
 			Capacity: uint32(max(c.capacity, 1)), Weight: uint32(weight),
 		})
 		cancel()
+		switch {
+		case err != nil:
+			call.Failed()
+		case !resp.GetAcquired():
+			call.Refused()
+		default:
+			call.Granted(resp.GetLease().GetToken(), int64(resp.GetLease().GetWeight()), resp.GetLease().GetTtl().AsDuration())
+		}
 		if err != nil || !resp.GetAcquired() {
 			// The coordinator or the store is down or in quarantine: retry,
 			// as a client would.
@@ -165,9 +181,24 @@ func (c *contention) run(ctx context.Context, worker int) {
 		sleepCtx(ctx, time.Until(validUntil)-faultTTL/4)
 		c.resources[n].Leave(holder)
 		c.weighted[n].Leave(holder)
+		// A worker's first hold, and every third after, ends without a
+		// release, as a holder that crashed would leave it: the lease must
+		// end by its TTL (what the linearizability check's expiry rule
+		// judges; a release, even one whose outcome is unknown, may have
+		// ended a lease any time).
+		abandon := holds%3 == 0
+		if holds++; abandon {
+			continue
+		}
+		release := c.history.Release(name, holder, token)
 		relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		_, _ = c.client.Release(relCtx, &coordinatorv1.ReleaseRequest{Name: name, Holder: holder, Token: token})
+		released, err := c.client.Release(relCtx, &coordinatorv1.ReleaseRequest{Name: name, Holder: holder, Token: token})
 		cancel()
+		if err != nil {
+			release.Failed()
+		} else {
+			release.Released(released.GetReleased())
+		}
 	}
 }
 
@@ -212,8 +243,9 @@ func (c *contention) checkFloors(t *testing.T) {
 }
 
 // underContention runs the workers against addr, lets fault strike
-// rounds times, and checks mutual exclusion, tokens, Describe floors and
-// the recovery time after each fault healed.
+// rounds times, and checks mutual exclusion, tokens, Describe floors, the
+// recovery time after each fault healed, and that each name's history is
+// linearizable as a lease with fencing.
 func underContention(t *testing.T, addr string, recoveryBound time.Duration, fault func(round int) (healed time.Time)) {
 	t.Helper()
 	contend(t, addr, 1, faultWorkers, recoveryBound, fault)
@@ -264,6 +296,7 @@ func contend(t *testing.T, addr string, capacity int64, workers int, recoveryBou
 		}
 	}
 	c.checkFloors(t)
+	linearize.Check(t, &c.history)
 }
 
 func TestFaults(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	coordinatorv1 "github.com/coordinator-dev/coordinator/gen/coordinator/v1"
+	"github.com/coordinator-dev/coordinator/internal/testkit/linearize"
 	"github.com/coordinator-dev/coordinator/internal/testkit/redistest"
 	"github.com/coordinator-dev/coordinator/internal/testkit/testwait"
 	"github.com/coordinator-dev/coordinator/server/store/storetest"
@@ -51,6 +52,9 @@ type groupContention struct {
 	// waiting counts the workers in an AcquireGroup call, holding those
 	// inside their leases: a fault strikes when both are busy.
 	waiting, holding atomic.Int64
+	// history records each member's acquisition and release as one of its
+	// name, for the linearizability check.
+	history linearize.Recorder
 
 	mu sync.Mutex
 	// gaveUp is when each holder that may still hold something gave up
@@ -95,11 +99,16 @@ func (g *groupContention) run(ctx context.Context, worker int) {
 			req.Members = append(req.Members, &coordinatorv1.GroupMember{Name: n})
 		}
 		sent := time.Now()
+		calls := make([]*linearize.Call, len(names))
+		for i, n := range names {
+			calls[i] = g.history.Acquire(n, holder, 1, 1, faultTTL)
+		}
 		callCtx, cancel := context.WithTimeout(ctx, 2*faultTTL)
 		g.waiting.Add(1)
 		resp, err := g.client.AcquireGroup(callCtx, req)
 		g.waiting.Add(-1)
 		cancel()
+		recordGroupGrant(calls, names, resp, err)
 		if err != nil || !resp.GetAcquired() {
 			// The coordinator or the store is down, stalled or in
 			// quarantine, or the wait ran out: start again as a new
@@ -110,6 +119,23 @@ func (g *groupContention) run(ctx context.Context, worker int) {
 			continue
 		}
 		g.hold(ctx, holder, names, resp.GetLeases(), sent)
+	}
+}
+
+// recordGroupGrant finishes the members' calls as the group's answer
+// says: a member the answer does not grant as asked (what hold fails) is
+// left unknown.
+func recordGroupGrant(calls []*linearize.Call, names []string, resp *coordinatorv1.AcquireGroupResponse, err error) {
+	for i, call := range calls {
+		leases := resp.GetLeases()
+		switch {
+		case err != nil:
+			call.Failed()
+		case !resp.GetAcquired():
+			call.Refused()
+		case i < len(leases) && leases[i].GetName() == names[i]:
+			call.Granted(leases[i].GetToken(), int64(leases[i].GetWeight()), leases[i].GetTtl().AsDuration())
+		}
 	}
 }
 
@@ -152,10 +178,19 @@ func (g *groupContention) hold(ctx context.Context, holder string, names []strin
 	relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
 	req := &coordinatorv1.ReleaseGroupRequest{Holder: holder}
-	for _, l := range leases {
+	releases := make([]*linearize.Call, len(leases))
+	for i, l := range leases {
 		req.Leases = append(req.Leases, &coordinatorv1.GroupLease{Name: l.GetName(), Token: l.GetToken()})
+		releases[i] = g.history.Release(l.GetName(), holder, l.GetToken())
 	}
-	_, _ = g.client.ReleaseGroup(relCtx, req)
+	resp, err := g.client.ReleaseGroup(relCtx, req)
+	for _, release := range releases {
+		if err != nil {
+			release.Failed()
+		} else {
+			release.Released(resp.GetReleased())
+		}
+	}
 }
 
 // watchStrays describes every name every 50 ms until ctx ends, and fails
@@ -245,6 +280,7 @@ func contendInGroups(t *testing.T, addr string, recoveryBound time.Duration, fau
 	g.mu.Unlock()
 	t.Logf("%d group grants", g.grants.Load())
 	g.checkFloors(t)
+	linearize.Check(t, &g.history)
 }
 
 // checkFloors checks that Describe's last_token of each name is no lower
