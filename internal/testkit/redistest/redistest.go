@@ -485,3 +485,240 @@ func StartSentinel(t testing.TB, master *Server, name string) string {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// Shard is a primary of a Cluster and its replica (nil without one).
+type Shard struct {
+	Primary, Replica *Server
+}
+
+// ShardOf is the shard serving slot, as the first node that answers sees
+// it.
+func (c *Cluster) ShardOf(slot int) Shard {
+	c.Nodes[0].t.Helper()
+	for _, shard := range c.shards() {
+		for _, r := range shard.slots {
+			if int64(slot) >= r.Start && int64(slot) <= r.End {
+				return shard.Shard
+			}
+		}
+	}
+	c.Nodes[0].t.Fatalf("no node serves slot %d", slot)
+	return Shard{}
+}
+
+// Shards are the Cluster's shards that serve slots.
+func (c *Cluster) Shards() []Shard {
+	var shards []Shard
+	for _, s := range c.shards() {
+		if len(s.slots) > 0 {
+			shards = append(shards, s.Shard)
+		}
+	}
+	return shards
+}
+
+type shardSlots struct {
+	Shard
+	slots []redis.SlotRange
+}
+
+func (c *Cluster) shards() []shardSlots {
+	t := c.Nodes[0].t
+	t.Helper()
+	byAddr := make(map[string]*Server)
+	for _, n := range c.Nodes {
+		byAddr[n.Addr()] = n
+	}
+	for _, n := range c.Nodes {
+		if n.cmd == nil {
+			continue
+		}
+		cl := redis.NewClient(&redis.Options{Addr: n.Addr()})
+		shards, err := cl.ClusterShards(context.Background()).Result()
+		_ = cl.Close()
+		if err != nil {
+			continue
+		}
+		var out []shardSlots
+		for _, shard := range shards {
+			s := shardSlots{slots: shard.Slots}
+			for _, node := range shard.Nodes {
+				srv := byAddr[net.JoinHostPort(node.IP, strconv.FormatInt(node.Port, 10))]
+				switch {
+				case node.Role == "master" && node.Health != "fail":
+					s.Primary = srv
+				case node.Role == "replica" && node.Health != "fail":
+					s.Replica = srv
+				}
+			}
+			out = append(out, s)
+		}
+		return out
+	}
+	t.Fatal("no node of the cluster answers CLUSTER SHARDS")
+	return nil
+}
+
+// SlotOfKey is the slot of key (CLUSTER KEYSLOT).
+func (c *Cluster) SlotOfKey(key string) int {
+	t := c.Nodes[0].t
+	t.Helper()
+	for _, n := range c.Nodes {
+		if n.cmd == nil {
+			continue
+		}
+		cl := redis.NewClient(&redis.Options{Addr: n.Addr()})
+		slot, err := cl.ClusterKeySlot(context.Background(), key).Result()
+		_ = cl.Close()
+		if err == nil {
+			return int(slot)
+		}
+	}
+	t.Fatal("no node of the cluster answers CLUSTER KEYSLOT")
+	return 0
+}
+
+// MoveSlot migrates slot from the primary serving it to the primary to,
+// the way redis-cli --cluster reshard does: the target IMPORTING, the
+// source MIGRATING, MIGRATE of its keys a few at a time (clients meanwhile
+// meet the half-moved slot: ASK and TRYAGAIN), then every node told the new
+// owner. It returns how many keys moved.
+func (c *Cluster) MoveSlot(slot int, to *Server) int {
+	t := c.Nodes[0].t
+	t.Helper()
+	from := c.ShardOf(slot).Primary
+	if from == to {
+		return 0
+	}
+	ctx := context.Background()
+	must := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("moving slot %d from %s to %s: %s: %v", slot, from.Addr(), to.Addr(), what, err)
+		}
+	}
+	src := redis.NewClient(&redis.Options{Addr: from.Addr()})
+	defer src.Close()
+	dst := redis.NewClient(&redis.Options{Addr: to.Addr()})
+	defer dst.Close()
+	srcID, err := src.ClusterMyID(ctx).Result()
+	must("CLUSTER MYID", err)
+	dstID, err := dst.ClusterMyID(ctx).Result()
+	must("CLUSTER MYID", err)
+	must("SETSLOT IMPORTING", dst.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", srcID).Err())
+	must("SETSLOT MIGRATING", src.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", dstID).Err())
+	host, port, _ := net.SplitHostPort(to.Addr())
+	moved := 0
+	for {
+		keys, err := src.ClusterGetKeysInSlot(ctx, slot, 3).Result()
+		must("GETKEYSINSLOT", err)
+		if len(keys) == 0 {
+			break
+		}
+		args := []any{"MIGRATE", host, port, "", 0, 5000, "KEYS"}
+		for _, k := range keys {
+			args = append(args, k)
+		}
+		must("MIGRATE", src.Do(ctx, args...).Err())
+		moved += len(keys)
+		time.Sleep(2 * time.Millisecond)
+	}
+	// The target first, then the source, then the others: the order
+	// redis-cli uses, so that no node ever redirects to a stale owner.
+	order := []*Server{to, from}
+	for _, n := range c.Nodes {
+		if n != to && n != from && n.cmd != nil {
+			order = append(order, n)
+		}
+	}
+	for _, n := range order {
+		cl := redis.NewClient(&redis.Options{Addr: n.Addr()})
+		err := cl.Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", dstID).Err()
+		_ = cl.Close()
+		// A replica answers that it is not a primary: it learns from its own.
+		if err != nil && !strings.Contains(err.Error(), "slave") && !strings.Contains(err.Error(), "replica") {
+			must("SETSLOT NODE", err)
+		}
+	}
+	return moved
+}
+
+// FailOver makes the replica of a shard its primary: planned (CLUSTER
+// FAILOVER, which waits until the replica caught up), or unplanned (the
+// primary killed; the Cluster promotes its replica after the node
+// timeout), in which case the old primary is started again and rejoins as
+// the new primary's replica. It returns once every node agrees and the
+// replica of the shard is in sync again.
+func (c *Cluster) FailOver(shard Shard, planned bool) {
+	t := c.Nodes[0].t
+	t.Helper()
+	ctx := context.Background()
+	if planned {
+		cl := redis.NewClient(&redis.Options{Addr: shard.Replica.Addr()})
+		err := cl.Do(ctx, "CLUSTER", "FAILOVER").Err()
+		_ = cl.Close()
+		if err != nil {
+			t.Fatalf("CLUSTER FAILOVER on %s: %v", shard.Replica.Addr(), err)
+		}
+	} else {
+		shard.Primary.Kill()
+	}
+	c.waitPrimary(shard.Replica, 60*time.Second)
+	if !planned {
+		shard.Primary.start()
+	}
+	shard.Primary.WaitInSync()
+	deadline := time.Now().Add(60 * time.Second)
+	for !c.agree(shard.Replica, shard.Primary) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the cluster did not settle after the failover of %s to %s", shard.Primary.Addr(), shard.Replica.Addr())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// waitPrimary waits until s is a primary.
+func (c *Cluster) waitPrimary(s *Server, within time.Duration) {
+	s.t.Helper()
+	cl := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	defer cl.Close()
+	deadline := time.Now().Add(within)
+	for {
+		info, err := cl.Info(context.Background(), "replication").Result()
+		if err == nil && strings.Contains(info, "role:master") {
+			return
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("%s was not promoted within %s: %v", s.Addr(), within, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// agree reports whether every node is up, sees the cluster ok, and knows
+// primary as a primary serving slots and replica as an online replica.
+func (c *Cluster) agree(primary, replica *Server) bool {
+	for _, n := range c.Nodes {
+		cl := redis.NewClient(&redis.Options{Addr: n.Addr()})
+		info, err := cl.ClusterInfo(context.Background()).Result()
+		shards, serr := cl.ClusterShards(context.Background()).Result()
+		_ = cl.Close()
+		if err != nil || serr != nil || !strings.Contains(info, "cluster_state:ok") {
+			return false
+		}
+		ok := false
+		for _, shard := range shards {
+			var p, r bool
+			for _, node := range shard.Nodes {
+				addr := net.JoinHostPort(node.IP, strconv.FormatInt(node.Port, 10))
+				p = p || (addr == primary.Addr() && node.Role == "master" && node.Health == "online")
+				r = r || (addr == replica.Addr() && node.Role == "replica" && node.Health == "online")
+			}
+			ok = ok || (p && r && len(shard.Slots) > 0)
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
+}

@@ -2,9 +2,6 @@ package redisstore
 
 import (
 	"errors"
-	"net"
-	"slices"
-	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -39,13 +36,14 @@ func TestClusterFailoverQuarantinesTheNewPrimarysSlots(t *testing.T) {
 		OnDataLoss: func(time.Duration) { losses.Add(1) }})
 	ctx := testCtx(t)
 
-	primary, replica := shardOf(t, cluster, slotOf(encodeName("job")))
+	shard := cluster.ShardOf(int(slotOf(encodeName("job"))))
+	primary, replica := shard.Primary, shard.Replica
 	if replica == nil {
 		t.Fatal("the primary of job has no replica")
 	}
 	other := "other"
 	for i := 0; ; i++ {
-		if p, _ := shardOf(t, cluster, slotOf(encodeName(other))); p != primary {
+		if cluster.ShardOf(int(slotOf(encodeName(other)))).Primary != primary {
 			break
 		}
 		other = "other" + string(rune('a'+i))
@@ -100,39 +98,6 @@ func TestClusterFailoverQuarantinesTheNewPrimarysSlots(t *testing.T) {
 	}
 }
 
-// shardOf is the primary serving slot, and its replica if it has one.
-func shardOf(t *testing.T, c *redistest.Cluster, slot uint16) (primary, replica *redistest.Server) {
-	t.Helper()
-	node := redis.NewClient(&redis.Options{Addr: c.Nodes[0].Addr()})
-	defer func() { _ = node.Close() }()
-	shards, err := node.ClusterShards(testCtx(t)).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	byAddr := make(map[string]*redistest.Server)
-	for _, n := range c.Nodes {
-		byAddr[n.Addr()] = n
-	}
-	for _, shard := range shards {
-		if !slices.ContainsFunc(shard.Slots, func(r redis.SlotRange) bool { return int64(slot) >= r.Start && int64(slot) <= r.End }) {
-			continue
-		}
-		for _, n := range shard.Nodes {
-			addr := net.JoinHostPort(n.IP, strconv.FormatInt(n.Port, 10))
-			if n.Role == "master" {
-				primary = byAddr[addr]
-			} else {
-				replica = byAddr[addr]
-			}
-		}
-		if primary != nil {
-			return primary, replica
-		}
-	}
-	t.Fatalf("no primary serves slot %d: %+v", slot, shards)
-	return nil, nil
-}
-
 // TestClusterSlotMoveIsNoFailover moves the slot of a held name to another
 // primary: MIGRATE loses nothing, so the lease moves with its slot and
 // nothing is quarantined.
@@ -151,8 +116,8 @@ func TestClusterSlotMoveIsNoFailover(t *testing.T) {
 	ctx := testCtx(t)
 
 	held := mustGrant(t, s, req("job", "a", time.Minute, ""))
-	slot := slotOf(encodeName("job"))
-	from, _ := shardOf(t, cluster, slot)
+	slot := int(slotOf(encodeName("job")))
+	from := cluster.ShardOf(slot).Primary
 	var to *redistest.Server
 	for _, n := range cluster.Nodes {
 		if n != from {
@@ -160,8 +125,10 @@ func TestClusterSlotMoveIsNoFailover(t *testing.T) {
 			break
 		}
 	}
-	moveSlot(t, cluster, slot, from, to)
-	if p, _ := shardOf(t, cluster, slot); p != to {
+	if moved := cluster.MoveSlot(slot, to); moved < 2 {
+		t.Fatalf("%d keys moved with slot %d, want the lease's and the marker's", moved, slot)
+	}
+	if p := cluster.ShardOf(slot).Primary; p != to {
 		t.Fatalf("slot %d is still served by %s", slot, p.Addr())
 	}
 
@@ -179,44 +146,5 @@ func TestClusterSlotMoveIsNoFailover(t *testing.T) {
 	}
 	if n := losses.Load(); n != 0 {
 		t.Errorf("OnDataLoss called %d times after a slot move, want 0", n)
-	}
-}
-
-// moveSlot migrates slot from one primary to another as redis-cli
-// --cluster reshard does: IMPORTING, MIGRATING, MIGRATE of its keys, and
-// the new owner told to every node.
-func moveSlot(t *testing.T, c *redistest.Cluster, slot uint16, from, to *redistest.Server) {
-	t.Helper()
-	ctx := testCtx(t)
-	dial := func(s *redistest.Server) *redis.Client {
-		cl := redis.NewClient(&redis.Options{Addr: s.Addr()})
-		t.Cleanup(func() { _ = cl.Close() })
-		return cl
-	}
-	src, dst := dial(from), dial(to)
-	srcID, dstID := src.ClusterMyID(ctx).Val(), dst.ClusterMyID(ctx).Val()
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatalf("moving slot %d: %v", slot, err)
-		}
-	}
-	must(dst.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", srcID).Err())
-	must(src.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", dstID).Err())
-	host, port, _ := net.SplitHostPort(to.Addr())
-	for {
-		keys, err := src.ClusterGetKeysInSlot(ctx, int(slot), 10).Result()
-		must(err)
-		if len(keys) == 0 {
-			break
-		}
-		args := []any{"MIGRATE", host, port, "", 0, 5000, "KEYS"}
-		for _, k := range keys {
-			args = append(args, k)
-		}
-		must(src.Do(ctx, args...).Err())
-	}
-	for _, n := range c.Nodes {
-		must(dial(n).Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", dstID).Err())
 	}
 }
