@@ -3,7 +3,7 @@
 #                and, for the housekeeper's storage tasks, a throwaway FerretDB (a MongoDB wire protocol, built
 #                once from the Go module proxy by scripts/ferretdb.sh and cached)
 # make test-under-load  the suite three times with every core kept busy
-# make fault-soak the fault suite (kill -9, Redis restarts, flushes, failover), five rounds of each
+# make fault-soak the fault suite (kill -9, Redis restarts, flushes, failovers, Cluster slot moves), five rounds of each
 # make bench     the benchmarks, side by side in one run
 # make fuzz      every fuzz target for FUZZTIME (5m) each, one after the other, then the long runs
 #                (the model-based check of the memory store: MODELOPS, 10 million operations)
@@ -70,7 +70,7 @@ test-under-load:
 
 # The fault suite of make test, each fault striking five times in a row.
 fault-soak:
-	COORDINATOR_FAULT_ROUNDS=5 ./scripts/with-redis.sh ./scripts/with-ferretdb.sh $(GO) test -race -count=1 -run TestFaults -v ./cmd/coordinator/
+	COORDINATOR_FAULT_ROUNDS=5 ./scripts/with-redis.sh ./scripts/with-ferretdb.sh $(GO) test -race -count=1 -timeout 60m -run TestFaults -v ./cmd/coordinator/
 
 # bench/ is a module of its own (the peers it measures are no dependency of
 # the SDK); relative file flags (-json, -cpuprofile) are relative to bench/.
