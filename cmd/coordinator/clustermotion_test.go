@@ -118,14 +118,14 @@ type mover struct {
 }
 
 // liveSlots are the slots holding the keys of the workers' names
-// (sessions' keys, with ofSessions), ascending.
+// (sessions' keys, with ofSessions), in the order found, and the name
+// whose lease lies in each.
 func (m *mover) liveSlots(ofSessions bool) (slots []int, names map[int]string) {
 	names = make(map[int]string)
 	seen := make(map[int]bool)
 	for _, shard := range m.cluster.Shards() {
 		c := redis.NewClient(&redis.Options{Addr: shard.Primary.Addr()})
 		keys, err := c.Keys(context.Background(), motionPrefix+"{*").Result()
-		_ = c.Close()
 		if err != nil {
 			m.t.Fatalf("KEYS on %s: %v", shard.Primary.Addr(), err)
 		}
@@ -135,7 +135,11 @@ func (m *mover) liveSlots(ofSessions bool) (slots []int, names map[int]string) {
 			if (ofSessions && !isSession) || (!ofSessions && (!isLease || !strings.HasPrefix(name, "motion-") || strings.HasPrefix(name, "motion-probe/"))) {
 				continue
 			}
-			slot := m.cluster.SlotOfKey(k)
+			slot64, err := c.ClusterKeySlot(context.Background(), k).Result()
+			if err != nil {
+				m.t.Fatalf("CLUSTER KEYSLOT on %s: %v", shard.Primary.Addr(), err)
+			}
+			slot := int(slot64)
 			if !seen[slot] {
 				seen[slot] = true
 				slots = append(slots, slot)
@@ -144,6 +148,7 @@ func (m *mover) liveSlots(ofSessions bool) (slots []int, names map[int]string) {
 				names[slot] = name
 			}
 		}
+		_ = c.Close()
 	}
 	return slots, names
 }
@@ -189,8 +194,9 @@ func (m *mover) moveLiveSlot(round int, ofSessions bool) {
 func (m *mover) failOver(round int, planned bool) {
 	m.t.Helper()
 	slots, _ := m.liveSlots(false)
-	shard := m.cluster.ShardOf(slots[m.next%len(slots)])
+	slot := slots[m.next%len(slots)]
 	m.next++
+	shard := m.cluster.ShardOf(slot)
 	m.cluster.FailOver(shard, planned)
 	m.failovers++
 	if planned {
@@ -199,7 +205,7 @@ func (m *mover) failOver(round int, planned bool) {
 	healed := time.Now()
 	// Any name of the shard's slots: its own lock, taken by a probe.
 	m.awaitGrant(round, fmt.Sprintf("a grant on %s's slots after its failover (planned: %v)", shard.Replica.Addr(), planned),
-		healed, m.bound, m.probe(slots[(m.next-1)%len(slots)], healed))
+		healed, m.bound, m.probe(slot, healed))
 }
 
 // probe is a check that takes and releases a name of its own whose keys

@@ -543,7 +543,7 @@ func (c *Cluster) shards() []shardSlots {
 		for _, shard := range shards {
 			s := shardSlots{slots: shard.Slots}
 			for _, node := range shard.Nodes {
-				srv := byAddr[net.JoinHostPort(node.IP, strconv.FormatInt(node.Port, 10))]
+				srv := byAddr[nodeAddr(node)]
 				switch {
 				case node.Role == "master" && node.Health != "fail":
 					s.Primary = srv
@@ -558,6 +558,9 @@ func (c *Cluster) shards() []shardSlots {
 	t.Fatal("no node of the cluster answers CLUSTER SHARDS")
 	return nil
 }
+
+// nodeAddr is a CLUSTER SHARDS node's host:port.
+func nodeAddr(n redis.Node) string { return net.JoinHostPort(n.IP, strconv.FormatInt(n.Port, 10)) }
 
 // SlotOfKey is the slot of key (CLUSTER KEYSLOT).
 func (c *Cluster) SlotOfKey(key string) int {
@@ -710,7 +713,7 @@ func (c *Cluster) agree(primary, replica *Server) bool {
 		for _, shard := range shards {
 			var p, r bool
 			for _, node := range shard.Nodes {
-				addr := net.JoinHostPort(node.IP, strconv.FormatInt(node.Port, 10))
+				addr := nodeAddr(node)
 				p = p || (addr == primary.Addr() && node.Role == "master" && node.Health == "online")
 				r = r || (addr == replica.Addr() && node.Role == "replica" && node.Health == "online")
 			}

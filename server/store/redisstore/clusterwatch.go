@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"slices"
 	"strings"
@@ -130,13 +131,15 @@ func (w *nodeWatch) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 			return err
 		}
 		err := next(ctx, cmds)
-		w.answered(ctx, err)
+		// A command's MOVED or LOADING may hide behind the pipeline's error.
+		answer := err
 		for _, cmd := range cmds {
 			if topologyChanged(cmd.Err()) {
-				w.answered(ctx, cmd.Err())
+				answer = cmd.Err()
 				break
 			}
 		}
+		w.answered(ctx, answer)
 		return err
 	}
 }
@@ -189,9 +192,8 @@ func topologyChanged(err error) bool {
 		}
 		return false
 	}
-	var netErr net.Error
-	return errors.As(err, &netErr) || errors.Is(err, net.ErrClosed) || strings.Contains(err.Error(), "EOF") ||
-		strings.Contains(err.Error(), "connection refused") || strings.Contains(err.Error(), "connection reset")
+	var netErr net.Error // refused, reset, timed out
+	return errors.As(err, &netErr) || errors.Is(err, net.ErrClosed) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 // check reads the node's INFO and, for a primary that took over since it
@@ -201,9 +203,9 @@ func (w *nodeWatch) check(ctx context.Context) error {
 	topology := cw.topology.Load()
 	si, err := cw.s.readInfo(ctx, w.node)
 	if err != nil {
-		// As is: the Cluster client tells an unreachable node by its
+		// Unwrapped: the Cluster client tells an unreachable node by its
 		// errors' types, and then looks for the slots elsewhere.
-		return errors.Unwrap(err)
+		return err
 	}
 	if si.runID == "" { // INFO refused: unchecked
 		w.checked.Store(topology + 1)

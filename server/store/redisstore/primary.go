@@ -102,8 +102,11 @@ func (s *Store) watchPrimary(c *redis.Client) {
 // used before the quarantine is written.
 func (s *Store) checkPrimary(ctx context.Context, cn *redis.Conn) error {
 	si, err := s.readInfo(ctx, cn)
-	if err != nil || si.role != "master" || si.runID == "" {
-		return err // a refused INFO or a replica: nothing to compare
+	if err != nil {
+		return fmt.Errorf("redisstore: check the primary: %w", err)
+	}
+	if si.role != "master" || si.runID == "" {
+		return nil // a refused INFO or a replica: nothing to compare
 	}
 	w := &s.primary
 	w.mu.Lock()
@@ -120,6 +123,7 @@ func (s *Store) checkPrimary(ctx context.Context, cn *redis.Conn) error {
 
 // readInfo reads INFO from c. A Redis that refuses INFO (an ACL, a renamed
 // command) is not checked: its info is empty, and the store warns once.
+// Other errors are returned as the client gave them.
 func (s *Store) readInfo(ctx context.Context, c interface {
 	Info(context.Context, ...string) *redis.StringCmd
 },
@@ -133,7 +137,7 @@ func (s *Store) readInfo(ctx context.Context, c interface {
 		return serverInfo{}, nil
 	}
 	if err != nil {
-		return serverInfo{}, fmt.Errorf("redisstore: check the primary: %w", err)
+		return serverInfo{}, err
 	}
 	return parseInfo(text), nil
 }
